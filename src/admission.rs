@@ -1,0 +1,269 @@
+//! AdmissionReview `admission.k8s.io/v1` wire types.
+//!
+//! We use our own thin types instead of `kube::core::admission::AdmissionReview<DynamicObject>`
+//! for two reasons: the object must stay a raw `serde_json::Value` (a typed `ObjectMeta` round
+//! trip would drop fields our k8s-openapi version does not know), and kube's `AdmissionResponse`
+//! serialises `patch` as an array of numbers instead of the documented base64 string
+//! (kube-rs/kube#1781). The group/version/kind and operation types are kube's.
+
+use base64::Engine as _;
+use kube::core::GroupVersionKind;
+pub use kube::core::admission::Operation;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// `apiVersion` of the only AdmissionReview version we speak.
+pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+/// `kind` of an AdmissionReview.
+pub const ADMISSION_KIND: &str = "AdmissionReview";
+
+/// An incoming AdmissionReview (only the parts a webhook reads).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionReviewRequest {
+    #[serde(default)]
+    pub api_version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub request: Option<AdmissionRequest>,
+}
+
+/// `request` of an AdmissionReview.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionRequest {
+    pub uid: String,
+    pub kind: GroupVersionKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_resource: Option<String>,
+    /// Empty on a CREATE that relies on `generateName`.
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub operation: Operation,
+    #[serde(default)]
+    pub object: Option<Value>,
+    #[serde(default)]
+    pub old_object: Option<Value>,
+    /// `kubectl apply --dry-run=server`. Never changes the answer: we have no side effects.
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+impl AdmissionRequest {
+    /// A synthetic CREATE request for an object read from a file (the offline CLI).
+    pub fn synthetic_create(object: Value, namespace: Option<&str>) -> Result<Self, String> {
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .ok_or("object has no apiVersion")?;
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .ok_or("object has no kind")?;
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), api_version.to_string()),
+        };
+        let meta = object.get("metadata");
+        let name = meta
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let namespace = namespace.map(str::to_string).or_else(|| {
+            meta.and_then(|m| m.get("namespace"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        Ok(AdmissionRequest {
+            uid: "launchgate-cli".into(),
+            kind: GroupVersionKind {
+                group,
+                version,
+                kind: kind.to_string(),
+            },
+            sub_resource: None,
+            name,
+            namespace,
+            operation: Operation::Create,
+            object: Some(object),
+            old_object: None,
+            dry_run: Some(false),
+        })
+    }
+
+    /// Wraps this request into an AdmissionReview JSON document.
+    pub fn to_review_json(&self) -> Value {
+        serde_json::json!({
+            "apiVersion": ADMISSION_API_VERSION,
+            "kind": ADMISSION_KIND,
+            "request": self,
+        })
+    }
+}
+
+/// `response.status` on a denial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseStatus {
+    pub code: u16,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `response` of an AdmissionReview.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionResponse {
+    pub uid: String,
+    pub allowed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ResponseStatus>,
+    /// Base64 of the RFC 6902 JSON Patch, as the API documents it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub audit_annotations: BTreeMap<String, String>,
+}
+
+impl AdmissionResponse {
+    pub fn allow(uid: &str) -> Self {
+        AdmissionResponse {
+            uid: uid.to_string(),
+            allowed: true,
+            status: None,
+            patch: None,
+            patch_type: None,
+            warnings: Vec::new(),
+            audit_annotations: BTreeMap::new(),
+        }
+    }
+
+    pub fn deny(uid: &str, message: String) -> Self {
+        AdmissionResponse {
+            allowed: false,
+            status: Some(ResponseStatus {
+                code: 403,
+                message,
+                reason: Some("Forbidden".into()),
+            }),
+            ..Self::allow(uid)
+        }
+    }
+
+    /// Attaches a JSON Patch; an empty patch attaches nothing.
+    pub fn with_patch(mut self, patch: &json_patch::Patch) -> Self {
+        if !patch.0.is_empty() {
+            let bytes = serde_json::to_vec(patch).expect("a JSON Patch always serialises");
+            self.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            self.patch_type = Some("JSONPatch".into());
+        }
+        self
+    }
+
+    /// Decodes the attached patch, if any.
+    pub fn decoded_patch(&self) -> Option<Result<json_patch::Patch, String>> {
+        let b64 = self.patch.as_ref()?;
+        Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string())),
+        )
+    }
+}
+
+/// The outgoing AdmissionReview.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionReviewResponse {
+    pub api_version: String,
+    pub kind: String,
+    pub response: AdmissionResponse,
+}
+
+impl AdmissionReviewResponse {
+    pub fn new(response: AdmissionResponse) -> Self {
+        AdmissionReviewResponse {
+            api_version: ADMISSION_API_VERSION.into(),
+            kind: ADMISSION_KIND.into(),
+            response,
+        }
+    }
+}
+
+/// Kubernetes keeps a warning short: longer ones are truncated by the API server.
+pub const MAX_WARNING_CHARS: usize = 256;
+/// Total budget for all warnings of one response (runes, per `warning.go`).
+pub const MAX_WARNINGS_TOTAL_CHARS: usize = 4096;
+
+/// Trims warnings to what the API server will show without truncating mid-word.
+pub fn bounded_warnings(warnings: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(warnings.len());
+    let mut total = 0;
+    for w in warnings {
+        let w: String = if w.chars().count() > MAX_WARNING_CHARS {
+            let mut s: String = w.chars().take(MAX_WARNING_CHARS - 1).collect();
+            s.push('…');
+            s
+        } else {
+            w
+        };
+        let len = w.chars().count();
+        if total + len > MAX_WARNINGS_TOTAL_CHARS {
+            out.push("launchgate: further warnings omitted".to_string());
+            break;
+        }
+        total += len;
+        out.push(w);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_patch_sets_neither_patch_nor_type() {
+        let r = AdmissionResponse::allow("u").with_patch(&json_patch::Patch(vec![]));
+        assert!(r.patch.is_none() && r.patch_type.is_none());
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.get("patch").is_none());
+        assert!(json.get("patchType").is_none());
+    }
+
+    #[test]
+    fn patch_is_base64_string() {
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::json!([{"op":"add","path":"/a","value":1}]))
+                .unwrap();
+        let r = AdmissionResponse::allow("u").with_patch(&patch);
+        assert_eq!(r.patch_type.as_deref(), Some("JSONPatch"));
+        let decoded = r.decoded_patch().unwrap().unwrap();
+        assert_eq!(decoded, patch);
+    }
+
+    #[test]
+    fn deny_has_403() {
+        let r = AdmissionResponse::deny("u", "no".into());
+        assert!(!r.allowed);
+        assert_eq!(r.status.unwrap().code, 403);
+    }
+
+    #[test]
+    fn warnings_are_bounded() {
+        let long = "x".repeat(1000);
+        let w = bounded_warnings(vec![long; 40]);
+        assert!(w.iter().all(|w| w.chars().count() <= MAX_WARNING_CHARS + 40));
+        assert!(w.iter().map(|w| w.chars().count()).sum::<usize>() <= MAX_WARNINGS_TOTAL_CHARS + 64);
+    }
+}

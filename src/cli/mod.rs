@@ -1,0 +1,345 @@
+//! The command line: `serve`, the offline `mutate` / `validate`, `check-config`,
+//! `print-default-config` and `certs`. Every flag can also be set from an env var.
+
+use crate::admission::{AdmissionRequest, AdmissionReviewResponse};
+use crate::cluster::NoCluster;
+use crate::manifest::{InputDocument, parse_documents};
+use crate::mutate::labels::QUEUE_LABEL;
+use crate::policy::{DEFAULT_CONFIG_YAML, Policy};
+use crate::review::{Endpoint, decide};
+use crate::server::ServeOptions;
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(name = "launchgate", version, about = "Admission webhook for ML launch workloads")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the HTTPS admission server.
+    Serve(ServeArgs),
+    /// Show what the mutating webhook would do to manifests (no cluster needed).
+    Mutate(MutateArgs),
+    /// Show the validating webhook's verdict on manifests; exits 1 if any is denied.
+    Validate(OfflineArgs),
+    /// Check a config file; exits non-zero with the offending key path.
+    CheckConfig {
+        /// The config file.
+        file: PathBuf,
+    },
+    /// Print the built-in example config, a starting point for your own.
+    PrintDefaultConfig,
+    /// Generate a CA and a serving certificate for a Service DNS name.
+    Certs(CertsArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "LAUNCHGATE_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Config file (YAML). Without it the built-in example policy is used.
+    #[arg(long, env = "LAUNCHGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Serving certificate (PEM chain). Without it a self-signed dev certificate is generated.
+    #[arg(long, env = "LAUNCHGATE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving private key (PEM).
+    #[arg(long, env = "LAUNCHGATE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (the API server's).
+    #[arg(long, env = "LAUNCHGATE_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+    /// Directory for the generated development certificate's CA bundle.
+    #[arg(long, env = "LAUNCHGATE_DEV_CERT_DIR")]
+    pub dev_cert_dir: Option<PathBuf>,
+    /// Extra DNS names or IPs for the development certificate (comma-separated).
+    #[arg(long, env = "LAUNCHGATE_DEV_CERT_NAMES", value_delimiter = ',')]
+    pub dev_cert_names: Vec<String>,
+    /// Log format.
+    #[arg(long, env = "LAUNCHGATE_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Log level filter (tracing EnvFilter syntax).
+    #[arg(long, env = "LAUNCHGATE_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Seconds to keep serving (unready) after SIGTERM before draining.
+    #[arg(long, env = "LAUNCHGATE_SHUTDOWN_DELAY", default_value_t = 0)]
+    pub shutdown_delay: u64,
+    /// Seconds to wait for in-flight requests when draining.
+    #[arg(long, env = "LAUNCHGATE_DRAIN_TIMEOUT", default_value_t = 10)]
+    pub drain_timeout: u64,
+    /// Milliseconds allowed for the TLS handshake, the headers and the body of a request.
+    #[arg(long, env = "LAUNCHGATE_READ_TIMEOUT_MS", default_value_t = 3000)]
+    pub read_timeout_ms: u64,
+    /// Seconds between checks of the certificate and config files for changes.
+    #[arg(long, env = "LAUNCHGATE_RELOAD_INTERVAL", default_value_t = 2)]
+    pub reload_interval: u64,
+    /// Admission requests processed at once; more wait (never rejected).
+    #[arg(long, env = "LAUNCHGATE_MAX_CONCURRENCY", default_value_t = 512)]
+    pub max_concurrency: usize,
+    /// Read owner Volcano Jobs through the Kubernetes API (cached watch).
+    #[arg(long, env = "LAUNCHGATE_CLUSTER_LOOKUPS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub cluster_lookups: bool,
+    /// Tokio worker threads (default: number of cores).
+    #[arg(long, env = "LAUNCHGATE_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct OfflineArgs {
+    /// Manifest file (YAML or JSON, multi-document, objects or AdmissionReviews); `-` for stdin.
+    #[arg(short = 'f', long = "filename")]
+    pub file: PathBuf,
+    /// Config file (default: the built-in example policy).
+    #[arg(long, env = "LAUNCHGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Treat bare objects as belonging to this queue (as if labelled launchgate.io/queue=Q).
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Namespace for bare objects without one.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct MutateArgs {
+    #[command(flatten)]
+    pub offline: OfflineArgs,
+    /// Print the JSON Patch instead of the mutated object.
+    #[arg(long)]
+    pub patch: bool,
+    /// Print the AdmissionReview response the webhook would send.
+    #[arg(long, conflicts_with = "patch")]
+    pub review: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CertsArgs {
+    /// DNS names (or IPs) of the Service, e.g. launchgate.launchgate.svc (repeatable).
+    #[arg(long = "dns", required = true)]
+    pub dns: Vec<String>,
+    /// Output directory for ca.crt, tls.crt and tls.key.
+    #[arg(long, default_value = "certs")]
+    pub out: PathBuf,
+    /// Validity of the serving certificate in days.
+    #[arg(long, default_value_t = 365)]
+    pub days: i64,
+}
+
+fn read_input(path: &PathBuf) -> Result<String> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
+fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
+    match path {
+        None => Ok(Policy::embedded_default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}:\n{e}", p.display()))
+        }
+    }
+}
+
+/// Turns each input document into an admission request.
+fn requests(args: &OfflineArgs) -> Result<Vec<AdmissionRequest>> {
+    let docs = parse_documents(&read_input(&args.file)?).map_err(anyhow::Error::msg)?;
+    if docs.is_empty() {
+        bail!("{}: no documents", args.file.display());
+    }
+    docs.into_iter()
+        .map(|d| match d {
+            InputDocument::Review(r) => Ok(r),
+            InputDocument::Object(mut obj) => {
+                if let Some(q) = &args.queue {
+                    if let Some(meta) = obj.as_object_mut() {
+                        let labels = crate::workload::metadata_map_mut(meta, "labels");
+                        labels.insert(QUEUE_LABEL.into(), Value::String(q.clone()));
+                    }
+                }
+                AdmissionRequest::synthetic_create(obj, args.namespace.as_deref())
+                    .map_err(anyhow::Error::msg)
+            }
+        })
+        .collect()
+}
+
+fn describe(req: &AdmissionRequest) -> String {
+    let name = if req.name.is_empty() {
+        req.object
+            .as_ref()
+            .and_then(|o| o.pointer("/metadata/generateName"))
+            .and_then(Value::as_str)
+            .map(|g| format!("{g}*"))
+            .unwrap_or_else(|| "<unnamed>".into())
+    } else {
+        req.name.clone()
+    };
+    format!("{} {}", req.kind.kind, name)
+}
+
+fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
+    let policy = load_policy(args.offline.config.as_ref())?;
+    let mut denied = false;
+    let mut outputs = Vec::new();
+    for req in requests(&args.offline)? {
+        let d = decide(&policy, Endpoint::Mutate, &req, &NoCluster);
+        for w in &d.response.warnings {
+            eprintln!("Warning: {}: {w}", describe(&req));
+        }
+        if !d.response.allowed {
+            denied = true;
+            let msg = d.response.status.as_ref().map(|s| s.message.clone()).unwrap_or_default();
+            eprintln!("DENIED {}: {msg}", describe(&req));
+        }
+        if args.review {
+            outputs.push(serde_json::to_value(AdmissionReviewResponse::new(d.response))?);
+        } else if args.patch {
+            outputs.push(serde_json::to_value(&d.patch)?);
+        } else {
+            let mut obj = req.object.clone().unwrap_or(Value::Null);
+            json_patch::patch(&mut obj, &d.patch).context("applying our own patch")?;
+            outputs.push(obj);
+        }
+    }
+    for (i, o) in outputs.iter().enumerate() {
+        if args.patch || args.review {
+            println!("{}", serde_json::to_string_pretty(o)?);
+        } else {
+            if i > 0 {
+                println!("---");
+            }
+            print!("{}", serde_norway::to_string(o)?);
+        }
+    }
+    Ok(if denied { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+fn validate_cmd(args: &OfflineArgs) -> Result<ExitCode> {
+    let policy = load_policy(args.config.as_ref())?;
+    let mut denied = false;
+    for req in requests(args)? {
+        let d = decide(&policy, Endpoint::Validate, &req, &NoCluster);
+        if d.response.allowed {
+            println!("ALLOWED {}", describe(&req));
+        } else {
+            denied = true;
+            let msg = d.response.status.as_ref().map(|s| s.message.clone()).unwrap_or_default();
+            println!("DENIED {}:", describe(&req));
+            for line in msg.lines() {
+                println!("  {line}");
+            }
+        }
+        for w in &d.response.warnings {
+            println!("  warning: {w}");
+        }
+        for v in &d.summary.audit_violations {
+            println!("  audit: {v}");
+        }
+    }
+    Ok(if denied { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
+    init_logging(args.log_format, &args.log_level);
+    let defaults = ServeOptions::default();
+    let opts = ServeOptions {
+        listen: args.listen,
+        config: args.config,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        dev_cert_dir: args.dev_cert_dir.unwrap_or(defaults.dev_cert_dir),
+        dev_cert_names: args.dev_cert_names,
+        client_ca: args.client_ca,
+        shutdown_delay: Duration::from_secs(args.shutdown_delay),
+        drain_timeout: Duration::from_secs(args.drain_timeout),
+        reload_interval: Duration::from_secs(args.reload_interval.max(1)),
+        read_timeout: Duration::from_millis(args.read_timeout_ms.max(100)),
+        max_concurrency: args.max_concurrency,
+    };
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(n) = args.worker_threads {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = rt.build()?;
+    let cluster_lookups = args.cluster_lookups;
+    rt.block_on(async move {
+        let cluster = if cluster_lookups {
+            Some(crate::server::cluster_view().await?)
+        } else {
+            None
+        };
+        crate::server::run_until_signal(opts, cluster).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Serve(args) => serve_cmd(args),
+        Command::Mutate(args) => mutate_cmd(&args),
+        Command::Validate(args) => validate_cmd(&args),
+        Command::CheckConfig { file } => {
+            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            match Policy::from_yaml(&text) {
+                Ok(p) => {
+                    println!("{}: ok ({} queue(s))", file.display(), p.queues.len());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("{}: invalid config", file.display());
+                    for err in &e.0 {
+                        eprintln!("  {err}");
+                    }
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
+        Command::PrintDefaultConfig => {
+            print!("{DEFAULT_CONFIG_YAML}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Certs(args) => {
+            let generated = crate::certs::generate(&args.dns, args.days)?;
+            let w = crate::certs::write_to_dir(&generated, &args.out)?;
+            println!("wrote {}, {}, {}", w.ca.display(), w.cert.display(), w.key.display());
+            println!("caBundle (base64 of ca.crt) for the webhook configurations:");
+            use base64::Engine as _;
+            println!("{}", base64::engine::general_purpose::STANDARD.encode(generated.ca_pem));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! launchgate: a Kubernetes admission webhook for ML launch workloads.
+//!
+//! The crate is split into a pure core and thin I/O shells:
+//!
+//! * [`review`] — the one entry point: AdmissionReview request bytes + [`policy::Policy`]
+//!   → AdmissionReview response bytes. No I/O, no clock, no globals.
+//! * [`admission`] — the AdmissionReview v1 wire types (request in, response out).
+//! * [`workload`] — the Workload view: where pod specs live in a Pod, a batch/v1 Job,
+//!   a Volcano Job and a PyTorchJob.
+//! * [`policy`] — the configuration model, loading, checking and queue resolution.
+//! * [`mutate`] — one module per mutation, run in a fixed order.
+//! * [`validate`] — queue template limits.
+//! * [`server`], [`cli`], [`certs`] — the HTTPS server, the offline CLI and certificate tooling.
+
+pub mod admission;
+pub mod certs;
+pub mod cli;
+pub mod cluster;
+pub mod manifest;
+pub mod mutate;
+pub mod policy;
+pub mod review;
+pub mod server;
+pub mod validate;
+pub mod workload;
+
+pub use policy::Policy;
+pub use review::{Endpoint, RequestError, ReviewOutcome, ReviewSummary, review};

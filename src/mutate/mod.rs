@@ -1,0 +1,144 @@
+//! Mutations: each a small module with one job, run in a fixed order on a
+//! `serde_json::Value` copy of the object. The JSON Patch is the diff of before and after.
+
+pub mod cache;
+pub mod job_defaults;
+pub mod labels;
+pub mod pytorch;
+pub mod security_context;
+pub mod upsert;
+
+use crate::admission::AdmissionRequest;
+use crate::cluster::ClusterView;
+use crate::policy::{Policy, Queue};
+use crate::workload::WorkloadKind;
+use serde_json::Value;
+
+/// What a mutator (or check) sees besides the object.
+pub struct MutationContext<'a> {
+    pub kind: WorkloadKind,
+    pub policy: &'a Policy,
+    pub queue: &'a Queue,
+    pub request: &'a AdmissionRequest,
+    /// Read-only snapshot of cluster state (owner Jobs); empty offline.
+    pub cluster: &'a dyn ClusterView,
+}
+
+impl MutationContext<'_> {
+    /// The object's name: `request.name`, else `metadata.name` (empty with `generateName`).
+    pub fn object_name<'v>(&'v self, object: &'v Value) -> &'v str {
+        if !self.request.name.is_empty() {
+            return &self.request.name;
+        }
+        object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// True when `name` is a configured sidecar container name.
+    pub fn is_sidecar(&self, container_name: &str) -> bool {
+        self.policy
+            .config
+            .match_rules
+            .sidecar_containers
+            .iter()
+            .any(|s| s == container_name)
+    }
+}
+
+/// Messages a mutator or check leaves for the user.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Findings {
+    /// Shown by kubectl as `Warning: ...`; the request is still allowed.
+    pub warnings: Vec<String>,
+    /// Reasons to deny the request.
+    pub denials: Vec<String>,
+}
+
+impl Findings {
+    pub fn warn(&mut self, message: impl Into<String>) {
+        self.warnings.push(message.into());
+    }
+    pub fn deny(&mut self, message: impl Into<String>) {
+        self.denials.push(message.into());
+    }
+    pub fn extend(&mut self, other: Findings) {
+        self.warnings.extend(other.warnings);
+        self.denials.extend(other.denials);
+    }
+}
+
+/// One mutation.
+pub trait Mutator: Sync {
+    /// Stable name, recorded in the `launchgate.io/mutations` annotation.
+    fn name(&self) -> &'static str;
+    /// Applies the mutation in place; returns true when it changed the object.
+    /// Must be idempotent: a second call on its own output changes nothing.
+    fn mutate(&self, ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings)
+    -> bool;
+}
+
+/// The mutators, in the order they run. The label/annotation recorder runs last.
+pub static MUTATORS: &[&dyn Mutator] = &[
+    &job_defaults::JobDefaults,
+    &security_context::SecurityContext,
+    &cache::Cache,
+    &pytorch::PytorchWiring,
+];
+
+/// Runs every mutator on `object`, then records the queue label and applied mutations.
+/// Returns the names of the mutators that changed something.
+pub fn apply_all(
+    ctx: &MutationContext<'_>,
+    object: &mut Value,
+    findings: &mut Findings,
+) -> Vec<&'static str> {
+    let mut applied = Vec::new();
+    for m in MUTATORS {
+        if m.mutate(ctx, object, findings) {
+            applied.push(m.name());
+        }
+    }
+    labels::record(ctx, object, &applied);
+    applied
+}
+
+/// Helpers for the mutators' unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+    use crate::admission::AdmissionRequest;
+    use crate::cluster::NoCluster;
+    use crate::policy::ConfigErrors;
+
+    /// A policy with one queue `q` (the default) whose body is `queue_body` (flow YAML).
+    pub fn queue_yaml(queue_body: &str) -> Result<Policy, ConfigErrors> {
+        let body = if queue_body.trim_start().starts_with('{') {
+            queue_body.to_string()
+        } else {
+            format!("{{{queue_body}}}")
+        };
+        Policy::from_yaml(&format!("defaultQueue: q\nqueues:\n  q: {body}\n"))
+    }
+
+    /// Runs one mutator on `object` with queue `q` configured by `queue_body`.
+    /// Also checks the mutator's "changed" answer against the real difference.
+    pub fn mutate_with(mutator: &dyn Mutator, queue_body: &str, object: Value) -> (Value, Findings) {
+        let policy = queue_yaml(queue_body).expect("test config is valid");
+        let kind = WorkloadKind::of_object(&object).expect("test object has a known kind");
+        let request = AdmissionRequest::synthetic_create(object.clone(), Some("wandb")).unwrap();
+        let ctx = MutationContext {
+            kind,
+            policy: &policy,
+            queue: policy.queue("q").unwrap(),
+            request: &request,
+            cluster: &NoCluster,
+        };
+        let mut out = object.clone();
+        let mut findings = Findings::default();
+        let changed = mutator.mutate(&ctx, &mut out, &mut findings);
+        assert_eq!(changed, out != object, "mutator {} misreports change", mutator.name());
+        (out, findings)
+    }
+}

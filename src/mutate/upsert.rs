@@ -1,0 +1,175 @@
+//! Upserts by name for env vars, ports, volumes and volume mounts: never a duplicate name,
+//! never a second append on reinvocation.
+
+use serde_json::{Map, Value};
+
+/// What happened to an upserted item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upsert {
+    Added,
+    Replaced,
+    /// Present already with the same value, or present and kept (no override).
+    Unchanged,
+}
+
+impl Upsert {
+    pub fn changed(self) -> bool {
+        !matches!(self, Upsert::Unchanged)
+    }
+}
+
+/// `map[key]` as a mutable array, created when missing (or when not an array).
+pub fn array_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value> {
+    let v = map
+        .entry(key)
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !v.is_array() {
+        *v = Value::Array(Vec::new());
+    }
+    v.as_array_mut().expect("just made an array")
+}
+
+fn name_of(item: &Value) -> Option<&str> {
+    item.get("name").and_then(Value::as_str)
+}
+
+/// Upserts `item` (which has a `name`) into `map[list]`. An existing entry with that name is
+/// kept unless `replace` is set, in which case it is replaced in place.
+pub fn upsert_named(
+    map: &mut Map<String, Value>,
+    list: &str,
+    item: Value,
+    replace: bool,
+) -> Upsert {
+    let name = name_of(&item).unwrap_or_default().to_string();
+    let items = array_mut(map, list);
+    match items.iter_mut().find(|e| name_of(e) == Some(name.as_str())) {
+        Some(existing) if *existing == item => Upsert::Unchanged,
+        Some(existing) if replace => {
+            *existing = item;
+            Upsert::Replaced
+        }
+        Some(_) => Upsert::Unchanged,
+        None => {
+            items.push(item);
+            Upsert::Added
+        }
+    }
+}
+
+/// True when the container declares an env var of that name.
+pub fn has_env(container: &Map<String, Value>, name: &str) -> bool {
+    container
+        .get("env")
+        .and_then(Value::as_array)
+        .is_some_and(|env| env.iter().any(|e| name_of(e) == Some(name)))
+}
+
+/// The literal `value` of an env var, if set that way.
+pub fn env_value<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
+    container
+        .get("env")?
+        .as_array()?
+        .iter()
+        .find(|e| name_of(e) == Some(name))?
+        .get("value")?
+        .as_str()
+}
+
+/// Upserts a literal env var `name=value`.
+pub fn upsert_env(
+    container: &mut Map<String, Value>,
+    name: &str,
+    value: &str,
+    replace: bool,
+) -> Upsert {
+    upsert_named(
+        container,
+        "env",
+        serde_json::json!({"name": name, "value": value}),
+        replace,
+    )
+}
+
+/// Upserts an env var whose value comes from a downward-API `fieldRef`.
+pub fn upsert_env_field_ref(
+    container: &mut Map<String, Value>,
+    name: &str,
+    field_path: &str,
+    replace: bool,
+) -> Upsert {
+    upsert_named(
+        container,
+        "env",
+        serde_json::json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}),
+        replace,
+    )
+}
+
+/// Adds `{name, containerPort}` unless a port with that name *or* that number (TCP) exists.
+pub fn ensure_port(container: &mut Map<String, Value>, name: &str, port: i64) -> bool {
+    let ports = array_mut(container, "ports");
+    let clash = ports.iter().any(|p| {
+        name_of(p) == Some(name)
+            || (p.get("containerPort").and_then(Value::as_i64) == Some(port)
+                && p.get("protocol").and_then(Value::as_str).unwrap_or("TCP") == "TCP")
+    });
+    if clash {
+        return false;
+    }
+    ports.push(serde_json::json!({"name": name, "containerPort": port, "protocol": "TCP"}));
+    true
+}
+
+/// Removes an empty array left behind by [`array_mut`] when nothing was added.
+pub fn drop_if_empty(map: &mut Map<String, Value>, key: &str) {
+    if map
+        .get(key)
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
+        map.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn env_upsert_never_duplicates() {
+        let mut c = obj(json!({"name": "c", "env": [{"name": "A", "value": "user"}]}));
+        assert_eq!(upsert_env(&mut c, "A", "ours", false), Upsert::Unchanged);
+        assert_eq!(env_value(&c, "A"), Some("user"));
+        assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Replaced);
+        assert_eq!(env_value(&c, "A"), Some("ours"));
+        assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Unchanged);
+        assert_eq!(upsert_env(&mut c, "B", "1", false), Upsert::Added);
+        assert_eq!(upsert_env(&mut c, "B", "1", false), Upsert::Unchanged);
+        assert_eq!(c["env"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn port_checks_name_and_number() {
+        let mut c = obj(json!({"ports": [{"name": "pytorchjob-port", "containerPort": 123}]}));
+        assert!(!ensure_port(&mut c, "pytorchjob-port", 23456));
+        let mut c = obj(json!({"ports": [{"name": "http", "containerPort": 23456}]}));
+        assert!(!ensure_port(&mut c, "pytorchjob-port", 23456));
+        let mut c = obj(json!({}));
+        assert!(ensure_port(&mut c, "pytorchjob-port", 23456));
+        assert!(!ensure_port(&mut c, "pytorchjob-port", 23456));
+        assert_eq!(c["ports"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn non_array_lists_are_replaced_safely() {
+        let mut c = obj(json!({"env": "garbage"}));
+        assert_eq!(upsert_env(&mut c, "A", "1", false), Upsert::Added);
+        assert_eq!(c["env"], json!([{"name": "A", "value": "1"}]));
+    }
+}

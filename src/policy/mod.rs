@@ -1,0 +1,246 @@
+//! The policy: configuration model, loading, checking and queue resolution.
+//!
+//! A config file is parsed once (unknown keys and bad values are rejected with the path of the
+//! offending key), checked, compiled into a [`Policy`] and then shared read-only.
+
+mod resolve;
+
+pub use resolve::{QueueResolution, QueueSource, WorkloadMatch};
+
+use crate::mutate::{
+    cache::CacheConfig, job_defaults::JobDefaultsConfig, pytorch::PytorchConfig,
+    security_context::SecurityContextConfig,
+};
+use crate::validate::{LimitsConfig, QueueLimits};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The built-in example policy (the seeds' GPU queue), as YAML.
+pub const DEFAULT_CONFIG_YAML: &str = include_str!("default-config.yaml");
+
+/// A configuration error, naming the key path it concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted key path, e.g. `queues.gpu-queue.limits.variables.gpus`.
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() || self.path == "." {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// All errors of one config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// The whole config file.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    #[serde(default, rename = "match")]
+    pub match_rules: MatchRules,
+    /// Queue for workloads that name none, or name an unconfigured one.
+    #[serde(default)]
+    pub default_queue: Option<String>,
+    /// Per-namespace default queues (checked before `defaultQueue`).
+    #[serde(default)]
+    pub namespace_queues: BTreeMap<String, String>,
+    #[serde(default)]
+    pub queues: BTreeMap<String, QueueConfig>,
+}
+
+/// Which objects are launch workloads and how their queue is named.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct MatchRules {
+    pub launch_labels: Vec<String>,
+    pub queue_labels: Vec<String>,
+    pub queue_env: Option<String>,
+    pub exclude_labels: BTreeMap<String, String>,
+    pub sidecar_containers: Vec<String>,
+}
+
+impl Default for MatchRules {
+    fn default() -> Self {
+        MatchRules {
+            launch_labels: vec!["wandb.ai/monitor".into(), "wandb.ai/agent".into()],
+            queue_labels: vec!["launchgate.io/queue".into(), "queue".into()],
+            queue_env: Some("WANDB_LAUNCH_QUEUE_NAME".into()),
+            exclude_labels: BTreeMap::from([("wandb".into(), "launch".into())]),
+            sidecar_containers: vec!["istio-proxy".into(), "linkerd-proxy".into()],
+        }
+    }
+}
+
+/// Everything configured for one queue.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QueueConfig {
+    #[serde(default)]
+    pub security_context: SecurityContextConfig,
+    #[serde(default)]
+    pub job_defaults: JobDefaultsConfig,
+    #[serde(default)]
+    pub cache: Option<CacheConfig>,
+    #[serde(default)]
+    pub pytorch: PytorchConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+/// A configured queue, compiled.
+#[derive(Debug)]
+pub struct Queue {
+    pub name: String,
+    pub config: QueueConfig,
+    pub limits: QueueLimits,
+}
+
+/// The loaded, checked policy. Shared read-only (`Arc`) and swapped whole on reload.
+#[derive(Debug)]
+pub struct Policy {
+    pub config: Config,
+    pub queues: BTreeMap<String, Queue>,
+}
+
+impl Policy {
+    /// Parses, checks and compiles a YAML (or JSON) config.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigErrors> {
+        let de = serde_norway::Deserializer::from_str(text);
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.into_inner().to_string();
+            // serde_norway already prefixes some messages with the path.
+            let message = message
+                .strip_prefix(&format!("{path}: "))
+                .map(str::to_string)
+                .unwrap_or(message);
+            ConfigErrors(vec![ConfigError::new(path, message)])
+        })?;
+        Self::from_config(config)
+    }
+
+    /// Checks and compiles a parsed config.
+    pub fn from_config(config: Config) -> Result<Self, ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut check_queue_ref = |path: String, name: &str| {
+            if !config.queues.contains_key(name) {
+                errors.push(ConfigError::new(
+                    path,
+                    format!("queue {name:?} is not defined under `queues`"),
+                ));
+            }
+        };
+        if let Some(name) = &config.default_queue {
+            check_queue_ref("defaultQueue".into(), name);
+        }
+        for (ns, name) in &config.namespace_queues {
+            check_queue_ref(format!("namespaceQueues.{ns}"), name);
+        }
+        let mut queues = BTreeMap::new();
+        for (name, qc) in &config.queues {
+            let at = format!("queues.{name}");
+            qc.security_context
+                .check(&format!("{at}.securityContext"), &mut errors);
+            qc.job_defaults
+                .check(&format!("{at}.jobDefaults"), &mut errors);
+            if let Some(cache) = &qc.cache {
+                cache.check(&format!("{at}.cache"), &mut errors);
+            }
+            qc.pytorch.check(&format!("{at}.pytorch"), &mut errors);
+            match QueueLimits::compile(&qc.limits, &format!("{at}.limits")) {
+                Ok(limits) => {
+                    queues.insert(
+                        name.clone(),
+                        Queue {
+                            name: name.clone(),
+                            config: qc.clone(),
+                            limits,
+                        },
+                    );
+                }
+                Err(mut errs) => errors.append(&mut errs),
+            }
+        }
+        if errors.is_empty() {
+            Ok(Policy { config, queues })
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+
+    /// The built-in example policy.
+    pub fn embedded_default() -> Self {
+        Self::from_yaml(DEFAULT_CONFIG_YAML).expect("the embedded default config is valid")
+    }
+
+    pub fn queue(&self, name: &str) -> Option<&Queue> {
+        self.queues.get(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_loads() {
+        let p = Policy::embedded_default();
+        assert!(p.queue("gpu-queue").is_some());
+        assert_eq!(p.config.default_queue.as_deref(), Some("gpu-queue"));
+    }
+
+    #[test]
+    fn misspelled_key_is_named() {
+        let err = Policy::from_yaml("queues:\n  q:\n    jobDefaults:\n      backofLimit: 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("backofLimit"), "{err}");
+        assert!(err.contains("queues.q.jobDefaults"), "{err}");
+    }
+
+    #[test]
+    fn unknown_default_queue_is_rejected() {
+        let err = Policy::from_yaml("defaultQueue: nope\n").unwrap_err().to_string();
+        assert!(err.contains("defaultQueue") && err.contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn bad_value_type_is_named() {
+        let err = Policy::from_yaml("queues:\n  q:\n    jobDefaults:\n      backoffLimit: lots\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("queues.q.jobDefaults.backoffLimit"), "{err}");
+    }
+}

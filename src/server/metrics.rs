@@ -1,0 +1,141 @@
+//! Prometheus metrics (text exposition via `prometheus-client`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicI64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub endpoint: &'static str,
+    pub kind: &'static str,
+    pub operation: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub endpoint: &'static str,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub queue: String,
+}
+
+/// All metrics of the server.
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_errors: Family<ErrorLabels, Counter>,
+    pub latency: Family<EndpointLabels, Histogram>,
+    pub patch_operations: Family<EndpointLabels, Counter>,
+    pub audit_violations: Family<QueueLabels, Counter>,
+    pub in_flight: Gauge,
+    pub config_reloads: Family<ResultLabels, Counter>,
+    pub cert_reloads: Family<ResultLabels, Counter>,
+    pub cert_not_after: Gauge<i64, AtomicI64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("launchgate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "Admission requests by endpoint, kind, operation and outcome",
+            requests.clone(),
+        );
+        let request_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "admission_request_errors",
+            "Requests answered with an HTTP error (bad body, wrong content type, too large, timeout)",
+            request_errors.clone(),
+        );
+        let latency = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5,
+            ])
+        });
+        registry.register(
+            "admission_duration_seconds",
+            "Time to answer an admission request (body read to response), seconds",
+            latency.clone(),
+        );
+        let patch_operations = Family::<EndpointLabels, Counter>::default();
+        registry.register(
+            "patch_operations",
+            "JSON Patch operations returned",
+            patch_operations.clone(),
+        );
+        let audit_violations = Family::<QueueLabels, Counter>::default();
+        registry.register(
+            "audit_violations",
+            "Limit violations allowed under audit enforcement, by queue",
+            audit_violations.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "admission_in_flight",
+            "Admission requests being processed",
+            in_flight.clone(),
+        );
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Config file reloads by result (success, failure)",
+            config_reloads.clone(),
+        );
+        let cert_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "certificate_reloads",
+            "TLS certificate reloads by result (success, failure)",
+            cert_reloads.clone(),
+        );
+        let cert_not_after = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "certificate_not_after_timestamp_seconds",
+            "notAfter of the serving certificate (alert well before it passes)",
+            cert_not_after.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            request_errors,
+            latency,
+            patch_operations,
+            audit_violations,
+            in_flight,
+            config_reloads,
+            cert_reloads,
+            cert_not_after,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}

@@ -1,0 +1,486 @@
+//! `launchgate serve`: the HTTPS admission server.
+//!
+//! A thin shell around the pure core ([`crate::review`]): TLS (rustls, hot-reloaded
+//! certificates), routes, metrics, config hot reload, bounded concurrency, read timeouts and a
+//! graceful SIGTERM drain.
+
+pub mod metrics;
+mod reload;
+pub mod tls;
+
+use crate::cluster::{ClusterView, NoCluster};
+use crate::policy::Policy;
+use crate::review::{self, Endpoint, Outcome};
+use anyhow::{Context, Result};
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use metrics::{EndpointLabels, ErrorLabels, Metrics, QueueLabels, RequestLabels};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio_rustls::TlsAcceptor;
+
+/// Largest accepted request body: an UPDATE carries the old and the new object, each up to the
+/// API server's 3 MiB limit, plus the envelope.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    /// Config file; `None` uses the built-in example policy.
+    pub config: Option<PathBuf>,
+    /// Serving certificate and key; `None` generates a self-signed development certificate.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Where the development certificate's CA bundle is written.
+    pub dev_cert_dir: PathBuf,
+    /// Extra DNS names / IPs for the development certificate.
+    pub dev_cert_names: Vec<String>,
+    /// Require and verify client certificates signed by this CA (the API server's).
+    pub client_ca: Option<PathBuf>,
+    /// After SIGTERM: keep serving (unready) this long so endpoints propagate, then drain.
+    pub shutdown_delay: Duration,
+    /// Longest wait for in-flight requests to finish after the delay.
+    pub drain_timeout: Duration,
+    /// How often the certificate and config files are checked for changes.
+    pub reload_interval: Duration,
+    /// Longest time to receive a request's headers or body, and to finish the TLS handshake.
+    pub read_timeout: Duration,
+    /// Admission requests processed at once; more wait for a slot (never a 503).
+    pub max_concurrency: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: "0.0.0.0:8443".parse().expect("valid address"),
+            config: None,
+            tls_cert: None,
+            tls_key: None,
+            dev_cert_dir: std::env::temp_dir().join("launchgate-dev-certs"),
+            dev_cert_names: Vec::new(),
+            client_ca: None,
+            shutdown_delay: Duration::ZERO,
+            drain_timeout: Duration::from_secs(10),
+            reload_interval: Duration::from_secs(2),
+            read_timeout: Duration::from_secs(3),
+            max_concurrency: 512,
+        }
+    }
+}
+
+/// Shared state of the running server.
+pub struct AppState {
+    pub policy: ArcSwap<Policy>,
+    pub metrics: Metrics,
+    pub cluster: Arc<dyn ClusterView>,
+    pub shutting_down: AtomicBool,
+    pub cert_valid: AtomicBool,
+    slots: Semaphore,
+    read_timeout: Duration,
+}
+
+impl AppState {
+    fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::Acquire) && self.cert_valid.load(Ordering::Acquire)
+    }
+}
+
+/// A started server.
+pub struct RunningServer {
+    pub local_addr: SocketAddr,
+    /// PEM of the development CA, when a self-signed certificate was generated.
+    pub dev_ca_pem: Option<String>,
+    pub state: Arc<AppState>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl RunningServer {
+    /// Starts the graceful shutdown (what SIGTERM does).
+    pub fn begin_shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Waits until the server has drained and stopped.
+    pub async fn wait(self) -> Result<()> {
+        self.task.await.context("server task panicked")?
+    }
+}
+
+fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({"error": message.into(), "code": status.as_u16()});
+    (
+        status,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn admission(state: Arc<AppState>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let reject = |reason: &'static str, status: StatusCode, message: String| {
+        state
+            .metrics
+            .request_errors
+            .get_or_create(&ErrorLabels {
+                endpoint: endpoint.as_str(),
+                reason,
+            })
+            .inc();
+        tracing::info!(endpoint = endpoint.as_str(), reason, %message, "rejected request");
+        json_error(status, message)
+    };
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !content_type
+        .split(';')
+        .next()
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+    {
+        return reject(
+            "content_type",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("content type must be application/json, got {content_type:?}"),
+        );
+    }
+    let bytes = match tokio::time::timeout(
+        state.read_timeout,
+        axum::body::to_bytes(body, MAX_BODY_BYTES),
+    )
+    .await
+    {
+        Err(_) => {
+            return reject(
+                "read_timeout",
+                StatusCode::REQUEST_TIMEOUT,
+                format!("request body not received within {:?}", state.read_timeout),
+            );
+        }
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                || e.to_string().contains("length limit");
+            return if too_large {
+                reject(
+                    "too_large",
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body exceeds {MAX_BODY_BYTES} bytes"),
+                )
+            } else {
+                reject("read", StatusCode::BAD_REQUEST, format!("reading body: {e}"))
+            };
+        }
+        Ok(Ok(b)) => b,
+    };
+    let Ok(_slot) = state.slots.acquire().await else {
+        return json_error(StatusCode::SERVICE_UNAVAILABLE, "server is stopping");
+    };
+    state.metrics.in_flight.inc();
+    let policy = state.policy.load();
+    let result = review::review(&policy, endpoint, &bytes, state.cluster.as_ref());
+    state.metrics.in_flight.dec();
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e) => return reject("bad_request", StatusCode::BAD_REQUEST, e.0),
+    };
+    let s = &outcome.summary;
+    let elapsed = started.elapsed();
+    state
+        .metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            endpoint: endpoint.as_str(),
+            kind: s.kind,
+            operation: s.operation,
+            outcome: s.outcome.as_str(),
+        })
+        .inc();
+    let ep = EndpointLabels {
+        endpoint: endpoint.as_str(),
+    };
+    state
+        .metrics
+        .latency
+        .get_or_create(&ep)
+        .observe(elapsed.as_secs_f64());
+    if s.patch_operations > 0 {
+        state
+            .metrics
+            .patch_operations
+            .get_or_create(&ep)
+            .inc_by(s.patch_operations as u64);
+    }
+    if !s.audit_violations.is_empty() {
+        let queue = s.queue.clone().unwrap_or_default();
+        state
+            .metrics
+            .audit_violations
+            .get_or_create(&QueueLabels {
+                queue: queue.clone(),
+            })
+            .inc_by(s.audit_violations.len() as u64);
+        tracing::warn!(queue, violations = ?s.audit_violations, "audit: limit violations allowed");
+    }
+    if s.outcome != Outcome::Skipped {
+        tracing::info!(
+            endpoint = endpoint.as_str(),
+            kind = s.kind,
+            operation = s.operation,
+            outcome = s.outcome.as_str(),
+            queue = s.queue.as_deref().unwrap_or(""),
+            patch_operations = s.patch_operations,
+            dry_run = s.dry_run,
+            micros = elapsed.as_micros() as u64,
+            "admission"
+        );
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        outcome.body,
+    )
+        .into_response()
+}
+
+/// The HTTP routes (also usable in-process by tests).
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(
+            "/mutate",
+            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| admission(s, Endpoint::Mutate, h, b)),
+        )
+        .route(
+            "/validate",
+            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| admission(s, Endpoint::Validate, h, b)),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(s): State<Arc<AppState>>| async move {
+                if s.is_ready() {
+                    (StatusCode::OK, "ready").into_response()
+                } else if s.shutting_down.load(Ordering::Acquire) {
+                    (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "certificate not valid").into_response()
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|State(s): State<Arc<AppState>>| async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        ),
+                    )],
+                    s.metrics.encode(),
+                )
+            }),
+        )
+        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
+        .with_state(state)
+}
+
+fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
+    match path {
+        None => Ok(Policy::embedded_default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading config {}", p.display()))?;
+            Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("config {}:\n{e}", p.display()))
+        }
+    }
+}
+
+/// Loads config and certificate, binds the listener and starts serving.
+/// Fails (and never serves) when the config or the certificate cannot be loaded.
+pub async fn start(opts: ServeOptions, cluster: Option<Arc<dyn ClusterView>>) -> Result<RunningServer> {
+    let policy = load_policy(opts.config.as_ref())?;
+    let (cert_source, dev_ca_pem) = match (&opts.tls_cert, &opts.tls_key) {
+        (Some(c), Some(k)) => (reload::CertSource::Files { cert: c.clone(), key: k.clone() }, None),
+        (None, None) => {
+            let mut names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+            names.extend(opts.dev_cert_names.iter().cloned());
+            let generated = crate::certs::generate(&names, 365)?;
+            let written = crate::certs::write_to_dir(&generated, &opts.dev_cert_dir)?;
+            tracing::info!(
+                ca_bundle = %written.ca.display(),
+                "generated a self-signed development certificate; point caBundle at this CA"
+            );
+            eprintln!(
+                "launchgate: self-signed development certificate; CA bundle written to {}",
+                written.ca.display()
+            );
+            let ca = generated.ca_pem.clone();
+            (reload::CertSource::Generated(generated), Some(ca))
+        }
+        _ => anyhow::bail!("--tls-cert and --tls-key must be given together"),
+    };
+    let loaded = cert_source.load()?;
+    let resolver = tls::SwappableCert::new(loaded.key.clone());
+    let client_ca = match &opts.client_ca {
+        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading client CA {}", p.display()))?),
+        None => None,
+    };
+    let tls_config = tls::server_config(resolver.clone(), client_ca.as_deref())?;
+    let acceptor = TlsAcceptor::from(Arc::new(tls_config));
+
+    let metrics = Metrics::new();
+    metrics.cert_not_after.set(loaded.not_after_unix);
+    let state = Arc::new(AppState {
+        policy: ArcSwap::from_pointee(policy),
+        metrics,
+        cluster: cluster.unwrap_or_else(|| Arc::new(NoCluster)),
+        shutting_down: AtomicBool::new(false),
+        cert_valid: AtomicBool::new(reload::not_expired(loaded.not_after_unix)),
+        slots: Semaphore::new(opts.max_concurrency.max(1)),
+        read_timeout: opts.read_timeout,
+    });
+
+    let listener = TcpListener::bind(opts.listen)
+        .await
+        .with_context(|| format!("binding {}", opts.listen))?;
+    let local_addr = listener.local_addr()?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+    reload::spawn(
+        state.clone(),
+        resolver,
+        cert_source,
+        opts.config.clone(),
+        opts.reload_interval,
+        shutdown_rx.clone(),
+    );
+
+    let app = router(state.clone());
+    let task = tokio::spawn(serve_loop(listener, acceptor, app, state.clone(), opts, shutdown_rx));
+    tracing::info!(%local_addr, "launchgate serving HTTPS");
+    Ok(RunningServer {
+        local_addr,
+        dev_ca_pem,
+        state,
+        shutdown: shutdown_tx,
+        task,
+    })
+}
+
+async fn serve_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    app: Router,
+    state: Arc<AppState>,
+    opts: ServeOptions,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<()> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.read_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256)
+        .keep_alive_interval(Some(Duration::from_secs(30)));
+    let builder = Arc::new(builder);
+    let mut draining_since: Option<Instant> = None;
+    loop {
+        let delay_left = draining_since
+            .map(|t| opts.shutdown_delay.saturating_sub(t.elapsed()))
+            .unwrap_or(Duration::MAX);
+        if draining_since.is_some() && delay_left.is_zero() {
+            break;
+        }
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (tcp, _peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let builder = builder.clone();
+                let service = TowerToHyperService::new(app.clone());
+                let handshake_timeout = opts.read_timeout;
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!("TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+                    if let Err(e) = watcher.watch(conn.into_owned()).await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            changed = shutdown.changed(), if draining_since.is_none() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    state.shutting_down.store(true, Ordering::Release);
+                    tracing::info!(delay = ?opts.shutdown_delay, "shutting down: readiness is now false");
+                    draining_since = Some(Instant::now());
+                }
+            }
+            _ = tokio::time::sleep(delay_left), if draining_since.is_some() => {}
+        }
+    }
+    drop(listener);
+    tracing::info!("stopped accepting; draining in-flight requests");
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!("drained"),
+        _ = tokio::time::sleep(opts.drain_timeout) => tracing::warn!("drain timeout; closing remaining connections"),
+    }
+    Ok(())
+}
+
+/// Runs the server until SIGTERM or Ctrl-C, then shuts down gracefully.
+pub async fn run_until_signal(opts: ServeOptions, cluster: Option<Arc<dyn ClusterView>>) -> Result<()> {
+    let server = start(opts, cluster).await?;
+    println!("launchgate listening on https://{}", server.local_addr);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing SIGTERM handler")?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+    server.begin_shutdown();
+    server.wait().await
+}
+
+/// The cluster view backed by the Kubernetes API (owner Volcano Jobs, cached watch).
+pub async fn cluster_view() -> Result<Arc<dyn ClusterView>> {
+    anyhow::bail!("--cluster-lookups: not available in this build yet")
+}

@@ -1,0 +1,124 @@
+//! Hot reload of the serving certificate and the config file.
+//!
+//! Kubernetes updates Secret and ConfigMap volumes with an atomic symlink swap (`..data`
+//! points at a new timestamped directory), which inotify watches on the file path miss. We
+//! poll instead: every interval the files' *contents* are read (through the symlinks) and
+//! compared with what is loaded. A new certificate is used only when the pair parses and the
+//! key matches; a new config only when it passes every check. Otherwise the old one stays,
+//! the failure is logged and counted, and readiness is unaffected.
+
+use super::AppState;
+use super::metrics::ResultLabels;
+use super::tls::{LoadedCert, SwappableCert, load_pem};
+use crate::certs::GeneratedCerts;
+use crate::policy::Policy;
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+
+/// Where the serving certificate comes from.
+pub enum CertSource {
+    Files { cert: PathBuf, key: PathBuf },
+    Generated(GeneratedCerts),
+}
+
+impl CertSource {
+    fn read(&self) -> Result<(Vec<u8>, Vec<u8>)> {
+        match self {
+            CertSource::Files { cert, key } => Ok((
+                std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?,
+                std::fs::read(key).with_context(|| format!("reading {}", key.display()))?,
+            )),
+            CertSource::Generated(g) => Ok((
+                g.cert_pem.clone().into_bytes(),
+                g.key_pem.clone().into_bytes(),
+            )),
+        }
+    }
+
+    pub fn load(&self) -> Result<LoadedCert> {
+        let (cert, key) = self.read()?;
+        load_pem(&cert, &key)
+    }
+}
+
+/// True while `not_after_unix` lies in the future.
+pub fn not_expired(not_after_unix: i64) -> bool {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    not_after_unix > now
+}
+
+pub fn spawn(
+    state: Arc<AppState>,
+    resolver: Arc<SwappableCert>,
+    cert_source: CertSource,
+    config_path: Option<PathBuf>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        let mut last_cert = cert_source.read().ok();
+        let mut last_config = config_path.as_ref().and_then(|p| std::fs::read(p).ok());
+        let mut not_after = state.metrics.cert_not_after.get();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.changed() => return,
+            }
+            if let CertSource::Files { .. } = cert_source {
+                match cert_source.read() {
+                    Ok(pair) if Some(&pair) != last_cert.as_ref() => {
+                        match load_pem(&pair.0, &pair.1) {
+                            Ok(loaded) => {
+                                resolver.swap(loaded.key);
+                                not_after = loaded.not_after_unix;
+                                state.metrics.cert_not_after.set(not_after);
+                                state.metrics.cert_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
+                                tracing::info!("reloaded TLS certificate");
+                                last_cert = Some(pair);
+                            }
+                            Err(e) => {
+                                // Possibly half-written: retried at the next tick, old cert kept.
+                                state.metrics.cert_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
+                                tracing::warn!(error = %format!("{e:#}"), "new TLS certificate rejected; keeping the current one");
+                                last_cert = Some(pair);
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read TLS certificate files; keeping the current one"),
+                }
+            }
+            state.cert_valid.store(not_expired(not_after), Ordering::Release);
+            if let Some(path) = &config_path {
+                match std::fs::read(path) {
+                    Ok(bytes) if Some(&bytes) != last_config.as_ref() => {
+                        let parsed = std::str::from_utf8(&bytes)
+                            .map_err(|e| e.to_string())
+                            .and_then(|text| Policy::from_yaml(text).map_err(|e| e.to_string()));
+                        match parsed {
+                            Ok(policy) => {
+                                state.policy.store(Arc::new(policy));
+                                state.metrics.config_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
+                                tracing::info!(path = %path.display(), "reloaded config");
+                            }
+                            Err(e) => {
+                                state.metrics.config_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
+                                tracing::error!(path = %path.display(), error = %e, "new config rejected; keeping the current policy");
+                            }
+                        }
+                        last_config = Some(bytes);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot read config; keeping the current policy"),
+                }
+            }
+        }
+    });
+}
