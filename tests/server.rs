@@ -1,0 +1,175 @@
+//! The real HTTPS server, driven with the recorded AdmissionReview requests.
+
+mod common;
+
+use base64::Engine as _;
+use common::{fixture, fixtures, start_default};
+use serde_json::Value;
+use std::time::Duration;
+
+fn decode_patch(response: &Value) -> Option<json_patch::Patch> {
+    let b64 = response.get("patch")?.as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).expect("patch is base64");
+    Some(serde_json::from_slice(&bytes).expect("patch is a JSON Patch"))
+}
+
+#[tokio::test]
+async fn every_fixture_gets_a_valid_review_on_both_endpoints() {
+    let srv = start_default().await;
+    for (name, body) in fixtures() {
+        let request: Value = serde_json::from_slice(&body).unwrap();
+        let uid = request["request"]["uid"].as_str().unwrap();
+        for path in ["/mutate", "/validate"] {
+            let resp = srv.post(path, body.clone()).await;
+            assert_eq!(resp.status(), 200, "{name} {path}");
+            assert_eq!(resp.headers()["content-type"], "application/json");
+            let review: Value = resp.json().await.unwrap();
+            assert_eq!(review["apiVersion"], "admission.k8s.io/v1", "{name}");
+            assert_eq!(review["kind"], "AdmissionReview", "{name}");
+            let response = &review["response"];
+            assert_eq!(response["uid"], uid, "{name} {path}: uid echoed");
+            assert!(response["allowed"].is_boolean(), "{name}");
+            if response["allowed"] == false {
+                assert_eq!(response["status"]["code"], 403, "{name}");
+                assert!(response["status"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+            }
+            match decode_patch(response) {
+                Some(patch) => {
+                    assert_eq!(path, "/mutate", "{name}: validate never patches");
+                    assert_eq!(response["patchType"], "JSONPatch");
+                    assert!(!patch.0.is_empty(), "{name}: empty patches are omitted");
+                    let mut object = request["request"]["object"].clone();
+                    json_patch::patch(&mut object, &patch)
+                        .unwrap_or_else(|e| panic!("{name}: patch does not apply: {e}"));
+                }
+                None => assert!(response.get("patchType").is_none(), "{name}"),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn dry_run_answers_exactly_like_a_real_create() {
+    let srv = start_default().await;
+    for path in ["/mutate", "/validate"] {
+        let real: Value = srv.post(path, fixture("create-job-demo.json")).await.json().await.unwrap();
+        let dry: Value = srv.post(path, fixture("dryrun-create-job-demo.json")).await.json().await.unwrap();
+        let strip = |mut v: Value| {
+            v["response"].as_object_mut().unwrap().remove("uid");
+            v
+        };
+        assert_eq!(strip(real), strip(dry), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn bad_requests_get_readable_4xx_and_the_server_keeps_serving() {
+    let srv = start_default().await;
+    let no_request = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("malformed JSON", b"{\"apiVersion\": ".to_vec(), "application/json"),
+        ("JSON array", b"[1,2,3]".to_vec(), "application/json"),
+        ("no request", no_request, "application/json"),
+        ("wrong kind", br#"{"apiVersion":"v1","kind":"Pod"}"#.to_vec(), "application/json"),
+        ("10 MiB body", vec![b' '; 10 * 1024 * 1024], "application/json"),
+        ("wrong content type", fixture("create-job-demo.json"), "text/plain"),
+    ];
+    for (what, body, ctype) in cases {
+        for path in ["/mutate", "/validate"] {
+            let resp = srv
+                .client
+                .post(srv.url(path))
+                .header("content-type", ctype)
+                .body(body.clone())
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status();
+            assert!(status.is_client_error(), "{what} {path}: got {status}");
+            let err: Value = resp.json().await.unwrap_or_else(|e| panic!("{what}: error body is JSON: {e}"));
+            assert!(err["error"].as_str().is_some_and(|m| !m.is_empty()), "{what}: {err}");
+            assert_eq!(err["code"], status.as_u16());
+        }
+    }
+    // Still serving.
+    assert_eq!(srv.client.get(srv.url("/readyz")).send().await.unwrap().status(), 200);
+    assert_eq!(srv.post("/mutate", fixture("create-job-demo.json")).await.status(), 200);
+}
+
+#[tokio::test]
+async fn accepts_a_seven_mib_update() {
+    let srv = start_default().await;
+    let mut review: Value = serde_json::from_slice(&fixture("update-job-demo.json")).unwrap();
+    let filler = "x".repeat(3 * 1024 * 1024 + 512 * 1024);
+    review["request"]["object"]["metadata"]["annotations"]["filler"] = Value::String(filler.clone());
+    review["request"]["oldObject"]["metadata"]["annotations"]["filler"] = Value::String(filler);
+    let body = serde_json::to_vec(&review).unwrap();
+    assert!(body.len() >= 7 * 1024 * 1024);
+    let resp = srv.post("/validate", body).await;
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics() {
+    let srv = start_default().await;
+    assert_eq!(srv.client.get(srv.url("/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(srv.client.get(srv.url("/readyz")).send().await.unwrap().status(), 200);
+    for name in ["create-job-demo.json", "create-pod-kaniko-build-abc.json", "update-job-demo.json"] {
+        assert_eq!(srv.post("/mutate", fixture(name)).await.status(), 200);
+        assert_eq!(srv.post("/validate", fixture(name)).await.status(), 200);
+    }
+    let _ = srv.post("/mutate", b"nope".to_vec()).await;
+    let text = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for needle in [
+        r#"launchgate_admission_requests_total{endpoint="mutate",kind="Job",operation="CREATE",outcome="patched"} 1"#,
+        r#"launchgate_admission_requests_total{endpoint="mutate",kind="Pod",operation="CREATE",outcome="skipped"} 1"#,
+        r#"launchgate_admission_requests_total{endpoint="validate",kind="Job",operation="UPDATE""#,
+        r#"launchgate_admission_duration_seconds_bucket{le="0.001",endpoint="mutate"}"#,
+        r#"launchgate_admission_duration_seconds_count{endpoint="mutate"} 3"#,
+        r#"launchgate_patch_operations_total{endpoint="mutate"}"#,
+        r#"launchgate_admission_request_errors_total{endpoint="mutate",reason="bad_request"} 1"#,
+        "launchgate_certificate_not_after_timestamp_seconds",
+    ] {
+        assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn sigterm_style_shutdown_finishes_in_flight_requests() {
+    let srv = start_default().await;
+    // A request whose body arrives slowly is in flight when shutdown begins.
+    let body = fixture("create-job-demo.json");
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
+    let stream = tokio_stream_from(rx);
+    let client = srv.client.clone();
+    let url = srv.url("/mutate");
+    let in_flight = tokio::spawn(async move {
+        client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(stream))
+            .send()
+            .await
+    });
+    let half = body.len() / 2;
+    tx.send(Ok(body[..half].to_vec())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    srv.server.begin_shutdown();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tx.send(Ok(body[half..].to_vec())).await.unwrap();
+    drop(tx);
+    let resp = in_flight.await.unwrap().expect("in-flight request completes");
+    assert_eq!(resp.status(), 200);
+    let review: Value = resp.json().await.unwrap();
+    assert_eq!(review["response"]["allowed"], true);
+    tokio::time::timeout(Duration::from_secs(10), srv.server.wait())
+        .await
+        .expect("server stops")
+        .expect("clean exit");
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
+) -> impl futures_core::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
