@@ -263,7 +263,12 @@ mod tests {
     fn warnings_are_bounded() {
         let long = "x".repeat(1000);
         let w = bounded_warnings(vec![long; 40]);
-        assert!(w.iter().all(|w| w.chars().count() <= MAX_WARNING_CHARS + 40));
-        assert!(w.iter().map(|w| w.chars().count()).sum::<usize>() <= MAX_WARNINGS_TOTAL_CHARS + 64);
+        assert!(
+            w.iter()
+                .all(|w| w.chars().count() <= MAX_WARNING_CHARS + 40)
+        );
+        assert!(
+            w.iter().map(|w| w.chars().count()).sum::<usize>() <= MAX_WARNINGS_TOTAL_CHARS + 64
+        );
     }
 }

@@ -34,7 +34,10 @@ pub fn generate(dns_names: &[String], days: i64) -> Result<GeneratedCerts> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.distinguished_name.push(
         DnType::CommonName,
-        dns_names.first().cloned().unwrap_or_else(|| "launchgate".into()),
+        dns_names
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "launchgate".into()),
     );
     for name in dns_names {
         let san = match name.parse::<std::net::IpAddr>() {
@@ -44,7 +47,10 @@ pub fn generate(dns_names: &[String], days: i64) -> Result<GeneratedCerts> {
         params.subject_alt_names.push(san);
     }
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     params.not_before = now - time::Duration::days(1);
     params.not_after = now + time::Duration::days(days);
     let key = KeyPair::generate()?;
@@ -115,6 +121,12 @@ mod tests {
         assert!(c.key_pem.contains("PRIVATE KEY"));
         let dir = tempfile::tempdir().unwrap();
         let w = write_to_dir(&c, dir.path()).unwrap();
-        assert!(std::fs::read_to_string(w.cert).unwrap().matches("BEGIN CERTIFICATE").count() == 2);
+        assert!(
+            std::fs::read_to_string(w.cert)
+                .unwrap()
+                .matches("BEGIN CERTIFICATE")
+                .count()
+                == 2
+        );
     }
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 #[derive(Debug, Clone)]
 pub enum InputDocument {
     Object(Value),
-    Review(AdmissionRequest),
+    Review(Box<AdmissionRequest>),
 }
 
 /// Parses YAML or JSON text into documents. Empty documents are skipped; `kind: List` items
@@ -50,9 +50,14 @@ fn collect(v: Value, out: &mut Vec<InputDocument>) -> Result<(), String> {
             if kind == Some(ADMISSION_KIND) {
                 let bytes = serde_json::to_vec(&v).map_err(|e| e.to_string())?;
                 let req = parse_request(&bytes).map_err(|RequestError(e)| e)?;
-                out.push(InputDocument::Review(req));
+                out.push(InputDocument::Review(Box::new(req)));
             } else if kind == Some("List") {
-                for item in map.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
+                for item in map
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                {
                     collect(item, out)?;
                 }
             } else {
@@ -70,7 +75,10 @@ mod tests {
 
     #[test]
     fn multi_doc_yaml_and_lists() {
-        let docs = parse_documents("a: 1\nkind: Pod\n---\n---\nkind: List\nitems: [{kind: Job}, {kind: Pod}]\n").unwrap();
+        let docs = parse_documents(
+            "a: 1\nkind: Pod\n---\n---\nkind: List\nitems: [{kind: Job}, {kind: Pod}]\n",
+        )
+        .unwrap();
         assert_eq!(docs.len(), 3);
     }
 

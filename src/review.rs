@@ -111,19 +111,19 @@ fn operation_name(op: &Operation) -> &'static str {
 pub fn parse_request(body: &[u8]) -> Result<AdmissionRequest, RequestError> {
     let review: AdmissionReviewRequest = serde_json::from_slice(body)
         .map_err(|e| RequestError(format!("body is not an AdmissionReview: {e}")))?;
-    if let Some(kind) = review.kind.as_deref() {
-        if kind != ADMISSION_KIND {
-            return Err(RequestError(format!(
-                "expected kind {ADMISSION_KIND}, got {kind:?}"
-            )));
-        }
+    if let Some(kind) = review.kind.as_deref()
+        && kind != ADMISSION_KIND
+    {
+        return Err(RequestError(format!(
+            "expected kind {ADMISSION_KIND}, got {kind:?}"
+        )));
     }
-    if let Some(v) = review.api_version.as_deref() {
-        if v != ADMISSION_API_VERSION {
-            return Err(RequestError(format!(
-                "only {ADMISSION_API_VERSION} is supported, got {v:?}"
-            )));
-        }
+    if let Some(v) = review.api_version.as_deref()
+        && v != ADMISSION_API_VERSION
+    {
+        return Err(RequestError(format!(
+            "only {ADMISSION_API_VERSION} is supported, got {v:?}"
+        )));
     }
     let request = review
         .request
@@ -181,7 +181,10 @@ pub fn decide(
         return skip(summary);
     };
     if !matches!(request.operation, Operation::Create | Operation::Update)
-        || request.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+        || request
+            .sub_resource
+            .as_deref()
+            .is_some_and(|s| !s.is_empty())
         || !object.is_object()
     {
         return skip(summary);
@@ -242,7 +245,12 @@ fn mutate_decision(
     // Pod specs and Job templates are immutable after CREATE: only CREATE is mutated.
     if !matches!(ctx.request.operation, Operation::Create) {
         summary.outcome = Outcome::Allowed;
-        return finish(&ctx.request.uid, findings, json_patch::Patch(Vec::new()), summary);
+        return finish(
+            &ctx.request.uid,
+            findings,
+            json_patch::Patch(Vec::new()),
+            summary,
+        );
     }
     let mut mutated = object.clone();
     mutate::apply_all(ctx, &mut mutated, &mut findings);
@@ -288,7 +296,12 @@ fn validate_decision(
         }
     }
     let audit = summary.audit_violations.join("\n");
-    let mut decision = finish(&ctx.request.uid, findings, json_patch::Patch(Vec::new()), summary);
+    let mut decision = finish(
+        &ctx.request.uid,
+        findings,
+        json_patch::Patch(Vec::new()),
+        summary,
+    );
     if !audit.is_empty() {
         decision
             .response

@@ -341,7 +341,10 @@ mod tests {
 
     #[test]
     fn kinds_are_recognised() {
-        assert_eq!(WorkloadKind::from_gvk("", "v1", "Pod"), Some(WorkloadKind::Pod));
+        assert_eq!(
+            WorkloadKind::from_gvk("", "v1", "Pod"),
+            Some(WorkloadKind::Pod)
+        );
         assert_eq!(
             WorkloadKind::from_gvk("batch.volcano.sh", "v1alpha1", "Job"),
             Some(WorkloadKind::VolcanoJob)
@@ -385,7 +388,12 @@ mod tests {
             WorkloadKind::VolcanoJob,
             WorkloadKind::PyTorchJob,
         ] {
-            for mut v in [json!(null), json!([]), json!({"spec": 3}), json!({"spec":{"tasks":{}}})] {
+            for mut v in [
+                json!(null),
+                json!([]),
+                json!({"spec": 3}),
+                json!({"spec":{"tasks":{}}}),
+            ] {
                 for_each_template_mut(kind, &mut v, |_, _| {});
                 let _ = templates(kind, &v);
             }

@@ -30,19 +30,33 @@ fn manifest(name: &str) -> String {
 #[tokio::test]
 async fn cli_patch_equals_webhook_patch_for_the_same_object() {
     let srv = common::start_default().await;
-    for name in ["job-demo.yaml", "wandb-job.yaml", "vcjob.yaml", "ptjob.yaml", "pod-worker-0.yaml"] {
+    for name in [
+        "job-demo.yaml",
+        "wandb-job.yaml",
+        "vcjob.yaml",
+        "ptjob.yaml",
+        "pod-worker-0.yaml",
+    ] {
         let out = launchgate(&["mutate", "-f", &manifest(name), "--patch"]);
         assert!(out.status.success(), "{name}: {}", stderr(&out));
         let cli_patch: Value = serde_json::from_str(&stdout(&out)).unwrap();
 
         // The same object as an AdmissionReview, through the real server.
-        let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(manifest(name))).unwrap();
+        let text =
+            std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(manifest(name)))
+                .unwrap();
         let object: Value = serde_norway::from_str(&text).unwrap();
-        let request = launchgate::admission::AdmissionRequest::synthetic_create(object, None).unwrap();
+        let request =
+            launchgate::admission::AdmissionRequest::synthetic_create(object, None).unwrap();
         let body = serde_json::to_vec(&request.to_review_json()).unwrap();
         let review: Value = srv.post("/mutate", body).await.json().await.unwrap();
         let server_patch: Value = match review["response"]["patch"].as_str() {
-            Some(b64) => serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(b64).unwrap()).unwrap(),
+            Some(b64) => serde_json::from_slice(
+                &base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .unwrap(),
+            )
+            .unwrap(),
             None => Value::Array(vec![]),
         };
         assert_eq!(cli_patch, server_patch, "{name}");
@@ -52,12 +66,21 @@ async fn cli_patch_equals_webhook_patch_for_the_same_object() {
 #[tokio::test]
 async fn cli_review_output_equals_server_answer_for_a_recorded_review() {
     let srv = common::start_default().await;
-    for name in ["create-job-demo.json", "create-pod-wandb-job-run42-worker-0.json", "create-pod-kaniko-build-abc.json"] {
+    for name in [
+        "create-job-demo.json",
+        "create-pod-wandb-job-run42-worker-0.json",
+        "create-pod-kaniko-build-abc.json",
+    ] {
         let path = format!("tests/fixtures/admission/{name}");
         let out = launchgate(&["mutate", "-f", &path, "--review"]);
         assert!(out.status.success(), "{name}: {}", stderr(&out));
         let cli: Value = serde_json::from_str(&stdout(&out)).unwrap();
-        let server: Value = srv.post("/mutate", common::fixture(name)).await.json().await.unwrap();
+        let server: Value = srv
+            .post("/mutate", common::fixture(name))
+            .await
+            .json()
+            .await
+            .unwrap();
         assert_eq!(cli, server, "{name}");
     }
 }
@@ -69,7 +92,10 @@ fn mutate_prints_the_mutated_object_as_yaml() {
     let obj: Value = serde_norway::from_str(&stdout(&out)).unwrap();
     assert_eq!(obj["spec"]["backoffLimit"], 0);
     assert_eq!(obj["spec"]["ttlSecondsAfterFinished"], 60);
-    assert_eq!(obj["spec"]["template"]["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        obj["spec"]["template"]["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
 }
 
 #[test]
@@ -83,25 +109,44 @@ fn mutate_reads_stdin_and_multi_document_yaml() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(format!("{a}\n---\n{b}").as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{a}\n---\n{b}").as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let text = stdout(&out);
-    let patches: Vec<Value> = serde_json::Deserializer::from_str(&text).into_iter::<Value>().map(Result::unwrap).collect();
+    let patches: Vec<Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(patches.len(), 2);
     assert!(!patches[0].as_array().unwrap().is_empty());
-    assert_eq!(patches[1], Value::Array(vec![]), "the kaniko build pod is never touched");
+    assert_eq!(
+        patches[1],
+        Value::Array(vec![]),
+        "the kaniko build pod is never touched"
+    );
 }
 
 #[test]
 fn check_config_names_a_misspelled_key() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");
-    std::fs::write(&bad, "defaultQueue: q\nqueues:\n  q:\n    jobDefaults:\n      ttlSecondsAfterFinish: 30\n").unwrap();
+    std::fs::write(
+        &bad,
+        "defaultQueue: q\nqueues:\n  q:\n    jobDefaults:\n      ttlSecondsAfterFinish: 30\n",
+    )
+    .unwrap();
     let out = launchgate(&["check-config", bad.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("ttlSecondsAfterFinish") && err.contains("queues.q.jobDefaults"), "{err}");
+    assert!(
+        err.contains("ttlSecondsAfterFinish") && err.contains("queues.q.jobDefaults"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -118,7 +163,13 @@ fn default_config_round_trips_through_check_config() {
 #[test]
 fn certs_writes_a_ca_and_a_serving_pair() {
     let dir = tempfile::tempdir().unwrap();
-    let out = launchgate(&["certs", "--dns", "launchgate.launchgate.svc", "--out", dir.path().to_str().unwrap()]);
+    let out = launchgate(&[
+        "certs",
+        "--dns",
+        "launchgate.launchgate.svc",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     for f in ["ca.crt", "tls.crt", "tls.key"] {
         assert!(dir.path().join(f).exists(), "{f}");

@@ -8,11 +8,11 @@ mod common;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
 use launchgate::cluster::NoCluster;
 use launchgate::review::{Endpoint, decide};
 use launchgate::workload::{self, WorkloadKind};
-use launchgate::Policy;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -43,7 +43,9 @@ fn mutate_fixture(policy: &Policy, name: &str) -> Mutated {
 }
 
 fn golden_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
 }
 
 #[test]
@@ -61,29 +63,50 @@ fn every_fixture_matches_its_golden_result() {
             continue;
         }
         let expected: Value = serde_json::from_str(
-            &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display())),
+            &std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display())),
         )
         .unwrap();
         if expected != actual {
             mismatches.push(name);
         }
     }
-    assert!(mismatches.is_empty(), "golden mismatch for {mismatches:?}; rerun with UPDATE_GOLDEN=1 and review the diff");
+    assert!(
+        mismatches.is_empty(),
+        "golden mismatch for {mismatches:?}; rerun with UPDATE_GOLDEN=1 and review the diff"
+    );
 }
 
 #[test]
 fn job_demo_gets_backoff_zero_and_ttl_despite_api_default_six() {
     let policy = Policy::embedded_default();
-    let before = launchgate::review::parse_request(&common::fixture("create-job-demo.json")).unwrap();
-    assert_eq!(before.object.as_ref().unwrap()["spec"]["backoffLimit"], 6, "the API server defaulted it");
+    let before =
+        launchgate::review::parse_request(&common::fixture("create-job-demo.json")).unwrap();
+    assert_eq!(
+        before.object.as_ref().unwrap()["spec"]["backoffLimit"],
+        6,
+        "the API server defaulted it"
+    );
     let m = mutate_fixture(&policy, "create-job-demo.json");
     assert_eq!(m.object["spec"]["backoffLimit"], 0);
     assert_eq!(m.object["spec"]["ttlSecondsAfterFinished"], 60);
     let sc = &m.object["spec"]["template"]["spec"]["containers"][0]["securityContext"];
-    assert_eq!(sc, &json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}));
-    assert_eq!(m.object["metadata"]["labels"]["launchgate.io/queue"], "gpu-queue");
-    assert_eq!(m.object["spec"]["template"]["metadata"]["labels"]["launchgate.io/queue"], "gpu-queue");
-    assert_eq!(m.object["metadata"]["labels"]["queue"], "k8s-test", "user labels kept");
+    assert_eq!(
+        sc,
+        &json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert_eq!(
+        m.object["metadata"]["labels"]["launchgate.io/queue"],
+        "gpu-queue"
+    );
+    assert_eq!(
+        m.object["spec"]["template"]["metadata"]["labels"]["launchgate.io/queue"],
+        "gpu-queue"
+    );
+    assert_eq!(
+        m.object["metadata"]["labels"]["queue"], "k8s-test",
+        "user labels kept"
+    );
     // The dry-run request gets the same patch.
     let dry = mutate_fixture(&policy, "dryrun-create-job-demo.json");
     assert_eq!(dry.patch, m.patch);
@@ -105,27 +128,47 @@ fn launch_pods_get_the_three_container_fields() {
             assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{name}");
             assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{name}");
         }
-        assert_eq!(m.object["metadata"]["labels"]["wandb.ai/monitor"], "true", "{name}: wandb labels kept");
+        assert_eq!(
+            m.object["metadata"]["labels"]["wandb.ai/monitor"], "true",
+            "{name}: wandb labels kept"
+        );
     }
 }
 
 #[test]
 fn kaniko_build_pod_gets_no_patch() {
-    let m = mutate_fixture(&Policy::embedded_default(), "create-pod-kaniko-build-abc.json");
+    let m = mutate_fixture(
+        &Policy::embedded_default(),
+        "create-pod-kaniko-build-abc.json",
+    );
     assert!(m.patch.0.is_empty());
     assert!(m.warnings.is_empty());
 }
 
 #[test]
 fn acme_mnist_keeps_run_as_user_and_its_own_nfs_volume() {
-    let m = mutate_fixture(&Policy::embedded_default(), "create-job-launch-acme-mnist.json");
+    let m = mutate_fixture(
+        &Policy::embedded_default(),
+        "create-job-launch-acme-mnist.json",
+    );
     let spec = &m.object["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
     assert_eq!(c["securityContext"]["runAsUser"], 1000);
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
-    assert_eq!(spec["volumes"], json!([{"name": "nfs-storage", "persistentVolumeClaim": {"claimName": "nfs-pvc"}}]));
-    assert_eq!(c["volumeMounts"], json!([{"name": "nfs-storage", "mountPath": "/root/.cache"}]));
-    let env: Vec<&str> = c["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        spec["volumes"],
+        json!([{"name": "nfs-storage", "persistentVolumeClaim": {"claimName": "nfs-pvc"}}])
+    );
+    assert_eq!(
+        c["volumeMounts"],
+        json!([{"name": "nfs-storage", "mountPath": "/root/.cache"}])
+    );
+    let env: Vec<&str> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
     for var in ["HF_HOME", "TORCH_HOME", "XDG_CACHE_HOME"] {
         assert!(env.contains(&var), "{var} points into the shared cache");
     }
@@ -135,17 +178,31 @@ fn acme_mnist_keeps_run_as_user_and_its_own_nfs_volume() {
 /// JSON-pointer prefixes a mutation may touch, per kind: pod templates and documented job
 /// fields only.
 fn allowed_prefixes(kind: WorkloadKind, object: &Value) -> Vec<String> {
-    let mut p = vec!["/metadata/labels".to_string(), "/metadata/annotations".to_string()];
+    let mut p = vec![
+        "/metadata/labels".to_string(),
+        "/metadata/annotations".to_string(),
+    ];
     match kind {
         WorkloadKind::Pod => p.push("/spec".into()),
-        WorkloadKind::BatchJob => p.extend(["/spec/template", "/spec/backoffLimit", "/spec/ttlSecondsAfterFinished"].map(String::from)),
+        WorkloadKind::BatchJob => p.extend(
+            [
+                "/spec/template",
+                "/spec/backoffLimit",
+                "/spec/ttlSecondsAfterFinished",
+            ]
+            .map(String::from),
+        ),
         WorkloadKind::VolcanoJob => {
             let n = object["spec"]["tasks"].as_array().map_or(0, Vec::len);
             p.extend((0..n).map(|i| format!("/spec/tasks/{i}/template")));
             p.extend(["/spec/ttlSecondsAfterFinished", "/spec/maxRetry"].map(String::from));
         }
         WorkloadKind::PyTorchJob => {
-            for rt in object["spec"]["pytorchReplicaSpecs"].as_object().unwrap().keys() {
+            for rt in object["spec"]["pytorchReplicaSpecs"]
+                .as_object()
+                .unwrap()
+                .keys()
+            {
                 p.push(format!("/spec/pytorchReplicaSpecs/{rt}/template"));
             }
             p.push("/spec/runPolicy".into());
@@ -157,7 +214,10 @@ fn allowed_prefixes(kind: WorkloadKind, object: &Value) -> Vec<String> {
 #[test]
 fn volcano_and_pytorchjob_every_template_mutated_and_nothing_else() {
     let policy = Policy::embedded_default();
-    for name in ["create-vcjob-wandb-job-run42.json", "create-pytorchjob-run42-pytorch-job.json"] {
+    for name in [
+        "create-vcjob-wandb-job-run42.json",
+        "create-pytorchjob-run42-pytorch-job.json",
+    ] {
         let m = mutate_fixture(&policy, name);
         let original = m.request.object.as_ref().unwrap();
         let kind = WorkloadKind::of_object(original).unwrap();
@@ -165,22 +225,36 @@ fn volcano_and_pytorchjob_every_template_mutated_and_nothing_else() {
         assert_eq!(templates.len(), 2, "{name}");
         for (info, t) in templates {
             for c in t["spec"]["containers"].as_array().unwrap() {
-                assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false, "{name} {}", info.path);
+                assert_eq!(
+                    c["securityContext"]["allowPrivilegeEscalation"], false,
+                    "{name} {}",
+                    info.path
+                );
                 let mounts = c["volumeMounts"].as_array().expect("cache mounted");
-                assert!(mounts.iter().any(|m| m["name"] == "launchgate-cache"), "{name} {}", info.path);
+                assert!(
+                    mounts.iter().any(|m| m["name"] == "launchgate-cache"),
+                    "{name} {}",
+                    info.path
+                );
             }
             assert_eq!(t["metadata"]["labels"]["launchgate.io/queue"], "gpu-queue");
         }
         let allowed = allowed_prefixes(kind, original);
         for op in &m.patch.0 {
             let path = op_path(op);
-            assert!(allowed.iter().any(|p| path.starts_with(p.as_str())), "{name}: patch touches {path}");
+            assert!(
+                allowed.iter().any(|p| path.starts_with(p.as_str())),
+                "{name}: patch touches {path}"
+            );
         }
     }
 }
 
 fn op_path(op: &json_patch::PatchOperation) -> String {
-    serde_json::to_value(op).unwrap()["path"].as_str().unwrap().to_string()
+    serde_json::to_value(op).unwrap()["path"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 #[test]
@@ -191,14 +265,23 @@ fn a_second_pass_gives_an_empty_patch_for_every_fixture() {
         let mut again = first.request.clone();
         again.object = Some(first.object.clone());
         let second = mutate_request(&policy, again);
-        assert!(second.patch.0.is_empty(), "{name}: second pass patched {:?}", second.patch);
+        assert!(
+            second.patch.0.is_empty(),
+            "{name}: second pass patched {:?}",
+            second.patch
+        );
     }
 }
 
 #[test]
 fn unknown_fields_survive_mutation() {
     let policy = Policy::embedded_default();
-    for name in ["create-job-demo.json", "create-vcjob-wandb-job-run42.json", "create-pytorchjob-run42-pytorch-job.json", "create-pod-wandb-job-run42-master-0.json"] {
+    for name in [
+        "create-job-demo.json",
+        "create-vcjob-wandb-job-run42.json",
+        "create-pytorchjob-run42-pytorch-job.json",
+        "create-pod-wandb-job-run42-master-0.json",
+    ] {
         let mut request = launchgate::review::parse_request(&common::fixture(name)).unwrap();
         let obj = request.object.as_mut().unwrap();
         obj["metadata"]["futureMeta"] = json!({"x": [1, 2]});
@@ -210,11 +293,25 @@ fn unknown_fields_survive_mutation() {
             spec["containers"][0]["futureContainerField"] = json!(42);
         });
         let m = mutate_request(&policy, request);
-        assert_eq!(m.object["metadata"]["futureMeta"], json!({"x": [1, 2]}), "{name}");
-        assert_eq!(m.object["spec"]["futureSpecField"], "from-k8s-1.40", "{name}");
+        assert_eq!(
+            m.object["metadata"]["futureMeta"],
+            json!({"x": [1, 2]}),
+            "{name}"
+        );
+        assert_eq!(
+            m.object["spec"]["futureSpecField"], "from-k8s-1.40",
+            "{name}"
+        );
         for (_, t) in workload::templates(kind, &m.object) {
-            assert_eq!(t["spec"]["futurePodField"], json!({"enabled": true}), "{name}");
-            assert_eq!(t["spec"]["containers"][0]["futureContainerField"], 42, "{name}");
+            assert_eq!(
+                t["spec"]["futurePodField"],
+                json!({"enabled": true}),
+                "{name}"
+            );
+            assert_eq!(
+                t["spec"]["containers"][0]["futureContainerField"], 42,
+                "{name}"
+            );
         }
     }
 }
@@ -222,7 +319,11 @@ fn unknown_fields_survive_mutation() {
 fn assert_unique_names(items: Option<&Value>, what: &str) {
     let mut seen = HashSet::new();
     for item in items.and_then(Value::as_array).into_iter().flatten() {
-        let key = item.get("name").or_else(|| item.get("mountPath")).cloned().unwrap_or(Value::Null);
+        let key = item
+            .get("name")
+            .or_else(|| item.get("mountPath"))
+            .cloned()
+            .unwrap_or(Value::Null);
         assert!(seen.insert(key.to_string()), "duplicate {what} {key}");
     }
 }
@@ -235,10 +336,12 @@ fn mutated_objects_are_valid_kubernetes() {
         let kind = WorkloadKind::of_object(&m.object).unwrap();
         match kind {
             WorkloadKind::Pod => {
-                serde_json::from_value::<Pod>(m.object.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+                serde_json::from_value::<Pod>(m.object.clone())
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
             }
             WorkloadKind::BatchJob => {
-                serde_json::from_value::<Job>(m.object.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+                serde_json::from_value::<Job>(m.object.clone())
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
             }
             _ => {}
         }
@@ -248,12 +351,27 @@ fn mutated_objects_are_valid_kubernetes() {
             let spec = &t["spec"];
             assert_unique_names(spec.get("volumes"), "volume");
             for list in ["containers", "initContainers"] {
-                for c in spec.get(list).and_then(Value::as_array).into_iter().flatten() {
+                for c in spec
+                    .get(list)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
                     assert_unique_names(c.get("env"), "env");
                     assert_unique_names(c.get("ports"), "port");
                     assert_unique_names(c.get("volumeMounts"), "mount");
-                    let paths: Vec<Value> = c.get("volumeMounts").and_then(Value::as_array).into_iter().flatten().map(|m| m["mountPath"].clone()).collect();
-                    assert_eq!(paths.len(), paths.iter().collect::<HashSet<_>>().len(), "{name}: duplicate mountPath");
+                    let paths: Vec<Value> = c
+                        .get("volumeMounts")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .map(|m| m["mountPath"].clone())
+                        .collect();
+                    assert_eq!(
+                        paths.len(),
+                        paths.iter().collect::<HashSet<_>>().len(),
+                        "{name}: duplicate mountPath"
+                    );
                 }
             }
         }

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 fn decode_patch(response: &Value) -> Option<json_patch::Patch> {
     let b64 = response.get("patch")?.as_str()?;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).expect("patch is base64");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("patch is base64");
     Some(serde_json::from_slice(&bytes).expect("patch is a JSON Patch"))
 }
 
@@ -31,7 +33,11 @@ async fn every_fixture_gets_a_valid_review_on_both_endpoints() {
             assert!(response["allowed"].is_boolean(), "{name}");
             if response["allowed"] == false {
                 assert_eq!(response["status"]["code"], 403, "{name}");
-                assert!(response["status"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+                assert!(
+                    response["status"]["message"]
+                        .as_str()
+                        .is_some_and(|m| !m.is_empty())
+                );
             }
             match decode_patch(response) {
                 Some(patch) => {
@@ -52,8 +58,18 @@ async fn every_fixture_gets_a_valid_review_on_both_endpoints() {
 async fn dry_run_answers_exactly_like_a_real_create() {
     let srv = start_default().await;
     for path in ["/mutate", "/validate"] {
-        let real: Value = srv.post(path, fixture("create-job-demo.json")).await.json().await.unwrap();
-        let dry: Value = srv.post(path, fixture("dryrun-create-job-demo.json")).await.json().await.unwrap();
+        let real: Value = srv
+            .post(path, fixture("create-job-demo.json"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let dry: Value = srv
+            .post(path, fixture("dryrun-create-job-demo.json"))
+            .await
+            .json()
+            .await
+            .unwrap();
         let strip = |mut v: Value| {
             v["response"].as_object_mut().unwrap().remove("uid");
             v
@@ -67,12 +83,28 @@ async fn bad_requests_get_readable_4xx_and_the_server_keeps_serving() {
     let srv = start_default().await;
     let no_request = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("malformed JSON", b"{\"apiVersion\": ".to_vec(), "application/json"),
+        (
+            "malformed JSON",
+            b"{\"apiVersion\": ".to_vec(),
+            "application/json",
+        ),
         ("JSON array", b"[1,2,3]".to_vec(), "application/json"),
         ("no request", no_request, "application/json"),
-        ("wrong kind", br#"{"apiVersion":"v1","kind":"Pod"}"#.to_vec(), "application/json"),
-        ("10 MiB body", vec![b' '; 10 * 1024 * 1024], "application/json"),
-        ("wrong content type", fixture("create-job-demo.json"), "text/plain"),
+        (
+            "wrong kind",
+            br#"{"apiVersion":"v1","kind":"Pod"}"#.to_vec(),
+            "application/json",
+        ),
+        (
+            "10 MiB body",
+            vec![b' '; 10 * 1024 * 1024],
+            "application/json",
+        ),
+        (
+            "wrong content type",
+            fixture("create-job-demo.json"),
+            "text/plain",
+        ),
     ];
     for (what, body, ctype) in cases {
         for path in ["/mutate", "/validate"] {
@@ -86,14 +118,33 @@ async fn bad_requests_get_readable_4xx_and_the_server_keeps_serving() {
                 .unwrap();
             let status = resp.status();
             assert!(status.is_client_error(), "{what} {path}: got {status}");
-            let err: Value = resp.json().await.unwrap_or_else(|e| panic!("{what}: error body is JSON: {e}"));
-            assert!(err["error"].as_str().is_some_and(|m| !m.is_empty()), "{what}: {err}");
+            let err: Value = resp
+                .json()
+                .await
+                .unwrap_or_else(|e| panic!("{what}: error body is JSON: {e}"));
+            assert!(
+                err["error"].as_str().is_some_and(|m| !m.is_empty()),
+                "{what}: {err}"
+            );
             assert_eq!(err["code"], status.as_u16());
         }
     }
     // Still serving.
-    assert_eq!(srv.client.get(srv.url("/readyz")).send().await.unwrap().status(), 200);
-    assert_eq!(srv.post("/mutate", fixture("create-job-demo.json")).await.status(), 200);
+    assert_eq!(
+        srv.client
+            .get(srv.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        srv.post("/mutate", fixture("create-job-demo.json"))
+            .await
+            .status(),
+        200
+    );
 }
 
 #[tokio::test]
@@ -101,7 +152,8 @@ async fn accepts_a_seven_mib_update() {
     let srv = start_default().await;
     let mut review: Value = serde_json::from_slice(&fixture("update-job-demo.json")).unwrap();
     let filler = "x".repeat(3 * 1024 * 1024 + 512 * 1024);
-    review["request"]["object"]["metadata"]["annotations"]["filler"] = Value::String(filler.clone());
+    review["request"]["object"]["metadata"]["annotations"]["filler"] =
+        Value::String(filler.clone());
     review["request"]["oldObject"]["metadata"]["annotations"]["filler"] = Value::String(filler);
     let body = serde_json::to_vec(&review).unwrap();
     assert!(body.len() >= 7 * 1024 * 1024);
@@ -112,14 +164,42 @@ async fn accepts_a_seven_mib_update() {
 #[tokio::test]
 async fn health_readiness_and_metrics() {
     let srv = start_default().await;
-    assert_eq!(srv.client.get(srv.url("/healthz")).send().await.unwrap().status(), 200);
-    assert_eq!(srv.client.get(srv.url("/readyz")).send().await.unwrap().status(), 200);
-    for name in ["create-job-demo.json", "create-pod-kaniko-build-abc.json", "update-job-demo.json"] {
+    assert_eq!(
+        srv.client
+            .get(srv.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        srv.client
+            .get(srv.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    for name in [
+        "create-job-demo.json",
+        "create-pod-kaniko-build-abc.json",
+        "update-job-demo.json",
+    ] {
         assert_eq!(srv.post("/mutate", fixture(name)).await.status(), 200);
         assert_eq!(srv.post("/validate", fixture(name)).await.status(), 200);
     }
     let _ = srv.post("/mutate", b"nope".to_vec()).await;
-    let text = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = srv
+        .client
+        .get(srv.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for needle in [
         r#"launchgate_admission_requests_total{endpoint="mutate",kind="Job",operation="CREATE",outcome="patched"} 1"#,
         r#"launchgate_admission_requests_total{endpoint="mutate",kind="Pod",operation="CREATE",outcome="skipped"} 1"#,
@@ -158,7 +238,10 @@ async fn sigterm_style_shutdown_finishes_in_flight_requests() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     tx.send(Ok(body[half..].to_vec())).await.unwrap();
     drop(tx);
-    let resp = in_flight.await.unwrap().expect("in-flight request completes");
+    let resp = in_flight
+        .await
+        .unwrap()
+        .expect("in-flight request completes");
     assert_eq!(resp.status(), 200);
     let review: Value = resp.json().await.unwrap();
     assert_eq!(review["response"]["allowed"], true);

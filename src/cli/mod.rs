@@ -18,7 +18,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(name = "launchgate", version, about = "Admission webhook for ML launch workloads")]
+#[command(
+    name = "launchgate",
+    version,
+    about = "Admission webhook for ML launch workloads"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -73,7 +77,12 @@ pub struct ServeArgs {
     #[arg(long, env = "LAUNCHGATE_DEV_CERT_NAMES", value_delimiter = ',')]
     pub dev_cert_names: Vec<String>,
     /// Log format.
-    #[arg(long, env = "LAUNCHGATE_LOG_FORMAT", value_enum, default_value = "text")]
+    #[arg(
+        long,
+        env = "LAUNCHGATE_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
     /// Log level filter (tracing EnvFilter syntax).
     #[arg(long, env = "LAUNCHGATE_LOG_LEVEL", default_value = "info")]
@@ -156,7 +165,8 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
     match path {
         None => Ok(Policy::embedded_default()),
         Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}:\n{e}", p.display()))
         }
     }
@@ -170,13 +180,13 @@ fn requests(args: &OfflineArgs) -> Result<Vec<AdmissionRequest>> {
     }
     docs.into_iter()
         .map(|d| match d {
-            InputDocument::Review(r) => Ok(r),
+            InputDocument::Review(r) => Ok(*r),
             InputDocument::Object(mut obj) => {
-                if let Some(q) = &args.queue {
-                    if let Some(meta) = obj.as_object_mut() {
-                        let labels = crate::workload::metadata_map_mut(meta, "labels");
-                        labels.insert(QUEUE_LABEL.into(), Value::String(q.clone()));
-                    }
+                if let Some(q) = &args.queue
+                    && let Some(meta) = obj.as_object_mut()
+                {
+                    let labels = crate::workload::metadata_map_mut(meta, "labels");
+                    labels.insert(QUEUE_LABEL.into(), Value::String(q.clone()));
                 }
                 AdmissionRequest::synthetic_create(obj, args.namespace.as_deref())
                     .map_err(anyhow::Error::msg)
@@ -210,11 +220,18 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
         }
         if !d.response.allowed {
             denied = true;
-            let msg = d.response.status.as_ref().map(|s| s.message.clone()).unwrap_or_default();
+            let msg = d
+                .response
+                .status
+                .as_ref()
+                .map(|s| s.message.clone())
+                .unwrap_or_default();
             eprintln!("DENIED {}: {msg}", describe(&req));
         }
         if args.review {
-            outputs.push(serde_json::to_value(AdmissionReviewResponse::new(d.response))?);
+            outputs.push(serde_json::to_value(AdmissionReviewResponse::new(
+                d.response,
+            ))?);
         } else if args.patch {
             outputs.push(serde_json::to_value(&d.patch)?);
         } else {
@@ -233,7 +250,11 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
             print!("{}", serde_norway::to_string(o)?);
         }
     }
-    Ok(if denied { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if denied {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn validate_cmd(args: &OfflineArgs) -> Result<ExitCode> {
@@ -245,7 +266,12 @@ fn validate_cmd(args: &OfflineArgs) -> Result<ExitCode> {
             println!("ALLOWED {}", describe(&req));
         } else {
             denied = true;
-            let msg = d.response.status.as_ref().map(|s| s.message.clone()).unwrap_or_default();
+            let msg = d
+                .response
+                .status
+                .as_ref()
+                .map(|s| s.message.clone())
+                .unwrap_or_default();
             println!("DENIED {}:", describe(&req));
             for line in msg.lines() {
                 println!("  {line}");
@@ -258,13 +284,19 @@ fn validate_cmd(args: &OfflineArgs) -> Result<ExitCode> {
             println!("  audit: {v}");
         }
     }
-    Ok(if denied { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if denied {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn init_logging(format: LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),
@@ -313,7 +345,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Mutate(args) => mutate_cmd(&args),
         Command::Validate(args) => validate_cmd(&args),
         Command::CheckConfig { file } => {
-            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
             match Policy::from_yaml(&text) {
                 Ok(p) => {
                     println!("{}: ok ({} queue(s))", file.display(), p.queues.len());
@@ -335,10 +368,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Certs(args) => {
             let generated = crate::certs::generate(&args.dns, args.days)?;
             let w = crate::certs::write_to_dir(&generated, &args.out)?;
-            println!("wrote {}, {}, {}", w.ca.display(), w.cert.display(), w.key.display());
+            println!(
+                "wrote {}, {}, {}",
+                w.ca.display(),
+                w.cert.display(),
+                w.key.display()
+            );
             println!("caBundle (base64 of ca.crt) for the webhook configurations:");
             use base64::Engine as _;
-            println!("{}", base64::engine::general_purpose::STANDARD.encode(generated.ca_pem));
+            println!(
+                "{}",
+                base64::engine::general_purpose::STANDARD.encode(generated.ca_pem)
+            );
             Ok(ExitCode::SUCCESS)
         }
     }

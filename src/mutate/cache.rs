@@ -94,10 +94,16 @@ impl CacheConfig {
         if !is_dns_label(&self.volume_name) {
             errors.push(ConfigError::new(
                 format!("{at}.volumeName"),
-                format!("{:?} is not a valid volume name (DNS label)", self.volume_name),
+                format!(
+                    "{:?} is not a valid volume name (DNS label)",
+                    self.volume_name
+                ),
             ));
         }
-        for (key, p) in [("mountPath", &self.mount_path), ("nonRootMountPath", &self.non_root_mount_path)] {
+        for (key, p) in [
+            ("mountPath", &self.mount_path),
+            ("nonRootMountPath", &self.non_root_mount_path),
+        ] {
             if !p.starts_with('/') || p.contains(':') {
                 errors.push(ConfigError::new(
                     format!("{at}.{key}"),
@@ -105,21 +111,21 @@ impl CacheConfig {
                 ));
             }
         }
-        if let Some(nfs) = &self.nfs {
-            if nfs.server.is_empty() || !nfs.path.starts_with('/') {
-                errors.push(ConfigError::new(
-                    format!("{at}.nfs"),
-                    "needs a server and an absolute path",
-                ));
-            }
+        if let Some(nfs) = &self.nfs
+            && (nfs.server.is_empty() || !nfs.path.starts_with('/'))
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.nfs"),
+                "needs a server and an absolute path",
+            ));
         }
-        if let Some(c) = &self.persistent_volume_claim {
-            if c.claim_name.is_empty() {
-                errors.push(ConfigError::new(
-                    format!("{at}.persistentVolumeClaim.claimName"),
-                    "must not be empty",
-                ));
-            }
+        if let Some(c) = &self.persistent_volume_claim
+            && c.claim_name.is_empty()
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.persistentVolumeClaim.claimName"),
+                "must not be empty",
+            ));
         }
     }
 
@@ -144,7 +150,9 @@ impl CacheConfig {
     /// Does this existing volume point at our cache storage?
     fn backs(&self, volume: &Value) -> bool {
         if let Some(c) = &self.persistent_volume_claim {
-            return volume.pointer("/persistentVolumeClaim/claimName").and_then(Value::as_str)
+            return volume
+                .pointer("/persistentVolumeClaim/claimName")
+                .and_then(Value::as_str)
                 == Some(&c.claim_name);
         }
         if let Some(n) = &self.nfs {
@@ -160,7 +168,10 @@ pub struct Cache;
 
 fn runs_as_non_root(pod_sc: Option<&Value>, container: &Map<String, Value>) -> bool {
     let sc = container.get("securityContext");
-    let get_bool = |v: Option<&Value>| v.and_then(|s| s.get("runAsNonRoot")).and_then(Value::as_bool);
+    let get_bool = |v: Option<&Value>| {
+        v.and_then(|s| s.get("runAsNonRoot"))
+            .and_then(Value::as_bool)
+    };
     let get_uid = |v: Option<&Value>| v.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64);
     if let Some(uid) = get_uid(sc).or_else(|| get_uid(pod_sc)) {
         return uid != 0;
@@ -201,7 +212,10 @@ fn add_to_pod_spec(
             let taken = spec
                 .get("volumes")
                 .and_then(Value::as_array)
-                .is_some_and(|v| v.iter().any(|v| v.get("name").and_then(Value::as_str) == Some(&cfg.volume_name)));
+                .is_some_and(|v| {
+                    v.iter()
+                        .any(|v| v.get("name").and_then(Value::as_str) == Some(&cfg.volume_name))
+                });
             if taken {
                 findings.warn(format!(
                     "launchgate: {spec_path}.volumes already has a volume named {:?} for other storage; the shared cache was not added",
@@ -212,7 +226,8 @@ fn add_to_pod_spec(
             let mut volume = Map::new();
             volume.insert("name".into(), json!(cfg.volume_name));
             volume.insert(source_key.into(), source);
-            changed |= upsert::upsert_named(spec, "volumes", Value::Object(volume), false).changed();
+            changed |=
+                upsert::upsert_named(spec, "volumes", Value::Object(volume), false).changed();
             cfg.volume_name.clone()
         }
     };
@@ -229,7 +244,10 @@ fn add_to_pod_spec(
         }
         let mounts = c.get("volumeMounts").and_then(Value::as_array);
         let own_mount = mounts
-            .and_then(|m| m.iter().find(|m| m.get("name").and_then(Value::as_str) == Some(&volume_name)))
+            .and_then(|m| {
+                m.iter()
+                    .find(|m| m.get("name").and_then(Value::as_str) == Some(&volume_name))
+            })
             .and_then(|m| m.get("mountPath").and_then(Value::as_str))
             .map(str::to_string);
         let mount_path = match own_mount {
@@ -242,7 +260,9 @@ fn add_to_pod_spec(
                 };
                 let occupied = mounts.is_some_and(|m| {
                     m.iter().any(|m| {
-                        m.get("mountPath").and_then(Value::as_str).map(|p| p.trim_end_matches('/'))
+                        m.get("mountPath")
+                            .and_then(Value::as_str)
+                            .map(|p| p.trim_end_matches('/'))
                             == Some(path.trim_end_matches('/'))
                     })
                 });
@@ -273,7 +293,12 @@ impl Mutator for Cache {
         "cache"
     }
 
-    fn mutate(&self, ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    fn mutate(
+        &self,
+        ctx: &MutationContext<'_>,
+        object: &mut Value,
+        findings: &mut Findings,
+    ) -> bool {
         let Some(cfg) = ctx.queue.config.cache.as_ref().filter(|c| c.enabled) else {
             return false;
         };
@@ -300,17 +325,30 @@ mod tests {
 
     #[test]
     fn root_pod_gets_volume_mount_and_env() {
-        let (out, f) = mutate_with(&Cache, PVC, pod(json!({"containers": [{"name": "a"}, {"name": "istio-proxy"}]})));
-        assert_eq!(out["spec"]["volumes"], json!([{"name": "launchgate-cache", "persistentVolumeClaim": {"claimName": "nfs-pvc"}}]));
+        let (out, f) = mutate_with(
+            &Cache,
+            PVC,
+            pod(json!({"containers": [{"name": "a"}, {"name": "istio-proxy"}]})),
+        );
+        assert_eq!(
+            out["spec"]["volumes"],
+            json!([{"name": "launchgate-cache", "persistentVolumeClaim": {"claimName": "nfs-pvc"}}])
+        );
         let a = &out["spec"]["containers"][0];
-        assert_eq!(a["volumeMounts"], json!([{"name": "launchgate-cache", "mountPath": "/root/.cache"}]));
+        assert_eq!(
+            a["volumeMounts"],
+            json!([{"name": "launchgate-cache", "mountPath": "/root/.cache"}])
+        );
         assert_eq!(
             a["env"],
             json!([{"name": "HF_HOME", "value": "/root/.cache/huggingface"},
                    {"name": "TORCH_HOME", "value": "/root/.cache/torch"},
                    {"name": "XDG_CACHE_HOME", "value": "/root/.cache"}])
         );
-        assert!(out["spec"]["containers"][1].get("volumeMounts").is_none(), "sidecar untouched");
+        assert!(
+            out["spec"]["containers"][1].get("volumeMounts").is_none(),
+            "sidecar untouched"
+        );
         assert!(f.warnings.is_empty());
     }
 
@@ -318,7 +356,10 @@ mod tests {
     fn non_root_pod_mounts_at_cache() {
         let spec = json!({"securityContext": {"runAsUser": 1000}, "containers": [{"name": "a"}]});
         let (out, _) = mutate_with(&Cache, PVC, pod(spec));
-        assert_eq!(out["spec"]["containers"][0]["volumeMounts"][0]["mountPath"], "/cache");
+        assert_eq!(
+            out["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+            "/cache"
+        );
         assert_eq!(out["spec"]["containers"][0]["env"][2]["value"], "/cache");
     }
 
@@ -332,7 +373,10 @@ mod tests {
         assert_eq!(out["spec"]["volumes"].as_array().unwrap().len(), 1);
         let a = &out["spec"]["containers"][0];
         assert_eq!(a["volumeMounts"].as_array().unwrap().len(), 1);
-        assert_eq!(a["env"][0], json!({"name": "HF_HOME", "value": "/root/.cache/huggingface"}));
+        assert_eq!(
+            a["env"][0],
+            json!({"name": "HF_HOME", "value": "/root/.cache/huggingface"})
+        );
     }
 
     #[test]
@@ -340,17 +384,37 @@ mod tests {
         let spec = json!({"volumes": [{"name": "scratch", "emptyDir": {}}],
                           "containers": [{"name": "a", "volumeMounts": [{"name": "scratch", "mountPath": "/root/.cache/"}]}]});
         let (out, f) = mutate_with(&Cache, PVC, pod(spec));
-        assert_eq!(out["spec"]["containers"][0]["volumeMounts"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            out["spec"]["containers"][0]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
         assert_eq!(f.warnings.len(), 1);
-        assert!(f.warnings[0].contains("spec.containers[0]"), "{:?}", f.warnings);
+        assert!(
+            f.warnings[0].contains("spec.containers[0]"),
+            "{:?}",
+            f.warnings
+        );
     }
 
     #[test]
     fn user_env_is_kept_and_nfs_source() {
         let spec = json!({"containers": [{"name": "a", "env": [{"name": "HF_HOME", "value": "/data/hf"}]}]});
-        let (out, _) = mutate_with(&Cache, "cache: {nfs: {server: 10.0.0.2, path: /srv/nfs/kubedata}}", pod(spec));
-        assert_eq!(out["spec"]["volumes"][0]["nfs"], json!({"server": "10.0.0.2", "path": "/srv/nfs/kubedata"}));
-        assert_eq!(out["spec"]["containers"][0]["env"][0], json!({"name": "HF_HOME", "value": "/data/hf"}));
+        let (out, _) = mutate_with(
+            &Cache,
+            "cache: {nfs: {server: 10.0.0.2, path: /srv/nfs/kubedata}}",
+            pod(spec),
+        );
+        assert_eq!(
+            out["spec"]["volumes"][0]["nfs"],
+            json!({"server": "10.0.0.2", "path": "/srv/nfs/kubedata"})
+        );
+        assert_eq!(
+            out["spec"]["containers"][0]["env"][0],
+            json!({"name": "HF_HOME", "value": "/data/hf"})
+        );
     }
 
     #[test]
@@ -358,9 +422,19 @@ mod tests {
         let (once, _) = mutate_with(&Cache, PVC, pod(json!({"containers": [{"name": "a"}]})));
         let (twice, _) = mutate_with(&Cache, PVC, once.clone());
         assert_eq!(once, twice);
-        assert!(queue_yaml("cache: {}").unwrap_err().to_string().contains("queues.q.cache"));
+        assert!(
+            queue_yaml("cache: {}")
+                .unwrap_err()
+                .to_string()
+                .contains("queues.q.cache")
+        );
         assert!(queue_yaml("cache: {enabled: false}").is_ok());
-        let err = queue_yaml("cache: {nfs: {server: a, path: b}, mountPath: rel}").unwrap_err().to_string();
-        assert!(err.contains("queues.q.cache.nfs") && err.contains("queues.q.cache.mountPath"), "{err}");
+        let err = queue_yaml("cache: {nfs: {server: a, path: b}, mountPath: rel}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("queues.q.cache.nfs") && err.contains("queues.q.cache.mountPath"),
+            "{err}"
+        );
     }
 }

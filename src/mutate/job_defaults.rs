@@ -63,13 +63,14 @@ impl JobDefaultsConfig {
                 ));
             }
         }
-        if let Some(p) = &self.restart_policy {
-            if p != "Never" && p != "OnFailure" {
-                errors.push(ConfigError::new(
-                    format!("{at}.restartPolicy"),
-                    format!("a Job's pods may only use Never or OnFailure, got {p:?}"),
-                ));
-            }
+        if let Some(p) = &self.restart_policy
+            && p != "Never"
+            && p != "OnFailure"
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.restartPolicy"),
+                format!("a Job's pods may only use Never or OnFailure, got {p:?}"),
+            ));
         }
     }
 }
@@ -108,7 +109,9 @@ fn batch_job(cfg: &JobDefaultsConfig, job: &mut Value) -> bool {
     let mut changed = false;
     if let Some(limit) = cfg.backoff_limit {
         let current = spec.get("backoffLimit").and_then(Value::as_i64);
-        let per_index = spec.get("backoffLimitPerIndex").is_some_and(|v| !v.is_null());
+        let per_index = spec
+            .get("backoffLimitPerIndex")
+            .is_some_and(|v| !v.is_null());
         let api_default = current == Some(API_DEFAULT_BACKOFF_LIMIT)
             && cfg.treat_api_default_backoff_as_unset
             && !explicit
@@ -119,19 +122,22 @@ fn batch_job(cfg: &JobDefaultsConfig, job: &mut Value) -> bool {
             changed = true;
         }
     }
-    changed |= set_if_absent(spec, "ttlSecondsAfterFinished", cfg.ttl_seconds_after_finished);
-    if let Some(policy) = &cfg.restart_policy {
-        if let Some(pod_spec) = spec
+    changed |= set_if_absent(
+        spec,
+        "ttlSecondsAfterFinished",
+        cfg.ttl_seconds_after_finished,
+    );
+    if let Some(policy) = &cfg.restart_policy
+        && let Some(pod_spec) = spec
             .get_mut("template")
             .and_then(|t| t.get_mut("spec"))
             .and_then(Value::as_object_mut)
-        {
-            // "Always" is what pod defaulting fills in and is invalid for a Job.
-            let current = pod_spec.get("restartPolicy").and_then(Value::as_str);
-            if matches!(current, None | Some("Always")) {
-                pod_spec.insert("restartPolicy".into(), json!(policy));
-                changed = true;
-            }
+    {
+        // "Always" is what pod defaulting fills in and is invalid for a Job.
+        let current = pod_spec.get("restartPolicy").and_then(Value::as_str);
+        if matches!(current, None | Some("Always")) {
+            pod_spec.insert("restartPolicy".into(), json!(policy));
+            changed = true;
         }
     }
     changed
@@ -141,8 +147,11 @@ fn volcano_job(cfg: &JobDefaultsConfig, job: &mut Value) -> bool {
     let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
         return false;
     };
-    set_if_absent(spec, "ttlSecondsAfterFinished", cfg.ttl_seconds_after_finished)
-        | set_if_absent(spec, "maxRetry", cfg.volcano_max_retry)
+    set_if_absent(
+        spec,
+        "ttlSecondsAfterFinished",
+        cfg.ttl_seconds_after_finished,
+    ) | set_if_absent(spec, "maxRetry", cfg.volcano_max_retry)
 }
 
 fn pytorch_job(cfg: &JobDefaultsConfig, job: &mut Value, findings: &mut Findings) -> bool {
@@ -178,7 +187,12 @@ impl Mutator for JobDefaults {
         "job-defaults"
     }
 
-    fn mutate(&self, ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    fn mutate(
+        &self,
+        ctx: &MutationContext<'_>,
+        object: &mut Value,
+        findings: &mut Findings,
+    ) -> bool {
         let cfg = &ctx.queue.config.job_defaults;
         if !cfg.enabled {
             return false;
@@ -209,7 +223,14 @@ mod tests {
 
     #[test]
     fn api_default_backoff_is_replaced() {
-        let (out, _) = mutate_with(&JobDefaults, "{}", job(json!({"backoffLimit": 6, "template": template()}), json!({})));
+        let (out, _) = mutate_with(
+            &JobDefaults,
+            "{}",
+            job(
+                json!({"backoffLimit": 6, "template": template()}),
+                json!({}),
+            ),
+        );
         assert_eq!(out["spec"]["backoffLimit"], 0);
         assert_eq!(out["spec"]["ttlSecondsAfterFinished"], 60);
     }
@@ -217,10 +238,18 @@ mod tests {
     #[test]
     fn explicit_six_is_kept() {
         let keep = json!({KEEP_BACKOFF_LIMIT_ANNOTATION: "true"});
-        let (out, _) = mutate_with(&JobDefaults, "{}", job(json!({"backoffLimit": 6, "template": template()}), keep));
+        let (out, _) = mutate_with(
+            &JobDefaults,
+            "{}",
+            job(json!({"backoffLimit": 6, "template": template()}), keep),
+        );
         assert_eq!(out["spec"]["backoffLimit"], 6);
         let applied = json!({LAST_APPLIED_ANNOTATION: r#"{"spec":{"backoffLimit":6}}"#});
-        let (out, _) = mutate_with(&JobDefaults, "{}", job(json!({"backoffLimit": 6, "template": template()}), applied));
+        let (out, _) = mutate_with(
+            &JobDefaults,
+            "{}",
+            job(json!({"backoffLimit": 6, "template": template()}), applied),
+        );
         assert_eq!(out["spec"]["backoffLimit"], 6);
     }
 
@@ -233,7 +262,8 @@ mod tests {
 
     #[test]
     fn per_index_backoff_is_left_alone() {
-        let spec = json!({"backoffLimit": 2147483647, "backoffLimitPerIndex": 1, "template": template()});
+        let spec =
+            json!({"backoffLimit": 2147483647, "backoffLimitPerIndex": 1, "template": template()});
         let (out, _) = mutate_with(&JobDefaults, "{}", job(spec, json!({})));
         assert_eq!(out["spec"]["backoffLimit"], 2147483647);
     }
@@ -245,7 +275,10 @@ mod tests {
         assert_eq!(out["spec"]["template"]["spec"]["restartPolicy"], "Never");
         let t = json!({"spec": {"restartPolicy": "OnFailure", "containers": []}});
         let (out, _) = mutate_with(&JobDefaults, "{}", job(json!({"template": t}), json!({})));
-        assert_eq!(out["spec"]["template"]["spec"]["restartPolicy"], "OnFailure");
+        assert_eq!(
+            out["spec"]["template"]["spec"]["restartPolicy"],
+            "OnFailure"
+        );
     }
 
     #[test]
@@ -257,8 +290,14 @@ mod tests {
         let pt = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "p"},
                         "spec": {"pytorchReplicaSpecs": {}, "ttlSecondsAfterFinished": 600}});
         let (out, f) = mutate_with(&JobDefaults, "{}", pt);
-        assert_eq!(out["spec"]["runPolicy"], json!({"backoffLimit": 0, "ttlSecondsAfterFinished": 600}));
-        assert_eq!(out["spec"]["ttlSecondsAfterFinished"], 600, "unknown fields survive");
+        assert_eq!(
+            out["spec"]["runPolicy"],
+            json!({"backoffLimit": 0, "ttlSecondsAfterFinished": 600})
+        );
+        assert_eq!(
+            out["spec"]["ttlSecondsAfterFinished"], 600,
+            "unknown fields survive"
+        );
         assert_eq!(f.warnings.len(), 1);
     }
 
@@ -267,7 +306,9 @@ mod tests {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}});
         let (out, _) = mutate_with(&JobDefaults, "{}", pod.clone());
         assert_eq!(out, pod);
-        let err = queue_yaml("jobDefaults: {restartPolicy: Always}").unwrap_err().to_string();
+        let err = queue_yaml("jobDefaults: {restartPolicy: Always}")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("queues.q.jobDefaults.restartPolicy"), "{err}");
         assert!(queue_yaml("jobDefaults: {backoffLimit: -1}").is_err());
     }

@@ -44,11 +44,20 @@ pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static
     let mut names: BTreeSet<String> = annotations
         .get(MUTATIONS_ANNOTATION)
         .and_then(Value::as_str)
-        .map(|s| s.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .map(|s| {
+            s.split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
     names.extend(applied.iter().map(|s| s.to_string()));
     let joined = names.into_iter().collect::<Vec<_>>().join(",");
-    if annotations.get(MUTATIONS_ANNOTATION).and_then(Value::as_str) != Some(joined.as_str()) {
+    if annotations
+        .get(MUTATIONS_ANNOTATION)
+        .and_then(Value::as_str)
+        != Some(joined.as_str())
+    {
         annotations.insert(MUTATIONS_ANNOTATION.into(), json!(joined));
         changed = true;
     }

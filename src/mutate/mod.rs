@@ -75,8 +75,12 @@ pub trait Mutator: Sync {
     fn name(&self) -> &'static str;
     /// Applies the mutation in place; returns true when it changed the object.
     /// Must be idempotent: a second call on its own output changes nothing.
-    fn mutate(&self, ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings)
-    -> bool;
+    fn mutate(
+        &self,
+        ctx: &MutationContext<'_>,
+        object: &mut Value,
+        findings: &mut Findings,
+    ) -> bool;
 }
 
 /// The mutators, in the order they run. The label/annotation recorder runs last.
@@ -124,7 +128,11 @@ pub(crate) mod test_support {
 
     /// Runs one mutator on `object` with queue `q` configured by `queue_body`.
     /// Also checks the mutator's "changed" answer against the real difference.
-    pub fn mutate_with(mutator: &dyn Mutator, queue_body: &str, object: Value) -> (Value, Findings) {
+    pub fn mutate_with(
+        mutator: &dyn Mutator,
+        queue_body: &str,
+        object: Value,
+    ) -> (Value, Findings) {
         let policy = queue_yaml(queue_body).expect("test config is valid");
         let kind = WorkloadKind::of_object(&object).expect("test object has a known kind");
         let request = AdmissionRequest::synthetic_create(object.clone(), Some("wandb")).unwrap();
@@ -138,7 +146,12 @@ pub(crate) mod test_support {
         let mut out = object.clone();
         let mut findings = Findings::default();
         let changed = mutator.mutate(&ctx, &mut out, &mut findings);
-        assert_eq!(changed, out != object, "mutator {} misreports change", mutator.name());
+        assert_eq!(
+            changed,
+            out != object,
+            "mutator {} misreports change",
+            mutator.name()
+        );
         (out, findings)
     }
 }

@@ -44,13 +44,14 @@ impl Default for SecurityContextConfig {
 
 impl SecurityContextConfig {
     pub fn check(&self, at: &str, errors: &mut Vec<ConfigError>) {
-        if let Some(p) = &self.seccomp_profile {
-            if p != "RuntimeDefault" && p != "Unconfined" {
-                errors.push(ConfigError::new(
-                    format!("{at}.seccompProfile"),
-                    format!("must be RuntimeDefault or Unconfined, got {p:?}"),
-                ));
-            }
+        if let Some(p) = &self.seccomp_profile
+            && p != "RuntimeDefault"
+            && p != "Unconfined"
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.seccompProfile"),
+                format!("must be RuntimeDefault or Unconfined, got {p:?}"),
+            ));
         }
         for (key, v) in [("runAsUser", self.run_as_user), ("fsGroup", self.fs_group)] {
             if v.is_some_and(|v| !(0..=i64::from(i32::MAX)).contains(&v)) {
@@ -127,7 +128,8 @@ fn default_container(
     let sc = object_entry(container, "securityContext");
     if let Some(ape) = cfg.allow_privilege_escalation {
         // The API rejects allowPrivilegeEscalation=false together with CAP_SYS_ADMIN.
-        if !(ape == false && adds_sys_admin(sc)) {
+        let conflicts_with_sys_admin = !ape && adds_sys_admin(sc);
+        if !conflicts_with_sys_admin {
             set_if_unset(sc, "allowPrivilegeEscalation", Value::Bool(ape));
         } else if is_unset(sc, "allowPrivilegeEscalation") {
             findings.warn(format!(
@@ -139,10 +141,10 @@ fn default_container(
         let caps = object_entry(sc, "capabilities");
         set_if_unset(caps, "drop", json!(cfg.drop_capabilities));
     }
-    if let Some(profile) = &cfg.seccomp_profile {
-        if !pod_sets_seccomp {
-            set_if_unset(sc, "seccompProfile", json!({ "type": profile }));
-        }
+    if let Some(profile) = &cfg.seccomp_profile
+        && !pod_sets_seccomp
+    {
+        set_if_unset(sc, "seccompProfile", json!({ "type": profile }));
     }
     let after = container.get("securityContext");
     if before.is_none() && after.is_some_and(|v| v.as_object().is_some_and(Map::is_empty)) {
@@ -175,7 +177,12 @@ impl Mutator for SecurityContext {
         "security-context"
     }
 
-    fn mutate(&self, ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    fn mutate(
+        &self,
+        ctx: &MutationContext<'_>,
+        object: &mut Value,
+        findings: &mut Findings,
+    ) -> bool {
         let cfg = &ctx.queue.config.security_context;
         if !cfg.enabled {
             return false;
@@ -186,7 +193,12 @@ impl Mutator for SecurityContext {
                 return;
             };
             // Windows pods cannot take Linux security options.
-            if spec.get("os").and_then(|o| o.get("name")).and_then(Value::as_str) == Some("windows") {
+            if spec
+                .get("os")
+                .and_then(|o| o.get("name"))
+                .and_then(Value::as_str)
+                == Some("windows")
+            {
                 return;
             }
             changed |= default_pod(cfg, spec);
@@ -246,7 +258,10 @@ mod tests {
     fn privileged_container_is_left_and_warned() {
         let c = json!([{"name": "a", "securityContext": {"privileged": true}}]);
         let (out, f) = mutate_with(&SecurityContext, "{}", pod(c));
-        assert_eq!(out["spec"]["containers"][0]["securityContext"], json!({"privileged": true}));
+        assert_eq!(
+            out["spec"]["containers"][0]["securityContext"],
+            json!({"privileged": true})
+        );
         assert_eq!(f.warnings.len(), 1);
         assert!(f.warnings[0].contains("spec.containers[0]"));
     }
@@ -259,7 +274,10 @@ mod tests {
         let (out, _) = mutate_with(&SecurityContext, "{}", p);
         let init = &out["spec"]["initContainers"][0]["securityContext"];
         assert_eq!(init["allowPrivilegeEscalation"], false);
-        assert!(init.get("seccompProfile").is_none(), "pod-level seccomp wins");
+        assert!(
+            init.get("seccompProfile").is_none(),
+            "pod-level seccomp wins"
+        );
     }
 
     #[test]
@@ -284,8 +302,16 @@ mod tests {
 
     #[test]
     fn disabled_and_idempotent() {
-        let (out, _) = mutate_with(&SecurityContext, "securityContext: {enabled: false}", pod(json!([{"name": "a"}])));
-        assert!(out["spec"]["containers"][0].get("securityContext").is_none());
+        let (out, _) = mutate_with(
+            &SecurityContext,
+            "securityContext: {enabled: false}",
+            pod(json!([{"name": "a"}])),
+        );
+        assert!(
+            out["spec"]["containers"][0]
+                .get("securityContext")
+                .is_none()
+        );
         let (once, _) = mutate_with(&SecurityContext, "{}", pod(json!([{"name": "a"}])));
         let (twice, _) = mutate_with(&SecurityContext, "{}", once.clone());
         assert_eq!(once, twice);

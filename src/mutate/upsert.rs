@@ -20,9 +20,7 @@ impl Upsert {
 
 /// `map[key]` as a mutable array, created when missing (or when not an array).
 pub fn array_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value> {
-    let v = map
-        .entry(key)
-        .or_insert_with(|| Value::Array(Vec::new()));
+    let v = map.entry(key).or_insert_with(|| Value::Array(Vec::new()));
     if !v.is_array() {
         *v = Value::Array(Vec::new());
     }

@@ -232,8 +232,13 @@ mod tests {
 
     #[test]
     fn unknown_default_queue_is_rejected() {
-        let err = Policy::from_yaml("defaultQueue: nope\n").unwrap_err().to_string();
-        assert!(err.contains("defaultQueue") && err.contains("nope"), "{err}");
+        let err = Policy::from_yaml("defaultQueue: nope\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("defaultQueue") && err.contains("nope"),
+            "{err}"
+        );
     }
 
     #[test]

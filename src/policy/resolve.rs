@@ -44,7 +44,11 @@ impl Policy {
         };
         let mut carriers: Vec<&Map<String, Value>> = vec![obj];
         if kind.is_job() {
-            carriers.extend(workload::templates(kind, object).into_iter().map(|(_, t)| t));
+            carriers.extend(
+                workload::templates(kind, object)
+                    .into_iter()
+                    .map(|(_, t)| t),
+            );
         }
         for c in &carriers {
             for (key, value) in &rules.exclude_labels {
@@ -86,15 +90,15 @@ impl Policy {
                 self.queue_from_env(kind, object)
                     .map(|n| (n, QueueSource::ContainerEnv))
             });
-        if let Some((name, source)) = &requested {
-            if let Some(queue) = self.queue(name) {
-                return Some(QueueResolution {
-                    queue,
-                    requested: Some(name.clone()),
-                    source: *source,
-                    warning: None,
-                });
-            }
+        if let Some((name, source)) = &requested
+            && let Some(queue) = self.queue(name)
+        {
+            return Some(QueueResolution {
+                queue,
+                requested: Some(name.clone()),
+                source: *source,
+                warning: None,
+            });
         }
         let fallback = namespace
             .and_then(|ns| self.config.namespace_queues.get(ns))
@@ -146,14 +150,18 @@ impl Policy {
                 continue;
             };
             for list in workload::CONTAINER_LISTS {
-                for c in spec.get(list).and_then(Value::as_array).into_iter().flatten() {
+                for c in spec
+                    .get(list)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
                     for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
-                        if e.get("name").and_then(Value::as_str) == Some(env_name) {
-                            if let Some(v) = e.get("value").and_then(Value::as_str) {
-                                if !v.is_empty() {
-                                    return Some(v.to_string());
-                                }
-                            }
+                        if e.get("name").and_then(Value::as_str) == Some(env_name)
+                            && let Some(v) = e.get("value").and_then(Value::as_str)
+                            && !v.is_empty()
+                        {
+                            return Some(v.to_string());
                         }
                     }
                 }
@@ -188,7 +196,10 @@ mod tests {
             WorkloadMatch::Launch
         );
         assert!(matches!(
-            p.classify(WorkloadKind::Pod, &pod(json!({"wandb": "launch", "queue": "x"}))),
+            p.classify(
+                WorkloadKind::Pod,
+                &pod(json!({"wandb": "launch", "queue": "x"}))
+            ),
             WorkloadMatch::Excluded { .. }
         ));
         assert_eq!(
@@ -196,30 +207,46 @@ mod tests {
             WorkloadMatch::NotLaunch
         );
         let job = json!({"spec": {"template": {"metadata": {"labels": {"wandb.ai/agent": "a"}}}}});
-        assert_eq!(p.classify(WorkloadKind::BatchJob, &job), WorkloadMatch::Launch);
+        assert_eq!(
+            p.classify(WorkloadKind::BatchJob, &job),
+            WorkloadMatch::Launch
+        );
     }
 
     #[test]
     fn queue_resolution_order() {
         let p = policy();
-        let with = |labels: Value, env: Value| {
-            json!({"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "env": env}]}})
-        };
+        let with = |labels: Value, env: Value| json!({"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "env": env}]}});
         let r = p
-            .resolve_queue(WorkloadKind::Pod, &with(json!({"queue": "c"}), json!([])), None)
+            .resolve_queue(
+                WorkloadKind::Pod,
+                &with(json!({"queue": "c"}), json!([])),
+                None,
+            )
             .unwrap();
         assert_eq!((r.queue.name.as_str(), r.source), ("c", QueueSource::Label));
         let env = json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "b"}]);
         let r = p
             .resolve_queue(WorkloadKind::Pod, &with(json!({}), env), None)
             .unwrap();
-        assert_eq!((r.queue.name.as_str(), r.source), ("b", QueueSource::ContainerEnv));
+        assert_eq!(
+            (r.queue.name.as_str(), r.source),
+            ("b", QueueSource::ContainerEnv)
+        );
         let r = p
-            .resolve_queue(WorkloadKind::Pod, &with(json!({}), json!([])), Some("teamb"))
+            .resolve_queue(
+                WorkloadKind::Pod,
+                &with(json!({}), json!([])),
+                Some("teamb"),
+            )
             .unwrap();
         assert_eq!(r.source, QueueSource::NamespaceDefault);
         let r = p
-            .resolve_queue(WorkloadKind::Pod, &with(json!({"queue": "zz"}), json!([])), None)
+            .resolve_queue(
+                WorkloadKind::Pod,
+                &with(json!({"queue": "zz"}), json!([])),
+                None,
+            )
             .unwrap();
         assert_eq!(r.queue.name, "a");
         assert!(r.warning.unwrap().contains("zz"));

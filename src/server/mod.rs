@@ -125,13 +125,21 @@ fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = serde_json::json!({"error": message.into(), "code": status.as_u16()});
     (
         status,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         body.to_string(),
     )
         .into_response()
 }
 
-async fn admission(state: Arc<AppState>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+async fn admission(
+    state: Arc<AppState>,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let started = Instant::now();
     let reject = |reason: &'static str, status: StatusCode, message: String| {
         state
@@ -184,7 +192,11 @@ async fn admission(state: Arc<AppState>, endpoint: Endpoint, headers: HeaderMap,
                     format!("request body exceeds {MAX_BODY_BYTES} bytes"),
                 )
             } else {
-                reject("read", StatusCode::BAD_REQUEST, format!("reading body: {e}"))
+                reject(
+                    "read",
+                    StatusCode::BAD_REQUEST,
+                    format!("reading body: {e}"),
+                )
             };
         }
         Ok(Ok(b)) => b,
@@ -253,7 +265,10 @@ async fn admission(state: Arc<AppState>, endpoint: Endpoint, headers: HeaderMap,
     }
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         outcome.body,
     )
         .into_response()
@@ -264,11 +279,15 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(
             "/mutate",
-            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| admission(s, Endpoint::Mutate, h, b)),
+            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| {
+                admission(s, Endpoint::Mutate, h, b)
+            }),
         )
         .route(
             "/validate",
-            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| admission(s, Endpoint::Validate, h, b)),
+            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| {
+                admission(s, Endpoint::Validate, h, b)
+            }),
         )
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -314,10 +333,19 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
 
 /// Loads config and certificate, binds the listener and starts serving.
 /// Fails (and never serves) when the config or the certificate cannot be loaded.
-pub async fn start(opts: ServeOptions, cluster: Option<Arc<dyn ClusterView>>) -> Result<RunningServer> {
+pub async fn start(
+    opts: ServeOptions,
+    cluster: Option<Arc<dyn ClusterView>>,
+) -> Result<RunningServer> {
     let policy = load_policy(opts.config.as_ref())?;
     let (cert_source, dev_ca_pem) = match (&opts.tls_cert, &opts.tls_key) {
-        (Some(c), Some(k)) => (reload::CertSource::Files { cert: c.clone(), key: k.clone() }, None),
+        (Some(c), Some(k)) => (
+            reload::CertSource::Files {
+                cert: c.clone(),
+                key: k.clone(),
+            },
+            None,
+        ),
         (None, None) => {
             let mut names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
             names.extend(opts.dev_cert_names.iter().cloned());
@@ -339,7 +367,9 @@ pub async fn start(opts: ServeOptions, cluster: Option<Arc<dyn ClusterView>>) ->
     let loaded = cert_source.load()?;
     let resolver = tls::SwappableCert::new(loaded.key.clone());
     let client_ca = match &opts.client_ca {
-        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading client CA {}", p.display()))?),
+        Some(p) => {
+            Some(std::fs::read(p).with_context(|| format!("reading client CA {}", p.display()))?)
+        }
         None => None,
     };
     let tls_config = tls::server_config(resolver.clone(), client_ca.as_deref())?;
@@ -373,7 +403,14 @@ pub async fn start(opts: ServeOptions, cluster: Option<Arc<dyn ClusterView>>) ->
     );
 
     let app = router(state.clone());
-    let task = tokio::spawn(serve_loop(listener, acceptor, app, state.clone(), opts, shutdown_rx));
+    let task = tokio::spawn(serve_loop(
+        listener,
+        acceptor,
+        app,
+        state.clone(),
+        opts,
+        shutdown_rx,
+    ));
     tracing::info!(%local_addr, "launchgate serving HTTPS");
     Ok(RunningServer {
         local_addr,
@@ -467,7 +504,10 @@ async fn serve_loop(
 }
 
 /// Runs the server until SIGTERM or Ctrl-C, then shuts down gracefully.
-pub async fn run_until_signal(opts: ServeOptions, cluster: Option<Arc<dyn ClusterView>>) -> Result<()> {
+pub async fn run_until_signal(
+    opts: ServeOptions,
+    cluster: Option<Arc<dyn ClusterView>>,
+) -> Result<()> {
     let server = start(opts, cluster).await?;
     println!("launchgate listening on https://{}", server.local_addr);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -79,23 +79,35 @@ pub fn spawn(
                                 resolver.swap(loaded.key);
                                 not_after = loaded.not_after_unix;
                                 state.metrics.cert_not_after.set(not_after);
-                                state.metrics.cert_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
+                                state
+                                    .metrics
+                                    .cert_reloads
+                                    .get_or_create(&ResultLabels { result: "success" })
+                                    .inc();
                                 tracing::info!("reloaded TLS certificate");
                                 last_cert = Some(pair);
                             }
                             Err(e) => {
                                 // Possibly half-written: retried at the next tick, old cert kept.
-                                state.metrics.cert_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
+                                state
+                                    .metrics
+                                    .cert_reloads
+                                    .get_or_create(&ResultLabels { result: "failure" })
+                                    .inc();
                                 tracing::warn!(error = %format!("{e:#}"), "new TLS certificate rejected; keeping the current one");
                                 last_cert = Some(pair);
                             }
                         }
                     }
                     Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read TLS certificate files; keeping the current one"),
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "cannot read TLS certificate files; keeping the current one")
+                    }
                 }
             }
-            state.cert_valid.store(not_expired(not_after), Ordering::Release);
+            state
+                .cert_valid
+                .store(not_expired(not_after), Ordering::Release);
             if let Some(path) = &config_path {
                 match std::fs::read(path) {
                     Ok(bytes) if Some(&bytes) != last_config.as_ref() => {
@@ -105,18 +117,28 @@ pub fn spawn(
                         match parsed {
                             Ok(policy) => {
                                 state.policy.store(Arc::new(policy));
-                                state.metrics.config_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
+                                state
+                                    .metrics
+                                    .config_reloads
+                                    .get_or_create(&ResultLabels { result: "success" })
+                                    .inc();
                                 tracing::info!(path = %path.display(), "reloaded config");
                             }
                             Err(e) => {
-                                state.metrics.config_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
+                                state
+                                    .metrics
+                                    .config_reloads
+                                    .get_or_create(&ResultLabels { result: "failure" })
+                                    .inc();
                                 tracing::error!(path = %path.display(), error = %e, "new config rejected; keeping the current policy");
                             }
                         }
                         last_config = Some(bytes);
                     }
                     Ok(_) => {}
-                    Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot read config; keeping the current policy"),
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot read config; keeping the current policy")
+                    }
                 }
             }
         }

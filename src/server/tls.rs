@@ -92,10 +92,9 @@ pub fn server_config(
             if roots.is_empty() {
                 bail!("client CA file holds no certificate");
             }
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                    .build()
-                    .context("client certificate verifier")?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .context("client certificate verifier")?;
             builder.with_client_cert_verifier(verifier)
         }
     };

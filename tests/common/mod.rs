@@ -60,10 +60,9 @@ pub async fn start_default() -> TestServer {
 /// are configured.
 pub async fn start_with(opts: ServeOptions, dir: tempfile::TempDir) -> TestServer {
     let server = start(opts, None).await.expect("server starts");
-    let ca = server
-        .dev_ca_pem
-        .clone()
-        .unwrap_or_else(|| std::fs::read_to_string(dir.path().join("ca.crt")).expect("ca.crt in test dir"));
+    let ca = server.dev_ca_pem.clone().unwrap_or_else(|| {
+        std::fs::read_to_string(dir.path().join("ca.crt")).expect("ca.crt in test dir")
+    });
     let client = client_for(&ca);
     let base = format!("https://localhost:{}", server.local_addr.port());
     TestServer {
@@ -81,7 +80,12 @@ pub fn fixtures() -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
         .collect();
     out.sort();
     out
@@ -89,6 +93,8 @@ pub fn fixtures() -> Vec<(String, Vec<u8>)> {
 
 /// One fixture's bytes.
 pub fn fixture(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/admission")
+        .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
