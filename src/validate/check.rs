@@ -1,0 +1,474 @@
+//! Checking an admitted object against its queue's compiled limits.
+
+use super::path::{self, FieldPath};
+use super::quantity::Quantity;
+use super::schema::{Schema, ValueType, display_value};
+use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
+use super::{Enforcement, LimitReport, QueueLimits};
+use crate::admission::Operation;
+use crate::policy::Queue;
+use crate::workload::{self, CONTAINER_LISTS, TemplateInfo, WorkloadKind};
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+/// Checks `object` (and, on UPDATE, compares with `old_object`) against the queue's limits.
+///
+/// Every violation is reported, one line each, in a fixed order: namespace, variables (by
+/// name), field limits, the strict template contract, totals, deadline, registries. On
+/// UPDATE, a violation the old object already had (same path, value and limit) does not
+/// block: it becomes a warning, so labels and finalizers of an already-violating object
+/// can still be changed. Other operations are not checked.
+pub fn check_limits(
+    queue: &Queue,
+    kind: WorkloadKind,
+    object: &Value,
+    old_object: Option<&Value>,
+    namespace: Option<&str>,
+    operation: &Operation,
+) -> LimitReport {
+    let limits = &queue.limits;
+    let mut report = LimitReport {
+        enforcement: limits.enforcement,
+        ..LimitReport::default()
+    };
+    if !matches!(operation, Operation::Create | Operation::Update) || limits.is_empty() {
+        return report;
+    }
+    let found = limits.violations(&queue.name, kind, object, namespace, &mut report.warnings);
+    let before: BTreeSet<String> = match (operation, old_object) {
+        (Operation::Update, Some(old)) if !found.is_empty() => limits
+            .violations(&queue.name, kind, old, namespace, &mut Vec::new())
+            .into_iter()
+            .collect(),
+        _ => BTreeSet::new(),
+    };
+    for violation in found {
+        if before.contains(&violation) && limits.enforcement != Enforcement::Audit {
+            report.warnings.push(format!(
+                "{violation} (already so before this update; allowed because this update does not change it)"
+            ));
+        } else {
+            report.violations.push(violation);
+        }
+    }
+    report
+}
+
+/// Registry prefix in the form images are compared in (`acme` → `docker.io/acme`).
+pub(super) fn normalized_registry(prefix: &str) -> String {
+    let first = prefix.split('/').next().unwrap_or_default();
+    if first.contains('.') || first.contains(':') || first == "localhost" {
+        prefix.to_string()
+    } else {
+        format!("docker.io/{prefix}")
+    }
+}
+
+/// An image reference with its implicit registry spelled out (`busybox` →
+/// `docker.io/library/busybox`, `acme/train:1` → `docker.io/acme/train:1`).
+fn normalized_image(image: &str) -> String {
+    match image.split_once('/') {
+        None => format!("docker.io/library/{image}"),
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            image.to_string()
+        }
+        Some(_) => format!("docker.io/{image}"),
+    }
+}
+
+/// True when `image` (normalised) is `prefix` or lies under it (`prefix/`, `prefix:`, `prefix@`).
+fn image_allowed_by(image: &str, prefix: &str) -> bool {
+    match image.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest.starts_with(['/', ':', '@']),
+        None => false,
+    }
+}
+
+/// Literal template values compare by value when both are numbers/quantities (`4` == `"4"`).
+fn same_literal(template: &Value, actual: &Value) -> bool {
+    if template == actual {
+        return true;
+    }
+    match (template, actual) {
+        (Value::Object(_) | Value::Array(_), _) | (_, Value::Object(_) | Value::Array(_)) => false,
+        _ => match (Quantity::from_json(template), Quantity::from_json(actual)) {
+            (Some(Ok(a)), Some(Ok(b))) => a == b,
+            _ => false,
+        },
+    }
+}
+
+/// One evaluation of one object.
+struct Evaluation<'a> {
+    queue: &'a str,
+    kind: WorkloadKind,
+    object: &'a Value,
+    templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
+    violations: Vec<String>,
+}
+
+impl<'a> Evaluation<'a> {
+    fn report(&mut self, text: String) {
+        let line = format!("queue {:?}: {text}", self.queue);
+        if !self.violations.contains(&line) {
+            self.violations.push(line);
+        }
+    }
+
+    /// Every place `path` designates: under the root, or under each pod template.
+    fn places(&self, anchor: Anchor, path: &FieldPath) -> Vec<(String, Option<&'a Value>)> {
+        match anchor {
+            Anchor::Root => path::resolve(self.object, "", &path.0),
+            Anchor::PodTemplate => self
+                .templates
+                .iter()
+                .flat_map(|(info, template)| path::resolve_in_map(template, &info.path, &path.0))
+                .collect(),
+        }
+    }
+
+    /// Root-level template positions only mean something for the template's own kind.
+    fn applies(&self, anchor: Anchor, template_kind: Option<WorkloadKind>) -> bool {
+        anchor == Anchor::PodTemplate || template_kind == Some(self.kind)
+    }
+
+    fn check_schema(&mut self, place: &str, value: Option<&Value>, schema: &Schema, source: &str) {
+        match value {
+            None | Some(Value::Null) => {
+                if schema.required {
+                    self.report(format!("{place} is missing ({source} is required)"));
+                }
+            }
+            Some(value) => {
+                if let Some(problem) = schema.problem(value) {
+                    let shown = display_value(value, Some(schema.value_type()));
+                    self.report(format!("{place}={shown} {problem} ({source})"));
+                }
+            }
+        }
+    }
+
+    fn check_fixed_value(&mut self, leaf: &TemplateLeaf) {
+        for (place, value) in self.places(leaf.anchor, &leaf.path) {
+            match (&leaf.content, value) {
+                (LeafContent::Literal(expected), None | Some(Value::Null)) => self.report(format!(
+                    "{place} is missing; the queue template sets it to {} (strict)",
+                    display_value(expected, Some(ValueType::Quantity))
+                )),
+                (LeafContent::Literal(expected), Some(actual)) => {
+                    if !same_literal(expected, actual) {
+                        self.report(format!(
+                            "{place}={} differs from the queue template's {} (strict)",
+                            display_value(actual, Some(ValueType::Quantity)),
+                            display_value(expected, Some(ValueType::Quantity))
+                        ));
+                    }
+                }
+                (LeafContent::Pattern(pattern), actual) => {
+                    let matches = actual
+                        .and_then(Value::as_str)
+                        .is_some_and(|s| template::match_pattern(pattern, s).is_some());
+                    if !matches {
+                        let shown = actual.map_or("<missing>".to_string(), Value::to_string);
+                        self.report(format!(
+                            "{place}={shown} does not match the queue template's {:?} (strict)",
+                            super::pattern_text(pattern)
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Effective per-pod amount of `resource`: max(Σ containers, largest init container),
+    /// each container's limit, else its request.
+    fn per_pod(template: &Map<String, Value>, resource: &str) -> Quantity {
+        let amount = |container: &Value| -> Option<Quantity> {
+            let resources = container.get("resources")?;
+            let value = resources
+                .get("limits")
+                .and_then(|l| l.get(resource))
+                .or_else(|| resources.get("requests").and_then(|r| r.get(resource)))?;
+            Quantity::from_json(value)?.ok()
+        };
+        let spec = template.get("spec");
+        let list = |name: &str| {
+            spec.and_then(|s| s.get(name))
+                .and_then(Value::as_array)
+                .map(|items| items.iter().filter_map(amount).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        let sum = list(CONTAINER_LISTS[0])
+            .iter()
+            .try_fold(Quantity::ZERO, |total, q| total.checked_add(q));
+        let init_max = list(CONTAINER_LISTS[1]).into_iter().max();
+        match (sum, init_max) {
+            (Some(sum), Some(init)) => sum.max(init),
+            (Some(sum), None) => sum,
+            // Overflowing sums are absurd amounts: make them count as huge.
+            (None, _) => Quantity::parse("1e1000").unwrap_or(Quantity::ZERO),
+        }
+    }
+
+    fn check_total(&mut self, resource: &str, schema: &Schema) {
+        let mut total = Some(Quantity::ZERO);
+        let mut parts = Vec::new();
+        for (info, template) in &self.templates {
+            let per_pod = Self::per_pod(template, resource);
+            if per_pod == Quantity::ZERO {
+                continue;
+            }
+            let replicas = info.replicas.max(0);
+            parts.push(format!("{}: {replicas} × {per_pod}", info.path_or_object()));
+            total = total.and_then(|t| {
+                per_pod
+                    .checked_mul_int(replicas)
+                    .and_then(|p| t.checked_add(&p))
+            });
+        }
+        let shown = total.map_or("too large to count".into(), |t| t.to_string());
+        let Some(total) = total else {
+            self.report(format!(
+                "total {resource} over all pods is {shown} ({})",
+                parts.join(", ")
+            ));
+            return;
+        };
+        if let Some(problem) = schema.problem(&Value::String(total.to_string())) {
+            let detail = if parts.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", parts.join(", "))
+            };
+            self.report(format!(
+                "total {resource} over all pods={shown} {problem} (totals){detail}"
+            ));
+        }
+    }
+
+    fn check_deadline(&mut self, maximum: i64) {
+        let mut places = Vec::new();
+        for root in [
+            "spec.activeDeadlineSeconds",
+            "spec.runPolicy.activeDeadlineSeconds",
+        ] {
+            let path = FieldPath::parse(root).unwrap_or_default();
+            places.extend(path::resolve(self.object, "", &path.0));
+        }
+        let job_level = places.iter().any(|(_, v)| v.is_some());
+        let pod_path = FieldPath::parse("spec.activeDeadlineSeconds").unwrap_or_default();
+        let pod_places = self.places(Anchor::PodTemplate, &pod_path);
+        let every_pod = !pod_places.is_empty() && pod_places.iter().all(|(_, v)| v.is_some());
+        if !job_level && !every_pod {
+            self.report(format!(
+                "activeDeadlineSeconds is not set; the queue allows at most {maximum} (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"
+            ));
+        }
+        let schema_value = Value::from(maximum);
+        for (place, value) in places.into_iter().chain(pod_places) {
+            let Some(value) = value else { continue };
+            let within = value.as_i64().is_some_and(|s| s <= maximum)
+                || Quantity::from_json(value)
+                    .and_then(Result::ok)
+                    .is_some_and(|q| q <= Quantity::from_int(maximum));
+            if !within {
+                self.report(format!(
+                    "{place}={} exceeds maximum {schema_value} (maxActiveDeadlineSeconds)",
+                    display_value(value, Some(ValueType::Integer))
+                ));
+            }
+        }
+    }
+
+    fn check_registries(&mut self, allowed: &[String]) {
+        let mut bad = Vec::new();
+        for (info, template) in &self.templates {
+            let Some(spec) = template.get("spec") else {
+                continue;
+            };
+            for list in CONTAINER_LISTS {
+                let Some(containers) = spec.get(list).and_then(Value::as_array) else {
+                    continue;
+                };
+                for (i, container) in containers.iter().enumerate() {
+                    let place = format!("{}.{list}[{i}].image", info.spec_path());
+                    match container.get("image").and_then(Value::as_str) {
+                        Some(image) => {
+                            let normalized = normalized_image(image);
+                            if !allowed.iter().any(|p| image_allowed_by(&normalized, p)) {
+                                bad.push(format!("{place}={image:?}"));
+                            }
+                        }
+                        None => bad.push(format!("{place}=<none>")),
+                    }
+                }
+            }
+        }
+        for item in bad {
+            self.report(format!(
+                "{item} is not from an allowed registry (allowedRegistries: {})",
+                allowed.join(", ")
+            ));
+        }
+    }
+}
+
+trait TemplateLabel {
+    fn path_or_object(&self) -> String;
+}
+
+impl TemplateLabel for TemplateInfo {
+    /// `spec.tasks[1].template`, or `pod` for a bare Pod.
+    fn path_or_object(&self) -> String {
+        if self.path.is_empty() {
+            "pod".to_string()
+        } else {
+            self.path.clone()
+        }
+    }
+}
+
+impl QueueLimits {
+    /// All violations of `object`, one message each, in a fixed order.
+    fn violations(
+        &self,
+        queue: &str,
+        kind: WorkloadKind,
+        object: &Value,
+        namespace: Option<&str>,
+        warnings: &mut Vec<String>,
+    ) -> Vec<String> {
+        let mut eval = Evaluation {
+            queue,
+            kind,
+            object,
+            templates: workload::templates(kind, object),
+            violations: Vec::new(),
+        };
+
+        if !self.allowed_namespaces.is_empty() {
+            let namespace = namespace.or_else(|| {
+                object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+            });
+            match namespace {
+                Some(ns) if self.allowed_namespaces.iter().any(|a| a == ns) => {}
+                Some(ns) => eval.report(format!(
+                    "namespace {ns:?} is not allowed (allowedNamespaces: {})",
+                    self.allowed_namespaces.join(", ")
+                )),
+                None => warnings.push(format!(
+                    "queue {queue:?}: the namespace is unknown, so allowedNamespaces was not checked"
+                )),
+            }
+        }
+
+        for variable in &self.variables {
+            let source = format!("variable {:?}", variable.name);
+            for location in &variable.locations {
+                if !eval.applies(location.anchor, self.template_kind) {
+                    continue;
+                }
+                for (place, value) in eval.places(location.anchor, &location.path) {
+                    if let [Piece::Variable(_)] = location.pattern.as_slice() {
+                        eval.check_schema(&place, value, &variable.schema, &source);
+                        continue;
+                    }
+                    // The variable is part of a string, e.g. `acme/{{image}}`.
+                    let Some(value) = value.filter(|v| !v.is_null()) else {
+                        eval.check_schema(&place, None, &variable.schema, &source);
+                        continue;
+                    };
+                    let captured = value
+                        .as_str()
+                        .and_then(|s| template::match_pattern(&location.pattern, s));
+                    let Some(captured) = captured else {
+                        eval.report(format!(
+                            "{place}={value} does not match the queue template's {:?} ({source})",
+                            location.written
+                        ));
+                        continue;
+                    };
+                    let slots = location
+                        .pattern
+                        .iter()
+                        .filter(|p| !matches!(p, Piece::Text(_)));
+                    for (piece, text) in slots.zip(captured) {
+                        if matches!(piece, Piece::Variable(n) if *n == variable.name) {
+                            let part = Value::String(text.to_string());
+                            if let Some(problem) = variable.schema.problem(&part) {
+                                let shown =
+                                    display_value(&part, Some(variable.schema.value_type()));
+                                eval.report(format!(
+                                    "{place}={value}: {{{{{}}}}}={shown} {problem} ({source})",
+                                    variable.name
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        for field in &self.fields {
+            let source = format!("field {:?}", field.written);
+            for (place, value) in eval.places(field.anchor, &field.path) {
+                eval.check_schema(&place, value, &field.schema, &source);
+            }
+        }
+
+        for leaf in &self.fixed_values {
+            if eval.applies(leaf.anchor, self.template_kind) {
+                eval.check_fixed_value(leaf);
+            }
+        }
+
+        for total in &self.totals {
+            eval.check_total(&total.resource, &total.schema);
+        }
+
+        if let Some(maximum) = self.max_active_deadline_seconds {
+            eval.check_deadline(maximum);
+        }
+
+        if !self.allowed_registries.is_empty() {
+            eval.check_registries(&self.allowed_registries);
+        }
+
+        eval.violations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_are_normalised_before_prefix_matching() {
+        assert_eq!(normalized_image("busybox"), "docker.io/library/busybox");
+        assert_eq!(normalized_image("acme/train:1"), "docker.io/acme/train:1");
+        assert_eq!(normalized_image("ghcr.io/acme/train"), "ghcr.io/acme/train");
+        assert_eq!(normalized_image("localhost:5000/x"), "localhost:5000/x");
+        assert_eq!(normalized_registry("acme"), "docker.io/acme");
+        assert_eq!(normalized_registry("ghcr.io/acme"), "ghcr.io/acme");
+        assert!(image_allowed_by("ghcr.io/acme/train:1", "ghcr.io/acme"));
+        assert!(image_allowed_by(
+            "docker.io/acme/train@sha256:00",
+            "docker.io/acme/train"
+        ));
+        assert!(!image_allowed_by("ghcr.io/acme-evil/train", "ghcr.io/acme"));
+        assert!(!image_allowed_by("evil.io/ghcr.io/acme/x", "ghcr.io/acme"));
+    }
+
+    #[test]
+    fn literals_compare_numbers_by_value() {
+        use serde_json::json;
+        assert!(same_literal(&json!(4), &json!("4")));
+        assert!(same_literal(&json!(4), &json!("4000m")));
+        assert!(same_literal(&json!("Never"), &json!("Never")));
+        assert!(!same_literal(&json!("Never"), &json!("OnFailure")));
+        assert!(!same_literal(&json!(0), &json!(1)));
+        assert!(!same_literal(&json!(0), &json!([0])));
+    }
+}

@@ -1,0 +1,591 @@
+//! Queue template limits (the validating webhook).
+//!
+//! A W&B launch queue is a job template with typed variables (`{{gpus}}`: integer 0..4).
+//! W&B checks the bounds only for runs submitted through its UI; launchgate checks every
+//! workload of the queue in the cluster, however it was submitted.
+//!
+//! Per queue, [`LimitsConfig`] holds the template text, the variables' schemas, explicit
+//! field limits, per-workload totals, and a few platform guardrails. [`QueueLimits::compile`]
+//! checks and compiles it once; [`check_limits`] then checks each admitted object and
+//! returns one message per violation.
+//!
+//! * [`quantity`]: exact Kubernetes quantities (`13000Mi > 12Gi`).
+//! * [`path`]: field paths (`containers[*].resources.limits["nvidia.com/gpu"]`).
+//! * [`schema`]: the W&B value schema (`type`, `minimum`, `maximum`, `enum`).
+//! * [`template`]: the queue template and where its variables land.
+
+mod check;
+pub mod path;
+pub mod quantity;
+pub mod schema;
+pub mod template;
+
+pub use check::check_limits;
+pub use schema::ValueType;
+
+use crate::policy::ConfigError;
+use crate::workload::WorkloadKind;
+use path::{FieldPath, Segment};
+use schema::{Schema, SchemaKeys};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use template::{Anchor, LeafContent, Piece, TemplateLeaf};
+
+/// Per-queue limits as written in the config (`queues.<name>.limits`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct LimitsConfig {
+    /// What happens to a violation: deny (default), warn or audit.
+    pub enforcement: Enforcement,
+    /// The W&B queue config with `{{var}}` placeholders: YAML or JSON text pasted as-is
+    /// (or a mapping).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<Value>,
+    /// Also reject changes to the template's fixed (non-variable) values.
+    pub strict: bool,
+    /// The template's variables, W&B style: `{type, minimum, maximum, enum, default}`.
+    pub variables: BTreeMap<String, VariableConfig>,
+    /// Limits by field path, relative to each pod spec (or absolute from `spec.`/`metadata.`).
+    pub fields: Vec<FieldLimitConfig>,
+    /// Per-workload totals by resource name: Σ over pod templates of replicas × per-pod amount.
+    pub totals: BTreeMap<String, TotalLimitConfig>,
+    /// Largest allowed `activeDeadlineSeconds`; when set, a workload must have one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_active_deadline_seconds: Option<i64>,
+    /// Image prefixes containers may come from (`ghcr.io/acme`, `docker.io/acme`).
+    pub allowed_registries: Vec<String>,
+    /// Namespaces the queue's workloads may run in.
+    pub allowed_namespaces: Vec<String>,
+}
+
+/// What happens to a violation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Enforcement {
+    /// Rejected, with every violation in the message.
+    #[default]
+    Deny,
+    /// Allowed, with the violations as AdmissionResponse warnings (kubectl prints them).
+    Warn,
+    /// Allowed; violations are logged, counted and put in an audit annotation.
+    Audit,
+}
+
+/// A template variable's schema. W&B nests it as `{schema: {...}}`; both forms are accepted.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VariableConfig {
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub value_type: Option<ValueType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<Value>,
+    #[serde(default, rename = "enum", skip_serializing_if = "Option::is_none")]
+    pub allowed: Option<Vec<Value>>,
+    /// The value W&B fills in when the user gives none; checked against the schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+    /// A workload without the value is a violation (otherwise an absent value is allowed).
+    #[serde(default)]
+    pub required: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// W&B's nested form: `gpus: {schema: {type: integer, minimum: 0, maximum: 4}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Box<VariableConfig>>,
+}
+
+impl VariableConfig {
+    fn keys(&self) -> SchemaKeys<'_> {
+        SchemaKeys {
+            value_type: self.value_type,
+            minimum: self.minimum.as_ref(),
+            maximum: self.maximum.as_ref(),
+            allowed: self.allowed.as_deref(),
+            default: self.default.as_ref(),
+            required: self.required,
+        }
+    }
+
+    fn has_schema_keys(&self) -> bool {
+        self.value_type.is_some()
+            || self.minimum.is_some()
+            || self.maximum.is_some()
+            || self.allowed.is_some()
+            || self.default.is_some()
+    }
+}
+
+/// A limit on a field by path.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FieldLimitConfig {
+    /// E.g. `containers[*].resources.limits.memory` (relative to each pod spec) or
+    /// `spec.parallelism` (absolute).
+    pub path: String,
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub value_type: Option<ValueType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<Value>,
+    #[serde(default, rename = "enum", skip_serializing_if = "Option::is_none")]
+    pub allowed: Option<Vec<Value>>,
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// Bounds of a per-workload total (quantities).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TotalLimitConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<Value>,
+}
+
+/// Where a variable lands in a workload, derived from the template.
+#[derive(Debug, Clone)]
+struct VariableLocation {
+    anchor: Anchor,
+    path: FieldPath,
+    /// The template leaf's content, e.g. `[Variable("gpus")]`.
+    pattern: Vec<Piece>,
+    /// The template leaf as written, for messages.
+    written: String,
+}
+
+#[derive(Debug, Clone)]
+struct VariableLimit {
+    name: String,
+    schema: Schema,
+    locations: Vec<VariableLocation>,
+}
+
+#[derive(Debug, Clone)]
+struct FieldLimit {
+    written: String,
+    anchor: Anchor,
+    path: FieldPath,
+    schema: Schema,
+}
+
+#[derive(Debug, Clone)]
+struct TotalLimit {
+    resource: String,
+    schema: Schema,
+}
+
+/// Compiled limits of one queue.
+#[derive(Debug, Default)]
+pub struct QueueLimits {
+    enforcement: Enforcement,
+    variables: Vec<VariableLimit>,
+    fields: Vec<FieldLimit>,
+    /// The kind the template describes; root-level template positions apply only to it.
+    template_kind: Option<WorkloadKind>,
+    /// `strict`: the template's fixed values.
+    fixed_values: Vec<TemplateLeaf>,
+    totals: Vec<TotalLimit>,
+    max_active_deadline_seconds: Option<i64>,
+    allowed_registries: Vec<String>,
+    allowed_namespaces: Vec<String>,
+}
+
+impl QueueLimits {
+    /// Checks and compiles `cfg`, found at `at` (e.g. `queues.gpu-queue.limits`). Every
+    /// problem is reported, each with the key path it concerns.
+    pub fn compile(cfg: &LimitsConfig, at: &str) -> Result<Self, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut limits = QueueLimits {
+            enforcement: cfg.enforcement,
+            ..QueueLimits::default()
+        };
+
+        let mut schemas = BTreeMap::new();
+        for (name, variable) in &cfg.variables {
+            let var_at = format!("{at}.variables.{name}");
+            let effective = match &variable.schema {
+                Some(_) if variable.has_schema_keys() => {
+                    errors.push(ConfigError::new(
+                        var_at.clone(),
+                        "give the schema either nested under `schema:` or directly, not both",
+                    ));
+                    continue;
+                }
+                Some(nested) => {
+                    let mut merged = (**nested).clone();
+                    merged.required |= variable.required;
+                    if merged.schema.is_some() {
+                        errors.push(ConfigError::new(
+                            format!("{var_at}.schema.schema"),
+                            "`schema` cannot be nested twice",
+                        ));
+                        continue;
+                    }
+                    (merged, format!("{var_at}.schema"))
+                }
+                None => (variable.clone(), var_at.clone()),
+            };
+            if let Some(schema) = Schema::compile(&effective.0.keys(), &effective.1, &mut errors) {
+                schemas.insert(name.clone(), schema);
+            }
+        }
+
+        let template = match &cfg.template {
+            None => None,
+            Some(source) => match template::parse(source) {
+                Ok(t) => Some(t),
+                Err(message) => {
+                    errors.push(ConfigError::new(format!("{at}.template"), message));
+                    None
+                }
+            },
+        };
+        if cfg.strict && cfg.template.is_none() {
+            errors.push(ConfigError::new(
+                format!("{at}.strict"),
+                "`strict: true` needs a `template` whose fixed values it enforces",
+            ));
+        }
+
+        let mut locations: BTreeMap<&str, Vec<VariableLocation>> = BTreeMap::new();
+        if let Some(template) = &template {
+            limits.template_kind = template.kind;
+            let mut reported = BTreeSet::new();
+            for leaf in &template.leaves {
+                let pattern = match &leaf.content {
+                    LeafContent::Pattern(p) => p,
+                    LeafContent::Literal(_) => {
+                        if cfg.strict {
+                            limits.fixed_values.push(leaf.clone());
+                        }
+                        continue;
+                    }
+                };
+                let mut has_variable = false;
+                for name in leaf.variables() {
+                    has_variable = true;
+                    let Some((known, _)) = cfg.variables.get_key_value(name) else {
+                        if reported.insert(name.to_string()) {
+                            errors.push(ConfigError::new(
+                                format!("{at}.template"),
+                                format!(
+                                    "placeholder {{{{{name}}}}} at {} has no schema: add `variables.{name}` with its type and bounds",
+                                    leaf.template_path
+                                ),
+                            ));
+                        }
+                        continue;
+                    };
+                    let entry = locations.entry(known.as_str()).or_default();
+                    let duplicate = entry.iter().any(|l| {
+                        l.anchor == leaf.anchor && l.path == leaf.path && l.pattern == *pattern
+                    });
+                    if !duplicate {
+                        entry.push(VariableLocation {
+                            anchor: leaf.anchor,
+                            path: leaf.path.clone(),
+                            pattern: pattern.clone(),
+                            written: pattern_text(pattern),
+                        });
+                    }
+                }
+                let only_macros = pattern.iter().all(|p| matches!(p, Piece::Macro));
+                if cfg.strict && !has_variable && !only_macros {
+                    limits.fixed_values.push(leaf.clone());
+                }
+            }
+        }
+        for name in cfg.variables.keys() {
+            if locations.contains_key(name.as_str()) {
+                continue;
+            }
+            let why = if cfg.template.is_some() {
+                format!("variable {name:?} does not appear in the template as {{{{{name}}}}}")
+            } else {
+                format!(
+                    "variable {name:?} has no location: add the queue `template` with {{{{{name}}}}} where it goes, or use `fields` to limit a path"
+                )
+            };
+            errors.push(ConfigError::new(format!("{at}.variables.{name}"), why));
+        }
+        for (name, schema) in schemas {
+            if let Some(found) = locations.remove(name.as_str()) {
+                limits.variables.push(VariableLimit {
+                    name,
+                    schema,
+                    locations: found,
+                });
+            }
+        }
+
+        for (i, field) in cfg.fields.iter().enumerate() {
+            let field_at = format!("{at}.fields[{i}]");
+            let path = match FieldPath::parse(&field.path) {
+                Ok(p) => Some(p),
+                Err(why) => {
+                    errors.push(ConfigError::new(
+                        format!("{field_at}.path"),
+                        format!("bad path {:?}: {why}", field.path),
+                    ));
+                    None
+                }
+            };
+            let keys = SchemaKeys {
+                value_type: field.value_type,
+                minimum: field.minimum.as_ref(),
+                maximum: field.maximum.as_ref(),
+                allowed: field.allowed.as_deref(),
+                default: None,
+                required: field.required,
+            };
+            let schema = Schema::compile(&keys, &field_at, &mut errors);
+            if let (Some(path), Some(schema)) = (path, schema) {
+                let (anchor, path) = field_anchor(path);
+                limits.fields.push(FieldLimit {
+                    written: field.path.clone(),
+                    anchor,
+                    path,
+                    schema,
+                });
+            }
+        }
+
+        for (resource, bounds) in &cfg.totals {
+            let keys = SchemaKeys {
+                value_type: Some(ValueType::Quantity),
+                minimum: bounds.minimum.as_ref(),
+                maximum: bounds.maximum.as_ref(),
+                ..SchemaKeys::default()
+            };
+            let total_at = format!("{at}.totals.{resource}");
+            if bounds.minimum.is_none() && bounds.maximum.is_none() {
+                errors.push(ConfigError::new(
+                    total_at.clone(),
+                    "give `maximum` and/or `minimum`",
+                ));
+            }
+            if let Some(schema) = Schema::compile(&keys, &total_at, &mut errors) {
+                limits.totals.push(TotalLimit {
+                    resource: resource.clone(),
+                    schema,
+                });
+            }
+        }
+
+        if let Some(seconds) = cfg.max_active_deadline_seconds {
+            if seconds <= 0 {
+                errors.push(ConfigError::new(
+                    format!("{at}.maxActiveDeadlineSeconds"),
+                    format!("must be a positive number of seconds, got {seconds}"),
+                ));
+            }
+        }
+        limits.max_active_deadline_seconds = cfg.max_active_deadline_seconds;
+        for (i, prefix) in cfg.allowed_registries.iter().enumerate() {
+            let trimmed = prefix.trim().trim_end_matches('/');
+            if trimmed.is_empty() {
+                errors.push(ConfigError::new(
+                    format!("{at}.allowedRegistries[{i}]"),
+                    "empty registry prefix (it would allow every image)",
+                ));
+            } else {
+                limits
+                    .allowed_registries
+                    .push(check::normalized_registry(trimmed));
+            }
+        }
+        for (i, namespace) in cfg.allowed_namespaces.iter().enumerate() {
+            if namespace.trim().is_empty() {
+                errors.push(ConfigError::new(
+                    format!("{at}.allowedNamespaces[{i}]"),
+                    "empty namespace name",
+                ));
+            }
+        }
+        limits.allowed_namespaces = cfg.allowed_namespaces.clone();
+
+        if errors.is_empty() {
+            Ok(limits)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// True when nothing is limited.
+    pub fn is_empty(&self) -> bool {
+        self.variables.is_empty()
+            && self.fields.is_empty()
+            && self.fixed_values.is_empty()
+            && self.totals.is_empty()
+            && self.max_active_deadline_seconds.is_none()
+            && self.allowed_registries.is_empty()
+            && self.allowed_namespaces.is_empty()
+    }
+}
+
+/// A `fields` path: absolute when it starts at `spec`/`metadata`, else relative to each pod
+/// spec (so `containers[*]...` means `<pod template>.spec.containers[*]...`).
+fn field_anchor(path: FieldPath) -> (Anchor, FieldPath) {
+    match path.0.first() {
+        Some(Segment::Key(k)) if k == "spec" || k == "metadata" => (Anchor::Root, path),
+        _ => {
+            let mut segments = vec![Segment::Key("spec".into())];
+            segments.extend(path.0);
+            (Anchor::PodTemplate, FieldPath(segments))
+        }
+    }
+}
+
+/// A pattern written back as template text (`{{gpus}}`, `${run_id}-job`).
+fn pattern_text(pattern: &[Piece]) -> String {
+    pattern
+        .iter()
+        .map(|p| match p {
+            Piece::Text(t) => t.clone(),
+            Piece::Variable(name) => format!("{{{{{name}}}}}"),
+            Piece::Macro => "${...}".to_string(),
+        })
+        .collect()
+}
+
+/// The result of checking an object against its queue's limits.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LimitReport {
+    pub enforcement: Enforcement,
+    /// One line per violation naming queue, field path, value and limit.
+    pub violations: Vec<String>,
+    /// Things the user should know that are not violations (e.g. violations an UPDATE
+    /// left unchanged).
+    pub warnings: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile_yaml(yaml: &str) -> Result<QueueLimits, Vec<ConfigError>> {
+        let cfg: LimitsConfig = serde_norway::from_str(yaml).expect("valid LimitsConfig YAML");
+        QueueLimits::compile(&cfg, "queues.q.limits")
+    }
+
+    fn errors_of(yaml: &str) -> Vec<String> {
+        compile_yaml(yaml)
+            .expect_err("config should be rejected")
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn default_is_empty_and_compiles() {
+        assert!(
+            QueueLimits::compile(&LimitsConfig::default(), "x")
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn placeholder_without_schema_is_named() {
+        let errors = errors_of(
+            "template: |\n  spec:\n    template:\n      spec:\n        containers:\n          - resources: {limits: {cpu: '{{cpu}}'}}\n",
+        );
+        assert_eq!(
+            errors,
+            vec![
+                "queues.q.limits.template: placeholder {{cpu}} at spec.template.spec.containers[0].resources.limits.cpu has no schema: add `variables.cpu` with its type and bounds"
+            ]
+        );
+    }
+
+    #[test]
+    fn minimum_above_maximum_is_named() {
+        let errors = errors_of(
+            "template: \"spec: {template: {spec: {containers: [{resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}}]}}}\"\nvariables:\n  gpus: {type: integer, minimum: 5, maximum: 4}\n",
+        );
+        assert_eq!(
+            errors,
+            vec!["queues.q.limits.variables.gpus.minimum: minimum 5 is greater than maximum 4"]
+        );
+    }
+
+    #[test]
+    fn wandb_nested_schema_form_is_accepted() {
+        let limits = compile_yaml(
+            "template: \"spec: {template: {spec: {containers: [{resources: {limits: {cpu: '{{cpu}}'}}}]}}}\"\nvariables:\n  cpu: {schema: {type: integer, minimum: 1, maximum: 4}}\n",
+        )
+        .unwrap();
+        assert_eq!(limits.variables.len(), 1);
+        let errors = errors_of(
+            "template: \"spec: {a: '{{cpu}}'}\"\nvariables:\n  cpu: {schema: {type: integer, minimum: 5, maximum: 4}}\n",
+        );
+        assert_eq!(
+            errors,
+            vec![
+                "queues.q.limits.variables.cpu.schema.minimum: minimum 5 is greater than maximum 4"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_config_problem_is_reported_with_its_path() {
+        let errors = errors_of(
+            r#"
+template: "spec: {a: '{{known}}'}"
+strict: false
+variables:
+  known: {type: quantity, maximum: lots}
+  unused: {type: string, enum: [a, 1]}
+fields:
+  - {path: "containers[x].image", type: string}
+  - {path: "containers[*].resources.limits.cpu", type: integer, maximum: 2.5}
+totals:
+  nvidia.com/gpu: {}
+maxActiveDeadlineSeconds: 0
+allowedRegistries: [""]
+"#,
+        );
+        let expected_paths = [
+            "queues.q.limits.variables.known.maximum: maximum lots is not a valid quantity",
+            "queues.q.limits.variables.unused.enum[1]: enum value 1 is not a string",
+            "queues.q.limits.variables.unused: variable \"unused\" does not appear in the template",
+            "queues.q.limits.fields[0].path: bad path",
+            "queues.q.limits.fields[1].maximum: maximum 2.5 is not an integer",
+            "queues.q.limits.totals.nvidia.com/gpu: give `maximum` and/or `minimum`",
+            "queues.q.limits.maxActiveDeadlineSeconds: must be a positive",
+            "queues.q.limits.allowedRegistries[0]: empty registry prefix",
+        ];
+        for expected in expected_paths {
+            assert!(
+                errors.iter().any(|e| e.starts_with(expected)),
+                "missing {expected:?} in {errors:#?}"
+            );
+        }
+        assert_eq!(errors.len(), expected_paths.len(), "{errors:#?}");
+    }
+
+    #[test]
+    fn variable_without_template_is_rejected() {
+        let errors = errors_of("variables:\n  gpus: {type: integer, maximum: 4}\n");
+        assert!(errors[0].contains("has no location"), "{errors:?}");
+        let errors = errors_of("strict: true\n");
+        assert!(
+            errors[0].starts_with("queues.q.limits.strict:"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_types_are_rejected_by_the_parser() {
+        assert!(serde_norway::from_str::<LimitsConfig>("variables: {g: {type: float}}").is_ok());
+        assert!(serde_norway::from_str::<LimitsConfig>("variables: {g: {type: bool}}").is_err());
+        assert!(serde_norway::from_str::<LimitsConfig>("variables: {g: {maximim: 1}}").is_err());
+        assert!(serde_norway::from_str::<LimitsConfig>("enforcement: block").is_err());
+        assert!(serde_norway::from_str::<LimitsConfig>("maxDeadline: 1").is_err());
+    }
+}
