@@ -1,0 +1,189 @@
+{{/* Chart name. */}}
+{{- define "launchgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the release name when it already contains the chart name. */}}
+{{- define "launchgate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "launchgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "launchgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "launchgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "launchgate.labels" -}}
+helm.sh/chart: {{ include "launchgate.chart" . }}
+{{ include "launchgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: admission-webhook
+{{- end }}
+
+{{- define "launchgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "launchgate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "launchgate.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "launchgate.fullname" .)) .Values.certs.secretName }}
+{{- end }}
+
+{{/* DNS name the API server dials: <service>.<namespace>.svc */}}
+{{- define "launchgate.serviceDNS" -}}
+{{- printf "%s.%s.svc" (include "launchgate.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{- define "launchgate.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The cert-manager Certificate that cainjector reads the CA from. */}}
+{{- define "launchgate.certificateName" -}}
+{{- printf "%s-serving" (include "launchgate.fullname" .) }}
+{{- end }}
+
+{{/*
+Label keys that mark a launch workload: webhook.matchConditions.labels, else the config's
+match.launchLabels + match.queueLabels, else the server's defaults.
+*/}}
+{{- define "launchgate.launchLabelKeys" -}}
+{{- $keys := .Values.webhook.matchConditions.labels }}
+{{- if not $keys }}
+{{- $match := default dict .Values.config.match }}
+{{- $keys = concat (default (list "wandb.ai/monitor" "wandb.ai/agent") $match.launchLabels) (default (list "launchgate.io/queue" "queue") $match.queueLabels) }}
+{{- end }}
+{{- toJson (uniq $keys) }}
+{{- end }}
+
+{{/*
+CEL: does the labels map at `path` carry any launch label? Guards every step with has() so a
+missing field is false, never an evaluation error (an error would apply the failurePolicy).
+Arguments: list of path segments after the root, the root variable, and the key list.
+*/}}
+{{- define "launchgate.celHasLabel" -}}
+{{- $root := index . 0 }}
+{{- $segments := index . 1 }}
+{{- $keys := index . 2 }}
+{{- $guards := list }}
+{{- $cur := $root }}
+{{- range $segments }}
+{{- $cur = printf "%s.%s" $cur . }}
+{{- $guards = append $guards (printf "has(%s)" $cur) }}
+{{- end }}
+{{- $tests := list }}
+{{- range $keys }}
+{{- $tests = append $tests (printf "'%s' in %s" . $cur) }}
+{{- end }}
+{{- printf "(%s && (%s))" (join " && " $guards) (join " || " $tests) }}
+{{- end }}
+
+{{/* The CEL expression: the object, or one of its pod templates, carries a launch label. */}}
+{{- define "launchgate.celLaunchWorkload" -}}
+{{- $keys := include "launchgate.launchLabelKeys" . | fromJsonArray }}
+{{- $parts := list }}
+{{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "metadata" "labels") $keys)) }}
+{{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "spec" "template" "metadata" "labels") $keys)) }}
+{{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.tasks) && object.spec.tasks.exists(t, %s))" (include "launchgate.celHasLabel" (list "t" (list "template" "metadata" "labels") $keys))) }}
+{{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.pytorchReplicaSpecs) && object.spec.pytorchReplicaSpecs.exists(r, %s))" (include "launchgate.celHasLabel" (list "object.spec.pytorchReplicaSpecs[r]" (list "template" "metadata" "labels") $keys))) }}
+{{- join " || " $parts }}
+{{- end }}
+
+{{/* CEL: the object carries none of config.match.excludeLabels (default wandb: launch, image builds). */}}
+{{- define "launchgate.celExcluded" -}}
+{{- $match := default dict .Values.config.match }}
+{{- $exclude := dict "wandb" "launch" }}
+{{- if hasKey $match "excludeLabels" }}{{ $exclude = default dict $match.excludeLabels }}{{ end }}
+{{- $tests := list }}
+{{- range $k, $v := $exclude }}
+{{- $tests = append $tests (printf "(has(object.metadata.labels) && '%s' in object.metadata.labels && object.metadata.labels['%s'] == '%s')" $k $k $v) }}
+{{- end }}
+{{- if $tests }}{{ printf "!(%s)" (join " || " $tests) }}{{ end }}
+{{- end }}
+
+{{/* Shared parts of both webhooks (namespaceSelector, objectSelector, matchConditions). */}}
+{{- define "launchgate.webhookSelectors" -}}
+namespaceSelector:
+  {{- with .Values.webhook.namespaceSelector.matchLabels }}
+  matchLabels:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values:
+        {{- toYaml (uniq (append .Values.webhook.excludeNamespaces .Release.Namespace)) | nindent 8 }}
+    {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- with .Values.webhook.objectSelector }}
+objectSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .Values.webhook.matchConditions.enabled }}
+matchConditions:
+  - name: launch-workload
+    expression: {{ include "launchgate.celLaunchWorkload" . | quote }}
+  {{- with include "launchgate.celExcluded" . }}
+  - name: not-excluded
+    expression: {{ . | quote }}
+  {{- end }}
+  {{- with .Values.webhook.matchConditions.extra }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Admission rules: CREATE and UPDATE only (on DELETE `object` is null). */}}
+{{- define "launchgate.webhookRules" -}}
+rules:
+  {{- if .Values.webhook.rules.pods }}
+  - apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["pods"]
+    operations: ["CREATE", "UPDATE"]
+    scope: Namespaced
+  {{- end }}
+  {{- if .Values.webhook.rules.jobs }}
+  - apiGroups: ["batch"]
+    apiVersions: ["v1"]
+    resources: ["jobs"]
+    operations: ["CREATE", "UPDATE"]
+    scope: Namespaced
+  {{- end }}
+  {{- if .Values.webhook.rules.volcano }}
+  - apiGroups: ["batch.volcano.sh"]
+    apiVersions: ["v1alpha1"]
+    resources: ["jobs"]
+    operations: ["CREATE", "UPDATE"]
+    scope: Namespaced
+  {{- end }}
+  {{- if .Values.webhook.rules.pytorchjob }}
+  - apiGroups: ["kubeflow.org"]
+    apiVersions: ["v1"]
+    resources: ["pytorchjobs"]
+    operations: ["CREATE", "UPDATE"]
+    scope: Namespaced
+  {{- end }}
+{{- end }}

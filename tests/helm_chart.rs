@@ -1,0 +1,865 @@
+//! The Helm chart (charts/launchgate) and the plain manifests (manifests/), checked with the real
+//! Helm library (helm-sdkpy, Helm v4 in Go) through `scripts/helm_check.py`:
+//! lint, render, parse every object into k8s-openapi types, and hold the webhook
+//! configurations to the rules that keep a webhook from taking a cluster down.
+//!
+//! Needs `pip install --ignore-requires-python helm-sdkpy`; without it these tests fail (never skip).
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+const INSTALL_HINT: &str = "pip install --ignore-requires-python helm-sdkpy";
+const RELEASE_NS: &str = "launchgate";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `python3 scripts/helm_check.py ARGS`; panics with the install hint when the Helm
+/// library is missing, returns (success, stdout, stderr) otherwise.
+fn helm_check(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("python3")
+        .arg(root().join("scripts/helm_check.py"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}); the chart tests need Python 3 and `{INSTALL_HINT}`")
+        });
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if out.status.code() == Some(3) || stderr.contains("helm_sdkpy") && stderr.contains("No module")
+    {
+        panic!("the Python Helm library is missing: run `{INSTALL_HINT}`\n{stderr}");
+    }
+    (out.status.success(), stdout, stderr)
+}
+
+/// Renders the chart (like `helm template`) and returns every object as JSON.
+fn render(args: &[&str]) -> Vec<Value> {
+    let mut full = vec!["render"];
+    full.extend_from_slice(args);
+    let (ok, stdout, stderr) = helm_check(&full);
+    assert!(ok, "helm_check.py {full:?} failed:\n{stderr}");
+    parse_docs(&stdout)
+}
+
+fn parse_docs(text: &str) -> Vec<Value> {
+    serde_norway::Deserializer::from_str(text)
+        .map(|doc| Value::deserialize(doc).expect("valid YAML document"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn kind(v: &Value) -> &str {
+    v["kind"].as_str().unwrap_or_default()
+}
+
+fn of_kind<'a>(objs: &'a [Value], k: &str) -> Vec<&'a Value> {
+    objs.iter().filter(|o| kind(o) == k).collect()
+}
+
+fn one<T: DeserializeOwned>(objs: &[Value], k: &str) -> T {
+    let found = of_kind(objs, k);
+    assert_eq!(
+        found.len(),
+        1,
+        "expected exactly one {k}, found {}",
+        found.len()
+    );
+    typed(found[0])
+}
+
+fn typed<T: DeserializeOwned>(v: &Value) -> T {
+    serde_json::from_value(v.clone())
+        .unwrap_or_else(|e| panic!("{} {}: {e}", kind(v), v["metadata"]["name"]))
+}
+
+/// Deletes empty maps/lists and nulls, so a typed round trip can be compared to the source.
+fn prune(v: &Value) -> Option<Value> {
+    match v {
+        Value::Null => None,
+        Value::Object(m) => {
+            let m: serde_json::Map<String, Value> = m
+                .iter()
+                .filter_map(|(k, v)| prune(v).map(|v| (k.clone(), v)))
+                .collect();
+            (!m.is_empty()).then_some(Value::Object(m))
+        }
+        Value::Array(a) => {
+            let a: Vec<Value> = a.iter().filter_map(prune).collect();
+            (!a.is_empty()).then_some(Value::Array(a))
+        }
+        other => Some(other.clone()),
+    }
+}
+
+/// Parses `v` as `T` and checks nothing was lost: a misspelled or misplaced field in a
+/// template would be silently dropped by the typed parse, and shows up here.
+fn round_trip<T: DeserializeOwned + serde::Serialize>(v: &Value) {
+    let t: T = typed(v);
+    let back = serde_json::to_value(&t).unwrap();
+    assert_eq!(
+        prune(&back),
+        prune(v),
+        "{} {} has fields Kubernetes does not know (typo or wrong nesting?)",
+        kind(v),
+        v["metadata"]["name"]
+    );
+}
+
+/// Every object parses into its k8s-openapi type without losing a field; CRD-backed objects
+/// (cert-manager, Prometheus Operator) at least carry apiVersion/kind/metadata.name/spec.
+fn check_all_objects(objs: &[Value]) {
+    assert!(!objs.is_empty());
+    for o in objs {
+        let api = o["apiVersion"].as_str().unwrap_or_default();
+        assert!(
+            o["metadata"]["name"].is_string(),
+            "object without a name: {o}"
+        );
+        match (api, kind(o)) {
+            ("v1", "ConfigMap") => round_trip::<ConfigMap>(o),
+            ("v1", "Secret") => round_trip::<Secret>(o),
+            ("v1", "Service") => round_trip::<Service>(o),
+            ("v1", "ServiceAccount") => round_trip::<ServiceAccount>(o),
+            ("v1", "Namespace") => round_trip::<Namespace>(o),
+            ("apps/v1", "Deployment") => round_trip::<Deployment>(o),
+            ("policy/v1", "PodDisruptionBudget") => round_trip::<PodDisruptionBudget>(o),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<ClusterRole>(o),
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                round_trip::<ClusterRoleBinding>(o)
+            }
+            ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
+                round_trip::<MutatingWebhookConfiguration>(o)
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+                round_trip::<ValidatingWebhookConfiguration>(o)
+            }
+            ("cert-manager.io/v1", "Certificate" | "Issuer")
+            | ("monitoring.coreos.com/v1", "ServiceMonitor") => {
+                assert!(o["spec"].is_object(), "{api} {} without spec", kind(o))
+            }
+            other => panic!("unexpected object {other:?} in the chart"),
+        }
+        if o["metadata"]["namespace"].is_string() {
+            assert_eq!(
+                o["metadata"]["namespace"],
+                RELEASE_NS,
+                "{} in another namespace",
+                kind(o)
+            );
+        }
+    }
+}
+
+/// The common view of one webhook of either kind.
+struct Hook {
+    name: String,
+    side_effects: String,
+    versions: Vec<String>,
+    timeout: Option<i32>,
+    failure_policy: Option<String>,
+    reinvocation: Option<String>,
+    client: WebhookClientConfig,
+    rules: Vec<RuleWithOperations>,
+    namespace_selector: Option<LabelSelector>,
+    has_match_conditions: bool,
+}
+
+fn mutating_hooks(objs: &[Value]) -> Vec<Hook> {
+    let m: MutatingWebhookConfiguration = one(objs, "MutatingWebhookConfiguration");
+    m.webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| Hook {
+            name: w.name,
+            side_effects: w.side_effects,
+            versions: w.admission_review_versions,
+            timeout: w.timeout_seconds,
+            failure_policy: w.failure_policy,
+            reinvocation: w.reinvocation_policy,
+            client: w.client_config,
+            rules: w.rules.unwrap_or_default(),
+            namespace_selector: w.namespace_selector,
+            has_match_conditions: w.match_conditions.is_some_and(|c| !c.is_empty()),
+        })
+        .collect()
+}
+
+fn validating_hooks(objs: &[Value]) -> Vec<Hook> {
+    let v: ValidatingWebhookConfiguration = one(objs, "ValidatingWebhookConfiguration");
+    v.webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| Hook {
+            name: w.name,
+            side_effects: w.side_effects,
+            versions: w.admission_review_versions,
+            timeout: w.timeout_seconds,
+            failure_policy: w.failure_policy,
+            reinvocation: None,
+            client: w.client_config,
+            rules: w.rules.unwrap_or_default(),
+            namespace_selector: w.namespace_selector,
+            has_match_conditions: w.match_conditions.is_some_and(|c| !c.is_empty()),
+        })
+        .collect()
+}
+
+fn excluded_namespaces(sel: &LabelSelector) -> Vec<String> {
+    sel.match_expressions
+        .iter()
+        .flatten()
+        .filter(|e| e.key == "kubernetes.io/metadata.name" && e.operator == "NotIn")
+        .flat_map(|e| e.values.clone().unwrap_or_default())
+        .collect()
+}
+
+/// (group, version, resource) triples the rules cover, with their operations.
+fn rule_targets(rules: &[RuleWithOperations]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for r in rules {
+        let ops = r.operations.clone().unwrap_or_default();
+        assert_eq!(
+            ops,
+            ["CREATE", "UPDATE"],
+            "only CREATE/UPDATE (on DELETE `object` is null)"
+        );
+        for g in r.api_groups.iter().flatten() {
+            for v in r.api_versions.iter().flatten() {
+                for res in r.resources.iter().flatten() {
+                    assert!(!res.contains('/'), "no subresources: {res}");
+                    out.push((g.clone(), v.clone(), res.clone()));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn gvr(g: &str, v: &str, r: &str) -> (String, String, String) {
+    (g.into(), v.into(), r.into())
+}
+
+/// The rules every webhook configuration must follow, in any values combination.
+fn check_hook(h: &Hook, path: &str, service: &str) {
+    assert_eq!(
+        h.side_effects, "None",
+        "{}: sideEffects None, or kubectl --dry-run=server breaks",
+        h.name
+    );
+    assert_eq!(h.versions, ["v1"], "{}: admissionReviewVersions", h.name);
+    let t = h.timeout.expect("timeoutSeconds set explicitly");
+    assert!(
+        (1..=30).contains(&t),
+        "{}: timeoutSeconds {t} outside 1..=30",
+        h.name
+    );
+    let svc = h.client.service.as_ref().expect("clientConfig.service");
+    assert_eq!(svc.path.as_deref(), Some(path), "{}: path", h.name);
+    assert_eq!(svc.name, service);
+    assert_eq!(svc.namespace, RELEASE_NS);
+    assert_eq!(svc.port, Some(443));
+    assert!(h.client.url.is_none());
+    let excluded = excluded_namespaces(h.namespace_selector.as_ref().expect("namespaceSelector"));
+    for ns in ["kube-system", "kube-node-lease", RELEASE_NS] {
+        assert!(
+            excluded.iter().any(|e| e == ns),
+            "{}: namespace {ns} not excluded: {excluded:?}",
+            h.name
+        );
+    }
+    assert!(
+        matches!(h.failure_policy.as_deref(), Some("Fail" | "Ignore")),
+        "{}: failurePolicy set explicitly",
+        h.name
+    );
+}
+
+fn hooks_of(objs: &[Value]) -> (Hook, Hook) {
+    let mut m = mutating_hooks(objs);
+    let mut v = validating_hooks(objs);
+    assert_eq!((m.len(), v.len()), (1, 1));
+    (m.remove(0), v.remove(0))
+}
+
+fn ca_bundle(h: &Hook) -> String {
+    String::from_utf8(h.client.ca_bundle.as_ref().expect("caBundle").0.clone()).expect("PEM")
+}
+
+fn deployment_env(d: &Deployment) -> Vec<(String, String)> {
+    let c = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    c.env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+#[test]
+fn chart_lints_with_default_and_ci_values() {
+    // Default values, ci/cert-manager-values.yaml (cert-manager mode, CRD rules off) and
+    // ci/manifests-values.yaml, each with Helm's Lint action (schema validation included).
+    let (ok, _, stderr) = helm_check(&["lint"]);
+    assert!(ok, "helm lint failed:\n{stderr}");
+    for f in [
+        "default values",
+        "charts/launchgate/ci/cert-manager-values.yaml",
+        "charts/launchgate/ci/manifests-values.yaml",
+    ] {
+        assert!(
+            stderr.contains(&format!("lint ok ({f})")),
+            "{f} not linted:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn default_render_is_a_safe_webhook() {
+    let objs = render(&[]);
+    check_all_objects(&objs);
+    let (m, v) = hooks_of(&objs);
+    check_hook(&m, "/mutate", "launchgate");
+    check_hook(&v, "/validate", "launchgate");
+    assert_eq!(m.name, "mutate.launchgate.io");
+    assert_eq!(v.name, "validate.launchgate.io");
+    assert_eq!(m.reinvocation.as_deref(), Some("IfNeeded"));
+    assert_eq!(
+        (m.failure_policy.as_deref(), v.failure_policy.as_deref()),
+        (Some("Ignore"), Some("Fail"))
+    );
+    assert_eq!((m.timeout, v.timeout), (Some(5), Some(5)));
+    assert!(
+        m.has_match_conditions && v.has_match_conditions,
+        "matchConditions on by default"
+    );
+    let expected = vec![
+        gvr("", "v1", "pods"),
+        gvr("batch", "v1", "jobs"),
+        gvr("batch.volcano.sh", "v1alpha1", "jobs"),
+        gvr("kubeflow.org", "v1", "pytorchjobs"),
+    ];
+    let mut expected_sorted = expected.clone();
+    expected_sorted.sort();
+    assert_eq!(rule_targets(&m.rules), expected_sorted);
+    assert_eq!(rule_targets(&v.rules), expected_sorted);
+
+    // Generated certificates: the Secret's CA is the caBundle of both webhooks.
+    let secret: Secret = one(&objs, "Secret");
+    assert_eq!(secret.metadata.name.as_deref(), Some("launchgate-tls"));
+    let data = secret.data.unwrap();
+    let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
+    assert_eq!(ca_bundle(&m).trim(), ca.trim());
+    assert_eq!(ca_bundle(&v).trim(), ca.trim());
+    assert!(data.contains_key("tls.crt") && data.contains_key("tls.key"));
+
+    // Deployment: HA, hardened, probes over HTTPS, certs/config mounted as whole directories.
+    let d: Deployment = one(&objs, "Deployment");
+    let spec = d.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    let ru = spec
+        .strategy
+        .as_ref()
+        .unwrap()
+        .rolling_update
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&ru.max_unavailable).unwrap(),
+        0,
+        "never drop below the ready count"
+    );
+    let pod = spec.template.spec.as_ref().unwrap();
+    let psc = pod.security_context.as_ref().unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(
+        psc.seccomp_profile.as_ref().unwrap().type_,
+        "RuntimeDefault"
+    );
+    assert_eq!(
+        pod.automount_service_account_token,
+        Some(false),
+        "no API access without clusterLookups"
+    );
+    assert!(pod.affinity.as_ref().unwrap().pod_anti_affinity.is_some());
+    let c = &pod.containers[0];
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        sc.capabilities.as_ref().unwrap().drop.as_deref(),
+        Some(&["ALL".to_string()][..])
+    );
+    assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+    let res = c.resources.as_ref().unwrap();
+    assert!(
+        res.requests
+            .as_ref()
+            .is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory"))
+    );
+    assert!(
+        res.limits
+            .as_ref()
+            .is_some_and(|r| r.contains_key("memory"))
+    );
+    for (probe, path) in [
+        (&c.liveness_probe, "/healthz"),
+        (&c.readiness_probe, "/readyz"),
+    ] {
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(
+            get.scheme.as_deref(),
+            Some("HTTPS"),
+            "the server only speaks TLS"
+        );
+    }
+    for m in c.volume_mounts.iter().flatten() {
+        assert!(
+            m.sub_path.is_none(),
+            "subPath mounts never see Secret/ConfigMap updates"
+        );
+    }
+    let env = deployment_env(&d);
+    let get = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(get("LAUNCHGATE_TLS_CERT"), "/etc/launchgate/tls/tls.crt");
+    assert_eq!(get("LAUNCHGATE_TLS_KEY"), "/etc/launchgate/tls/tls.key");
+    assert_eq!(
+        get("LAUNCHGATE_CONFIG"),
+        "/etc/launchgate/config/config.yaml"
+    );
+    assert_eq!(get("LAUNCHGATE_SHUTDOWN_DELAY"), "5");
+    let grace = pod.termination_grace_period_seconds.unwrap();
+    assert!(grace > 5 + get("LAUNCHGATE_DRAIN_TIMEOUT").parse::<i64>().unwrap());
+    assert!(
+        d.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .is_none(),
+        "no checksum annotation by default: config is hot-reloaded"
+    );
+
+    let pdb: PodDisruptionBudget = one(&objs, "PodDisruptionBudget");
+    assert!(pdb.spec.unwrap().max_unavailable.is_some());
+    // The Service routes 443 to the container's https port.
+    let svc: Service = one(&objs, "Service");
+    let port = &svc.spec.unwrap().ports.unwrap()[0];
+    assert_eq!(port.port, 443);
+    assert!(
+        c.ports
+            .iter()
+            .flatten()
+            .any(|p| p.container_port == 8443 && p.name.as_deref() == Some("https"))
+    );
+    // No RBAC unless a feature needs it.
+    assert!(of_kind(&objs, "ClusterRole").is_empty() && of_kind(&objs, "Role").is_empty());
+    // The config map carries the values' config.
+    let cm: ConfigMap = one(&objs, "ConfigMap");
+    let cfg: Value = serde_norway::from_str(&cm.data.unwrap()["config.yaml"]).unwrap();
+    assert_eq!(cfg["defaultQueue"], "gpu-queue");
+}
+
+#[test]
+fn cert_manager_mode_with_crd_rules_off() {
+    let objs = render(&["-f", "charts/launchgate/ci/cert-manager-values.yaml"]);
+    check_all_objects(&objs);
+    let (m, v) = hooks_of(&objs);
+    check_hook(&m, "/mutate", "launchgate");
+    check_hook(&v, "/validate", "launchgate");
+    let core = vec![gvr("", "v1", "pods"), gvr("batch", "v1", "jobs")];
+    assert_eq!(rule_targets(&m.rules), core);
+    assert_eq!(rule_targets(&v.rules), core);
+    assert!(
+        !m.has_match_conditions,
+        "matchConditions switched off in this values file"
+    );
+    // No chart-made Secret and no caBundle: cainjector fills it from the Certificate's CA.
+    assert!(of_kind(&objs, "Secret").is_empty());
+    assert!(m.client.ca_bundle.is_none() && v.client.ca_bundle.is_none());
+    for k in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let o = of_kind(&objs, k)[0];
+        assert_eq!(
+            o["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "launchgate/launchgate-serving"
+        );
+    }
+    let serving = of_kind(&objs, "Certificate")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "launchgate-serving")
+        .expect("serving Certificate");
+    assert_eq!(serving["spec"]["secretName"], "launchgate-tls");
+    let names: Vec<&str> = serving["spec"]["dnsNames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(names.contains(&"launchgate.launchgate.svc"));
+    // The CA that cainjector injects is long-lived and separate from the rotating leaf.
+    assert!(
+        of_kind(&objs, "Certificate")
+            .iter()
+            .any(|c| c["spec"]["isCA"] == true)
+    );
+    // Options exercised by the file.
+    let d: Deployment = one(&objs, "Deployment");
+    let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    assert_eq!(
+        pod.automount_service_account_token,
+        Some(true),
+        "clusterLookups needs the token"
+    );
+    assert!(
+        d.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key("checksum/config")
+    );
+    let role: ClusterRole = one(&objs, "ClusterRole");
+    let rules = role.rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].api_groups.as_deref(),
+        Some(&["batch.volcano.sh".to_string()][..])
+    );
+    assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
+    let sm = of_kind(&objs, "ServiceMonitor");
+    assert_eq!(sm.len(), 1);
+    assert_eq!(sm[0]["spec"]["endpoints"][0]["scheme"], "https");
+    assert_eq!(sm[0]["spec"]["endpoints"][0]["path"], "/metrics");
+}
+
+#[test]
+fn generated_certificate_is_kept_across_upgrades_and_rotated_near_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = "-----BEGIN CERTIFICATE-----\nT0xEQ0E=\n-----END CERTIFICATE-----\n";
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let existing = |expires: u64| -> PathBuf {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "launchgate-tls", "namespace": RELEASE_NS,
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {"meta.helm.sh/release-name": "launchgate",
+                    "meta.helm.sh/release-namespace": RELEASE_NS,
+                    "launchgate.io/cert-expires": expires.to_string()}},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": b64("OLD CERT"), "tls.key": b64("OLD KEY"), "ca.crt": b64(old_ca)}
+        });
+        let p = dir.path().join(format!("existing-{expires}.json"));
+        std::fs::write(&p, secret.to_string()).unwrap();
+        p
+    };
+    // An upgrade finds the Secret (lookup) far from expiry: certificate and CA are kept.
+    let far = existing(now + 400 * 86400);
+    let objs = render(&["--existing", far.to_str().unwrap()]);
+    let (m, v) = hooks_of(&objs);
+    assert_eq!(ca_bundle(&m).trim(), old_ca.trim());
+    assert_eq!(ca_bundle(&v).trim(), old_ca.trim());
+    let secret: Secret = one(&objs, "Secret");
+    assert_eq!(secret.data.unwrap()["tls.crt"].0, b"OLD CERT");
+
+    // Within renewBeforeDays: a new CA and certificate; the old CA stays in caBundle for this
+    // revision so pods still serving the old certificate are trusted until they reload.
+    let near = existing(now + 10 * 86400);
+    let objs = render(&["--existing", near.to_str().unwrap()]);
+    let (m, _) = hooks_of(&objs);
+    let bundle = ca_bundle(&m);
+    let secret: Secret = one(&objs, "Secret");
+    let data = secret.data.unwrap();
+    assert_ne!(data["tls.crt"].0, b"OLD CERT");
+    let new_ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
+    assert!(bundle.contains(new_ca.trim()), "new CA trusted");
+    assert!(
+        bundle.contains(old_ca.trim()),
+        "old CA still trusted during the rotation"
+    );
+}
+
+#[test]
+fn bad_values_fail_at_install_time() {
+    for bad in [
+        r#"{"webhook":{"timeoutSeconds":31}}"#,
+        r#"{"webhook":{"timeoutSeconds":0}}"#,
+        r#"{"webhook":{"validate":{"failurePolicy":"Sometimes"}}}"#,
+        r#"{"webhook":{"mutate":{"reinvocationPolicy":"Always"}}}"#,
+        r#"{"replicaCount":"two"}"#,
+        r#"{"certs":{"mode":"selfsigned"}}"#,
+        r#"{"replicas":3}"#,
+        r#"{"terminationGracePeriodSeconds":10}"#,
+        r#"{"certs":{"mode":"external"}}"#,
+    ] {
+        let (ok, _, stderr) = helm_check(&["render", "--set-json", bad]);
+        assert!(!ok, "values {bad} were accepted");
+        assert!(stderr.contains("render failed"), "{bad}: {stderr}");
+    }
+}
+
+#[test]
+fn timeouts_and_failure_policies_are_configurable() {
+    let objs = render(&[
+        "--set-json",
+        r#"{"webhook":{"timeoutSeconds":3,"mutate":{"failurePolicy":"Fail"},"validate":{"failurePolicy":"Ignore"},"excludeNamespaces":["kube-system","kube-node-lease","monitoring"]}}"#,
+    ]);
+    let (m, v) = hooks_of(&objs);
+    check_hook(&m, "/mutate", "launchgate");
+    check_hook(&v, "/validate", "launchgate");
+    assert_eq!((m.timeout, v.timeout), (Some(3), Some(3)));
+    assert_eq!(
+        (m.failure_policy.as_deref(), v.failure_policy.as_deref()),
+        (Some("Fail"), Some("Ignore"))
+    );
+    assert!(
+        excluded_namespaces(m.namespace_selector.as_ref().unwrap())
+            .contains(&"monitoring".to_string())
+    );
+    // Another release namespace is excluded too (the webhook's own pods must always schedule).
+    let objs = render(&["--namespace", "platform", "--release", "gate"]);
+    let m: MutatingWebhookConfiguration = one(&objs, "MutatingWebhookConfiguration");
+    let w = &m.webhooks.unwrap()[0];
+    assert!(
+        excluded_namespaces(w.namespace_selector.as_ref().unwrap())
+            .contains(&"platform".to_string())
+    );
+    assert_eq!(
+        w.client_config.service.as_ref().unwrap().name,
+        "gate-launchgate"
+    );
+}
+
+/// manifests/*.yaml: valid Kubernetes objects, and launchgate.yaml is exactly the chart
+/// rendered with ci/manifests-values.yaml (so the two cannot drift apart).
+#[test]
+fn manifests_parse_and_agree_with_the_chart() {
+    let dir = root().join("manifests");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    assert!(files.iter().any(|f| f.ends_with("launchgate.yaml")));
+    let mut all = Vec::new();
+    for f in &files {
+        let objs = parse_docs(&std::fs::read_to_string(f).unwrap());
+        assert!(!objs.is_empty(), "{} is empty", f.display());
+        check_all_objects(&objs);
+        all.extend(objs);
+    }
+    let (m, v) = hooks_of(&all);
+    check_hook(&m, "/mutate", "launchgate");
+    check_hook(&v, "/validate", "launchgate");
+    // The documented placeholder, replaced with base64(certs/ca.crt) at install.
+    assert_eq!(ca_bundle(&m), "CA_BUNDLE_PLACEHOLDER_SEE_README");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    assert!(
+        readme.contains("Q0FfQlVORExFX1BMQUNFSE9MREVSX1NFRV9SRUFETUU=")
+            && readme.contains("launchgate certs")
+    );
+
+    // Same webhooks as the chart's default install (rules, paths, sideEffects, failurePolicy...).
+    let chart = render(&[]);
+    let (cm, cv) = hooks_of(&chart);
+    for (a, b) in [(&m, &cm), (&v, &cv)] {
+        assert_eq!(a.name, b.name);
+        assert_eq!(rule_targets(&a.rules), rule_targets(&b.rules));
+        assert_eq!(a.client.service, b.client.service);
+        assert_eq!(
+            (&a.side_effects, &a.failure_policy, a.timeout),
+            (&b.side_effects, &b.failure_policy, b.timeout)
+        );
+        assert_eq!(a.reinvocation, b.reinvocation);
+        assert_eq!(a.namespace_selector, b.namespace_selector);
+    }
+    let (ok, _, stderr) = helm_check(&["manifests", "--check"]);
+    assert!(
+        ok,
+        "manifests/launchgate.yaml differs from the chart: {stderr}"
+    );
+}
+
+/// The paths and env vars the chart uses exist in the server: start the real server with the
+/// chart's default config and call every path the webhooks and probes use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_paths_config_and_env_match_the_server() {
+    let objs = render(&[]);
+    let cm: ConfigMap = one(&objs, "ConfigMap");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, &cm.data.unwrap()["config.yaml"]).unwrap();
+    let opts = launchgate::server::ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        config: Some(config),
+        dev_cert_dir: dir.path().join("dev-certs"),
+        ..Default::default()
+    };
+    let server = launchgate::server::start(opts, None)
+        .await
+        .expect("server starts with the chart's config");
+    let ca = server.dev_ca_pem.clone().expect("dev CA");
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .tls_built_in_root_certs(false)
+        .build()
+        .unwrap();
+    let base = format!("https://localhost:{}", server.local_addr.port());
+    let (m, v) = hooks_of(&objs);
+    for h in [&m, &v] {
+        let path = h.client.service.as_ref().unwrap().path.clone().unwrap();
+        let resp = client
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(resp.status(), 404, "{path} is not a server route");
+    }
+    let d: Deployment = one(&objs, "Deployment");
+    let c = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    for probe in [&c.liveness_probe, &c.readiness_probe] {
+        let path = probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .path
+            .clone()
+            .unwrap();
+        let resp = client.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "probe {path}");
+    }
+    server.begin_shutdown();
+    server.wait().await.unwrap();
+
+    // Every LAUNCHGATE_* variable the chart sets is one `launchgate serve` reads.
+    let help = Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for (name, _) in deployment_env(&d) {
+        assert!(
+            help.contains(&name),
+            "{name} is not a `launchgate serve` env var:\n{help}"
+        );
+    }
+    assert_eq!(c.args.as_deref(), Some(&["serve".to_string()][..]));
+}
+
+#[test]
+fn chart_readme_documents_install_dry_run_bypass_and_every_value() {
+    let readme = std::fs::read_to_string(root().join("charts/launchgate/README.md")).unwrap();
+    for section in [
+        "## Install on a cluster",
+        "## Try it with `kubectl apply --dry-run=server`",
+        "## Uninstall / emergency bypass",
+    ] {
+        assert!(readme.contains(section), "README lacks {section}");
+    }
+    assert!(readme.contains("kubectl delete validatingwebhookconfiguration"));
+    // Every leaf value of values.yaml appears in the README's values table.
+    let values: Value = serde_norway::from_str(
+        &std::fs::read_to_string(root().join("charts/launchgate/values.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut keys = Vec::new();
+    leaf_keys(&values, "", &mut keys);
+    for k in keys {
+        assert!(
+            readme.contains(&format!("`{k}`")),
+            "README does not document `{k}`"
+        );
+    }
+}
+
+/// Dotted paths of the values a user sets; free-form maps (config, resources...) stop at their key.
+fn leaf_keys(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    const OPAQUE: [&str; 11] = [
+        "config",
+        "resources",
+        "podSecurityContext",
+        "securityContext",
+        "livenessProbe",
+        "readinessProbe",
+        "updateStrategy",
+        "webhook.objectSelector",
+        "certs.certManager.issuerRef",
+        "affinity",
+        "webhook.namespaceSelector",
+    ];
+    match v {
+        Value::Object(m) if !m.is_empty() && !OPAQUE.contains(&prefix) => {
+            for (k, v) in m {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaf_keys(v, &p, out);
+            }
+        }
+        _ => out.push(prefix.to_string()),
+    }
+}
