@@ -7,6 +7,9 @@
                          [--existing OBJECTS.yaml]
                                             print the rendered manifest (like `helm template`)
     helm_check.py manifests [--check]       regenerate manifests/launchgate.yaml (or check it)
+    helm_check.py cel [-f VALUES]...        evaluate the webhooks' matchConditions (CEL) against
+                                            tests/fixtures/manifests/*.yaml (needs
+                                            `pip install common-expression-language`)
 
 helm-sdkpy has Lint and Install but no template action, so `render` runs a real Install
 against a tiny in-process fake API server: it answers discovery, stores nothing, and returns
@@ -344,6 +347,41 @@ def cmd_manifests(args) -> int:
     return 0
 
 
+def cmd_cel(args) -> int:
+    """Which fixture objects would the API server send to launchgate? Launch workloads must be
+    sent, image builds (wandb: launch) must not, and no condition may raise an error."""
+    try:
+        import cel  # common-expression-language (cel-rust bindings)
+    except ImportError:
+        print("helm_check cel: pip install common-expression-language", file=sys.stderr)
+        return 3
+    if yaml is None:
+        print("helm_check cel: pip install pyyaml", file=sys.stderr)
+        return 3
+    docs = [d for d in yaml.safe_load_all(render(user_values(args.values, []), "launchgate",
+                                                   "launchgate", [])) if d]
+    ok = True
+    for hook_kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in next(d for d in docs if d["kind"] == hook_kind)["webhooks"]:
+            conds = hook.get("matchConditions") or []
+            for f in sorted((ROOT / "tests" / "fixtures" / "manifests").glob("*.yaml")):
+                for obj in yaml.safe_load_all(f.read_text()):
+                    if not obj:
+                        continue
+                    try:
+                        sent = all(cel.evaluate(c["expression"], {"object": obj}) for c in conds)
+                    except Exception as e:  # noqa: BLE001
+                        print(f"ERROR {hook['name']} {f.name}: {e}")
+                        ok = False
+                        continue
+                    labels = (obj.get("metadata") or {}).get("labels") or {}
+                    want = labels.get("wandb") != "launch"
+                    mark = "ok " if sent == want else "BAD"
+                    ok &= sent == want
+                    print(f"{mark} {hook['name']:24} {f.name:24} {obj['kind']:11} sent={sent}")
+    return 0 if ok else 1
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -357,8 +395,11 @@ def main() -> int:
     r.add_argument("--existing", help="YAML object or List the fake API server holds (for lookup)")
     m = sub.add_parser("manifests")
     m.add_argument("--check", action="store_true")
+    c = sub.add_parser("cel")
+    c.add_argument("-f", "--values", action="append", default=[])
     args = p.parse_args()
-    return {"lint": cmd_lint, "render": cmd_render, "manifests": cmd_manifests}[args.cmd](args)
+    commands = {"lint": cmd_lint, "render": cmd_render, "manifests": cmd_manifests, "cel": cmd_cel}
+    return commands[args.cmd](args)
 
 
 if __name__ == "__main__":
