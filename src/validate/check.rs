@@ -152,15 +152,12 @@ impl<'a> Evaluation<'a> {
         for (place, value) in self.places(leaf.anchor, &leaf.path) {
             match (&leaf.content, value) {
                 (LeafContent::Literal(expected), None | Some(Value::Null)) => self.report(format!(
-                    "{place} is missing; the queue template sets it to {} (strict)",
-                    display_value(expected, Some(ValueType::Quantity))
+                    "{place} is missing; the queue template sets it to {expected} (strict)"
                 )),
                 (LeafContent::Literal(expected), Some(actual)) => {
                     if !same_literal(expected, actual) {
                         self.report(format!(
-                            "{place}={} differs from the queue template's {} (strict)",
-                            display_value(actual, Some(ValueType::Quantity)),
-                            display_value(expected, Some(ValueType::Quantity))
+                            "{place}={actual} differs from the queue template's {expected} (strict)"
                         ));
                     }
                 }

@@ -377,13 +377,13 @@ impl QueueLimits {
             }
         }
 
-        if let Some(seconds) = cfg.max_active_deadline_seconds {
-            if seconds <= 0 {
-                errors.push(ConfigError::new(
-                    format!("{at}.maxActiveDeadlineSeconds"),
-                    format!("must be a positive number of seconds, got {seconds}"),
-                ));
-            }
+        if let Some(seconds) = cfg.max_active_deadline_seconds
+            && seconds <= 0
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.maxActiveDeadlineSeconds"),
+                format!("must be a positive number of seconds, got {seconds}"),
+            ));
         }
         limits.max_active_deadline_seconds = cfg.max_active_deadline_seconds;
         for (i, prefix) in cfg.allowed_registries.iter().enumerate() {

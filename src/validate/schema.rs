@@ -157,13 +157,13 @@ impl Schema {
         };
         let minimum = bound("minimum", keys.minimum);
         let maximum = bound("maximum", keys.maximum);
-        if let (Some(min), Some(max)) = (&minimum, &maximum) {
-            if min.value > max.value {
-                errors.push(ConfigError::new(
-                    format!("{at}.minimum"),
-                    format!("minimum {} is greater than maximum {}", min.text, max.text),
-                ));
-            }
+        if let (Some(min), Some(max)) = (&minimum, &maximum)
+            && min.value > max.value
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.minimum"),
+                format!("minimum {} is greater than maximum {}", min.text, max.text),
+            ));
         }
         let allowed = keys
             .allowed
@@ -178,17 +178,17 @@ impl Schema {
             allowed,
             required: keys.required,
         };
-        if let Some(default) = keys.default {
-            if let Some(problem) = schema.problem(default) {
-                errors.push(ConfigError::new(
-                    format!("{at}.default"),
-                    format!(
-                        "default {} does not satisfy its own schema: it {problem}",
-                        display_value(default, Some(value_type))
-                    ),
-                ));
-                return None;
-            }
+        if let Some(default) = keys.default
+            && let Some(problem) = schema.problem(default)
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.default"),
+                format!(
+                    "default {} does not satisfy its own schema: it {problem}",
+                    display_value(default, Some(value_type))
+                ),
+            ));
+            return None;
         }
         Some(schema)
     }
@@ -199,14 +199,14 @@ impl Schema {
             let Some(text) = text_of(value) else {
                 return Some("is not a string".into());
             };
-            if let Some(Allowed::Strings(options)) = &self.allowed {
-                if !options.contains(&text) {
-                    let list: Vec<String> = options
-                        .iter()
-                        .map(|o| Value::String(o.clone()).to_string())
-                        .collect();
-                    return Some(format!("is not one of {}", list.join(", ")));
-                }
+            if let Some(Allowed::Strings(options)) = &self.allowed
+                && !options.contains(&text)
+            {
+                let list: Vec<String> = options
+                    .iter()
+                    .map(|o| Value::String(o.clone()).to_string())
+                    .collect();
+                return Some(format!("is not one of {}", list.join(", ")));
             }
             return None;
         }
@@ -214,21 +214,21 @@ impl Schema {
             Ok(q) => q,
             Err(why) => return Some(why),
         };
-        if let Some(max) = &self.maximum {
-            if quantity > max.value {
-                return Some(format!("exceeds maximum {}", max.text));
-            }
+        if let Some(max) = &self.maximum
+            && quantity > max.value
+        {
+            return Some(format!("exceeds maximum {}", max.text));
         }
-        if let Some(min) = &self.minimum {
-            if quantity < min.value {
-                return Some(format!("is below minimum {}", min.text));
-            }
+        if let Some(min) = &self.minimum
+            && quantity < min.value
+        {
+            return Some(format!("is below minimum {}", min.text));
         }
-        if let Some(Allowed::Numbers(options)) = &self.allowed {
-            if !options.iter().any(|o| o.value == quantity) {
-                let list: Vec<&str> = options.iter().map(|o| o.text.as_str()).collect();
-                return Some(format!("is not one of {}", list.join(", ")));
-            }
+        if let Some(Allowed::Numbers(options)) = &self.allowed
+            && !options.iter().any(|o| o.value == quantity)
+        {
+            let list: Vec<&str> = options.iter().map(|o| o.text.as_str()).collect();
+            return Some(format!("is not one of {}", list.join(", ")));
         }
         None
     }
