@@ -178,8 +178,8 @@ impl<'a> Evaluation<'a> {
     }
 
     /// Effective per-pod amount of `resource`: max(Σ containers, largest init container),
-    /// each container's limit, else its request.
-    fn per_pod(template: &Map<String, Value>, resource: &str) -> Quantity {
+    /// each container's limit, else its request. `None` when the sum does not fit.
+    fn per_pod(template: &Map<String, Value>, resource: &str) -> Option<Quantity> {
         let amount = |container: &Value| -> Option<Quantity> {
             let resources = container.get("resources")?;
             let value = resources
@@ -197,14 +197,9 @@ impl<'a> Evaluation<'a> {
         };
         let sum = list(CONTAINER_LISTS[0])
             .iter()
-            .try_fold(Quantity::ZERO, |total, q| total.checked_add(q));
-        let init_max = list(CONTAINER_LISTS[1]).into_iter().max();
-        match (sum, init_max) {
-            (Some(sum), Some(init)) => sum.max(init),
-            (Some(sum), None) => sum,
-            // Overflowing sums are absurd amounts: make them count as huge.
-            (None, _) => Quantity::parse("1e1000").unwrap_or(Quantity::ZERO),
-        }
+            .try_fold(Quantity::ZERO, |total, q| total.checked_add(q))?;
+        let largest_init = list(CONTAINER_LISTS[1]).into_iter().max();
+        Some(largest_init.map_or(sum, |init| sum.max(init)))
     }
 
     fn check_total(&mut self, resource: &str, schema: &Schema) {
@@ -212,22 +207,22 @@ impl<'a> Evaluation<'a> {
         let mut parts = Vec::new();
         for (info, template) in &self.templates {
             let per_pod = Self::per_pod(template, resource);
-            if per_pod == Quantity::ZERO {
+            if per_pod == Some(Quantity::ZERO) {
                 continue;
             }
             let replicas = info.replicas.max(0);
-            parts.push(format!("{}: {replicas} × {per_pod}", info.path_or_object()));
-            total = total.and_then(|t| {
+            let shown = per_pod.map_or("too much".into(), |q| q.to_string());
+            parts.push(format!("{}: {replicas} × {shown}", template_label(info)));
+            total = total.zip(per_pod).and_then(|(total, per_pod)| {
                 per_pod
                     .checked_mul_int(replicas)
-                    .and_then(|p| t.checked_add(&p))
+                    .and_then(|p| total.checked_add(&p))
             });
         }
-        let shown = total.map_or("too large to count".into(), |t| t.to_string());
+        let parts = parts.join(", ");
         let Some(total) = total else {
             self.report(format!(
-                "total {resource} over all pods is {shown} ({})",
-                parts.join(", ")
+                "total {resource} over all pods is too large to count (totals) ({parts})"
             ));
             return;
         };
@@ -235,10 +230,10 @@ impl<'a> Evaluation<'a> {
             let detail = if parts.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", parts.join(", "))
+                format!(" ({parts})")
             };
             self.report(format!(
-                "total {resource} over all pods={shown} {problem} (totals){detail}"
+                "total {resource} over all pods={total} {problem} (totals){detail}"
             ));
         }
     }
@@ -261,7 +256,6 @@ impl<'a> Evaluation<'a> {
                 "activeDeadlineSeconds is not set; the queue allows at most {maximum} (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"
             ));
         }
-        let schema_value = Value::from(maximum);
         for (place, value) in places.into_iter().chain(pod_places) {
             let Some(value) = value else { continue };
             let within = value.as_i64().is_some_and(|s| s <= maximum)
@@ -270,7 +264,7 @@ impl<'a> Evaluation<'a> {
                     .is_some_and(|q| q <= Quantity::from_int(maximum));
             if !within {
                 self.report(format!(
-                    "{place}={} exceeds maximum {schema_value} (maxActiveDeadlineSeconds)",
+                    "{place}={} exceeds maximum {maximum} (maxActiveDeadlineSeconds)",
                     display_value(value, Some(ValueType::Integer))
                 ));
             }
@@ -310,18 +304,12 @@ impl<'a> Evaluation<'a> {
     }
 }
 
-trait TemplateLabel {
-    fn path_or_object(&self) -> String;
-}
-
-impl TemplateLabel for TemplateInfo {
-    /// `spec.tasks[1].template`, or `pod` for a bare Pod.
-    fn path_or_object(&self) -> String {
-        if self.path.is_empty() {
-            "pod".to_string()
-        } else {
-            self.path.clone()
-        }
+/// `spec.tasks[1].template`, or `pod` for a bare Pod.
+fn template_label(info: &TemplateInfo) -> &str {
+    if info.path.is_empty() {
+        "pod"
+    } else {
+        &info.path
     }
 }
 
