@@ -531,3 +531,60 @@ fn namespaces_registries_and_deadline_guardrails() {
     long["request"]["object"]["spec"]["activeDeadlineSeconds"] = json!(600);
     assert_eq!(validate(&deadline, &long)["allowed"], true);
 }
+
+#[test]
+fn variable_inside_a_longer_string_is_matched_around_the_literal_parts() {
+    let policy = policy(
+        "gpu-queue",
+        r#"
+template: |
+  spec:
+    template:
+      spec:
+        containers:
+          - image: "ghcr.io/acme/{{model}}:latest"
+variables:
+  model: {type: string, enum: [bert, gpt2]}
+"#,
+    );
+    let image = "/spec/template/spec/containers/0/image";
+    let mut review = fixture("create-job-launch-acme-mnist.json");
+    set(&mut review, image, json!("ghcr.io/acme/bert:latest"));
+    assert_eq!(validate(&policy, &review)["allowed"], true);
+    set(&mut review, image, json!("ghcr.io/acme/llama:latest"));
+    assert_eq!(
+        denial(&validate(&policy, &review)),
+        r#"queue "gpu-queue": spec.template.spec.containers[0].image="ghcr.io/acme/llama:latest": {{model}}="llama" is not one of "bert", "gpt2" (variable "model")"#
+    );
+    set(&mut review, image, json!("docker.io/evil:latest"));
+    assert_eq!(
+        denial(&validate(&policy, &review)),
+        r#"queue "gpu-queue": spec.template.spec.containers[0].image="docker.io/evil:latest" does not match the queue template's "ghcr.io/acme/{{model}}:latest" (variable "model")"#
+    );
+}
+
+#[test]
+fn a_flood_of_violations_is_capped_with_a_count() {
+    let policy = policy(
+        "gpu-queue",
+        ONE_GPU_QUEUE.replace("k8s-test", "gpu-queue").as_str(),
+    );
+    let mut review = fixture("create-job-launch-acme-mnist.json");
+    let container =
+        review["request"]["object"]["spec"]["template"]["spec"]["containers"][0].clone();
+    let mut containers = Vec::new();
+    for i in 0..150 {
+        let mut c = container.clone();
+        c["name"] = json!(format!("c{i}"));
+        c["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
+        containers.push(c);
+    }
+    review["request"]["object"]["spec"]["template"]["spec"]["containers"] =
+        Value::Array(containers);
+    let response = validate(&policy, &review);
+    let lines: Vec<&str> = denial(&response).lines().collect();
+    assert_eq!(lines.len(), 100);
+    assert!(lines[0].contains("containers[0]"), "{}", lines[0]);
+    assert!(lines[98].contains("containers[98]"), "{}", lines[98]);
+    assert_eq!(lines[99], r#"queue "gpu-queue": … and 51 more violations"#);
+}

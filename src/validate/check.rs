@@ -9,7 +9,7 @@ use crate::admission::Operation;
 use crate::policy::Queue;
 use crate::workload::{self, CONTAINER_LISTS, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 /// Checks `object` (and, on UPDATE, compares with `old_object`) against the queue's limits.
 ///
@@ -51,7 +51,21 @@ pub fn check_limits(
             report.violations.push(violation);
         }
     }
+    cap_lines(&mut report.violations, &queue.name, "violations");
+    cap_lines(&mut report.warnings, &queue.name, "unchanged violations");
     report
+}
+
+/// Most lines reported per kind; an object with thousands of violating containers gets a
+/// readable message, not megabytes.
+pub const MAX_REPORTED_LINES: usize = 100;
+
+fn cap_lines(lines: &mut Vec<String>, queue: &str, what: &str) {
+    if lines.len() > MAX_REPORTED_LINES {
+        let more = lines.len() - (MAX_REPORTED_LINES - 1);
+        lines.truncate(MAX_REPORTED_LINES - 1);
+        lines.push(format!("queue {queue:?}: … and {more} more {what}"));
+    }
 }
 
 /// Registry prefix in the form images are compared in (`acme` → `docker.io/acme`).
@@ -105,12 +119,14 @@ struct Evaluation<'a> {
     object: &'a Value,
     templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
     violations: Vec<String>,
+    /// The violations already reported (a location can be reached twice).
+    seen: HashSet<String>,
 }
 
 impl<'a> Evaluation<'a> {
     fn report(&mut self, text: String) {
         let line = format!("queue {:?}: {text}", self.queue);
-        if !self.violations.contains(&line) {
+        if self.seen.insert(line.clone()) {
             self.violations.push(line);
         }
     }
@@ -329,6 +345,7 @@ impl QueueLimits {
             object,
             templates: workload::templates(kind, object),
             violations: Vec::new(),
+            seen: HashSet::new(),
         };
 
         if !self.allowed_namespaces.is_empty() {
