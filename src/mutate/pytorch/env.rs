@@ -1,0 +1,491 @@
+//! The variables launchgate writes, shared by every workload kind, and how they are written:
+//! upserted by name into the training containers (never appended twice, never into sidecars),
+//! the user's value kept unless the queue says `override: true`.
+//!
+//! | env:// (`init_process_group`) | torchrun (`PET_*`)   | value                                  |
+//! |-------------------------------|----------------------|----------------------------------------|
+//! | `MASTER_ADDR`                 | `PET_MASTER_ADDR`    | DNS name of the rank-0 pod             |
+//! | `MASTER_PORT`                 | `PET_MASTER_PORT`    | rendezvous port                        |
+//! | `WORLD_SIZE`                  | `PET_NNODES`         | number of pods (nodes), not processes  |
+//! | `RANK`                        | `PET_NODE_RANK`      | index of this pod, 0 on the master     |
+//! |                               | `PET_NPROC_PER_NODE` | `nprocPerNode` of the queue, if set    |
+//!
+//! A user who set only one name of an address/port pair gets the other one with the same
+//! value, so env:// and torchrun never disagree about where the master is.
+
+use super::{PytorchConfig, WaitForMasterConfig};
+use crate::mutate::upsert;
+use crate::mutate::{Findings, MutationContext};
+use serde_json::{Map, Value, json};
+
+/// Name of the rendezvous container port.
+pub const PORT_NAME: &str = "pytorchjob-port";
+/// Name of the wait-for-master init container (the Volcano plugin's name, so it skips its own).
+pub const WAIT_FOR_MASTER: &str = "wait-for-master";
+/// Downward-API path of a batch/v1 Indexed Job pod's completion index.
+pub const COMPLETION_INDEX_FIELD: &str =
+    "metadata.annotations['batch.kubernetes.io/job-completion-index']";
+
+pub const MASTER_ADDR: &str = "MASTER_ADDR";
+pub const MASTER_PORT: &str = "MASTER_PORT";
+pub const WORLD_SIZE: &str = "WORLD_SIZE";
+pub const RANK: &str = "RANK";
+pub const PET_MASTER_ADDR: &str = "PET_MASTER_ADDR";
+pub const PET_MASTER_PORT: &str = "PET_MASTER_PORT";
+pub const PET_NNODES: &str = "PET_NNODES";
+pub const PET_NODE_RANK: &str = "PET_NODE_RANK";
+pub const PET_NPROC_PER_NODE: &str = "PET_NPROC_PER_NODE";
+
+/// Names that mean the same thing and take the same value.
+const TWINS: [(&str, &str); 2] = [
+    (MASTER_ADDR, PET_MASTER_ADDR),
+    (MASTER_PORT, PET_MASTER_PORT),
+];
+
+fn twin_of(name: &str) -> Option<&'static str> {
+    TWINS.iter().find_map(|(a, b)| {
+        if *a == name {
+            Some(*b)
+        } else if *b == name {
+            Some(*a)
+        } else {
+            None
+        }
+    })
+}
+
+/// A value to write: literal, or a downward-API field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvValue {
+    Literal(String),
+    FieldRef(String),
+}
+
+impl EnvValue {
+    /// The env entry as the API server stores it (`fieldRef.apiVersion` defaulted to `v1`,
+    /// so a second pass over a stored object finds it equal).
+    pub fn entry(&self, name: &str) -> Value {
+        match self {
+            EnvValue::Literal(v) => json!({"name": name, "value": v}),
+            EnvValue::FieldRef(path) => json!({
+                "name": name,
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}
+            }),
+        }
+    }
+}
+
+/// What every pod of one job shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobWiring {
+    /// `None` when it cannot be derived (a Job with only `generateName`).
+    pub master_addr: Option<String>,
+    pub master_port: u16,
+    /// Pods that rendezvous (master + workers).
+    pub nnodes: i64,
+}
+
+/// The job-wide variables, in the order they are written.
+pub fn job_vars(cfg: &PytorchConfig, wiring: &JobWiring) -> Vec<(&'static str, EnvValue)> {
+    let mut vars = Vec::new();
+    let port = EnvValue::Literal(wiring.master_port.to_string());
+    let nnodes = EnvValue::Literal(wiring.nnodes.to_string());
+    if let Some(addr) = &wiring.master_addr {
+        vars.push((MASTER_ADDR, EnvValue::Literal(addr.clone())));
+    }
+    vars.push((MASTER_PORT, port.clone()));
+    vars.push((WORLD_SIZE, nnodes.clone()));
+    if cfg.torchrun {
+        if let Some(addr) = &wiring.master_addr {
+            vars.push((PET_MASTER_ADDR, EnvValue::Literal(addr.clone())));
+        }
+        vars.push((PET_MASTER_PORT, port));
+        vars.push((PET_NNODES, nnodes));
+        if let Some(nproc) = cfg.nproc_per_node {
+            vars.push((PET_NPROC_PER_NODE, EnvValue::Literal(nproc.to_string())));
+        }
+    }
+    vars
+}
+
+/// The per-pod rank variables.
+pub fn rank_vars(cfg: &PytorchConfig, rank: EnvValue) -> Vec<(&'static str, EnvValue)> {
+    let mut vars = vec![(RANK, rank.clone())];
+    if cfg.torchrun {
+        vars.push((PET_NODE_RANK, rank));
+    }
+    vars
+}
+
+fn env_entry<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    container
+        .get("env")?
+        .as_array()?
+        .iter()
+        .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
+}
+
+fn renamed(entry: &Value, name: &str) -> Value {
+    let mut e = entry.clone();
+    if let Some(m) = e.as_object_mut() {
+        m.insert("name".into(), json!(name));
+    }
+    e
+}
+
+fn describe(entry: &Value) -> String {
+    match entry.get("value") {
+        Some(Value::String(v)) => format!("{v:?}"),
+        _ => "(valueFrom)".into(),
+    }
+}
+
+/// Upserts `vars` into one container. Returns true when it changed something.
+pub fn write_env(
+    container: &mut Map<String, Value>,
+    vars: &[(&'static str, EnvValue)],
+    cfg: &PytorchConfig,
+    where_: &str,
+    findings: &mut Findings,
+) -> bool {
+    let mut changed = false;
+    for (name, ours) in vars {
+        let our_entry = ours.entry(name);
+        if cfg.override_user_values {
+            changed |= upsert::upsert_named(container, "env", our_entry, true).changed();
+            continue;
+        }
+        let twin_entry =
+            twin_of(name).and_then(|t| env_entry(container, t).map(|e| renamed(e, name)));
+        match env_entry(container, name) {
+            // A torchrun twin mirroring the user's env:// value is not worth a second warning.
+            Some(existing)
+                if *existing == our_entry
+                    || (name.starts_with("PET_") && Some(existing) == twin_entry.as_ref()) => {}
+            Some(existing) => findings.warn(format!(
+                "launchgate: {where_} keeps its {name}={} (launchgate would set {}; `pytorch.override: true` replaces it)",
+                describe(existing),
+                describe(&our_entry),
+            )),
+            None => {
+                let desired = twin_entry.unwrap_or(our_entry);
+                changed |= upsert::upsert_named(container, "env", desired, false).changed();
+            }
+        }
+    }
+    changed
+}
+
+/// Declares the rendezvous port unless a port of that name or number is already there.
+/// Never a second port of the same name.
+pub fn write_port(
+    container: &mut Map<String, Value>,
+    port: u16,
+    where_: &str,
+    findings: &mut Findings,
+) -> bool {
+    let same_name_other_number = container
+        .get("ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|p| p.get("name").and_then(Value::as_str) == Some(PORT_NAME))
+        .and_then(|p| p.get("containerPort"))
+        .filter(|n| n.as_i64() != Some(i64::from(port)))
+        .cloned();
+    if let Some(number) = same_name_other_number {
+        findings.warn(format!(
+            "launchgate: {where_} declares port {PORT_NAME} as {number} but the rendezvous port is {port}; it was left as is"
+        ));
+    }
+    let changed = upsert::ensure_port(container, PORT_NAME, i64::from(port));
+    upsert::drop_if_empty(container, "ports");
+    changed
+}
+
+/// Calls `f` for every training container of a pod spec (`spec.containers` minus sidecars)
+/// with its display path.
+pub fn for_each_training_container(
+    ctx: &MutationContext<'_>,
+    pod_spec: &mut Map<String, Value>,
+    spec_path: &str,
+    mut f: impl FnMut(&str, &mut Map<String, Value>),
+) {
+    let Some(containers) = pod_spec.get_mut("containers").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for (i, c) in containers.iter_mut().enumerate() {
+        let Some(c) = c.as_object_mut() else { continue };
+        let name = c
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if ctx.is_sidecar(&name) {
+            continue;
+        }
+        f(&format!("{spec_path}.containers[{i}] ({name})"), c);
+    }
+}
+
+/// Writes `vars` (and the port, when `port` is set) into every training container.
+pub fn wire_pod_spec(
+    ctx: &MutationContext<'_>,
+    pod_spec: &mut Map<String, Value>,
+    spec_path: &str,
+    vars: &[(&'static str, EnvValue)],
+    port: Option<u16>,
+    findings: &mut Findings,
+) -> bool {
+    let cfg = &ctx.queue.config.pytorch;
+    let mut changed = false;
+    for_each_training_container(ctx, pod_spec, spec_path, |where_, c| {
+        changed |= write_env(c, vars, cfg, where_, findings);
+        if let Some(port) = port {
+            changed |= write_port(c, port, where_, findings);
+        }
+    });
+    changed
+}
+
+/// The wait script: TCP connect (not only DNS), bounded by `WAIT_TIMEOUT_SECONDS`; a pod whose
+/// `NODE_RANK` is 0 is the master and does not wait for itself. Everything it needs comes from
+/// the init container's env, so nothing user-controlled is spliced into shell text.
+pub const WAIT_SCRIPT: &str = r#"if [ "${NODE_RANK:-}" = "0" ]; then
+  echo "node rank 0 is the master: not waiting"
+  exit 0
+fi
+echo "Waiting up to ${WAIT_TIMEOUT_SECONDS}s for the master ${MASTER_ADDR}:${MASTER_PORT} to accept TCP connections..."
+start=$(date +%s)
+until nc -z -w 2 "${MASTER_ADDR}" "${MASTER_PORT}" 2>/dev/null; do
+  if [ $(( $(date +%s) - start )) -ge "${WAIT_TIMEOUT_SECONDS}" ]; then
+    echo "Timed out after ${WAIT_TIMEOUT_SECONDS}s waiting for ${MASTER_ADDR}:${MASTER_PORT}" >&2
+    exit 1
+  fi
+  sleep 2
+done
+echo "Master ${MASTER_ADDR}:${MASTER_PORT} is accepting connections""#;
+
+/// Adds the wait-for-master init container unless one of that name exists.
+/// `node_rank` (when set) lets rank 0 skip the wait on templates shared by all ranks.
+pub fn write_wait_for_master(
+    cfg: &WaitForMasterConfig,
+    pod_spec: &mut Map<String, Value>,
+    master_addr: &str,
+    master_port: u16,
+    node_rank: Option<EnvValue>,
+) -> bool {
+    let exists = pod_spec
+        .get("initContainers")
+        .and_then(Value::as_array)
+        .is_some_and(|list| {
+            list.iter()
+                .any(|c| c.get("name").and_then(Value::as_str) == Some(WAIT_FOR_MASTER))
+        });
+    if exists {
+        return false;
+    }
+    let mut env = vec![
+        EnvValue::Literal(master_addr.to_string()).entry(MASTER_ADDR),
+        EnvValue::Literal(master_port.to_string()).entry(MASTER_PORT),
+        EnvValue::Literal(cfg.timeout_seconds.to_string()).entry("WAIT_TIMEOUT_SECONDS"),
+    ];
+    if let Some(rank) = node_rank {
+        env.push(rank.entry("NODE_RANK"));
+    }
+    let mut resources = Map::new();
+    for (key, list) in [
+        ("requests", &cfg.resources.requests),
+        ("limits", &cfg.resources.limits),
+    ] {
+        if !list.is_empty() {
+            resources.insert(key.into(), json!(list));
+        }
+    }
+    let container = json!({
+        "name": WAIT_FOR_MASTER,
+        "image": cfg.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", WAIT_SCRIPT],
+        "env": env,
+        "resources": resources,
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": true,
+            "runAsNonRoot": true,
+            "runAsUser": 65534,
+            "seccompProfile": {"type": "RuntimeDefault"}
+        }
+    });
+    upsert::array_mut(pod_spec, "initContainers").push(container);
+    true
+}
+
+/// `metadata.name` of an object or template.
+pub fn string_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mutate::pytorch::NprocPerNode;
+
+    fn cfg() -> PytorchConfig {
+        PytorchConfig::default()
+    }
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    fn names(c: &Map<String, Value>) -> Vec<&str> {
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect()
+    }
+
+    fn wiring() -> JobWiring {
+        JobWiring {
+            master_addr: Some("j-master-0.j".into()),
+            master_port: 23456,
+            nnodes: 3,
+        }
+    }
+
+    #[test]
+    fn job_vars_follow_the_torchrun_switch() {
+        let mut c = cfg();
+        c.torchrun = false;
+        let names: Vec<_> = job_vars(&c, &wiring()).iter().map(|v| v.0).collect();
+        assert_eq!(names, [MASTER_ADDR, MASTER_PORT, WORLD_SIZE]);
+        c.torchrun = true;
+        c.nproc_per_node = Some(NprocPerNode::Auto);
+        let vars = job_vars(&c, &wiring());
+        assert_eq!(
+            vars.last().unwrap(),
+            &(PET_NPROC_PER_NODE, EnvValue::Literal("auto".into()))
+        );
+        assert!(vars.contains(&(PET_NNODES, EnvValue::Literal("3".into()))));
+        let no_addr = JobWiring {
+            master_addr: None,
+            ..wiring()
+        };
+        assert!(
+            job_vars(&c, &no_addr)
+                .iter()
+                .all(|(n, _)| *n != MASTER_ADDR && *n != PET_MASTER_ADDR)
+        );
+    }
+
+    #[test]
+    fn user_values_are_kept_and_mirrored_to_the_twin() {
+        let mut c = obj(json!({"name": "t", "env": [{"name": "MASTER_PORT", "value": "29500"}]}));
+        let mut f = Findings::default();
+        assert!(write_env(
+            &mut c,
+            &job_vars(&cfg(), &wiring()),
+            &cfg(),
+            "c",
+            &mut f
+        ));
+        assert_eq!(upsert::env_value(&c, MASTER_PORT), Some("29500"));
+        assert_eq!(upsert::env_value(&c, PET_MASTER_PORT), Some("29500"));
+        assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
+        assert!(f.warnings[0].contains("keeps its MASTER_PORT=\"29500\""));
+        // A second pass changes nothing and warns the same once.
+        let before = c.clone();
+        let mut f = Findings::default();
+        assert!(!write_env(
+            &mut c,
+            &job_vars(&cfg(), &wiring()),
+            &cfg(),
+            "c",
+            &mut f
+        ));
+        assert_eq!(c, before);
+        assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
+    }
+
+    #[test]
+    fn override_replaces_in_place_without_duplicates() {
+        let mut c = obj(json!({"name": "t", "env": [
+            {"name": "WORLD_SIZE", "value": "16"},
+            {"name": "OTHER", "value": "x"}
+        ]}));
+        let mut o = cfg();
+        o.override_user_values = true;
+        let mut f = Findings::default();
+        assert!(write_env(&mut c, &job_vars(&o, &wiring()), &o, "c", &mut f));
+        assert_eq!(names(&c)[0], WORLD_SIZE, "replaced where it was");
+        assert_eq!(upsert::env_value(&c, WORLD_SIZE), Some("3"));
+        let n = names(&c);
+        let mut unique = n.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(n.len(), unique.len(), "{n:?}");
+        assert!(!write_env(
+            &mut c,
+            &job_vars(&o, &wiring()),
+            &o,
+            "c",
+            &mut f
+        ));
+    }
+
+    #[test]
+    fn field_ref_matches_the_api_defaulted_form() {
+        let e = EnvValue::FieldRef(COMPLETION_INDEX_FIELD.into()).entry(RANK);
+        assert_eq!(e["valueFrom"]["fieldRef"]["apiVersion"], "v1");
+        let mut c = obj(json!({"name": "t", "env": [e.clone()]}));
+        let mut f = Findings::default();
+        let vars = rank_vars(&cfg(), EnvValue::FieldRef(COMPLETION_INDEX_FIELD.into()));
+        assert!(write_env(&mut c, &vars, &cfg(), "c", &mut f));
+        assert!(f.warnings.is_empty());
+        assert_eq!(names(&c), [RANK, PET_NODE_RANK]);
+    }
+
+    #[test]
+    fn port_is_never_declared_twice_by_name() {
+        let mut f = Findings::default();
+        let mut c = obj(json!({"ports": [{"name": PORT_NAME, "containerPort": 123}]}));
+        assert!(!write_port(&mut c, 23456, "c", &mut f));
+        assert_eq!(c["ports"].as_array().unwrap().len(), 1);
+        assert!(f.warnings[0].contains("123"), "{:?}", f.warnings);
+        let mut c = obj(json!({"name": "t"}));
+        assert!(write_port(&mut c, 23456, "c", &mut f));
+        assert_eq!(
+            c["ports"],
+            json!([{"name": PORT_NAME, "containerPort": 23456, "protocol": "TCP"}])
+        );
+        assert!(!write_port(&mut c, 23456, "c", &mut f));
+        let mut c = obj(json!({"name": "t", "ports": [{"name": "http", "containerPort": 23456}]}));
+        assert!(!write_port(&mut c, 23456, "c", &mut f));
+    }
+
+    #[test]
+    fn wait_for_master_is_added_once_with_tcp_check() {
+        let cfg = WaitForMasterConfig::default();
+        let mut spec = obj(json!({"containers": []}));
+        assert!(write_wait_for_master(&cfg, &mut spec, "m-0.j", 23456, None));
+        assert!(!write_wait_for_master(
+            &cfg, &mut spec, "m-0.j", 23456, None
+        ));
+        let init = &spec["initContainers"][0];
+        assert_eq!(init["image"], "busybox:1.36.1");
+        assert!(init["command"][2].as_str().unwrap().contains("nc -z"));
+        assert_eq!(
+            init["env"][0],
+            json!({"name": "MASTER_ADDR", "value": "m-0.j"})
+        );
+        assert_eq!(init["env"][2]["value"], "300");
+        assert_eq!(init["resources"]["limits"]["cpu"], "100m");
+        assert_eq!(spec["initContainers"].as_array().unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,261 @@
+//! batch/v1 Indexed Jobs (the Kubernetes "Job with Pod-to-Pod Communication" pattern).
+//!
+//! Opt-in: the Job annotation `launchgate.io/pytorch: "true"` (or `"false"` to opt out), else
+//! the queue's `indexedJobs: true`, which covers the queue's Indexed Jobs (a non-Indexed Job
+//! of such a queue is an ordinary single-pod job and is left alone).
+//!
+//! Everything is written once into `spec.template`, so the controller-made pods (which have
+//! only a `generateName` at admission) need nothing further: `MASTER_ADDR` =
+//! `<job>-0.<subdomain>`, `MASTER_PORT` = the queue's port, `WORLD_SIZE` = `completions`,
+//! `RANK` = a downward-API `fieldRef` on the pod's completion-index annotation.
+//!
+//! An opted-in Job that can never rendezvous — not Indexed (explicit opt-in only), no
+//! `completions`, no `subdomain` (pods get no DNS name), or `parallelism < completions` (not
+//! all ranks run at once) — is left unwired with a warning, and denied by the validating
+//! webhook when the queue says `onUnwirable: deny`.
+
+use super::env::{self, EnvValue, JobWiring};
+use super::{OPT_IN_ANNOTATION, PytorchConfig, warn_unwirable};
+use crate::mutate::{Findings, MutationContext};
+use crate::workload;
+use serde_json::Value;
+
+/// How a Job came to be wired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptIn {
+    /// `launchgate.io/pytorch: "true"` on the Job.
+    Annotation,
+    /// The queue's `indexedJobs: true`.
+    Queue,
+}
+
+/// Whether (and how) a batch/v1 Job is opted in.
+pub fn opt_in(cfg: &PytorchConfig, job: &Value) -> Option<OptIn> {
+    let annotation = job
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(OPT_IN_ANNOTATION))
+        .and_then(Value::as_str);
+    match annotation.map(str::trim) {
+        Some(v) if v.eq_ignore_ascii_case("true") => Some(OptIn::Annotation),
+        Some(v) if v.eq_ignore_ascii_case("false") => None,
+        _ if cfg.indexed_jobs => Some(OptIn::Queue),
+        _ => None,
+    }
+}
+
+/// What an opted-in Job looks like, or why it cannot be wired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shape {
+    /// Not a distributed job (not Indexed, opted in by the queue only): left alone.
+    NotDistributed,
+    Wirable {
+        completions: i64,
+        subdomain: String,
+    },
+    Unwirable(Vec<String>),
+}
+
+/// Reads the shape of an opted-in Job.
+pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
+    let display = if job_name.is_empty() {
+        "Job (generateName)".to_string()
+    } else {
+        format!("Job {job_name:?}")
+    };
+    let why_opted = match how {
+        OptIn::Annotation => format!("{OPT_IN_ANNOTATION}: \"true\""),
+        OptIn::Queue => "the queue's pytorch.indexedJobs".to_string(),
+    };
+    let indexed = job.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
+    if !indexed {
+        return match how {
+            OptIn::Queue => Shape::NotDistributed,
+            OptIn::Annotation => Shape::Unwirable(vec![format!(
+                "{display} asks for PyTorch wiring ({why_opted}) but is not an Indexed Job: set spec.completionMode: Indexed so every pod has a rank"
+            )]),
+        };
+    }
+    let mut problems = Vec::new();
+    let completions = job.pointer("/spec/completions").and_then(Value::as_i64);
+    let parallelism = job
+        .pointer("/spec/parallelism")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let subdomain = env::string_at(job, "/spec/template/spec/subdomain");
+    match completions {
+        Some(c) if c >= 1 => {
+            if parallelism < c {
+                problems.push(format!(
+                    "{display} (PyTorch wiring via {why_opted}): spec.parallelism {parallelism} < spec.completions {c}, so not all {c} ranks run at once and the job can never rendezvous"
+                ));
+            }
+        }
+        _ => problems.push(format!(
+            "{display} (PyTorch wiring via {why_opted}): spec.completions must be set (>= 1); it is the world size"
+        )),
+    }
+    if subdomain.is_none() {
+        problems.push(format!(
+            "{display} (PyTorch wiring via {why_opted}): spec.template.spec.subdomain is not set, so its pods get no DNS name and MASTER_ADDR cannot resolve; create a headless Service and set subdomain to its name"
+        ));
+    }
+    match (problems.is_empty(), completions, subdomain) {
+        (true, Some(completions), Some(subdomain)) => Shape::Wirable {
+            completions,
+            subdomain: subdomain.to_string(),
+        },
+        _ => Shape::Unwirable(problems),
+    }
+}
+
+/// The problems [`super::check`] denies for a batch/v1 Job.
+pub fn problems(ctx: &MutationContext<'_>, cfg: &PytorchConfig, object: &Value) -> Vec<String> {
+    match opt_in(cfg, object).map(|how| shape(object, how, ctx.object_name(object))) {
+        Some(Shape::Unwirable(problems)) => problems,
+        _ => Vec::new(),
+    }
+}
+
+/// Wires an opted-in Indexed Job's pod template.
+pub fn mutate(
+    ctx: &MutationContext<'_>,
+    cfg: &PytorchConfig,
+    object: &mut Value,
+    findings: &mut Findings,
+) -> bool {
+    let Some(how) = opt_in(cfg, object) else {
+        return false;
+    };
+    let job_name = ctx.object_name(object).to_string();
+    let (completions, subdomain) = match shape(object, how, &job_name) {
+        Shape::NotDistributed => return false,
+        Shape::Unwirable(problems) => {
+            warn_unwirable(findings, &problems);
+            return false;
+        }
+        Shape::Wirable {
+            completions,
+            subdomain,
+        } => (completions, subdomain),
+    };
+    let master_addr = if job_name.is_empty() {
+        findings.warn(
+            "launchgate: this Job has no name yet (generateName), so MASTER_ADDR (<job>-0.<subdomain>) cannot be derived; set it in the pod template or name the Job",
+        );
+        None
+    } else {
+        Some(format!("{job_name}-0.{subdomain}"))
+    };
+    let wiring = JobWiring {
+        master_addr,
+        master_port: cfg.port,
+        nnodes: completions,
+    };
+    let rank = EnvValue::FieldRef(env::COMPLETION_INDEX_FIELD.into());
+    let mut vars = env::job_vars(cfg, &wiring);
+    vars.extend(env::rank_vars(cfg, rank.clone()));
+    let Some(template) = object
+        .pointer_mut("/spec/template")
+        .and_then(Value::as_object_mut)
+    else {
+        return false;
+    };
+    let Some(spec) = workload::pod_spec_mut(template) else {
+        return false;
+    };
+    let mut changed = env::wire_pod_spec(
+        ctx,
+        spec,
+        "spec.template.spec",
+        &vars,
+        Some(cfg.port),
+        findings,
+    );
+    if cfg.wait_for_master.enabled
+        && let Some(addr) = &wiring.master_addr
+    {
+        changed |=
+            env::write_wait_for_master(&cfg.wait_for_master, spec, addr, cfg.port, Some(rank));
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job(spec: Value, annotations: Value) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": "ddp", "annotations": annotations}, "spec": spec})
+    }
+
+    fn good_spec() -> Value {
+        json!({"completionMode": "Indexed", "completions": 3, "parallelism": 3,
+               "template": {"spec": {"subdomain": "ddp", "containers": [{"name": "t"}]}}})
+    }
+
+    #[test]
+    fn opt_in_by_annotation_or_queue() {
+        let mut cfg = PytorchConfig::default();
+        let j = job(good_spec(), json!({}));
+        assert_eq!(opt_in(&cfg, &j), None);
+        cfg.indexed_jobs = true;
+        assert_eq!(opt_in(&cfg, &j), Some(OptIn::Queue));
+        let out = job(good_spec(), json!({OPT_IN_ANNOTATION: "false"}));
+        assert_eq!(opt_in(&cfg, &out), None);
+        cfg.indexed_jobs = false;
+        let inn = job(good_spec(), json!({OPT_IN_ANNOTATION: "true"}));
+        assert_eq!(opt_in(&cfg, &inn), Some(OptIn::Annotation));
+        assert_eq!(opt_in(&cfg, &json!({"metadata": 3})), None);
+    }
+
+    #[test]
+    fn shapes() {
+        assert_eq!(
+            shape(&job(good_spec(), json!({})), OptIn::Queue, "ddp"),
+            Shape::Wirable {
+                completions: 3,
+                subdomain: "ddp".into()
+            }
+        );
+        let mut non_indexed = good_spec();
+        non_indexed["completionMode"] = json!("NonIndexed");
+        let j = job(non_indexed, json!({}));
+        assert_eq!(shape(&j, OptIn::Queue, "ddp"), Shape::NotDistributed);
+        let Shape::Unwirable(p) = shape(&j, OptIn::Annotation, "ddp") else {
+            panic!("explicit opt-in of a non-Indexed Job is unwirable")
+        };
+        assert!(p[0].contains("not an Indexed Job"), "{p:?}");
+
+        let mut s = good_spec();
+        s["parallelism"] = json!(2);
+        s["template"]["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("subdomain");
+        let Shape::Unwirable(p) = shape(&job(s, json!({})), OptIn::Queue, "ddp") else {
+            panic!("unwirable")
+        };
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(
+            p[0].contains("spec.parallelism 2 < spec.completions 3"),
+            "{p:?}"
+        );
+        assert!(p[1].contains("subdomain"), "{p:?}");
+
+        let mut s = good_spec();
+        s.as_object_mut().unwrap().remove("completions");
+        let Shape::Unwirable(p) = shape(&job(s, json!({})), OptIn::Queue, "ddp") else {
+            panic!("unwirable")
+        };
+        assert!(p[0].contains("spec.completions must be set"), "{p:?}");
+        let Shape::Unwirable(_) = shape(
+            &json!({"spec": {"completionMode": "Indexed"}}),
+            OptIn::Queue,
+            "",
+        ) else {
+            panic!("malformed is unwirable")
+        };
+    }
+}

@@ -1,0 +1,211 @@
+//! Kubeflow PyTorchJobs (`kubeflow.org/v1`).
+//!
+//! The training operator sets `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK` and the
+//! `PET_*` variables itself (appended at pod creation) and defaults the `pytorchjob-port` port,
+//! so launchgate duplicates none of them. It adds only what is missing and configured:
+//!
+//! * `spec.nprocPerNode` from the queue's `nprocPerNode` when the job sets none;
+//! * the TCP wait-for-master init container on the Worker template (the operator's own
+//!   `init-pytorch` only waits for DNS);
+//!
+//! and warns about env the operator will shadow (its values are appended after the user's and
+//! win) and about a job the operator cannot wire (several Masters; several Workers without a
+//! Master or an elastic policy get no `MASTER_ADDR`/`RANK` at all).
+
+use super::env;
+use super::{PytorchConfig, warn_unwirable};
+use crate::mutate::{Findings, MutationContext};
+use crate::workload::{self, TemplateRole, WorkloadKind};
+use serde_json::{Value, json};
+
+/// The operator's default port when the Master's `pytorch` container declares none.
+const OPERATOR_DEFAULT_PORT: u16 = 23456;
+
+/// Variables the operator sets itself.
+const OPERATOR_VARS: [&str; 8] = [
+    env::MASTER_ADDR,
+    env::MASTER_PORT,
+    env::WORLD_SIZE,
+    env::RANK,
+    env::PET_MASTER_ADDR,
+    env::PET_MASTER_PORT,
+    env::PET_NNODES,
+    env::PET_NODE_RANK,
+];
+
+/// `(replica type as written, replicas)`; the operator matches types case-insensitively and
+/// defaults replicas to 1.
+fn replica_specs(job: &Value) -> Vec<(String, i64)> {
+    job.pointer("/spec/pytorchReplicaSpecs")
+        .and_then(Value::as_object)
+        .map(|specs| {
+            specs
+                .iter()
+                .map(|(t, rs)| {
+                    let replicas = rs.get("replicas").and_then(Value::as_i64).unwrap_or(1);
+                    (t.clone(), replicas)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn replicas_of(specs: &[(String, i64)], replica_type: &str) -> Option<i64> {
+    specs
+        .iter()
+        .filter(|(t, _)| t.eq_ignore_ascii_case(replica_type))
+        .map(|(_, r)| *r)
+        .reduce(|a, b| a + b)
+}
+
+/// Problems the operator cannot wire around (denied by [`super::check`] under `deny`).
+pub fn problems(job: &Value) -> Vec<String> {
+    let specs = replica_specs(job);
+    let name = env::string_at(job, "/metadata/name").unwrap_or("(generateName)");
+    let mut out = Vec::new();
+    match replicas_of(&specs, "Master") {
+        Some(1) => {}
+        Some(n) => out.push(format!(
+            "PyTorchJob {name:?}: spec.pytorchReplicaSpecs.Master.replicas is {n}; it must be exactly 1 (one rank 0)"
+        )),
+        None => {
+            let workers = replicas_of(&specs, "Worker").unwrap_or(0);
+            let elastic = job.pointer("/spec/elasticPolicy").is_some();
+            if workers > 1 && !elastic {
+                out.push(format!(
+                    "PyTorchJob {name:?} has {workers} Workers but no Master and no elasticPolicy: the operator then sets no MASTER_ADDR, RANK or WORLD_SIZE and the workers can never rendezvous; add a Master replica or an elasticPolicy"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The Master's rendezvous port: its `pytorch` container's `pytorchjob-port`.
+fn master_port(job: &Value) -> u16 {
+    let Some(specs) = job
+        .pointer("/spec/pytorchReplicaSpecs")
+        .and_then(Value::as_object)
+    else {
+        return OPERATOR_DEFAULT_PORT;
+    };
+    specs
+        .iter()
+        .filter(|(t, _)| t.eq_ignore_ascii_case("Master"))
+        .filter_map(|(_, rs)| rs.pointer("/template/spec/containers")?.as_array())
+        .flatten()
+        .filter(|c| c.get("name").and_then(Value::as_str) == Some("pytorch"))
+        .filter_map(|c| c.get("ports")?.as_array())
+        .flatten()
+        .find(|p| p.get("name").and_then(Value::as_str) == Some(env::PORT_NAME))
+        .and_then(|p| p.get("containerPort")?.as_u64())
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(OPERATOR_DEFAULT_PORT)
+}
+
+/// Adds what the operator lacks.
+pub fn mutate(
+    ctx: &MutationContext<'_>,
+    cfg: &PytorchConfig,
+    object: &mut Value,
+    findings: &mut Findings,
+) -> bool {
+    let unwirable = problems(object);
+    if !unwirable.is_empty() {
+        warn_unwirable(findings, &unwirable);
+        return false;
+    }
+    let mut changed = false;
+    let has_master = replicas_of(&replica_specs(object), "Master").is_some();
+    let job_name = ctx.object_name(object).to_string();
+    let port = master_port(object);
+
+    if let Some(nproc) = cfg.nproc_per_node {
+        let elastic_nproc = object
+            .pointer("/spec/elasticPolicy/nProcPerNode")
+            .is_some_and(|v| !v.is_null());
+        if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
+            && !elastic_nproc
+            && spec.get("nprocPerNode").is_none_or(Value::is_null)
+        {
+            spec.insert("nprocPerNode".into(), json!(nproc.to_string()));
+            changed = true;
+        }
+    }
+
+    workload::for_each_template_mut(WorkloadKind::PyTorchJob, object, |info, template| {
+        let TemplateRole::PyTorchReplica { replica_type } = &info.role else {
+            return;
+        };
+        let Some(spec) = workload::pod_spec_mut(template) else {
+            return;
+        };
+        env::for_each_training_container(ctx, spec, &info.spec_path(), |where_, c| {
+            for name in OPERATOR_VARS {
+                if crate::mutate::upsert::has_env(c, name) {
+                    findings.warn(format!(
+                        "launchgate: {where_} sets {name}, but the PyTorchJob operator appends its own {name}, which wins; remove it"
+                    ));
+                }
+            }
+        });
+        if cfg.wait_for_master.enabled
+            && has_master
+            && replica_type.eq_ignore_ascii_case("Worker")
+            && !job_name.is_empty()
+        {
+            let addr = format!("{job_name}-master-0");
+            changed |= env::write_wait_for_master(&cfg.wait_for_master, spec, &addr, port, None);
+        }
+    });
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(specs: Value) -> Value {
+        json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+               "metadata": {"name": "pt"}, "spec": {"pytorchReplicaSpecs": specs}})
+    }
+
+    #[test]
+    fn master_count_and_masterless_jobs() {
+        assert!(
+            problems(&job(
+                json!({"Master": {"replicas": 1}, "Worker": {"replicas": 4}})
+            ))
+            .is_empty()
+        );
+        assert!(
+            problems(&job(json!({"master": {}, "worker": {"replicas": 2}}))).is_empty(),
+            "case-insensitive, default 1"
+        );
+        let p = problems(&job(json!({"Master": {"replicas": 2}})));
+        assert!(p[0].contains("Master.replicas is 2"), "{p:?}");
+        let p = problems(&job(json!({"Worker": {"replicas": 3}})));
+        assert!(p[0].contains("no Master"), "{p:?}");
+        assert!(
+            problems(&job(json!({"Worker": {"replicas": 1}}))).is_empty(),
+            "single node"
+        );
+        let mut elastic = job(json!({"Worker": {"replicas": 3}}));
+        elastic["spec"]["elasticPolicy"] = json!({"minReplicas": 1});
+        assert!(problems(&elastic).is_empty());
+        assert!(problems(&json!({"spec": 1})).is_empty());
+    }
+
+    #[test]
+    fn master_port_comes_from_the_pytorch_container() {
+        let j = job(json!({"Master": {"template": {"spec": {"containers": [
+            {"name": "side", "ports": [{"name": "pytorchjob-port", "containerPort": 1}]},
+            {"name": "pytorch", "ports": [{"name": "pytorchjob-port", "containerPort": 8080}]}
+        ]}}}}));
+        assert_eq!(master_port(&j), 8080);
+        assert_eq!(
+            master_port(&job(json!({"Master": {}}))),
+            OPERATOR_DEFAULT_PORT
+        );
+    }
+}
