@@ -5,6 +5,7 @@
 //! graceful SIGTERM drain.
 
 pub mod metrics;
+pub mod owner_cache;
 mod reload;
 pub mod tls;
 

@@ -1,0 +1,109 @@
+//! Owner lookups for the pure core: a cached watch of Volcano Jobs.
+//!
+//! A Volcano pod whose Job launchgate never mutated (the Job was created before launchgate was
+//! installed, or its webhook was not registered for `batch.volcano.sh` jobs) lacks
+//! `MASTER_ADDR`, `MASTER_PORT` and `WORLD_SIZE`. The PyTorch mutator then reads the owner
+//! Job through [`ClusterView::volcano_job`]; this module answers from a kube reflector store
+//! fed by a list+watch of `batch.volcano.sh/v1alpha1` `jobs` in all namespaces, so admission
+//! never waits on an API call. RBAC: `get`, `list`, `watch` on `jobs.batch.volcano.sh`.
+//!
+//! The store is read-only here and only `metadata.name`, `spec.plugins` and `spec.tasks` are
+//! read, so each lookup converts one `DynamicObject` to a `serde_json::Value`.
+
+use crate::cluster::ClusterView;
+use kube::api::{Api, DynamicObject};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The watched resource: Volcano Jobs.
+pub fn volcano_job_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("batch.volcano.sh", "v1alpha1", "Job"),
+        "jobs",
+    )
+}
+
+/// A [`ClusterView`] backed by a watch cache of Volcano Jobs.
+#[derive(Clone)]
+pub struct VolcanoJobCache {
+    store: Store<DynamicObject>,
+    resource: ApiResource,
+}
+
+impl VolcanoJobCache {
+    /// Waits until the first list has been stored (or `timeout` passes); true when ready.
+    pub async fn wait_until_ready(&self, timeout: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(timeout, self.store.wait_until_ready()).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Number of cached Jobs.
+    pub fn len(&self) -> usize {
+        self.store.state().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ClusterView for VolcanoJobCache {
+    fn volcano_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
+        let job = self.store.get(&key)?;
+        serde_json::to_value(job.as_ref()).ok().map(Arc::new)
+    }
+
+    fn is_connected(&self) -> bool {
+        true
+    }
+}
+
+/// Polls the reflector stream until it ends, logging watch errors (the default backoff
+/// retries them).
+async fn drive<S>(stream: S)
+where
+    S: WatchStreamExt<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+        if let Err(e) = item {
+            tracing::warn!(error = %e, "watching Volcano Jobs failed; retrying");
+        }
+    }
+    tracing::warn!("the Volcano Job watch ended");
+}
+
+/// Starts the list+watch of Volcano Jobs in all namespaces on a background task and returns
+/// the cache (empty until the first list arrives; see [`VolcanoJobCache::wait_until_ready`]).
+pub async fn start(client: kube::Client) -> VolcanoJobCache {
+    let resource = volcano_job_resource();
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    tokio::spawn(drive(stream));
+    VolcanoJobCache { store, resource }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_is_batch_volcano_sh_jobs() {
+        let r = volcano_job_resource();
+        assert_eq!(r.api_version, "batch.volcano.sh/v1alpha1");
+        assert_eq!(r.plural, "jobs");
+        assert_eq!(r.kind, "Job");
+    }
+}
