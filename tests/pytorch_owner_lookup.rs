@@ -1,0 +1,165 @@
+//! A recorded Volcano pod whose Job was never mutated is fully wired by reading the owner Job
+//! through the watch cache (`server::owner_cache`), here against a fake Kubernetes API served
+//! in-process: it answers the list and watch of `batch.volcano.sh/v1alpha1` jobs with the
+//! recorded Job.
+
+use axum::Router;
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use launchgate::Policy;
+use launchgate::cluster::ClusterView;
+use launchgate::review::{Endpoint, review};
+use launchgate::server::owner_cache;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn fixture_bytes(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/admission")
+        .join(name);
+    std::fs::read(&path).unwrap()
+}
+
+fn recorded_job() -> Value {
+    let review: Value =
+        serde_json::from_slice(&fixture_bytes("create-vcjob-wandb-job-run42.json")).unwrap();
+    let mut job = review["request"]["object"].clone();
+    job["metadata"]["resourceVersion"] = json!("7");
+    job["metadata"]["uid"] = json!("0b6e2b7e-1c0c-4c5e-9a51-0c6d7b1d2f11");
+    job
+}
+
+#[derive(Clone, Default)]
+struct Calls {
+    lists: Arc<AtomicUsize>,
+    watches: Arc<AtomicUsize>,
+}
+
+/// `GET /apis/batch.volcano.sh/v1alpha1/jobs`: a list, or (with `watch=true`) a watch that
+/// sends a bookmark and then stays quiet for a while.
+async fn jobs(State(calls): State<Calls>, RawQuery(query): RawQuery) -> Response {
+    let query = query.unwrap_or_default();
+    if query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1")
+    {
+        calls.watches.fetch_add(1, Ordering::SeqCst);
+        let bookmark = json!({"type": "BOOKMARK", "object": {
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"resourceVersion": "7"}}});
+        // Hold the watch open a little so the watcher does not spin.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        return (
+            [("content-type", "application/json")],
+            format!("{bookmark}\n"),
+        )
+            .into_response();
+    }
+    calls.lists.fetch_add(1, Ordering::SeqCst);
+    let list = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "JobList",
+                      "metadata": {"resourceVersion": "7"}, "items": [recorded_job()]});
+    ([("content-type", "application/json")], list.to_string()).into_response()
+}
+
+async fn not_found(uri: Uri) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        format!("fake API: no route for {uri}"),
+    )
+        .into_response()
+}
+
+async fn fake_api() -> (String, Calls) {
+    let calls = Calls::default();
+    let app = Router::new()
+        .route(
+            "/apis/batch.volcano.sh/v1alpha1/jobs",
+            axum::routing::get(jobs),
+        )
+        .fallback(not_found)
+        .with_state(calls.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), calls)
+}
+
+fn env_of(container: &Value, name: &str) -> Option<String> {
+    container["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)?
+        .get("value")?
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn recorded_pods_are_wired_from_the_watched_owner_job() {
+    let (url, calls) = fake_api().await;
+    let config = kube::Config::new(url.parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let cache = owner_cache::start(client).await;
+    assert!(
+        cache.wait_until_ready(Duration::from_secs(10)).await,
+        "the cache never listed the jobs"
+    );
+    assert!(cache.is_connected());
+    let job = cache
+        .volcano_job("wandb", "wandb-job-run42")
+        .expect("the recorded Job is cached");
+    assert_eq!(job["spec"]["plugins"]["pytorch"][2], "--port=23456");
+    assert!(cache.volcano_job("other", "wandb-job-run42").is_none());
+    assert!(calls.lists.load(Ordering::SeqCst) >= 1);
+
+    let policy = Policy::embedded_default();
+    for (name, rank) in [
+        ("create-pod-wandb-job-run42-master-0.json", "0"),
+        ("create-pod-wandb-job-run42-worker-0.json", "1"),
+        ("create-pod-wandb-job-run42-worker-1.json", "2"),
+    ] {
+        let body = fixture_bytes(name);
+        let outcome = review(&policy, Endpoint::Mutate, &body, &cache).unwrap();
+        let response: Value = serde_json::from_slice(&outcome.body).unwrap();
+        let response = &response["response"];
+        assert_eq!(response["allowed"], true, "{name}");
+        let patch_b64 = response["patch"].as_str().expect("a patch");
+        use base64::Engine as _;
+        let patch: json_patch::Patch = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(patch_b64)
+                .unwrap(),
+        )
+        .unwrap();
+        let request: Value = serde_json::from_slice(&body).unwrap();
+        let mut pod = request["request"]["object"].clone();
+        json_patch::patch(&mut pod, &patch).unwrap();
+        let c = &pod["spec"]["containers"][0];
+        assert_eq!(
+            env_of(c, "MASTER_ADDR").as_deref(),
+            Some("wandb-job-run42-master-0.wandb-job-run42"),
+            "{name}"
+        );
+        assert_eq!(env_of(c, "MASTER_PORT").as_deref(), Some("23456"), "{name}");
+        assert_eq!(env_of(c, "WORLD_SIZE").as_deref(), Some("3"), "{name}");
+        assert_eq!(env_of(c, "RANK").as_deref(), Some(rank), "{name}");
+        let ports: Vec<&Value> = c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["name"] == "pytorchjob-port")
+            .collect();
+        assert_eq!(ports.len(), 1, "{name}");
+        let warnings = response["warnings"].as_array().cloned().unwrap_or_default();
+        assert!(
+            warnings
+                .iter()
+                .all(|w| !w.as_str().unwrap().contains("owner Volcano Job")),
+            "{name}: {warnings:?}"
+        );
+    }
+}
