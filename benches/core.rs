@@ -242,7 +242,7 @@ fn main() {
     {
         return;
     }
-    // A criterion filter (`cargo bench --bench core -- pod-small`) also filters the table.
+    // A criterion filter (`cargo bench --bench core -- 'pod-small|job'`) also filters the table.
     const VALUE_FLAGS: &[&str] = &[
         "--save-baseline",
         "--baseline",
@@ -269,7 +269,10 @@ fn main() {
         if VALUE_FLAGS.contains(&a.as_str()) {
             skip_next = true;
         } else if !a.starts_with('-') {
-            filters.push(a.split('/').next().unwrap_or(a).to_string());
+            // Criterion's filter is a regex; alternatives (`a|b`) are what the table honours.
+            for alt in a.split('|') {
+                filters.push(alt.split('/').next().unwrap_or(alt).to_string());
+            }
         }
     }
     let selected: Vec<Case> = cases
