@@ -39,23 +39,24 @@ fn generated_pod(n: usize, container_bytes: usize) -> Vec<u8> {
         serde_json::from_slice(&fixture("create-pod-launch-acme-mnist-mzxkz.json")).unwrap();
     let object = &mut review["request"]["object"];
     object["metadata"]["labels"]["wandb.ai/monitor"] = json!("true");
-    let template = object["spec"]["containers"][0].clone();
-    let mut containers = Vec::with_capacity(n);
-    for i in 0..n {
-        let mut c = template.clone();
-        c["name"] = json!(format!("worker-{i}"));
-        assert!(c["env"].is_array(), "fixture container has env");
-        let mut k = 0;
-        while serde_json::to_vec(&c).unwrap().len() < container_bytes {
-            let env = c["env"].as_array_mut().unwrap();
-            env.push(json!({
-                "name": format!("LAUNCH_SETTING_{k:04}"),
-                "value": format!("value-{i}-{k}-{}", "x".repeat(48)),
-            }));
-            k += 1;
-        }
-        containers.push(c);
+    // Pad the fixture's container with env vars to ~`container_bytes`, then copy it.
+    let mut template = object["spec"]["containers"][0].clone();
+    assert!(template["env"].is_array(), "fixture container has env");
+    let mut k = 0;
+    while serde_json::to_vec(&template).unwrap().len() < container_bytes {
+        template["env"].as_array_mut().unwrap().push(json!({
+            "name": format!("LAUNCH_SETTING_{k:04}"),
+            "value": format!("value-{k}-{}", "x".repeat(48)),
+        }));
+        k += 1;
     }
+    let containers: Vec<Value> = (0..n)
+        .map(|i| {
+            let mut c = template.clone();
+            c["name"] = json!(format!("worker-{i}"));
+            c
+        })
+        .collect();
     object["spec"]["containers"] = Value::Array(containers);
     serde_json::to_vec(&review).unwrap()
 }
@@ -234,11 +235,13 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     criterion_suite(&mut c, &policy, &cases);
     c.final_summary();
-    // `cargo bench -- --list`, `cargo test --benches` and `--profile-time` runs skip the table.
+    // `cargo bench -- --list` and `--profile-time` runs skip the table.
+    // Only `cargo bench` passes `--bench`; `cargo test --benches` runs each benchmark once.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args
-        .iter()
-        .any(|a| a == "--list" || a == "--test" || a == "--profile-time")
+    if !args.iter().any(|a| a == "--bench")
+        || args
+            .iter()
+            .any(|a| a == "--list" || a == "--test" || a == "--profile-time")
     {
         return;
     }
