@@ -102,6 +102,10 @@ pub struct ServeArgs {
     /// Admission requests processed at once; more wait (never rejected).
     #[arg(long, env = "LAUNCHGATE_MAX_CONCURRENCY", default_value_t = 512)]
     pub max_concurrency: usize,
+    /// Milliseconds from a request's arrival by which it must be answered; keep it below the
+    /// webhook's `timeoutSeconds` so the API server gets an answer instead of timing out.
+    #[arg(long, env = "LAUNCHGATE_REQUEST_DEADLINE_MS", default_value_t = 4000)]
+    pub request_deadline_ms: u64,
     /// Read owner Volcano Jobs through the Kubernetes API (cached watch).
     #[arg(long, env = "LAUNCHGATE_CLUSTER_LOOKUPS", default_value_t = false, action = clap::ArgAction::Set)]
     pub cluster_lookups: bool,
@@ -319,6 +323,7 @@ fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
         reload_interval: Duration::from_secs(args.reload_interval.max(1)),
         read_timeout: Duration::from_millis(args.read_timeout_ms.max(100)),
         max_concurrency: args.max_concurrency,
+        request_deadline: Duration::from_millis(args.request_deadline_ms.max(100)),
     };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all();
@@ -329,7 +334,7 @@ fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
     let cluster_lookups = args.cluster_lookups;
     rt.block_on(async move {
         let cluster = if cluster_lookups {
-            Some(crate::server::cluster_view().await?)
+            Some(crate::server::cluster_view(Duration::from_secs(10)).await?)
         } else {
             None
         };

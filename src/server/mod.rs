@@ -69,6 +69,10 @@ pub struct ServeOptions {
     pub read_timeout: Duration,
     /// Admission requests processed at once; more wait for a slot (never a 503).
     pub max_concurrency: usize,
+    /// Budget from a request's arrival to its answer, below the API server's webhook timeout:
+    /// a request that cannot get a processing slot within it is answered 503 at once, so the
+    /// API server applies the webhook's failurePolicy now instead of after its own timeout.
+    pub request_deadline: Duration,
 }
 
 impl Default for ServeOptions {
@@ -86,6 +90,7 @@ impl Default for ServeOptions {
             reload_interval: Duration::from_secs(2),
             read_timeout: Duration::from_secs(3),
             max_concurrency: 512,
+            request_deadline: Duration::from_secs(4),
         }
     }
 }
@@ -99,6 +104,7 @@ pub struct AppState {
     pub cert_valid: AtomicBool,
     slots: Semaphore,
     read_timeout: Duration,
+    request_deadline: Duration,
 }
 
 impl AppState {
@@ -209,8 +215,20 @@ async fn admission(
         }
         Ok(Ok(b)) => b,
     };
-    let Ok(_slot) = state.slots.acquire().await else {
-        return json_error(StatusCode::SERVICE_UNAVAILABLE, "server is stopping");
+    let budget = state.request_deadline.saturating_sub(started.elapsed());
+    let _slot = match tokio::time::timeout(budget, state.slots.acquire()).await {
+        Ok(Ok(slot)) => slot,
+        Ok(Err(_)) => return json_error(StatusCode::SERVICE_UNAVAILABLE, "server is stopping"),
+        Err(_) => {
+            return reject(
+                "deadline",
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "no processing slot within the {:?} request deadline (server overloaded)",
+                    state.request_deadline
+                ),
+            );
+        }
     };
     state.metrics.in_flight.inc();
     let policy = state.policy.load();
@@ -393,6 +411,7 @@ pub async fn start(
         cert_valid: AtomicBool::new(reload::not_expired(loaded.not_after_unix)),
         slots: Semaphore::new(opts.max_concurrency.max(1)),
         read_timeout: opts.read_timeout,
+        request_deadline: opts.request_deadline,
     });
 
     let listener = TcpListener::bind(opts.listen)
@@ -529,6 +548,23 @@ pub async fn run_until_signal(
 }
 
 /// The cluster view backed by the Kubernetes API (owner Volcano Jobs, cached watch).
-pub async fn cluster_view() -> Result<Arc<dyn ClusterView>> {
-    anyhow::bail!("--cluster-lookups: not available in this build yet")
+///
+/// Uses the in-cluster service account (or the local kubeconfig) and starts the Volcano Job
+/// watch. Serving does not wait for the cache forever: after `ready_timeout` the server starts
+/// anyway (pods of unknown Jobs then get what can be derived from the pod alone, with a
+/// warning) and the cache fills in the background.
+pub async fn cluster_view(ready_timeout: Duration) -> Result<Arc<dyn ClusterView>> {
+    let client = kube::Client::try_default()
+        .await
+        .context("--cluster-lookups: connecting to the Kubernetes API")?;
+    let cache = owner_cache::start(client).await;
+    if cache.wait_until_ready(ready_timeout).await {
+        tracing::info!(jobs = cache.len(), "Volcano Job cache ready");
+    } else {
+        tracing::warn!(
+            timeout = ?ready_timeout,
+            "Volcano Job cache not filled yet (is the Volcano CRD installed and RBAC granted?); serving anyway"
+        );
+    }
+    Ok(Arc::new(cache))
 }
