@@ -657,6 +657,14 @@ fn timeouts_and_failure_policies_are_configurable() {
     check_hook(&m, "/mutate", "launchgate");
     check_hook(&v, "/validate", "launchgate");
     assert_eq!((m.timeout, v.timeout), (Some(3), Some(3)));
+    // The server answers before the API server gives up on it.
+    let d: Deployment = one(&objs, "Deployment");
+    let deadline = deployment_env(&d)
+        .into_iter()
+        .find(|(n, _)| n == "LAUNCHGATE_REQUEST_DEADLINE_MS")
+        .map(|(_, v)| v.parse::<i64>().unwrap())
+        .expect("request deadline set");
+    assert_eq!(deadline, 2000, "1 s below timeoutSeconds 3");
     assert_eq!(
         (m.failure_policy.as_deref(), v.failure_policy.as_deref()),
         (Some("Fail"), Some("Ignore"))
