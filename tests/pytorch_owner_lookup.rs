@@ -162,4 +162,55 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
             "{name}: {warnings:?}"
         );
     }
+
+    // The same through the real HTTPS server, started with the watch cache as its cluster view
+    // (what `serve --cluster-lookups` does).
+    let dir = tempfile::tempdir().unwrap();
+    let opts = launchgate::server::ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        dev_cert_dir: dir.path().join("dev-certs"),
+        ..Default::default()
+    };
+    let server = launchgate::server::start(opts, Some(Arc::new(cache)))
+        .await
+        .expect("server starts");
+    let ca = server.dev_ca_pem.clone().unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .tls_built_in_root_certs(false)
+        .build()
+        .unwrap();
+    let body = fixture_bytes("create-pod-wandb-job-run42-worker-1.json");
+    let answer: Value = client
+        .post(format!(
+            "https://localhost:{}/mutate",
+            server.local_addr.port()
+        ))
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    use base64::Engine as _;
+    let patch: json_patch::Patch = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(answer["response"]["patch"].as_str().expect("a patch"))
+            .unwrap(),
+    )
+    .unwrap();
+    let request: Value = serde_json::from_slice(&body).unwrap();
+    let mut pod = request["request"]["object"].clone();
+    json_patch::patch(&mut pod, &patch).unwrap();
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(
+        env_of(c, "MASTER_ADDR").as_deref(),
+        Some("wandb-job-run42-master-0.wandb-job-run42")
+    );
+    assert_eq!(env_of(c, "WORLD_SIZE").as_deref(), Some("3"));
+    assert_eq!(env_of(c, "RANK").as_deref(), Some("2"));
+    server.begin_shutdown();
+    server.wait().await.unwrap();
 }
