@@ -379,3 +379,46 @@ fn pytorchjob_with_two_masters_is_denied() {
     let message = d.response.status.unwrap().message;
     assert!(message.contains("Master.replicas is 2"), "{message}");
 }
+
+#[test]
+fn host_network_pods_declare_the_rendezvous_port_once() {
+    // hostNetwork: hostPort defaults to containerPort, and a pod may not declare the same host
+    // port twice, so only the first training container gets pytorchjob-port.
+    let policy = pytorch_only("{indexedJobs: true}");
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "hn", "namespace": "wandb", "labels": {"queue": "q"}},
+        "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 6,
+                 "template": {"spec": {"subdomain": "hn", "hostNetwork": true, "restartPolicy": "Never",
+                     "containers": [{"name": "a", "image": "i"}, {"name": "b", "image": "i"}]}}}
+    });
+    let request = AdmissionRequest::synthetic_create(job, None).unwrap();
+    let (job, _) = mutated(&policy, &request);
+    let containers = job["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        containers[0]["ports"],
+        json!([{"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}])
+    );
+    assert!(containers[1].get("ports").is_none(), "{:?}", containers[1]);
+    for c in containers {
+        assert_eq!(
+            env_value(c, "MASTER_PORT"),
+            Some("23456"),
+            "both get the env"
+        );
+    }
+    // Reinvocation: nothing more.
+    let again = AdmissionRequest::synthetic_create(job.clone(), None).unwrap();
+    assert!(run(&policy, Endpoint::Mutate, &again).patch.0.is_empty());
+    // The result is a valid pod template for the API server: no duplicate host ports.
+    let spec: k8s_openapi::api::core::v1::PodSpec =
+        serde_json::from_value(job["spec"]["template"]["spec"].clone()).unwrap();
+    let declared: usize = spec
+        .containers
+        .iter()
+        .map(|c| c.ports.as_ref().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(declared, 1);
+}

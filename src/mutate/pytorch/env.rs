@@ -228,7 +228,22 @@ pub fn for_each_training_container(
     }
 }
 
+/// True when `container` declares `port` as a containerPort (any name).
+fn declares_port_number(container: &Map<String, Value>, port: u16) -> bool {
+    container
+        .get("ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|p| p.get("containerPort").and_then(Value::as_i64) == Some(i64::from(port)))
+}
+
 /// Writes `vars` (and the port, when `port` is set) into every training container.
+///
+/// On a `hostNetwork` pod the API server defaults every port's `hostPort` to its
+/// `containerPort` and rejects a pod that declares the same host port twice, so there the port
+/// goes only to the first training container, and not at all when any container of the pod
+/// already declares that number.
 pub fn wire_pod_spec(
     ctx: &MutationContext<'_>,
     pod_spec: &mut Map<String, Value>,
@@ -238,11 +253,24 @@ pub fn wire_pod_spec(
     findings: &mut Findings,
 ) -> bool {
     let cfg = &ctx.queue.config.pytorch;
+    let host_network = pod_spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
+    let mut host_port_taken = host_network
+        && port.is_some_and(|port| {
+            ["containers", "initContainers"]
+                .iter()
+                .filter_map(|k| pod_spec.get(*k).and_then(Value::as_array))
+                .flatten()
+                .filter_map(Value::as_object)
+                .any(|c| declares_port_number(c, port))
+        });
     let mut changed = false;
     for_each_training_container(ctx, pod_spec, spec_path, |where_, c| {
         changed |= write_env(c, vars, cfg, where_, findings);
-        if let Some(port) = port {
+        if let Some(port) = port
+            && !host_port_taken
+        {
             changed |= write_port(c, port, where_, findings);
+            host_port_taken = host_network && declares_port_number(c, port);
         }
     });
     changed
