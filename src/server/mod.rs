@@ -232,11 +232,27 @@ async fn admission(
     };
     state.metrics.in_flight.inc();
     let policy = state.policy.load();
-    let result = review::review(&policy, endpoint, &bytes, state.cluster.as_ref());
+    // The core is fuzzed and must never panic; should a bug slip through anyway, this request
+    // gets a 500 (the API server applies failurePolicy) and the server keeps serving.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        review::review(&policy, endpoint, &bytes, state.cluster.as_ref())
+    }));
     state.metrics.in_flight.dec();
     let outcome = match result {
-        Ok(o) => o,
-        Err(e) => return reject("bad_request", StatusCode::BAD_REQUEST, e.0),
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return reject("bad_request", StatusCode::BAD_REQUEST, e.0),
+        Err(_) => {
+            tracing::error!(
+                endpoint = endpoint.as_str(),
+                "BUG: the admission core panicked on a request; answered 500"
+            );
+            return reject(
+                "internal",
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error while reviewing the request (a bug in launchgate; it was logged)"
+                    .to_string(),
+            );
+        }
     };
     let s = &outcome.summary;
     let elapsed = started.elapsed();
