@@ -270,6 +270,13 @@ impl Quantity {
 
     /// `self + other`, or `None` when it does not fit.
     pub fn checked_add(&self, other: &Quantity) -> Option<Quantity> {
+        // Zero is `0 × 10^0`: aligning it with an exponent beyond ±38 would overflow.
+        if other.mantissa == 0 {
+            return Some(*self);
+        }
+        if self.mantissa == 0 {
+            return Some(*other);
+        }
         let exponent = self.exponent.min(other.exponent);
         let scale = |q: &Quantity| -> Option<i128> {
             let shift = u32::try_from(q.exponent - exponent).ok()?;

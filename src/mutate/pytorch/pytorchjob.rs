@@ -55,7 +55,8 @@ fn replicas_of(specs: &[(String, i64)], replica_type: &str) -> Option<i64> {
         .iter()
         .filter(|(t, _)| t.eq_ignore_ascii_case(replica_type))
         .map(|(_, r)| *r)
-        .reduce(|a, b| a + b)
+        // Saturating: replicas come from the request, and only `== 1` / `> 1` matter.
+        .reduce(i64::saturating_add)
 }
 
 /// Problems the operator cannot wire around (denied by [`super::check`] under `deny`).

@@ -208,11 +208,19 @@ pub fn analyse(job: &Value, job_name: &str) -> Result<Option<VolcanoPytorchJob>,
             args.master
         )]);
     }
-    let worker_replicas: i64 = tasks
+    // Replicas come from the request: add them checked (a sum past i64 has no WORLD_SIZE).
+    let Some(nnodes) = tasks
         .iter()
         .filter(|t| task_name(t) == args.worker)
         .map(|t| task_replicas(t).max(0))
-        .sum();
+        .try_fold(master_replicas, i64::checked_add)
+    else {
+        return Err(vec![format!(
+            "{display}: the replicas of the PyTorch worker tasks {:?} add up to more than {}, so WORLD_SIZE cannot be set and the job could never rendezvous",
+            args.worker,
+            i64::MAX
+        )]);
+    };
     let hostname = env::string_at(master, "/template/spec/hostname").map(str::to_string);
     let subdomain = env::string_at(master, "/template/spec/subdomain").map(str::to_string);
     let (master_addr, addr_problem) = match (hostname, subdomain, job_name.is_empty()) {
@@ -236,7 +244,7 @@ pub fn analyse(job: &Value, job_name: &str) -> Result<Option<VolcanoPytorchJob>,
         wiring: JobWiring {
             master_addr,
             master_port: args.port,
-            nnodes: master_replicas + worker_replicas,
+            nnodes,
         },
         args,
         master_replicas,
@@ -355,7 +363,16 @@ pub fn pod_place(pod: &Map<String, Value>) -> Option<VolcanoPodPlace> {
 
 fn rank_value(place: &VolcanoPodPlace, offset: i64, findings: &mut Findings) -> Option<EnvValue> {
     match place.index {
-        Some(index) => Some(EnvValue::Literal((offset + index).to_string())),
+        Some(index) => match offset.checked_add(index) {
+            Some(rank) => Some(EnvValue::Literal(rank.to_string())),
+            None => {
+                findings.warn(format!(
+                    "launchgate: pod of Volcano Job {:?} task {:?}: {RANK_OFFSET_ANNOTATION} {offset} + {TASK_INDEX_KEY} {index} is out of range; RANK was not set",
+                    place.job_name, place.task
+                ));
+                None
+            }
+        },
         None => {
             findings.warn(format!(
                 "launchgate: pod of Volcano Job {:?} task {:?} has no numeric {TASK_INDEX_KEY} annotation; RANK was not set",

@@ -1,0 +1,11 @@
+//! Arbitrary bytes as an AdmissionReview request body, on both endpoints, with the embedded
+//! default policy. Checks every answer (see `launchgate_fuzz::review_checked`) and that a
+//! patched object is not patched again.
+#![no_main]
+
+use launchgate_fuzz::{DEFAULT_POLICY, review_both};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = review_both(&DEFAULT_POLICY, data);
+});
