@@ -97,6 +97,20 @@ fn metric(text: &str, prefix: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Polls `/metrics` until the line starting with `prefix` reaches at least 1, or fails with
+/// `what` after 10 s.
+async fn wait_for_metric(client: &reqwest::Client, base: &str, prefix: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = metrics_text(client, base).await;
+        if metric(&text, prefix) >= 1.0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificate_rotation_by_symlink_swap_loses_no_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -175,22 +189,13 @@ async fn certificate_rotation_by_symlink_swap_loses_no_request() {
     // A half-written rotation first: the new certificate with the old key. It must be rejected
     // and the old certificate kept.
     vol.swap_in(&new.cert_pem, &old.key_pem, &new.ca_pem);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = metrics_text(&both(false), &base).await;
-        if metric(
-            &text,
-            r#"launchgate_certificate_reloads_total{result="failure"}"#,
-        ) >= 1.0
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "mismatched pair never rejected:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_metric(
+        &both(false),
+        &base,
+        r#"launchgate_certificate_reloads_total{result="failure"}"#,
+        "mismatched pair never rejected",
+    )
+    .await;
     assert_eq!(
         fresh_get(&old.ca_pem, &readyz).await.unwrap().status(),
         200,
@@ -271,22 +276,13 @@ async fn invalid_config_keeps_the_old_policy_and_readiness_then_a_valid_one_take
         default.replacen("defaultQueue:", "defaultQueeu:", 1),
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = metrics_text(&srv.client, &srv.base).await;
-        if metric(
-            &text,
-            r#"launchgate_config_reloads_total{result="failure"}"#,
-        ) >= 1.0
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "bad config never rejected:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_metric(
+        &srv.client,
+        &srv.base,
+        r#"launchgate_config_reloads_total{result="failure"}"#,
+        "bad config never rejected",
+    )
+    .await;
     assert_eq!(
         srv.client
             .get(srv.url("/readyz"))

@@ -98,6 +98,22 @@ fn env_of(container: &Value, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The request object of the AdmissionReview `body` with the base64 patch of `response`
+/// applied.
+fn patched_object(body: &[u8], response: &Value) -> Value {
+    use base64::Engine as _;
+    let patch: json_patch::Patch = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(response["patch"].as_str().expect("a patch"))
+            .unwrap(),
+    )
+    .unwrap();
+    let request: Value = serde_json::from_slice(body).unwrap();
+    let mut object = request["request"]["object"].clone();
+    json_patch::patch(&mut object, &patch).unwrap();
+    object
+}
+
 #[tokio::test]
 async fn recorded_pods_are_wired_from_the_watched_owner_job() {
     let (url, calls) = fake_api().await;
@@ -127,17 +143,7 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
         let response: Value = serde_json::from_slice(&outcome.body).unwrap();
         let response = &response["response"];
         assert_eq!(response["allowed"], true, "{name}");
-        let patch_b64 = response["patch"].as_str().expect("a patch");
-        use base64::Engine as _;
-        let patch: json_patch::Patch = serde_json::from_slice(
-            &base64::engine::general_purpose::STANDARD
-                .decode(patch_b64)
-                .unwrap(),
-        )
-        .unwrap();
-        let request: Value = serde_json::from_slice(&body).unwrap();
-        let mut pod = request["request"]["object"].clone();
-        json_patch::patch(&mut pod, &patch).unwrap();
+        let pod = patched_object(&body, response);
         let c = &pod["spec"]["containers"][0];
         assert_eq!(
             env_of(c, "MASTER_ADDR").as_deref(),
@@ -194,16 +200,7 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
         .json()
         .await
         .unwrap();
-    use base64::Engine as _;
-    let patch: json_patch::Patch = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(answer["response"]["patch"].as_str().expect("a patch"))
-            .unwrap(),
-    )
-    .unwrap();
-    let request: Value = serde_json::from_slice(&body).unwrap();
-    let mut pod = request["request"]["object"].clone();
-    json_patch::patch(&mut pod, &patch).unwrap();
+    let pod = patched_object(&body, &answer["response"]);
     let c = &pod["spec"]["containers"][0];
     assert_eq!(
         env_of(c, "MASTER_ADDR").as_deref(),
