@@ -537,3 +537,68 @@ async fn tls_below_1_2_is_refused() {
         ),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_gets_no_slot_within_the_deadline_is_answered_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = launchgate::server::ServeOptions {
+        max_concurrency: 1,
+        request_deadline: Duration::from_millis(50),
+        ..options(dir.path())
+    };
+    let srv = start_with(opts, dir).await;
+
+    // Holds the only slot for a while: a ~7 MiB Pod (not a launch workload) made of 500,000
+    // tiny annotations, which takes the core a long time to parse in a debug build.
+    let mut slow: Value =
+        serde_json::from_slice(&fixture("create-pod-kaniko-build-abc.json")).expect("fixture");
+    let annotations: serde_json::Map<String, Value> = (0..500_000)
+        .map(|i| (format!("a{i}"), Value::from("")))
+        .collect();
+    slow["request"]["object"]["metadata"]["annotations"] = Value::Object(annotations);
+    let slow_body = serde_json::to_vec(&slow).unwrap();
+    assert!(slow_body.len() < launchgate::server::MAX_BODY_BYTES);
+    let (client, url) = (srv.client.clone(), srv.url("/validate"));
+    let holder = tokio::spawn(async move {
+        client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(slow_body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    wait_for_metric(
+        &srv.client,
+        &srv.base,
+        "launchgate_admission_in_flight ",
+        "the slow request never held the slot",
+    )
+    .await;
+
+    // Meanwhile a normal request finds no free slot: a fast 503 with a JSON error, so the API
+    // server applies failurePolicy now rather than after its own timeout.
+    let resp = srv.post("/mutate", fixture("create-job-demo.json")).await;
+    let status = resp.status();
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(status, 503, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("deadline"), "{err}");
+
+    // The slot holder is still answered normally, and the server serves again afterwards.
+    assert_eq!(holder.await.unwrap(), 200);
+    assert_eq!(
+        srv.post("/mutate", fixture("create-job-demo.json"))
+            .await
+            .status(),
+        200
+    );
+    let text = metrics_text(&srv.client, &srv.base).await;
+    assert!(
+        metric(
+            &text,
+            r#"launchgate_admission_request_errors_total{endpoint="mutate",reason="deadline"}"#
+        ) >= 1.0,
+        "{text}"
+    );
+}

@@ -44,6 +44,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// API server's 3 MiB limit, plus the envelope.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
+/// Bodies from this size on are reviewed with `block_in_place` (see `admission`).
+const LARGE_BODY_BYTES: usize = 512 * 1024;
+
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -234,9 +237,21 @@ async fn admission(
     let policy = state.policy.load();
     // The core is fuzzed and must never panic; should a bug slip through anyway, this request
     // gets a 500 (the API server applies failurePolicy) and the server keeps serving.
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        review::review(&policy, endpoint, &bytes, state.cluster.as_ref())
-    }));
+    let run = || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            review::review(&policy, endpoint, &bytes, state.cluster.as_ref())
+        }))
+    };
+    // A large object keeps the core busy for milliseconds; hand this worker's other tasks to
+    // another thread meanwhile so they are not stuck behind it. Small requests (the usual
+    // case, tens of microseconds) run inline.
+    let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread;
+    let result = if bytes.len() >= LARGE_BODY_BYTES && multi_thread {
+        tokio::task::block_in_place(run)
+    } else {
+        run()
+    };
     state.metrics.in_flight.dec();
     let outcome = match result {
         Ok(Ok(o)) => o,
