@@ -2,7 +2,6 @@
 
 mod common;
 
-use base64::Engine as _;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -50,13 +49,8 @@ async fn cli_patch_equals_webhook_patch_for_the_same_object() {
             launchgate::admission::AdmissionRequest::synthetic_create(object, None).unwrap();
         let body = serde_json::to_vec(&request.to_review_json()).unwrap();
         let review: Value = srv.post("/mutate", body).await.json().await.unwrap();
-        let server_patch: Value = match review["response"]["patch"].as_str() {
-            Some(b64) => serde_json::from_slice(
-                &base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .unwrap(),
-            )
-            .unwrap(),
+        let server_patch: Value = match common::decode_patch(&review["response"]) {
+            Some(patch) => serde_json::to_value(patch).unwrap(),
             None => Value::Array(vec![]),
         };
         assert_eq!(cli_patch, server_patch, "{name}");

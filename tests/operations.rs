@@ -283,15 +283,7 @@ async fn invalid_config_keeps_the_old_policy_and_readiness_then_a_valid_one_take
         "bad config never rejected",
     )
     .await;
-    assert_eq!(
-        srv.client
-            .get(srv.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(srv.get_status("/readyz").await, 200);
     assert_eq!(
         review("/validate").await["response"]["allowed"],
         false,

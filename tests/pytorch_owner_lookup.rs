@@ -3,6 +3,8 @@
 //! in-process: it answers the list and watch of `batch.volcano.sh/v1alpha1` jobs with the
 //! recorded Job.
 
+mod common;
+
 use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, Uri};
@@ -101,13 +103,7 @@ fn env_of(container: &Value, name: &str) -> Option<String> {
 /// The request object of the AdmissionReview `body` with the base64 patch of `response`
 /// applied.
 fn patched_object(body: &[u8], response: &Value) -> Value {
-    use base64::Engine as _;
-    let patch: json_patch::Patch = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(response["patch"].as_str().expect("a patch"))
-            .unwrap(),
-    )
-    .unwrap();
+    let patch = common::decode_patch(response).expect("a patch");
     let request: Value = serde_json::from_slice(body).unwrap();
     let mut object = request["request"]["object"].clone();
     json_patch::patch(&mut object, &patch).unwrap();

@@ -2,18 +2,9 @@
 
 mod common;
 
-use base64::Engine as _;
-use common::{fixture, fixtures, start_default};
+use common::{decode_patch, fixture, fixtures, start_default};
 use serde_json::Value;
 use std::time::Duration;
-
-fn decode_patch(response: &Value) -> Option<json_patch::Patch> {
-    let b64 = response.get("patch")?.as_str()?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .expect("patch is base64");
-    Some(serde_json::from_slice(&bytes).expect("patch is a JSON Patch"))
-}
 
 #[tokio::test]
 async fn every_fixture_gets_a_valid_review_on_both_endpoints() {
@@ -130,15 +121,7 @@ async fn bad_requests_get_readable_4xx_and_the_server_keeps_serving() {
         }
     }
     // Still serving.
-    assert_eq!(
-        srv.client
-            .get(srv.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(srv.get_status("/readyz").await, 200);
     assert_eq!(
         srv.post("/mutate", fixture("create-job-demo.json"))
             .await
@@ -164,24 +147,8 @@ async fn accepts_a_seven_mib_update() {
 #[tokio::test]
 async fn health_readiness_and_metrics() {
     let srv = start_default().await;
-    assert_eq!(
-        srv.client
-            .get(srv.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        srv.client
-            .get(srv.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(srv.get_status("/healthz").await, 200);
+    assert_eq!(srv.get_status("/readyz").await, 200);
     for name in [
         "create-job-demo.json",
         "create-pod-kaniko-build-abc.json",

@@ -2,6 +2,7 @@
 //! with a freshly generated certificate, and a client that trusts it.
 #![allow(dead_code)]
 
+use launchgate::admission::AdmissionResponse;
 use launchgate::server::{RunningServer, ServeOptions, start};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,6 +17,16 @@ pub struct TestServer {
 impl TestServer {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// The HTTP status of `GET path`.
+    pub async fn get_status(&self, path: &str) -> reqwest::StatusCode {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request reaches the server")
+            .status()
     }
 
     /// POSTs a JSON body to `path`.
@@ -71,6 +82,16 @@ pub async fn start_with(opts: ServeOptions, dir: tempfile::TempDir) -> TestServe
         base,
         dir,
     }
+}
+
+/// The JSON Patch of an AdmissionReview `response` (`None` when it carries none), decoded with
+/// the library's own [`AdmissionResponse::decoded_patch`].
+pub fn decode_patch(response: &serde_json::Value) -> Option<json_patch::Patch> {
+    let response: AdmissionResponse =
+        serde_json::from_value(response.clone()).expect("an AdmissionResponse");
+    response
+        .decoded_patch()
+        .map(|p| p.expect("patch is base64 of a JSON Patch"))
 }
 
 /// The recorded AdmissionReview fixtures, by file name.
