@@ -104,15 +104,33 @@ pub fn upsert_env_field_ref(
     )
 }
 
+/// True when `port` is a TCP port declaration with number `number` (protocol defaults to TCP).
+fn is_tcp_port(port: &Value, number: i64) -> bool {
+    port.get("containerPort").and_then(Value::as_i64) == Some(number)
+        && port
+            .get("protocol")
+            .and_then(Value::as_str)
+            .unwrap_or("TCP")
+            == "TCP"
+}
+
+/// True when `container` declares TCP port `number` (under any name).
+pub fn declares_tcp_port(container: &Map<String, Value>, number: i64) -> bool {
+    container
+        .get("ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|p| is_tcp_port(p, number))
+}
+
 /// Adds `{name, containerPort}` unless a port with that name *or* that number (TCP) exists.
 pub fn ensure_port(container: &mut Map<String, Value>, name: &str, port: i64) -> bool {
     let ports = array_mut(container, "ports");
-    let clash = ports.iter().any(|p| {
-        name_of(p) == Some(name)
-            || (p.get("containerPort").and_then(Value::as_i64) == Some(port)
-                && p.get("protocol").and_then(Value::as_str).unwrap_or("TCP") == "TCP")
-    });
-    if clash {
+    if ports
+        .iter()
+        .any(|p| name_of(p) == Some(name) || is_tcp_port(p, port))
+    {
         return false;
     }
     ports.push(serde_json::json!({"name": name, "containerPort": port, "protocol": "TCP"}));

@@ -245,9 +245,10 @@ async fn admission(
     // A large object keeps the core busy for milliseconds; hand this worker's other tasks to
     // another thread meanwhile so they are not stuck behind it. Small requests (the usual
     // case, tens of microseconds) run inline.
-    let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::MultiThread;
-    let result = if bytes.len() >= LARGE_BODY_BYTES && multi_thread {
+    let result = if bytes.len() >= LARGE_BODY_BYTES
+        && tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread
+    {
         tokio::task::block_in_place(run)
     } else {
         run()

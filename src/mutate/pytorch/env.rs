@@ -228,16 +228,6 @@ pub fn for_each_training_container(
     }
 }
 
-/// True when `container` declares `port` as a containerPort (any name).
-fn declares_port_number(container: &Map<String, Value>, port: u16) -> bool {
-    container
-        .get("ports")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|p| p.get("containerPort").and_then(Value::as_i64) == Some(i64::from(port)))
-}
-
 /// Writes `vars` (and the port, when `port` is set) into every training container.
 ///
 /// On a `hostNetwork` pod the API server defaults every port's `hostPort` to its
@@ -261,7 +251,7 @@ pub fn wire_pod_spec(
                 .filter_map(|k| pod_spec.get(*k).and_then(Value::as_array))
                 .flatten()
                 .filter_map(Value::as_object)
-                .any(|c| declares_port_number(c, port))
+                .any(|c| upsert::declares_tcp_port(c, i64::from(port)))
         });
     let mut changed = false;
     for_each_training_container(ctx, pod_spec, spec_path, |where_, c| {
@@ -270,7 +260,7 @@ pub fn wire_pod_spec(
             && !host_port_taken
         {
             changed |= write_port(c, port, where_, findings);
-            host_port_taken = host_network && declares_port_number(c, port);
+            host_port_taken = host_network && upsert::declares_tcp_port(c, i64::from(port));
         }
     });
     changed
