@@ -170,21 +170,6 @@ async fn admission(
         tracing::info!(endpoint = endpoint.as_str(), reason, %message, "rejected request");
         json_error(status, message)
     };
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if !content_type
-        .split(';')
-        .next()
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-    {
-        return reject(
-            "content_type",
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("content type must be application/json, got {content_type:?}"),
-        );
-    }
     let bytes = match tokio::time::timeout(
         state.read_timeout,
         axum::body::to_bytes(body, MAX_BODY_BYTES),
@@ -218,6 +203,23 @@ async fn admission(
         }
         Ok(Ok(b)) => b,
     };
+    // Checked after the body is read (within the size and time limits): answering before the
+    // body is consumed makes HTTP/2 reset the stream, and clients then lose the readable error.
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !content_type
+        .split(';')
+        .next()
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+    {
+        return reject(
+            "content_type",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("content type must be application/json, got {content_type:?}"),
+        );
+    }
     let budget = state.request_deadline.saturating_sub(started.elapsed());
     let _slot = match tokio::time::timeout(budget, state.slots.acquire()).await {
         Ok(Ok(slot)) => slot,
