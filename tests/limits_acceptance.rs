@@ -1,5 +1,5 @@
-//! Issue 5 acceptance, end to end through the review core and the CLI: the seeds' minikube
-//! GPU queue (the embedded policy) against the recorded launch Job.
+//! Queue limits end to end through the review core and the CLI: the W&B docs' minikube GPU
+//! queue (the embedded policy) against the recorded launch Job.
 
 use launchgate::Policy;
 use launchgate::cluster::NoCluster;

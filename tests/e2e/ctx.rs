@@ -1,0 +1,359 @@
+//! What a test gets: a client, its own namespace, and helpers to create objects the way a user
+//! or a controller does and to wait for what the controllers make of them.
+
+use crate::webhook::UNREGISTERED_LABEL;
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What every test shares.
+pub struct Env {
+    pub client: Client,
+    /// launchgate's log file (JSON lines).
+    pub launchgate_log: std::path::PathBuf,
+}
+
+/// One test's context: its namespace, deleted afterwards.
+pub struct Ctx {
+    pub client: Client,
+    pub ns: String,
+}
+
+/// How long controllers get to act.
+pub const CONTROLLER_WAIT: Duration = Duration::from_secs(60);
+
+impl Ctx {
+    /// Creates a namespace for `test` (optionally one launchgate does not see yet) and waits for
+    /// its `default` ServiceAccount, which pods need.
+    pub async fn new(env: Arc<Env>, test: &str, registered: bool) -> Result<Ctx> {
+        let client = env.client.clone();
+        let base: String = test
+            .rsplit("::")
+            .next()
+            .unwrap_or(test)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .take(40)
+            .collect();
+        let ns = format!(
+            "{}-{:04x}",
+            base.trim_matches('-'),
+            crate::cluster::rand_u64() & 0xffff
+        );
+        let mut labels = json!({"e2e.launchgate.io/test": "true"});
+        if !registered {
+            labels[UNREGISTERED_LABEL] = json!("true");
+        }
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns, "labels": labels}}))?,
+            )
+            .await
+            .with_context(|| format!("creating namespace {ns}"))?;
+        let ctx = Ctx { client, ns };
+        let sas: Api<ServiceAccount> = ctx.api();
+        ctx.wait_for(
+            "the default ServiceAccount",
+            Duration::from_secs(30),
+            || async { Ok(sas.get_opt("default").await?.is_some()) },
+        )
+        .await?;
+        Ok(ctx)
+    }
+
+    /// Lets launchgate see this namespace from now on (as if it had just been installed).
+    pub async fn register_namespace(&self) -> Result<()> {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let patch = json!({"metadata": {"labels": {UNREGISTERED_LABEL: null}}});
+        namespaces
+            .patch(&self.ns, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        // The API server's webhook plumbing reads namespaces from an informer: wait until a
+        // dry-run launch pod in this namespace comes back mutated.
+        let probe = self.launch_pod("registration-probe");
+        self.wait_for(
+            "launchgate to see the namespace",
+            Duration::from_secs(20),
+            || async {
+                let pod = self.create(&probe, true).await?;
+                Ok(pod
+                    .pointer("/metadata/annotations/launchgate.io~1mutations")
+                    .is_some())
+            },
+        )
+        .await
+    }
+
+    pub async fn cleanup(&self) {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let _ = namespaces.delete(&self.ns, &Default::default()).await;
+    }
+
+    /// A typed API in this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// The dynamic API for an object's `apiVersion`/`kind`, in this namespace.
+    pub fn api_for(&self, obj: &Value) -> Result<Api<DynamicObject>> {
+        Ok(Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &resource_for(obj)?,
+        ))
+    }
+
+    /// Creates `obj` in this namespace (`dry_run`: `dryRun=All`, nothing persisted) and returns
+    /// what the API server stored (or would have).
+    pub async fn create(&self, obj: &Value, dry_run: bool) -> Result<Value, kube::Error> {
+        let mut obj = obj.clone();
+        obj["metadata"]["namespace"] = json!(self.ns);
+        let api = self.api_for(&obj).map_err(|e| {
+            kube::Error::Service(Box::<dyn std::error::Error + Send + Sync>::from(
+                e.to_string(),
+            ))
+        })?;
+        let pp = PostParams {
+            dry_run,
+            ..Default::default()
+        };
+        let dynamic: DynamicObject =
+            serde_json::from_value(obj).map_err(kube::Error::SerdeError)?;
+        let created = api.create(&pp, &dynamic).await?;
+        serde_json::to_value(created).map_err(kube::Error::SerdeError)
+    }
+
+    /// Creates `obj` with a raw request, returning the HTTP status, the body and the
+    /// `Warning` headers, as kubectl prints them.
+    pub async fn create_raw(
+        &self,
+        obj: &Value,
+        dry_run: bool,
+    ) -> Result<(u16, Value, Vec<String>)> {
+        let mut obj = obj.clone();
+        obj["metadata"]["namespace"] = json!(self.ns);
+        let resource = resource_for(&obj)?;
+        let url = format!(
+            "{}/namespaces/{}/{}{}",
+            if resource.group.is_empty() {
+                format!("/api/{}", resource.version)
+            } else {
+                format!("/apis/{}/{}", resource.group, resource.version)
+            },
+            self.ns,
+            resource.plural,
+            if dry_run { "?dryRun=All" } else { "" }
+        );
+        let request = http::Request::post(url)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&obj)?)?;
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await?;
+        let status = response.status().as_u16();
+        let warnings = response
+            .headers()
+            .get_all("warning")
+            .iter()
+            .map(|v| decode_warning(v.to_str().unwrap_or_default()))
+            .collect();
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await?
+            .to_bytes();
+        let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        Ok((status, body, warnings))
+    }
+
+    /// Server-side apply of `obj` by `manager`.
+    pub async fn apply(&self, obj: &Value, manager: &str) -> Result<Value> {
+        let mut obj = obj.clone();
+        obj["metadata"]["namespace"] = json!(self.ns);
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .context("apply needs a name")?
+            .to_string();
+        let api = self.api_for(&obj)?;
+        let patched = api
+            .patch(
+                &name,
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(&obj),
+            )
+            .await?;
+        Ok(serde_json::to_value(patched)?)
+    }
+
+    /// The stored object, or `None`.
+    pub async fn get(&self, obj: &Value, name: &str) -> Result<Option<Value>> {
+        let api = self.api_for(obj)?;
+        Ok(api
+            .get_opt(name)
+            .await?
+            .map(serde_json::to_value)
+            .transpose()?)
+    }
+
+    /// Pods in this namespace matching a label selector.
+    pub async fn pods(&self, selector: &str) -> Result<Vec<Value>> {
+        let pods: Api<Pod> = self.api();
+        let list = pods.list(&ListParams::default().labels(selector)).await?;
+        list.items
+            .into_iter()
+            .map(|p| serde_json::to_value(p).map_err(Into::into))
+            .collect()
+    }
+
+    /// Waits until `n` pods match `selector` (and returns them), failing with the Job
+    /// controller's view when they do not come.
+    pub async fn wait_for_pods(&self, selector: &str, n: usize) -> Result<Vec<Value>> {
+        let got = self
+            .wait_for(
+                &format!("{n} pods with {selector}"),
+                CONTROLLER_WAIT,
+                || async { Ok(self.pods(selector).await?.len() >= n) },
+            )
+            .await;
+        if let Err(e) = got {
+            bail!("{e}; events: {}", self.events_text().await);
+        }
+        self.pods(selector).await
+    }
+
+    /// This namespace's events, one line each (reasons and messages), for failure messages.
+    pub async fn events_text(&self) -> String {
+        let events: Api<k8s_openapi::api::core::v1::Event> = self.api();
+        match events.list(&ListParams::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} {}: {}",
+                        e.involved_object.name.clone().unwrap_or_default(),
+                        e.reason.clone().unwrap_or_default(),
+                        e.message.clone().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Err(e) => format!("(events unreadable: {e})"),
+        }
+    }
+
+    /// Polls `check` until it is true or `timeout` passes.
+    pub async fn wait_for<F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<bool>>,
+    {
+        let until = Instant::now() + timeout;
+        let mut last_err = None;
+        loop {
+            match check().await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => last_err = Some(e),
+            }
+            if Instant::now() > until {
+                match last_err {
+                    Some(e) => bail!("timed out after {timeout:?} waiting for {what}: {e:#}"),
+                    None => bail!("timed out after {timeout:?} waiting for {what}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A minimal launch pod (W&B agent labels) named `name`.
+    pub fn launch_pod(&self, name: &str) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"wandb.ai/monitor": "true", "wandb.ai/agent": "e2e"}},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "train", "image": "acme/train:1"}]
+            }
+        })
+    }
+}
+
+/// The API resource of an object, from its `apiVersion` and `kind` (the kinds the suite uses).
+pub fn resource_for(obj: &Value) -> Result<ApiResource> {
+    let api_version = obj["apiVersion"]
+        .as_str()
+        .context("object without apiVersion")?;
+    let kind = obj["kind"].as_str().context("object without kind")?;
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let plural = match kind {
+        "PolicyReport" => "policyreports".to_string(),
+        k => format!("{}s", k.to_lowercase()),
+    };
+    Ok(ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(group, version, kind),
+        &plural,
+    ))
+}
+
+/// A `Warning` header's text: `299 - "message"` → `message`.
+fn decode_warning(header: &str) -> String {
+    let text = header
+        .split_once(' ')
+        .and_then(|(_, rest)| rest.split_once(' '))
+        .map(|(_, quoted)| quoted)
+        .unwrap_or(header)
+        .trim();
+    text.strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text)
+        .replace("\\\"", "\"")
+}
+
+/// A manifest from `tests/fixtures/manifests` as JSON, its namespace removed.
+pub fn manifest(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/manifests")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut value: Value =
+        serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if let Some(meta) = value["metadata"].as_object_mut() {
+        meta.remove("namespace");
+    }
+    value
+}
+
+/// The value of env var `name` in container `c` (the last entry wins, as in the kubelet).
+pub fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
+    container["env"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|e| e["name"] == name)
+}
+
+/// The `launchgate.io/mutations` annotation of an object, if launchgate mutated it.
+pub fn mutations(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/annotations/launchgate.io~1mutations")
+        .and_then(Value::as_str)
+}

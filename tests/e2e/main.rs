@@ -1,0 +1,410 @@
+//! End-to-end tests on a real control plane: kube-apiserver, kube-controller-manager and etcd,
+//! with launchgate (the built binary) registered by URL as the chart registers it.
+//!
+//! Where the cluster comes from:
+//! * `KUBEBUILDER_ASSETS` (or `LAUNCHGATE_E2E_ASSETS`): a directory with `etcd`,
+//!   `kube-apiserver` and `kube-controller-manager`; the suite starts them on loopback on free
+//!   ports and stops them at the end (`./scripts/k8s-assets.sh` unpacks them).
+//! * `LAUNCHGATE_E2E_KUBECONFIG`: an existing cluster (kind, k3d, …) whose API server can reach
+//!   launchgate on `LAUNCHGATE_E2E_WEBHOOK_HOST` (default 127.0.0.1).
+//!
+//! Without either the suite is skipped with one line saying how to enable it, unless
+//! `LAUNCHGATE_E2E_REQUIRED=1` (CI), which makes that a failure.
+//!
+//! A custom harness (libtest-mimic) so the control plane is started once, shared by every
+//! test (each gets its own namespace), and always torn down, also when tests fail.
+
+mod cluster;
+mod ctx;
+mod webhook;
+mod workloads;
+
+use anyhow::{Context, Result};
+use cluster::ControlPlane;
+use ctx::{Ctx, Env};
+use libtest_mimic::{Arguments, Failed, Trial};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use webhook::Launchgate;
+
+type TestFuture<'a> = Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
+
+/// One end-to-end test: a name, whether launchgate sees its namespace from the start, and the
+/// body.
+struct E2eTest {
+    name: &'static str,
+    registered: bool,
+    run: for<'a> fn(&'a Ctx) -> TestFuture<'a>,
+}
+
+macro_rules! e2e {
+    ($f:path) => {
+        E2eTest {
+            name: stringify!($f),
+            registered: true,
+            run: |c| Box::pin($f(c)),
+        }
+    };
+    ($f:path, unregistered) => {
+        E2eTest {
+            name: stringify!($f),
+            registered: false,
+            run: |c| Box::pin($f(c)),
+        }
+    };
+}
+
+fn tests() -> Vec<E2eTest> {
+    vec![
+        e2e!(workloads::dry_run_equals_create_for_every_recorded_kind),
+        e2e!(workloads::job_controller_pods_carry_the_mutations),
+        e2e!(workloads::indexed_job_pods_get_their_ranks),
+        e2e!(workloads::volcano_job_and_its_pods_are_wired),
+        e2e!(workloads::owner_lookup_reads_the_real_api, unregistered),
+        e2e!(workloads::pytorchjob_is_mutated),
+        e2e!(workloads::denial_message_reaches_the_client),
+        e2e!(workloads::warnings_reach_the_client),
+        e2e!(workloads::server_side_apply_is_mutated),
+        e2e!(
+            workloads::update_of_an_existing_job_is_admitted,
+            unregistered
+        ),
+        e2e!(workloads::burst_of_forty_pods_is_admitted),
+    ]
+}
+
+/// Where the suite's cluster comes from.
+enum Target {
+    Assets(PathBuf),
+    Kubeconfig(PathBuf),
+}
+
+fn target() -> Option<Target> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(k) = var("LAUNCHGATE_E2E_KUBECONFIG") {
+        return Some(Target::Kubeconfig(k.into()));
+    }
+    var("LAUNCHGATE_E2E_ASSETS")
+        .or_else(|| var("KUBEBUILDER_ASSETS"))
+        .map(|a| Target::Assets(a.into()))
+}
+
+/// The control plane (when the suite started one), launchgate, and what tests share.
+struct Suite {
+    plane: Option<ControlPlane>,
+    launchgate: Launchgate,
+    env: Arc<Env>,
+    dir: tempfile::TempDir,
+}
+
+async fn client_for(kubeconfig: &Path) -> Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn set_up(target: &Target) -> Result<Suite> {
+    let (plane, kubeconfig) = match target {
+        Target::Assets(assets) => {
+            let plane = ControlPlane::start(assets)
+                .await
+                .context("starting the control plane")?;
+            let kc = plane.kubeconfig.clone();
+            (Some(plane), kc)
+        }
+        Target::Kubeconfig(kc) => (None, kc.clone()),
+    };
+    let client = client_for(&kubeconfig).await?;
+    install_crds(&client).await?;
+    let dir = tempfile::Builder::new()
+        .prefix("launchgate-e2e-webhook-")
+        .tempdir()?;
+    let host = std::env::var("LAUNCHGATE_E2E_WEBHOOK_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+    let mut launchgate = Launchgate::start(dir.path(), &kubeconfig, &host).await?;
+    let run = format!("{:06x}", cluster::rand_u64() & 0xff_ffff);
+    launchgate.register(&client, &run).await?;
+    let env = Arc::new(Env {
+        client,
+        launchgate_log: dir.path().join("launchgate.log"),
+    });
+    wait_until_registered(&env).await?;
+    Ok(Suite {
+        plane,
+        launchgate,
+        env,
+        dir,
+    })
+}
+
+/// The CRDs of the Volcano Job and the PyTorchJob, minimal and schemaless (no Volcano or
+/// training-operator controller runs: the suite creates their pods as they would).
+async fn install_crds(client: &kube::Client) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/crds");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        let crd: CustomResourceDefinition =
+            serde_norway::from_str(&std::fs::read_to_string(&path)?)
+                .with_context(|| path.display().to_string())?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        if api.get_opt(&name).await?.is_none() {
+            api.create(&Default::default(), &crd).await?;
+        }
+        names.push(name);
+    }
+    for name in names {
+        let established = kube::runtime::wait::conditions::is_crd_established();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            kube::runtime::wait::await_condition(api.clone(), &name, established),
+        )
+        .await
+        .with_context(|| format!("CRD {name} not established"))??;
+    }
+    Ok(())
+}
+
+/// The API server applies new webhook configurations a moment after they are created: wait
+/// until a dry-run launch pod comes back mutated.
+async fn wait_until_registered(env: &Arc<Env>) -> Result<()> {
+    let ctx = Ctx::new(env.clone(), "registration", true).await?;
+    let probe = ctx.launch_pod("probe");
+    let result = ctx
+        .wait_for(
+            "the webhooks to take effect",
+            Duration::from_secs(30),
+            || async {
+                let pod = ctx.create(&probe, true).await?;
+                Ok(ctx::mutations(&pod).is_some())
+            },
+        )
+        .await;
+    ctx.cleanup().await;
+    result
+}
+
+fn trial(test: E2eTest, env: Arc<Env>, rt: tokio::runtime::Handle) -> Trial {
+    Trial::test(test.name, move || {
+        rt.block_on(async {
+            let ctx = Ctx::new(env, test.name, test.registered).await?;
+            let result = (test.run)(&ctx).await;
+            if result.is_ok() || std::env::var_os("LAUNCHGATE_E2E_KEEP").is_none() {
+                ctx.cleanup().await;
+            }
+            result.with_context(|| format!("namespace {}", ctx.ns))
+        })
+        .map_err(|e| Failed::from(format!("{e:#}")))
+    })
+}
+
+/// The harness itself: a test that fails (panics) while its control plane runs leaves no
+/// etcd, kube-apiserver or kube-controller-manager behind.
+fn no_process_survives_a_failing_test(assets: PathBuf, rt: tokio::runtime::Handle) -> Trial {
+    Trial::test("harness::no_process_survives_a_failing_test", move || {
+        let mut seen: Option<(Vec<u32>, PathBuf)> = None;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let plane = rt
+                .block_on(ControlPlane::start(&assets))
+                .expect("a second control plane starts");
+            seen = Some((plane.pids(), plane.dir.path().to_path_buf()));
+            panic!("(intended) a test fails while its control plane runs");
+        }));
+        if outcome.is_ok() {
+            return Err("the failing test did not fail".into());
+        }
+        let (pids, dir) = seen.ok_or("the control plane did not start")?;
+        if pids.len() != 3 {
+            return Err(format!("expected 3 processes, saw {pids:?}").into());
+        }
+        let left = cluster::survivors(&pids, &dir);
+        if !left.is_empty() {
+            return Err(format!("left behind: {left:?}").into());
+        }
+        Ok(())
+    })
+}
+
+/// The API server's own measurement of its calls to launchgate
+/// (`apiserver_admission_webhook_admission_duration_seconds`): per webhook, calls, mean and the
+/// p99 bucket bound.
+async fn webhook_latency(client: &kube::Client) -> Result<Vec<String>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let metric = "apiserver_admission_webhook_admission_duration_seconds";
+    let mut out = Vec::new();
+    for hook in ["mutate.launchgate.io", "validate.launchgate.io"] {
+        let name = format!("name=\"{hook}\"");
+        let mut buckets: std::collections::BTreeMap<String, f64> = Default::default();
+        let (mut sum, mut count) = (0.0, 0.0);
+        for line in text.lines().filter(|l| l.contains(&name)) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let value: f64 = value.parse().unwrap_or(0.0);
+            if series.starts_with(&format!("{metric}_bucket")) {
+                let le = series
+                    .split("le=\"")
+                    .nth(1)
+                    .and_then(|s| s.split('"').next())
+                    .unwrap_or_default();
+                *buckets.entry(le.to_string()).or_default() += value;
+            } else if series.starts_with(&format!("{metric}_sum")) {
+                sum += value;
+            } else if series.starts_with(&format!("{metric}_count")) {
+                count += value;
+            }
+        }
+        if count == 0.0 {
+            out.push(format!("{hook}: no calls recorded"));
+            continue;
+        }
+        let mut bounds: Vec<(f64, f64)> = buckets
+            .iter()
+            .map(|(le, n)| (le.parse().unwrap_or(f64::INFINITY), *n))
+            .collect();
+        bounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let p99 = bounds
+            .iter()
+            .find(|(_, n)| *n >= 0.99 * count)
+            .map_or(f64::INFINITY, |(le, _)| *le);
+        out.push(format!(
+            "{hook}: {count} calls, mean {:.2} ms, p99 <= {} ms (bucket bound)",
+            1000.0 * sum / count,
+            1000.0 * p99
+        ));
+    }
+    Ok(out)
+}
+
+/// Tears the suite down and returns the processes that survived it (there must be none).
+fn tear_down(mut suite: Suite, rt: &tokio::runtime::Runtime) -> Result<()> {
+    let mut pids: Vec<u32> = suite.launchgate.pid().into_iter().collect();
+    if suite.plane.is_none() {
+        // An existing cluster keeps running: remove what the suite registered there.
+        rt.block_on(suite.launchgate.unregister(&suite.env.client));
+    }
+    suite.launchgate.check_running()?;
+    let status = suite.launchgate.stop();
+    anyhow::ensure!(
+        status.is_some_and(|s| s.success()),
+        "launchgate did not exit cleanly on SIGTERM: {status:?}"
+    );
+    let mut dirs = vec![suite.dir.path().to_path_buf()];
+    if let Some(plane) = suite.plane.as_mut() {
+        plane.check_running()?;
+        pids.extend(plane.pids());
+        dirs.push(plane.dir.path().to_path_buf());
+        plane.stop();
+    }
+    let left: Vec<String> = dirs
+        .iter()
+        .flat_map(|d| cluster::survivors(&pids, d))
+        .collect();
+    anyhow::ensure!(left.is_empty(), "processes left behind: {left:?}");
+    println!(
+        "e2e: teardown: launchgate exited 0 on SIGTERM; {} processes stopped, none left",
+        pids.len()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let mut args = Arguments::from_args();
+    // Tests mostly wait on controllers: run several at once (each in its own namespace).
+    args.test_threads.get_or_insert(6);
+    let required = std::env::var_os("LAUNCHGATE_E2E_REQUIRED").is_some_and(|v| v == "1");
+    let Some(target) = target() else {
+        eprintln!(
+            "\n==> e2e SKIPPED: no cluster. Run the real-control-plane suite with \
+             `KUBEBUILDER_ASSETS=$(./scripts/k8s-assets.sh) ./scripts/test.sh` \
+             (or LAUNCHGATE_E2E_KUBECONFIG=<kubeconfig>).\n"
+        );
+        if required {
+            eprintln!("e2e: LAUNCHGATE_E2E_REQUIRED=1 but no cluster is configured");
+            return ExitCode::FAILURE;
+        }
+        let trials = tests()
+            .into_iter()
+            .map(|t| t.name)
+            .chain(["harness::no_process_survives_a_failing_test"])
+            .map(|name| Trial::test(name, || Ok(())).with_ignored_flag(true))
+            .collect();
+        return libtest_mimic::run(&args, trials).exit_code();
+    };
+    if args.list {
+        let trials = tests()
+            .into_iter()
+            .map(|t| t.name)
+            .chain(["harness::no_process_survives_a_failing_test"])
+            .map(|name| Trial::test(name, || Ok(())))
+            .collect();
+        return libtest_mimic::run(&args, trials).exit_code();
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    // Processes are started from this (the main) thread: their parent-death signal is tied to
+    // the thread that spawned them, and this one lives until the end.
+    let suite = match rt.block_on(set_up(&target)) {
+        Ok(suite) => suite,
+        Err(e) => {
+            eprintln!("e2e: set-up failed: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let env = suite.env.clone();
+    let mut trials: Vec<Trial> = tests()
+        .into_iter()
+        .map(|t| trial(t, env.clone(), rt.handle().clone()))
+        .collect();
+    trials.push(match &target {
+        Target::Assets(assets) => {
+            no_process_survives_a_failing_test(assets.clone(), rt.handle().clone())
+        }
+        Target::Kubeconfig(_) => {
+            Trial::test("harness::no_process_survives_a_failing_test", || Ok(()))
+                .with_ignored_flag(true)
+        }
+    });
+    let conclusion = libtest_mimic::run(&args, trials);
+    println!(
+        "e2e: {} tests run against {} ({} passed, {} failed)",
+        conclusion.num_passed + conclusion.num_failed,
+        match &target {
+            Target::Assets(_) => "a real control plane started from the assets",
+            Target::Kubeconfig(_) => "the cluster of LAUNCHGATE_E2E_KUBECONFIG",
+        },
+        conclusion.num_passed,
+        conclusion.num_failed
+    );
+    match rt.block_on(webhook_latency(&env.client)) {
+        Ok(lines) => {
+            for line in lines {
+                println!("e2e: API server's view of launchgate: {line}");
+            }
+        }
+        Err(e) => println!("e2e: webhook latency unreadable: {e:#}"),
+    }
+    if conclusion.has_failed() {
+        eprintln!(
+            "e2e: launchgate's log ends:\n{}",
+            cluster::tail(&env.launchgate_log, 30)
+        );
+    }
+    drop(env);
+    if let Err(e) = tear_down(suite, &rt) {
+        eprintln!("e2e: teardown failed: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    conclusion.exit_code()
+}

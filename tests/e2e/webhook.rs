@@ -1,0 +1,186 @@
+//! launchgate as the API server meets it: the built binary serving on loopback, registered by
+//! URL with the webhook configurations the chart ships (its rules, selectors and
+//! `matchConditions`, read from `manifests/launchgate.yaml`), reinvocation `IfNeeded`.
+
+use crate::cluster::{Proc, free_port, tail};
+use anyhow::{Context, Result, bail};
+use base64::Engine;
+use kube::Client;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Label that keeps a namespace away from launchgate (as if it were not installed yet): the
+/// suite adds it to the chart's namespaceSelector.
+pub const UNREGISTERED_LABEL: &str = "e2e.launchgate.io/unregistered";
+
+/// Queue whose limits only warn (the built-in queue copied with `enforcement: warn`).
+pub const WARN_QUEUE: &str = "warn-queue";
+
+/// The running launchgate binary.
+pub struct Launchgate {
+    pub base: String,
+    pub ca_pem: String,
+    proc: Proc,
+    /// Webhook configurations this run created (deleted again against an existing cluster).
+    pub registered: Vec<(ApiResource, String)>,
+}
+
+impl Launchgate {
+    /// Starts `launchgate serve` with the suite's config, its cluster lookups reading the API
+    /// server of `kubeconfig`, and waits until it is ready.
+    pub async fn start(dir: &Path, kubeconfig: &Path, host: &str) -> Result<Launchgate> {
+        let config = dir.join("launchgate-config.yaml");
+        std::fs::write(&config, suite_config()?)?;
+        let port = free_port()?;
+        let certs = dir.join("launchgate-certs");
+        let args: Vec<String> = vec![
+            "serve".into(),
+            format!("--listen={host}:{port}"),
+            format!("--config={}", config.display()),
+            format!("--dev-cert-dir={}", certs.display()),
+            format!("--dev-cert-names={host}"),
+            "--cluster-lookups=true".into(),
+            "--log-format=json".into(),
+            "--log-level=launchgate=debug,info".into(),
+            "--reload-interval=1".into(),
+        ];
+        let mut proc = Proc::spawn(
+            "launchgate",
+            Path::new(env!("CARGO_BIN_EXE_launchgate")),
+            &args,
+            &[("KUBECONFIG", kubeconfig)],
+            dir,
+        )?;
+        let base = format!("https://{host}:{port}");
+        let until = Instant::now() + Duration::from_secs(30);
+        let ca_path = certs.join("ca.crt");
+        loop {
+            proc.check_running()?;
+            if let Ok(ca_pem) = std::fs::read_to_string(&ca_path)
+                && !ca_pem.is_empty()
+            {
+                let client = reqwest::Client::builder()
+                    .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes())?)
+                    .tls_built_in_root_certs(false)
+                    .timeout(Duration::from_secs(2))
+                    .build()?;
+                if client
+                    .get(format!("{base}/readyz"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                {
+                    return Ok(Launchgate {
+                        base,
+                        ca_pem,
+                        proc,
+                        registered: Vec::new(),
+                    });
+                }
+            }
+            if Instant::now() > until {
+                bail!(
+                    "launchgate not ready; last log lines:\n{}",
+                    tail(&proc.log, 20)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
+
+    pub fn check_running(&mut self) -> Result<()> {
+        self.proc.check_running()
+    }
+
+    /// SIGTERM, as the kubelet sends it; the exit status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        self.proc.stop_with(libc::SIGTERM, Duration::from_secs(10))
+    }
+
+    /// Registers the chart's webhook configurations, pointed at this server by URL.
+    pub async fn register(&mut self, client: &Client, run: &str) -> Result<()> {
+        let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        for doc in chart_webhook_configurations()? {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            let mut doc = doc;
+            let name = format!("launchgate-e2e-{run}");
+            doc["metadata"] = json!({"name": name});
+            for hook in doc["webhooks"].as_array_mut().into_iter().flatten() {
+                let path = hook
+                    .pointer("/clientConfig/service/path")
+                    .and_then(Value::as_str)
+                    .context("chart webhook without a service path")?
+                    .to_string();
+                hook["clientConfig"] = json!({
+                    "url": format!("{}{path}", self.base),
+                    "caBundle": ca_bundle,
+                });
+                let exprs = hook
+                    .pointer_mut("/namespaceSelector/matchExpressions")
+                    .and_then(Value::as_array_mut)
+                    .context("chart webhook without namespaceSelector.matchExpressions")?;
+                // Namespaces of this run's own bookkeeping and "not installed yet" ones.
+                exprs.push(json!({"key": UNREGISTERED_LABEL, "operator": "DoesNotExist"}));
+            }
+            let resource = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind),
+                &format!("{}s", kind.to_lowercase()),
+            );
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let obj: DynamicObject = serde_json::from_value(doc)?;
+            api.create(&PostParams::default(), &obj)
+                .await
+                .with_context(|| format!("registering {kind}"))?;
+            self.registered.push((resource, name));
+        }
+        Ok(())
+    }
+
+    /// Deletes what [`Launchgate::register`] created.
+    pub async fn unregister(&mut self, client: &Client) {
+        for (resource, name) in self.registered.drain(..) {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let _ = api.delete(&name, &Default::default()).await;
+        }
+    }
+}
+
+/// The chart's MutatingWebhookConfiguration and ValidatingWebhookConfiguration, as rendered
+/// into `manifests/launchgate.yaml`.
+pub fn chart_webhook_configurations() -> Result<Vec<Value>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/launchgate.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let mut out = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let value: Value = serde::Deserialize::deserialize(doc)?;
+        let kind = value["kind"].as_str().unwrap_or_default();
+        if kind == "MutatingWebhookConfiguration" || kind == "ValidatingWebhookConfiguration" {
+            out.push(value);
+        }
+    }
+    if out.len() != 2 {
+        bail!("{}: expected both webhook configurations", path.display());
+    }
+    Ok(out)
+}
+
+/// The built-in policy plus a queue that only warns.
+fn suite_config() -> Result<String> {
+    let mut config: Value = serde_norway::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
+    let default_queue = config["defaultQueue"]
+        .as_str()
+        .context("built-in config without defaultQueue")?
+        .to_string();
+    let mut warn = config["queues"][&default_queue].clone();
+    warn["limits"]["enforcement"] = json!("warn");
+    config["queues"][WARN_QUEUE] = warn;
+    Ok(serde_norway::to_string(&config)?)
+}
