@@ -48,9 +48,14 @@ impl Launchgate {
             "--log-level=launchgate=debug,info".into(),
             "--reload-interval=1".into(),
         ];
+        // LAUNCHGATE_E2E_BIN: another build of launchgate (e.g. target/release/launchgate, to
+        // measure the API server's view of an optimised binary).
+        let bin = std::env::var_os("LAUNCHGATE_E2E_BIN")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_launchgate").into());
         let mut proc = Proc::spawn(
             "launchgate",
-            Path::new(env!("CARGO_BIN_EXE_launchgate")),
+            &bin,
             &args,
             &[("KUBECONFIG", kubeconfig)],
             dir,
