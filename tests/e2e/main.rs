@@ -16,6 +16,7 @@
 
 mod cluster;
 mod ctx;
+mod semantics;
 mod webhook;
 mod workloads;
 
@@ -74,6 +75,12 @@ fn tests() -> Vec<E2eTest> {
             unregistered
         ),
         e2e!(workloads::burst_of_forty_pods_is_admitted),
+        e2e!(semantics::controller_pods_are_not_judged_on_workload_rules),
+        e2e!(semantics::server_side_apply_intent_is_kept),
+        e2e!(semantics::generate_name_jobs_are_wired_at_pod_admission),
+        e2e!(semantics::host_network_pods_can_resolve_the_master),
+        e2e!(semantics::torchrun_twins_follow_the_effective_env),
+        e2e!(semantics::only_pytorch_workloads_get_pytorch_env),
     ]
 }
 

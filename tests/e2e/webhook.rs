@@ -20,6 +20,9 @@ pub const UNREGISTERED_LABEL: &str = "e2e.launchgate.io/unregistered";
 /// Queue whose limits only warn (the built-in queue copied with `enforcement: warn`).
 pub const WARN_QUEUE: &str = "warn-queue";
 
+/// Queue that caps `activeDeadlineSeconds` (the built-in queue with `maxActiveDeadlineSeconds`).
+pub const DEADLINE_QUEUE: &str = "deadline-queue";
+
 /// The running launchgate binary.
 pub struct Launchgate {
     pub base: String,
@@ -177,7 +180,7 @@ pub fn chart_webhook_configurations() -> Result<Vec<Value>> {
     Ok(out)
 }
 
-/// The built-in policy plus a queue that only warns.
+/// The built-in policy plus variants of its queue: one that only warns, one with a deadline cap.
 fn suite_config() -> Result<String> {
     let mut config: Value = serde_norway::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
     let default_queue = config["defaultQueue"]
@@ -186,6 +189,9 @@ fn suite_config() -> Result<String> {
         .to_string();
     let mut warn = config["queues"][&default_queue].clone();
     warn["limits"]["enforcement"] = json!("warn");
+    let mut deadline = config["queues"][&default_queue].clone();
+    deadline["limits"]["maxActiveDeadlineSeconds"] = json!(86400);
     config["queues"][WARN_QUEUE] = warn;
+    config["queues"][DEADLINE_QUEUE] = deadline;
     Ok(serde_norway::to_string(&config)?)
 }

@@ -1,0 +1,175 @@
+//! Where a correct-looking webhook breaks real launch workloads: each class of breakage seen on
+//! a real control plane, as the API server, the Job controller and the user's client see it.
+
+use crate::ctx::{Ctx, env_value, manifest};
+use crate::webhook::DEADLINE_QUEUE;
+use crate::workloads::volcano_pod;
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+/// The effective (last) value of env var `name` in a container, as the kubelet reads it.
+fn effective<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
+    env_value(container, name).and_then(|e| e["value"].as_str())
+}
+
+/// A pod made by the Job controller for a Job launchgate admitted is never denied on a
+/// workload-level rule: the Job sets `activeDeadlineSeconds` (its pods do not), and every pod
+/// is created, with no `FailedCreate`.
+pub async fn controller_pods_are_not_judged_on_workload_rules(ctx: &Ctx) -> Result<()> {
+    let mut job = manifest("job-demo.yaml");
+    job["metadata"]["name"] = json!("deadline");
+    job["metadata"]["labels"]["queue"] = json!(DEADLINE_QUEUE);
+    job["spec"]["activeDeadlineSeconds"] = json!(3600);
+    job["spec"]["parallelism"] = json!(2);
+    job["spec"]["completions"] = json!(2);
+    ctx.create(&job, false)
+        .await
+        .context("the Job is within the deadline cap")?;
+    let pods = ctx
+        .wait_for_pods("batch.kubernetes.io/job-name=deadline", 2)
+        .await?;
+    ensure!(pods.len() == 2, "{} pods", pods.len());
+    // A bare Pod of the same queue is its own workload: the rule still holds for it.
+    let mut bare = ctx.launch_pod("bare");
+    bare["metadata"]["labels"]["queue"] = json!(DEADLINE_QUEUE);
+    let denied = ctx.create(&bare, false).await;
+    ensure!(
+        matches!(&denied, Err(kube::Error::Api(s)) if s.message.contains("activeDeadlineSeconds")),
+        "a bare pod without activeDeadlineSeconds: {denied:?}"
+    );
+    Ok(())
+}
+
+/// Server-side apply records what the user wrote: a `backoffLimit: 6` owned by an Apply
+/// manager is kept, like one in `last-applied-configuration`.
+pub async fn server_side_apply_intent_is_kept(ctx: &Ctx) -> Result<()> {
+    let mut job = manifest("job-demo.yaml");
+    job["metadata"]["name"] = json!("six-on-purpose");
+    job["spec"]["backoffLimit"] = json!(6);
+    let applied = ctx.apply(&job, "argocd-controller").await?;
+    ensure!(
+        applied["spec"]["backoffLimit"] == 6,
+        "the user's backoffLimit 6 became {}",
+        applied["spec"]["backoffLimit"]
+    );
+    Ok(())
+}
+
+/// An Indexed Job named by `generateName` (the W&B agent without a queue-given name): every
+/// pod ends with MASTER_ADDR and PET_MASTER_ADDR naming the rank-0 pod of the real Job.
+pub async fn generate_name_jobs_are_wired_at_pod_admission(ctx: &Ctx) -> Result<()> {
+    let mut job = manifest("indexed-job-ddp.yaml");
+    let meta = job["metadata"].as_object_mut().context("metadata")?;
+    meta.remove("name");
+    meta.insert("generateName".into(), json!("ddp-"));
+    job["spec"]["completions"] = json!(2);
+    job["spec"]["parallelism"] = json!(2);
+    job["spec"]["template"]["spec"]["subdomain"] = json!("ddp-workers");
+    let job = ctx.create(&job, false).await?;
+    let name = job["metadata"]["name"]
+        .as_str()
+        .context("generated name")?
+        .to_string();
+    let pods = ctx
+        .wait_for_pods(&format!("batch.kubernetes.io/job-name={name}"), 2)
+        .await?;
+    let want = format!("{name}-0.ddp-workers");
+    for pod in &pods {
+        let c = &pod["spec"]["containers"][0];
+        let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        ensure!(
+            effective(c, "MASTER_ADDR") == Some(want.as_str())
+                && effective(c, "PET_MASTER_ADDR") == Some(want.as_str()),
+            "{pod_name}: MASTER_ADDR {:?}, PET_MASTER_ADDR {:?} (want {want})",
+            effective(c, "MASTER_ADDR"),
+            effective(c, "PET_MASTER_ADDR")
+        );
+        ensure!(
+            effective(c, "WORLD_SIZE") == Some("2"),
+            "{pod_name}: WORLD_SIZE {:?}",
+            effective(c, "WORLD_SIZE")
+        );
+    }
+    Ok(())
+}
+
+/// hostNetwork pods resolve pod DNS names only with `dnsPolicy: ClusterFirstWithHostNet`;
+/// the API server has already defaulted it to `ClusterFirst` when launchgate sees the Job.
+pub async fn host_network_pods_can_resolve_the_master(ctx: &Ctx) -> Result<()> {
+    let mut job = manifest("indexed-job-ddp.yaml");
+    job["metadata"]["name"] = json!("hostnet");
+    job["spec"]["completions"] = json!(2);
+    job["spec"]["parallelism"] = json!(2);
+    job["spec"]["template"]["spec"]["subdomain"] = json!("hostnet");
+    job["spec"]["template"]["spec"]["hostNetwork"] = json!(true);
+    ctx.create(&job, false).await?;
+    let pods = ctx
+        .wait_for_pods("batch.kubernetes.io/job-name=hostnet", 2)
+        .await?;
+    for pod in &pods {
+        ensure!(
+            pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet",
+            "{}: dnsPolicy {}",
+            pod["metadata"]["name"],
+            pod["spec"]["dnsPolicy"]
+        );
+    }
+    Ok(())
+}
+
+/// A duplicated env name: the kubelet uses the last entry, so the torchrun twin launchgate
+/// writes must equal that one.
+pub async fn torchrun_twins_follow_the_effective_env(ctx: &Ctx) -> Result<()> {
+    let mut job = manifest("indexed-job-ddp.yaml");
+    job["metadata"]["name"] = json!("dup-env");
+    job["spec"]["completions"] = json!(2);
+    job["spec"]["parallelism"] = json!(2);
+    job["spec"]["template"]["spec"]["subdomain"] = json!("dup-env");
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = json!([
+        {"name": "MASTER_PORT", "value": "1234"},
+        {"name": "MASTER_PORT", "value": "29500"},
+    ]);
+    ctx.create(&job, false).await?;
+    let pods = ctx
+        .wait_for_pods("batch.kubernetes.io/job-name=dup-env", 2)
+        .await?;
+    for pod in &pods {
+        let c = &pod["spec"]["containers"][0];
+        ensure!(
+            effective(c, "MASTER_PORT") == Some("29500")
+                && effective(c, "PET_MASTER_PORT") == Some("29500"),
+            "{}: MASTER_PORT {:?}, PET_MASTER_PORT {:?} (the user's effective value is 29500)",
+            pod["metadata"]["name"],
+            effective(c, "MASTER_PORT"),
+            effective(c, "PET_MASTER_PORT")
+        );
+    }
+    Ok(())
+}
+
+/// Pods of a Volcano Job without the pytorch plugin (MPI here) get no PyTorch env.
+pub async fn only_pytorch_workloads_get_pytorch_env(ctx: &Ctx) -> Result<()> {
+    let mut job = manifest("vcjob.yaml");
+    job["metadata"]["name"] = json!("mpi-run");
+    job["spec"]["plugins"] =
+        json!({"mpi": ["--master=master", "--worker=worker", "--port=22"], "ssh": [], "svc": []});
+    let job = ctx.create(&job, false).await?;
+    for (task, index) in [("master", 0), ("worker", 0), ("worker", 1)] {
+        let pod = ctx.create(&volcano_pod(&job, task, index)?, false).await?;
+        let c = &pod["spec"]["containers"][0];
+        for var in [
+            "RANK",
+            "WORLD_SIZE",
+            "MASTER_ADDR",
+            "PET_NODE_RANK",
+            "PET_NNODES",
+        ] {
+            ensure!(
+                env_value(c, var).is_none(),
+                "{task}-{index} of an MPI job got {var}: {}",
+                c["env"]
+            );
+        }
+    }
+    Ok(())
+}
