@@ -17,81 +17,20 @@
 //! report always holds the floor and the ratio side by side. `cargo bench --bench core --
 //! --quick` or `BENCH_QUICK=1` shortens the run.
 
+/// The server's allocator (set in `src/main.rs`), so the bench measures what production runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[path = "support/cases.rs"]
+mod cases;
+
+use cases::{Case, cases};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use launchgate::cluster::NoCluster;
 use launchgate::{Endpoint, Policy, review};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-fn fixture(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/admission")
-        .join(name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// A launch Pod CREATE with `n` containers of about `container_bytes` each, built from the
-/// recorded `create-pod-launch-acme-mnist-mzxkz.json` request.
-fn generated_pod(n: usize, container_bytes: usize) -> Vec<u8> {
-    let mut review: Value =
-        serde_json::from_slice(&fixture("create-pod-launch-acme-mnist-mzxkz.json")).unwrap();
-    let object = &mut review["request"]["object"];
-    object["metadata"]["labels"]["wandb.ai/monitor"] = json!("true");
-    // Pad the fixture's container with env vars to ~`container_bytes`, then copy it.
-    let mut template = object["spec"]["containers"][0].clone();
-    assert!(template["env"].is_array(), "fixture container has env");
-    let mut k = 0;
-    while serde_json::to_vec(&template).unwrap().len() < container_bytes {
-        template["env"].as_array_mut().unwrap().push(json!({
-            "name": format!("LAUNCH_SETTING_{k:04}"),
-            "value": format!("value-{k}-{}", "x".repeat(48)),
-        }));
-        k += 1;
-    }
-    let containers: Vec<Value> = (0..n)
-        .map(|i| {
-            let mut c = template.clone();
-            c["name"] = json!(format!("worker-{i}"));
-            c
-        })
-        .collect();
-    object["spec"]["containers"] = Value::Array(containers);
-    serde_json::to_vec(&review).unwrap()
-}
-
-struct Case {
-    name: String,
-    body: Vec<u8>,
-}
-
-fn cases() -> Vec<Case> {
-    let mut out: Vec<Case> = [
-        ("pod-small", "create-pod-launch-acme-mnist-mzxkz.json"),
-        ("job", "create-job-launch-acme-mnist.json"),
-        ("volcano-job", "create-vcjob-wandb-job-run42.json"),
-        ("update-pod", "update-pod-wandb-job-run42-worker-0.json"),
-        ("pod-not-launch", "create-pod-kaniko-build-abc.json"),
-    ]
-    .into_iter()
-    .map(|(name, file)| Case {
-        name: name.into(),
-        body: fixture(file),
-    })
-    .collect();
-    out.push(Case {
-        name: "pod-200c-1MiB".into(),
-        body: generated_pod(200, 5 * 1024),
-    });
-    for n in [1, 10, 100, 1000] {
-        out.push(Case {
-            name: format!("curve-{n}c"),
-            body: generated_pod(n, 5 * 1024),
-        });
-    }
-    out
-}
 
 fn floor(body: &[u8]) -> Vec<u8> {
     let v: Value = serde_json::from_slice(body).unwrap();

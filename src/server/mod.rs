@@ -33,13 +33,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 
-/// The process allocator, for the server and everything else linking this crate (CLI, tests,
-/// benches). Every request builds and drops a `serde_json::Value` tree of thousands of small
-/// nodes; with glibc malloc, allocation was ~25% of the request path, and mimalloc cut the
-/// core's time per Pod CREATE by ~40% (docs/performance.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Largest accepted request body: an UPDATE carries the old and the new object, each up to the
 /// API server's 3 MiB limit, plus the envelope.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
