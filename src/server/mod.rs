@@ -4,6 +4,7 @@
 //! certificates), routes, metrics, config hot reload, bounded concurrency, read timeouts and a
 //! graceful SIGTERM drain.
 
+pub mod budget;
 pub mod metrics;
 pub mod owner_cache;
 mod reload;
