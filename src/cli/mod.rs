@@ -106,6 +106,11 @@ pub struct ServeArgs {
     /// webhook's `timeoutSeconds` so the API server gets an answer instead of timing out.
     #[arg(long, env = "LAUNCHGATE_REQUEST_DEADLINE_MS", default_value_t = 4000)]
     pub request_deadline_ms: u64,
+    /// MiB that admission reviews may hold at once (each is charged its body size times a
+    /// measured cost factor; larger ones wait). Default: half of the container's memory limit
+    /// after 48 MiB for the process, or 512 MiB without a limit.
+    #[arg(long, env = "LAUNCHGATE_MEMORY_BUDGET_MIB")]
+    pub memory_budget_mib: Option<u64>,
     /// Read owner Volcano Jobs through the Kubernetes API (cached watch).
     #[arg(long, env = "LAUNCHGATE_CLUSTER_LOOKUPS", default_value_t = false, action = clap::ArgAction::Set)]
     pub cluster_lookups: bool,
@@ -324,9 +329,13 @@ fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
         read_timeout: Duration::from_millis(args.read_timeout_ms.max(100)),
         max_concurrency: args.max_concurrency,
         request_deadline: Duration::from_millis(args.request_deadline_ms.max(100)),
+        memory_budget: args
+            .memory_budget_mib
+            .map(|mib| mib.saturating_mul(1 << 20)),
     };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
-    rt.enable_all();
+    rt.enable_all()
+        .on_thread_park(crate::server::budget::on_worker_idle);
     if let Some(n) = args.worker_threads {
         rt.worker_threads(n.max(1));
     }

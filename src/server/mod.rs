@@ -70,6 +70,9 @@ pub struct ServeOptions {
     /// a request that cannot get a processing slot within it is answered 503 at once, so the
     /// API server applies the webhook's failurePolicy now instead of after its own timeout.
     pub request_deadline: Duration,
+    /// Bytes admission reviews may hold at once (`body × budget::COST_FACTOR` each); `None`:
+    /// derived from the container's memory limit (see [`budget`]).
+    pub memory_budget: Option<u64>,
 }
 
 impl Default for ServeOptions {
@@ -88,6 +91,7 @@ impl Default for ServeOptions {
             read_timeout: Duration::from_secs(3),
             max_concurrency: 512,
             request_deadline: Duration::from_secs(4),
+            memory_budget: None,
         }
     }
 }
@@ -100,6 +104,7 @@ pub struct AppState {
     pub shutting_down: AtomicBool,
     pub cert_valid: AtomicBool,
     slots: Semaphore,
+    budget: budget::MemoryBudget,
     read_timeout: Duration,
     request_deadline: Duration,
 }
@@ -214,6 +219,26 @@ async fn admission(
             format!("content type must be application/json, got {content_type:?}"),
         );
     }
+    // Memory first (a large review waits until its share fits), then a processing slot; both
+    // within the request deadline.
+    let remaining = state.request_deadline.saturating_sub(started.elapsed());
+    let _charge = match state.budget.charge(bytes.len(), remaining).await {
+        Ok(charge) => charge,
+        Err(budget::BudgetError::Closed) => {
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, "server is stopping");
+        }
+        Err(budget::BudgetError::Deadline) => {
+            return reject(
+                "memory_budget",
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the memory budget had no room for this {}-byte review within the {:?} request deadline",
+                    bytes.len(),
+                    state.request_deadline
+                ),
+            );
+        }
+    };
     let budget = state.request_deadline.saturating_sub(started.elapsed());
     let _slot = match tokio::time::timeout(budget, state.slots.acquire()).await {
         Ok(Ok(slot)) => slot,
@@ -429,8 +454,18 @@ pub async fn start(
     let tls_config = tls::server_config(resolver.clone(), client_ca.as_deref())?;
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
 
-    let metrics = Metrics::new();
+    let mut metrics = Metrics::new();
     metrics.cert_not_after.set(loaded.not_after_unix);
+    let budget = match opts.memory_budget {
+        Some(bytes) => budget::MemoryBudget::new(bytes),
+        None => budget::MemoryBudget::from_environment(),
+    };
+    budget.register(&mut metrics.registry);
+    tracing::info!(
+        memory_budget_bytes = budget.bytes(),
+        cost_factor = budget::COST_FACTOR,
+        "memory budget for reviews in flight"
+    );
     let state = Arc::new(AppState {
         policy: ArcSwap::from_pointee(policy),
         metrics,
@@ -438,6 +473,7 @@ pub async fn start(
         shutting_down: AtomicBool::new(false),
         cert_valid: AtomicBool::new(reload::not_expired(loaded.not_after_unix)),
         slots: Semaphore::new(opts.max_concurrency.max(1)),
+        budget,
         read_timeout: opts.read_timeout,
         request_deadline: opts.request_deadline,
     });
