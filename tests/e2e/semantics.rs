@@ -12,6 +12,16 @@ fn effective<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
     env_value(container, name).and_then(|e| e["value"].as_str())
 }
 
+/// The recorded Indexed PyTorch Job as `name`, with `pods` pods and its own subdomain.
+fn indexed_job(name: &str, pods: u32) -> Value {
+    let mut job = manifest("indexed-job-ddp.yaml");
+    job["metadata"]["name"] = json!(name);
+    job["spec"]["completions"] = json!(pods);
+    job["spec"]["parallelism"] = json!(pods);
+    job["spec"]["template"]["spec"]["subdomain"] = json!(name);
+    job
+}
+
 /// A pod made by the Job controller for a Job launchgate admitted is never denied on a
 /// workload-level rule: the Job sets `activeDeadlineSeconds` (its pods do not), and every pod
 /// is created, with no `FailedCreate`.
@@ -58,13 +68,10 @@ pub async fn server_side_apply_intent_is_kept(ctx: &Ctx) -> Result<()> {
 /// An Indexed Job named by `generateName` (the W&B agent without a queue-given name): every
 /// pod ends with MASTER_ADDR and PET_MASTER_ADDR naming the rank-0 pod of the real Job.
 pub async fn generate_name_jobs_are_wired_at_pod_admission(ctx: &Ctx) -> Result<()> {
-    let mut job = manifest("indexed-job-ddp.yaml");
+    let mut job = indexed_job("ddp-workers", 2);
     let meta = job["metadata"].as_object_mut().context("metadata")?;
     meta.remove("name");
     meta.insert("generateName".into(), json!("ddp-"));
-    job["spec"]["completions"] = json!(2);
-    job["spec"]["parallelism"] = json!(2);
-    job["spec"]["template"]["spec"]["subdomain"] = json!("ddp-workers");
     let job = ctx.create(&job, false).await?;
     let name = job["metadata"]["name"]
         .as_str()
@@ -96,11 +103,7 @@ pub async fn generate_name_jobs_are_wired_at_pod_admission(ctx: &Ctx) -> Result<
 /// hostNetwork pods resolve pod DNS names only with `dnsPolicy: ClusterFirstWithHostNet`;
 /// the API server has already defaulted it to `ClusterFirst` when launchgate sees the Job.
 pub async fn host_network_pods_can_resolve_the_master(ctx: &Ctx) -> Result<()> {
-    let mut job = manifest("indexed-job-ddp.yaml");
-    job["metadata"]["name"] = json!("hostnet");
-    job["spec"]["completions"] = json!(2);
-    job["spec"]["parallelism"] = json!(2);
-    job["spec"]["template"]["spec"]["subdomain"] = json!("hostnet");
+    let mut job = indexed_job("hostnet", 2);
     job["spec"]["template"]["spec"]["hostNetwork"] = json!(true);
     ctx.create(&job, false).await?;
     let pods = ctx
@@ -120,11 +123,7 @@ pub async fn host_network_pods_can_resolve_the_master(ctx: &Ctx) -> Result<()> {
 /// A duplicated env name: the kubelet uses the last entry, so the torchrun twin launchgate
 /// writes must equal that one.
 pub async fn torchrun_twins_follow_the_effective_env(ctx: &Ctx) -> Result<()> {
-    let mut job = manifest("indexed-job-ddp.yaml");
-    job["metadata"]["name"] = json!("dup-env");
-    job["spec"]["completions"] = json!(2);
-    job["spec"]["parallelism"] = json!(2);
-    job["spec"]["template"]["spec"]["subdomain"] = json!("dup-env");
+    let mut job = indexed_job("dup-env", 2);
     job["spec"]["template"]["spec"]["containers"][0]["env"] = json!([
         {"name": "MASTER_PORT", "value": "1234"},
         {"name": "MASTER_PORT", "value": "29500"},
