@@ -1,8 +1,9 @@
-//! The command line: `serve`, the offline `mutate` / `validate`,
+//! The command line: `serve`, the offline `mutate` / `validate`, `test` (policy test suites),
 //! `check-config`, `print-default-config` and `certs`.
 //! Every flag can also be set from an env var.
 
 pub mod inputs;
+pub mod test_suite;
 
 use crate::admission::AdmissionReviewResponse;
 use crate::cluster::NoCluster;
@@ -38,6 +39,9 @@ pub enum Command {
     /// Judge manifests as the cluster would: launchgate's mutation first, then validation of
     /// the mutated object. Exits 1 if any is denied.
     Validate(ValidateArgs),
+    /// Run policy test suites (launchgate-test.yaml files found in the directories).
+    /// Exits 0 when every expectation holds, 1 when one fails, 2 on bad input.
+    Test(test_suite::TestArgs),
     /// Check a config file; exits non-zero with the offending key path.
     CheckConfig {
         /// The config file.
@@ -365,6 +369,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => serve_cmd(args),
         Command::Mutate(args) => mutate_cmd(&args),
         Command::Validate(args) => validate_cmd(&args),
+        Command::Test(args) => test_suite::run(&args),
         Command::CheckConfig { file } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
