@@ -1,7 +1,8 @@
 //! The command line: `serve`, the offline `mutate` / `validate`, `test` (policy test suites),
-//! `check-config`, `print-default-config` and `certs`.
+//! `audit` (judge what runs in a cluster), `check-config`, `print-default-config` and `certs`.
 //! Every flag can also be set from an env var.
 
+pub mod audit;
 pub mod inputs;
 pub mod test_suite;
 
@@ -42,6 +43,9 @@ pub enum Command {
     /// Run policy test suites (launchgate-test.yaml files found in the directories).
     /// Exits 0 when every expectation holds, 1 when one fails, 2 on bad input.
     Test(test_suite::TestArgs),
+    /// Judge the launch workloads running in a cluster against a config (read-only; optionally
+    /// writes wgpolicyk8s.io PolicyReports). Exits 1 if any would be denied.
+    Audit(audit::AuditArgs),
     /// Check a config file; exits non-zero with the offending key path.
     CheckConfig {
         /// The config file.
@@ -370,6 +374,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Mutate(args) => mutate_cmd(&args),
         Command::Validate(args) => validate_cmd(&args),
         Command::Test(args) => test_suite::run(&args),
+        Command::Audit(args) => audit::run(&args),
         Command::CheckConfig { file } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
