@@ -253,3 +253,63 @@ async fn an_unreachable_cluster_is_a_clear_error() {
         text(&out.stderr)
     );
 }
+
+/// The PolicyReports launchgate writes fit the CRD fixture the real-API-server tests install:
+/// same group/version/kind, every result's `result` and `severity` within the CRD's enums, and
+/// `policy` (required) always set.
+#[test]
+fn policy_reports_fit_the_crd_fixture() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/crds/wgpolicyk8s.io_policyreports.yaml"),
+    )
+    .unwrap();
+    let crd: CustomResourceDefinition = serde_norway::from_str(&text).unwrap();
+    assert_eq!(crd.spec.group, "wgpolicyk8s.io");
+    assert_eq!(crd.spec.names.kind, "PolicyReport");
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, "v1alpha2");
+    let schema =
+        serde_json::to_value(&version.schema.as_ref().unwrap().open_api_v3_schema).unwrap();
+    let item = &schema["properties"]["results"]["items"]["properties"];
+    let allowed = |field: &str| -> Vec<Value> { item[field]["enum"].as_array().unwrap().clone() };
+
+    let policy = launchgate::Policy::from_yaml(
+        &launchgate::policy::DEFAULT_CONFIG_YAML
+            .replace("minimum: 0, maximum: 4", "minimum: 0, maximum: 2"),
+    )
+    .unwrap();
+    let listed = launchgate::audit::LISTED_KINDS[0];
+    let entries: Vec<_> = [job("a", "1"), job("b", "3")]
+        .into_iter()
+        .filter_map(|o| launchgate::audit::evaluate(&policy, &listed, o))
+        .collect();
+    let reports = launchgate::audit::policy_reports(&entries, 1);
+    assert_eq!(reports.len(), 1);
+    let report = &reports[0];
+    assert_eq!(
+        report["apiVersion"],
+        format!("{}/{}", crd.spec.group, version.name)
+    );
+    assert_eq!(report["kind"], crd.spec.names.kind);
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        assert!(r["policy"].is_string());
+        assert!(allowed("result").contains(&r["result"]), "{r}");
+        if let Some(sev) = r.get("severity") {
+            assert!(allowed("severity").contains(sev), "{r}");
+        }
+        for key in r.as_object().unwrap().keys() {
+            assert!(item.get(key).is_some(), "{key} is not in the CRD schema");
+        }
+    }
+    for key in report["summary"].as_object().unwrap().keys() {
+        assert!(
+            schema["properties"]["summary"]["properties"]
+                .get(key)
+                .is_some()
+        );
+    }
+}
