@@ -67,6 +67,10 @@ async fn fake_api(policy_reports_crd: bool) -> (String, Seen) {
                     json!({"kind": "APIResourceList", "groupVersion": "wgpolicyk8s.io/v1alpha2",
                         "resources": [{"name": "policyreports", "namespaced": true, "kind": "PolicyReport"}]}),
                 ),
+                ("GET", "/apis/wgpolicyk8s.io/v1alpha2/policyreports") if policy_reports_crd => (
+                    StatusCode::OK,
+                    json!({"kind": "PolicyReportList", "metadata": {}, "items": []}),
+                ),
                 ("PATCH", p) if p.starts_with("/apis/wgpolicyk8s.io/v1alpha2/namespaces/") => {
                     (StatusCode::OK, body)
                 }

@@ -1005,7 +1005,7 @@ fn scheduled_audit_renders_a_cronjob_with_read_only_rbac() {
             );
         }
     }
-    for v in ["get", "create", "update", "patch"] {
+    for v in ["get", "list", "create", "update", "patch"] {
         assert!(granted.contains(&("wgpolicyk8s.io".into(), "policyreports".into(), v.into())));
     }
     for (g, r, v) in &granted {

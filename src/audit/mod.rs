@@ -260,9 +260,76 @@ pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Opti
     })
 }
 
-/// One `wgpolicyk8s.io/v1alpha2` PolicyReport per namespace (named [`POLICY_REPORT_NAME`]),
-/// with one result per workload and the summary counts. `timestamp` is seconds since the epoch
-/// (the caller's clock: this function reads none).
+/// Most results one PolicyReport carries: an object must stay well below etcd's size limit
+/// (about 1.5 MiB). Failures come first, then warnings, then passes; the summary still counts
+/// every workload.
+pub const MAX_RESULTS_PER_REPORT: usize = 1000;
+
+fn report_result(e: &AuditEntry, timestamp: i64) -> Value {
+    let mut resource = Map::new();
+    resource.insert("apiVersion".into(), json!(e.api_version));
+    resource.insert("kind".into(), json!(e.kind));
+    resource.insert("namespace".into(), json!(e.namespace));
+    resource.insert("name".into(), json!(e.name));
+    if !e.uid.is_empty() {
+        resource.insert("uid".into(), json!(e.uid));
+    }
+    let message = match e.result {
+        AuditResult::Pass => "allowed by the queue's policy".to_string(),
+        _ => e.message.clone(),
+    };
+    let mut r = json!({
+        "source": REPORT_SOURCE,
+        "policy": e.queue.as_deref().unwrap_or("launchgate"),
+        "rule": e.rule,
+        "category": "Launch queue",
+        "result": e.result.as_str(),
+        "message": message,
+        "scored": true,
+        "timestamp": {"seconds": timestamp, "nanos": 0},
+        "resources": [Value::Object(resource)],
+    });
+    if e.result == AuditResult::Fail {
+        r["severity"] = json!("high");
+    }
+    r
+}
+
+/// The PolicyReport of one namespace (named [`POLICY_REPORT_NAME`]): one result per workload
+/// (at most [`MAX_RESULTS_PER_REPORT`], the worst first) and the summary counts. With no
+/// entries it is the empty report that replaces one whose workloads are gone. `timestamp` is
+/// seconds since the epoch (the caller's clock: this function reads none).
+pub fn policy_report(namespace: &str, entries: &[&AuditEntry], timestamp: i64) -> Value {
+    let counts = Counts::of(entries.iter().copied());
+    let mut ordered: Vec<&AuditEntry> = entries.to_vec();
+    // Stable: listing order within each result.
+    ordered.sort_by_key(|e| std::cmp::Reverse(e.result));
+    let results: Vec<Value> = ordered
+        .iter()
+        .take(MAX_RESULTS_PER_REPORT)
+        .map(|e| report_result(e, timestamp))
+        .collect();
+    json!({
+        "apiVersion": format!("{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}"),
+        "kind": "PolicyReport",
+        "metadata": {
+            "name": POLICY_REPORT_NAME,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "launchgate"},
+        },
+        "scope": {"apiVersion": "v1", "kind": "Namespace", "name": namespace},
+        "summary": {
+            "pass": counts.pass,
+            "fail": counts.fail,
+            "warn": counts.warn,
+            "error": 0,
+            "skip": 0,
+        },
+        "results": results,
+    })
+}
+
+/// One `wgpolicyk8s.io/v1alpha2` PolicyReport per namespace that has launch workloads.
 pub fn policy_reports(entries: &[AuditEntry], timestamp: i64) -> Vec<Value> {
     let mut by_namespace: BTreeMap<&str, Vec<&AuditEntry>> = BTreeMap::new();
     for e in entries {
@@ -270,59 +337,7 @@ pub fn policy_reports(entries: &[AuditEntry], timestamp: i64) -> Vec<Value> {
     }
     by_namespace
         .into_iter()
-        .map(|(namespace, entries)| {
-            let counts = Counts::of(entries.iter().copied());
-            let results: Vec<Value> = entries
-                .iter()
-                .map(|e| {
-                    let mut resource = Map::new();
-                    resource.insert("apiVersion".into(), json!(e.api_version));
-                    resource.insert("kind".into(), json!(e.kind));
-                    resource.insert("namespace".into(), json!(e.namespace));
-                    resource.insert("name".into(), json!(e.name));
-                    if !e.uid.is_empty() {
-                        resource.insert("uid".into(), json!(e.uid));
-                    }
-                    let mut r = json!({
-                        "source": REPORT_SOURCE,
-                        "policy": e.queue.as_deref().unwrap_or("launchgate"),
-                        "rule": e.rule,
-                        "category": "Launch queue",
-                        "result": e.result.as_str(),
-                        "scored": true,
-                        "timestamp": {"seconds": timestamp, "nanos": 0},
-                        "resources": [Value::Object(resource)],
-                    });
-                    let message = match e.result {
-                        AuditResult::Pass => "allowed by the queue's policy".to_string(),
-                        _ => e.message.clone(),
-                    };
-                    r["message"] = json!(message);
-                    if e.result == AuditResult::Fail {
-                        r["severity"] = json!("high");
-                    }
-                    r
-                })
-                .collect();
-            json!({
-                "apiVersion": format!("{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}"),
-                "kind": "PolicyReport",
-                "metadata": {
-                    "name": POLICY_REPORT_NAME,
-                    "namespace": namespace,
-                    "labels": {"app.kubernetes.io/managed-by": "launchgate"},
-                },
-                "scope": {"apiVersion": "v1", "kind": "Namespace", "name": namespace},
-                "summary": {
-                    "pass": counts.pass,
-                    "fail": counts.fail,
-                    "warn": counts.warn,
-                    "error": 0,
-                    "skip": 0,
-                },
-                "results": results,
-            })
-        })
+        .map(|(namespace, entries)| policy_report(namespace, &entries, timestamp))
         .collect()
 }
 
@@ -557,5 +572,27 @@ mod tests {
         assert!(table.contains(
             "2 launch workload(s): 1 pass, 0 warn, 1 fail (5 object(s) listed, 3 not judged)"
         ));
+    }
+
+    #[test]
+    fn a_large_namespace_keeps_the_worst_results_and_true_counts() {
+        let pass = evaluate(&Policy::embedded_default(), &JOB, listed_job("p", "1")).unwrap();
+        let mut fail = pass.clone();
+        fail.result = AuditResult::Fail;
+        fail.name = "f".into();
+        let mut entries: Vec<&AuditEntry> = vec![&pass; MAX_RESULTS_PER_REPORT];
+        entries.push(&fail);
+        let report = policy_report("wandb", &entries, 0);
+        let results = report["results"].as_array().unwrap();
+        assert_eq!(results.len(), MAX_RESULTS_PER_REPORT);
+        assert_eq!(results[0]["result"], "fail");
+        assert_eq!(results[0]["resources"][0]["name"], "f");
+        assert_eq!(report["summary"]["pass"], MAX_RESULTS_PER_REPORT);
+        assert_eq!(report["summary"]["fail"], 1);
+        // No workloads left: an empty report with zero counts.
+        let empty = policy_report("gone", &[], 0);
+        assert_eq!(empty["results"], json!([]));
+        assert_eq!(empty["summary"]["pass"], 0);
+        assert_eq!(empty["metadata"]["namespace"], "gone");
     }
 }

@@ -7,7 +7,7 @@
 
 use super::{
     AuditEntry, AuditReport, LISTED_KINDS, ListedKind, POLICY_REPORT_GROUP, POLICY_REPORT_NAME,
-    POLICY_REPORT_VERSION, evaluate, policy_reports,
+    POLICY_REPORT_VERSION, evaluate, policy_report, policy_reports,
 };
 use crate::policy::Policy;
 use anyhow::{Context, Result};
@@ -191,6 +191,7 @@ pub async fn run(
         .await?
         {
             report.policy_reports = write_policy_reports(&client, &report.entries).await?;
+            clear_stale_reports(&client, opts, &mut report).await?;
         } else {
             report.notes.push(format!(
                 "the PolicyReport CRD (policyreports.{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}) is not installed: no reports written"
@@ -205,28 +206,102 @@ async fn write_policy_reports(
     client: &kube::Client,
     entries: &[AuditEntry],
 ) -> Result<Vec<String>> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let now = unix_now();
     let mut written = Vec::new();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     for report in policy_reports(entries, now) {
-        let namespace = report
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let request = kube::core::Request::new(format!(
-            "/apis/{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}/namespaces/{namespace}/policyreports"
-        ));
-        let req = request.patch(POLICY_REPORT_NAME, &params, &Patch::Apply(&report))?;
-        client
-            .request::<Value>(req)
-            .await
-            .with_context(|| format!("applying PolicyReport {namespace}/{POLICY_REPORT_NAME}"))?;
-        written.push(format!("{namespace}/{POLICY_REPORT_NAME}"));
+        written.push(apply_report(client, &report).await?);
     }
     Ok(written)
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Server-side applies one report; returns its `namespace/name`.
+async fn apply_report(client: &kube::Client, report: &Value) -> Result<String> {
+    let namespace = report
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let request = kube::core::Request::new(format!(
+        "/apis/{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}/namespaces/{namespace}/policyreports"
+    ));
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let req = request.patch(POLICY_REPORT_NAME, &params, &Patch::Apply(report))?;
+    client
+        .request::<Value>(req)
+        .await
+        .with_context(|| format!("applying PolicyReport {namespace}/{POLICY_REPORT_NAME}"))?;
+    Ok(format!("{namespace}/{POLICY_REPORT_NAME}"))
+}
+
+/// A namespace whose launch workloads are all gone keeps its last report unless it is replaced:
+/// find launchgate's reports (by label) in the audited scope and empty those not written now.
+async fn clear_stale_reports(
+    client: &kube::Client,
+    opts: &AuditOptions,
+    report: &mut AuditReport,
+) -> Result<()> {
+    let base = format!("/apis/{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}");
+    let path = match &opts.namespace {
+        Some(ns) => format!("{base}/namespaces/{ns}/policyreports"),
+        None => format!("{base}/policyreports"),
+    };
+    let request = kube::core::Request::new(path);
+    let mut continue_token: Option<String> = None;
+    let mut stale = Vec::new();
+    loop {
+        let mut lp = ListParams::default()
+            .labels("app.kubernetes.io/managed-by=launchgate")
+            .limit(opts.page_size.max(1));
+        if let Some(token) = continue_token.take() {
+            lp = lp.continue_token(&token);
+        }
+        let page: Value = match client.request(request.list(&lp)?).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                report.notes.push(
+                    "not allowed to list PolicyReports: reports of namespaces without launch workloads were left as they were".into(),
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(e).context("listing PolicyReports"),
+        };
+        for item in page
+            .get("items")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = item.pointer("/metadata/name").and_then(Value::as_str);
+            let ns = item.pointer("/metadata/namespace").and_then(Value::as_str);
+            if let (Some(POLICY_REPORT_NAME), Some(ns)) = (name, ns)
+                && !report
+                    .policy_reports
+                    .iter()
+                    .any(|w| w == &format!("{ns}/{POLICY_REPORT_NAME}"))
+            {
+                stale.push(ns.to_string());
+            }
+        }
+        continue_token = page
+            .pointer("/metadata/continue")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        if continue_token.is_none() {
+            break;
+        }
+    }
+    let now = unix_now();
+    for ns in stale {
+        let written = apply_report(client, &policy_report(&ns, &[], now)).await?;
+        report.policy_reports.push(format!("{written} (emptied)"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -296,6 +371,14 @@ mod tests {
                          "spec": {"containers": [{"name": "c", "image": "nginx"}]}}]}),
                     ),
                     ("PATCH", p) if p.starts_with("/apis/wgpolicyk8s.io/") => (200, body_json),
+                    ("GET", "/apis/wgpolicyk8s.io/v1alpha2/policyreports") => (
+                        200,
+                        json!({
+                        "metadata": {}, "items": [
+                            {"metadata": {"name": "launchgate", "namespace": "wandb"}},
+                            {"metadata": {"name": "launchgate", "namespace": "old-ns"}},
+                            {"metadata": {"name": "other-tool", "namespace": "old-ns"}}]}),
+                    ),
                     ("GET", p) if p.contains("/namespaces/") => {
                         (200, json!({"metadata": {}, "items": []}))
                     }
@@ -384,9 +467,31 @@ mod tests {
         let report = run(client, &Policy::embedded_default(), &opts)
             .await
             .unwrap();
-        assert_eq!(report.policy_reports, ["wandb/launchgate"]);
+        assert_eq!(
+            report.policy_reports,
+            ["wandb/launchgate", "old-ns/launchgate (emptied)"]
+        );
         assert!(report.notes.iter().any(|n| n.contains("batch.volcano.sh")));
         let seen = seen.lock().unwrap();
+        let lists: Vec<&str> = seen
+            .iter()
+            .filter(|(m, u, _)| {
+                m == "GET" && u.starts_with("/apis/wgpolicyk8s.io/v1alpha2/policyreports?")
+            })
+            .map(|(_, u, _)| u.as_str())
+            .collect();
+        assert_eq!(lists.len(), 1);
+        assert!(
+            lists[0].contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dlaunchgate"),
+            "{}",
+            lists[0]
+        );
+        let (_, _, emptied) = seen
+            .iter()
+            .find(|(m, u, _)| m == "PATCH" && u.contains("/namespaces/old-ns/"))
+            .unwrap();
+        assert_eq!(emptied["results"], json!([]));
+        assert_eq!(emptied["summary"]["fail"], 0);
         let (_, uri, body) = seen.iter().find(|(m, _, _)| m == "PATCH").unwrap();
         assert!(
             uri.starts_with(
