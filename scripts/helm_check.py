@@ -113,7 +113,7 @@ DISCOVERY = {
         ("pods", "Pod", True),
     ],
     "apps/v1": [("deployments", "Deployment", True)],
-    "batch/v1": [("jobs", "Job", True)],
+    "batch/v1": [("jobs", "Job", True), ("cronjobs", "CronJob", True)],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True)],
     "rbac.authorization.k8s.io/v1": [
         ("clusterroles", "ClusterRole", False),

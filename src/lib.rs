@@ -10,12 +10,16 @@
 //! * [`policy`] — the configuration model, loading, checking and queue resolution.
 //! * [`mutate`] — one module per mutation, run in a fixed order.
 //! * [`validate`] — queue template limits.
+//! * [`judge`] — mutate, then validate the mutated object, as the API server does.
+//! * [`audit`] — judging the workloads already in a cluster (PolicyReports).
 //! * [`server`], [`cli`], [`certs`] — the HTTPS server, the offline CLI and certificate tooling.
 
 pub mod admission;
+pub mod audit;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod judge;
 pub mod manifest;
 pub mod mutate;
 pub mod policy;

@@ -176,3 +176,185 @@ fn unreadable_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("does-not-exist.yaml"));
 }
+
+/// The strict example queue: the template's fixed values (backoffLimit 0, restartPolicy Never)
+/// must hold for every workload.
+const STRICT_CONFIG: &str = "examples/policy-tests/strict-queue/config.yaml";
+const API_DEFAULT_JOB: &str =
+    "examples/policy-tests/strict-queue/resources/api-default-backoff.yaml";
+
+#[test]
+fn validate_judges_the_object_after_launchgates_mutation_like_the_cluster() {
+    // The Job arrives with the API server's default backoffLimit 6 and no restartPolicy; the
+    // validating webhook alone would reject both under `strict: true`, but in the cluster it
+    // sees the object after launchgate's mutation (backoffLimit 0, restartPolicy Never).
+    let out = launchgate(&["validate", "-f", API_DEFAULT_JOB, "--config", STRICT_CONFIG]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).starts_with("ALLOWED Job run-api-default"),
+        "{}",
+        stdout(&out)
+    );
+
+    // Validation alone, on the object as submitted, would deny it.
+    let text =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(API_DEFAULT_JOB))
+            .unwrap();
+    let object: Value = serde_norway::from_str(&text).unwrap();
+    let policy = launchgate::Policy::from_yaml(
+        &std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(STRICT_CONFIG))
+            .unwrap(),
+    )
+    .unwrap();
+    let request = launchgate::admission::AdmissionRequest::synthetic_create(object, None).unwrap();
+    let raw = launchgate::review::decide(
+        &policy,
+        launchgate::Endpoint::Validate,
+        &request,
+        &launchgate::cluster::NoCluster,
+    );
+    assert!(
+        !raw.response.allowed,
+        "validation alone denies the unmutated object"
+    );
+}
+
+#[test]
+fn validate_reads_several_files_directories_and_stdin() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+    std::fs::copy(manifest("job-demo.yaml"), dir.path().join("sub/a.yaml")).unwrap();
+    std::fs::copy(manifest("kaniko-pod.yaml"), dir.path().join("b.yml")).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args([
+            "validate",
+            "-f",
+            dir.path().to_str().unwrap(),
+            "-f",
+            "-",
+            "-f",
+        ])
+        .arg(manifest("wandb-job.yaml"))
+        .args(["-o", "json"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let vcjob = std::fs::read_to_string(manifest("vcjob.yaml")).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(vcjob.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "the 8-GPU job is denied");
+    let verdicts: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let got: Vec<(String, bool, bool)> = verdicts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let source = v["source"].as_str().unwrap();
+            let short = source.rsplit('/').next().unwrap().to_string();
+            (
+                short,
+                v["allowed"].as_bool().unwrap(),
+                v["skipped"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("b.yml".to_string(), true, true),
+            ("a.yaml".to_string(), true, false),
+            ("-".to_string(), true, false),
+            ("wandb-job.yaml".to_string(), false, false),
+        ]
+    );
+    let denied = &verdicts[3];
+    assert_eq!(denied["deniedBy"], "validate");
+    assert!(
+        denied["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds maximum 4")
+    );
+    assert_eq!(denied["queue"], "gpu-queue");
+
+    // YAML, same content.
+    let out = launchgate(&["validate", "-f", &manifest("job-demo.yaml"), "-o", "yaml"]);
+    assert!(out.status.success());
+    let verdicts: Value = serde_norway::from_str(&stdout(&out)).unwrap();
+    assert_eq!(verdicts[0]["allowed"], true);
+    assert!(
+        verdicts[0]["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("k8s-test")
+    );
+}
+
+#[test]
+fn mutate_prints_json_and_a_list_for_several_objects() {
+    let out = launchgate(&["mutate", "-f", &manifest("job-demo.yaml"), "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let obj: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(obj["kind"], "Job");
+    assert_eq!(obj["spec"]["backoffLimit"], 0);
+
+    let out = launchgate(&[
+        "mutate",
+        "-f",
+        &manifest("job-demo.yaml"),
+        "-f",
+        &manifest("vcjob.yaml"),
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(list["kind"], "List");
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["demo", "wandb-job-run42"]);
+
+    // A directory: every manifest in it, as multi-document YAML.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(manifest("job-demo.yaml"), dir.path().join("1.yaml")).unwrap();
+    std::fs::copy(manifest("ptjob.yaml"), dir.path().join("2.yaml")).unwrap();
+    let out = launchgate(&["mutate", "-f", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&stdout(&out))
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2);
+    assert_eq!(docs[1]["kind"], "PyTorchJob");
+
+    // --patch as YAML.
+    let out = launchgate(&[
+        "mutate",
+        "-f",
+        &manifest("job-demo.yaml"),
+        "--patch",
+        "-o",
+        "yaml",
+    ]);
+    assert!(out.status.success());
+    let patch: Value = serde_norway::from_str(&stdout(&out)).unwrap();
+    assert!(
+        patch
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|op| op["path"] == "/spec/backoffLimit")
+    );
+}

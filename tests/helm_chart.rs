@@ -871,3 +871,195 @@ fn leaf_keys(v: &Value, prefix: &str, out: &mut Vec<String>) {
         _ => out.push(prefix.to_string()),
     }
 }
+
+/// The audit's objects in a render: (ServiceAccount, ClusterRole, ClusterRoleBinding, CronJob),
+/// each optional, found by their `app.kubernetes.io/component: audit` label.
+fn audit_objects(objs: &[Value]) -> Vec<&Value> {
+    objs.iter()
+        .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == "audit")
+        .collect()
+}
+
+#[test]
+fn scheduled_audit_is_absent_by_default() {
+    let objs = render(&[]);
+    assert!(of_kind(&objs, "CronJob").is_empty());
+    assert!(audit_objects(&objs).is_empty());
+    // The webhook's own ServiceAccount still mounts no token, and no RBAC exists.
+    assert!(of_kind(&objs, "ClusterRole").is_empty());
+    assert!(of_kind(&objs, "ClusterRoleBinding").is_empty());
+}
+
+#[test]
+fn scheduled_audit_renders_a_cronjob_with_read_only_rbac() {
+    use k8s_openapi::api::batch::v1::CronJob;
+    let objs = render(&[
+        "--set-json",
+        r#"{"audit":{"enabled":true,"schedule":"*/30 * * * *","pageSize":200}}"#,
+    ]);
+    let (cronjobs, others): (Vec<Value>, Vec<Value>) =
+        objs.iter().cloned().partition(|o| kind(o) == "CronJob");
+    check_all_objects(&others);
+    assert_eq!(cronjobs.len(), 1);
+    round_trip::<CronJob>(&cronjobs[0]);
+    let cron: CronJob = typed(&cronjobs[0]);
+    assert_eq!(cron.metadata.namespace.as_deref(), Some(RELEASE_NS));
+    let spec = cron.spec.unwrap();
+    assert_eq!(spec.schedule, "*/30 * * * *");
+    assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
+    let job = spec.job_template.spec.unwrap();
+    let pod = job.template.spec.unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(pod.automount_service_account_token, Some(true));
+    let c = &pod.containers[0];
+    let args = c.args.clone().unwrap();
+    assert_eq!(args[0], "audit");
+    for a in ["--policy-reports", "--no-fail", "--page-size=200"] {
+        assert!(args.iter().any(|x| x == a), "{args:?} lacks {a}");
+    }
+
+    // The same config as the webhook: same env path, same ConfigMap, mounted read-only.
+    let deployment: Deployment = one(&objs, "Deployment");
+    let config_env = |env: Vec<(String, String)>| {
+        env.into_iter()
+            .find(|(k, _)| k == "LAUNCHGATE_CONFIG")
+            .map(|(_, v)| v)
+    };
+    let audit_env: Vec<(String, String)> = c
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        config_env(audit_env),
+        config_env(deployment_env(&deployment))
+    );
+    let cm: ConfigMap = one(&objs, "ConfigMap");
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.config_map.is_some())
+        .expect("a ConfigMap volume");
+    assert_eq!(
+        volume.config_map.as_ref().unwrap().name,
+        cm.metadata.name.unwrap()
+    );
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == volume.name)
+        .unwrap();
+    assert_eq!(mount.read_only, Some(true));
+    assert_eq!(mount.mount_path, "/etc/launchgate/config");
+
+    // Its own ServiceAccount, bound to a ClusterRole that reads the launch workloads and writes
+    // only PolicyReports.
+    let sa_name = pod.service_account_name.clone().unwrap();
+    let audit = audit_objects(&objs);
+    assert!(
+        audit
+            .iter()
+            .any(|o| kind(o) == "ServiceAccount" && o["metadata"]["name"] == sa_name.as_str())
+    );
+    let role: ClusterRole = typed(
+        audit
+            .iter()
+            .find(|o| kind(o) == "ClusterRole")
+            .expect("audit ClusterRole"),
+    );
+    let binding: ClusterRoleBinding = typed(
+        audit
+            .iter()
+            .find(|o| kind(o) == "ClusterRoleBinding")
+            .expect("audit ClusterRoleBinding"),
+    );
+    assert_eq!(binding.role_ref.name, role.metadata.name.clone().unwrap());
+    let subject = &binding.subjects.unwrap()[0];
+    assert_eq!(
+        (subject.name.as_str(), subject.namespace.as_deref()),
+        (sa_name.as_str(), Some(RELEASE_NS))
+    );
+    let mut granted: Vec<(String, String, String)> = Vec::new();
+    for rule in role.rules.unwrap() {
+        for g in rule.api_groups.unwrap() {
+            for r in rule.resources.clone().unwrap() {
+                for v in &rule.verbs {
+                    granted.push((g.clone(), r.clone(), v.clone()));
+                }
+            }
+        }
+    }
+    for (g, r) in [
+        ("", "pods"),
+        ("batch", "jobs"),
+        ("batch.volcano.sh", "jobs"),
+        ("kubeflow.org", "pytorchjobs"),
+    ] {
+        for v in ["get", "list"] {
+            assert!(
+                granted.contains(&(g.into(), r.into(), v.into())),
+                "{g}/{r} {v}"
+            );
+        }
+    }
+    for v in ["get", "list", "create", "update", "patch"] {
+        assert!(granted.contains(&("wgpolicyk8s.io".into(), "policyreports".into(), v.into())));
+    }
+    for (g, r, v) in &granted {
+        let read = v == "get" || v == "list";
+        let report_write = g == "wgpolicyk8s.io" && r == "policyreports";
+        assert!(
+            read || report_write,
+            "the audit may only read, or write PolicyReports: {g}/{r} {v}"
+        );
+        assert!(g != "*" && r != "*" && v != "*");
+    }
+
+    // Audit pods are never selected by the webhook's Service, Deployment or PDB.
+    let labels = job.template.metadata.unwrap().labels.unwrap();
+    let service: Service = one(&objs, "Service");
+    let selector = service.spec.unwrap().selector.unwrap();
+    assert!(
+        !selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        "the webhook Service would send admission traffic to audit pods"
+    );
+    let deployment_selector = deployment.spec.unwrap().selector.match_labels.unwrap();
+    assert!(
+        !deployment_selector
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+    );
+
+    // Without rbac.create the CronJob stays and no RBAC is made; without policyReports the
+    // flag is gone.
+    let objs = render(&[
+        "--set-json",
+        r#"{"audit":{"enabled":true,"policyReports":false},"rbac":{"create":false}}"#,
+    ]);
+    assert!(of_kind(&objs, "ClusterRole").is_empty());
+    let cron = of_kind(&objs, "CronJob");
+    let args = &cron[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        !args
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--policy-reports")
+    );
+}
+
+#[test]
+fn bad_audit_values_fail_at_install_time() {
+    for bad in [
+        r#"{"audit":{"enabeld":true}}"#,
+        r#"{"audit":{"enabled":true,"pageSize":0}}"#,
+        r#"{"audit":{"enabled":true,"schedule":""}}"#,
+    ] {
+        let (ok, _, stderr) = helm_check(&["render", "--set-json", bad]);
+        assert!(!ok, "values {bad} were accepted");
+        assert!(stderr.contains("render failed"), "{bad}: {stderr}");
+    }
+}

@@ -1,17 +1,20 @@
-//! The command line: `serve`, the offline `mutate` / `validate`, `check-config`,
-//! `print-default-config` and `certs`. Every flag can also be set from an env var.
+//! The command line: `serve`, the offline `mutate` / `validate`, `test` (policy test suites),
+//! `audit` (judge what runs in a cluster), `check-config`, `print-default-config` and `certs`.
+//! Every flag can also be set from an env var.
 
-use crate::admission::{AdmissionRequest, AdmissionReviewResponse};
+pub mod audit;
+pub mod inputs;
+pub mod test_suite;
+
+use crate::admission::AdmissionReviewResponse;
 use crate::cluster::NoCluster;
-use crate::manifest::{InputDocument, parse_documents};
-use crate::mutate::labels::QUEUE_LABEL;
 use crate::policy::{DEFAULT_CONFIG_YAML, Policy};
 use crate::review::{Endpoint, decide};
 use crate::server::ServeOptions;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use serde_json::Value;
-use std::io::Read;
+use inputs::describe;
+use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,8 +37,15 @@ pub enum Command {
     Serve(ServeArgs),
     /// Show what the mutating webhook would do to manifests (no cluster needed).
     Mutate(MutateArgs),
-    /// Show the validating webhook's verdict on manifests; exits 1 if any is denied.
-    Validate(OfflineArgs),
+    /// Judge manifests as the cluster would: launchgate's mutation first, then validation of
+    /// the mutated object. Exits 1 if any is denied.
+    Validate(ValidateArgs),
+    /// Run policy test suites (launchgate-test.yaml files found in the directories).
+    /// Exits 0 when every expectation holds, 1 when one fails, 2 on bad input.
+    Test(test_suite::TestArgs),
+    /// Judge the launch workloads running in a cluster against a config (read-only; optionally
+    /// writes wgpolicyk8s.io PolicyReports). Exits 1 if any would be denied.
+    Audit(audit::AuditArgs),
     /// Check a config file; exits non-zero with the offending key path.
     CheckConfig {
         /// The config file.
@@ -121,9 +131,10 @@ pub struct ServeArgs {
 
 #[derive(Args, Debug)]
 pub struct OfflineArgs {
-    /// Manifest file (YAML or JSON, multi-document, objects or AdmissionReviews); `-` for stdin.
-    #[arg(short = 'f', long = "filename")]
-    pub file: PathBuf,
+    /// Manifest file (YAML or JSON, multi-document, objects or AdmissionReviews), directory
+    /// (read recursively: *.yaml, *.yml, *.json) or `-` for stdin. Repeatable.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
     /// Config file (default: the built-in example policy).
     #[arg(long, env = "LAUNCHGATE_CONFIG")]
     pub config: Option<PathBuf>,
@@ -135,10 +146,29 @@ pub struct OfflineArgs {
     pub namespace: Option<String>,
 }
 
+/// Output format of `mutate` and `validate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub offline: OfflineArgs,
+    /// Print the verdicts as YAML or JSON (default: one readable line per object).
+    #[arg(short = 'o', long = "output", value_enum)]
+    pub output: Option<OutputFormat>,
+}
+
 #[derive(Args, Debug)]
 pub struct MutateArgs {
     #[command(flatten)]
     pub offline: OfflineArgs,
+    /// Output format (default: YAML for objects, JSON for --patch and --review).
+    #[arg(short = 'o', long = "output", value_enum)]
+    pub output: Option<OutputFormat>,
     /// Print the JSON Patch instead of the mutated object.
     #[arg(long)]
     pub patch: bool,
@@ -160,17 +190,7 @@ pub struct CertsArgs {
     pub days: i64,
 }
 
-fn read_input(path: &PathBuf) -> Result<String> {
-    if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s)?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-    }
-}
-
-fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
+pub(crate) fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
     match path {
         None => Ok(Policy::embedded_default()),
         Some(p) => {
@@ -181,51 +201,39 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
     }
 }
 
-/// Turns each input document into an admission request.
-fn requests(args: &OfflineArgs) -> Result<Vec<AdmissionRequest>> {
-    let docs = parse_documents(&read_input(&args.file)?).map_err(anyhow::Error::msg)?;
-    if docs.is_empty() {
-        bail!("{}: no documents", args.file.display());
-    }
-    docs.into_iter()
-        .map(|d| match d {
-            InputDocument::Review(r) => Ok(*r),
-            InputDocument::Object(mut obj) => {
-                if let Some(q) = &args.queue
-                    && let Some(meta) = obj.as_object_mut()
-                {
-                    let labels = crate::workload::metadata_map_mut(meta, "labels");
-                    labels.insert(QUEUE_LABEL.into(), Value::String(q.clone()));
-                }
-                AdmissionRequest::synthetic_create(obj, args.namespace.as_deref())
-                    .map_err(anyhow::Error::msg)
-            }
-        })
-        .collect()
+/// Every input document as an admission request.
+fn requests(args: &OfflineArgs) -> Result<Vec<inputs::Input>> {
+    inputs::load(
+        &args.files,
+        args.queue.as_deref(),
+        args.namespace.as_deref(),
+    )
 }
 
-fn describe(req: &AdmissionRequest) -> String {
-    let name = if req.name.is_empty() {
-        req.object
-            .as_ref()
-            .and_then(|o| o.pointer("/metadata/generateName"))
-            .and_then(Value::as_str)
-            .map(|g| format!("{g}*"))
-            .unwrap_or_else(|| "<unnamed>".into())
-    } else {
-        req.name.clone()
-    };
-    format!("{} {}", req.kind.kind, name)
+fn print_values(values: &[Value], format: OutputFormat) -> Result<()> {
+    for (i, v) in values.iter().enumerate() {
+        match format {
+            OutputFormat::Json => println!("{}", serde_json::to_string_pretty(v)?),
+            OutputFormat::Yaml => {
+                if i > 0 {
+                    println!("---");
+                }
+                print!("{}", serde_norway::to_string(v)?);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
     let policy = load_policy(args.offline.config.as_ref())?;
     let mut denied = false;
     let mut outputs = Vec::new();
-    for req in requests(&args.offline)? {
-        let d = decide(&policy, Endpoint::Mutate, &req, &NoCluster);
+    for input in requests(&args.offline)? {
+        let req = &input.request;
+        let d = decide(&policy, Endpoint::Mutate, req, &NoCluster);
         for w in &d.response.warnings {
-            eprintln!("Warning: {}: {w}", describe(&req));
+            eprintln!("Warning: {}: {w}", describe(req));
         }
         if !d.response.allowed {
             denied = true;
@@ -235,7 +243,7 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
                 .as_ref()
                 .map(|s| s.message.clone())
                 .unwrap_or_default();
-            eprintln!("DENIED {}: {msg}", describe(&req));
+            eprintln!("DENIED {}: {msg}", describe(req));
         }
         if args.review {
             outputs.push(serde_json::to_value(AdmissionReviewResponse::new(
@@ -249,15 +257,16 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
             outputs.push(obj);
         }
     }
-    for (i, o) in outputs.iter().enumerate() {
-        if args.patch || args.review {
-            println!("{}", serde_json::to_string_pretty(o)?);
-        } else {
-            if i > 0 {
-                println!("---");
-            }
-            print!("{}", serde_norway::to_string(o)?);
-        }
+    let objects = !(args.patch || args.review);
+    match args.output {
+        // Several mutated objects as JSON: one `kind: List`, as kubectl prints them.
+        Some(OutputFormat::Json) if objects && outputs.len() > 1 => print_values(
+            &[json!({"apiVersion": "v1", "kind": "List", "items": outputs})],
+            OutputFormat::Json,
+        )?,
+        Some(format) => print_values(&outputs, format)?,
+        None if objects => print_values(&outputs, OutputFormat::Yaml)?,
+        None => print_values(&outputs, OutputFormat::Json)?,
     }
     Ok(if denied {
         ExitCode::from(1)
@@ -266,32 +275,47 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
     })
 }
 
-fn validate_cmd(args: &OfflineArgs) -> Result<ExitCode> {
-    let policy = load_policy(args.config.as_ref())?;
+fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
+    let policy = load_policy(args.offline.config.as_ref())?;
     let mut denied = false;
-    for req in requests(args)? {
-        let d = decide(&policy, Endpoint::Validate, &req, &NoCluster);
-        if d.response.allowed {
-            println!("ALLOWED {}", describe(&req));
+    let mut verdicts = Vec::new();
+    for input in requests(&args.offline)? {
+        let req = &input.request;
+        let j = crate::judge::judge(&policy, req, &NoCluster);
+        denied |= !j.allowed();
+        if args.output.is_some() {
+            verdicts.push(json!({
+                "source": input.source,
+                "kind": req.kind.kind,
+                "name": req.name,
+                "namespace": req.namespace,
+                "queue": j.queue(),
+                "allowed": j.allowed(),
+                "skipped": j.skipped(),
+                "deniedBy": j.denied_by().map(|s| s.as_str()),
+                "message": j.message(),
+                "warnings": j.warnings(),
+                "auditViolations": j.audit_violations(),
+            }));
+            continue;
+        }
+        if j.allowed() {
+            println!("ALLOWED {}", describe(req));
         } else {
-            denied = true;
-            let msg = d
-                .response
-                .status
-                .as_ref()
-                .map(|s| s.message.clone())
-                .unwrap_or_default();
-            println!("DENIED {}:", describe(&req));
-            for line in msg.lines() {
+            println!("DENIED {}:", describe(req));
+            for line in j.message().lines() {
                 println!("  {line}");
             }
         }
-        for w in &d.response.warnings {
+        for w in j.warnings() {
             println!("  warning: {w}");
         }
-        for v in &d.summary.audit_violations {
+        for v in j.audit_violations() {
             println!("  audit: {v}");
         }
+    }
+    if let Some(format) = args.output {
+        print_values(&[Value::Array(verdicts)], format)?;
     }
     Ok(if denied {
         ExitCode::from(1)
@@ -358,6 +382,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => serve_cmd(args),
         Command::Mutate(args) => mutate_cmd(&args),
         Command::Validate(args) => validate_cmd(&args),
+        Command::Test(args) => test_suite::run(&args),
+        Command::Audit(args) => audit::run(&args),
         Command::CheckConfig { file } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;

@@ -1,0 +1,598 @@
+//! Auditing what already runs: judge the launch workloads listed from a cluster against a
+//! policy, as if each were submitted now, and describe the outcome as a report (a table, JSON,
+//! or `wgpolicyk8s.io/v1alpha2` PolicyReports, the format Kyverno and Kubewarden write and
+//! Policy Reporter shows).
+//!
+//! This module is the pure part: one listed object in, one [`AuditEntry`] out, through the
+//! same [`crate::judge::judge`] (mutate, then validate) the webhook's two endpoints amount to.
+//! Listing the objects and writing the reports is [`scan`], a thin shell over `kube::Client`.
+
+pub mod scan;
+
+use crate::admission::AdmissionRequest;
+use crate::cluster::NoCluster;
+use crate::judge::{Stage, judge};
+use crate::policy::Policy;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+pub use scan::{AuditOptions, run};
+
+/// Name of the PolicyReport written in each namespace.
+pub const POLICY_REPORT_NAME: &str = "launchgate";
+/// `source` of every PolicyReport result.
+pub const REPORT_SOURCE: &str = "launchgate";
+/// `wgpolicyk8s.io/v1alpha2`
+pub const POLICY_REPORT_GROUP: &str = "wgpolicyk8s.io";
+pub const POLICY_REPORT_VERSION: &str = "v1alpha2";
+
+/// A kind of launch workload the audit lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedKind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    /// Comes from a CRD that may not be installed (then it is skipped with a note).
+    pub optional: bool,
+}
+
+impl ListedKind {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `jobs.batch`, `pods`, `pytorchjobs.kubeflow.org`: the name kubectl knows it by.
+    pub fn resource_name(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+}
+
+/// What the audit lists, in this order. Pods come last and only those without a launch owner
+/// are judged (a Job's pods are covered by the Job).
+pub const LISTED_KINDS: [ListedKind; 4] = [
+    ListedKind {
+        group: "batch",
+        version: "v1",
+        kind: "Job",
+        plural: "jobs",
+        optional: false,
+    },
+    ListedKind {
+        group: "batch.volcano.sh",
+        version: "v1alpha1",
+        kind: "Job",
+        plural: "jobs",
+        optional: true,
+    },
+    ListedKind {
+        group: "kubeflow.org",
+        version: "v1",
+        kind: "PyTorchJob",
+        plural: "pytorchjobs",
+        optional: true,
+    },
+    ListedKind {
+        group: "",
+        version: "v1",
+        kind: "Pod",
+        plural: "pods",
+        optional: false,
+    },
+];
+
+/// The verdict on one workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditResult {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl AuditResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditResult::Pass => "pass",
+            AuditResult::Warn => "warn",
+            AuditResult::Fail => "fail",
+        }
+    }
+}
+
+/// One judged workload. Small: the object itself is not kept.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntry {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// The queue it was judged against (`None`: it names no configured queue and there is no
+    /// default).
+    pub queue: Option<String>,
+    pub result: AuditResult,
+    /// `mutate` or `validate`: the webhook that denies or warns; `admission` on a pass.
+    pub rule: &'static str,
+    /// The denial (fail), the violations or warnings (warn); empty on a pass.
+    pub message: String,
+    pub warnings: Vec<String>,
+}
+
+/// The whole audit.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditReport {
+    /// Every launch workload judged, in listing order.
+    pub entries: Vec<AuditEntry>,
+    /// Objects listed (launch workloads or not).
+    pub listed: usize,
+    /// Objects that are not launch workloads, or pods of a launch owner.
+    pub skipped: usize,
+    /// Kinds skipped because their CRD is not installed, and similar remarks.
+    pub notes: Vec<String>,
+    /// `namespace/name` of each PolicyReport written.
+    pub policy_reports: Vec<String>,
+}
+
+/// Counts by result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub pass: usize,
+    pub warn: usize,
+    pub fail: usize,
+}
+
+impl Counts {
+    pub fn of<'a>(entries: impl IntoIterator<Item = &'a AuditEntry>) -> Counts {
+        let mut c = Counts::default();
+        for e in entries {
+            match e.result {
+                AuditResult::Pass => c.pass += 1,
+                AuditResult::Warn => c.warn += 1,
+                AuditResult::Fail => c.fail += 1,
+            }
+        }
+        c
+    }
+}
+
+impl AuditReport {
+    pub fn counts(&self) -> Counts {
+        Counts::of(&self.entries)
+    }
+}
+
+/// True when a pod belongs to a Job, a Volcano Job or a PyTorchJob: its launch owner is judged
+/// instead (as the webhook judged the owner when it was submitted).
+pub fn has_launch_owner(pod: &Value) -> bool {
+    let Some(owners) = pod
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+    else {
+        return false;
+    };
+    owners.iter().any(|o| {
+        let api_version = o.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = o.get("kind").and_then(Value::as_str).unwrap_or("");
+        let group = api_version.split_once('/').map_or("", |(g, _)| g);
+        matches!(
+            (group, kind),
+            ("batch", "Job") | ("batch.volcano.sh", "Job") | ("kubeflow.org", "PyTorchJob")
+        )
+    })
+}
+
+fn meta_str(object: &Value, key: &str) -> String {
+    object
+        .get("metadata")
+        .and_then(|m| m.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Judges one object listed from the cluster as a CREATE of it now, under `policy`.
+/// `None` when it is not a launch workload (or a pod with a launch owner).
+///
+/// List responses leave `apiVersion`/`kind` off their items; they are filled in from `listed`.
+/// `status` and `managedFields` are dropped first: the webhook never sees them on a CREATE.
+pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Option<AuditEntry> {
+    let map = object.as_object_mut()?;
+    map.insert("apiVersion".into(), Value::String(listed.api_version()));
+    map.insert("kind".into(), Value::String(listed.kind.into()));
+    map.remove("status");
+    if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    if listed.kind == "Pod" && listed.group.is_empty() && has_launch_owner(&object) {
+        return None;
+    }
+    let namespace = meta_str(&object, "namespace");
+    let name = meta_str(&object, "name");
+    let uid = meta_str(&object, "uid");
+    let request = AdmissionRequest::synthetic_create(object, None).ok()?;
+    let j = judge(policy, &request, &NoCluster);
+    let warnings = j.warnings();
+    if j.skipped() && warnings.is_empty() {
+        return None;
+    }
+    let audit = j.audit_violations();
+    let (result, rule, message) = match j.denied_by() {
+        Some(stage) => (AuditResult::Fail, stage.as_str(), j.message()),
+        None if !audit.is_empty() => (
+            AuditResult::Warn,
+            Stage::Validate.as_str(),
+            audit.join("\n"),
+        ),
+        None if !warnings.is_empty() => {
+            let stage = if j.mutation.response.warnings.is_empty() {
+                Stage::Validate
+            } else {
+                Stage::Mutate
+            };
+            (AuditResult::Warn, stage.as_str(), warnings.join("\n"))
+        }
+        None => (AuditResult::Pass, "admission", String::new()),
+    };
+    Some(AuditEntry {
+        api_version: listed.api_version(),
+        kind: listed.kind.to_string(),
+        namespace,
+        name,
+        uid,
+        queue: j.queue().map(str::to_string),
+        result,
+        rule,
+        message,
+        warnings,
+    })
+}
+
+/// Most results one PolicyReport carries: an object must stay well below etcd's size limit
+/// (about 1.5 MiB). Failures come first, then warnings, then passes; the summary still counts
+/// every workload.
+pub const MAX_RESULTS_PER_REPORT: usize = 1000;
+
+fn report_result(e: &AuditEntry, timestamp: i64) -> Value {
+    let mut resource = Map::new();
+    resource.insert("apiVersion".into(), json!(e.api_version));
+    resource.insert("kind".into(), json!(e.kind));
+    resource.insert("namespace".into(), json!(e.namespace));
+    resource.insert("name".into(), json!(e.name));
+    if !e.uid.is_empty() {
+        resource.insert("uid".into(), json!(e.uid));
+    }
+    let message = match e.result {
+        AuditResult::Pass => "allowed by the queue's policy".to_string(),
+        _ => e.message.clone(),
+    };
+    let mut r = json!({
+        "source": REPORT_SOURCE,
+        "policy": e.queue.as_deref().unwrap_or("launchgate"),
+        "rule": e.rule,
+        "category": "Launch queue",
+        "result": e.result.as_str(),
+        "message": message,
+        "scored": true,
+        "timestamp": {"seconds": timestamp, "nanos": 0},
+        "resources": [Value::Object(resource)],
+    });
+    if e.result == AuditResult::Fail {
+        r["severity"] = json!("high");
+    }
+    r
+}
+
+/// The PolicyReport of one namespace (named [`POLICY_REPORT_NAME`]): one result per workload
+/// (at most [`MAX_RESULTS_PER_REPORT`], the worst first) and the summary counts. With no
+/// entries it is the empty report that replaces one whose workloads are gone. `timestamp` is
+/// seconds since the epoch (the caller's clock: this function reads none).
+pub fn policy_report(namespace: &str, entries: &[&AuditEntry], timestamp: i64) -> Value {
+    let counts = Counts::of(entries.iter().copied());
+    let mut ordered: Vec<&AuditEntry> = entries.to_vec();
+    // Stable: listing order within each result.
+    ordered.sort_by_key(|e| std::cmp::Reverse(e.result));
+    let results: Vec<Value> = ordered
+        .iter()
+        .take(MAX_RESULTS_PER_REPORT)
+        .map(|e| report_result(e, timestamp))
+        .collect();
+    json!({
+        "apiVersion": format!("{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}"),
+        "kind": "PolicyReport",
+        "metadata": {
+            "name": POLICY_REPORT_NAME,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "launchgate"},
+        },
+        "scope": {"apiVersion": "v1", "kind": "Namespace", "name": namespace},
+        "summary": {
+            "pass": counts.pass,
+            "fail": counts.fail,
+            "warn": counts.warn,
+            "error": 0,
+            "skip": 0,
+        },
+        "results": results,
+    })
+}
+
+/// One `wgpolicyk8s.io/v1alpha2` PolicyReport per namespace that has launch workloads.
+pub fn policy_reports(entries: &[AuditEntry], timestamp: i64) -> Vec<Value> {
+    let mut by_namespace: BTreeMap<&str, Vec<&AuditEntry>> = BTreeMap::new();
+    for e in entries {
+        by_namespace.entry(&e.namespace).or_default().push(e);
+    }
+    by_namespace
+        .into_iter()
+        .map(|(namespace, entries)| policy_report(namespace, &entries, timestamp))
+        .collect()
+}
+
+/// The audit as a table (one line per workload, the first line of its message) and a summary.
+pub fn render_table(report: &AuditReport) -> String {
+    let header = ["NAMESPACE", "KIND", "NAME", "QUEUE", "RESULT", "MESSAGE"];
+    let rows: Vec<[String; 6]> = report
+        .entries
+        .iter()
+        .map(|e| {
+            let group = e.api_version.split_once('/').map_or("", |(g, _)| g);
+            let kind = if group.is_empty() || group == "batch" {
+                e.kind.clone()
+            } else {
+                format!("{}.{group}", e.kind)
+            };
+            [
+                e.namespace.clone(),
+                kind,
+                e.name.clone(),
+                e.queue.clone().unwrap_or_else(|| "-".into()),
+                e.result.as_str().to_uppercase(),
+                e.message.lines().next().unwrap_or("").to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: &[&str], out: &mut String| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        out.push_str(s.trim_end());
+        out.push('\n');
+    };
+    if !rows.is_empty() {
+        line(&header, &mut out);
+        for row in &rows {
+            let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+            line(&cells, &mut out);
+        }
+    }
+    for note in &report.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    let c = report.counts();
+    out.push_str(&format!(
+        "{} launch workload(s): {} pass, {} warn, {} fail ({} object(s) listed, {} not judged)\n",
+        report.entries.len(),
+        c.pass,
+        c.warn,
+        c.fail,
+        report.listed,
+        report.skipped
+    ));
+    for r in &report.policy_reports {
+        out.push_str(&format!("wrote PolicyReport {r}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JOB: ListedKind = LISTED_KINDS[0];
+    const POD: ListedKind = LISTED_KINDS[3];
+
+    /// A Job as a list response returns it: no apiVersion/kind, with status and managedFields,
+    /// already mutated by launchgate when it was created.
+    fn listed_job(name: &str, gpus: &str) -> Value {
+        json!({
+            "metadata": {"name": name, "namespace": "wandb", "uid": format!("uid-{name}"),
+                "labels": {"wandb.ai/monitor": "true"},
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+            "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 60, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "acme/train:1",
+                    "resources": {"limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": gpus}}}]}}},
+            "status": {"active": 1}
+        })
+    }
+
+    fn policy_with_gpu_maximum(max: u32) -> Policy {
+        let yaml = crate::policy::DEFAULT_CONFIG_YAML.replace(
+            "minimum: 0, maximum: 4",
+            &format!("minimum: 0, maximum: {max}"),
+        );
+        Policy::from_yaml(&yaml).unwrap()
+    }
+
+    #[test]
+    fn a_workload_within_the_limits_passes() {
+        let e = evaluate(&Policy::embedded_default(), &JOB, listed_job("ok", "2")).unwrap();
+        assert_eq!(e.result, AuditResult::Pass, "{e:?}");
+        assert_eq!(
+            (e.api_version.as_str(), e.kind.as_str()),
+            ("batch/v1", "Job")
+        );
+        assert_eq!((e.namespace.as_str(), e.name.as_str()), ("wandb", "ok"));
+        assert_eq!(e.uid, "uid-ok");
+        assert_eq!(e.queue.as_deref(), Some("gpu-queue"));
+        assert_eq!(e.rule, "admission");
+    }
+
+    #[test]
+    fn a_new_config_reports_what_it_would_break() {
+        let job = listed_job("big", "3");
+        assert_eq!(
+            evaluate(&Policy::embedded_default(), &JOB, job.clone())
+                .unwrap()
+                .result,
+            AuditResult::Pass
+        );
+        let e = evaluate(&policy_with_gpu_maximum(2), &JOB, job).unwrap();
+        assert_eq!(e.result, AuditResult::Fail);
+        assert_eq!(e.rule, "validate");
+        assert!(e.message.contains("gpus"), "{}", e.message);
+    }
+
+    #[test]
+    fn warn_enforcement_gives_warn_results() {
+        let yaml =
+            crate::policy::DEFAULT_CONFIG_YAML.replace("enforcement: deny", "enforcement: warn");
+        let e = evaluate(
+            &Policy::from_yaml(&yaml).unwrap(),
+            &JOB,
+            listed_job("big", "8"),
+        )
+        .unwrap();
+        assert_eq!(e.result, AuditResult::Warn);
+        assert!(e.message.contains("gpus"), "{}", e.message);
+    }
+
+    #[test]
+    fn pods_of_a_launch_owner_and_other_objects_are_not_judged() {
+        let policy = Policy::embedded_default();
+        let mut pod = json!({"metadata": {"name": "p", "namespace": "wandb",
+                "labels": {"wandb.ai/monitor": "true"},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}]},
+            "spec": {"containers": [{"name": "main", "image": "acme/train:1"}]}});
+        assert!(has_launch_owner(&pod));
+        assert!(evaluate(&policy, &POD, pod.clone()).is_none());
+        // The same pod without an owner is judged.
+        pod["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        assert!(!has_launch_owner(&pod));
+        assert!(evaluate(&policy, &POD, pod).is_some());
+        // A web server's pod (owned by a ReplicaSet) is not a launch workload.
+        let web = json!({"metadata": {"name": "web", "namespace": "default",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "w", "uid": "u"}]},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+        assert!(!has_launch_owner(&web));
+        assert!(evaluate(&policy, &POD, web).is_none());
+        // Not an object: never panics.
+        assert!(evaluate(&policy, &POD, json!("x")).is_none());
+    }
+
+    #[test]
+    fn policy_reports_group_by_namespace_with_counts() {
+        let policy = policy_with_gpu_maximum(2);
+        let mut other = listed_job("c", "1");
+        other["metadata"]["namespace"] = json!("team-b");
+        let entries: Vec<AuditEntry> = [listed_job("a", "1"), listed_job("b", "3"), other]
+            .into_iter()
+            .filter_map(|o| evaluate(&policy, &JOB, o))
+            .collect();
+        let reports = policy_reports(&entries, 1_700_000_000);
+        assert_eq!(reports.len(), 2);
+        let wandb = reports
+            .iter()
+            .find(|r| r["metadata"]["namespace"] == "wandb")
+            .unwrap();
+        assert_eq!(wandb["apiVersion"], "wgpolicyk8s.io/v1alpha2");
+        assert_eq!(wandb["kind"], "PolicyReport");
+        assert_eq!(wandb["metadata"]["name"], POLICY_REPORT_NAME);
+        assert_eq!(
+            wandb["summary"],
+            json!({"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0})
+        );
+        let results = wandb["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2);
+        let fail = results.iter().find(|r| r["result"] == "fail").unwrap();
+        assert_eq!(fail["policy"], "gpu-queue");
+        assert_eq!(fail["rule"], "validate");
+        assert_eq!(fail["source"], "launchgate");
+        assert_eq!(fail["timestamp"]["seconds"], 1_700_000_000);
+        assert_eq!(
+            fail["resources"][0],
+            json!({"apiVersion": "batch/v1", "kind": "Job", "namespace": "wandb", "name": "b", "uid": "uid-b"})
+        );
+        assert!(fail["message"].as_str().unwrap().contains("gpus"));
+    }
+
+    #[test]
+    fn the_table_lists_each_workload_and_the_counts() {
+        let policy = policy_with_gpu_maximum(2);
+        let report = AuditReport {
+            entries: [listed_job("a", "1"), listed_job("b", "3")]
+                .into_iter()
+                .filter_map(|o| evaluate(&policy, &JOB, o))
+                .collect(),
+            listed: 5,
+            skipped: 3,
+            notes: vec!["pytorchjobs.kubeflow.org: not installed, skipped".into()],
+            policy_reports: vec![],
+        };
+        let table = render_table(&report);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("NAMESPACE"), "{table}");
+        assert!(
+            lines[1].contains(" a ") && lines[1].contains("PASS"),
+            "{table}"
+        );
+        assert!(
+            lines[2].contains(" b ") && lines[2].contains("FAIL"),
+            "{table}"
+        );
+        assert!(table.contains("note: pytorchjobs.kubeflow.org: not installed"));
+        assert!(table.contains(
+            "2 launch workload(s): 1 pass, 0 warn, 1 fail (5 object(s) listed, 3 not judged)"
+        ));
+    }
+
+    #[test]
+    fn a_large_namespace_keeps_the_worst_results_and_true_counts() {
+        let pass = evaluate(&Policy::embedded_default(), &JOB, listed_job("p", "1")).unwrap();
+        let mut fail = pass.clone();
+        fail.result = AuditResult::Fail;
+        fail.name = "f".into();
+        let mut entries: Vec<&AuditEntry> = vec![&pass; MAX_RESULTS_PER_REPORT];
+        entries.push(&fail);
+        let report = policy_report("wandb", &entries, 0);
+        let results = report["results"].as_array().unwrap();
+        assert_eq!(results.len(), MAX_RESULTS_PER_REPORT);
+        assert_eq!(results[0]["result"], "fail");
+        assert_eq!(results[0]["resources"][0]["name"], "f");
+        assert_eq!(report["summary"]["pass"], MAX_RESULTS_PER_REPORT);
+        assert_eq!(report["summary"]["fail"], 1);
+        // No workloads left: an empty report with zero counts.
+        let empty = policy_report("gone", &[], 0);
+        assert_eq!(empty["results"], json!([]));
+        assert_eq!(empty["summary"]["pass"], 0);
+        assert_eq!(empty["metadata"]["namespace"], "gone");
+    }
+}

@@ -1,0 +1,529 @@
+//! The I/O shell of the audit: list the launch workloads page by page through a
+//! `kube::Client` (read-only), judge each page with the pure [`super::evaluate`] and drop the
+//! objects, then optionally server-side apply the PolicyReports.
+//!
+//! Memory stays bounded by one page of objects plus one small [`super::AuditEntry`] per launch
+//! workload. A kind whose CRD is not installed (Volcano, Kubeflow) is skipped with a note.
+
+use super::{
+    AuditEntry, AuditReport, LISTED_KINDS, ListedKind, POLICY_REPORT_GROUP, POLICY_REPORT_NAME,
+    POLICY_REPORT_VERSION, evaluate, policy_report, policy_reports,
+};
+use crate::policy::Policy;
+use anyhow::{Context, Result};
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::Value;
+use std::io::Write;
+
+/// Field manager of the PolicyReports launchgate applies.
+pub const FIELD_MANAGER: &str = "launchgate-audit";
+
+/// How to run an audit.
+#[derive(Debug, Clone)]
+pub struct AuditOptions {
+    /// Only this namespace (all namespaces when `None`).
+    pub namespace: Option<String>,
+    /// Objects per list request (`limit`); the `continue` token fetches the next page.
+    pub page_size: u32,
+    /// Server-side apply one PolicyReport per namespace (needs the wgpolicyk8s.io CRD).
+    pub write_policy_reports: bool,
+    /// Print a progress line on stderr (the CLI sets this when stderr is a terminal).
+    pub progress: bool,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        AuditOptions {
+            namespace: None,
+            page_size: 500,
+            write_policy_reports: false,
+            progress: false,
+        }
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// True when the API server serves `resource` in `group/version` (a CRD is installed).
+async fn serves(client: &kube::Client, group: &str, version: &str, resource: &str) -> Result<bool> {
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let path = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{gv}")
+    };
+    let req = hyper::Request::get(path).body(Vec::new())?;
+    match client.request::<Value>(req).await {
+        Ok(list) => Ok(list
+            .get("resources")
+            .and_then(Value::as_array)
+            .is_some_and(|rs| {
+                rs.iter()
+                    .any(|r| r.get("name").and_then(Value::as_str) == Some(resource))
+            })),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("discovering {gv}")),
+    }
+}
+
+fn collection_path(kind: &ListedKind, namespace: Option<&str>) -> String {
+    let prefix = if kind.group.is_empty() {
+        format!("/api/{}", kind.version)
+    } else {
+        format!("/apis/{}/{}", kind.group, kind.version)
+    };
+    match namespace {
+        Some(ns) => format!("{prefix}/namespaces/{ns}/{}", kind.plural),
+        None => format!("{prefix}/{}", kind.plural),
+    }
+}
+
+struct Progress {
+    enabled: bool,
+    listed: usize,
+}
+
+impl Progress {
+    fn show(&mut self, kind: &ListedKind, judged: usize) {
+        if self.enabled {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\r\x1b[2Kaudit: {} object(s) listed, {judged} launch workload(s) judged ({})",
+                self.listed,
+                kind.resource_name()
+            );
+            let _ = err.flush();
+        }
+    }
+
+    fn done(&self) {
+        if self.enabled {
+            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
+        }
+    }
+}
+
+/// Lists one kind page by page, judging each page before fetching the next.
+async fn audit_kind(
+    client: &kube::Client,
+    policy: &Policy,
+    kind: &ListedKind,
+    opts: &AuditOptions,
+    report: &mut AuditReport,
+    progress: &mut Progress,
+) -> Result<()> {
+    let request = kube::core::Request::new(collection_path(kind, opts.namespace.as_deref()));
+    let mut continue_token: Option<String> = None;
+    loop {
+        let mut lp = ListParams::default().limit(opts.page_size.max(1));
+        if let Some(token) = continue_token.take() {
+            lp = lp.continue_token(&token);
+        }
+        let req = request.list(&lp)?;
+        let mut page: Value = client
+            .request(req)
+            .await
+            .with_context(|| format!("listing {}", kind.resource_name()))?;
+        let items = match page.get_mut("items").map(Value::take) {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        };
+        for item in items {
+            report.listed += 1;
+            progress.listed += 1;
+            match evaluate(policy, kind, item) {
+                Some(entry) => report.entries.push(entry),
+                None => report.skipped += 1,
+            }
+        }
+        progress.show(kind, report.entries.len());
+        continue_token = page
+            .pointer("/metadata/continue")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        if continue_token.is_none() {
+            return Ok(());
+        }
+    }
+}
+
+/// Lists every launch workload (Jobs, Volcano Jobs, PyTorchJobs, Pods without a launch owner),
+/// judges each against `policy` as a CREATE now (launchgate's mutation, then its validation)
+/// and returns the report; with `write_policy_reports`, also applies one PolicyReport per
+/// namespace that has launch workloads. Reads nothing else and writes nothing else.
+pub async fn run(
+    client: kube::Client,
+    policy: &Policy,
+    opts: &AuditOptions,
+) -> Result<AuditReport> {
+    let mut report = AuditReport::default();
+    let mut progress = Progress {
+        enabled: opts.progress,
+        listed: 0,
+    };
+    for kind in &LISTED_KINDS {
+        if kind.optional && !serves(&client, kind.group, kind.version, kind.plural).await? {
+            report.notes.push(format!(
+                "{} ({}) is not installed in this cluster: skipped",
+                kind.resource_name(),
+                kind.api_version()
+            ));
+            continue;
+        }
+        audit_kind(&client, policy, kind, opts, &mut report, &mut progress).await?;
+    }
+    progress.done();
+    if opts.write_policy_reports {
+        if serves(
+            &client,
+            POLICY_REPORT_GROUP,
+            POLICY_REPORT_VERSION,
+            "policyreports",
+        )
+        .await?
+        {
+            report.policy_reports = write_policy_reports(&client, &report.entries).await?;
+            clear_stale_reports(&client, opts, &mut report).await?;
+        } else {
+            report.notes.push(format!(
+                "the PolicyReport CRD (policyreports.{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}) is not installed: no reports written"
+            ));
+        }
+    }
+    Ok(report)
+}
+
+/// Server-side applies the reports; returns `namespace/name` of each.
+async fn write_policy_reports(
+    client: &kube::Client,
+    entries: &[AuditEntry],
+) -> Result<Vec<String>> {
+    let now = unix_now();
+    let mut written = Vec::new();
+    for report in policy_reports(entries, now) {
+        written.push(apply_report(client, &report).await?);
+    }
+    Ok(written)
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Server-side applies one report; returns its `namespace/name`.
+async fn apply_report(client: &kube::Client, report: &Value) -> Result<String> {
+    let namespace = report
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let request = kube::core::Request::new(format!(
+        "/apis/{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}/namespaces/{namespace}/policyreports"
+    ));
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let req = request.patch(POLICY_REPORT_NAME, &params, &Patch::Apply(report))?;
+    client
+        .request::<Value>(req)
+        .await
+        .with_context(|| format!("applying PolicyReport {namespace}/{POLICY_REPORT_NAME}"))?;
+    Ok(format!("{namespace}/{POLICY_REPORT_NAME}"))
+}
+
+/// A namespace whose launch workloads are all gone keeps its last report unless it is replaced:
+/// find launchgate's reports (by label) in the audited scope and empty those not written now.
+async fn clear_stale_reports(
+    client: &kube::Client,
+    opts: &AuditOptions,
+    report: &mut AuditReport,
+) -> Result<()> {
+    let base = format!("/apis/{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}");
+    let path = match &opts.namespace {
+        Some(ns) => format!("{base}/namespaces/{ns}/policyreports"),
+        None => format!("{base}/policyreports"),
+    };
+    let request = kube::core::Request::new(path);
+    let mut continue_token: Option<String> = None;
+    let mut stale = Vec::new();
+    loop {
+        let mut lp = ListParams::default()
+            .labels("app.kubernetes.io/managed-by=launchgate")
+            .limit(opts.page_size.max(1));
+        if let Some(token) = continue_token.take() {
+            lp = lp.continue_token(&token);
+        }
+        let page: Value = match client.request(request.list(&lp)?).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                report.notes.push(
+                    "not allowed to list PolicyReports: reports of namespaces without launch workloads were left as they were".into(),
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(e).context("listing PolicyReports"),
+        };
+        for item in page
+            .get("items")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = item.pointer("/metadata/name").and_then(Value::as_str);
+            let ns = item.pointer("/metadata/namespace").and_then(Value::as_str);
+            if let (Some(POLICY_REPORT_NAME), Some(ns)) = (name, ns)
+                && !report
+                    .policy_reports
+                    .iter()
+                    .any(|w| w == &format!("{ns}/{POLICY_REPORT_NAME}"))
+            {
+                stale.push(ns.to_string());
+            }
+        }
+        continue_token = page
+            .pointer("/metadata/continue")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        if continue_token.is_none() {
+            break;
+        }
+    }
+    let now = unix_now();
+    for ns in stale {
+        let written = apply_report(client, &policy_report(&ns, &[], now)).await?;
+        report.policy_reports.push(format!("{written} (emptied)"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::AuditResult;
+    use http_body_util::{BodyExt, Full};
+    use serde_json::json;
+    use std::sync::{Arc, Mutex};
+
+    type Seen = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+    /// An in-process stand-in for the API server: answers discovery, paginated lists of Jobs
+    /// (3 pages), an empty Pod list, 404 for Kubeflow, and records every request.
+    fn fake_api(volcano: bool, policy_reports_crd: bool) -> (kube::Client, Seen) {
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        let svc = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+            let log = log.clone();
+            async move {
+                let method = req.method().to_string();
+                let uri = req.uri().to_string();
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                let body_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                log.lock()
+                    .unwrap()
+                    .push((method.clone(), uri.clone(), body_json.clone()));
+                let path = uri.split('?').next().unwrap_or("").to_string();
+                let query = uri.split_once('?').map_or("", |(_, q)| q).to_string();
+                let job = |name: &str, gpus: &str| {
+                    json!({"metadata": {"name": name, "namespace": "wandb", "uid": name,
+                        "labels": {"wandb.ai/monitor": "true"}},
+                        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 60,
+                            "template": {"spec": {"restartPolicy": "Never", "containers": [
+                                {"name": "main", "image": "acme/train:1",
+                                 "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}})
+                };
+                let (status, answer) = match (method.as_str(), path.as_str()) {
+                    ("GET", "/apis/batch.volcano.sh/v1alpha1") if volcano => (
+                        200,
+                        json!({"kind": "APIResourceList", "resources": [{"name": "jobs"}]}),
+                    ),
+                    ("GET", "/apis/wgpolicyk8s.io/v1alpha2") if policy_reports_crd => (
+                        200,
+                        json!({"kind": "APIResourceList", "resources": [{"name": "policyreports"}, {"name": "policyreports/status"}]}),
+                    ),
+                    ("GET", "/apis/batch/v1/jobs") => {
+                        let (items, next) = if query.contains("continue=p2") {
+                            (vec![job("j2", "8")], "p3")
+                        } else if query.contains("continue=p3") {
+                            (vec![job("j3", "1")], "")
+                        } else {
+                            (vec![job("j1", "1")], "p2")
+                        };
+                        (
+                            200,
+                            json!({"kind": "JobList", "metadata": {"continue": next}, "items": items}),
+                        )
+                    }
+                    ("GET", "/apis/batch.volcano.sh/v1alpha1/jobs") => {
+                        (200, json!({"metadata": {}, "items": []}))
+                    }
+                    ("GET", "/api/v1/pods") => (
+                        200,
+                        json!({"metadata": {}, "items": [
+                        {"metadata": {"name": "web", "namespace": "default"},
+                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}}]}),
+                    ),
+                    ("PATCH", p) if p.starts_with("/apis/wgpolicyk8s.io/") => (200, body_json),
+                    ("GET", "/apis/wgpolicyk8s.io/v1alpha2/policyreports") => (
+                        200,
+                        json!({
+                        "metadata": {}, "items": [
+                            {"metadata": {"name": "launchgate", "namespace": "wandb"}},
+                            {"metadata": {"name": "launchgate", "namespace": "old-ns"}},
+                            {"metadata": {"name": "other-tool", "namespace": "old-ns"}}]}),
+                    ),
+                    ("GET", p) if p.contains("/namespaces/") => {
+                        (200, json!({"metadata": {}, "items": []}))
+                    }
+                    _ => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "message": "not found", "reason": "NotFound", "code": 404}),
+                    ),
+                };
+                let resp = hyper::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Full::new(bytes::Bytes::from(
+                        serde_json::to_vec(&answer).unwrap(),
+                    )))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        (kube::Client::new(svc, "default"), seen)
+    }
+
+    #[tokio::test]
+    async fn lists_page_by_page_and_skips_missing_crds() {
+        let (client, seen) = fake_api(true, false);
+        let opts = AuditOptions {
+            page_size: 1,
+            write_policy_reports: true,
+            ..AuditOptions::default()
+        };
+        let report = run(client, &Policy::embedded_default(), &opts)
+            .await
+            .unwrap();
+        let names: Vec<(&str, AuditResult)> = report
+            .entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.result))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("j1", AuditResult::Pass),
+                ("j2", AuditResult::Fail),
+                ("j3", AuditResult::Pass)
+            ]
+        );
+        assert_eq!((report.listed, report.skipped), (4, 1));
+        assert!(
+            report
+                .notes
+                .iter()
+                .any(|n| n.contains("pytorchjobs.kubeflow.org")),
+            "{:?}",
+            report.notes
+        );
+        assert!(
+            report.notes.iter().any(|n| n.contains("PolicyReport CRD")),
+            "{:?}",
+            report.notes
+        );
+        assert!(report.policy_reports.is_empty());
+        let seen = seen.lock().unwrap();
+        let job_lists: Vec<&str> = seen
+            .iter()
+            .filter(|(_, u, _)| u.starts_with("/apis/batch/v1/jobs"))
+            .map(|(_, u, _)| u.as_str())
+            .collect();
+        assert_eq!(job_lists.len(), 3, "{job_lists:?}");
+        assert!(job_lists.iter().all(|u| u.contains("limit=1")));
+        assert!(job_lists[1].contains("continue=p2") && job_lists[2].contains("continue=p3"));
+        assert!(
+            seen.iter().all(|(m, _, _)| m == "GET"),
+            "read-only without --policy-reports CRD"
+        );
+        assert!(!seen.iter().any(|(_, u, _)| u.contains("pytorchjobs")));
+    }
+
+    #[tokio::test]
+    async fn applies_one_policy_report_per_namespace() {
+        let (client, seen) = fake_api(false, true);
+        let opts = AuditOptions {
+            namespace: None,
+            write_policy_reports: true,
+            ..AuditOptions::default()
+        };
+        let report = run(client, &Policy::embedded_default(), &opts)
+            .await
+            .unwrap();
+        assert_eq!(
+            report.policy_reports,
+            ["wandb/launchgate", "old-ns/launchgate (emptied)"]
+        );
+        assert!(report.notes.iter().any(|n| n.contains("batch.volcano.sh")));
+        let seen = seen.lock().unwrap();
+        let lists: Vec<&str> = seen
+            .iter()
+            .filter(|(m, u, _)| {
+                m == "GET" && u.starts_with("/apis/wgpolicyk8s.io/v1alpha2/policyreports?")
+            })
+            .map(|(_, u, _)| u.as_str())
+            .collect();
+        assert_eq!(lists.len(), 1);
+        assert!(
+            lists[0].contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dlaunchgate"),
+            "{}",
+            lists[0]
+        );
+        let (_, _, emptied) = seen
+            .iter()
+            .find(|(m, u, _)| m == "PATCH" && u.contains("/namespaces/old-ns/"))
+            .unwrap();
+        assert_eq!(emptied["results"], json!([]));
+        assert_eq!(emptied["summary"]["fail"], 0);
+        let (_, uri, body) = seen.iter().find(|(m, _, _)| m == "PATCH").unwrap();
+        assert!(
+            uri.starts_with(
+                "/apis/wgpolicyk8s.io/v1alpha2/namespaces/wandb/policyreports/launchgate?"
+            ),
+            "{uri}"
+        );
+        assert!(uri.contains("fieldManager=launchgate-audit") && uri.contains("force=true"));
+        assert_eq!(body["kind"], "PolicyReport");
+        assert_eq!(body["summary"]["fail"], 1);
+        assert_eq!(body["summary"]["pass"], 2);
+    }
+
+    #[tokio::test]
+    async fn a_namespace_limits_the_lists() {
+        let (client, seen) = fake_api(false, false);
+        let opts = AuditOptions {
+            namespace: Some("wandb".into()),
+            ..AuditOptions::default()
+        };
+        let report = run(client, &Policy::embedded_default(), &opts)
+            .await
+            .unwrap();
+        assert!(
+            report.entries.is_empty(),
+            "the fake serves no namespaced lists"
+        );
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.iter()
+                .any(|(_, u, _)| u.starts_with("/apis/batch/v1/namespaces/wandb/jobs?")),
+            "{seen:?}"
+        );
+    }
+}

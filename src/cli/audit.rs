@@ -1,0 +1,72 @@
+//! `launchgate audit`: the CLI shell over [`crate::audit::run`].
+
+use crate::audit::{AuditOptions, AuditResult, render_table};
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AuditFormat {
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    /// Config to judge against, e.g. the one you are about to roll out ("what would this change
+    /// break?"). Default: the built-in example policy.
+    #[arg(long, env = "LAUNCHGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Only this namespace (default: all namespaces).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: AuditFormat,
+    /// Objects per list request; the rest is fetched page by page.
+    #[arg(long, default_value_t = 500)]
+    pub page_size: u32,
+    /// Also write one wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (named `launchgate`),
+    /// when that CRD is installed.
+    #[arg(long)]
+    pub policy_reports: bool,
+    /// Exit 0 even when workloads would be denied (for a scheduled audit).
+    #[arg(long)]
+    pub no_fail: bool,
+}
+
+/// Connects with the kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster) and audits.
+pub fn run(args: &AuditArgs) -> Result<ExitCode> {
+    let policy = super::load_policy(args.config.as_ref())?;
+    let opts = AuditOptions {
+        namespace: args.namespace.clone(),
+        page_size: args.page_size.max(1),
+        write_policy_reports: args.policy_reports,
+        progress: std::io::stderr().is_terminal(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = rt.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the cluster (KUBECONFIG, ~/.kube/config or in-cluster)")?;
+        crate::audit::run(client, &policy, &opts).await
+    })?;
+    match args.output {
+        AuditFormat::Table => print!("{}", render_table(&report)),
+        AuditFormat::Json => {
+            let mut v = serde_json::to_value(&report)?;
+            v["counts"] = serde_json::to_value(report.counts())?;
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+    }
+    let failed = report.entries.iter().any(|e| e.result == AuditResult::Fail);
+    Ok(if failed && !args.no_fail {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,201 @@
+//! Reading the offline commands' inputs: several files, directories (recursive) and stdin,
+//! each document turned into the admission request the API server would send.
+
+use crate::admission::AdmissionRequest;
+use crate::manifest::{InputDocument, parse_documents};
+use crate::mutate::labels::QUEUE_LABEL;
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// One input document as an admission request, with where it came from.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// `path` (or `-` for stdin), plus `#N` for the N-th document of a multi-document file.
+    pub source: String,
+    pub request: AdmissionRequest,
+}
+
+/// File extensions read from a directory.
+const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
+
+/// Expands directories (recursively, sorted, only `*.yaml|*.yml|*.json`, hidden entries
+/// skipped); files and `-` are kept as given.
+pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.as_os_str() != "-" && p.is_dir() {
+            let before = out.len();
+            walk(p, &mut out)?;
+            if out.len() == before {
+                bail!("{}: no *.yaml, *.yml or *.json files", p.display());
+            }
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading directory {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            !p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'))
+        })
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else if p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| MANIFEST_EXTENSIONS.contains(&e))
+        {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Reads a file, or stdin for `-`.
+pub fn read_input(path: &Path) -> Result<String> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading stdin")?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
+/// One document as a request: an AdmissionReview as it is, a bare object as a CREATE
+/// (labelled with `queue` and placed in `namespace` when given).
+pub fn to_request(
+    doc: InputDocument,
+    queue: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<AdmissionRequest> {
+    match doc {
+        InputDocument::Review(r) => Ok(*r),
+        InputDocument::Object(mut obj) => {
+            if let Some(q) = queue
+                && let Some(meta) = obj.as_object_mut()
+            {
+                let labels = crate::workload::metadata_map_mut(meta, "labels");
+                labels.insert(QUEUE_LABEL.into(), Value::String(q.to_string()));
+            }
+            AdmissionRequest::synthetic_create(obj, namespace).map_err(anyhow::Error::msg)
+        }
+    }
+}
+
+/// Parses one file's text into requests named after `shown` (the path as the user gave it).
+pub fn requests_from_text(
+    shown: &str,
+    text: &str,
+    queue: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<Vec<Input>> {
+    let docs = parse_documents(text).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    if docs.is_empty() {
+        bail!("{shown}: no documents");
+    }
+    let several = docs.len() > 1;
+    docs.into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let source = if several {
+                format!("{shown}#{}", i + 1)
+            } else {
+                shown.to_string()
+            };
+            let request =
+                to_request(d, queue, namespace).with_context(|| format!("{source}: invalid"))?;
+            Ok(Input { source, request })
+        })
+        .collect()
+}
+
+/// Every document of every path (files, directories, `-`).
+pub fn load(paths: &[PathBuf], queue: Option<&str>, namespace: Option<&str>) -> Result<Vec<Input>> {
+    let mut out = Vec::new();
+    for path in expand_paths(paths)? {
+        let text = read_input(&path)?;
+        out.extend(requests_from_text(
+            &path.display().to_string(),
+            &text,
+            queue,
+            namespace,
+        )?);
+    }
+    Ok(out)
+}
+
+/// `Kind name` of a request's object (`generateName*` when it has no name yet).
+pub fn describe(req: &AdmissionRequest) -> String {
+    let name = if req.name.is_empty() {
+        req.object
+            .as_ref()
+            .and_then(|o| o.pointer("/metadata/generateName"))
+            .and_then(Value::as_str)
+            .map(|g| format!("{g}*"))
+            .unwrap_or_else(|| "<unnamed>".into())
+    } else {
+        req.name.clone()
+    };
+    format!("{} {}", req.kind.kind, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_are_walked_recursively_for_manifests_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        for f in [
+            "a/b/z.yaml",
+            "a/x.yml",
+            "c.json",
+            "notes.txt",
+            ".git/h.yaml",
+        ] {
+            std::fs::write(root.join(f), "kind: Pod\n").unwrap();
+        }
+        let got = expand_paths(&[root.to_path_buf(), PathBuf::from("-")]).unwrap();
+        let rel: Vec<String> = got
+            .iter()
+            .map(|p| {
+                p.strip_prefix(root)
+                    .map_or("-".into(), |r| r.display().to_string())
+            })
+            .collect();
+        assert_eq!(rel, ["a/b/z.yaml", "a/x.yml", "c.json", "-"]);
+        let empty = tempfile::tempdir().unwrap();
+        assert!(expand_paths(&[empty.path().to_path_buf()]).is_err());
+    }
+
+    #[test]
+    fn documents_are_named_by_file_and_position() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\n";
+        let inputs = requests_from_text("x.yaml", text, Some("q"), Some("ns")).unwrap();
+        let sources: Vec<&str> = inputs.iter().map(|i| i.source.as_str()).collect();
+        assert_eq!(sources, ["x.yaml#1", "x.yaml#2"]);
+        let obj = inputs[1].request.object.as_ref().unwrap();
+        assert_eq!(obj["metadata"]["labels"][QUEUE_LABEL], "q");
+        assert_eq!(inputs[1].request.namespace.as_deref(), Some("ns"));
+        assert!(requests_from_text("e.yaml", "", None, None).is_err());
+        assert!(requests_from_text("k.yaml", "metadata: {}\n", None, None).is_err());
+    }
+}

@@ -1,0 +1,319 @@
+//! `launchgate audit` end to end against an in-process stand-in for the Kubernetes API
+//! (plain HTTP on 127.0.0.1, reached through a kubeconfig): what it lists, what it reports for
+//! the running config and for a new one, the notes for missing CRDs, the PolicyReport it applies
+//! and its exit status.
+
+use axum::body::Bytes;
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+
+type Seen = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+fn job(name: &str, gpus: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "wandb", "uid": format!("uid-{name}"),
+            "labels": {"wandb.ai/monitor": "true", "queue": "gpu-queue"}},
+        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 60, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "acme/train:1",
+                "resources": {"limits": {"cpu": "4", "memory": "12Gi", "nvidia.com/gpu": gpus}}}]}}},
+        "status": {"active": 1}})
+}
+
+fn pods() -> Value {
+    json!({"kind": "PodList", "metadata": {}, "items": [
+        // A launch pod of the Job: judged through its Job, not twice.
+        {"metadata": {"name": "train-3-abc", "namespace": "wandb", "uid": "p1",
+            "labels": {"wandb.ai/monitor": "true"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train-3", "uid": "uid-train-3", "controller": true}]},
+         "spec": {"containers": [{"name": "main", "image": "acme/train:1"}]}},
+        // A bare launch pod (no owner): judged.
+        {"metadata": {"name": "notebook", "namespace": "team-b", "uid": "p2",
+            "labels": {"wandb.ai/monitor": "true"}},
+         "spec": {"containers": [{"name": "main", "image": "acme/nb:1",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+        // Not a launch workload.
+        {"metadata": {"name": "web", "namespace": "default", "uid": "p3"},
+         "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+    ]})
+}
+
+async fn fake_api(policy_reports_crd: bool) -> (String, Seen) {
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri, body: Bytes| {
+        let log = log.clone();
+        async move {
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            log.lock()
+                .unwrap()
+                .push((method.to_string(), uri.to_string(), body.clone()));
+            let query = uri.query().unwrap_or("");
+            let (status, answer) = match (method.as_str(), uri.path()) {
+                ("GET", "/apis/batch/v1/jobs") if query.contains("continue=next") => (
+                    StatusCode::OK,
+                    json!({"kind": "JobList", "metadata": {}, "items": [job("train-1", "1")]}),
+                ),
+                ("GET", "/apis/batch/v1/jobs") => (
+                    StatusCode::OK,
+                    json!({"kind": "JobList", "metadata": {"continue": "next"},
+                        "items": [job("train-3", "3")]}),
+                ),
+                ("GET", "/api/v1/pods") => (StatusCode::OK, pods()),
+                ("GET", "/apis/wgpolicyk8s.io/v1alpha2") if policy_reports_crd => (
+                    StatusCode::OK,
+                    json!({"kind": "APIResourceList", "groupVersion": "wgpolicyk8s.io/v1alpha2",
+                        "resources": [{"name": "policyreports", "namespaced": true, "kind": "PolicyReport"}]}),
+                ),
+                ("GET", "/apis/wgpolicyk8s.io/v1alpha2/policyreports") if policy_reports_crd => (
+                    StatusCode::OK,
+                    json!({"kind": "PolicyReportList", "metadata": {}, "items": []}),
+                ),
+                ("PATCH", p) if p.starts_with("/apis/wgpolicyk8s.io/v1alpha2/namespaces/") => {
+                    (StatusCode::OK, body)
+                }
+                _ => (
+                    StatusCode::NOT_FOUND,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "the server could not find the requested resource",
+                        "reason": "NotFound", "code": 404}),
+                ),
+            };
+            (
+                status,
+                [("content-type", "application/json")],
+                serde_json::to_vec(&answer).unwrap(),
+            )
+                .into_response()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), seen)
+}
+
+fn kubeconfig(dir: &std::path::Path, server: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{server}\"}}\nusers:\n- name: auditor\n  user: {{token: t}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: auditor, namespace: default}}\ncurrent-context: fake\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn audit(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"));
+    cmd.arg("audit")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("LAUNCHGATE_CONFIG")
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    // The fake API server runs on this test's runtime: wait for the CLI off it.
+    tokio::task::spawn_blocking(move || cmd.output().expect("launchgate runs"))
+        .await
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test]
+async fn audit_reports_what_a_new_config_would_break() {
+    let (server, seen) = fake_api(false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = kubeconfig(dir.path(), &server);
+
+    // The running (built-in) policy: everything passes.
+    let out = audit(&kc, &["--page-size", "1"]).await;
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
+    assert!(table.starts_with("NAMESPACE"), "{table}");
+    assert!(
+        table.contains(
+            "3 launch workload(s): 3 pass, 0 warn, 0 fail (5 object(s) listed, 2 not judged)"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("note: jobs.batch.volcano.sh"), "{table}");
+    assert!(table.contains("note: pytorchjobs.kubeflow.org"), "{table}");
+
+    // A new config with at most 2 GPUs: the 3-GPU Job would be denied.
+    let new = dir.path().join("new.yaml");
+    std::fs::write(
+        &new,
+        launchgate::policy::DEFAULT_CONFIG_YAML
+            .replace("minimum: 0, maximum: 4", "minimum: 0, maximum: 2"),
+    )
+    .unwrap();
+    let out = audit(&kc, &["--config", new.to_str().unwrap(), "-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["counts"], json!({"pass": 2, "warn": 0, "fail": 1}));
+    let failed: Vec<&Value> = report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["result"] == "fail")
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["name"], "train-3");
+    assert_eq!(failed[0]["kind"], "Job");
+    assert_eq!(failed[0]["queue"], "gpu-queue");
+    assert!(
+        failed[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds maximum 2"),
+        "{}",
+        failed[0]
+    );
+    let judged: Vec<&str> = report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(judged, ["train-3", "train-1", "notebook"]);
+    // --no-fail: the same findings, exit 0 (for a scheduled run).
+    let out = audit(&kc, &["--config", new.to_str().unwrap(), "--no-fail"]).await;
+    assert_eq!(out.status.code(), Some(0));
+
+    // Read-only: only GETs, pages of the requested size.
+    let seen = seen.lock().unwrap();
+    assert!(seen.iter().all(|(m, _, _)| m == "GET"), "{seen:?}");
+    assert!(
+        seen.iter()
+            .any(|(_, u, _)| u.starts_with("/apis/batch/v1/jobs?") && u.contains("limit=1")),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn policy_reports_are_applied_when_the_crd_is_installed() {
+    let (server, seen) = fake_api(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = kubeconfig(dir.path(), &server);
+    let out = audit(&kc, &["--policy-reports"]).await;
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{table}{}", text(&out.stderr));
+    assert!(
+        table.contains("wrote PolicyReport team-b/launchgate"),
+        "{table}"
+    );
+    assert!(
+        table.contains("wrote PolicyReport wandb/launchgate"),
+        "{table}"
+    );
+    {
+        let seen = seen.lock().unwrap();
+        let patches: Vec<&(String, String, Value)> =
+            seen.iter().filter(|(m, _, _)| m == "PATCH").collect();
+        assert_eq!(patches.len(), 2);
+        let (_, uri, body) = patches
+            .iter()
+            .find(|(_, u, _)| u.contains("/namespaces/wandb/"))
+            .unwrap();
+        assert!(uri.contains("fieldManager=launchgate-audit"), "{uri}");
+        assert_eq!(body["apiVersion"], "wgpolicyk8s.io/v1alpha2");
+        assert_eq!(body["summary"]["pass"], 2);
+        assert_eq!(body["results"][0]["policy"], "gpu-queue");
+        assert_eq!(body["results"][0]["resources"][0]["name"], "train-3");
+    }
+    // Without the CRD: a note, no write.
+    let (server, seen) = fake_api(false).await;
+    let kc = kubeconfig(dir.path(), &server);
+    let out = audit(&kc, &["--policy-reports"]).await;
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).contains(
+            "note: the PolicyReport CRD (policyreports.wgpolicyk8s.io/v1alpha2) is not installed"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(seen.lock().unwrap().iter().all(|(m, _, _)| m == "GET"));
+}
+
+#[tokio::test]
+async fn an_unreachable_cluster_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let kc = kubeconfig(dir.path(), &format!("http://{addr}"));
+    let out = audit(&kc, &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("listing jobs.batch"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// The PolicyReports launchgate writes fit the CRD fixture the real-API-server tests install:
+/// same group/version/kind, every result's `result` and `severity` within the CRD's enums, and
+/// `policy` (required) always set.
+#[test]
+fn policy_reports_fit_the_crd_fixture() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/crds/wgpolicyk8s.io_policyreports.yaml"),
+    )
+    .unwrap();
+    let crd: CustomResourceDefinition = serde_norway::from_str(&text).unwrap();
+    assert_eq!(crd.spec.group, "wgpolicyk8s.io");
+    assert_eq!(crd.spec.names.kind, "PolicyReport");
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, "v1alpha2");
+    let schema =
+        serde_json::to_value(&version.schema.as_ref().unwrap().open_api_v3_schema).unwrap();
+    let item = &schema["properties"]["results"]["items"]["properties"];
+    let allowed = |field: &str| -> Vec<Value> { item[field]["enum"].as_array().unwrap().clone() };
+
+    let policy = launchgate::Policy::from_yaml(
+        &launchgate::policy::DEFAULT_CONFIG_YAML
+            .replace("minimum: 0, maximum: 4", "minimum: 0, maximum: 2"),
+    )
+    .unwrap();
+    let listed = launchgate::audit::LISTED_KINDS[0];
+    let entries: Vec<_> = [job("a", "1"), job("b", "3")]
+        .into_iter()
+        .filter_map(|o| launchgate::audit::evaluate(&policy, &listed, o))
+        .collect();
+    let reports = launchgate::audit::policy_reports(&entries, 1);
+    assert_eq!(reports.len(), 1);
+    let report = &reports[0];
+    assert_eq!(
+        report["apiVersion"],
+        format!("{}/{}", crd.spec.group, version.name)
+    );
+    assert_eq!(report["kind"], crd.spec.names.kind);
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        assert!(r["policy"].is_string());
+        assert!(allowed("result").contains(&r["result"]), "{r}");
+        if let Some(sev) = r.get("severity") {
+            assert!(allowed("severity").contains(sev), "{r}");
+        }
+        for key in r.as_object().unwrap().keys() {
+            assert!(item.get(key).is_some(), "{key} is not in the CRD schema");
+        }
+    }
+    for key in report["summary"].as_object().unwrap().keys() {
+        assert!(
+            schema["properties"]["summary"]["properties"]
+                .get(key)
+                .is_some()
+        );
+    }
+}
