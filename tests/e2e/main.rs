@@ -14,6 +14,7 @@
 //! A custom harness (libtest-mimic) so the control plane is started once, shared by every
 //! test (each gets its own namespace), and always torn down, also when tests fail.
 
+mod audit;
 mod cluster;
 mod ctx;
 mod semantics;
@@ -75,6 +76,7 @@ fn tests() -> Vec<E2eTest> {
             unregistered
         ),
         e2e!(workloads::burst_of_forty_pods_is_admitted),
+        e2e!(audit::audit_reports_what_a_new_config_would_break),
         e2e!(semantics::controller_pods_are_not_judged_on_workload_rules),
         e2e!(semantics::server_side_apply_intent_is_kept),
         e2e!(semantics::generate_name_jobs_are_wired_at_pod_admission),
@@ -149,12 +151,13 @@ async fn set_up(target: &Target) -> Result<Suite> {
     })
 }
 
-/// The CRDs of the Volcano Job and the PyTorchJob, minimal and schemaless (no Volcano or
-/// training-operator controller runs: the suite creates their pods as they would).
+/// The CRDs of `tests/fixtures/crds`: the Volcano Job and the PyTorchJob, minimal and
+/// schemaless (no Volcano or training-operator controller runs: the suite creates their pods as
+/// they would), and the wgpolicyk8s.io PolicyReport the audit writes.
 async fn install_crds(client: &kube::Client) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/crds");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds");
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&dir)? {
         let path = entry?.path();

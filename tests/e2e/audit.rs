@@ -1,0 +1,105 @@
+//! `launchgate audit` on a real API server: what a new config would break among the workloads
+//! already running, as a table and as PolicyReports.
+
+use crate::ctx::{Ctx, manifest};
+use anyhow::{Context, Result, ensure};
+use launchgate::Policy;
+use launchgate::audit::AuditResult;
+use launchgate::audit::scan::{AuditOptions, run};
+use serde_json::{Value, json};
+
+/// A launch Job of the built-in queue asking for `gpus` GPUs.
+fn gpu_job(name: &str, gpus: u32) -> Value {
+    let mut job = manifest("wandb-job.yaml");
+    let meta = job["metadata"].as_object_mut().unwrap();
+    meta.remove("generateName");
+    meta.insert("name".into(), json!(name));
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
+        json!(gpus.to_string());
+    job
+}
+
+/// Jobs admitted under today's policy (at most 4 GPUs) are judged against a stricter one (at
+/// most 2): the 3-GPU Job fails, the 1-GPU Job passes, their controller-made pods are not
+/// reported again, and the PolicyReport written for the namespace says the same.
+pub async fn audit_reports_what_a_new_config_would_break(ctx: &Ctx) -> Result<()> {
+    let small = ctx.create(&gpu_job("small", 1), false).await?;
+    let large = ctx.create(&gpu_job("large", 3), false).await?;
+    ctx.wait_for_pods("batch.kubernetes.io/job-name=large", 1)
+        .await?;
+
+    let stricter = launchgate::policy::DEFAULT_CONFIG_YAML.replace(
+        "gpus: {type: integer, minimum: 0, maximum: 4, default: 1}",
+        "gpus: {type: integer, minimum: 0, maximum: 2, default: 1}",
+    );
+    ensure!(
+        stricter != launchgate::policy::DEFAULT_CONFIG_YAML,
+        "the built-in config's gpus variable changed shape"
+    );
+    let policy = Policy::from_yaml(&stricter).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let opts = AuditOptions {
+        namespace: Some(ctx.ns.clone()),
+        page_size: 1,
+        write_policy_reports: true,
+        ..AuditOptions::default()
+    };
+    let report = run(ctx.client.clone(), &policy, &opts).await?;
+
+    let entry = |name: &str| {
+        report
+            .entries
+            .iter()
+            .find(|e| e.name == name && e.kind == "Job")
+            .with_context(|| format!("no entry for Job {name}: {:?}", report.entries))
+    };
+    let large_entry = entry("large")?;
+    ensure!(
+        large_entry.result == AuditResult::Fail
+            && large_entry.message.contains("exceeds maximum 2")
+            && large_entry.queue.as_deref() == Some("gpu-queue"),
+        "large: {large_entry:?}"
+    );
+    ensure!(
+        entry("small")?.result == AuditResult::Pass,
+        "small: {:?}",
+        entry("small")
+    );
+    ensure!(
+        !report.entries.iter().any(|e| e.kind == "Pod"),
+        "controller-made pods were reported: {:?}",
+        report.entries
+    );
+
+    // The PolicyReport, read back from the API server.
+    let reports =
+        ctx.api_for(&json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport"}))?;
+    let written = serde_json::to_value(reports.get("launchgate").await?)?;
+    ensure!(
+        written["summary"]["fail"] == 1 && written["summary"]["pass"].as_u64() >= Some(1),
+        "summary {}",
+        written["summary"]
+    );
+    let failed: Vec<&Value> = written["results"]
+        .as_array()
+        .context("results")?
+        .iter()
+        .filter(|r| r["result"] == "fail")
+        .collect();
+    ensure!(failed.len() == 1, "failed results: {failed:?}");
+    ensure!(
+        failed[0]["policy"] == "gpu-queue"
+            && failed[0]["resources"][0]["uid"] == large["metadata"]["uid"],
+        "failed result {}",
+        failed[0]
+    );
+    let small_uid = &small["metadata"]["uid"];
+    ensure!(
+        written["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["result"] == "pass" && &r["resources"][0]["uid"] == small_uid),
+        "no pass result for the 1-GPU Job"
+    );
+    Ok(())
+}
