@@ -7,7 +7,7 @@ use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::policy::Queue;
-use crate::workload::{self, CONTAINER_LISTS, TemplateInfo, WorkloadKind};
+use crate::workload::{self, CONTAINER_LISTS, TemplateInfo, TemplateRole, WorkloadKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashSet};
 
@@ -193,29 +193,74 @@ impl<'a> Evaluation<'a> {
         }
     }
 
-    /// Effective per-pod amount of `resource`: max(Σ containers, largest init container),
-    /// each container's limit, else its request. `None` when the sum does not fit.
+    /// Effective per-pod amount of `resource`, by Kubernetes' pod resource formula with native
+    /// sidecars (`initContainers` with `restartPolicy: Always`):
+    /// max(Σ app containers + Σ sidecars, max over init containers of (the init container +
+    /// Σ sidecars started before it)). Each container counts its limit, else its request.
+    /// `None` when the sum does not fit.
     fn per_pod(template: &Map<String, Value>, resource: &str) -> Option<Quantity> {
-        let amount = |container: &Value| -> Option<Quantity> {
-            let resources = container.get("resources")?;
-            let value = resources
+        let amount = |container: &Value| -> Quantity {
+            let Some(resources) = container.get("resources") else {
+                return Quantity::ZERO;
+            };
+            resources
                 .get("limits")
                 .and_then(|l| l.get(resource))
-                .or_else(|| resources.get("requests").and_then(|r| r.get(resource)))?;
-            Quantity::from_json(value)?.ok()
+                .or_else(|| resources.get("requests").and_then(|r| r.get(resource)))
+                .and_then(Quantity::from_json)
+                .and_then(Result::ok)
+                .unwrap_or(Quantity::ZERO)
         };
         let spec = template.get("spec");
         let list = |name: &str| {
             spec.and_then(|s| s.get(name))
                 .and_then(Value::as_array)
-                .map(|items| items.iter().filter_map(amount).collect::<Vec<_>>())
+                .map(Vec::as_slice)
                 .unwrap_or_default()
         };
-        let sum = list(CONTAINER_LISTS[0])
+        let mut app = list(CONTAINER_LISTS[0])
             .iter()
-            .try_fold(Quantity::ZERO, |total, q| total.checked_add(q))?;
-        let largest_init = list(CONTAINER_LISTS[1]).into_iter().max();
-        Some(largest_init.map_or(sum, |init| sum.max(init)))
+            .try_fold(Quantity::ZERO, |total, c| total.checked_add(&amount(c)))?;
+        let mut sidecars = Quantity::ZERO;
+        let mut init_peak = Quantity::ZERO;
+        for container in list(CONTAINER_LISTS[1]) {
+            let own = amount(container);
+            let peak = if is_native_sidecar(container) {
+                sidecars = sidecars.checked_add(&own)?;
+                sidecars
+            } else {
+                own.checked_add(&sidecars)?
+            };
+            init_peak = init_peak.max(peak);
+        }
+        app = app.checked_add(&sidecars)?;
+        Some(app.max(init_peak))
+    }
+
+    /// How many pods of one pod template can run at the same time: a batch/v1 Job runs
+    /// min(parallelism, completions) (API defaults: parallelism 1, completions = parallelism);
+    /// the Worker replicas of an elastic PyTorchJob scale up to `elasticPolicy.maxReplicas`;
+    /// otherwise every replica (Volcano task, PyTorchJob replica type) can run at once.
+    fn pods_at_once(&self, info: &TemplateInfo) -> i64 {
+        let spec = self.object.get("spec");
+        let int = |v: Option<&Value>| v.and_then(Value::as_i64);
+        match (&info.role, self.kind) {
+            (TemplateRole::JobTemplate, WorkloadKind::BatchJob) => {
+                let parallelism = int(spec.and_then(|s| s.get("parallelism"))).unwrap_or(1);
+                let completions = int(spec.and_then(|s| s.get("completions")));
+                completions.map_or(parallelism, |c| parallelism.min(c))
+            }
+            (TemplateRole::PyTorchReplica { replica_type }, WorkloadKind::PyTorchJob)
+                if replica_type.eq_ignore_ascii_case("worker") =>
+            {
+                let max_replicas = int(spec
+                    .and_then(|s| s.get("elasticPolicy"))
+                    .and_then(|e| e.get("maxReplicas")));
+                max_replicas.map_or(info.replicas, |m| m.max(info.replicas))
+            }
+            _ => info.replicas,
+        }
+        .max(0)
     }
 
     fn check_total(&mut self, resource: &str, schema: &Schema) {
@@ -226,7 +271,7 @@ impl<'a> Evaluation<'a> {
             if per_pod == Some(Quantity::ZERO) {
                 continue;
             }
-            let replicas = info.replicas.max(0);
+            let replicas = self.pods_at_once(info);
             let shown = per_pod.map_or("too much".into(), |q| q.to_string());
             parts.push(format!("{}: {replicas} × {shown}", template_label(info)));
             total = total.zip(per_pod).and_then(|(total, per_pod)| {
@@ -318,6 +363,12 @@ impl<'a> Evaluation<'a> {
             ));
         }
     }
+}
+
+/// A native sidecar: an init container with `restartPolicy: Always` (it keeps running next to
+/// the app containers).
+fn is_native_sidecar(container: &Value) -> bool {
+    container.get("restartPolicy").and_then(Value::as_str) == Some("Always")
 }
 
 /// `spec.tasks[1].template`, or `pod` for a bare Pod.
@@ -461,6 +512,121 @@ mod tests {
         ));
         assert!(!image_allowed_by("ghcr.io/acme-evil/train", "ghcr.io/acme"));
         assert!(!image_allowed_by("evil.io/ghcr.io/acme/x", "ghcr.io/acme"));
+    }
+
+    /// The violations of `object` (a `kind`) under a queue `q` whose limits are `limits_yaml`.
+    pub(crate) fn violations_of(
+        limits_yaml: &str,
+        kind: WorkloadKind,
+        object: &Value,
+    ) -> Vec<String> {
+        let limits: String = limits_yaml
+            .lines()
+            .map(|l| format!("      {l}\n"))
+            .collect();
+        let policy = crate::Policy::from_yaml(&format!("queues:\n  q:\n    limits:\n{limits}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        check_limits(
+            policy.queue("q").unwrap(),
+            kind,
+            object,
+            None,
+            Some("ns"),
+            &Operation::Create,
+        )
+        .violations
+    }
+
+    fn gpu_container(gpus: i64) -> Value {
+        serde_json::json!({"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}})
+    }
+
+    #[test]
+    fn batch_job_total_counts_min_of_parallelism_and_completions() {
+        use serde_json::json;
+        let totals = "totals:\n  nvidia.com/gpu: {maximum: 8}";
+        let job = |parallelism: Value, completions: Value| {
+            let mut spec = json!({"template": {"spec": {"containers": [gpu_container(4)]}}});
+            if !parallelism.is_null() {
+                spec["parallelism"] = parallelism;
+            }
+            if !completions.is_null() {
+                spec["completions"] = completions;
+            }
+            json!({"spec": spec})
+        };
+        let total = |p, c| violations_of(totals, WorkloadKind::BatchJob, &job(p, c));
+        // 4 pods may be in flight, but only 2 completions are wanted: at most 2 run at once.
+        assert_eq!(total(json!(4), json!(2)), Vec::<String>::new());
+        // The API defaults: parallelism 1; completions unset means parallelism.
+        assert_eq!(total(Value::Null, json!(10)), Vec::<String>::new());
+        assert_eq!(
+            total(json!(3), Value::Null),
+            vec![
+                r#"queue "q": total nvidia.com/gpu over all pods=12 exceeds maximum 8 (totals) (spec.template: 3 × 4)"#
+            ]
+        );
+        assert_eq!(
+            total(json!(5), json!(3)),
+            vec![
+                r#"queue "q": total nvidia.com/gpu over all pods=12 exceeds maximum 8 (totals) (spec.template: 3 × 4)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn elastic_pytorchjob_total_counts_max_replicas_of_the_workers() {
+        use serde_json::json;
+        let replica = |n: i64| json!({"replicas": n, "template": {"spec": {"containers": [gpu_container(2)]}}});
+        let mut job = json!({"spec": {"pytorchReplicaSpecs": {"Worker": replica(1)}}});
+        let totals = "totals:\n  nvidia.com/gpu: {maximum: 4}";
+        assert!(violations_of(totals, WorkloadKind::PyTorchJob, &job).is_empty());
+        job["spec"]["elasticPolicy"] = json!({"minReplicas": 1, "maxReplicas": 4});
+        assert_eq!(
+            violations_of(totals, WorkloadKind::PyTorchJob, &job),
+            vec![
+                r#"queue "q": total nvidia.com/gpu over all pods=8 exceeds maximum 4 (totals) (spec.pytorchReplicaSpecs.Worker.template: 4 × 2)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn per_pod_amount_follows_the_pod_resource_formula_with_native_sidecars() {
+        use serde_json::json;
+        let template = |spec: Value| json!({"spec": spec}).as_object().unwrap().clone();
+        let gpus = |spec: Value| {
+            Evaluation::per_pod(&template(spec), "nvidia.com/gpu").map(|q| q.to_string())
+        };
+        let c = |n: i64| gpu_container(n);
+        let sidecar = |n: i64| {
+            let mut s = gpu_container(n);
+            s["restartPolicy"] = json!("Always");
+            s
+        };
+        // Two app containers add up.
+        assert_eq!(
+            gpus(json!({"containers": [c(2), c(3)]})).as_deref(),
+            Some("5")
+        );
+        // A plain init container runs alone: the larger of it and the app sum.
+        assert_eq!(
+            gpus(json!({"containers": [c(2)], "initContainers": [c(4)]})).as_deref(),
+            Some("4")
+        );
+        // A native sidecar runs next to the app containers and the init containers after it.
+        assert_eq!(
+            gpus(json!({"containers": [c(2)], "initContainers": [sidecar(1)]})).as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            gpus(json!({"containers": [c(2)], "initContainers": [sidecar(1), c(4)]})).as_deref(),
+            Some("5")
+        );
+        // An init container that ran before the sidecar started does not overlap with it.
+        assert_eq!(
+            gpus(json!({"containers": [c(2)], "initContainers": [c(4), sidecar(1)]})).as_deref(),
+            Some("4")
+        );
     }
 
     #[test]

@@ -48,7 +48,8 @@ pub struct LimitsConfig {
     pub variables: BTreeMap<String, VariableConfig>,
     /// Limits by field path, relative to each pod spec (or absolute from `spec.`/`metadata.`).
     pub fields: Vec<FieldLimitConfig>,
-    /// Per-workload totals by resource name: Σ over pod templates of replicas × per-pod amount.
+    /// Per-workload totals by resource name: Σ over pod templates of the pods that can run at
+    /// once × the per-pod amount.
     pub totals: BTreeMap<String, TotalLimitConfig>,
     /// Largest allowed `activeDeadlineSeconds`; when set, a workload must have one.
     #[serde(skip_serializing_if = "Option::is_none")]
