@@ -1,6 +1,6 @@
 //! Checking an admitted object against its queue's compiled limits.
 
-use super::path::{self, FieldPath};
+use super::path::{self, FieldPath, Segment};
 use super::quantity::Quantity;
 use super::schema::{Schema, ValueType, display_value};
 use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
@@ -18,6 +18,9 @@ use std::collections::{BTreeSet, HashSet};
 /// UPDATE, a violation the old object already had (same path, value and limit) does not
 /// block: it becomes a warning, so labels and finalizers of an already-violating object
 /// can still be changed. Other operations are not checked.
+///
+/// A Pod made by a controller launchgate validates (see [`validated_owner`]) is checked on
+/// the per-pod rules only ([`Scope::PerPod`]).
 pub fn check_limits(
     queue: &Queue,
     kind: WorkloadKind,
@@ -34,10 +37,21 @@ pub fn check_limits(
     if !matches!(operation, Operation::Create | Operation::Update) || limits.is_empty() {
         return report;
     }
-    let found = limits.violations(&queue.name, kind, object, namespace, &mut report.warnings);
+    let scope = match validated_owner(kind, object) {
+        Some(_) => Scope::PerPod,
+        None => Scope::Workload,
+    };
+    let found = limits.violations(
+        &queue.name,
+        kind,
+        object,
+        namespace,
+        scope,
+        &mut report.warnings,
+    );
     let before: BTreeSet<String> = match (operation, old_object) {
         (Operation::Update, Some(old)) if !found.is_empty() => limits
-            .violations(&queue.name, kind, old, namespace, &mut Vec::new())
+            .violations(&queue.name, kind, old, namespace, scope, &mut Vec::new())
             .into_iter()
             .collect(),
         _ => BTreeSet::new(),
@@ -54,6 +68,42 @@ pub fn check_limits(
     cap_lines(&mut report.violations, &queue.name, "violations");
     cap_lines(&mut report.warnings, &queue.name, "unchanged violations");
     report
+}
+
+/// Which of the queue's rules an object is checked on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every rule: a workload (Job, Volcano Job, PyTorchJob) or a Pod made by a person.
+    Workload,
+    /// The per-pod rules only — template variables and `fields` inside the pod template,
+    /// the envelope on every container, registries, namespaces — for a Pod whose workload
+    /// was already checked on the workload rules (deadline, totals, the strict template
+    /// contract, everything at the object's root).
+    PerPod,
+}
+
+/// The kind of the controller that made `object`, when `object` is a Pod whose controller
+/// owner reference (`controller: true`) names a kind launchgate's validating webhook is
+/// registered for: batch/v1 Job, `batch.volcano.sh/v1alpha1` Job or `kubeflow.org/v1`
+/// PyTorchJob.
+///
+/// The core has no cluster access, so "its workload was already validated" means: the owner
+/// is of a kind whose CREATE went through this same webhook (`failurePolicy: Fail`), where
+/// the workload rules were checked on the pod template the controller copies. A Pod that
+/// only pretends to have such an owner gains nothing lasting: the garbage collector deletes
+/// a pod whose owner does not exist, and the per-pod rules still apply to it. The owner
+/// name is not needed (controller-made pods arrive with `generateName` and no name).
+pub fn validated_owner(kind: WorkloadKind, object: &Value) -> Option<WorkloadKind> {
+    if kind != WorkloadKind::Pod {
+        return None;
+    }
+    object
+        .pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .find_map(WorkloadKind::of_object)
+        .filter(|k| k.is_job())
 }
 
 /// Most lines reported per kind; an object with thousands of violating containers gets a
@@ -365,6 +415,16 @@ impl<'a> Evaluation<'a> {
     }
 }
 
+/// True for a location checked on a controller-made Pod: inside the pod template, except the
+/// pod's name, which the controller chooses (`generateName`).
+fn is_per_pod(anchor: Anchor, path: &FieldPath) -> bool {
+    let controller_named = matches!(
+        path.0.as_slice(),
+        [Segment::Key(m), Segment::Key(n)] if m == "metadata" && (n == "name" || n == "generateName")
+    );
+    anchor == Anchor::PodTemplate && !controller_named
+}
+
 /// A native sidecar: an init container with `restartPolicy: Always` (it keeps running next to
 /// the app containers).
 fn is_native_sidecar(container: &Value) -> bool {
@@ -388,8 +448,10 @@ impl QueueLimits {
         kind: WorkloadKind,
         object: &Value,
         namespace: Option<&str>,
+        scope: Scope,
         warnings: &mut Vec<String>,
     ) -> Vec<String> {
+        let per_pod_only = scope == Scope::PerPod;
         let mut eval = Evaluation {
             queue,
             kind,
@@ -420,7 +482,9 @@ impl QueueLimits {
         for variable in &self.variables {
             let source = format!("variable {:?}", variable.name);
             for location in &variable.locations {
-                if !eval.applies(location.anchor, self.template_kind) {
+                if !eval.applies(location.anchor, self.template_kind)
+                    || (per_pod_only && !is_per_pod(location.anchor, &location.path))
+                {
                     continue;
                 }
                 for (place, value) in eval.places(location.anchor, &location.path) {
@@ -465,24 +529,27 @@ impl QueueLimits {
         }
 
         for field in &self.fields {
+            if per_pod_only && !is_per_pod(field.anchor, &field.path) {
+                continue;
+            }
             let source = format!("field {:?}", field.written);
             for (place, value) in eval.places(field.anchor, &field.path) {
                 eval.check_schema(&place, value, &field.schema, &source);
             }
         }
 
-        for leaf in &self.fixed_values {
-            if eval.applies(leaf.anchor, self.template_kind) {
-                eval.check_fixed_value(leaf);
+        if !per_pod_only {
+            for leaf in &self.fixed_values {
+                if eval.applies(leaf.anchor, self.template_kind) {
+                    eval.check_fixed_value(leaf);
+                }
             }
-        }
-
-        for total in &self.totals {
-            eval.check_total(&total.resource, &total.schema);
-        }
-
-        if let Some(maximum) = self.max_active_deadline_seconds {
-            eval.check_deadline(maximum);
+            for total in &self.totals {
+                eval.check_total(&total.resource, &total.schema);
+            }
+            if let Some(maximum) = self.max_active_deadline_seconds {
+                eval.check_deadline(maximum);
+            }
         }
 
         if !self.allowed_registries.is_empty() {
@@ -627,6 +694,87 @@ mod tests {
             gpus(json!({"containers": [c(2)], "initContainers": [c(4), sidecar(1)]})).as_deref(),
             Some("4")
         );
+    }
+
+    #[test]
+    fn controller_made_pods_are_checked_on_per_pod_rules_only() {
+        use serde_json::json;
+        let limits = r#"strict: true
+template: |
+  spec:
+    activeDeadlineSeconds: 600
+    template:
+      metadata:
+        name: trainer
+      spec:
+        containers:
+          - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}
+        restartPolicy: Never
+variables:
+  gpus: {type: integer, maximum: 4}
+fields:
+  - {path: spec.parallelism, type: integer, required: true}
+totals:
+  nvidia.com/gpu: {minimum: 2}
+maxActiveDeadlineSeconds: 3600
+allowedRegistries: [ghcr.io/acme]"#;
+        let pod = |gpus: i64, owner: Value| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "train-", "ownerReferences": owner},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c",
+                    "image": "ghcr.io/acme/train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
+        };
+        let owned_by = |api_version: &str, kind: &str, controller: bool| {
+            json!([{"apiVersion": api_version, "kind": kind, "name": "train", "uid": "u",
+                "controller": controller}])
+        };
+        // A pod of a Job (its parallelism, totals, deadline and contract were checked on the
+        // Job): allowed.
+        for (api_version, kind) in [
+            ("batch/v1", "Job"),
+            ("batch.volcano.sh/v1alpha1", "Job"),
+            ("kubeflow.org/v1", "PyTorchJob"),
+        ] {
+            let owner = owned_by(api_version, kind, true);
+            assert_eq!(
+                violations_of(limits, WorkloadKind::Pod, &pod(1, owner)),
+                Vec::<String>::new(),
+                "{api_version} {kind}"
+            );
+        }
+        // Per-pod rules still hold for it.
+        let mut over = pod(8, owned_by("batch/v1", "Job", true));
+        over["spec"]["containers"][0]["image"] = json!("docker.io/evil/x");
+        assert_eq!(
+            violations_of(limits, WorkloadKind::Pod, &over),
+            vec![
+                r#"queue "q": spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#,
+                r#"queue "q": spec.containers[0].image="docker.io/evil/x" is not from an allowed registry (allowedRegistries: ghcr.io/acme)"#,
+            ]
+        );
+        // Not made by a controller launchgate validates: every rule.
+        for owner in [
+            json!(null),
+            owned_by("batch/v1", "Job", false),
+            owned_by("apps/v1", "ReplicaSet", true),
+            owned_by("batch/v2", "Job", true),
+        ] {
+            let found = violations_of(limits, WorkloadKind::Pod, &pod(1, owner.clone()));
+            assert_eq!(found.len(), 4, "{owner}: {found:#?}");
+            assert!(
+                found
+                    .iter()
+                    .any(|v| v.contains("spec.parallelism is missing"))
+            );
+            assert!(found.iter().any(|v| v.contains("metadata.name is missing")));
+            assert!(found.iter().any(|v| v.contains("(totals)")));
+            assert!(
+                found
+                    .iter()
+                    .any(|v| v.contains("activeDeadlineSeconds is not set"))
+            );
+        }
     }
 
     #[test]
