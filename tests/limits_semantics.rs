@@ -2,6 +2,8 @@
 //! AdmissionReviews (as the API server sends them, after defaulting): pods made by a
 //! controller, every container in every role, what runs at once, odd queue names.
 
+mod common;
+
 use launchgate::Policy;
 use launchgate::cluster::NoCluster;
 use launchgate::review::{Endpoint, review};
@@ -144,4 +146,66 @@ fn pods_of_volcano_and_pytorch_jobs_are_per_pod_checked_too() {
         &fixture("create-pod-wandb-job-run42-worker-0.json"),
     );
     assert_eq!(response["allowed"], false, "{response}");
+}
+
+/// A Kubernetes label value, checked independently of launchgate's own code.
+fn is_valid_label_value(v: &str) -> bool {
+    let bytes = v.as_bytes();
+    v.is_empty()
+        || (v.len() <= 63
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(b))
+            && bytes[0].is_ascii_alphanumeric()
+            && bytes[bytes.len() - 1].is_ascii_alphanumeric())
+}
+
+#[test]
+fn a_queue_name_that_is_no_label_value_is_labelled_validly_and_still_resolves() {
+    let queue = "Team A — GPU queue for the long-running multi-node training experiments";
+    let policy = Policy::from_yaml(&format!(
+        "defaultQueue: other\nqueues:\n  other: {{}}\n  {queue}: {{}}\n"
+    ))
+    .unwrap();
+    // The launch Job names its queue through the W&B agent's env var (a label could not hold
+    // this name).
+    let mut job = fixture("create-job-launch-acme-mnist.json");
+    job["request"]["object"]["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("queue");
+    job["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": queue}]);
+    let response = answer(&policy, Endpoint::Mutate, &job);
+    assert_eq!(response["allowed"], true, "{response}");
+    let patch = common::decode_patch(&response).expect("a patch");
+    let mut mutated = job["request"]["object"].clone();
+    json_patch::patch(&mut mutated, &patch).unwrap();
+    let template_meta = mutated["spec"]["template"]["metadata"].clone();
+    for meta in [&mutated["metadata"], &template_meta] {
+        let label = meta["labels"]["launchgate.io/queue"].as_str().unwrap();
+        assert!(is_valid_label_value(label), "{label:?}");
+        assert_eq!(meta["annotations"]["launchgate.io/queue-name"], queue);
+    }
+
+    // The Job controller copies the template's labels and annotations onto its pods; the
+    // label alone leads back to the queue (not to the default queue).
+    let mut pod = fixture("create-pod-launch-acme-mnist-mzxkz.json");
+    let meta = &mut pod["request"]["object"]["metadata"];
+    meta["labels"]["launchgate.io/queue"] = template_meta["labels"]["launchgate.io/queue"].clone();
+    meta["annotations"] = template_meta["annotations"].clone();
+    let body = serde_json::to_vec(&pod).unwrap();
+    let outcome = review(&policy, Endpoint::Mutate, &body, &NoCluster).unwrap();
+    assert_eq!(outcome.summary.queue.as_deref(), Some(queue));
+    let response: Value = serde_json::from_slice(&outcome.body).unwrap();
+    assert!(response["response"].get("warnings").is_none(), "{response}");
+
+    // A second pass over the mutated Job changes nothing.
+    let mut again = job.clone();
+    again["request"]["object"] = mutated;
+    let response = answer(&policy, Endpoint::Mutate, &again);
+    assert!(
+        common::decode_patch(&response).is_none_or(|p| p.0.is_empty()),
+        "{response}"
+    );
 }
