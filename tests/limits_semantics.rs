@@ -209,3 +209,167 @@ fn a_queue_name_that_is_no_label_value_is_labelled_validly_and_still_resolves() 
         "{response}"
     );
 }
+
+/// The W&B minikube queue: `gpus` on the template's (unnamed) container, cpu/memory as fields.
+const SEED_QUEUE: &str = r#"
+template: |
+  spec:
+    template:
+      spec:
+        containers:
+          - image: ${image_uri}
+            resources:
+              limits: {cpu: 4, memory: 12Gi, nvidia.com/gpu: '{{gpus}}'}
+variables:
+  gpus: {type: integer, minimum: 0, maximum: 4}
+fields:
+  - {path: "containers[*].resources.limits.cpu", type: quantity, maximum: "4"}
+  - {path: "containers[*].resources.limits.memory", type: quantity, maximum: 12Gi}
+"#;
+
+/// The recorded launch Job with 2 GPUs (within the queue) and `extra` containers in `list`.
+fn launch_job_with(list: &str, extra: Vec<Value>) -> Value {
+    let mut job = fixture("create-job-launch-acme-mnist.json");
+    let spec = &mut job["request"]["object"]["spec"]["template"]["spec"];
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
+    let items = spec[list].as_array().cloned().unwrap_or_default();
+    spec[list] = Value::Array(if list == "containers" {
+        items.into_iter().chain(extra).collect()
+    } else {
+        extra
+    });
+    job
+}
+
+fn container(name: &str, limits: Value) -> Value {
+    json!({"name": name, "image": "busybox", "resources": {"limits": limits}})
+}
+
+#[test]
+fn every_container_in_every_role_is_held_to_the_limits() {
+    let policy = policy(SEED_QUEUE);
+    let base = launch_job_with("containers", vec![]);
+    assert_eq!(validate(&policy, &base)["allowed"], true);
+    let sidecar = |limits: Value| {
+        let mut c = container("proxy", limits);
+        c["restartPolicy"] = json!("Always");
+        c
+    };
+    let cases = [
+        (
+            "containers",
+            container("second", json!({"nvidia.com/gpu": "8"})),
+            r#"queue "gpu-queue": spec.template.spec.containers[1].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus", which holds every container)"#,
+        ),
+        (
+            "initContainers",
+            container("prepare", json!({"nvidia.com/gpu": "8"})),
+            r#"queue "gpu-queue": spec.template.spec.initContainers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus", which holds every container)"#,
+        ),
+        (
+            "initContainers",
+            sidecar(json!({"memory": "64Gi"})),
+            r#"queue "gpu-queue": spec.template.spec.initContainers[0].resources.limits.memory=64Gi exceeds maximum 12Gi (field "containers[*].resources.limits.memory", which holds every container)"#,
+        ),
+    ];
+    for (list, extra, expected) in cases {
+        let job = launch_job_with(list, vec![extra.clone()]);
+        assert_eq!(denial(&validate(&policy, &job)), vec![expected], "{extra}");
+        // Within the limits they are fine.
+        let mut fine = extra.clone();
+        fine["resources"]["limits"] = json!({"nvidia.com/gpu": "1", "memory": "1Gi"});
+        let job = launch_job_with(list, vec![fine]);
+        assert_eq!(validate(&policy, &job)["allowed"], true, "{list}");
+    }
+}
+
+#[test]
+fn the_template_container_is_the_training_container_wherever_a_sidecar_sits() {
+    let policy = policy(SEED_QUEUE);
+    // A mesh injector put its proxy first; the training container is second.
+    let mut job = launch_job_with("containers", vec![]);
+    let spec = &mut job["request"]["object"]["spec"]["template"]["spec"];
+    let training = spec["containers"][0].clone();
+    spec["containers"] = json!([container("istio-proxy", json!({"cpu": "2"})), training]);
+    spec["containers"][1]["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
+    assert_eq!(
+        denial(&validate(&policy, &job)),
+        vec![
+            r#"queue "gpu-queue": spec.template.spec.containers[1].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#
+        ]
+    );
+}
+
+/// A Volcano queue: CPU-only master, GPU workers, the containers named.
+const VOLCANO_QUEUE: &str = r#"
+template: |
+  apiVersion: batch.volcano.sh/v1alpha1
+  kind: Job
+  spec:
+    tasks:
+      - name: master
+        template:
+          spec:
+            containers:
+              - name: master
+                resources: {limits: {nvidia.com/gpu: '{{master_gpus}}'}}
+      - name: worker
+        template:
+          spec:
+            containers:
+              - name: worker
+                resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}
+variables:
+  master_gpus: {type: integer, maximum: 0}
+  gpus: {type: integer, minimum: 1, maximum: 4}
+"#;
+
+#[test]
+fn volcano_tasks_bind_by_name_and_an_extra_task_is_held_too() {
+    let policy = policy(VOLCANO_QUEUE);
+    let mut review = fixture("create-vcjob-wandb-job-run42.json");
+    let tasks = review["request"]["object"]["spec"]["tasks"]
+        .as_array_mut()
+        .unwrap();
+    // Workers listed first: positions differ from the template, names do not.
+    tasks.reverse();
+    tasks[0]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/gpu": "4"}});
+    assert_eq!(validate(&policy, &review)["allowed"], true);
+
+    // An extra task is not in the template, and still cannot take more than any task may.
+    let mut extra = review["request"]["object"]["spec"]["tasks"][0].clone();
+    extra["name"] = json!("evaluator");
+    extra["template"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/gpu": "8"}});
+    review["request"]["object"]["spec"]["tasks"]
+        .as_array_mut()
+        .unwrap()
+        .push(extra);
+    assert_eq!(
+        denial(&validate(&policy, &review)),
+        vec![
+            r#"queue "gpu-queue": spec.tasks[2].template.spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus", which holds every container)"#
+        ]
+    );
+
+    // A worker pod made by the Volcano controller is held to the worker's limits, not the
+    // master's.
+    let mut pod = fixture("create-pod-wandb-job-run42-worker-0.json");
+    pod["request"]["object"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/gpu": "2"}});
+    assert_eq!(
+        validate(&policy, &pod)["allowed"],
+        true,
+        "worker with 2 GPUs"
+    );
+    let mut master = fixture("create-pod-wandb-job-run42-master-0.json");
+    master["request"]["object"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/gpu": "2"}});
+    assert_eq!(
+        denial(&validate(&policy, &master)),
+        vec![
+            r#"queue "gpu-queue": spec.containers[0].resources.limits["nvidia.com/gpu"]=2 exceeds maximum 0 (variable "master_gpus")"#
+        ]
+    );
+}

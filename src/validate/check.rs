@@ -1,5 +1,6 @@
 //! Checking an admitted object against its queue's compiled limits.
 
+use super::binding::{Ceiling, TemplateShape};
 use super::path::{self, FieldPath, Segment};
 use super::quantity::Quantity;
 use super::schema::{Schema, ValueType, display_value};
@@ -7,7 +8,9 @@ use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::policy::Queue;
-use crate::workload::{self, CONTAINER_LISTS, TemplateInfo, TemplateRole, WorkloadKind};
+use crate::workload::{
+    self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
+};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashSet};
 
@@ -20,7 +23,8 @@ use std::collections::{BTreeSet, HashSet};
 /// can still be changed. Other operations are not checked.
 ///
 /// A Pod made by a controller launchgate validates (see [`validated_owner`]) is checked on
-/// the per-pod rules only ([`Scope::PerPod`]).
+/// the per-pod rules only ([`Scope::PerPod`]). `sidecars` are the container names that are
+/// never "the training container" (`match.sidecarContainers`).
 pub fn check_limits(
     queue: &Queue,
     kind: WorkloadKind,
@@ -28,6 +32,7 @@ pub fn check_limits(
     old_object: Option<&Value>,
     namespace: Option<&str>,
     operation: &Operation,
+    sidecars: &[String],
 ) -> LimitReport {
     let limits = &queue.limits;
     let mut report = LimitReport {
@@ -43,15 +48,28 @@ pub fn check_limits(
     };
     let found = limits.violations(
         &queue.name,
-        kind,
-        object,
-        namespace,
-        scope,
+        Subject {
+            kind,
+            object,
+            namespace,
+            scope,
+            sidecars,
+        },
         &mut report.warnings,
     );
     let before: BTreeSet<String> = match (operation, old_object) {
         (Operation::Update, Some(old)) if !found.is_empty() => limits
-            .violations(&queue.name, kind, old, namespace, scope, &mut Vec::new())
+            .violations(
+                &queue.name,
+                Subject {
+                    kind,
+                    object: old,
+                    namespace,
+                    scope,
+                    sidecars,
+                },
+                &mut Vec::new(),
+            )
             .into_iter()
             .collect(),
         _ => BTreeSet::new(),
@@ -68,6 +86,15 @@ pub fn check_limits(
     cap_lines(&mut report.violations, &queue.name, "violations");
     cap_lines(&mut report.warnings, &queue.name, "unchanged violations");
     report
+}
+
+/// What is checked, and how.
+struct Subject<'a> {
+    kind: WorkloadKind,
+    object: &'a Value,
+    namespace: Option<&'a str>,
+    scope: Scope,
+    sidecars: &'a [String],
 }
 
 /// Which of the queue's rules an object is checked on.
@@ -168,6 +195,10 @@ struct Evaluation<'a> {
     kind: WorkloadKind,
     object: &'a Value,
     templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
+    shape: &'a TemplateShape,
+    sidecars: &'a [String],
+    /// Every place a variable or field limit looked at (the envelope holds the others).
+    reached: HashSet<String>,
     violations: Vec<String>,
     /// The violations already reported (a location can be reached twice).
     seen: HashSet<String>,
@@ -193,6 +224,64 @@ impl<'a> Evaluation<'a> {
         }
     }
 
+    /// Every place a template position designates: under the root, or in the workload's pod
+    /// templates and containers it binds to (by role and name, see `binding`).
+    fn template_places(
+        &self,
+        anchor: Anchor,
+        template_path: &FieldPath,
+        path: &FieldPath,
+    ) -> Vec<(String, Option<&'a Value>)> {
+        match anchor {
+            Anchor::Root => path::resolve(self.object, "", &path.0),
+            Anchor::PodTemplate => {
+                self.shape
+                    .places(&self.templates, self.sidecars, template_path, path)
+            }
+        }
+    }
+
+    /// Holds every container no variable or field limit looked at to the queue's envelope.
+    fn check_envelope(&mut self, envelope: &[Ceiling]) {
+        let mut found = Vec::new();
+        for (info, template) in &self.templates {
+            for c in workload::pod_containers(template) {
+                for ceiling in envelope {
+                    let mut place = info.spec_path();
+                    for segment in [
+                        Segment::Key(c.list.to_string()),
+                        Segment::Index(c.index),
+                        Segment::Key("resources".into()),
+                        Segment::Key(ceiling.kind.clone()),
+                        Segment::Key(ceiling.resource.clone()),
+                    ] {
+                        path::push_segment(&mut place, &segment);
+                    }
+                    if self.reached.contains(&place) {
+                        continue;
+                    }
+                    let value = c
+                        .container
+                        .get("resources")
+                        .and_then(|r| r.get(&ceiling.kind))
+                        .and_then(|r| r.get(&ceiling.resource));
+                    if let Some(value) = value.filter(|v| !v.is_null())
+                        && let Some(problem) = ceiling.schema.problem(value)
+                    {
+                        let shown = display_value(value, Some(ValueType::Quantity));
+                        found.push(format!(
+                            "{place}={shown} {problem} ({}, which holds every container)",
+                            ceiling.source
+                        ));
+                    }
+                }
+            }
+        }
+        for line in found {
+            self.report(line);
+        }
+    }
+
     /// Root-level template positions only mean something for the template's own kind.
     fn applies(&self, anchor: Anchor, template_kind: Option<WorkloadKind>) -> bool {
         anchor == Anchor::PodTemplate || template_kind == Some(self.kind)
@@ -215,7 +304,7 @@ impl<'a> Evaluation<'a> {
     }
 
     fn check_fixed_value(&mut self, leaf: &TemplateLeaf) {
-        for (place, value) in self.places(leaf.anchor, &leaf.path) {
+        for (place, value) in self.template_places(leaf.anchor, &leaf.template_path, &leaf.path) {
             match (&leaf.content, value) {
                 (LeafContent::Literal(expected), None | Some(Value::Null)) => self.report(format!(
                     "{place} is missing; the queue template sets it to {expected} (strict)"
@@ -261,27 +350,19 @@ impl<'a> Evaluation<'a> {
                 .and_then(Result::ok)
                 .unwrap_or(Quantity::ZERO)
         };
-        let spec = template.get("spec");
-        let list = |name: &str| {
-            spec.and_then(|s| s.get(name))
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-        };
-        let mut app = list(CONTAINER_LISTS[0])
-            .iter()
-            .try_fold(Quantity::ZERO, |total, c| total.checked_add(&amount(c)))?;
+        let mut app = Quantity::ZERO;
         let mut sidecars = Quantity::ZERO;
         let mut init_peak = Quantity::ZERO;
-        for container in list(CONTAINER_LISTS[1]) {
-            let own = amount(container);
-            let peak = if is_native_sidecar(container) {
-                sidecars = sidecars.checked_add(&own)?;
-                sidecars
-            } else {
-                own.checked_add(&sidecars)?
-            };
-            init_peak = init_peak.max(peak);
+        for c in workload::pod_containers(template) {
+            let own = amount(c.container);
+            match c.role {
+                ContainerRole::App => app = app.checked_add(&own)?,
+                ContainerRole::Sidecar => {
+                    sidecars = sidecars.checked_add(&own)?;
+                    init_peak = init_peak.max(sidecars);
+                }
+                ContainerRole::Init => init_peak = init_peak.max(own.checked_add(&sidecars)?),
+            }
         }
         app = app.checked_add(&sidecars)?;
         Some(app.max(init_peak))
@@ -425,12 +506,6 @@ fn is_per_pod(anchor: Anchor, path: &FieldPath) -> bool {
     anchor == Anchor::PodTemplate && !controller_named
 }
 
-/// A native sidecar: an init container with `restartPolicy: Always` (it keeps running next to
-/// the app containers).
-fn is_native_sidecar(container: &Value) -> bool {
-    container.get("restartPolicy").and_then(Value::as_str) == Some("Always")
-}
-
 /// `spec.tasks[1].template`, or `pod` for a bare Pod.
 fn template_label(info: &TemplateInfo) -> &str {
     if info.path.is_empty() {
@@ -445,18 +520,25 @@ impl QueueLimits {
     fn violations(
         &self,
         queue: &str,
-        kind: WorkloadKind,
-        object: &Value,
-        namespace: Option<&str>,
-        scope: Scope,
+        subject: Subject<'_>,
         warnings: &mut Vec<String>,
     ) -> Vec<String> {
+        let Subject {
+            kind,
+            object,
+            namespace,
+            scope,
+            sidecars,
+        } = subject;
         let per_pod_only = scope == Scope::PerPod;
         let mut eval = Evaluation {
             queue,
             kind,
             object,
             templates: workload::templates(kind, object),
+            shape: &self.shape,
+            sidecars,
+            reached: HashSet::new(),
             violations: Vec::new(),
             seen: HashSet::new(),
         };
@@ -487,7 +569,10 @@ impl QueueLimits {
                 {
                     continue;
                 }
-                for (place, value) in eval.places(location.anchor, &location.path) {
+                let places =
+                    eval.template_places(location.anchor, &location.template_path, &location.path);
+                for (place, value) in places {
+                    eval.reached.insert(place.clone());
                     if let [Piece::Variable(_)] = location.pattern.as_slice() {
                         eval.check_schema(&place, value, &variable.schema, &source);
                         continue;
@@ -534,9 +619,12 @@ impl QueueLimits {
             }
             let source = format!("field {:?}", field.written);
             for (place, value) in eval.places(field.anchor, &field.path) {
+                eval.reached.insert(place.clone());
                 eval.check_schema(&place, value, &field.schema, &source);
             }
         }
+
+        eval.check_envelope(&self.envelope);
 
         if !per_pod_only {
             for leaf in &self.fixed_values {
@@ -600,6 +688,7 @@ mod tests {
             None,
             Some("ns"),
             &Operation::Create,
+            &["istio-proxy".to_string()],
         )
         .violations
     }
