@@ -50,7 +50,7 @@ pub(super) struct TemplateShape {
     pod_templates: Vec<PodTemplateShape>,
 }
 
-/// The role of a pod template of the workload (or of the template): the Volcano task name,
+/// The role of a pod template of the workload: the Volcano task name,
 /// the PyTorchJob replica type, or for a Pod the task / replica type it carries.
 fn role_of(info: &TemplateInfo, template: &Map<String, Value>) -> Option<String> {
     let role = match &info.role {
@@ -65,46 +65,40 @@ fn role_of(info: &TemplateInfo, template: &Map<String, Value>) -> Option<String>
     role.filter(|r| !r.is_empty())
 }
 
-/// Rebuilds the template's tree from its leaves (placeholders as null), so the workload view
-/// can find its pod templates, task names and container names.
-fn skeleton(leaves: &[TemplateLeaf]) -> Value {
-    fn insert(at: &mut Value, path: &[Segment], value: Value) {
-        let Some((first, rest)) = path.split_first() else {
-            *at = value;
-            return;
-        };
-        match first {
-            Segment::Key(key) => {
-                if !at.is_object() {
-                    *at = Value::Object(Map::new());
+/// The role of the template's pod template at `prefix` (a template of `kind`): a Volcano
+/// task's `name` (the sibling of its `template`), a PyTorchJob replica type (the key holding
+/// its `template`). Read from the leaves, so it does not depend on where the template text
+/// put the workload.
+fn template_role(
+    kind: Option<WorkloadKind>,
+    prefix: &[Segment],
+    leaves: &[TemplateLeaf],
+) -> Option<String> {
+    let [parent @ .., holder, Segment::Key(template)] = prefix else {
+        return None;
+    };
+    if template != "template" {
+        return None;
+    }
+    match kind? {
+        WorkloadKind::VolcanoJob => {
+            let mut name_at = parent.to_vec();
+            name_at.push(holder.clone());
+            name_at.push(Segment::Key("name".into()));
+            leaves.iter().find_map(|l| match &l.content {
+                LeafContent::Literal(Value::String(name)) if l.template_path.0 == name_at => {
+                    Some(name.clone())
                 }
-                if let Some(map) = at.as_object_mut() {
-                    insert(map.entry(key.clone()).or_insert(Value::Null), rest, value);
-                }
-            }
-            Segment::Index(i) => {
-                if !at.is_array() {
-                    *at = Value::Array(Vec::new());
-                }
-                if let Some(items) = at.as_array_mut() {
-                    if items.len() <= *i {
-                        items.resize(i + 1, Value::Null);
-                    }
-                    insert(&mut items[*i], rest, value);
-                }
-            }
-            Segment::AnyIndex => {}
+                _ => None,
+            })
         }
+        WorkloadKind::PyTorchJob => match holder {
+            Segment::Key(replica_type) => Some(replica_type.clone()),
+            _ => None,
+        },
+        WorkloadKind::BatchJob | WorkloadKind::Pod => None,
     }
-    let mut doc = Value::Object(Map::new());
-    for leaf in leaves {
-        let value = match &leaf.content {
-            LeafContent::Literal(v) => v.clone(),
-            LeafContent::Pattern(_) => Value::Null,
-        };
-        insert(&mut doc, &leaf.template_path.0, value);
-    }
-    doc
+    .filter(|r| !r.is_empty())
 }
 
 /// `spec.<list>[i]` at the start of a pod-template-relative path: (list, i, the rest).
@@ -126,28 +120,33 @@ fn container_of(path: &FieldPath) -> Option<(&'static str, usize, &[Segment])> {
 static ABSENT: Value = Value::Null;
 
 impl TemplateShape {
-    /// The shape of a parsed template of `kind` (`None`: no pod templates).
+    /// The shape of a parsed template of `kind`: its pod templates (where its pod-template
+    /// positions are), their roles and their containers' names.
     pub(super) fn of(kind: Option<WorkloadKind>, leaves: &[TemplateLeaf]) -> TemplateShape {
-        let Some(kind) = kind else {
-            return TemplateShape::default();
-        };
-        let doc = skeleton(leaves);
-        let pod_templates = workload::templates(kind, &doc)
-            .into_iter()
-            .map(|(info, template)| {
-                let mut names = HashMap::new();
-                for c in workload::pod_containers(template) {
-                    if let Some(name) = c.container.get("name").and_then(Value::as_str) {
-                        names.insert((c.list, c.index), name.to_string());
-                    }
+        let mut pod_templates: Vec<PodTemplateShape> = Vec::new();
+        for leaf in leaves.iter().filter(|l| l.anchor == Anchor::PodTemplate) {
+            let Some(cut) = leaf.template_path.0.len().checked_sub(leaf.path.0.len()) else {
+                continue;
+            };
+            let prefix = &leaf.template_path.0[..cut];
+            let at = match pod_templates.iter().position(|t| t.path.0 == prefix) {
+                Some(at) => at,
+                None => {
+                    pod_templates.push(PodTemplateShape {
+                        path: FieldPath(prefix.to_vec()),
+                        role: template_role(kind, prefix, leaves),
+                        names: HashMap::new(),
+                    });
+                    pod_templates.len() - 1
                 }
-                PodTemplateShape {
-                    path: FieldPath::parse(&info.path).unwrap_or_default(),
-                    role: role_of(&info, template),
-                    names,
-                }
-            })
-            .collect();
+            };
+            if let Some((list, index, [Segment::Key(key)])) = container_of(&leaf.path)
+                && key == "name"
+                && let LeafContent::Literal(Value::String(name)) = &leaf.content
+            {
+                pod_templates[at].names.insert((list, index), name.clone());
+            }
+        }
         TemplateShape { pod_templates }
     }
 
@@ -453,6 +452,52 @@ fields:
             ],
             "cpu has no maximum, so no envelope"
         );
+    }
+
+    #[test]
+    fn roles_and_names_are_read_wherever_the_template_puts_the_workload() {
+        // E.g. a queue config that nests the workload under `resource_args.kubernetes`.
+        let leaf = |anchor, at: &str, rel: &str, value: Value| TemplateLeaf {
+            anchor,
+            path: FieldPath::parse(rel).unwrap(),
+            template_path: FieldPath::parse(at).unwrap(),
+            content: LeafContent::Literal(value),
+        };
+        let wrap = "resource_args.kubernetes.spec.tasks[3]";
+        let leaves = vec![
+            leaf(
+                Anchor::Root,
+                &format!("{wrap}.name"),
+                &format!("{wrap}.name"),
+                json!("worker"),
+            ),
+            leaf(
+                Anchor::PodTemplate,
+                &format!("{wrap}.template.spec.containers[0].name"),
+                "spec.containers[0].name",
+                json!("train"),
+            ),
+        ];
+        let s = TemplateShape::of(Some(WorkloadKind::VolcanoJob), &leaves);
+        assert_eq!(s.pod_templates.len(), 1);
+        assert_eq!(s.pod_templates[0].role.as_deref(), Some("worker"));
+        assert_eq!(
+            s.pod_templates[0]
+                .names
+                .get(&("containers", 0))
+                .map(String::as_str),
+            Some("train")
+        );
+        let pt = TemplateShape::of(
+            Some(WorkloadKind::PyTorchJob),
+            &[leaf(
+                Anchor::PodTemplate,
+                "kubernetes.spec.pytorchReplicaSpecs.Worker.template.spec.restartPolicy",
+                "spec.restartPolicy",
+                json!("OnFailure"),
+            )],
+        );
+        assert_eq!(pt.pod_templates[0].role.as_deref(), Some("Worker"));
     }
 
     #[test]
