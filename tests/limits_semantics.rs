@@ -373,3 +373,35 @@ fn volcano_tasks_bind_by_name_and_an_extra_task_is_held_too() {
         ]
     );
 }
+
+#[test]
+fn the_cli_queue_flag_with_such_a_name_writes_the_valid_label_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let queue = "Team A GPU queue";
+    std::fs::write(&config, format!("queues:\n  {queue}: {{}}\n")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args([
+            "mutate",
+            "-f",
+            "tests/fixtures/manifests/job-demo.yaml",
+            "--queue",
+            queue,
+        ])
+        .arg("--config")
+        .arg(&config)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: Value = serde_norway::from_slice(&out.stdout).unwrap();
+    for meta in [&job["metadata"], &job["spec"]["template"]["metadata"]] {
+        let label = meta["labels"]["launchgate.io/queue"].as_str().unwrap();
+        assert!(is_valid_label_value(label), "{label:?}");
+        assert_eq!(meta["annotations"]["launchgate.io/queue-name"], queue);
+    }
+}

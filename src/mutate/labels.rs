@@ -80,7 +80,11 @@ pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static
     };
     let add_label = |map: &mut serde_json::Map<String, Value>| {
         let labels = workload::metadata_map_mut(map, "labels");
-        if labels.contains_key(QUEUE_LABEL) {
+        // Kept as is, unless it is the queue's full name where that is no label value (the
+        // CLI's `--queue` on a bare manifest): the API server would reject it.
+        let written_raw =
+            label_value != queue && labels.get(QUEUE_LABEL).and_then(Value::as_str) == Some(queue);
+        if labels.contains_key(QUEUE_LABEL) && !written_raw {
             return false;
         }
         labels.insert(QUEUE_LABEL.into(), json!(label_value));
