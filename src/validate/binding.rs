@@ -501,6 +501,24 @@ fields:
     }
 
     #[test]
+    fn pytorchjob_replicas_bind_by_type_and_pods_by_their_replica_type_label() {
+        let s = shape(
+            "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nspec:\n  pytorchReplicaSpecs:\n    Master: {template: {spec: {containers: [{name: pytorch, resources: {limits: {cpu: '{{m}}'}}}]}}}\n    Worker: {template: {spec: {containers: [{name: pytorch, resources: {limits: {cpu: '{{w}}'}}}]}}}\n",
+        );
+        let worker_at =
+            "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu";
+        let pod = |replica_type: &str| {
+            json!({"metadata": {"labels": {"training.kubeflow.org/replica-type": replica_type}},
+                "spec": {"containers": [{"name": "pytorch", "resources": {"limits": {"cpu": "3"}}}]}})
+        };
+        assert_eq!(
+            places_of(&s, WorkloadKind::Pod, &pod("worker"), worker_at),
+            vec![r#"spec.containers[0].resources.limits.cpu="3""#]
+        );
+        assert!(places_of(&s, WorkloadKind::Pod, &pod("master"), worker_at).is_empty());
+    }
+
+    #[test]
     fn a_single_pod_template_applies_everywhere() {
         let s = shape(
             "spec: {template: {spec: {containers: [{resources: {limits: {cpu: '{{cpu}}'}}}]}}}",
