@@ -13,6 +13,8 @@
 //! * [`path`]: field paths (`containers[*].resources.limits["nvidia.com/gpu"]`).
 //! * [`schema`]: the W&B value schema (`type`, `minimum`, `maximum`, `enum`).
 //! * [`template`]: the queue template and where its variables land.
+//! * `binding`: which pod templates and containers of a workload a template position means
+//!   (by role and name), and the envelope that holds every other container.
 
 mod binding;
 mod check;
