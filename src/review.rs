@@ -371,6 +371,7 @@ fn validate_decision(
         ctx.request.old_object.as_ref(),
         ctx.request.namespace.as_deref(),
         &ctx.request.operation,
+        &ctx.policy.config.match_rules.sidecar_containers,
     );
     findings.warnings.extend(report.warnings);
     summary.outcome = Outcome::Allowed;

@@ -264,6 +264,57 @@ pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<
 /// The container lists of a pod spec that launchgate treats as "containers".
 pub const CONTAINER_LISTS: [&str; 2] = ["containers", "initContainers"];
 
+/// What a container is to its pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerRole {
+    /// An entry of `containers`.
+    App,
+    /// An entry of `initContainers` that runs to completion before the app containers.
+    Init,
+    /// A native sidecar: an entry of `initContainers` with `restartPolicy: Always`; it keeps
+    /// running next to the app containers.
+    Sidecar,
+}
+
+/// One container of a pod spec with where it is and its role.
+#[derive(Debug, Clone, Copy)]
+pub struct PodContainer<'a> {
+    /// `containers` or `initContainers`.
+    pub list: &'static str,
+    pub index: usize,
+    pub role: ContainerRole,
+    pub container: &'a Value,
+}
+
+/// Every container of a pod template (`spec.containers`, then `spec.initContainers` in
+/// order), each with its role. Entries that are not objects are skipped.
+pub fn pod_containers(template: &Map<String, Value>) -> Vec<PodContainer<'_>> {
+    let spec = template.get("spec");
+    let mut out = Vec::new();
+    for list in CONTAINER_LISTS {
+        let items = spec.and_then(|s| s.get(list)).and_then(Value::as_array);
+        for (index, container) in items.into_iter().flatten().enumerate() {
+            if !container.is_object() {
+                continue;
+            }
+            let role = if list == CONTAINER_LISTS[0] {
+                ContainerRole::App
+            } else if container.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+                ContainerRole::Sidecar
+            } else {
+                ContainerRole::Init
+            };
+            out.push(PodContainer {
+                list,
+                index,
+                role,
+                container,
+            });
+        }
+    }
+    out
+}
+
 /// `template.spec` as a mutable map, if present.
 pub fn pod_spec_mut(template: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
     template.get_mut("spec").and_then(Value::as_object_mut)
@@ -378,6 +429,33 @@ mod tests {
         let t = templates(WorkloadKind::PyTorchJob, &pt);
         assert_eq!(t.len(), 2);
         assert_eq!(t[1].0.replicas, 3);
+    }
+
+    #[test]
+    fn pod_containers_walk_every_list_with_roles() {
+        let t = json!({"spec": {"containers": [{"name": "a"}, "junk", {"name": "b"}],
+            "initContainers": [{"name": "i"}, {"name": "s", "restartPolicy": "Always"}]}});
+        let found: Vec<_> = pod_containers(t.as_object().unwrap())
+            .into_iter()
+            .map(|c| {
+                (
+                    c.list,
+                    c.index,
+                    c.role,
+                    c.container["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("containers", 0, ContainerRole::App, "a"),
+                ("containers", 2, ContainerRole::App, "b"),
+                ("initContainers", 0, ContainerRole::Init, "i"),
+                ("initContainers", 1, ContainerRole::Sidecar, "s"),
+            ]
+        );
+        assert!(pod_containers(json!({"spec": 1}).as_object().unwrap()).is_empty());
     }
 
     #[test]

@@ -354,12 +354,16 @@ fn pytorchjob_total_is_replicas_times_per_pod_over_replica_specs() {
 }
 
 #[test]
-fn batch_job_total_counts_parallelism() {
+fn batch_job_total_counts_the_pods_that_run_at_once() {
     let policy = policy("gpu-queue", GPU_TOTALS_QUEUE);
     let mut review = fixture("create-job-launch-acme-mnist.json");
     set(&mut review, GPU_POINTER, json!("4"));
     assert_eq!(validate(&policy, &review)["allowed"], true);
+    // The API server defaulted completions to 1: parallelism 3 still runs one pod at a time.
     review["request"]["object"]["spec"]["parallelism"] = json!(3);
+    assert_eq!(validate(&policy, &review)["allowed"], true);
+    // min(parallelism 3, completions 5) = 3 pods at once.
+    review["request"]["object"]["spec"]["completions"] = json!(5);
     assert_eq!(
         denial(&validate(&policy, &review)),
         r#"queue "gpu-queue": total nvidia.com/gpu over all pods=12 exceeds maximum 8 (totals) (spec.template: 3 × 4)"#

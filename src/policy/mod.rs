@@ -7,6 +7,7 @@ mod resolve;
 
 pub use resolve::{QueueResolution, QueueSource, WorkloadMatch};
 
+use crate::mutate::labels::queue_label_value;
 use crate::mutate::{
     cache::CacheConfig, job_defaults::JobDefaultsConfig, pytorch::PytorchConfig,
     security_context::SecurityContextConfig,
@@ -193,6 +194,19 @@ impl Policy {
                 Err(mut errs) => errors.append(&mut errs),
             }
         }
+        // Two queues written as the same label value could not be told apart.
+        let mut by_label = BTreeMap::new();
+        for name in config.queues.keys() {
+            if let Some(other) = by_label.insert(queue_label_value(name), name) {
+                errors.push(ConfigError::new(
+                    format!("queues.{name}"),
+                    format!(
+                        "queues {other:?} and {name:?} would both be labelled launchgate.io/queue={:?}; rename one",
+                        queue_label_value(name)
+                    ),
+                ));
+            }
+        }
         if errors.is_empty() {
             Ok(Policy { config, queues })
         } else {
@@ -207,6 +221,17 @@ impl Policy {
 
     pub fn queue(&self, name: &str) -> Option<&Queue> {
         self.queues.get(name)
+    }
+
+    /// The queue called `name`, or the queue whose `launchgate.io/queue` label value is `name`
+    /// (a queue name that is not a valid label value is written as a shortened, hashed value,
+    /// see [`queue_label_value`]), so controller-made pods resolve to their workload's queue.
+    pub fn queue_by_name_or_label(&self, name: &str) -> Option<&Queue> {
+        self.queue(name).or_else(|| {
+            self.queues
+                .values()
+                .find(|q| q.name != name && queue_label_value(&q.name) == name)
+        })
     }
 }
 
@@ -239,6 +264,27 @@ mod tests {
             err.contains("defaultQueue") && err.contains("nope"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn queue_names_that_are_no_label_value_resolve_through_their_label_value() {
+        let p = Policy::from_yaml("queues:\n  Team A GPU queue: {}\n  b: {}\n").unwrap();
+        let label = queue_label_value("Team A GPU queue");
+        assert_ne!(label, "Team A GPU queue");
+        let by_label = p.queue_by_name_or_label(&label).map(|q| q.name.as_str());
+        assert_eq!(by_label, Some("Team A GPU queue"));
+        assert_eq!(
+            p.queue_by_name_or_label("b").map(|q| q.name.as_str()),
+            Some("b")
+        );
+        assert!(p.queue_by_name_or_label("Team-A-GPU-queue").is_none());
+        // Two names written as the same label value are a config error.
+        let err = Policy::from_yaml(&format!(
+            "queues:\n  Team A GPU queue: {{}}\n  {label}: {{}}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("would both be labelled"), "{err}");
     }
 
     #[test]

@@ -91,7 +91,7 @@ impl Policy {
                     .map(|n| (n, QueueSource::ContainerEnv))
             });
         if let Some((name, source)) = &requested
-            && let Some(queue) = self.queue(name)
+            && let Some(queue) = self.queue_by_name_or_label(name)
         {
             return Some(QueueResolution {
                 queue,

@@ -1,13 +1,16 @@
 //! Checking an admitted object against its queue's compiled limits.
 
-use super::path::{self, FieldPath};
+use super::binding::{Ceiling, TemplateShape};
+use super::path::{self, FieldPath, Segment};
 use super::quantity::Quantity;
 use super::schema::{Schema, ValueType, display_value};
 use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::policy::Queue;
-use crate::workload::{self, CONTAINER_LISTS, TemplateInfo, WorkloadKind};
+use crate::workload::{
+    self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
+};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashSet};
 
@@ -18,6 +21,10 @@ use std::collections::{BTreeSet, HashSet};
 /// UPDATE, a violation the old object already had (same path, value and limit) does not
 /// block: it becomes a warning, so labels and finalizers of an already-violating object
 /// can still be changed. Other operations are not checked.
+///
+/// A Pod made by a controller launchgate validates (see [`validated_owner`]) is checked on
+/// the per-pod rules only ([`Scope::PerPod`]). `sidecars` are the container names that are
+/// never "the training container" (`match.sidecarContainers`).
 pub fn check_limits(
     queue: &Queue,
     kind: WorkloadKind,
@@ -25,6 +32,7 @@ pub fn check_limits(
     old_object: Option<&Value>,
     namespace: Option<&str>,
     operation: &Operation,
+    sidecars: &[String],
 ) -> LimitReport {
     let limits = &queue.limits;
     let mut report = LimitReport {
@@ -34,10 +42,34 @@ pub fn check_limits(
     if !matches!(operation, Operation::Create | Operation::Update) || limits.is_empty() {
         return report;
     }
-    let found = limits.violations(&queue.name, kind, object, namespace, &mut report.warnings);
+    let scope = match validated_owner(kind, object) {
+        Some(_) => Scope::PerPod,
+        None => Scope::Workload,
+    };
+    let found = limits.violations(
+        &queue.name,
+        Subject {
+            kind,
+            object,
+            namespace,
+            scope,
+            sidecars,
+        },
+        &mut report.warnings,
+    );
     let before: BTreeSet<String> = match (operation, old_object) {
         (Operation::Update, Some(old)) if !found.is_empty() => limits
-            .violations(&queue.name, kind, old, namespace, &mut Vec::new())
+            .violations(
+                &queue.name,
+                Subject {
+                    kind,
+                    object: old,
+                    namespace,
+                    scope,
+                    sidecars,
+                },
+                &mut Vec::new(),
+            )
             .into_iter()
             .collect(),
         _ => BTreeSet::new(),
@@ -54,6 +86,51 @@ pub fn check_limits(
     cap_lines(&mut report.violations, &queue.name, "violations");
     cap_lines(&mut report.warnings, &queue.name, "unchanged violations");
     report
+}
+
+/// What is checked, and how.
+struct Subject<'a> {
+    kind: WorkloadKind,
+    object: &'a Value,
+    namespace: Option<&'a str>,
+    scope: Scope,
+    sidecars: &'a [String],
+}
+
+/// Which of the queue's rules an object is checked on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every rule: a workload (Job, Volcano Job, PyTorchJob) or a Pod made by a person.
+    Workload,
+    /// The per-pod rules only — template variables and `fields` inside the pod template,
+    /// the envelope on every container, registries, namespaces — for a Pod whose workload
+    /// was already checked on the workload rules (deadline, totals, the strict template
+    /// contract, everything at the object's root).
+    PerPod,
+}
+
+/// The kind of the controller that made `object`, when `object` is a Pod whose controller
+/// owner reference (`controller: true`) names a kind launchgate's validating webhook is
+/// registered for: batch/v1 Job, `batch.volcano.sh/v1alpha1` Job or `kubeflow.org/v1`
+/// PyTorchJob.
+///
+/// The core has no cluster access, so "its workload was already validated" means: the owner
+/// is of a kind whose CREATE went through this same webhook (`failurePolicy: Fail`), where
+/// the workload rules were checked on the pod template the controller copies. A Pod that
+/// only pretends to have such an owner gains nothing lasting: the garbage collector deletes
+/// a pod whose owner does not exist, and the per-pod rules still apply to it. The owner
+/// name is not needed (controller-made pods arrive with `generateName` and no name).
+pub fn validated_owner(kind: WorkloadKind, object: &Value) -> Option<WorkloadKind> {
+    if kind != WorkloadKind::Pod {
+        return None;
+    }
+    object
+        .pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .find_map(WorkloadKind::of_object)
+        .filter(|k| k.is_job())
 }
 
 /// Most lines reported per kind; an object with thousands of violating containers gets a
@@ -118,6 +195,10 @@ struct Evaluation<'a> {
     kind: WorkloadKind,
     object: &'a Value,
     templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
+    shape: &'a TemplateShape,
+    sidecars: &'a [String],
+    /// Every place a variable or field limit looked at (the envelope holds the others).
+    reached: HashSet<String>,
     violations: Vec<String>,
     /// The violations already reported (a location can be reached twice).
     seen: HashSet<String>,
@@ -143,6 +224,64 @@ impl<'a> Evaluation<'a> {
         }
     }
 
+    /// Every place a template position designates: under the root, or in the workload's pod
+    /// templates and containers it binds to (by role and name, see `binding`).
+    fn template_places(
+        &self,
+        anchor: Anchor,
+        template_path: &FieldPath,
+        path: &FieldPath,
+    ) -> Vec<(String, Option<&'a Value>)> {
+        match anchor {
+            Anchor::Root => path::resolve(self.object, "", &path.0),
+            Anchor::PodTemplate => {
+                self.shape
+                    .places(&self.templates, self.sidecars, template_path, path)
+            }
+        }
+    }
+
+    /// Holds every container no variable or field limit looked at to the queue's envelope.
+    fn check_envelope(&mut self, envelope: &[Ceiling]) {
+        let mut found = Vec::new();
+        for (info, template) in &self.templates {
+            for c in workload::pod_containers(template) {
+                for ceiling in envelope {
+                    let mut place = info.spec_path();
+                    for segment in [
+                        Segment::Key(c.list.to_string()),
+                        Segment::Index(c.index),
+                        Segment::Key("resources".into()),
+                        Segment::Key(ceiling.kind.clone()),
+                        Segment::Key(ceiling.resource.clone()),
+                    ] {
+                        path::push_segment(&mut place, &segment);
+                    }
+                    if self.reached.contains(&place) {
+                        continue;
+                    }
+                    let value = c
+                        .container
+                        .get("resources")
+                        .and_then(|r| r.get(&ceiling.kind))
+                        .and_then(|r| r.get(&ceiling.resource));
+                    if let Some(value) = value.filter(|v| !v.is_null())
+                        && let Some(problem) = ceiling.schema.problem(value)
+                    {
+                        let shown = display_value(value, Some(ValueType::Quantity));
+                        found.push(format!(
+                            "{place}={shown} {problem} ({}, which holds every container)",
+                            ceiling.source
+                        ));
+                    }
+                }
+            }
+        }
+        for line in found {
+            self.report(line);
+        }
+    }
+
     /// Root-level template positions only mean something for the template's own kind.
     fn applies(&self, anchor: Anchor, template_kind: Option<WorkloadKind>) -> bool {
         anchor == Anchor::PodTemplate || template_kind == Some(self.kind)
@@ -165,7 +304,7 @@ impl<'a> Evaluation<'a> {
     }
 
     fn check_fixed_value(&mut self, leaf: &TemplateLeaf) {
-        for (place, value) in self.places(leaf.anchor, &leaf.path) {
+        for (place, value) in self.template_places(leaf.anchor, &leaf.template_path, &leaf.path) {
             match (&leaf.content, value) {
                 (LeafContent::Literal(expected), None | Some(Value::Null)) => self.report(format!(
                     "{place} is missing; the queue template sets it to {expected} (strict)"
@@ -193,29 +332,66 @@ impl<'a> Evaluation<'a> {
         }
     }
 
-    /// Effective per-pod amount of `resource`: max(Σ containers, largest init container),
-    /// each container's limit, else its request. `None` when the sum does not fit.
+    /// Effective per-pod amount of `resource`, by Kubernetes' pod resource formula with native
+    /// sidecars (`initContainers` with `restartPolicy: Always`):
+    /// max(Σ app containers + Σ sidecars, max over init containers of (the init container +
+    /// Σ sidecars started before it)). Each container counts its limit, else its request.
+    /// `None` when the sum does not fit.
     fn per_pod(template: &Map<String, Value>, resource: &str) -> Option<Quantity> {
-        let amount = |container: &Value| -> Option<Quantity> {
-            let resources = container.get("resources")?;
-            let value = resources
+        let amount = |container: &Value| -> Quantity {
+            let Some(resources) = container.get("resources") else {
+                return Quantity::ZERO;
+            };
+            resources
                 .get("limits")
                 .and_then(|l| l.get(resource))
-                .or_else(|| resources.get("requests").and_then(|r| r.get(resource)))?;
-            Quantity::from_json(value)?.ok()
+                .or_else(|| resources.get("requests").and_then(|r| r.get(resource)))
+                .and_then(Quantity::from_json)
+                .and_then(Result::ok)
+                .unwrap_or(Quantity::ZERO)
         };
-        let spec = template.get("spec");
-        let list = |name: &str| {
-            spec.and_then(|s| s.get(name))
-                .and_then(Value::as_array)
-                .map(|items| items.iter().filter_map(amount).collect::<Vec<_>>())
-                .unwrap_or_default()
-        };
-        let sum = list(CONTAINER_LISTS[0])
-            .iter()
-            .try_fold(Quantity::ZERO, |total, q| total.checked_add(q))?;
-        let largest_init = list(CONTAINER_LISTS[1]).into_iter().max();
-        Some(largest_init.map_or(sum, |init| sum.max(init)))
+        let mut app = Quantity::ZERO;
+        let mut sidecars = Quantity::ZERO;
+        let mut init_peak = Quantity::ZERO;
+        for c in workload::pod_containers(template) {
+            let own = amount(c.container);
+            match c.role {
+                ContainerRole::App => app = app.checked_add(&own)?,
+                ContainerRole::Sidecar => {
+                    sidecars = sidecars.checked_add(&own)?;
+                    init_peak = init_peak.max(sidecars);
+                }
+                ContainerRole::Init => init_peak = init_peak.max(own.checked_add(&sidecars)?),
+            }
+        }
+        app = app.checked_add(&sidecars)?;
+        Some(app.max(init_peak))
+    }
+
+    /// How many pods of one pod template can run at the same time: a batch/v1 Job runs
+    /// min(parallelism, completions) (API defaults: parallelism 1, completions = parallelism);
+    /// the Worker replicas of an elastic PyTorchJob scale up to `elasticPolicy.maxReplicas`;
+    /// otherwise every replica (Volcano task, PyTorchJob replica type) can run at once.
+    fn pods_at_once(&self, info: &TemplateInfo) -> i64 {
+        let spec = self.object.get("spec");
+        let int = |v: Option<&Value>| v.and_then(Value::as_i64);
+        match (&info.role, self.kind) {
+            (TemplateRole::JobTemplate, WorkloadKind::BatchJob) => {
+                let parallelism = int(spec.and_then(|s| s.get("parallelism"))).unwrap_or(1);
+                let completions = int(spec.and_then(|s| s.get("completions")));
+                completions.map_or(parallelism, |c| parallelism.min(c))
+            }
+            (TemplateRole::PyTorchReplica { replica_type }, WorkloadKind::PyTorchJob)
+                if replica_type.eq_ignore_ascii_case("worker") =>
+            {
+                let max_replicas = int(spec
+                    .and_then(|s| s.get("elasticPolicy"))
+                    .and_then(|e| e.get("maxReplicas")));
+                max_replicas.map_or(info.replicas, |m| m.max(info.replicas))
+            }
+            _ => info.replicas,
+        }
+        .max(0)
     }
 
     fn check_total(&mut self, resource: &str, schema: &Schema) {
@@ -226,7 +402,7 @@ impl<'a> Evaluation<'a> {
             if per_pod == Some(Quantity::ZERO) {
                 continue;
             }
-            let replicas = info.replicas.max(0);
+            let replicas = self.pods_at_once(info);
             let shown = per_pod.map_or("too much".into(), |q| q.to_string());
             parts.push(format!("{}: {replicas} × {shown}", template_label(info)));
             total = total.zip(per_pod).and_then(|(total, per_pod)| {
@@ -320,6 +496,16 @@ impl<'a> Evaluation<'a> {
     }
 }
 
+/// True for a location checked on a controller-made Pod: inside the pod template, except the
+/// pod's name, which the controller chooses (`generateName`).
+fn is_per_pod(anchor: Anchor, path: &FieldPath) -> bool {
+    let controller_named = matches!(
+        path.0.as_slice(),
+        [Segment::Key(m), Segment::Key(n)] if m == "metadata" && (n == "name" || n == "generateName")
+    );
+    anchor == Anchor::PodTemplate && !controller_named
+}
+
 /// `spec.tasks[1].template`, or `pod` for a bare Pod.
 fn template_label(info: &TemplateInfo) -> &str {
     if info.path.is_empty() {
@@ -334,16 +520,25 @@ impl QueueLimits {
     fn violations(
         &self,
         queue: &str,
-        kind: WorkloadKind,
-        object: &Value,
-        namespace: Option<&str>,
+        subject: Subject<'_>,
         warnings: &mut Vec<String>,
     ) -> Vec<String> {
+        let Subject {
+            kind,
+            object,
+            namespace,
+            scope,
+            sidecars,
+        } = subject;
+        let per_pod_only = scope == Scope::PerPod;
         let mut eval = Evaluation {
             queue,
             kind,
             object,
             templates: workload::templates(kind, object),
+            shape: &self.shape,
+            sidecars,
+            reached: HashSet::new(),
             violations: Vec::new(),
             seen: HashSet::new(),
         };
@@ -369,10 +564,15 @@ impl QueueLimits {
         for variable in &self.variables {
             let source = format!("variable {:?}", variable.name);
             for location in &variable.locations {
-                if !eval.applies(location.anchor, self.template_kind) {
+                if !eval.applies(location.anchor, self.template_kind)
+                    || (per_pod_only && !is_per_pod(location.anchor, &location.path))
+                {
                     continue;
                 }
-                for (place, value) in eval.places(location.anchor, &location.path) {
+                let places =
+                    eval.template_places(location.anchor, &location.template_path, &location.path);
+                for (place, value) in places {
+                    eval.reached.insert(place.clone());
                     if let [Piece::Variable(_)] = location.pattern.as_slice() {
                         eval.check_schema(&place, value, &variable.schema, &source);
                         continue;
@@ -414,24 +614,30 @@ impl QueueLimits {
         }
 
         for field in &self.fields {
+            if per_pod_only && !is_per_pod(field.anchor, &field.path) {
+                continue;
+            }
             let source = format!("field {:?}", field.written);
             for (place, value) in eval.places(field.anchor, &field.path) {
+                eval.reached.insert(place.clone());
                 eval.check_schema(&place, value, &field.schema, &source);
             }
         }
 
-        for leaf in &self.fixed_values {
-            if eval.applies(leaf.anchor, self.template_kind) {
-                eval.check_fixed_value(leaf);
+        eval.check_envelope(&self.envelope);
+
+        if !per_pod_only {
+            for leaf in &self.fixed_values {
+                if eval.applies(leaf.anchor, self.template_kind) {
+                    eval.check_fixed_value(leaf);
+                }
             }
-        }
-
-        for total in &self.totals {
-            eval.check_total(&total.resource, &total.schema);
-        }
-
-        if let Some(maximum) = self.max_active_deadline_seconds {
-            eval.check_deadline(maximum);
+            for total in &self.totals {
+                eval.check_total(&total.resource, &total.schema);
+            }
+            if let Some(maximum) = self.max_active_deadline_seconds {
+                eval.check_deadline(maximum);
+            }
         }
 
         if !self.allowed_registries.is_empty() {
@@ -461,6 +667,203 @@ mod tests {
         ));
         assert!(!image_allowed_by("ghcr.io/acme-evil/train", "ghcr.io/acme"));
         assert!(!image_allowed_by("evil.io/ghcr.io/acme/x", "ghcr.io/acme"));
+    }
+
+    /// The violations of `object` (a `kind`) under a queue `q` whose limits are `limits_yaml`.
+    pub(crate) fn violations_of(
+        limits_yaml: &str,
+        kind: WorkloadKind,
+        object: &Value,
+    ) -> Vec<String> {
+        let limits: String = limits_yaml
+            .lines()
+            .map(|l| format!("      {l}\n"))
+            .collect();
+        let policy = crate::Policy::from_yaml(&format!("queues:\n  q:\n    limits:\n{limits}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        check_limits(
+            policy.queue("q").unwrap(),
+            kind,
+            object,
+            None,
+            Some("ns"),
+            &Operation::Create,
+            &["istio-proxy".to_string()],
+        )
+        .violations
+    }
+
+    fn gpu_container(gpus: i64) -> Value {
+        serde_json::json!({"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}})
+    }
+
+    #[test]
+    fn batch_job_total_counts_min_of_parallelism_and_completions() {
+        use serde_json::json;
+        let totals = "totals:\n  nvidia.com/gpu: {maximum: 8}";
+        let job = |parallelism: Value, completions: Value| {
+            let mut spec = json!({"template": {"spec": {"containers": [gpu_container(4)]}}});
+            if !parallelism.is_null() {
+                spec["parallelism"] = parallelism;
+            }
+            if !completions.is_null() {
+                spec["completions"] = completions;
+            }
+            json!({"spec": spec})
+        };
+        let total = |p, c| violations_of(totals, WorkloadKind::BatchJob, &job(p, c));
+        // 4 pods may be in flight, but only 2 completions are wanted: at most 2 run at once.
+        assert_eq!(total(json!(4), json!(2)), Vec::<String>::new());
+        // The API defaults: parallelism 1; completions unset means parallelism.
+        assert_eq!(total(Value::Null, json!(10)), Vec::<String>::new());
+        assert_eq!(
+            total(json!(3), Value::Null),
+            vec![
+                r#"queue "q": total nvidia.com/gpu over all pods=12 exceeds maximum 8 (totals) (spec.template: 3 × 4)"#
+            ]
+        );
+        assert_eq!(
+            total(json!(5), json!(3)),
+            vec![
+                r#"queue "q": total nvidia.com/gpu over all pods=12 exceeds maximum 8 (totals) (spec.template: 3 × 4)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn elastic_pytorchjob_total_counts_max_replicas_of_the_workers() {
+        use serde_json::json;
+        let replica = |n: i64| json!({"replicas": n, "template": {"spec": {"containers": [gpu_container(2)]}}});
+        let mut job = json!({"spec": {"pytorchReplicaSpecs": {"Worker": replica(1)}}});
+        let totals = "totals:\n  nvidia.com/gpu: {maximum: 4}";
+        assert!(violations_of(totals, WorkloadKind::PyTorchJob, &job).is_empty());
+        job["spec"]["elasticPolicy"] = json!({"minReplicas": 1, "maxReplicas": 4});
+        assert_eq!(
+            violations_of(totals, WorkloadKind::PyTorchJob, &job),
+            vec![
+                r#"queue "q": total nvidia.com/gpu over all pods=8 exceeds maximum 4 (totals) (spec.pytorchReplicaSpecs.Worker.template: 4 × 2)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn per_pod_amount_follows_the_pod_resource_formula_with_native_sidecars() {
+        use serde_json::json;
+        let template = |spec: Value| json!({"spec": spec}).as_object().unwrap().clone();
+        let gpus = |spec: Value| {
+            Evaluation::per_pod(&template(spec), "nvidia.com/gpu").map(|q| q.to_string())
+        };
+        let c = |n: i64| gpu_container(n);
+        let sidecar = |n: i64| {
+            let mut s = gpu_container(n);
+            s["restartPolicy"] = json!("Always");
+            s
+        };
+        // Two app containers add up.
+        assert_eq!(
+            gpus(json!({"containers": [c(2), c(3)]})).as_deref(),
+            Some("5")
+        );
+        // A plain init container runs alone: the larger of it and the app sum.
+        assert_eq!(
+            gpus(json!({"containers": [c(2)], "initContainers": [c(4)]})).as_deref(),
+            Some("4")
+        );
+        // A native sidecar runs next to the app containers and the init containers after it.
+        assert_eq!(
+            gpus(json!({"containers": [c(2)], "initContainers": [sidecar(1)]})).as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            gpus(json!({"containers": [c(2)], "initContainers": [sidecar(1), c(4)]})).as_deref(),
+            Some("5")
+        );
+        // An init container that ran before the sidecar started does not overlap with it.
+        assert_eq!(
+            gpus(json!({"containers": [c(2)], "initContainers": [c(4), sidecar(1)]})).as_deref(),
+            Some("4")
+        );
+    }
+
+    #[test]
+    fn controller_made_pods_are_checked_on_per_pod_rules_only() {
+        use serde_json::json;
+        let limits = r#"strict: true
+template: |
+  spec:
+    activeDeadlineSeconds: 600
+    template:
+      metadata:
+        name: trainer
+      spec:
+        containers:
+          - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}
+        restartPolicy: Never
+variables:
+  gpus: {type: integer, maximum: 4}
+fields:
+  - {path: spec.parallelism, type: integer, required: true}
+totals:
+  nvidia.com/gpu: {minimum: 2}
+maxActiveDeadlineSeconds: 3600
+allowedRegistries: [ghcr.io/acme]"#;
+        let pod = |gpus: i64, owner: Value| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "train-", "ownerReferences": owner},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c",
+                    "image": "ghcr.io/acme/train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
+        };
+        let owned_by = |api_version: &str, kind: &str, controller: bool| {
+            json!([{"apiVersion": api_version, "kind": kind, "name": "train", "uid": "u",
+                "controller": controller}])
+        };
+        // A pod of a Job (its parallelism, totals, deadline and contract were checked on the
+        // Job): allowed.
+        for (api_version, kind) in [
+            ("batch/v1", "Job"),
+            ("batch.volcano.sh/v1alpha1", "Job"),
+            ("kubeflow.org/v1", "PyTorchJob"),
+        ] {
+            let owner = owned_by(api_version, kind, true);
+            assert_eq!(
+                violations_of(limits, WorkloadKind::Pod, &pod(1, owner)),
+                Vec::<String>::new(),
+                "{api_version} {kind}"
+            );
+        }
+        // Per-pod rules still hold for it.
+        let mut over = pod(8, owned_by("batch/v1", "Job", true));
+        over["spec"]["containers"][0]["image"] = json!("docker.io/evil/x");
+        assert_eq!(
+            violations_of(limits, WorkloadKind::Pod, &over),
+            vec![
+                r#"queue "q": spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#,
+                r#"queue "q": spec.containers[0].image="docker.io/evil/x" is not from an allowed registry (allowedRegistries: ghcr.io/acme)"#,
+            ]
+        );
+        // Not made by a controller launchgate validates: every rule.
+        for owner in [
+            json!(null),
+            owned_by("batch/v1", "Job", false),
+            owned_by("apps/v1", "ReplicaSet", true),
+            owned_by("batch/v2", "Job", true),
+        ] {
+            let found = violations_of(limits, WorkloadKind::Pod, &pod(1, owner.clone()));
+            assert_eq!(found.len(), 4, "{owner}: {found:#?}");
+            assert!(
+                found
+                    .iter()
+                    .any(|v| v.contains("spec.parallelism is missing"))
+            );
+            assert!(found.iter().any(|v| v.contains("metadata.name is missing")));
+            assert!(found.iter().any(|v| v.contains("(totals)")));
+            assert!(
+                found
+                    .iter()
+                    .any(|v| v.contains("activeDeadlineSeconds is not set"))
+            );
+        }
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //! * [`path`]: field paths (`containers[*].resources.limits["nvidia.com/gpu"]`).
 //! * [`schema`]: the W&B value schema (`type`, `minimum`, `maximum`, `enum`).
 //! * [`template`]: the queue template and where its variables land.
+//! * `binding`: which pod templates and containers of a workload a template position means
+//!   (by role and name), and the envelope that holds every other container.
 
+mod binding;
 mod check;
 pub mod path;
 pub mod quantity;
@@ -48,7 +51,8 @@ pub struct LimitsConfig {
     pub variables: BTreeMap<String, VariableConfig>,
     /// Limits by field path, relative to each pod spec (or absolute from `spec.`/`metadata.`).
     pub fields: Vec<FieldLimitConfig>,
-    /// Per-workload totals by resource name: Σ over pod templates of replicas × per-pod amount.
+    /// Per-workload totals by resource name: Σ over pod templates of the pods that can run at
+    /// once × the per-pod amount.
     pub totals: BTreeMap<String, TotalLimitConfig>,
     /// Largest allowed `activeDeadlineSeconds`; when set, a workload must have one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -151,6 +155,8 @@ pub struct TotalLimitConfig {
 #[derive(Debug, Clone)]
 struct VariableLocation {
     anchor: Anchor,
+    /// Where the placeholder is in the template (binds its pod template and container).
+    template_path: FieldPath,
     path: FieldPath,
     /// The template leaf's content, e.g. `[Variable("gpus")]`.
     pattern: Vec<Piece>,
@@ -187,6 +193,11 @@ pub struct QueueLimits {
     fields: Vec<FieldLimit>,
     /// The kind the template describes; root-level template positions apply only to it.
     template_kind: Option<WorkloadKind>,
+    /// The template's pod templates and container names, to bind positions by role and name.
+    shape: binding::TemplateShape,
+    /// Per resource, the most any container may have (holds containers and tasks the
+    /// template does not describe).
+    envelope: Vec<binding::Ceiling>,
     /// `strict`: the template's fixed values.
     fixed_values: Vec<TemplateLeaf>,
     totals: Vec<TotalLimit>,
@@ -255,6 +266,7 @@ impl QueueLimits {
         let mut locations: BTreeMap<&str, Vec<VariableLocation>> = BTreeMap::new();
         if let Some(template) = &template {
             limits.template_kind = template.kind;
+            limits.shape = binding::TemplateShape::of(template.kind, &template.leaves);
             let mut reported = BTreeSet::new();
             for leaf in &template.leaves {
                 let pattern = match &leaf.content {
@@ -282,12 +294,13 @@ impl QueueLimits {
                         continue;
                     };
                     let entry = locations.entry(known.as_str()).or_default();
-                    let duplicate = entry.iter().any(|l| {
-                        l.anchor == leaf.anchor && l.path == leaf.path && l.pattern == *pattern
-                    });
+                    let duplicate = entry
+                        .iter()
+                        .any(|l| l.template_path == leaf.template_path && l.pattern == *pattern);
                     if !duplicate {
                         entry.push(VariableLocation {
                             anchor: leaf.anchor,
+                            template_path: leaf.template_path.clone(),
                             path: leaf.path.clone(),
                             pattern: pattern.clone(),
                             written: pattern_text(pattern),
@@ -409,6 +422,7 @@ impl QueueLimits {
         }
         limits.allowed_namespaces = cfg.allowed_namespaces.clone();
 
+        limits.envelope = binding::envelope(&limits.variables, &limits.fields);
         if errors.is_empty() {
             Ok(limits)
         } else {

@@ -193,6 +193,32 @@ impl Schema {
         Some(schema)
     }
 
+    /// The largest value this schema allows — its `maximum`, or the largest numeric `enum`
+    /// member — and a quantity schema holding only that bound. `None` for strings and for
+    /// schemas without an upper bound.
+    pub fn ceiling(&self) -> Option<(Quantity, Schema)> {
+        let enum_top = match &self.allowed {
+            Some(Allowed::Numbers(options)) => options.iter().max_by_key(|o| o.value).cloned(),
+            _ => None,
+        };
+        let top = match (&self.maximum, enum_top) {
+            _ if self.value_type == ValueType::String => return None,
+            (Some(max), Some(e)) => std::cmp::min_by_key(max.clone(), e, |w| w.value),
+            (Some(max), None) => max.clone(),
+            (None, Some(e)) => e,
+            (None, None) => return None,
+        };
+        let value = top.value;
+        let schema = Schema {
+            value_type: ValueType::Quantity,
+            minimum: None,
+            maximum: Some(top),
+            allowed: None,
+            required: false,
+        };
+        Some((value, schema))
+    }
+
     /// What is wrong with `value`, e.g. `exceeds maximum 4`; `None` when it satisfies the schema.
     pub fn problem(&self, value: &Value) -> Option<String> {
         if self.value_type == ValueType::String {
