@@ -87,6 +87,9 @@ pub struct MatchRules {
     pub launch_labels: Vec<String>,
     pub queue_labels: Vec<String>,
     pub queue_env: Option<String>,
+    /// Container env var naming the queue's W&B entity (set by the W&B Launch agent); a
+    /// queue configured as `entity/name` is chosen over one configured as `name`.
+    pub queue_entity_env: Option<String>,
     pub exclude_labels: BTreeMap<String, String>,
     pub sidecar_containers: Vec<String>,
 }
@@ -97,6 +100,7 @@ impl Default for MatchRules {
             launch_labels: vec!["wandb.ai/monitor".into(), "wandb.ai/agent".into()],
             queue_labels: vec!["launchgate.io/queue".into(), "queue".into()],
             queue_env: Some("WANDB_LAUNCH_QUEUE_NAME".into()),
+            queue_entity_env: Some("WANDB_LAUNCH_QUEUE_ENTITY".into()),
             exclude_labels: BTreeMap::from([("wandb".into(), "launch".into())]),
             sidecar_containers: vec!["istio-proxy".into(), "linkerd-proxy".into()],
         }
@@ -122,7 +126,13 @@ pub struct QueueConfig {
 /// A configured queue, compiled.
 #[derive(Debug)]
 pub struct Queue {
+    /// The W&B queue name (the config key without its `entity/`), as workloads name it in
+    /// their queue label and `WANDB_LAUNCH_QUEUE_NAME`.
     pub name: String,
+    /// The W&B entity, for a queue configured as `entity/name`.
+    pub entity: Option<String>,
+    /// The config key (`gpu-queue` or `acme/gpu-queue`).
+    pub key: String,
     pub config: QueueConfig,
     pub limits: QueueLimits,
 }
@@ -179,12 +189,28 @@ impl Policy {
                 cache.check(&format!("{at}.cache"), &mut errors);
             }
             qc.pytorch.check(&format!("{at}.pytorch"), &mut errors);
+            let (entity, short) = match name.split_once('/') {
+                Some((entity, short)) => (Some(entity.to_string()), short.to_string()),
+                None => (None, name.clone()),
+            };
+            if name.trim().is_empty()
+                || short.is_empty()
+                || short.contains('/')
+                || entity.as_deref().is_some_and(str::is_empty)
+            {
+                errors.push(ConfigError::new(
+                    at.clone(),
+                    "a queue is named `name` or `entity/name` (the W&B entity and queue name)",
+                ));
+            }
             match QueueLimits::compile(&qc.limits, &format!("{at}.limits")) {
                 Ok(limits) => {
                     queues.insert(
                         name.clone(),
                         Queue {
-                            name: name.clone(),
+                            name: short,
+                            entity,
+                            key: name.clone(),
                             config: qc.clone(),
                             limits,
                         },
