@@ -19,6 +19,16 @@ use std::fmt;
 /// The built-in example policy (the seeds' GPU queue), as YAML.
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("default-config.yaml");
 
+/// The sha256 (hex) of a config file's bytes, as `sha256sum` prints it: the
+/// `launchgate_config_info{hash}` label, so every pod's policy can be compared with the file.
+pub fn config_hash(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// A configuration error, naming the key path it concerns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -239,6 +249,14 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_hash_is_the_sha256_of_the_bytes() {
+        assert_eq!(
+            config_hash(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     #[test]
     fn embedded_default_loads() {

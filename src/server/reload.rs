@@ -62,9 +62,17 @@ pub fn spawn(
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut last_config = config_path.as_ref().and_then(|p| std::fs::read(p).ok());
+    let loaded = match (&config_path, &last_config) {
+        (None, _) => crate::policy::DEFAULT_CONFIG_YAML.as_bytes(),
+        (Some(_), Some(bytes)) => bytes.as_slice(),
+        (Some(_), None) => &[],
+    };
+    state
+        .metrics
+        .config_loaded(crate::policy::config_hash(loaded));
     tokio::spawn(async move {
         let mut last_cert = cert_source.read().ok();
-        let mut last_config = config_path.as_ref().and_then(|p| std::fs::read(p).ok());
         let mut not_after = state.metrics.cert_not_after.get();
         loop {
             tokio::select! {
@@ -119,12 +127,16 @@ pub fn spawn(
                                 state.policy.store(Arc::new(policy));
                                 state
                                     .metrics
+                                    .config_loaded(crate::policy::config_hash(&bytes));
+                                state
+                                    .metrics
                                     .config_reloads
                                     .get_or_create(&ResultLabels { result: "success" })
                                     .inc();
                                 tracing::info!(path = %path.display(), "reloaded config");
                             }
                             Err(e) => {
+                                state.metrics.config_last_reload_successful.set(0);
                                 state
                                     .metrics
                                     .config_reloads
