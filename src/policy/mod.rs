@@ -3,8 +3,10 @@
 //! A config file is parsed once (unknown keys and bad values are rejected with the path of the
 //! offending key), checked, compiled into a [`Policy`] and then shared read-only.
 
+mod json_schema;
 mod resolve;
 
+pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
 pub use resolve::{QueueResolution, QueueSource, WorkloadMatch};
 
 use crate::mutate::{
@@ -75,7 +77,7 @@ impl fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 /// The whole config file.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
     #[serde(default, rename = "match")]
@@ -91,7 +93,7 @@ pub struct Config {
 }
 
 /// Which objects are launch workloads and how their queue is named.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct MatchRules {
     pub launch_labels: Vec<String>,
@@ -118,7 +120,7 @@ impl Default for MatchRules {
 }
 
 /// Everything configured for one queue.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QueueConfig {
     #[serde(default)]
