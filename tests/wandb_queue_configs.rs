@@ -228,3 +228,85 @@ fn check_config_rejects_a_variable_no_check_reads_naming_queue_and_variable() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn import_queue_turns_a_terraform_queue_into_a_snippet_that_enforces_the_limit() {
+    let fixture = root().join("tests/fixtures/wandb-queues/terraform-show.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args(["import-queue", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(fixture).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // One line per limit, before anything is installed.
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            r#"enforces acme/kubeflow-gpu: variable "gpus" (integer 0..4): spec.containers[0].resources.limits["nvidia.com/gpu"] of every pod template"#
+        ]
+    );
+    let snippet = String::from_utf8(out.stdout).unwrap();
+    let ok = check_config(&snippet);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // The imported queue, selected by the agent's entity and queue env, denies 8 GPUs.
+    let policy = Policy::from_yaml(&snippet).unwrap();
+    let with_env = |gpus: &str| {
+        let mut job = pytorch_job(gpus);
+        for replica in ["Master", "Worker"] {
+            job["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["containers"][0]["env"] = json!([
+                {"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "kubeflow-gpu"},
+                {"name": "WANDB_LAUNCH_QUEUE_ENTITY", "value": "acme"}
+            ]);
+        }
+        job
+    };
+    let (allowed, message) = verdict(&policy, with_env("8"));
+    assert!(!allowed, "8 GPUs allowed");
+    assert!(
+        message.contains(r#"queue "kubeflow-gpu": spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4"#),
+        "{message}"
+    );
+    assert_eq!(verdict(&policy, with_env("2")), (true, String::new()));
+}
+
+#[test]
+fn import_queue_of_a_ui_config_names_the_variable_that_needs_a_schema() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args([
+            "import-queue",
+            "tests/fixtures/wandb-queues/minikube-gpu.yaml",
+            "--name",
+            "gpu-queue",
+        ])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("queues.gpu-queue.limits.variables.gpus.type: missing `type`"),
+        "{stderr}"
+    );
+    // The template is the config as written.
+    let snippet: Value = serde_norway::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(
+        snippet["queues"]["gpu-queue"]["limits"]["template"],
+        json!(queue_config("minikube-gpu.yaml"))
+    );
+}

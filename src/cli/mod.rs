@@ -1,6 +1,8 @@
 //! The command line: `serve`, the offline `mutate` / `validate`, `check-config`,
 //! `print-default-config` and `certs`. Every flag can also be set from an env var.
 
+pub mod import_queue;
+
 use crate::admission::{AdmissionRequest, AdmissionReviewResponse};
 use crate::cluster::NoCluster;
 use crate::manifest::{InputDocument, parse_documents};
@@ -43,6 +45,9 @@ pub enum Command {
     },
     /// Print the built-in example config, a starting point for your own.
     PrintDefaultConfig,
+    /// Turn a W&B queue (UI config, queue export, Terraform wandb_run_queue) into a launchgate
+    /// queue snippet; prints what it will enforce, one line per limit.
+    ImportQueue(import_queue::ImportQueueArgs),
     /// Generate a CA and a serving certificate for a Service DNS name.
     Certs(CertsArgs),
 }
@@ -366,6 +371,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
         }
+        Command::ImportQueue(args) => import_queue::run(&args),
         Command::PrintDefaultConfig => {
             print!("{DEFAULT_CONFIG_YAML}");
             Ok(ExitCode::SUCCESS)

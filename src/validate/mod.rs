@@ -542,6 +542,77 @@ impl QueueLimits {
         }
     }
 
+    /// What the limits enforce, one line per limit, e.g. `variable "gpus" (integer 0..4):
+    /// spec.containers[0].resources.limits["nvidia.com/gpu"] of every pod template`.
+    pub fn describe(&self) -> Vec<String> {
+        let place = |anchor: Anchor, path: &FieldPath| match anchor {
+            Anchor::PodTemplate => format!("{path} of every pod template"),
+            Anchor::Root => match self.template_kind {
+                Some(kind) => format!("{path} of a {}", kind.as_str()),
+                None => path.to_string(),
+            },
+        };
+        let mut lines = Vec::new();
+        if !self.allowed_namespaces.is_empty() {
+            lines.push(format!(
+                "namespace: one of {}",
+                self.allowed_namespaces.join(", ")
+            ));
+        }
+        for variable in &self.variables {
+            let places: Vec<String> = variable
+                .locations
+                .iter()
+                .map(|l| {
+                    let at = place(l.anchor, &l.path);
+                    match l.pattern.as_slice() {
+                        [Piece::Variable(_)] => at,
+                        _ => format!("{at} (as {:?})", l.written),
+                    }
+                })
+                .collect();
+            let description = variable.schema.describe();
+            lines.push(format!(
+                "variable {:?} ({description}): {}",
+                variable.name,
+                places.join("; ")
+            ));
+        }
+        for field in &self.fields {
+            lines.push(format!(
+                "field {:?} ({}): {}",
+                field.written,
+                field.schema.describe(),
+                place(field.anchor, &field.path)
+            ));
+        }
+        if !self.fixed_values.is_empty() {
+            lines.push(format!(
+                "strict: the template's {} fixed values",
+                self.fixed_values.len()
+            ));
+        }
+        for total in &self.totals {
+            lines.push(format!(
+                "total {} over all pods ({})",
+                total.resource,
+                total.schema.describe()
+            ));
+        }
+        if let Some(seconds) = self.max_active_deadline_seconds {
+            lines.push(format!(
+                "activeDeadlineSeconds: required, at most {seconds}"
+            ));
+        }
+        if !self.allowed_registries.is_empty() {
+            lines.push(format!(
+                "images from: {}",
+                self.allowed_registries.join(", ")
+            ));
+        }
+        lines
+    }
+
     /// True when nothing is limited.
     pub fn is_empty(&self) -> bool {
         self.variables.is_empty()
