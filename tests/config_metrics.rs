@@ -102,3 +102,29 @@ async fn reload_success_gauge_and_config_hash_follow_the_file() {
     );
     assert!(!text.contains(&first), "old hash still reported:\n{text}");
 }
+
+/// `serve` never starts on a queue whose limits would enforce nothing.
+#[tokio::test]
+async fn serve_refuses_a_template_of_unknown_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("config.yaml");
+    let tfjob = DEFAULT_CONFIG_YAML.replacen(
+        "      template: |\n        spec:",
+        "      template: |\n        kind: TFJob\n        spec:",
+        1,
+    );
+    std::fs::write(&config_path, tfjob).unwrap();
+    let opts = launchgate::server::ServeOptions {
+        config: Some(config_path),
+        ..options(dir.path())
+    };
+    let err = match launchgate::server::start(opts, None).await {
+        Ok(_) => panic!("the server started with a template of unknown kind"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains(r#"queues.gpu-queue.limits.template: kind "TFJob""#)
+            && err.contains(r#"variable "gpus" would never be checked"#),
+        "{err}"
+    );
+}
