@@ -125,15 +125,14 @@ pub fn spawn(
                         match parsed {
                             Ok(policy) => {
                                 state.policy.store(Arc::new(policy));
-                                state
-                                    .metrics
-                                    .config_loaded(crate::policy::config_hash(&bytes));
+                                let hash = crate::policy::config_hash(&bytes);
+                                state.metrics.config_loaded(hash.clone());
                                 state
                                     .metrics
                                     .config_reloads
                                     .get_or_create(&ResultLabels { result: "success" })
                                     .inc();
-                                tracing::info!(path = %path.display(), "reloaded config");
+                                tracing::info!(path = %path.display(), %hash, "reloaded config");
                             }
                             Err(e) => {
                                 state.metrics.config_last_reload_successful.set(0);
