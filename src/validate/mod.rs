@@ -413,6 +413,16 @@ impl QueueLimits {
                 }
             }
         }
+        if let Some(t) = &template
+            && !cfg.strict
+            && t.stray_variables.is_empty()
+            && t.leaves.iter().all(|l| l.variables().next().is_none())
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.template"),
+                "the template has no {{variable}} and `strict` is false, so it limits nothing: put the W&B variables in it (`{{gpus}}` where the value goes, with `variables.gpus`), set `strict: true`, or remove it",
+            ));
+        }
         let unread: BTreeSet<String> = template
             .iter()
             .flat_map(|t| {
@@ -827,6 +837,25 @@ allowedRegistries: [""]
             serde_norway::from_str::<LimitsConfig>("variables: [{schema: {type: integer}}]")
                 .unwrap_err();
         assert!(unnamed.to_string().contains("no `name`"), "{unnamed}");
+    }
+
+    #[test]
+    fn a_template_that_limits_nothing_is_rejected() {
+        let errors = errors_of(
+            "template: \"kubernetes: {kind: PyTorchJob, spec: {pytorchReplicaSpecs: {Worker: {template: {spec: {containers: [{image: '${image_uri}'}]}}}}}}\"\n",
+        );
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert!(
+            errors[0].starts_with(
+                "queues.q.limits.template: the template has no {{variable}} and `strict` is false, so it limits nothing"
+            ),
+            "{errors:#?}"
+        );
+        // The same template as a strict contract is a limit.
+        compile_yaml(
+            "strict: true\ntemplate: \"kubernetes: {kind: PyTorchJob, spec: {pytorchReplicaSpecs: {Worker: {template: {spec: {containers: [{image: '${image_uri}'}]}}}}}}\"\n",
+        )
+        .unwrap();
     }
 
     #[test]
