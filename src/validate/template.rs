@@ -143,47 +143,71 @@ fn is_variable_name(name: &str) -> bool {
             .all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.')
 }
 
-/// Replaces each `{{ name }}` with a plain-scalar-safe sentinel, so unquoted placeholders
-/// survive YAML parsing; returns the text and the names by sentinel number.
+/// Replaces each `{{ name }}` and `${name}` with a plain-scalar-safe sentinel, so unquoted
+/// placeholders and macros survive YAML parsing (even in flow collections, where `{`/`}`
+/// are syntax); returns the text and what each sentinel stands for (`{{name}}`, `${name}`).
 fn protect_placeholders(text: &str) -> (String, Vec<String>) {
     let mut out = String::with_capacity(text.len());
-    let mut names = Vec::new();
+    let mut originals = Vec::new();
     let mut rest = text;
-    while let Some(start) = rest.find("{{") {
+    loop {
+        let placeholder = rest.find("{{");
+        let macro_ = rest.find("${");
+        let (start, is_macro) = match (placeholder, macro_) {
+            (Some(p), Some(m)) if m < p => (m, true),
+            (Some(p), _) => (p, false),
+            (None, Some(m)) => (m, true),
+            (None, None) => break,
+        };
         let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else { break };
+        let close = if is_macro { "}" } else { "}}" };
+        let Some(end) = after.find(close) else { break };
         let name = after[..end].trim();
-        out.push_str(&rest[..start]);
-        if is_variable_name(name) {
-            out.push_str(&format!("{SENTINEL_START}{}{SENTINEL_END}", names.len()));
-            names.push(name.to_string());
+        let valid = if is_macro {
+            !name.is_empty()
+                && after[..end]
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_')
         } else {
-            out.push_str(&rest[start..start + 2 + end + 2]);
+            is_variable_name(name)
+        };
+        out.push_str(&rest[..start]);
+        let consumed = start + 2 + end + close.len();
+        if valid {
+            out.push_str(&format!(
+                "{SENTINEL_START}{}{SENTINEL_END}",
+                originals.len()
+            ));
+            originals.push(if is_macro {
+                format!("${{{name}}}")
+            } else {
+                format!("{{{{{name}}}}}")
+            });
+        } else {
+            out.push_str(&rest[start..consumed]);
         }
-        rest = &after[end + 2..];
+        rest = &rest[consumed..];
     }
     out.push_str(rest);
-    (out, names)
+    (out, originals)
 }
 
-/// Puts `{{name}}` back where a sentinel is.
-fn restore_placeholders(text: &str, names: &[String]) -> String {
+/// Puts `{{name}}` / `${name}` back where a sentinel is.
+fn restore_placeholders(text: &str, originals: &[String]) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find(SENTINEL_START) {
         let after = &rest[start + SENTINEL_START.len()..];
         let digits = after.chars().take_while(char::is_ascii_digit).count();
-        let name = after[..digits]
+        let original = after[..digits]
             .parse::<usize>()
             .ok()
-            .and_then(|i| names.get(i))
+            .and_then(|i| originals.get(i))
             .filter(|_| after[digits..].starts_with(SENTINEL_END));
-        match name {
-            Some(name) => {
+        match original {
+            Some(original) => {
                 out.push_str(&rest[..start]);
-                out.push_str("{{");
-                out.push_str(name);
-                out.push_str("}}");
+                out.push_str(original);
                 rest = &after[digits + SENTINEL_END.len()..];
             }
             None => {
@@ -759,6 +783,36 @@ spec:
             .unwrap();
         assert_eq!(t.stray_variables.len(), 1);
         assert_eq!(t.stray_variables[0].1.to_string(), "note");
+    }
+
+    #[test]
+    fn unquoted_macros_parse_in_flow_collections() {
+        let t = parse(&json!(
+            "spec: {template: {spec: {containers: [{image: ${image_uri}, args: [${run_id}, '{{x}}'], resources: {limits: {nvidia.com/gpu: {{ gpus }}}}}]}}}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            leaf(&t, "spec.template.spec.containers[0].image").content,
+            LeafContent::Pattern(vec![Piece::Macro])
+        );
+        assert_eq!(
+            leaf(&t, "spec.template.spec.containers[0].args[0]").content,
+            LeafContent::Pattern(vec![Piece::Macro])
+        );
+        assert_eq!(
+            leaf(
+                &t,
+                r#"spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]"#
+            )
+            .content,
+            LeafContent::Pattern(vec![Piece::Variable("gpus".into())])
+        );
+        // Not a macro: left as written.
+        let t = parse(&json!("metadata: {name: 'a-${not a macro}'}\n")).unwrap();
+        assert_eq!(
+            leaf(&t, "metadata.name").content,
+            LeafContent::Pattern(vec![Piece::Text("a-".into()), Piece::Macro])
+        );
     }
 
     #[test]
