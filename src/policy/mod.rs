@@ -163,11 +163,14 @@ impl Policy {
         let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let message = e.into_inner().to_string();
-            // serde_norway already prefixes some messages with the path.
-            let message = message
-                .strip_prefix(&format!("{path}: "))
-                .map(str::to_string)
-                .unwrap_or(message);
+            // serde_norway already prefixes some messages with the path (or, for an unknown
+            // field, with the path of the mapping holding it).
+            let message = match message.split_once(": ") {
+                Some((prefix, rest)) if !prefix.is_empty() && path.starts_with(prefix) => {
+                    rest.to_string()
+                }
+                _ => message,
+            };
             ConfigErrors(vec![ConfigError::new(path, message)])
         })?;
         Self::from_config(config)
@@ -272,8 +275,10 @@ mod tests {
         let err = Policy::from_yaml("queues:\n  q:\n    jobDefaults:\n      backofLimit: 1\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("backofLimit"), "{err}");
-        assert!(err.contains("queues.q.jobDefaults"), "{err}");
+        assert!(
+            err.starts_with("queues.q.jobDefaults.backofLimit: unknown field `backofLimit`"),
+            "{err}"
+        );
     }
 
     #[test]
