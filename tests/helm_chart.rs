@@ -460,17 +460,20 @@ fn default_render_is_a_safe_webhook() {
     assert_eq!(get("LAUNCHGATE_SHUTDOWN_DELAY"), "5");
     let grace = pod.termination_grace_period_seconds.unwrap();
     assert!(grace > 5 + get("LAUNCHGATE_DRAIN_TIMEOUT").parse::<i64>().unwrap());
+    let annotations = d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .clone()
+        .unwrap_or_default();
     assert!(
-        d.spec
-            .as_ref()
-            .unwrap()
-            .template
-            .metadata
-            .as_ref()
-            .unwrap()
-            .annotations
-            .is_none(),
-        "no checksum annotation by default: config is hot-reloaded"
+        annotations["checksum/config"].len() == 64,
+        "a config change rolls the pods by default: {annotations:?}"
     );
 
     let pdb: PodDisruptionBudget = one(&objs, "PodDisruptionBudget");
@@ -1062,4 +1065,59 @@ fn bad_audit_values_fail_at_install_time() {
         assert!(!ok, "values {bad} were accepted");
         assert!(stderr.contains("render failed"), "{bad}: {stderr}");
     }
+}
+
+/// `config` is checked at install time with the schema generated from the server's config
+/// types: a misspelled key or a wrong value fails the install, while the full built-in
+/// policy (every key, with nulls) installs.
+#[test]
+fn misspelled_config_key_fails_at_install_time() {
+    for (bad, key) in [
+        (
+            r#"{"config":{"queues":{"gpu-queue":{"jobDefaults":{"backofLimit":1}}}}}"#,
+            "backofLimit",
+        ),
+        (r#"{"config":{"defaultQueeu":"gpu-queue"}}"#, "defaultQueeu"),
+        (
+            r#"{"config":{"queues":{"gpu-queue":{"limits":{"enforcement":"block"}}}}}"#,
+            "enforcement",
+        ),
+        (
+            r#"{"config":{"queues":{"gpu-queue":{"limits":{"variables":{"gpus":{"maximim":4}}}}}}}"#,
+            "maximim",
+        ),
+    ] {
+        let (ok, _, stderr) = helm_check(&["render", "--set-json", bad]);
+        assert!(!ok, "config {bad} was accepted");
+        assert!(
+            stderr.contains("render failed") && stderr.contains(key),
+            "{bad}: {stderr}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("values.yaml");
+    let config: Value = serde_norway::from_str(launchgate::policy::DEFAULT_CONFIG_YAML).unwrap();
+    std::fs::write(
+        &values,
+        serde_norway::to_string(&serde_json::json!({ "config": config })).unwrap(),
+    )
+    .unwrap();
+    let objs = render(&["-f", values.to_str().unwrap()]);
+    let cm: ConfigMap = one(&objs, "ConfigMap");
+    let rendered: Value = serde_norway::from_str(&cm.data.unwrap()["config.yaml"]).unwrap();
+    assert_eq!(rendered, config);
+    // The pods roll on a config change by default.
+    let d: Deployment = one(&objs, "Deployment");
+    let annotations = d
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert!(
+        annotations.contains_key("checksum/config"),
+        "{annotations:?}"
+    );
 }

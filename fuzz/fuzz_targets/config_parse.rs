@@ -136,6 +136,22 @@ const CONFIG_WORDS: &[&str] = &[
     "{\"spec\": {\"backoffLimit\": \"{{gpus}}\"}}",
     "[1, 2]",
     "- a\n- b\n",
+    "queueEntityEnv",
+    "WANDB_LAUNCH_QUEUE_ENTITY",
+    "acme/gpu-queue",
+    "name",
+    "resource_args",
+    "kubernetes",
+    "kind",
+    "apiVersion",
+    "PyTorchJob",
+    "kubeflow.org/v1",
+    "pytorchReplicaSpecs",
+    "tasks",
+    "${",
+    "kubernetes:\n  kind: PyTorchJob\n  spec:\n    pytorchReplicaSpecs:\n      Worker:\n        template:\n          spec:\n            containers:\n              - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n",
+    "{\"resource_args\": {\"kubernetes\": {\"spec\": {\"template\": {\"spec\": {\"containers\": [{\"image\": \"${image_uri}\"}]}}}}}}",
+    "- {name: gpus, schema: {type: integer, maximum: 4}}\n",
 ];
 
 static BASES: LazyLock<[Value; 2]> = LazyLock::new(|| {

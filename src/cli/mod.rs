@@ -3,6 +3,7 @@
 //! Every flag can also be set from an env var.
 
 pub mod audit;
+pub mod import_queue;
 pub mod inputs;
 pub mod test_suite;
 
@@ -53,6 +54,9 @@ pub enum Command {
     },
     /// Print the built-in example config, a starting point for your own.
     PrintDefaultConfig,
+    /// Turn a W&B queue (UI config, queue export, Terraform wandb_run_queue) into a launchgate
+    /// queue snippet; prints what it will enforce, one line per limit.
+    ImportQueue(import_queue::ImportQueueArgs),
     /// Generate a CA and a serving certificate for a Service DNS name.
     Certs(CertsArgs),
 }
@@ -401,6 +405,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
         }
+        Command::ImportQueue(args) => import_queue::run(&args),
         Command::PrintDefaultConfig => {
             print!("{DEFAULT_CONFIG_YAML}");
             Ok(ExitCode::SUCCESS)

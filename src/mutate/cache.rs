@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
 /// Per-queue cache settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct CacheConfig {
     pub enabled: bool,
@@ -36,14 +36,14 @@ pub struct CacheConfig {
 }
 
 /// An existing PersistentVolumeClaim.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClaimSource {
     pub claim_name: String,
 }
 
 /// A direct NFS export.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NfsSource {
     pub server: String,

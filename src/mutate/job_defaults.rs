@@ -22,7 +22,7 @@ pub const KEEP_BACKOFF_LIMIT_ANNOTATION: &str = "launchgate.io/keep-backoff-limi
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Per-queue job defaults. A null value leaves that field alone.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct JobDefaultsConfig {
     pub enabled: bool,

@@ -3,8 +3,10 @@
 //! A config file is parsed once (unknown keys and bad values are rejected with the path of the
 //! offending key), checked, compiled into a [`Policy`] and then shared read-only.
 
+mod json_schema;
 mod resolve;
 
+pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
 pub use resolve::{QueueResolution, QueueSource, WorkloadMatch};
 
 use crate::mutate::labels::queue_label_value;
@@ -19,6 +21,16 @@ use std::fmt;
 
 /// The built-in example policy (the seeds' GPU queue), as YAML.
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("default-config.yaml");
+
+/// The sha256 (hex) of a config file's bytes, as `sha256sum` prints it: the
+/// `launchgate_config_info{hash}` label, so every pod's policy can be compared with the file.
+pub fn config_hash(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
 /// A configuration error, naming the key path it concerns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +78,7 @@ impl fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 /// The whole config file.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
     #[serde(default, rename = "match")]
@@ -82,12 +94,15 @@ pub struct Config {
 }
 
 /// Which objects are launch workloads and how their queue is named.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct MatchRules {
     pub launch_labels: Vec<String>,
     pub queue_labels: Vec<String>,
     pub queue_env: Option<String>,
+    /// Container env var naming the queue's W&B entity (set by the W&B Launch agent); a
+    /// queue configured as `entity/name` is chosen over one configured as `name`.
+    pub queue_entity_env: Option<String>,
     pub exclude_labels: BTreeMap<String, String>,
     pub sidecar_containers: Vec<String>,
 }
@@ -98,6 +113,7 @@ impl Default for MatchRules {
             launch_labels: vec!["wandb.ai/monitor".into(), "wandb.ai/agent".into()],
             queue_labels: vec!["launchgate.io/queue".into(), "queue".into()],
             queue_env: Some("WANDB_LAUNCH_QUEUE_NAME".into()),
+            queue_entity_env: Some("WANDB_LAUNCH_QUEUE_ENTITY".into()),
             exclude_labels: BTreeMap::from([("wandb".into(), "launch".into())]),
             sidecar_containers: vec!["istio-proxy".into(), "linkerd-proxy".into()],
         }
@@ -105,7 +121,7 @@ impl Default for MatchRules {
 }
 
 /// Everything configured for one queue.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QueueConfig {
     #[serde(default)]
@@ -123,7 +139,13 @@ pub struct QueueConfig {
 /// A configured queue, compiled.
 #[derive(Debug)]
 pub struct Queue {
+    /// The W&B queue name (the config key without its `entity/`), as workloads name it in
+    /// their queue label and `WANDB_LAUNCH_QUEUE_NAME`.
     pub name: String,
+    /// The W&B entity, for a queue configured as `entity/name`.
+    pub entity: Option<String>,
+    /// The config key (`gpu-queue` or `acme/gpu-queue`).
+    pub key: String,
     pub config: QueueConfig,
     pub limits: QueueLimits,
 }
@@ -142,11 +164,14 @@ impl Policy {
         let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let message = e.into_inner().to_string();
-            // serde_norway already prefixes some messages with the path.
-            let message = message
-                .strip_prefix(&format!("{path}: "))
-                .map(str::to_string)
-                .unwrap_or(message);
+            // serde_norway already prefixes some messages with the path (or, for an unknown
+            // field, with the path of the mapping holding it).
+            let message = match message.split_once(": ") {
+                Some((prefix, rest)) if !prefix.is_empty() && path.starts_with(prefix) => {
+                    rest.to_string()
+                }
+                _ => message,
+            };
             ConfigErrors(vec![ConfigError::new(path, message)])
         })?;
         Self::from_config(config)
@@ -180,12 +205,28 @@ impl Policy {
                 cache.check(&format!("{at}.cache"), &mut errors);
             }
             qc.pytorch.check(&format!("{at}.pytorch"), &mut errors);
+            let (entity, short) = match name.split_once('/') {
+                Some((entity, short)) => (Some(entity.to_string()), short.to_string()),
+                None => (None, name.clone()),
+            };
+            if name.trim().is_empty()
+                || short.is_empty()
+                || short.contains('/')
+                || entity.as_deref().is_some_and(str::is_empty)
+            {
+                errors.push(ConfigError::new(
+                    at.clone(),
+                    "a queue is named `name` or `entity/name` (the W&B entity and queue name)",
+                ));
+            }
             match QueueLimits::compile(&qc.limits, &format!("{at}.limits")) {
                 Ok(limits) => {
                     queues.insert(
                         name.clone(),
                         Queue {
-                            name: name.clone(),
+                            name: short,
+                            entity,
+                            key: name.clone(),
                             config: qc.clone(),
                             limits,
                         },
@@ -240,6 +281,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn config_hash_is_the_sha256_of_the_bytes() {
+        assert_eq!(
+            config_hash(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
     fn embedded_default_loads() {
         let p = Policy::embedded_default();
         assert!(p.queue("gpu-queue").is_some());
@@ -251,8 +300,10 @@ mod tests {
         let err = Policy::from_yaml("queues:\n  q:\n    jobDefaults:\n      backofLimit: 1\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("backofLimit"), "{err}");
-        assert!(err.contains("queues.q.jobDefaults"), "{err}");
+        assert!(
+            err.starts_with("queues.q.jobDefaults.backofLimit: unknown field `backofLimit`"),
+            "{err}"
+        );
     }
 
     #[test]

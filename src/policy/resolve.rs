@@ -83,6 +83,12 @@ impl Policy {
         object: &Value,
         namespace: Option<&str>,
     ) -> Option<QueueResolution<'_>> {
+        let entity = self
+            .config
+            .match_rules
+            .queue_entity_env
+            .as_deref()
+            .and_then(|env| env_value(kind, object, env));
         let requested = self
             .queue_from_labels(kind, object)
             .map(|n| (n, QueueSource::Label))
@@ -91,7 +97,7 @@ impl Policy {
                     .map(|n| (n, QueueSource::ContainerEnv))
             });
         if let Some((name, source)) = &requested
-            && let Some(queue) = self.queue_by_name_or_label(name)
+            && let Some(queue) = self.lookup_queue(name, entity.as_deref())
         {
             return Some(QueueResolution {
                 queue,
@@ -112,9 +118,13 @@ impl Policy {
             .and_then(|(name, source)| self.queue(name).map(|q| (q, source)));
         let (queue, source) = fallback?;
         let warning = requested.as_ref().map(|(name, _)| {
+            let asked = match &entity {
+                Some(entity) if !name.contains('/') => format!("{entity}/{name}"),
+                _ => name.clone(),
+            };
             format!(
-                "launchgate: queue {name:?} is not configured; applied the defaults of queue {:?}",
-                queue.name
+                "launchgate: queue {asked:?} is not configured; applied the defaults of queue {:?}",
+                queue.key
             )
         });
         Some(QueueResolution {
@@ -123,6 +133,35 @@ impl Policy {
             source,
             warning,
         })
+    }
+
+    /// The configured queue for a W&B queue `name` in `entity`: `entity/name`, else `name`;
+    /// without an entity, `name`, else the one `<entity>/name` when exactly one is configured.
+    /// A name already of the form `entity/name` is looked up as is.
+    pub fn lookup_queue(&self, name: &str, entity: Option<&str>) -> Option<&Queue> {
+        if name.contains('/') {
+            return self.queue(name);
+        }
+        if let Some(entity) = entity
+            && let Some(queue) = self.queue(&format!("{entity}/{name}"))
+        {
+            return Some(queue);
+        }
+        // The name itself, or the valid label value launchgate wrote for a name that is none.
+        if let Some(queue) = self.queue_by_name_or_label(name) {
+            return Some(queue);
+        }
+        if entity.is_some() {
+            return None;
+        }
+        let mut same_name = self
+            .queues
+            .values()
+            .filter(|q| q.entity.is_some() && q.name == name);
+        match (same_name.next(), same_name.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        }
     }
 
     fn queue_from_labels(&self, kind: WorkloadKind, object: &Value) -> Option<String> {
@@ -145,30 +184,35 @@ impl Policy {
 
     fn queue_from_env(&self, kind: WorkloadKind, object: &Value) -> Option<String> {
         let env_name = self.config.match_rules.queue_env.as_deref()?;
-        for (_, template) in workload::templates(kind, object) {
-            let Some(spec) = template.get("spec") else {
-                continue;
-            };
-            for list in workload::CONTAINER_LISTS {
-                for c in spec
-                    .get(list)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
-                        if e.get("name").and_then(Value::as_str) == Some(env_name)
-                            && let Some(v) = e.get("value").and_then(Value::as_str)
-                            && !v.is_empty()
-                        {
-                            return Some(v.to_string());
-                        }
+        env_value(kind, object, env_name)
+    }
+}
+
+/// The first non-empty literal value of env var `env_name` in any container of the workload.
+fn env_value(kind: WorkloadKind, object: &Value, env_name: &str) -> Option<String> {
+    for (_, template) in workload::templates(kind, object) {
+        let Some(spec) = template.get("spec") else {
+            continue;
+        };
+        for list in workload::CONTAINER_LISTS {
+            for c in spec
+                .get(list)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
+                    if e.get("name").and_then(Value::as_str) == Some(env_name)
+                        && let Some(v) = e.get("value").and_then(Value::as_str)
+                        && !v.is_empty()
+                    {
+                        return Some(v.to_string());
                     }
                 }
             }
         }
-        None
     }
+    None
 }
 
 #[cfg(test)]
@@ -211,6 +255,63 @@ mod tests {
             p.classify(WorkloadKind::BatchJob, &job),
             WorkloadMatch::Launch
         );
+    }
+
+    #[test]
+    fn queues_are_keyed_by_entity_and_name() {
+        let p = Policy::from_yaml(
+            "defaultQueue: fallback\nqueues:\n  fallback: {}\n  gpu: {}\n  acme/gpu: {}\n  acme/only-acme: {}\n  beta/shared: {}\n  gamma/shared: {}\n",
+        )
+        .unwrap();
+        let pod = |labels: Value, env: Value| json!({"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "env": env}]}});
+        let agent_env = |entity: &str, queue: &str| {
+            json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": queue},
+                   {"name": "WANDB_LAUNCH_QUEUE_ENTITY", "value": entity}])
+        };
+        let key = |object: Value| {
+            let r = p.resolve_queue(WorkloadKind::Pod, &object, None).unwrap();
+            (r.queue.key.clone(), r.warning)
+        };
+        // The agent's env: entity/name wins over name.
+        assert_eq!(key(pod(json!({}), agent_env("acme", "gpu"))).0, "acme/gpu");
+        // Another entity's `gpu` falls back to the entity-less `gpu`.
+        assert_eq!(key(pod(json!({}), agent_env("zeta", "gpu"))).0, "gpu");
+        // The label names the queue, the env the entity.
+        let env = json!([{"name": "WANDB_LAUNCH_QUEUE_ENTITY", "value": "acme"}]);
+        assert_eq!(key(pod(json!({"queue": "gpu"}), env)).0, "acme/gpu");
+        // Without an entity: the name alone, else the single entity/name.
+        assert_eq!(key(pod(json!({"queue": "gpu"}), json!([]))).0, "gpu");
+        assert_eq!(
+            key(pod(json!({"queue": "only-acme"}), json!([]))).0,
+            "acme/only-acme"
+        );
+        // Ambiguous without an entity, and unknown in an entity: the default, with a warning.
+        let (k, warning) = key(pod(json!({"queue": "shared"}), json!([])));
+        assert_eq!(k, "fallback");
+        assert!(
+            warning
+                .unwrap()
+                .contains(r#"queue "shared" is not configured"#)
+        );
+        let (k, warning) = key(pod(json!({}), agent_env("zeta", "only-acme")));
+        assert_eq!(k, "fallback");
+        assert!(
+            warning
+                .unwrap()
+                .contains(r#"queue "zeta/only-acme" is not configured"#)
+        );
+        // The queue's name is the W&B name (it goes into the launchgate.io/queue label).
+        let q = p.queue("acme/gpu").unwrap();
+        assert_eq!(
+            (q.name.as_str(), q.entity.as_deref()),
+            ("gpu", Some("acme"))
+        );
+        for bad in ["a/b/c", "/gpu", "acme/"] {
+            let err = Policy::from_yaml(&format!("queues:\n  {bad}: {{}}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("`entity/name`"), "{bad}: {err}");
+        }
     }
 
     #[test]

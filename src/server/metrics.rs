@@ -33,6 +33,12 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigLabels {
+    /// sha256 of the loaded config file (of the built-in policy without one).
+    pub hash: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
     pub queue: String,
 }
@@ -47,6 +53,8 @@ pub struct Metrics {
     pub audit_violations: Family<QueueLabels, Counter>,
     pub in_flight: Gauge,
     pub config_reloads: Family<ResultLabels, Counter>,
+    pub config_last_reload_successful: Gauge,
+    pub config_info: Family<ConfigLabels, Gauge>,
     pub cert_reloads: Family<ResultLabels, Counter>,
     pub cert_not_after: Gauge<i64, AtomicI64>,
 }
@@ -106,6 +114,18 @@ impl Metrics {
             "Config file reloads by result (success, failure)",
             config_reloads.clone(),
         );
+        let config_last_reload_successful = Gauge::default();
+        registry.register(
+            "config_last_reload_successful",
+            "1 when the last config load or reload succeeded, 0 when the config file on disk was rejected (the previous policy is still in force)",
+            config_last_reload_successful.clone(),
+        );
+        let config_info = Family::<ConfigLabels, Gauge>::default();
+        registry.register(
+            "config_info",
+            "The config in force: always 1, labelled with its sha256 (compare across pods)",
+            config_info.clone(),
+        );
         let cert_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "certificate_reloads",
@@ -127,9 +147,20 @@ impl Metrics {
             audit_violations,
             in_flight,
             config_reloads,
+            config_last_reload_successful,
+            config_info,
             cert_reloads,
             cert_not_after,
         }
+    }
+
+    /// Records the config in force (its hash) after a successful load or reload.
+    pub fn config_loaded(&self, hash: String) {
+        self.config_last_reload_successful.set(1);
+        self.config_info.clear();
+        self.config_info
+            .get_or_create(&ConfigLabels { hash })
+            .set(1);
     }
 
     pub fn encode(&self) -> String {

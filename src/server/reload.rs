@@ -62,9 +62,17 @@ pub fn spawn(
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut last_config = config_path.as_ref().and_then(|p| std::fs::read(p).ok());
+    let loaded = match (&config_path, &last_config) {
+        (None, _) => crate::policy::DEFAULT_CONFIG_YAML.as_bytes(),
+        (Some(_), Some(bytes)) => bytes.as_slice(),
+        (Some(_), None) => &[],
+    };
+    state
+        .metrics
+        .config_loaded(crate::policy::config_hash(loaded));
     tokio::spawn(async move {
         let mut last_cert = cert_source.read().ok();
-        let mut last_config = config_path.as_ref().and_then(|p| std::fs::read(p).ok());
         let mut not_after = state.metrics.cert_not_after.get();
         loop {
             tokio::select! {
@@ -117,14 +125,17 @@ pub fn spawn(
                         match parsed {
                             Ok(policy) => {
                                 state.policy.store(Arc::new(policy));
+                                let hash = crate::policy::config_hash(&bytes);
+                                state.metrics.config_loaded(hash.clone());
                                 state
                                     .metrics
                                     .config_reloads
                                     .get_or_create(&ResultLabels { result: "success" })
                                     .inc();
-                                tracing::info!(path = %path.display(), "reloaded config");
+                                tracing::info!(path = %path.display(), %hash, "reloaded config");
                             }
                             Err(e) => {
+                                state.metrics.config_last_reload_successful.set(0);
                                 state
                                     .metrics
                                     .config_reloads

@@ -165,6 +165,18 @@ impl TemplateShape {
         }
     }
 
+    /// Which pod templates of a workload the template position `template_path` (`path`
+    /// relative to its pod template) applies to, in words: `every pod template`, or
+    /// `the Worker pod template` when the template has several and this one has a role.
+    pub(super) fn pod_templates_of(&self, template_path: &FieldPath, path: &FieldPath) -> String {
+        let prefix = &template_path.0[..template_path.0.len().saturating_sub(path.0.len())];
+        let source = self.pod_templates.iter().find(|t| t.path.0 == prefix);
+        match source.and_then(|s| s.role.as_deref()) {
+            Some(role) if self.pod_templates.len() > 1 => format!("the {role} pod template"),
+            _ => "every pod template".into(),
+        }
+    }
+
     /// Every place of the workload that the template position `template_path` (`path`
     /// relative to its pod template) designates, with its value (`None` when absent).
     pub(super) fn places<'a>(
@@ -312,7 +324,7 @@ mod tests {
 
     fn shape(text: &str) -> TemplateShape {
         let t = template::parse(&json!(text)).unwrap();
-        TemplateShape::of(t.kind, &t.leaves)
+        TemplateShape::of(Some(t.kind), &t.leaves)
     }
 
     /// The written places of the template position at `template_path` in `object`.
@@ -462,6 +474,7 @@ fields:
             path: FieldPath::parse(rel).unwrap(),
             template_path: FieldPath::parse(at).unwrap(),
             content: LeafContent::Literal(value),
+            under_macro_key: false,
         };
         let wrap = "resource_args.kubernetes.spec.tasks[3]";
         let leaves = vec![

@@ -30,13 +30,14 @@ use crate::policy::ConfigError;
 use crate::workload::WorkloadKind;
 use path::{FieldPath, Segment};
 use schema::{Schema, SchemaKeys};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use template::{Anchor, LeafContent, Piece, TemplateLeaf};
 
 /// Per-queue limits as written in the config (`queues.<name>.limits`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct LimitsConfig {
     /// What happens to a violation: deny (default), warn or audit.
@@ -47,7 +48,10 @@ pub struct LimitsConfig {
     pub template: Option<Value>,
     /// Also reject changes to the template's fixed (non-variable) values.
     pub strict: bool,
-    /// The template's variables, W&B style: `{type, minimum, maximum, enum, default}`.
+    /// The template's variables, W&B style: a map `name: {type, minimum, maximum, enum,
+    /// default}` (or `name: {schema: {…}}`), or W&B's list `[{name, description, schema}]`.
+    #[serde(deserialize_with = "deserialize_variables")]
+    #[schemars(with = "VariablesShape")]
     pub variables: BTreeMap<String, VariableConfig>,
     /// Limits by field path, relative to each pod spec (or absolute from `spec.`/`metadata.`).
     pub fields: Vec<FieldLimitConfig>,
@@ -64,7 +68,7 @@ pub struct LimitsConfig {
 }
 
 /// What happens to a violation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Enforcement {
     /// Rejected, with every violation in the message.
@@ -77,9 +81,13 @@ pub enum Enforcement {
 }
 
 /// A template variable's schema. W&B nests it as `{schema: {...}}`; both forms are accepted.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct VariableConfig {
+    /// The placeholder's name, in W&B's list form (`[{name: gpus, schema: …}]`) and the
+    /// Terraform provider's map (`variable1: {name: gpus, …}`); defaults to the map key.
+    #[serde(default, skip_serializing)]
+    pub name: Option<String>,
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub value_type: Option<ValueType>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -122,8 +130,69 @@ impl VariableConfig {
     }
 }
 
+/// The two shapes `variables` comes in (for the JSON Schema of the config).
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum VariablesShape {
+    /// `gpus: {type: integer, maximum: 4}`
+    Map(BTreeMap<String, VariableConfig>),
+    /// `[{name: gpus, description: …, schema: {type: integer, maximum: 4}}]`
+    List(Vec<VariableConfig>),
+}
+
+/// `variables` as a map (keyed by name, or by a label when the entry has `name`) or as W&B's
+/// list of named entries; the result is keyed by the placeholder's name.
+fn deserialize_variables<'de, D>(d: D) -> Result<BTreeMap<String, VariableConfig>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::{Error, MapAccess, SeqAccess, Visitor};
+    struct Variables;
+    fn add<E: Error>(
+        out: &mut BTreeMap<String, VariableConfig>,
+        key: Option<String>,
+        mut v: VariableConfig,
+    ) -> Result<(), E> {
+        let Some(name) = v.name.take().or(key) else {
+            return Err(E::custom("a variable in the list has no `name`"));
+        };
+        if out.insert(name.clone(), v).is_some() {
+            return Err(E::custom(format!("variable {name:?} is defined twice")));
+        }
+        Ok(())
+    }
+    impl<'de> Visitor<'de> for Variables {
+        type Value = BTreeMap<String, VariableConfig>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(
+                "a map of variable name to schema, or a list of {name, description, schema}",
+            )
+        }
+        fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let v: VariableConfig = map.next_value()?;
+                add(&mut out, Some(key), v)?;
+            }
+            Ok(out)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(v) = seq.next_element::<VariableConfig>()? {
+                add(&mut out, None, v)?;
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(Variables)
+}
+
 /// A limit on a field by path.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FieldLimitConfig {
     /// E.g. `containers[*].resources.limits.memory` (relative to each pod spec) or
@@ -142,7 +211,7 @@ pub struct FieldLimitConfig {
 }
 
 /// Bounds of a per-workload total (quantities).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TotalLimitConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -251,7 +320,28 @@ impl QueueLimits {
             Some(source) => match template::parse(source) {
                 Ok(t) => Some(t),
                 Err(message) => {
-                    errors.push(ConfigError::new(format!("{at}.template"), message));
+                    let text = match source {
+                        Value::String(text) => text.clone(),
+                        other => other.to_string(),
+                    };
+                    let mut names: Vec<String> = template::pieces(&text)
+                        .into_iter()
+                        .filter_map(|p| match p {
+                            Piece::Variable(name) => Some(format!("{name:?}")),
+                            _ => None,
+                        })
+                        .collect();
+                    names.sort();
+                    names.dedup();
+                    let unchecked = match names.len() {
+                        0 => String::new(),
+                        1 => format!("; variable {} would never be checked", names[0]),
+                        _ => format!("; variables {} would never be checked", names.join(", ")),
+                    };
+                    errors.push(ConfigError::new(
+                        format!("{at}.template"),
+                        format!("{message}{unchecked}"),
+                    ));
                     None
                 }
             },
@@ -265,19 +355,42 @@ impl QueueLimits {
 
         let mut locations: BTreeMap<&str, Vec<VariableLocation>> = BTreeMap::new();
         if let Some(template) = &template {
-            limits.template_kind = template.kind;
-            limits.shape = binding::TemplateShape::of(template.kind, &template.leaves);
+            limits.template_kind = Some(template.kind);
+            limits.shape = binding::TemplateShape::of(Some(template.kind), &template.leaves);
             let mut reported = BTreeSet::new();
+            for (name, place) in &template.stray_variables {
+                errors.push(ConfigError::new(
+                    format!("{at}.template"),
+                    format!(
+                        "{{{{{name}}}}} at {place} is outside the Kubernetes object ({}), so no check would ever read it",
+                        template.wrapper.describe()
+                    ),
+                ));
+                reported.insert(name.clone());
+            }
             for leaf in &template.leaves {
                 let pattern = match &leaf.content {
                     LeafContent::Pattern(p) => p,
                     LeafContent::Literal(_) => {
-                        if cfg.strict {
+                        if cfg.strict && !leaf.under_macro_key {
                             limits.fixed_values.push(leaf.clone());
                         }
                         continue;
                     }
                 };
+                if let Some(why) = unread_position(leaf, template.kind) {
+                    for name in leaf.variables() {
+                        errors.push(ConfigError::new(
+                            format!("{at}.template"),
+                            format!(
+                                "{{{{{name}}}}} at {}: {why}, so no check would ever read variable {name:?}",
+                                leaf.template_path
+                            ),
+                        ));
+                        reported.insert(name.to_string());
+                    }
+                    continue;
+                }
                 let mut has_variable = false;
                 for name in leaf.variables() {
                     has_variable = true;
@@ -308,13 +421,36 @@ impl QueueLimits {
                     }
                 }
                 let only_macros = pattern.iter().all(|p| matches!(p, Piece::Macro));
-                if cfg.strict && !has_variable && !only_macros {
+                if cfg.strict && !has_variable && !only_macros && !leaf.under_macro_key {
                     limits.fixed_values.push(leaf.clone());
                 }
             }
         }
+        if let Some(t) = &template
+            && !cfg.strict
+            && t.stray_variables.is_empty()
+            && t.leaves.iter().all(|l| l.variables().next().is_none())
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.template"),
+                "the template has no {{variable}} and `strict` is false, so it limits nothing: put the W&B variables in it (`{{gpus}}` where the value goes, with `variables.gpus`), set `strict: true`, or remove it",
+            ));
+        }
+        let unread: BTreeSet<String> = template
+            .iter()
+            .flat_map(|t| {
+                t.leaves
+                    .iter()
+                    .flat_map(|l| l.variables().map(str::to_string))
+                    .chain(t.stray_variables.iter().map(|(n, _)| n.clone()))
+            })
+            .collect();
         for name in cfg.variables.keys() {
             if locations.contains_key(name.as_str()) {
+                continue;
+            }
+            if unread.contains(name) || (cfg.template.is_some() && template.is_none()) {
+                // Reported above: its template positions, or the template itself.
                 continue;
             }
             let why = if cfg.template.is_some() {
@@ -430,6 +566,78 @@ impl QueueLimits {
         }
     }
 
+    /// What the limits enforce, one line per limit, e.g. `variable "gpus" (integer 0..4):
+    /// spec.containers[0].resources.limits["nvidia.com/gpu"] of every pod template`.
+    pub fn describe(&self) -> Vec<String> {
+        let place = |anchor: Anchor, path: &FieldPath, pods: String| match anchor {
+            Anchor::PodTemplate => format!("{path} of {pods}"),
+            Anchor::Root => match self.template_kind {
+                Some(kind) => format!("{path} of a {}", kind.as_str()),
+                None => path.to_string(),
+            },
+        };
+        let mut lines = Vec::new();
+        if !self.allowed_namespaces.is_empty() {
+            lines.push(format!(
+                "namespace: one of {}",
+                self.allowed_namespaces.join(", ")
+            ));
+        }
+        for variable in &self.variables {
+            let places: Vec<String> = variable
+                .locations
+                .iter()
+                .map(|l| {
+                    let pods = self.shape.pod_templates_of(&l.template_path, &l.path);
+                    let at = place(l.anchor, &l.path, pods);
+                    match l.pattern.as_slice() {
+                        [Piece::Variable(_)] => at,
+                        _ => format!("{at} (as {:?})", l.written),
+                    }
+                })
+                .collect();
+            let description = variable.schema.describe();
+            lines.push(format!(
+                "variable {:?} ({description}): {}",
+                variable.name,
+                places.join("; ")
+            ));
+        }
+        for field in &self.fields {
+            lines.push(format!(
+                "field {:?} ({}): {}",
+                field.written,
+                field.schema.describe(),
+                place(field.anchor, &field.path, "every pod template".into())
+            ));
+        }
+        if !self.fixed_values.is_empty() {
+            lines.push(format!(
+                "strict: the template's {} fixed values",
+                self.fixed_values.len()
+            ));
+        }
+        for total in &self.totals {
+            lines.push(format!(
+                "total {} over all pods ({})",
+                total.resource,
+                total.schema.describe()
+            ));
+        }
+        if let Some(seconds) = self.max_active_deadline_seconds {
+            lines.push(format!(
+                "activeDeadlineSeconds: required, at most {seconds}"
+            ));
+        }
+        if !self.allowed_registries.is_empty() {
+            lines.push(format!(
+                "images from: {}",
+                self.allowed_registries.join(", ")
+            ));
+        }
+        lines
+    }
+
     /// True when nothing is limited.
     pub fn is_empty(&self) -> bool {
         self.variables.is_empty()
@@ -439,6 +647,35 @@ impl QueueLimits {
             && self.max_active_deadline_seconds.is_none()
             && self.allowed_registries.is_empty()
             && self.allowed_namespaces.is_empty()
+    }
+}
+
+/// Why no check could ever read the template position of `leaf`, if so: a key filled in by
+/// a `${macro}`, a pod-template position outside the pod's `metadata`/`spec`, or an object
+/// position outside `metadata`/`spec`.
+fn unread_position(leaf: &TemplateLeaf, kind: WorkloadKind) -> Option<String> {
+    if leaf.under_macro_key {
+        return Some("a key on the way is a ${macro} the agent fills in, so the position cannot be found in a workload".into());
+    }
+    let first = match leaf.path.0.first() {
+        Some(Segment::Key(k)) => k.as_str(),
+        _ => "",
+    };
+    match leaf.anchor {
+        Anchor::PodTemplate if first == "spec" || first == "metadata" => None,
+        Anchor::PodTemplate => Some(format!(
+            "the pod template of this {} has `{first}` where a pod has only `metadata` and `spec`",
+            kind.as_str()
+        )),
+        Anchor::Root if first == "spec" || first == "metadata" => None,
+        Anchor::Root if first == "namespace" => Some(
+            "W&B's top-level `namespace` is not part of the workload (use `allowedNamespaces`)"
+                .into(),
+        ),
+        Anchor::Root => Some(format!(
+            "`{first}` is not part of a {} (only `metadata` and `spec` are checked)",
+            kind.as_str()
+        )),
     }
 }
 
@@ -592,6 +829,81 @@ allowedRegistries: [""]
             errors[0].starts_with("queues.q.limits.strict:"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn wandb_variable_list_and_terraform_map_forms_are_accepted() {
+        let template = "template: \"spec: {template: {spec: {containers: [{resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}}]}}}\"\n";
+        for variables in [
+            "variables:\n  - {name: gpus, description: GPUs per pod, schema: {type: integer, minimum: 0, maximum: 4, default: 1}}\n",
+            "variables:\n  variable1: {name: gpus, description: GPUs per pod, schema: {type: integer, maximum: 4}}\n",
+            "variables:\n  gpus: {description: GPUs per pod, schema: {type: integer, maximum: 4}}\n",
+        ] {
+            let limits = compile_yaml(&format!("{template}{variables}")).unwrap();
+            assert_eq!(limits.variables.len(), 1, "{variables}");
+            assert_eq!(limits.variables[0].name, "gpus");
+        }
+        let dup = serde_norway::from_str::<LimitsConfig>(
+            "variables: [{name: a, schema: {type: integer}}, {name: a, schema: {type: integer}}]",
+        )
+        .unwrap_err();
+        assert!(dup.to_string().contains("defined twice"), "{dup}");
+        let unnamed =
+            serde_norway::from_str::<LimitsConfig>("variables: [{schema: {type: integer}}]")
+                .unwrap_err();
+        assert!(unnamed.to_string().contains("no `name`"), "{unnamed}");
+    }
+
+    #[test]
+    fn a_template_that_limits_nothing_is_rejected() {
+        let errors = errors_of(
+            "template: \"kubernetes: {kind: PyTorchJob, spec: {pytorchReplicaSpecs: {Worker: {template: {spec: {containers: [{image: '${image_uri}'}]}}}}}}\"\n",
+        );
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert!(
+            errors[0].starts_with(
+                "queues.q.limits.template: the template has no {{variable}} and `strict` is false, so it limits nothing"
+            ),
+            "{errors:#?}"
+        );
+        // The same template as a strict contract is a limit.
+        compile_yaml(
+            "strict: true\ntemplate: \"kubernetes: {kind: PyTorchJob, spec: {pytorchReplicaSpecs: {Worker: {template: {spec: {containers: [{image: '${image_uri}'}]}}}}}}\"\n",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn variables_no_check_reads_are_rejected() {
+        let cases = [
+            (
+                "template: \"kubernetes: {kind: TFJob, spec: {tfReplicaSpecs: {Worker: {template: {spec: {containers: [{resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}}]}}}}}}\"\n",
+                "queues.q.limits.template: kubernetes: kind \"TFJob\" is not a workload kind launchgate checks",
+            ),
+            (
+                "template: \"spec: {template: {containers: [{resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}}]}}\"\n",
+                "queues.q.limits.template: {{gpus}} at spec.template.containers[0].resources.limits[\"nvidia.com/gpu\"]: the pod template of this Job has `containers` where a pod has only `metadata` and `spec`, so no check would ever read variable \"gpus\"",
+            ),
+            (
+                "template: \"namespace: '{{gpus}}'\\nspec: {}\"\n",
+                "queues.q.limits.template: {{gpus}} at namespace: W&B's top-level `namespace` is not part of the workload",
+            ),
+            (
+                "template: \"resource_args: {kubernetes: {spec: {}}}\\nresource: '{{gpus}}'\"\n",
+                "queues.q.limits.template: {{gpus}} at resource is outside the Kubernetes object",
+            ),
+            (
+                "template: \"metadata: {labels: {'${project_name}': '{{gpus}}'}}\"\n",
+                "queues.q.limits.template: {{gpus}} at metadata.labels[\"${project_name}\"]: a key on the way is a ${macro}",
+            ),
+        ];
+        for (template, expected) in cases {
+            let errors = errors_of(&format!(
+                "{template}variables:\n  gpus: {{type: integer, maximum: 4}}\n"
+            ));
+            assert_eq!(errors.len(), 1, "{template}: {errors:#?}");
+            assert!(errors[0].starts_with(expected), "{template}: {errors:#?}");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The type of a limited value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ValueType {
     /// A whole number: `8`, `"8"`; not `2.5`, not `"abc"`.
@@ -219,6 +219,49 @@ impl Schema {
         Some((value, schema))
     }
 
+    /// What the schema allows, in words: `integer 0..4`, `string, one of "a", "b"`,
+    /// `quantity at most 12Gi`, `any string (nothing enforced)`.
+    pub fn describe(&self) -> String {
+        let type_name = match self.value_type {
+            ValueType::Integer => "integer",
+            ValueType::Number => "number",
+            ValueType::String => "string",
+            ValueType::Quantity => "quantity",
+        };
+        let mut parts = vec![match (&self.minimum, &self.maximum) {
+            (Some(min), Some(max)) => format!("{type_name} {}..{}", min.text, max.text),
+            (Some(min), None) => format!("{type_name} at least {}", min.text),
+            (None, Some(max)) => format!("{type_name} at most {}", max.text),
+            (None, None) => type_name.to_string(),
+        }];
+        match &self.allowed {
+            Some(Allowed::Strings(options)) => parts.push(format!(
+                "one of {}",
+                options
+                    .iter()
+                    .map(|o| Value::String(o.clone()).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Some(Allowed::Numbers(options)) => parts.push(format!(
+                "one of {}",
+                options
+                    .iter()
+                    .map(|o| o.text.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            None if self.value_type == ValueType::String => {
+                parts[0] = "any string".into();
+            }
+            None => {}
+        }
+        if self.required {
+            parts.push("required".into());
+        }
+        parts.join(", ")
+    }
+
     /// What is wrong with `value`, e.g. `exceeds maximum 4`; `None` when it satisfies the schema.
     pub fn problem(&self, value: &Value) -> Option<String> {
         if self.value_type == ValueType::String {
@@ -322,6 +365,28 @@ mod tests {
         };
         let mut errors = Vec::new();
         Schema::compile(&keys, "v", &mut errors).unwrap_or_else(|| panic!("{errors:?}"))
+    }
+
+    #[test]
+    fn schemas_describe_what_they_allow() {
+        let gpus = schema(ValueType::Integer, Some(json!(0)), Some(json!(4)), None);
+        assert_eq!(gpus.describe(), "integer 0..4");
+        let memory = schema(ValueType::Quantity, None, Some(json!("12Gi")), None);
+        assert_eq!(memory.describe(), "quantity at most 12Gi");
+        let instance = schema(
+            ValueType::String,
+            None,
+            None,
+            Some(vec![json!("ml.m4.xlarge"), json!("ml.p3.xlarge")]),
+        );
+        assert_eq!(
+            instance.describe(),
+            r#"string, one of "ml.m4.xlarge", "ml.p3.xlarge""#
+        );
+        assert_eq!(
+            schema(ValueType::String, None, None, None).describe(),
+            "any string"
+        );
     }
 
     #[test]

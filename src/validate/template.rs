@@ -4,6 +4,13 @@
 //! not (`{{gpus}}`, which YAML would otherwise read as a flow mapping). The template is
 //! parsed into a tree, and every scalar leaf becomes a [`TemplateLeaf`]: where it sits
 //! (relative to a pod template when it is under one) and what it holds.
+//!
+//! Every shape a W&B Kubernetes queue config comes in is accepted ([`Wrapper`]): the object
+//! itself (the minikube tutorial), the object under `kubernetes:` (the UI and the docs'
+//! Kubeflow example), and `resource_args: {kubernetes: …}` (the queue API and the Terraform
+//! provider's `resource_config`). The workload kind comes from `kind` and `apiVersion`, from
+//! `kind` alone, or from the shape (`spec.pytorchReplicaSpecs`, `spec.tasks`); a template
+//! whose kind cannot be told is an error, never a template that silently checks nothing.
 
 use super::path::{FieldPath, Segment};
 use crate::workload::{self, WorkloadKind};
@@ -41,6 +48,9 @@ pub enum LeafContent {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TemplateLeaf {
     pub anchor: Anchor,
+    /// True when a key on the way holds a `${macro}`: the agent picks the key, so the
+    /// position cannot be found in a workload.
+    pub under_macro_key: bool,
     /// Relative to the anchor (for a pod template: starts with `spec` or `metadata`).
     pub path: FieldPath,
     /// Where it was in the template, for messages about the config.
@@ -62,13 +72,65 @@ impl TemplateLeaf {
     }
 }
 
+/// How the Kubernetes object was wrapped in the queue config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrapper {
+    /// The object itself (`spec: …`), as in the W&B minikube tutorial.
+    Bare,
+    /// `kubernetes: {…}`, as in the W&B UI and the docs' Kubeflow example.
+    Kubernetes,
+    /// `resource_args: {kubernetes: {…}}`, as the W&B queue API and the Terraform provider's
+    /// `resource_config` store it.
+    ResourceArgs,
+}
+
+impl Wrapper {
+    /// The keys in front of the object.
+    pub fn prefix(self) -> &'static [&'static str] {
+        match self {
+            Wrapper::Bare => &[],
+            Wrapper::Kubernetes => &["kubernetes"],
+            Wrapper::ResourceArgs => &["resource_args", "kubernetes"],
+        }
+    }
+
+    /// How the shape is called in docs and messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Wrapper::Bare => "the object itself",
+            Wrapper::Kubernetes => "under `kubernetes:`",
+            Wrapper::ResourceArgs => "under `resource_args.kubernetes`",
+        }
+    }
+}
+
+/// How the workload kind was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KindSource {
+    /// `apiVersion` and `kind`.
+    ApiVersionAndKind,
+    /// `kind` without `apiVersion`.
+    Kind,
+    /// `apiVersion` without `kind`.
+    ApiVersion,
+    /// Neither: from the shape (`spec.pytorchReplicaSpecs`, `spec.tasks`, else a batch/v1
+    /// Job, which is what the W&B agent submits).
+    Shape,
+}
+
 /// A parsed template.
 #[derive(Debug, Clone)]
 pub struct Template {
-    /// The kind the template describes (`apiVersion`/`kind`, else batch/v1 Job); `None`
-    /// for a template of an unknown kind.
-    pub kind: Option<WorkloadKind>,
+    /// The kind the template describes.
+    pub kind: WorkloadKind,
+    pub kind_source: KindSource,
+    pub wrapper: Wrapper,
+    /// The Kubernetes object, unwrapped.
+    pub object: Value,
     pub leaves: Vec<TemplateLeaf>,
+    /// `{{variables}}` outside the Kubernetes object (next to `resource_args`), which no
+    /// workload has: (variable, where).
+    pub stray_variables: Vec<(String, FieldPath)>,
 }
 
 const SENTINEL_START: &str = "__launchgate_var_";
@@ -81,47 +143,71 @@ fn is_variable_name(name: &str) -> bool {
             .all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.')
 }
 
-/// Replaces each `{{ name }}` with a plain-scalar-safe sentinel, so unquoted placeholders
-/// survive YAML parsing; returns the text and the names by sentinel number.
+/// Replaces each `{{ name }}` and `${name}` with a plain-scalar-safe sentinel, so unquoted
+/// placeholders and macros survive YAML parsing (even in flow collections, where `{`/`}`
+/// are syntax); returns the text and what each sentinel stands for (`{{name}}`, `${name}`).
 fn protect_placeholders(text: &str) -> (String, Vec<String>) {
     let mut out = String::with_capacity(text.len());
-    let mut names = Vec::new();
+    let mut originals = Vec::new();
     let mut rest = text;
-    while let Some(start) = rest.find("{{") {
+    loop {
+        let placeholder = rest.find("{{");
+        let macro_ = rest.find("${");
+        let (start, is_macro) = match (placeholder, macro_) {
+            (Some(p), Some(m)) if m < p => (m, true),
+            (Some(p), _) => (p, false),
+            (None, Some(m)) => (m, true),
+            (None, None) => break,
+        };
         let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else { break };
+        let close = if is_macro { "}" } else { "}}" };
+        let Some(end) = after.find(close) else { break };
         let name = after[..end].trim();
-        out.push_str(&rest[..start]);
-        if is_variable_name(name) {
-            out.push_str(&format!("{SENTINEL_START}{}{SENTINEL_END}", names.len()));
-            names.push(name.to_string());
+        let valid = if is_macro {
+            !name.is_empty()
+                && after[..end]
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_')
         } else {
-            out.push_str(&rest[start..start + 2 + end + 2]);
+            is_variable_name(name)
+        };
+        out.push_str(&rest[..start]);
+        let consumed = start + 2 + end + close.len();
+        if valid {
+            out.push_str(&format!(
+                "{SENTINEL_START}{}{SENTINEL_END}",
+                originals.len()
+            ));
+            originals.push(if is_macro {
+                format!("${{{name}}}")
+            } else {
+                format!("{{{{{name}}}}}")
+            });
+        } else {
+            out.push_str(&rest[start..consumed]);
         }
-        rest = &after[end + 2..];
+        rest = &rest[consumed..];
     }
     out.push_str(rest);
-    (out, names)
+    (out, originals)
 }
 
-/// Puts `{{name}}` back where a sentinel is.
-fn restore_placeholders(text: &str, names: &[String]) -> String {
+/// Puts `{{name}}` / `${name}` back where a sentinel is.
+fn restore_placeholders(text: &str, originals: &[String]) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find(SENTINEL_START) {
         let after = &rest[start + SENTINEL_START.len()..];
         let digits = after.chars().take_while(char::is_ascii_digit).count();
-        let name = after[..digits]
+        let original = after[..digits]
             .parse::<usize>()
             .ok()
-            .and_then(|i| names.get(i))
+            .and_then(|i| originals.get(i))
             .filter(|_| after[digits..].starts_with(SENTINEL_END));
-        match name {
-            Some(name) => {
+        match original {
+            Some(original) => {
                 out.push_str(&rest[..start]);
-                out.push_str("{{");
-                out.push_str(name);
-                out.push_str("}}");
+                out.push_str(original);
                 rest = &after[digits + SENTINEL_END.len()..];
             }
             None => {
@@ -226,6 +312,103 @@ pub fn match_pattern<'v>(pattern: &[Piece], value: &'v str) -> Option<Vec<&'v st
     rest.is_empty().then_some(captures)
 }
 
+/// The kinds a template can describe, for messages.
+pub const KNOWN_KINDS: &str =
+    "Pod (v1), Job (batch/v1), Job (batch.volcano.sh/v1alpha1), PyTorchJob (kubeflow.org/v1)";
+
+/// Finds the Kubernetes object in a queue config: bare, under `kubernetes:`, or under
+/// `resource_args.kubernetes`.
+pub fn unwrap(doc: &Value) -> Result<(Wrapper, &Value), String> {
+    let Some(map) = doc.as_object() else {
+        return Err("template must be a mapping: the W&B queue config (a Kubernetes object, bare, under `kubernetes:` or under `resource_args.kubernetes`)".into());
+    };
+    let looks_bare = ["apiVersion", "kind", "spec"]
+        .iter()
+        .any(|k| map.contains_key(*k));
+    if let Some(args) = map.get("resource_args") {
+        if looks_bare {
+            return Err("template has both `resource_args` and a top-level apiVersion/kind/spec: give the queue config in one shape".into());
+        }
+        let Some(args) = args.as_object() else {
+            return Err("`resource_args` must be a mapping with a `kubernetes` entry".into());
+        };
+        return match args.get("kubernetes") {
+            Some(inner) if inner.is_object() => Ok((Wrapper::ResourceArgs, inner)),
+            Some(_) => {
+                Err("`resource_args.kubernetes` must be a mapping (the Kubernetes object)".into())
+            }
+            None => Err(format!(
+                "`resource_args` has no `kubernetes` entry (found: {}): launchgate checks Kubernetes queues only",
+                args.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+        };
+    }
+    if let Some(inner) = map.get("kubernetes")
+        && !looks_bare
+    {
+        return match inner {
+            Value::Object(_) => Ok((Wrapper::Kubernetes, inner)),
+            _ => Err("`kubernetes` must be a mapping (the Kubernetes object)".into()),
+        };
+    }
+    Ok((Wrapper::Bare, doc))
+}
+
+/// The workload kind of a (unwrapped) template object, or why it cannot be told.
+pub fn infer_kind(object: &Value) -> Result<(WorkloadKind, KindSource), String> {
+    let text = |key: &str| -> Result<Option<&str>, String> {
+        match object.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.contains("{{") || s.contains("${") => Err(format!(
+                "`{key}: {s}` is filled in at launch, so the workload kind cannot be known"
+            )),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(other) => Err(format!("`{key}` must be a string, got {other}")),
+        }
+    };
+    let api_version = text("apiVersion")?;
+    let kind = text("kind")?;
+    let spec = object.get("spec");
+    let has = |key: &str| spec.and_then(|s| s.get(key)).is_some();
+    let unknown = |what: String| {
+        Err(format!(
+            "{what} is not a workload kind launchgate checks ({KNOWN_KINDS}), so no limit of this queue could ever apply"
+        ))
+    };
+    match (api_version, kind) {
+        (Some(api_version), Some(kind)) => {
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            match WorkloadKind::from_gvk(group, version, kind) {
+                Some(k) => Ok((k, KindSource::ApiVersionAndKind)),
+                None => unknown(format!("kind {kind:?} of apiVersion {api_version:?}")),
+            }
+        }
+        (None, Some(kind)) => match kind {
+            "Pod" => Ok((WorkloadKind::Pod, KindSource::Kind)),
+            "PyTorchJob" => Ok((WorkloadKind::PyTorchJob, KindSource::Kind)),
+            "Job" if has("tasks") => Ok((WorkloadKind::VolcanoJob, KindSource::Kind)),
+            "Job" => Ok((WorkloadKind::BatchJob, KindSource::Kind)),
+            other => unknown(format!("kind {other:?}")),
+        },
+        (Some(api_version), None) => match api_version {
+            "v1" => Ok((WorkloadKind::Pod, KindSource::ApiVersion)),
+            "batch/v1" => Ok((WorkloadKind::BatchJob, KindSource::ApiVersion)),
+            "batch.volcano.sh/v1alpha1" => Ok((WorkloadKind::VolcanoJob, KindSource::ApiVersion)),
+            "kubeflow.org/v1" if has("pytorchReplicaSpecs") => {
+                Ok((WorkloadKind::PyTorchJob, KindSource::ApiVersion))
+            }
+            other => unknown(format!("apiVersion {other:?} without a `kind`")),
+        },
+        (None, None) if has("pytorchReplicaSpecs") => {
+            Ok((WorkloadKind::PyTorchJob, KindSource::Shape))
+        }
+        (None, None) if has("tasks") && !has("template") => {
+            Ok((WorkloadKind::VolcanoJob, KindSource::Shape))
+        }
+        (None, None) => Ok((WorkloadKind::BatchJob, KindSource::Shape)),
+    }
+}
+
 /// Parses the template (a string of YAML/JSON, or an already structured value).
 pub fn parse(source: &Value) -> Result<Template, String> {
     let doc = match source {
@@ -238,97 +421,144 @@ pub fn parse(source: &Value) -> Result<Template, String> {
         }
         other => other.clone(),
     };
-    if !doc.is_object() {
-        return Err("template must be a mapping (a Kubernetes object without apiVersion/kind is read as a batch/v1 Job)".into());
-    }
-    let has_kind = doc.get("kind").is_some() || doc.get("apiVersion").is_some();
-    let kind = if has_kind {
-        WorkloadKind::of_object(&doc)
-    } else {
-        Some(WorkloadKind::BatchJob)
-    };
-    let pod_templates: Vec<FieldPath> = match kind {
-        Some(kind) => workload::templates(kind, &doc)
-            .into_iter()
-            .map(|(info, _)| FieldPath::parse(&info.path).unwrap_or_default())
-            .collect(),
-        None => Vec::new(),
-    };
+    let (wrapper, object) = unwrap(&doc)?;
+    let prefix: Vec<Segment> = wrapper
+        .prefix()
+        .iter()
+        .map(|k| Segment::Key((*k).to_string()))
+        .collect();
+    let (kind, kind_source) = infer_kind(object).map_err(|why| {
+        if wrapper == Wrapper::Bare {
+            why
+        } else {
+            format!("{}: {why}", FieldPath(prefix.clone()))
+        }
+    })?;
+    let pod_templates: Vec<FieldPath> = workload::templates(kind, object)
+        .into_iter()
+        .map(|(info, _)| FieldPath::parse(&info.path).unwrap_or_default())
+        .collect();
     let mut leaves = Vec::new();
     let mut errors = Vec::new();
-    collect_leaves(
-        &doc,
-        &mut Vec::new(),
-        &pod_templates,
-        &mut leaves,
-        &mut errors,
-    );
+    let mut walk = Walk {
+        pod_templates: &pod_templates,
+        prefix_len: prefix.len(),
+        leaves: &mut leaves,
+        errors: &mut errors,
+    };
+    walk.collect(object, &mut prefix.clone(), false);
     if let Some(first) = errors.into_iter().next() {
         return Err(first);
     }
-    Ok(Template { kind, leaves })
+    // Placeholders next to the object (e.g. beside `resource_args`) land in no workload.
+    let mut stray_variables = Vec::new();
+    if wrapper != Wrapper::Bare {
+        let mut outside = doc.clone();
+        let mut at = &mut outside;
+        for (i, key) in wrapper.prefix().iter().enumerate() {
+            let Some(map) = at.as_object_mut() else { break };
+            if i + 1 == wrapper.prefix().len() {
+                map.remove(*key);
+                break;
+            }
+            match map.get_mut(*key) {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        let mut outer_leaves = Vec::new();
+        let mut ignored = Vec::new();
+        let mut walk = Walk {
+            pod_templates: &[],
+            prefix_len: 0,
+            leaves: &mut outer_leaves,
+            errors: &mut ignored,
+        };
+        walk.collect(&outside, &mut Vec::new(), false);
+        for leaf in &outer_leaves {
+            for name in leaf.variables() {
+                stray_variables.push((name.to_string(), leaf.template_path.clone()));
+            }
+        }
+    }
+    Ok(Template {
+        kind,
+        kind_source,
+        wrapper,
+        object: object.clone(),
+        leaves,
+        stray_variables,
+    })
 }
 
-fn collect_leaves(
-    value: &Value,
-    at: &mut Vec<Segment>,
-    pod_templates: &[FieldPath],
-    leaves: &mut Vec<TemplateLeaf>,
-    errors: &mut Vec<String>,
-) {
-    let content = match value {
-        Value::Null => return,
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                at.push(Segment::Index(i));
-                collect_leaves(item, at, pod_templates, leaves, errors);
-                at.pop();
-            }
-            return;
-        }
-        Value::Object(map) => {
-            for (key, item) in map {
-                if key.contains("{{") || key.contains("${") {
-                    errors.push(format!(
-                        "placeholder in a key at {} ({key:?}): only values can be variables",
-                        FieldPath(at.clone())
-                    ));
+struct Walk<'a> {
+    pod_templates: &'a [FieldPath],
+    /// Segments of the wrapper in front of the object (not part of workload paths).
+    prefix_len: usize,
+    leaves: &'a mut Vec<TemplateLeaf>,
+    errors: &'a mut Vec<String>,
+}
+
+impl Walk<'_> {
+    fn collect(&mut self, value: &Value, at: &mut Vec<Segment>, under_macro_key: bool) {
+        let content = match value {
+            Value::Null => return,
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    at.push(Segment::Index(i));
+                    self.collect(item, at, under_macro_key);
+                    at.pop();
                 }
-                at.push(Segment::Key(key.clone()));
-                collect_leaves(item, at, pod_templates, leaves, errors);
-                at.pop();
+                return;
             }
-            return;
-        }
-        Value::String(s) if s.contains("{{") || s.contains("${") => {
-            let pattern = pieces(s);
-            if pattern.iter().all(|p| matches!(p, Piece::Text(_))) {
-                LeafContent::Literal(value.clone())
-            } else {
-                LeafContent::Pattern(pattern)
+            Value::Object(map) => {
+                for (key, item) in map {
+                    if key.contains("{{") && find_placeholder(key).is_some() {
+                        self.errors.push(format!(
+                            "placeholder in a key at {} ({key:?}): only values can be variables",
+                            FieldPath(at.clone())
+                        ));
+                    }
+                    let macro_key = key.contains("${");
+                    at.push(Segment::Key(key.clone()));
+                    self.collect(item, at, under_macro_key || macro_key);
+                    at.pop();
+                }
+                return;
             }
-        }
-        scalar => LeafContent::Literal(scalar.clone()),
-    };
-    let template_path = FieldPath(at.clone());
-    // The innermost pod template containing this leaf, if any.
-    let pod_template = pod_templates
-        .iter()
-        .filter(|t| template_path.starts_with(t))
-        .max_by_key(|t| t.0.len());
-    let (anchor, path) = match pod_template {
-        Some(t) => (
-            Anchor::PodTemplate,
-            FieldPath(template_path.0[t.0.len()..].to_vec()),
-        ),
-        None => (Anchor::Root, template_path.clone()),
-    };
-    leaves.push(TemplateLeaf {
-        anchor,
-        path,
-        template_path,
-        content,
-    });
+            Value::String(s) if s.contains("{{") || s.contains("${") => {
+                let pattern = pieces(s);
+                if pattern.iter().all(|p| matches!(p, Piece::Text(_))) {
+                    LeafContent::Literal(value.clone())
+                } else {
+                    LeafContent::Pattern(pattern)
+                }
+            }
+            scalar => LeafContent::Literal(scalar.clone()),
+        };
+        let template_path = FieldPath(at.clone());
+        let object_path = FieldPath(at[self.prefix_len.min(at.len())..].to_vec());
+        // The innermost pod template containing this leaf, if any.
+        let pod_template = self
+            .pod_templates
+            .iter()
+            .filter(|t| object_path.starts_with(t))
+            .max_by_key(|t| t.0.len());
+        let (anchor, path) = match pod_template {
+            Some(t) => (
+                Anchor::PodTemplate,
+                FieldPath(object_path.0[t.0.len()..].to_vec()),
+            ),
+            None => (Anchor::Root, object_path),
+        };
+        self.leaves.push(TemplateLeaf {
+            anchor,
+            under_macro_key,
+            path,
+            template_path,
+            content,
+        });
+    }
 }
 
 #[cfg(test)]
@@ -360,7 +590,7 @@ mod tests {
     #[test]
     fn seed_template_yields_pod_relative_variable_location() {
         let t = parse(&json!(SEED_YAML)).unwrap();
-        assert_eq!(t.kind, Some(WorkloadKind::BatchJob));
+        assert_eq!(t.kind, WorkloadKind::BatchJob);
         let gpus = leaf(
             &t,
             r#"spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]"#,
@@ -407,7 +637,7 @@ spec:
             - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}
 ";
         let t = parse(&json!(vc)).unwrap();
-        assert_eq!(t.kind, Some(WorkloadKind::VolcanoJob));
+        assert_eq!(t.kind, WorkloadKind::VolcanoJob);
         let gpus = t
             .leaves
             .iter()
@@ -438,6 +668,169 @@ spec:
         assert_eq!(
             (image.anchor, image.path.to_string()),
             (Anchor::PodTemplate, "spec.containers[0].image".into())
+        );
+    }
+
+    #[test]
+    fn every_wandb_shape_finds_the_same_pod_template_position() {
+        let object = json!({"kind": "PyTorchJob", "apiVersion": "kubeflow.org/v1", "spec": {"pytorchReplicaSpecs": {
+            "Worker": {"replicas": 2, "template": {"spec": {"containers": [
+                {"image": "${image_uri}", "resources": {"limits": {"nvidia.com/gpu": "{{gpus}}"}}}]}}}}}});
+        let shapes = [
+            (object.clone(), Wrapper::Bare, ""),
+            (
+                json!({"kubernetes": object}),
+                Wrapper::Kubernetes,
+                "kubernetes.",
+            ),
+            (
+                json!({"resource_args": {"kubernetes": object}}),
+                Wrapper::ResourceArgs,
+                "resource_args.kubernetes.",
+            ),
+        ];
+        for (doc, wrapper, prefix) in shapes {
+            for source in [doc.clone(), json!(doc.to_string())] {
+                let t = parse(&source).unwrap();
+                assert_eq!((t.kind, t.wrapper), (WorkloadKind::PyTorchJob, wrapper));
+                let gpus = t
+                    .leaves
+                    .iter()
+                    .find(|l| l.variables().any(|v| v == "gpus"))
+                    .unwrap();
+                assert_eq!(gpus.anchor, Anchor::PodTemplate);
+                assert_eq!(
+                    gpus.path.to_string(),
+                    r#"spec.containers[0].resources.limits["nvidia.com/gpu"]"#
+                );
+                assert_eq!(
+                    gpus.template_path.to_string(),
+                    format!(
+                        r#"{prefix}spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits["nvidia.com/gpu"]"#
+                    )
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn kind_is_inferred_with_or_without_api_version() {
+        let kind = |v: Value| infer_kind(&v).map(|(k, _)| k);
+        assert_eq!(
+            kind(json!({"kind": "PyTorchJob"})),
+            Ok(WorkloadKind::PyTorchJob)
+        );
+        assert_eq!(kind(json!({"kind": "Job"})), Ok(WorkloadKind::BatchJob));
+        assert_eq!(
+            kind(json!({"kind": "Job", "spec": {"tasks": []}})),
+            Ok(WorkloadKind::VolcanoJob)
+        );
+        assert_eq!(kind(json!({"kind": "Pod"})), Ok(WorkloadKind::Pod));
+        assert_eq!(
+            kind(json!({"apiVersion": "batch.volcano.sh/v1alpha1"})),
+            Ok(WorkloadKind::VolcanoJob)
+        );
+        assert_eq!(
+            kind(json!({"spec": {"pytorchReplicaSpecs": {}}})),
+            Ok(WorkloadKind::PyTorchJob)
+        );
+        assert_eq!(
+            kind(json!({"spec": {"tasks": [{"template": {}}]}})),
+            Ok(WorkloadKind::VolcanoJob)
+        );
+        assert_eq!(
+            kind(json!({"spec": {"template": {}}})),
+            Ok(WorkloadKind::BatchJob)
+        );
+        assert_eq!(kind(json!({})), Ok(WorkloadKind::BatchJob));
+        for bad in [
+            json!({"kind": "TFJob"}),
+            json!({"kind": "Job", "apiVersion": "kubeflow.org/v1"}),
+            json!({"kind": "RayJob", "apiVersion": "ray.io/v1"}),
+            json!({"kind": "${kind}"}),
+            json!({"kind": 3}),
+            json!({"apiVersion": "kubeflow.org/v1"}),
+        ] {
+            let err = kind(bad.clone()).unwrap_err();
+            assert!(
+                err.contains("not a workload kind")
+                    || err.contains("cannot be known")
+                    || err.contains("must be a string"),
+                "{bad}: {err}"
+            );
+        }
+        let err = parse(&json!("kubernetes:\n  kind: TFJob\n  spec: {}\n")).unwrap_err();
+        assert!(err.starts_with("kubernetes: kind \"TFJob\""), "{err}");
+    }
+
+    #[test]
+    fn wrappers_are_checked() {
+        for (doc, expected) in [
+            (
+                json!({"resource_args": {"sagemaker": {}}}),
+                "no `kubernetes` entry (found: sagemaker)",
+            ),
+            (json!({"kubernetes": "x"}), "must be a mapping"),
+            (
+                json!({"resource_args": {"kubernetes": {}}, "spec": {}}),
+                "in one shape",
+            ),
+        ] {
+            let err = parse(&doc).unwrap_err();
+            assert!(err.contains(expected), "{doc}: {err}");
+        }
+        let t = parse(&json!({"resource_args": {"kubernetes": {"spec": {}}}, "note": "{{gpus}}"}))
+            .unwrap();
+        assert_eq!(t.stray_variables.len(), 1);
+        assert_eq!(t.stray_variables[0].1.to_string(), "note");
+    }
+
+    #[test]
+    fn unquoted_macros_parse_in_flow_collections() {
+        let t = parse(&json!(
+            "spec: {template: {spec: {containers: [{image: ${image_uri}, args: [${run_id}, '{{x}}'], resources: {limits: {nvidia.com/gpu: {{ gpus }}}}}]}}}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            leaf(&t, "spec.template.spec.containers[0].image").content,
+            LeafContent::Pattern(vec![Piece::Macro])
+        );
+        assert_eq!(
+            leaf(&t, "spec.template.spec.containers[0].args[0]").content,
+            LeafContent::Pattern(vec![Piece::Macro])
+        );
+        assert_eq!(
+            leaf(
+                &t,
+                r#"spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]"#
+            )
+            .content,
+            LeafContent::Pattern(vec![Piece::Variable("gpus".into())])
+        );
+        // Not a macro: left as written.
+        let t = parse(&json!("metadata: {name: 'a-${not a macro}'}\n")).unwrap();
+        assert_eq!(
+            leaf(&t, "metadata.name").content,
+            LeafContent::Pattern(vec![Piece::Text("a-".into()), Piece::Macro])
+        );
+    }
+
+    #[test]
+    fn macros_are_accepted_anywhere() {
+        let t = parse(&json!(
+            "metadata:\n  name: ${run_id}-job\n  labels:\n    ${project_name}: yes\nspec:\n  template:\n    spec:\n      containers:\n        - image: ${image_uri}\n          args: [--project, '${project_name}', '${entity_name}/${run_name}']\n"
+        ))
+        .unwrap();
+        let label = t
+            .leaves
+            .iter()
+            .find(|l| l.template_path.to_string().starts_with("metadata.labels"))
+            .unwrap();
+        assert!(label.under_macro_key);
+        let arg = leaf(&t, "spec.template.spec.containers[0].args[2]");
+        assert_eq!(
+            arg.content,
+            LeafContent::Pattern(vec![Piece::Macro, Piece::Text("/".into()), Piece::Macro])
         );
     }
 

@@ -46,7 +46,7 @@ pub const DEFAULT_WAIT_IMAGE: &str = "busybox:1.36.1";
 pub const MAX_WAIT_TIMEOUT_SECONDS: u32 = 3600;
 
 /// What to do with a workload that asks for PyTorch wiring but can never rendezvous.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OnUnwirable {
     /// The validating webhook denies it.
@@ -137,7 +137,7 @@ impl<'de> Deserialize<'de> for QuantityText {
 }
 
 /// Container resources of the wait-for-master init container.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InitResources {
     #[serde(default)]
@@ -148,7 +148,7 @@ pub struct InitResources {
 
 /// `pytorch.waitForMaster`: an init container on non-master pods that waits until the
 /// master's rendezvous port accepts TCP connections (not merely until its name resolves).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct WaitForMasterConfig {
     pub enabled: bool,
@@ -239,7 +239,7 @@ impl WaitForMasterConfig {
 }
 
 /// Per-queue PyTorch settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PytorchConfig {
     pub enabled: bool,

@@ -1,0 +1,26 @@
+//! The chart's `values.schema.json` describes `config` with the schema generated from the
+//! server's config types, so `helm install`/`upgrade` rejects a config the server would
+//! reject by shape. `UPDATE_SCHEMA=1 cargo test --test config_schema` regenerates it.
+
+use launchgate::policy::{REGENERATE_HINT, chart_values_schema};
+use serde_json::Value;
+use std::path::PathBuf;
+
+#[test]
+fn chart_values_schema_matches_the_config_types() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/launchgate/values.schema.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let current: Value = serde_json::from_str(&text).unwrap();
+    let generated = chart_values_schema(&current);
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        let mut out = serde_json::to_string_pretty(&generated).unwrap();
+        out.push('\n');
+        std::fs::write(&path, out).unwrap();
+        return;
+    }
+    assert!(
+        current == generated,
+        "charts/launchgate/values.schema.json is out of date with the config types: {REGENERATE_HINT}"
+    );
+}
