@@ -76,6 +76,7 @@ fn tests() -> Vec<E2eTest> {
             unregistered
         ),
         e2e!(workloads::burst_of_forty_pods_is_admitted),
+        e2e!(workloads::pasted_kubeflow_queue_config_is_enforced),
         e2e!(audit::audit_reports_what_a_new_config_would_break),
         e2e!(semantics::controller_pods_are_not_judged_on_workload_rules),
         e2e!(semantics::server_side_apply_intent_is_kept),

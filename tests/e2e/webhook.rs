@@ -23,6 +23,10 @@ pub const WARN_QUEUE: &str = "warn-queue";
 /// Queue that caps `activeDeadlineSeconds` (the built-in queue with `maxActiveDeadlineSeconds`).
 pub const DEADLINE_QUEUE: &str = "deadline-queue";
 
+/// Queue whose limits are the W&B docs' Kubeflow queue config, pasted as-is (the PyTorchJob
+/// under `kubernetes:`), with `gpus` 0..4.
+pub const KUBEFLOW_QUEUE: &str = "kubeflow-queue";
+
 /// The running launchgate binary.
 pub struct Launchgate {
     pub base: String,
@@ -180,7 +184,8 @@ pub fn chart_webhook_configurations() -> Result<Vec<Value>> {
     Ok(out)
 }
 
-/// The built-in policy plus variants of its queue: one that only warns, one with a deadline cap.
+/// The built-in policy plus variants of its queue (one that only warns, one with a deadline
+/// cap) and a queue made from the W&B docs' Kubeflow queue config.
 fn suite_config() -> Result<String> {
     let mut config: Value = serde_norway::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
     let default_queue = config["defaultQueue"]
@@ -191,7 +196,16 @@ fn suite_config() -> Result<String> {
     warn["limits"]["enforcement"] = json!("warn");
     let mut deadline = config["queues"][&default_queue].clone();
     deadline["limits"]["maxActiveDeadlineSeconds"] = json!(86400);
+    let mut kubeflow = config["queues"][&default_queue].clone();
+    let pasted = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/wandb-queues/kubeflow-pytorchjob-kubernetes.yaml");
+    kubeflow["limits"] = json!({
+        "enforcement": "deny",
+        "template": std::fs::read_to_string(pasted)?,
+        "variables": {"gpus": {"type": "integer", "minimum": 0, "maximum": 4, "default": 1}},
+    });
     config["queues"][WARN_QUEUE] = warn;
     config["queues"][DEADLINE_QUEUE] = deadline;
+    config["queues"][KUBEFLOW_QUEUE] = kubeflow;
     Ok(serde_norway::to_string(&config)?)
 }

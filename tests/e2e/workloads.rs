@@ -2,7 +2,7 @@
 //! make of them together.
 
 use crate::ctx::{CONTROLLER_WAIT, Ctx, env_value, manifest, mutations};
-use crate::webhook::WARN_QUEUE;
+use crate::webhook::{KUBEFLOW_QUEUE, WARN_QUEUE};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -453,5 +453,36 @@ pub async fn burst_of_forty_pods_is_admitted(ctx: &Ctx) -> Result<()> {
         !events.contains("FailedCreate"),
         "FailedCreate events:\n{events}"
     );
+    Ok(())
+}
+
+/// A queue made from the W&B docs' Kubeflow queue config pasted as-is (`kubernetes:`-wrapped):
+/// an 8-GPU PyTorchJob is refused by the API server with the queue's limit, a 2-GPU one created.
+pub async fn pasted_kubeflow_queue_config_is_enforced(ctx: &Ctx) -> Result<()> {
+    let job = |name: &str, gpus: &str| {
+        let mut job = manifest("ptjob.yaml");
+        job["metadata"]["name"] = json!(name);
+        job["metadata"]["labels"]["queue"] = json!(KUBEFLOW_QUEUE);
+        for replica in ["Master", "Worker"] {
+            job["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["containers"][0]["resources"] =
+                json!({"limits": {"nvidia.com/gpu": gpus}});
+        }
+        job
+    };
+    match ctx.create(&job("eight", "8"), false).await {
+        Ok(_) => bail!("an 8-GPU PyTorchJob on a 4-GPU queue was admitted"),
+        Err(kube::Error::Api(status)) => ensure!(
+            status.message.contains(&format!("queue \"{KUBEFLOW_QUEUE}\""))
+                && status.message.contains(
+                    r#"spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#
+                ),
+            "message: {}",
+            status.message
+        ),
+        Err(e) => bail!("unexpected error: {e}"),
+    }
+    ctx.create(&job("two", "2"), false)
+        .await
+        .context("a 2-GPU PyTorchJob")?;
     Ok(())
 }
