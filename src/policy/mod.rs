@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// The built-in example policy (the seeds' GPU queue), as YAML.
+/// The built-in example policy (the W&B docs' minikube GPU queue), as YAML.
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("default-config.yaml");
 
 /// The sha256 (hex) of a config file's bytes, as `sha256sum` prints it: the
