@@ -145,29 +145,13 @@ impl Policy {
 
     fn queue_from_env(&self, kind: WorkloadKind, object: &Value) -> Option<String> {
         let env_name = self.config.match_rules.queue_env.as_deref()?;
-        for (_, template) in workload::templates(kind, object) {
-            let Some(spec) = template.get("spec") else {
-                continue;
-            };
-            for list in workload::CONTAINER_LISTS {
-                for c in spec
-                    .get(list)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
-                        if e.get("name").and_then(Value::as_str) == Some(env_name)
-                            && let Some(v) = e.get("value").and_then(Value::as_str)
-                            && !v.is_empty()
-                        {
-                            return Some(v.to_string());
-                        }
-                    }
-                }
-            }
-        }
-        None
+        workload::templates(kind, object)
+            .into_iter()
+            .filter_map(|(_, template)| template.get("spec").and_then(Value::as_object))
+            .flat_map(workload::containers)
+            // The value the container sees: the last entry of that name.
+            .find_map(|c| workload::effective_env_value(c, env_name).filter(|v| !v.is_empty()))
+            .map(str::to_string)
     }
 }
 
@@ -250,5 +234,12 @@ mod tests {
             .unwrap();
         assert_eq!(r.queue.name, "a");
         assert!(r.warning.unwrap().contains("zz"));
+        // The agent appended a second WANDB_LAUNCH_QUEUE_NAME: the last one is what runs.
+        let env = json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "c"},
+                         {"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "b"}]);
+        let r = p
+            .resolve_queue(WorkloadKind::Pod, &with(json!({}), env), None)
+            .unwrap();
+        assert_eq!(r.queue.name, "b");
     }
 }

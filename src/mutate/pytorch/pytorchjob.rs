@@ -141,7 +141,7 @@ pub fn mutate(
         let Some(spec) = workload::pod_spec_mut(template) else {
             return;
         };
-        env::for_each_training_container(ctx, spec, &info.spec_path(), |where_, c| {
+        ctx.for_each_training_container(spec, &info.spec_path(), |where_, c| {
             for name in OPERATOR_VARS {
                 if crate::mutate::upsert::has_env(c, name) {
                     findings.warn(format!(
