@@ -1,0 +1,225 @@
+//! Mutations against what real clusters send, through `launchgate::review` with the recorded
+//! AdmissionReviews (already defaulted by the API server: `backoffLimit: 6`,
+//! `dnsPolicy: ClusterFirst`, `securityContext: {}`, `generateName` without a name) edited the
+//! way the W&B agent, server-side apply, Volcano and the Job controller edit them:
+//!
+//! * explicit user intent from server-side apply (`managedFields` with `operation: Apply`);
+//! * `generateName` workloads wired at pod admission;
+//! * hostNetwork pods get `dnsPolicy: ClusterFirstWithHostNet`;
+//! * duplicated env names: the last entry is the one read and written;
+//! * the cache is never pointed into a read-only mount; Windows pods get no cache;
+//! * only PyTorch workloads get PyTorch env;
+//! * pod-level `runAsNonRoot` never contradicts a root container;
+//! * each default is one the owning operator keeps.
+//!
+//! Every case also checks reinvocation: mutating the patched object again gives no patch.
+
+mod common;
+
+use launchgate::Policy;
+use launchgate::cluster::NoCluster;
+use launchgate::review::{Endpoint, review};
+use serde_json::{Value, json};
+
+/// One answer of the core: the patched object, the patch and the response.
+#[allow(dead_code)] // fields and helpers used by later cases
+struct Answer {
+    object: Value,
+    patch: json_patch::Patch,
+    response: Value,
+}
+
+#[allow(dead_code)]
+impl Answer {
+    fn warnings(&self) -> Vec<String> {
+        self.response["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn allowed(&self) -> bool {
+        self.response["allowed"] == true
+    }
+
+    fn message(&self) -> String {
+        self.response["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// A recorded AdmissionReview with its `request.object` edited by `edit`.
+fn recorded(name: &str, edit: impl FnOnce(&mut Value)) -> Value {
+    let mut review: Value = serde_json::from_slice(&common::fixture(name)).unwrap();
+    edit(&mut review["request"]["object"]);
+    review
+}
+
+fn call(policy: &Policy, endpoint: Endpoint, review_json: &Value) -> Answer {
+    let body = serde_json::to_vec(review_json).unwrap();
+    let out = review(policy, endpoint, &body, &NoCluster).expect("a valid AdmissionReview");
+    let answer: Value = serde_json::from_slice(&out.body).unwrap();
+    let response = answer["response"].clone();
+    let patch = common::decode_patch(&response).unwrap_or(json_patch::Patch(Vec::new()));
+    let mut object = review_json["request"]["object"].clone();
+    json_patch::patch(&mut object, &patch).expect("the patch applies");
+    Answer {
+        object,
+        patch,
+        response,
+    }
+}
+
+/// Mutates, then checks that a second pass over the result (reinvocation) patches nothing.
+fn mutate(policy: &Policy, review_json: &Value) -> Answer {
+    let first = call(policy, Endpoint::Mutate, review_json);
+    let mut again = review_json.clone();
+    again["request"]["object"] = first.object.clone();
+    let second = call(policy, Endpoint::Mutate, &again);
+    assert!(
+        second.patch.0.is_empty(),
+        "reinvocation patched again: {:?}",
+        second.patch
+    );
+    first
+}
+
+#[allow(dead_code)]
+fn validate(policy: &Policy, review_json: &Value) -> Answer {
+    call(policy, Endpoint::Validate, review_json)
+}
+
+/// The built-in policy with `queue_yaml` merged over queue gpu-queue's keys.
+fn policy_with(queue_overrides: &str) -> Policy {
+    let mut config: Value =
+        serde_norway::from_str(launchgate::policy::DEFAULT_CONFIG_YAML).unwrap();
+    let overrides: Value = serde_norway::from_str(queue_overrides).unwrap();
+    for (k, v) in overrides.as_object().unwrap() {
+        let queue = &mut config["queues"]["gpu-queue"];
+        match (queue.get_mut(k), v) {
+            (Some(Value::Object(existing)), Value::Object(new)) => {
+                for (nk, nv) in new {
+                    existing.insert(nk.clone(), nv.clone());
+                }
+            }
+            _ => queue[k] = v.clone(),
+        }
+    }
+    Policy::from_yaml(&serde_json::to_string(&config).unwrap()).unwrap()
+}
+
+/// Env entries of a container by name, in order.
+fn env_values(container: &Value, name: &str) -> Vec<Value> {
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["name"] == name)
+        .cloned()
+        .collect()
+}
+
+/// The value the container sees for `name`: the last entry's literal value.
+fn seen(container: &Value, name: &str) -> Option<String> {
+    env_values(container, name)
+        .last()
+        .and_then(|e| e["value"].as_str().map(str::to_string))
+}
+
+// ---------------------------------------------------------------------------------------
+// Env semantics: the last entry of a name wins.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn appended_env_is_read_and_followed_as_the_container_sees_it() {
+    // A Volcano worker pod of a Job launchgate wired (rank offset on the template) after
+    // Volcano's pytorch plugin appended its own MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK
+    // behind the template's values; the user had written MASTER_PORT 29500, which launchgate
+    // mirrored into PET_MASTER_PORT at Job admission.
+    let review_json = recorded("create-pod-wandb-job-run42-worker-0.json", |pod| {
+        pod["metadata"]["annotations"]["launchgate.io/pytorch-rank-offset"] = json!("1");
+        pod["spec"]["containers"][0]["env"] = json!([
+            {"name": "VK_TASK_INDEX", "value": "0"},
+            {"name": "MASTER_ADDR", "value": "wandb-job-run42-master-0.wandb-job-run42"},
+            {"name": "MASTER_PORT", "value": "29500"},
+            {"name": "WORLD_SIZE", "value": "3"},
+            {"name": "PET_MASTER_ADDR", "value": "wandb-job-run42-master-0.wandb-job-run42"},
+            {"name": "PET_MASTER_PORT", "value": "29500"},
+            {"name": "PET_NNODES", "value": "3"},
+            {"name": "HF_HOME", "value": "/data/hf"},
+            {"name": "MASTER_ADDR", "value": "wandb-job-run42-master-0.wandb-job-run42"},
+            {"name": "MASTER_PORT", "value": "23456"},
+            {"name": "WORLD_SIZE", "value": "3"},
+            {"name": "RANK", "value": "1"},
+            {"name": "HF_HOME", "value": "/scratch/hf"}
+        ]);
+    });
+    let a = mutate(&Policy::embedded_default(), &review_json);
+    let c = &a.object["spec"]["containers"][0];
+    assert_eq!(seen(c, "MASTER_PORT").as_deref(), Some("23456"));
+    assert_eq!(
+        seen(c, "PET_MASTER_PORT").as_deref(),
+        Some("23456"),
+        "torchrun must dial the port env:// sees"
+    );
+    assert_eq!(seen(c, "RANK").as_deref(), Some("1"));
+    assert_eq!(seen(c, "PET_NODE_RANK").as_deref(), Some("1"));
+    assert_eq!(env_values(c, "PET_NODE_RANK").len(), 1);
+    assert_eq!(
+        seen(c, "HF_HOME").as_deref(),
+        Some("/scratch/hf"),
+        "the user's (last) HF_HOME is kept"
+    );
+    assert_eq!(env_values(c, "HF_HOME").len(), 2, "no third HF_HOME");
+}
+
+#[test]
+fn the_queue_named_by_the_last_agent_env_entry_is_used() {
+    let policy = Policy::from_yaml(
+        "defaultQueue: a\nqueues:\n  a: {securityContext: {enabled: false}}\n  b: {securityContext: {enabled: true}}\n",
+    )
+    .unwrap();
+    let review_json = recorded("create-pod-demo.json", |pod| {
+        pod["metadata"]["labels"] = json!({"wandb.ai/monitor": "true"});
+        pod["spec"]["containers"][0]["env"] = json!([
+            {"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "a"},
+            {"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "b"}
+        ]);
+    });
+    let a = mutate(&policy, &review_json);
+    assert_eq!(a.object["metadata"]["labels"]["launchgate.io/queue"], "b");
+}
+
+// ---------------------------------------------------------------------------------------
+// Pod-level runAsNonRoot never contradicts a container.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn pod_run_as_non_root_is_not_added_over_a_root_container() {
+    let policy = policy_with("securityContext: {runAsNonRoot: true}");
+    let review_json = recorded("create-job-demo.json", |job| {
+        let containers = &mut job["spec"]["template"]["spec"]["containers"];
+        containers[0]["securityContext"] = json!({"runAsUser": 0});
+    });
+    let a = mutate(&policy, &review_json);
+    let pod_sc = &a.object["spec"]["template"]["spec"]["securityContext"];
+    assert!(pod_sc.get("runAsNonRoot").is_none(), "{pod_sc}");
+    assert!(
+        a.warnings()
+            .iter()
+            .any(|w| w.contains("UID 0") && w.contains("runAsNonRoot")),
+        "{:?}",
+        a.warnings()
+    );
+    // Without the root container the pod gets it.
+    let a = mutate(&policy, &recorded("create-job-demo.json", |_| {}));
+    assert_eq!(
+        a.object["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
+        true
+    );
+}
