@@ -6,9 +6,11 @@
 //! *before* mutating admission, so "unset" cannot be read off the object. launchgate treats a
 //! `backoffLimit` of exactly 6 on CREATE as the API default, and replaces it — unless
 //! * the Job carries the annotation `launchgate.io/keep-backoff-limit: "true"`, or
-//! * kubectl's `last-applied-configuration` annotation shows the user wrote `backoffLimit`, or
+//! * the user wrote `backoffLimit` ([`super::intent`]: kubectl's
+//!   `last-applied-configuration`, or a server-side apply manager owning `spec.backoffLimit`), or
 //! * the Job uses `backoffLimitPerIndex` (then the API default is different and meaningful).
 
+use super::intent::UserIntent;
 use super::{Findings, MutationContext, Mutator};
 use crate::policy::ConfigError;
 use crate::workload::{self, WorkloadKind};
@@ -19,7 +21,6 @@ use serde_json::{Map, Value, json};
 pub const API_DEFAULT_BACKOFF_LIMIT: i64 = 6;
 /// Opt-out annotation: keep a `backoffLimit: 6` as written.
 pub const KEEP_BACKOFF_LIMIT_ANNOTATION: &str = "launchgate.io/keep-backoff-limit";
-const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Per-queue job defaults. A null value leaves that field alone.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -93,12 +94,8 @@ fn backoff_limit_is_explicit(job: &Value) -> bool {
     let Some(meta) = job.as_object() else {
         return false;
     };
-    if workload::annotation(meta, KEEP_BACKOFF_LIMIT_ANNOTATION) == Some("true") {
-        return true;
-    }
-    workload::annotation(meta, LAST_APPLIED_ANNOTATION)
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        .is_some_and(|applied| applied.pointer("/spec/backoffLimit").is_some())
+    workload::annotation(meta, KEEP_BACKOFF_LIMIT_ANNOTATION) == Some("true")
+        || UserIntent::of(job).wrote(&["spec", "backoffLimit"])
 }
 
 fn batch_job(cfg: &JobDefaultsConfig, job: &mut Value) -> bool {
@@ -244,13 +241,31 @@ mod tests {
             job(json!({"backoffLimit": 6, "template": template()}), keep),
         );
         assert_eq!(out["spec"]["backoffLimit"], 6);
-        let applied = json!({LAST_APPLIED_ANNOTATION: r#"{"spec":{"backoffLimit":6}}"#});
+        let applied = json!({super::super::intent::LAST_APPLIED_ANNOTATION: r#"{"spec":{"backoffLimit":6}}"#});
         let (out, _) = mutate_with(
             &JobDefaults,
             "{}",
             job(json!({"backoffLimit": 6, "template": template()}), applied),
         );
         assert_eq!(out["spec"]["backoffLimit"], 6);
+    }
+
+    #[test]
+    fn six_owned_by_a_server_side_apply_manager_is_kept() {
+        let mut j = job(
+            json!({"backoffLimit": 6, "template": template()}),
+            json!({}),
+        );
+        j["metadata"]["managedFields"] = json!([{
+            "manager": "argocd-controller", "operation": "Apply", "apiVersion": "batch/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:backoffLimit": {}, "f:template": {}}}
+        }]);
+        let (out, _) = mutate_with(&JobDefaults, "{}", j.clone());
+        assert_eq!(out["spec"]["backoffLimit"], 6);
+        // The same Job created with `kubectl create` (an Update manager) gets the default.
+        j["metadata"]["managedFields"][0]["operation"] = json!("Update");
+        let (out, _) = mutate_with(&JobDefaults, "{}", j);
+        assert_eq!(out["spec"]["backoffLimit"], 0);
     }
 
     #[test]

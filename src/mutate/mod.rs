@@ -2,6 +2,7 @@
 //! `serde_json::Value` copy of the object. The JSON Patch is the diff of before and after.
 
 pub mod cache;
+pub mod intent;
 pub mod job_defaults;
 pub mod labels;
 pub mod pytorch;
