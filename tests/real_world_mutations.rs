@@ -223,3 +223,128 @@ fn pod_run_as_non_root_is_not_added_over_a_root_container() {
         true
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Explicit user intent: server-side apply owners are the user.
+// ---------------------------------------------------------------------------------------
+
+/// The request as `kubectl apply --server-side` sends it: no last-applied annotation, an
+/// `operation: Apply` managedFields entry owning exactly the fields in the manifest.
+fn server_side_applied(job: &mut Value, fields: Value) {
+    job["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    job["metadata"]["managedFields"] = json!([{
+        "manager": "kubectl", "operation": "Apply", "apiVersion": "batch/v1",
+        "time": "2026-11-22T10:21:59Z", "fieldsType": "FieldsV1", "fieldsV1": fields
+    }]);
+}
+
+#[test]
+fn backoff_limit_six_owned_by_a_server_side_apply_manager_is_kept() {
+    let policy = Policy::embedded_default();
+    let review_json = recorded("create-job-ddp.json", |job| {
+        server_side_applied(
+            job,
+            json!({"f:spec": {"f:backoffLimit": {}, "f:completions": {}, "f:template": {"f:spec": {"f:subdomain": {}}}}}),
+        )
+    });
+    let a = mutate(&policy, &review_json);
+    assert_eq!(a.object["spec"]["backoffLimit"], 6);
+    // The same Job applied without backoffLimit: the API server's 6 is replaced.
+    let review_json = recorded("create-job-ddp.json", |job| {
+        server_side_applied(job, json!({"f:spec": {"f:completions": {}}}))
+    });
+    let a = mutate(&policy, &review_json);
+    assert_eq!(a.object["spec"]["backoffLimit"], 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// hostNetwork pods resolve pod DNS names only with ClusterFirstWithHostNet.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn host_network_indexed_job_gets_cluster_first_with_host_net() {
+    let policy = Policy::embedded_default();
+    // As the API server sends it: dnsPolicy already defaulted to ClusterFirst.
+    let review_json = recorded("create-job-ddp.json", |job| {
+        job["spec"]["template"]["spec"]["hostNetwork"] = json!(true);
+    });
+    assert_eq!(
+        review_json["request"]["object"]["spec"]["template"]["spec"]["dnsPolicy"],
+        "ClusterFirst"
+    );
+    let a = mutate(&policy, &review_json);
+    let spec = &a.object["spec"]["template"]["spec"];
+    assert_eq!(spec["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(
+        spec["containers"][0]["ports"],
+        json!([{"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}])
+    );
+    assert!(validate(&policy, &review_json).allowed());
+}
+
+#[test]
+fn host_network_job_whose_user_wrote_cluster_first_is_denied_with_the_reason() {
+    let policy = Policy::embedded_default();
+    let review_json = recorded("create-job-ddp.json", |job| {
+        job["spec"]["template"]["spec"]["hostNetwork"] = json!(true);
+        server_side_applied(
+            job,
+            json!({"f:spec": {"f:completions": {}, "f:template": {"f:spec": {"f:dnsPolicy": {}, "f:hostNetwork": {}}}}}),
+        );
+    });
+    let a = mutate(&policy, &review_json);
+    assert_eq!(
+        a.object["spec"]["template"]["spec"]["dnsPolicy"],
+        "ClusterFirst"
+    );
+    assert!(
+        a.warnings()
+            .iter()
+            .any(|w| w.contains("which you wrote") && w.contains("ClusterFirstWithHostNet")),
+        "{:?}",
+        a.warnings()
+    );
+    let v = validate(&policy, &review_json);
+    assert!(!v.allowed());
+    assert!(
+        v.message()
+            .contains("hostNetwork with dnsPolicy: ClusterFirst"),
+        "{}",
+        v.message()
+    );
+    // onUnwirable: warn admits it with the same explanation.
+    let warn = policy_with("pytorch: {onUnwirable: warn}");
+    assert!(validate(&warn, &review_json).allowed());
+}
+
+#[test]
+fn host_network_volcano_task_gets_cluster_first_with_host_net_unless_written() {
+    let policy = Policy::embedded_default();
+    let review_json = recorded("create-vcjob-wandb-job-run42.json", |job| {
+        for t in 0..2 {
+            job["spec"]["tasks"][t]["template"]["spec"]["hostNetwork"] = json!(true);
+        }
+    });
+    let a = mutate(&policy, &review_json);
+    for t in 0..2 {
+        assert_eq!(
+            a.object["spec"]["tasks"][t]["template"]["spec"]["dnsPolicy"],
+            "ClusterFirstWithHostNet"
+        );
+    }
+    // The template of a custom resource is not defaulted: a dnsPolicy there is the user's.
+    let review_json = recorded("create-vcjob-wandb-job-run42.json", |job| {
+        job["spec"]["tasks"][1]["template"]["spec"]["hostNetwork"] = json!(true);
+        job["spec"]["tasks"][1]["template"]["spec"]["dnsPolicy"] = json!("Default");
+    });
+    let v = validate(&policy, &review_json);
+    assert!(!v.allowed());
+    assert!(
+        v.message().contains("spec.tasks[1].template.spec"),
+        "{}",
+        v.message()
+    );
+}

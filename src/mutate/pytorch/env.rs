@@ -274,6 +274,54 @@ pub fn wire_pod_spec(
     changed
 }
 
+/// The only `dnsPolicy` under which a `hostNetwork` pod resolves cluster DNS names.
+pub const HOST_NETWORK_DNS_POLICY: &str = "ClusterFirstWithHostNet";
+
+/// Why a `hostNetwork` pod spec that must resolve `MASTER_ADDR` cannot, if it cannot: a
+/// `dnsPolicy` the user wrote that is neither `ClusterFirstWithHostNet` nor `None` (their own
+/// `dnsConfig`). `user_wrote_dns` comes from [`crate::mutate::intent`] for built-in kinds
+/// (the API server defaults `ClusterFirst`) and is "present" for custom resources.
+pub fn host_network_dns_problem(
+    pod_spec: &Map<String, Value>,
+    spec_path: &str,
+    user_wrote_dns: bool,
+) -> Option<String> {
+    if pod_spec.get("hostNetwork").and_then(Value::as_bool) != Some(true) {
+        return None;
+    }
+    let policy = pod_spec.get("dnsPolicy").and_then(Value::as_str)?;
+    if !user_wrote_dns || policy == HOST_NETWORK_DNS_POLICY || policy == "None" {
+        return None;
+    }
+    Some(format!(
+        "{spec_path} uses hostNetwork with dnsPolicy: {policy}, which you wrote; pod DNS names such as MASTER_ADDR resolve from a hostNetwork pod only with dnsPolicy: {HOST_NETWORK_DNS_POLICY} (set that, or leave dnsPolicy out and launchgate sets it)"
+    ))
+}
+
+/// On a `hostNetwork` pod spec, sets `dnsPolicy: ClusterFirstWithHostNet` unless the user
+/// wrote a `dnsPolicy` (then [`host_network_dns_problem`] explains, and the caller warns or
+/// denies). Returns true when it changed the spec.
+pub fn ensure_host_network_dns(
+    pod_spec: &mut Map<String, Value>,
+    spec_path: &str,
+    user_wrote_dns: bool,
+    findings: &mut Findings,
+) -> bool {
+    if pod_spec.get("hostNetwork").and_then(Value::as_bool) != Some(true) {
+        return false;
+    }
+    if let Some(problem) = host_network_dns_problem(pod_spec, spec_path, user_wrote_dns) {
+        findings.warn(format!("launchgate: {problem}"));
+        return false;
+    }
+    let current = pod_spec.get("dnsPolicy").and_then(Value::as_str);
+    if matches!(current, Some(HOST_NETWORK_DNS_POLICY | "None")) {
+        return false;
+    }
+    pod_spec.insert("dnsPolicy".into(), json!(HOST_NETWORK_DNS_POLICY));
+    true
+}
+
 /// The wait script: TCP connect (not only DNS), bounded by `WAIT_TIMEOUT_SECONDS`; a pod whose
 /// `NODE_RANK` is 0 is the master and does not wait for itself. Everything it needs comes from
 /// the init container's env, so nothing user-controlled is spliced into shell text.
@@ -548,6 +596,40 @@ mod tests {
         assert!(!write_port(&mut c, 23456, "c", &mut f));
         let mut c = obj(json!({"name": "t", "ports": [{"name": "http", "containerPort": 23456}]}));
         assert!(!write_port(&mut c, 23456, "c", &mut f));
+    }
+
+    #[test]
+    fn host_network_pods_get_cluster_first_with_host_net() {
+        let mut f = Findings::default();
+        // The API server's default ClusterFirst is replaced.
+        let mut spec = obj(json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
+        assert!(ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+        assert_eq!(spec["dnsPolicy"], HOST_NETWORK_DNS_POLICY);
+        assert!(!ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+        let mut spec = obj(json!({"hostNetwork": true}));
+        assert!(ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+        assert!(f.warnings.is_empty());
+        // A dnsPolicy the user wrote is kept, and explained.
+        let mut spec = obj(json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
+        assert!(!ensure_host_network_dns(&mut spec, "spec", true, &mut f));
+        assert_eq!(spec["dnsPolicy"], "ClusterFirst");
+        assert!(
+            f.warnings[0].contains("dnsPolicy: ClusterFirst, which you wrote")
+                && f.warnings[0].contains("ClusterFirstWithHostNet"),
+            "{:?}",
+            f.warnings
+        );
+        // Own DNS config, and pods on the pod network, are left alone.
+        for spec in [
+            json!({"hostNetwork": true, "dnsPolicy": "None"}),
+            json!({"dnsPolicy": "ClusterFirst"}),
+        ] {
+            let mut spec = obj(spec);
+            let before = spec.clone();
+            assert!(!ensure_host_network_dns(&mut spec, "spec", true, &mut f));
+            assert!(!ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+            assert_eq!(spec, before);
+        }
     }
 
     #[test]

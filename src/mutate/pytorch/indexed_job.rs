@@ -16,6 +16,7 @@
 
 use super::env::{self, EnvValue, JobWiring};
 use super::{OPT_IN_ANNOTATION, PytorchConfig, warn_unwirable};
+use crate::mutate::intent::UserIntent;
 use crate::mutate::{Findings, MutationContext};
 use crate::workload;
 use serde_json::Value;
@@ -57,11 +58,7 @@ pub enum Shape {
 
 /// Reads the shape of an opted-in Job.
 pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
-    let display = if job_name.is_empty() {
-        "Job (generateName)".to_string()
-    } else {
-        format!("Job {job_name:?}")
-    };
+    let display = display_name(job_name);
     let why_opted = match how {
         OptIn::Annotation => format!("{OPT_IN_ANNOTATION}: \"true\""),
         OptIn::Queue => "the queue's pytorch.indexedJobs".to_string(),
@@ -108,11 +105,35 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
     }
 }
 
+/// Template path of the pod spec, for messages.
+const SPEC_PATH: &str = "spec.template.spec";
+
+/// Did the user write the template's `dnsPolicy` (the API server defaults it)?
+fn user_wrote_dns(job: &Value) -> bool {
+    UserIntent::of(job).wrote(&["spec", "template", "spec", "dnsPolicy"])
+}
+
 /// The problems [`super::check`] denies for a batch/v1 Job.
 pub fn problems(ctx: &MutationContext<'_>, cfg: &PytorchConfig, object: &Value) -> Vec<String> {
-    match opt_in(cfg, object).map(|how| shape(object, how, ctx.object_name(object))) {
+    let name = ctx.object_name(object);
+    match opt_in(cfg, object).map(|how| shape(object, how, name)) {
         Some(Shape::Unwirable(problems)) => problems,
+        Some(Shape::Wirable { .. }) => object
+            .pointer("/spec/template/spec")
+            .and_then(Value::as_object)
+            .and_then(|spec| env::host_network_dns_problem(spec, SPEC_PATH, user_wrote_dns(object)))
+            .map(|p| format!("{}: {p}", display_name(name)))
+            .into_iter()
+            .collect(),
         _ => Vec::new(),
+    }
+}
+
+fn display_name(job_name: &str) -> String {
+    if job_name.is_empty() {
+        "Job (generateName)".to_string()
+    } else {
+        format!("Job {job_name:?}")
     }
 }
 
@@ -151,6 +172,7 @@ pub fn mutate(
         master_port: cfg.port,
         nnodes: completions,
     };
+    let wrote_dns = user_wrote_dns(object);
     let rank = EnvValue::FieldRef(env::COMPLETION_INDEX_FIELD.into());
     let mut vars = env::job_vars(cfg, &wiring);
     vars.extend(env::rank_vars(cfg, rank.clone()));
@@ -163,14 +185,8 @@ pub fn mutate(
     let Some(spec) = workload::pod_spec_mut(template) else {
         return false;
     };
-    let mut changed = env::wire_pod_spec(
-        ctx,
-        spec,
-        "spec.template.spec",
-        &vars,
-        Some(cfg.port),
-        findings,
-    );
+    let mut changed = env::wire_pod_spec(ctx, spec, SPEC_PATH, &vars, Some(cfg.port), findings);
+    changed |= env::ensure_host_network_dns(spec, SPEC_PATH, wrote_dns, findings);
     if cfg.wait_for_master.enabled
         && let Some(addr) = &wiring.master_addr
     {

@@ -330,7 +330,11 @@ pub fn check(ctx: &MutationContext<'_>, object: &Value) -> Findings {
     let problems = match ctx.kind {
         WorkloadKind::VolcanoJob => volcano::job_problems(ctx, object),
         WorkloadKind::BatchJob => indexed_job::problems(ctx, cfg, object),
-        WorkloadKind::PyTorchJob => pytorchjob::problems(object),
+        WorkloadKind::PyTorchJob => {
+            let mut problems = pytorchjob::problems(object);
+            problems.extend(pytorchjob::dns_problems(object));
+            problems
+        }
         WorkloadKind::Pod => Vec::new(),
     };
     for p in problems {

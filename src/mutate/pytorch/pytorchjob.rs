@@ -82,6 +82,20 @@ pub fn problems(job: &Value) -> Vec<String> {
     out
 }
 
+/// hostNetwork replicas whose `dnsPolicy` (written by the user: the API server does not default
+/// a custom resource's template) keeps the operator's service names from resolving.
+pub fn dns_problems(job: &Value) -> Vec<String> {
+    let name = env::string_at(job, "/metadata/name").unwrap_or("(generateName)");
+    workload::templates(WorkloadKind::PyTorchJob, job)
+        .into_iter()
+        .filter_map(|(info, template)| {
+            let spec = template.get("spec")?.as_object()?;
+            env::host_network_dns_problem(spec, &info.spec_path(), spec.contains_key("dnsPolicy"))
+        })
+        .map(|p| format!("PyTorchJob {name:?}: {p}"))
+        .collect()
+}
+
 /// The Master's rendezvous port: its `pytorch` container's `pytorchjob-port`.
 fn master_port(job: &Value) -> u16 {
     let Some(specs) = job
@@ -141,6 +155,8 @@ pub fn mutate(
         let Some(spec) = workload::pod_spec_mut(template) else {
             return;
         };
+        let wrote_dns = spec.contains_key("dnsPolicy");
+        changed |= env::ensure_host_network_dns(spec, &info.spec_path(), wrote_dns, findings);
         ctx.for_each_training_container(spec, &info.spec_path(), |where_, c| {
             for name in OPERATOR_VARS {
                 if crate::mutate::upsert::has_env(c, name) {

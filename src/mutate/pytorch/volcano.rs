@@ -16,6 +16,7 @@
 
 use super::env::{self, EnvValue, JobWiring};
 use super::{PytorchConfig, warn_unwirable};
+use crate::mutate::intent::UserIntent;
 use crate::mutate::{Findings, MutationContext};
 use crate::workload::{self, TemplateRole, WorkloadKind};
 use serde_json::{Map, Value, json};
@@ -252,11 +253,26 @@ pub fn analyse(job: &Value, job_name: &str) -> Result<Option<VolcanoPytorchJob>,
     }))
 }
 
-/// The problems [`super::check`] denies for a Volcano Job.
+/// The problems [`super::check`] denies for a Volcano Job: it can never rendezvous, or a
+/// hostNetwork master/worker task keeps a `dnsPolicy` under which `MASTER_ADDR` cannot resolve
+/// (a custom resource's template is not defaulted, so a present `dnsPolicy` is the user's).
 pub fn job_problems(ctx: &MutationContext<'_>, object: &Value) -> Vec<String> {
-    analyse(object, ctx.object_name(object))
-        .err()
-        .unwrap_or_default()
+    let job = match analyse(object, ctx.object_name(object)) {
+        Err(problems) => return problems,
+        Ok(None) => return Vec::new(),
+        Ok(Some(job)) => job,
+    };
+    workload::templates(WorkloadKind::VolcanoJob, object)
+        .into_iter()
+        .filter(|(info, _)| {
+            matches!(&info.role, TemplateRole::VolcanoTask { name, .. } if job.rank_offset(name).is_some())
+        })
+        .filter_map(|(info, template)| {
+            let spec = template.get("spec")?.as_object()?;
+            env::host_network_dns_problem(spec, &info.spec_path(), spec.contains_key("dnsPolicy"))
+        })
+        .map(|p| format!("Volcano Job {:?}: {p}", ctx.object_name(object)))
+        .collect()
 }
 
 fn set_annotation(template: &mut Map<String, Value>, key: &str, value: &str) -> bool {
@@ -309,6 +325,10 @@ pub fn mutate_job(
         };
         let port = offset.map(|_| job.args.port);
         changed |= env::wire_pod_spec(ctx, spec, &info.spec_path(), &vars, port, findings);
+        if offset.is_some() {
+            let wrote_dns = spec.contains_key("dnsPolicy");
+            changed |= env::ensure_host_network_dns(spec, &info.spec_path(), wrote_dns, findings);
+        }
         if cfg.wait_for_master.enabled
             && *name == job.args.worker
             && let Some(addr) = &job.wiring.master_addr
@@ -396,6 +416,8 @@ pub fn mutate_pod(
     let mut vars = Vec::new();
     let mut port = None;
     let mut wait_for = None;
+    // Set when this pass wires a pod whose Job launchgate never saw: its DNS is decided here.
+    let mut dns_wrote = None;
     match place.rank_offset {
         // The template was wired by launchgate: only the rank is per pod.
         Some(Some(offset)) => {
@@ -419,6 +441,18 @@ pub fn mutate_pod(
                     vars = env::job_vars(cfg, &job.wiring);
                     if let Some(offset) = job.rank_offset(&place.task) {
                         port = Some(job.args.port);
+                        // The Job's template is not defaulted: a dnsPolicy there is the user's.
+                        let template_dns = job_object
+                            .pointer("/spec/tasks")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .find(|t| t.get("name").and_then(Value::as_str) == Some(&place.task))
+                            .and_then(|t| t.pointer("/template/spec/dnsPolicy"))
+                            .is_some();
+                        dns_wrote = Some(
+                            template_dns || UserIntent::of(object).wrote(&["spec", "dnsPolicy"]),
+                        );
                         if let Some(rank) = rank_value(&place, offset, findings) {
                             vars.extend(env::rank_vars(cfg, rank));
                         }
@@ -457,6 +491,9 @@ pub fn mutate_pod(
         return false;
     };
     let mut changed = env::wire_pod_spec(ctx, spec, "spec", &vars, port, findings);
+    if let Some(wrote) = dns_wrote {
+        changed |= env::ensure_host_network_dns(spec, "spec", wrote, findings);
+    }
     if cfg.wait_for_master.enabled
         && let Some((addr, port)) = wait_for
     {
