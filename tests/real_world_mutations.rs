@@ -348,3 +348,205 @@ fn host_network_volcano_task_gets_cluster_first_with_host_net_unless_written() {
         v.message()
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// generateName workloads are wired at pod admission, never half-wired.
+// ---------------------------------------------------------------------------------------
+
+const PYTORCH_ENV: [&str; 8] = [
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+];
+
+/// The request as the W&B agent's `generateName` create arrives: no name anywhere.
+fn generate_name(review_json: &mut Value, prefix: &str) {
+    review_json["request"]
+        .as_object_mut()
+        .unwrap()
+        .remove("name");
+    let meta = review_json["request"]["object"]["metadata"]
+        .as_object_mut()
+        .unwrap();
+    meta.remove("name");
+    meta.insert("generateName".into(), json!(prefix));
+}
+
+/// What a controller copies from a pod template into each pod: labels and annotations.
+fn copy_template_metadata(pod: &mut Value, template: &Value) {
+    for key in ["labels", "annotations"] {
+        for (k, v) in template["metadata"][key].as_object().into_iter().flatten() {
+            pod["metadata"][key][k] = v.clone();
+        }
+    }
+}
+
+#[test]
+fn generate_name_indexed_job_is_wired_at_pod_admission() {
+    let policy = Policy::embedded_default();
+    let mut job_review = recorded("create-job-ddp.json", |_| {});
+    generate_name(&mut job_review, "ddp-");
+    let job = mutate(&policy, &job_review);
+    assert!(validate(&policy, &job_review).allowed());
+    let template = &job.object["spec"]["template"];
+    for name in PYTORCH_ENV {
+        assert!(
+            env_values(&template["spec"]["containers"][0], name).is_empty(),
+            "{name}: no half-wired template"
+        );
+    }
+    // The Job controller names the Job ddp-x7k2p and creates its pods with the Job's name and
+    // completion index in labels/annotations.
+    for index in ["0", "1", "2"] {
+        let pod_review = recorded(&format!("create-pod-ddp-{index}.json"), |pod| {
+            copy_template_metadata(pod, template);
+            pod["metadata"]["generateName"] = json!(format!("ddp-x7k2p-{index}-"));
+            pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] = json!("ddp-x7k2p");
+            pod["metadata"]["labels"]["job-name"] = json!("ddp-x7k2p");
+            pod["spec"]["hostname"] = json!(format!("ddp-x7k2p-{index}"));
+        });
+        let pod = mutate(&policy, &pod_review);
+        let c = &pod.object["spec"]["containers"][0];
+        assert_eq!(seen(c, "MASTER_ADDR").as_deref(), Some("ddp-x7k2p-0.ddp"));
+        assert_eq!(
+            seen(c, "PET_MASTER_ADDR").as_deref(),
+            Some("ddp-x7k2p-0.ddp")
+        );
+        assert_eq!(seen(c, "WORLD_SIZE").as_deref(), Some("3"));
+        assert_eq!(seen(c, "PET_NNODES").as_deref(), Some("3"));
+        assert_eq!(
+            env_values(c, "RANK")[0]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        );
+        assert_eq!(c["ports"][0]["name"], "pytorchjob-port");
+    }
+}
+
+#[test]
+fn generate_name_volcano_job_is_wired_at_pod_admission() {
+    let policy = Policy::embedded_default();
+    let mut job_review = recorded("create-vcjob-wandb-job-run42.json", |_| {});
+    generate_name(&mut job_review, "wandb-job-");
+    let job = mutate(&policy, &job_review);
+    assert!(validate(&policy, &job_review).allowed());
+    for t in 0..2 {
+        let c = &job.object["spec"]["tasks"][t]["template"]["spec"]["containers"][0];
+        assert!(
+            env_values(c, "WORLD_SIZE").is_empty(),
+            "task {t} half-wired"
+        );
+    }
+    for (file, task, rank) in [
+        ("create-pod-wandb-job-run42-master-0.json", 0, "0"),
+        ("create-pod-wandb-job-run42-worker-0.json", 1, "1"),
+        ("create-pod-wandb-job-run42-worker-1.json", 1, "2"),
+    ] {
+        let pod_review = recorded(file, |pod| {
+            copy_template_metadata(pod, &job.object["spec"]["tasks"][task]["template"]);
+            for key in ["labels", "annotations"] {
+                pod["metadata"][key]["volcano.sh/job-name"] = json!("wandb-job-q8x2z");
+            }
+        });
+        let pod = mutate(&policy, &pod_review);
+        let c = &pod.object["spec"]["containers"][0];
+        let addr = "wandb-job-q8x2z-master-0.wandb-job-q8x2z";
+        assert_eq!(seen(c, "MASTER_ADDR").as_deref(), Some(addr), "{file}");
+        assert_eq!(seen(c, "PET_MASTER_ADDR").as_deref(), Some(addr), "{file}");
+        assert_eq!(seen(c, "WORLD_SIZE").as_deref(), Some("3"), "{file}");
+        assert_eq!(seen(c, "RANK").as_deref(), Some(rank), "{file}");
+        assert_eq!(seen(c, "PET_NODE_RANK").as_deref(), Some(rank), "{file}");
+    }
+}
+
+#[test]
+fn a_pod_that_cannot_be_completed_gets_no_half_wiring() {
+    let policy = Policy::embedded_default();
+    let pod_review = recorded("create-pod-ddp-1.json", |pod| {
+        pod["metadata"]["annotations"]["launchgate.io/pytorch-wiring"] = json!(
+            r#"{"masterAddr":"{job}-0.ddp","port":23456,"nnodes":3,"ranked":true,"waitForMaster":true}"#
+        );
+        let labels = pod["metadata"]["labels"].as_object_mut().unwrap();
+        labels.insert("launchgate.io/queue".into(), json!("gpu-queue"));
+        labels.remove("job-name");
+        labels.remove("batch.kubernetes.io/job-name");
+    });
+    let pod = mutate(&policy, &pod_review);
+    assert!(
+        pod.allowed(),
+        "a pod is never denied: its controller would retry forever"
+    );
+    let c = &pod.object["spec"]["containers"][0];
+    for name in PYTORCH_ENV {
+        assert!(env_values(c, name).is_empty(), "{name}");
+    }
+    assert!(
+        pod.warnings()
+            .iter()
+            .any(|w| w.contains("no Job name label")),
+        "{:?}",
+        pod.warnings()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Only PyTorch workloads get PyTorch env.
+// ---------------------------------------------------------------------------------------
+
+fn mpi_job(job: &mut Value) {
+    job["spec"]["plugins"] =
+        json!({"mpi": ["--master=master", "--worker=worker", "--port=22"], "ssh": [], "svc": []});
+}
+
+#[test]
+fn pods_of_a_volcano_job_without_the_pytorch_plugin_get_no_pytorch_env() {
+    let policy = Policy::embedded_default();
+    let job_review = recorded("create-vcjob-wandb-job-run42.json", mpi_job);
+    let job = mutate(&policy, &job_review);
+    for t in 0..2 {
+        let template = &job.object["spec"]["tasks"][t]["template"];
+        assert_eq!(
+            template["metadata"]["annotations"]["launchgate.io/pytorch-rank-offset"],
+            "none"
+        );
+        for name in PYTORCH_ENV {
+            assert!(env_values(&template["spec"]["containers"][0], name).is_empty());
+        }
+    }
+    // The MPI job's pods (task names master/worker, like PyTorch's defaults), offline.
+    for (file, task) in [
+        ("create-pod-wandb-job-run42-master-0.json", 0),
+        ("create-pod-wandb-job-run42-worker-1.json", 1),
+    ] {
+        let pod_review = recorded(file, |pod| {
+            copy_template_metadata(pod, &job.object["spec"]["tasks"][task]["template"]);
+        });
+        let pod = mutate(&policy, &pod_review);
+        let c = &pod.object["spec"]["containers"][0];
+        for name in PYTORCH_ENV {
+            assert!(env_values(c, name).is_empty(), "{file}: {name}");
+        }
+        assert!(c.get("ports").is_none(), "{file}");
+    }
+}
+
+#[test]
+fn pods_of_an_unseen_mpi_job_get_no_pytorch_env_offline() {
+    // The Job was never admitted by launchgate (no record), and there is no cluster view; the
+    // MPI plugin's MPI_HOST on the pod says it is not PyTorch.
+    let pod_review = recorded("create-pod-wandb-job-run42-worker-0.json", |pod| {
+        pod["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "MPI_HOST", "value": "wandb-job-run42-master-0.wandb-job-run42"}));
+    });
+    let pod = mutate(&Policy::embedded_default(), &pod_review);
+    let c = &pod.object["spec"]["containers"][0];
+    for name in PYTORCH_ENV {
+        assert!(env_values(c, name).is_empty(), "{name}");
+    }
+}

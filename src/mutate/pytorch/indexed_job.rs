@@ -14,6 +14,7 @@
 //! all ranks run at once) — is left unwired with a warning, and denied by the validating
 //! webhook when the queue says `onUnwirable: deny`.
 
+use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
 use super::env::{self, EnvValue, JobWiring};
 use super::{OPT_IN_ANNOTATION, PytorchConfig, warn_unwirable};
 use crate::mutate::intent::UserIntent;
@@ -159,20 +160,36 @@ pub fn mutate(
             subdomain,
         } => (completions, subdomain),
     };
-    let master_addr = if job_name.is_empty() {
-        findings.warn(
-            "launchgate: this Job has no name yet (generateName), so MASTER_ADDR (<job>-0.<subdomain>) cannot be derived; set it in the pod template or name the Job",
+    let wrote_dns = user_wrote_dns(object);
+    if job_name.is_empty() {
+        // No name yet (generateName): nothing half-wired in the template; each pod carries
+        // the Job's name and gets everything at pod admission.
+        let Some(template) = object
+            .pointer_mut("/spec/template")
+            .and_then(Value::as_object_mut)
+        else {
+            return false;
+        };
+        let mut changed = deferred::record(
+            template,
+            &Deferred {
+                master_addr: format!("{JOB_PLACEHOLDER}-0.{subdomain}"),
+                port: cfg.port,
+                nnodes: completions,
+                ranked: true,
+                wait_for_master: true,
+            },
         );
-        None
-    } else {
-        Some(format!("{job_name}-0.{subdomain}"))
-    };
+        if let Some(spec) = workload::pod_spec_mut(template) {
+            changed |= env::ensure_host_network_dns(spec, SPEC_PATH, wrote_dns, findings);
+        }
+        return changed;
+    }
     let wiring = JobWiring {
-        master_addr,
+        master_addr: Some(format!("{job_name}-0.{subdomain}")),
         master_port: cfg.port,
         nnodes: completions,
     };
-    let wrote_dns = user_wrote_dns(object);
     let rank = EnvValue::FieldRef(env::COMPLETION_INDEX_FIELD.into());
     let mut vars = env::job_vars(cfg, &wiring);
     vars.extend(env::rank_vars(cfg, rank.clone()));

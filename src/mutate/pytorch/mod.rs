@@ -23,6 +23,7 @@
 //! rendezvous) are denied by [`check`] (the validating webhook) when the queue says
 //! `onUnwirable: deny`; the mutator skips the wiring and warns either way.
 
+pub mod deferred;
 pub mod env;
 pub mod indexed_job;
 pub mod pytorchjob;
@@ -311,6 +312,9 @@ impl Mutator for PytorchWiring {
         }
         match ctx.kind {
             WorkloadKind::VolcanoJob => volcano::mutate_job(ctx, cfg, object, f),
+            WorkloadKind::Pod if deferred::is_deferred(object) => {
+                deferred::mutate_pod(ctx, cfg, object, f)
+            }
             WorkloadKind::Pod => volcano::mutate_pod(ctx, cfg, object, f),
             WorkloadKind::BatchJob => indexed_job::mutate(ctx, cfg, object, f),
             WorkloadKind::PyTorchJob => pytorchjob::mutate(ctx, cfg, object, f),
@@ -493,7 +497,13 @@ mod mutator_tests {
     #[test]
     fn two_master_replicas_are_denied_by_check_and_skipped_by_the_mutator() {
         let (out, f) = mutate_with(&PytorchWiring, "{}", vcjob(2));
-        assert_eq!(out, vcjob(2));
+        // Nothing wired; only the record that its pods take no rank.
+        let mut expected = vcjob(2);
+        for task in expected["spec"]["tasks"].as_array_mut().unwrap() {
+            task["template"]["metadata"] =
+                json!({"annotations": {volcano::RANK_OFFSET_ANNOTATION: "none"}});
+        }
+        assert_eq!(out, expected);
         assert!(
             f.warnings[0].contains("replicas of the PyTorch master task \"master\" is 2"),
             "{:?}",
