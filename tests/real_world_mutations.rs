@@ -550,3 +550,50 @@ fn pods_of_an_unseen_mpi_job_get_no_pytorch_env_offline() {
         assert!(env_values(c, name).is_empty(), "{name}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The cache is writable where the env points.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn cache_env_never_points_into_a_read_only_mount_of_the_claim() {
+    let review_json = recorded("create-job-demo.json", |job| {
+        let spec = &mut job["spec"]["template"]["spec"];
+        spec["volumes"] = json!([{"name": "datasets", "persistentVolumeClaim": {"claimName": "nfs-pvc", "readOnly": true}}]);
+        spec["containers"][0]["volumeMounts"] =
+            json!([{"name": "datasets", "mountPath": "/datasets", "readOnly": true}]);
+    });
+    let a = mutate(&Policy::embedded_default(), &review_json);
+    let spec = &a.object["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    for name in ["XDG_CACHE_HOME", "HF_HOME", "TORCH_HOME"] {
+        let value = seen(c, name).unwrap();
+        assert!(value.starts_with("/root/.cache"), "{name}={value}");
+    }
+    let cache_mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/root/.cache")
+        .unwrap();
+    assert_ne!(cache_mount["readOnly"], true);
+    let volume = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == cache_mount["name"])
+        .unwrap();
+    assert_ne!(volume["persistentVolumeClaim"]["readOnly"], true);
+}
+
+#[test]
+fn windows_pods_get_no_linux_cache_or_security_context() {
+    let review_json = recorded("create-job-demo.json", |job| {
+        job["spec"]["template"]["spec"]["os"] = json!({"name": "windows"});
+    });
+    let a = mutate(&Policy::embedded_default(), &review_json);
+    let spec = &a.object["spec"]["template"]["spec"];
+    assert!(spec.get("volumes").is_none(), "{spec}");
+    assert!(spec["containers"][0].get("env").is_none());
+    assert!(spec["containers"][0].get("securityContext").is_none());
+}
