@@ -597,3 +597,41 @@ fn windows_pods_get_no_linux_cache_or_security_context() {
     assert!(spec["containers"][0].get("env").is_none());
     assert!(spec["containers"][0].get("securityContext").is_none());
 }
+
+// ---------------------------------------------------------------------------------------
+// Each default is one the owning operator keeps.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn volcano_max_retry_is_one_volcano_keeps() {
+    let policy = Policy::embedded_default();
+    // Volcano's webhook replaces maxRetry 0 with 3: launchgate writes 1 (no restarts), and
+    // treats a Job's own 0 as unset, as Volcano does.
+    for max_retry in [None, Some(0)] {
+        let review_json = recorded("create-vcjob-wandb-job-run42.json", |job| {
+            if let Some(r) = max_retry {
+                job["spec"]["maxRetry"] = json!(r);
+            }
+        });
+        let a = mutate(&policy, &review_json);
+        assert_eq!(a.object["spec"]["maxRetry"], 1, "{max_retry:?}");
+    }
+    let err = Policy::from_yaml("queues:\n  q:\n    jobDefaults: {volcanoMaxRetry: 0}\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("volcanoMaxRetry") && err.contains("3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn pytorchjob_nproc_per_node_replaces_the_operators_auto_default() {
+    let policy = policy_with("pytorch: {nprocPerNode: 4}");
+    // The training operator's webhook ran first and wrote its default "auto".
+    let review_json = recorded("create-pytorchjob-run42-pytorch-job.json", |job| {
+        job["spec"]["nprocPerNode"] = json!("auto");
+    });
+    let a = mutate(&policy, &review_json);
+    assert_eq!(a.object["spec"]["nprocPerNode"], "4");
+}

@@ -64,6 +64,12 @@ impl JobDefaultsConfig {
                 ));
             }
         }
+        if self.volcano_max_retry == Some(0) {
+            errors.push(ConfigError::new(
+                format!("{at}.volcanoMaxRetry"),
+                "0 is not kept: Volcano's admission webhook and job controller treat maxRetry 0 as unset and use 3; use 1 (the job fails at its first restart, i.e. no restarts) or null to leave maxRetry to Volcano",
+            ));
+        }
         if let Some(p) = &self.restart_policy
             && p != "Never"
             && p != "OnFailure"
@@ -144,11 +150,22 @@ fn volcano_job(cfg: &JobDefaultsConfig, job: &mut Value) -> bool {
     let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
         return false;
     };
-    set_if_absent(
+    let mut changed = set_if_absent(
         spec,
         "ttlSecondsAfterFinished",
         cfg.ttl_seconds_after_finished,
-    ) | set_if_absent(spec, "maxRetry", cfg.volcano_max_retry)
+    );
+    // Volcano treats `maxRetry: 0` as unset (its webhook writes 3), so launchgate does too.
+    if let Some(retry) = cfg.volcano_max_retry
+        && spec
+            .get("maxRetry")
+            .is_none_or(|v| v.is_null() || v.as_i64() == Some(0))
+        && spec.get("maxRetry").and_then(Value::as_i64) != Some(retry)
+    {
+        spec.insert("maxRetry".into(), json!(retry));
+        changed = true;
+    }
+    changed
 }
 
 fn pytorch_job(cfg: &JobDefaultsConfig, job: &mut Value, findings: &mut Findings) -> bool {
@@ -314,6 +331,27 @@ mod tests {
             "unknown fields survive"
         );
         assert_eq!(f.warnings.len(), 1);
+    }
+
+    #[test]
+    fn volcano_max_retry_is_a_value_volcano_keeps() {
+        // Volcano writes 3 over 0: a queue default of 0 would be a lie, so it is rejected.
+        let err = queue_yaml("jobDefaults: {volcanoMaxRetry: 0}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("queues.q.jobDefaults.volcanoMaxRetry") && err.contains("use 3"),
+            "{err}"
+        );
+        // A Job's own maxRetry: 0 is unset for Volcano, so the queue's value goes in.
+        let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
+                        "spec": {"maxRetry": 0, "tasks": []}});
+        let (out, _) = mutate_with(&JobDefaults, "jobDefaults: {volcanoMaxRetry: 1}", vc);
+        assert_eq!(out["spec"]["maxRetry"], 1);
+        let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
+                        "spec": {"maxRetry": 5, "tasks": []}});
+        let (out, _) = mutate_with(&JobDefaults, "jobDefaults: {volcanoMaxRetry: 1}", vc);
+        assert_eq!(out["spec"]["maxRetry"], 5);
     }
 
     #[test]
