@@ -8,6 +8,11 @@
 //!   `nonRootMountPath` (default `/cache`) when the pod or container runs as non-root.
 //! * A container that already mounts the cache volume keeps its mount; one that mounts
 //!   something else at the cache path is left alone and warned about.
+//! * The env never points into a read-only mount: a read-only volume of the same claim/export
+//!   is not reused, a read-only mount of the cache volume gets no env (warned), and a cache
+//!   configured `readOnly` is mounted without env.
+//! * NFS paths compare normalised; the volume is added only when some container mounts it;
+//!   Windows pods get nothing.
 
 use super::upsert::{self, Upsert};
 use super::{Findings, MutationContext, Mutator};

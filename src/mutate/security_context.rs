@@ -1,7 +1,8 @@
 //! Container `securityContext` defaults, merged per field where the user left them unset:
 //! `allowPrivilegeEscalation: false`, `capabilities.drop: [ALL]`,
 //! `seccompProfile.type: RuntimeDefault`; optional pod-level `runAsNonRoot`, `runAsUser`,
-//! `fsGroup`. Applied to `containers` and `initContainers` of every pod spec.
+//! `fsGroup`. Applied to `containers` and `initContainers` of every pod spec. Pod-level
+//! `runAsNonRoot` is never added where a container (or the pod) explicitly runs as UID 0.
 
 use super::{Findings, MutationContext, Mutator};
 use crate::policy::ConfigError;

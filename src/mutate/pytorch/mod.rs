@@ -13,6 +13,12 @@
 //!   as a downward-API `fieldRef` on the completion-index annotation.
 //! * [`pytorchjob`] — a Kubeflow PyTorchJob: the operator sets the env itself; only what it
 //!   lacks is added.
+//! * [`deferred`] — a Job with only a `generateName`: the decision is recorded on its
+//!   templates and each pod is wired in full at pod admission (never half-wired).
+//!
+//! hostNetwork pods get `dnsPolicy: ClusterFirstWithHostNet` unless the user wrote a
+//! `dnsPolicy` ([`crate::mutate::intent`]); every env read and write follows the last entry of
+//! a name (the one the kubelet uses).
 //!
 //! `WORLD_SIZE` (and `PET_NNODES`) is the number of **pods** (nodes) that rendezvous, never the
 //! number of processes: with one process per pod it is what `init_process_group("env://")`
