@@ -200,7 +200,8 @@ fn jobs_that_can_never_rendezvous_are_denied_or_warned() {
             "not an Indexed Job",
         ),
         (
-            json!({}),
+            // Written by the user (an API-defaulted 1 would become completions).
+            json!({"kubectl.kubernetes.io/last-applied-configuration": r#"{"spec":{"parallelism":1}}"#}),
             json!({"parallelism": 1}),
             "spec.parallelism 1 < spec.completions 2",
         ),

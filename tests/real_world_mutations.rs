@@ -635,3 +635,24 @@ fn pytorchjob_nproc_per_node_replaces_the_operators_auto_default() {
     let a = mutate(&policy, &review_json);
     assert_eq!(a.object["spec"]["nprocPerNode"], "4");
 }
+
+#[test]
+fn indexed_job_with_api_defaulted_parallelism_runs_all_ranks_at_once() {
+    let policy = Policy::embedded_default();
+    // `kubectl apply` of completions: 3 without parallelism: the API server stored 1 (the
+    // recorded last-applied configuration has parallelism; drop it as the user left it out).
+    let review_json = recorded("create-job-ddp.json", |job| {
+        job["spec"]["parallelism"] = json!(1);
+        let key = "kubectl.kubernetes.io/last-applied-configuration";
+        let mut applied: Value =
+            serde_json::from_str(job["metadata"]["annotations"][key].as_str().unwrap()).unwrap();
+        applied["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("parallelism");
+        job["metadata"]["annotations"][key] = json!(applied.to_string());
+    });
+    let a = mutate(&policy, &review_json);
+    assert_eq!(a.object["spec"]["parallelism"], 3);
+    assert!(validate(&policy, &review_json).allowed());
+}
