@@ -321,7 +321,8 @@ pub fn pod_spec_mut(template: &mut Map<String, Value>) -> Option<&mut Map<String
 }
 
 /// Calls `f` for each container map in `containers` and `initContainers` of a pod spec,
-/// with the list name and the index.
+/// with the list name and the index. The one mutable container walk: every mutator that
+/// touches containers goes through it (or [`for_each_app_container_mut`]).
 pub fn for_each_container_mut(
     pod_spec: &mut Map<String, Value>,
     mut f: impl FnMut(&str, usize, &mut Map<String, Value>),
@@ -335,6 +336,68 @@ pub fn for_each_container_mut(
             }
         }
     }
+}
+
+/// Calls `f` for each app container (`spec.containers`, not init containers) with its index.
+pub fn for_each_app_container_mut(
+    pod_spec: &mut Map<String, Value>,
+    mut f: impl FnMut(usize, &mut Map<String, Value>),
+) {
+    for_each_container_mut(pod_spec, |list, i, c| {
+        if list == CONTAINER_LISTS[0] {
+            f(i, c)
+        }
+    });
+}
+
+/// Every container map of a pod spec (`containers`, then `initContainers`), read-only.
+pub fn containers(pod_spec: &Map<String, Value>) -> impl Iterator<Item = &Map<String, Value>> {
+    CONTAINER_LISTS
+        .iter()
+        .filter_map(|list| pod_spec.get(*list).and_then(Value::as_array))
+        .flatten()
+        .filter_map(Value::as_object)
+}
+
+/// The env entry the container will see for `name`.
+///
+/// The one env reader. When a name appears more than once in `env` (the W&B agent and
+/// Volcano's pytorch plugin both append), the kubelet uses the **last** entry, so every
+/// "is it set / to what" question is answered from the last entry of that name.
+pub fn effective_env<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    container
+        .get("env")?
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
+}
+
+/// The literal `value` the container will see for `name` (`None` when unset or `valueFrom`).
+pub fn effective_env_value<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
+    effective_env(container, name)?.get("value")?.as_str()
+}
+
+/// True when `name` appears more than once in the container's `env` (so the earlier entries
+/// are shadowed by the last).
+pub fn env_is_shadowed(container: &Map<String, Value>, name: &str) -> bool {
+    container
+        .get("env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.get("name").and_then(Value::as_str) == Some(name))
+        .nth(1)
+        .is_some()
+}
+
+/// `spec.os.name` is `windows`: no Linux paths, users or security options apply.
+pub fn is_windows(pod_spec: &Map<String, Value>) -> bool {
+    pod_spec
+        .get("os")
+        .and_then(|o| o.get("name"))
+        .and_then(Value::as_str)
+        == Some("windows")
 }
 
 /// Labels of an object or template (`metadata.labels`).
@@ -456,6 +519,37 @@ mod tests {
             ]
         );
         assert!(pod_containers(json!({"spec": 1}).as_object().unwrap()).is_empty());
+    }
+
+    #[test]
+    fn env_reads_follow_the_last_entry() {
+        let c = json!({"env": [
+            {"name": "A", "value": "first"},
+            {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "x"}}},
+            {"name": "A", "value": "last"}
+        ]});
+        let c = c.as_object().unwrap();
+        assert_eq!(effective_env_value(c, "A"), Some("last"));
+        assert!(env_is_shadowed(c, "A"));
+        assert!(!env_is_shadowed(c, "B"));
+        assert_eq!(effective_env_value(c, "B"), None);
+        assert!(effective_env(c, "B").is_some());
+        assert!(effective_env(c, "C").is_none());
+        let garbage = json!({"env": "x"});
+        assert!(effective_env(garbage.as_object().unwrap(), "A").is_none());
+    }
+
+    #[test]
+    fn container_walks_cover_both_lists() {
+        let mut spec = json!({"containers": [{"name": "a"}, 3], "initContainers": [{"name": "i"}]});
+        let spec = spec.as_object_mut().unwrap();
+        let names: Vec<_> = containers(spec)
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(names, ["a", "i"]);
+        let mut apps = vec![];
+        for_each_app_container_mut(spec, |i, c| apps.push((i, c["name"].clone())));
+        assert_eq!(apps, [(0, json!("a"))]);
     }
 
     #[test]

@@ -200,7 +200,8 @@ fn jobs_that_can_never_rendezvous_are_denied_or_warned() {
             "not an Indexed Job",
         ),
         (
-            json!({}),
+            // Written by the user (an API-defaulted 1 would become completions).
+            json!({"kubectl.kubernetes.io/last-applied-configuration": r#"{"spec":{"parallelism":1}}"#}),
             json!({"parallelism": 1}),
             "spec.parallelism 1 < spec.completions 2",
         ),
@@ -253,26 +254,26 @@ fn jobs_that_can_never_rendezvous_are_denied_or_warned() {
 }
 
 #[test]
-fn generate_name_job_gets_what_can_be_derived_and_a_warning() {
+fn generate_name_job_is_not_half_wired_and_records_the_decision() {
     let policy = pytorch_only("{indexedJobs: true}");
     let mut request = indexed_job(json!({}), json!({}));
     request.name.clear();
     let object = request.object.as_mut().unwrap();
     object["metadata"].as_object_mut().unwrap().remove("name");
     object["metadata"]["generateName"] = json!("train-");
-    let (job, d) = mutated(&policy, &request);
+    let (job, _) = mutated(&policy, &request);
     let c = &job["spec"]["template"]["spec"]["containers"][0];
-    assert!(env_entry(c, "MASTER_ADDR").is_none());
-    assert_eq!(env_value(c, "WORLD_SIZE"), Some("2"));
-    assert!(env_entry(c, "RANK").is_some());
-    assert!(
-        d.response
-            .warnings
-            .iter()
-            .any(|w| w.contains("generateName")),
-        "{:?}",
-        d.response.warnings
-    );
+    for name in ["MASTER_ADDR", "WORLD_SIZE", "RANK", "PET_NNODES"] {
+        assert!(env_entry(c, name).is_none(), "{name} must wait for the pod");
+    }
+    let record: Value = serde_json::from_str(
+        job["spec"]["template"]["metadata"]["annotations"]["launchgate.io/pytorch-wiring"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["masterAddr"], "{job}-0.svc");
+    assert_eq!(record["nnodes"], 2);
 }
 
 #[test]

@@ -8,6 +8,11 @@
 //!   `nonRootMountPath` (default `/cache`) when the pod or container runs as non-root.
 //! * A container that already mounts the cache volume keeps its mount; one that mounts
 //!   something else at the cache path is left alone and warned about.
+//! * The env never points into a read-only mount: a read-only volume of the same claim/export
+//!   is not reused, a read-only mount of the cache volume gets no env (warned), and a cache
+//!   configured `readOnly` is mounted without env.
+//! * NFS paths compare normalised; the volume is added only when some container mounts it;
+//!   Windows pods get nothing.
 
 use super::upsert::{self, Upsert};
 use super::{Findings, MutationContext, Mutator};
@@ -147,20 +152,37 @@ impl CacheConfig {
         })
     }
 
-    /// Does this existing volume point at our cache storage?
+    /// Does this existing volume point at our cache storage, writable unless the cache is
+    /// configured read-only? (A read-only volume of the same claim or export is not the cache.)
     fn backs(&self, volume: &Value) -> bool {
-        if let Some(c) = &self.persistent_volume_claim {
-            return volume
+        let (key, same_storage) = if let Some(c) = &self.persistent_volume_claim {
+            let same = volume
                 .pointer("/persistentVolumeClaim/claimName")
                 .and_then(Value::as_str)
                 == Some(&c.claim_name);
-        }
-        if let Some(n) = &self.nfs {
-            return volume.pointer("/nfs/server").and_then(Value::as_str) == Some(&n.server)
-                && volume.pointer("/nfs/path").and_then(Value::as_str) == Some(&n.path);
-        }
-        false
+            ("persistentVolumeClaim", same)
+        } else if let Some(n) = &self.nfs {
+            let path = volume.pointer("/nfs/path").and_then(Value::as_str);
+            let same = volume.pointer("/nfs/server").and_then(Value::as_str) == Some(&n.server)
+                && path.map(normalise_path) == Some(normalise_path(&n.path));
+            ("nfs", same)
+        } else {
+            return false;
+        };
+        let read_only = volume
+            .get(key)
+            .and_then(|s| s.get("readOnly"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        same_storage && (self.read_only || !read_only)
     }
+}
+
+/// An absolute path with repeated and trailing slashes removed (`/srv//nfs/` → `/srv/nfs`), so
+/// two spellings of one NFS export or mount path compare equal.
+pub fn normalise_path(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    format!("/{}", parts.join("/"))
 }
 
 /// The cache mutator.
@@ -187,7 +209,15 @@ fn join(root: &str, sub: &str) -> String {
     }
 }
 
+fn is_read_only_mount(mount: &Value) -> bool {
+    mount.get("readOnly").and_then(Value::as_bool) == Some(true)
+}
+
 /// Adds the cache to one pod spec; returns true when it changed it.
+///
+/// The env vars point only into a writable mount of the cache: a read-only mount of the same
+/// volume (or a read-only volume of the same claim/export) is the user's, not the cache. The
+/// volume is added only when some container mounts it.
 fn add_to_pod_spec(
     ctx: &MutationContext<'_>,
     cfg: &CacheConfig,
@@ -198,6 +228,10 @@ fn add_to_pod_spec(
     let Some((source_key, source)) = cfg.source() else {
         return false;
     };
+    // Windows pods: no Linux cache paths.
+    if workload::is_windows(spec) {
+        return false;
+    }
     let mut changed = false;
     // 1. The volume: reuse one that already points at the cache storage.
     let existing = spec
@@ -206,6 +240,7 @@ fn add_to_pod_spec(
         .and_then(|vols| vols.iter().find(|v| cfg.backs(v)))
         .and_then(|v| v.get("name").and_then(Value::as_str))
         .map(str::to_string);
+    let new_volume = existing.is_none();
     let volume_name = match existing {
         Some(name) => name,
         None => {
@@ -223,33 +258,37 @@ fn add_to_pod_spec(
                 ));
                 return false;
             }
-            let mut volume = Map::new();
-            volume.insert("name".into(), json!(cfg.volume_name));
-            volume.insert(source_key.into(), source);
-            changed |=
-                upsert::upsert_named(spec, "volumes", Value::Object(volume), false).changed();
             cfg.volume_name.clone()
         }
     };
     // 2. Mounts and env, per training container.
     let pod_sc = spec.get("securityContext").cloned();
-    let Some(containers) = spec.get_mut("containers").and_then(Value::as_array_mut) else {
-        return changed;
-    };
-    for (i, c) in containers.iter_mut().enumerate() {
-        let Some(c) = c.as_object_mut() else { continue };
-        let cname = c.get("name").and_then(Value::as_str).unwrap_or_default();
-        if ctx.is_sidecar(cname) {
-            continue;
-        }
+    let mut mounted = false;
+    ctx.for_each_training_container(spec, spec_path, |where_, c| {
         let mounts = c.get("volumeMounts").and_then(Value::as_array);
-        let own_mount = mounts
-            .and_then(|m| {
-                m.iter()
-                    .find(|m| m.get("name").and_then(Value::as_str) == Some(&volume_name))
-            })
+        let of_volume: Vec<&Value> = mounts
+            .into_iter()
+            .flatten()
+            .filter(|m| m.get("name").and_then(Value::as_str) == Some(&volume_name))
+            .collect();
+        let own_mount = of_volume
+            .iter()
+            .find(|m| cfg.read_only || !is_read_only_mount(m))
             .and_then(|m| m.get("mountPath").and_then(Value::as_str))
             .map(str::to_string);
+        if own_mount.is_none()
+            && let Some(path) = of_volume
+                .first()
+                .and_then(|m| m.get("mountPath").and_then(Value::as_str))
+        {
+            // The user mounts the cache storage read-only: that is not a cache.
+            findings.warn(format!(
+                "launchgate: {where_} mounts the cache volume {volume_name:?} read-only at {path}; {} were not pointed there",
+                cfg.env.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+            mounted = true;
+            return;
+        }
         let mount_path = match own_mount {
             Some(path) => path,
             None => {
@@ -262,15 +301,15 @@ fn add_to_pod_spec(
                     m.iter().any(|m| {
                         m.get("mountPath")
                             .and_then(Value::as_str)
-                            .map(|p| p.trim_end_matches('/'))
-                            == Some(path.trim_end_matches('/'))
+                            .map(normalise_path)
+                            == Some(normalise_path(&path))
                     })
                 });
                 if occupied {
                     findings.warn(format!(
-                        "launchgate: {spec_path}.containers[{i}] already mounts something at {path}; the shared cache was not mounted there"
+                        "launchgate: {where_} already mounts something at {path}; the shared cache was not mounted there"
                     ));
-                    continue;
+                    return;
                 }
                 let mut mount = json!({"name": volume_name, "mountPath": path});
                 if cfg.read_only {
@@ -281,9 +320,21 @@ fn add_to_pod_spec(
                 path
             }
         };
+        mounted = true;
+        // A read-only cache is for reading: tools would fail writing their caches there.
+        if cfg.read_only {
+            return;
+        }
         for (name, sub) in &cfg.env {
             changed |= upsert::upsert_env(c, name, &join(&mount_path, sub), false) == Upsert::Added;
         }
+    });
+    // 3. The volume, only when something mounts it.
+    if new_volume && mounted {
+        let mut volume = Map::new();
+        volume.insert("name".into(), json!(cfg.volume_name));
+        volume.insert(source_key.into(), source);
+        changed |= upsert::upsert_named(spec, "volumes", Value::Object(volume), false).changed();
     }
     changed
 }
@@ -415,6 +466,80 @@ mod tests {
             out["spec"]["containers"][0]["env"][0],
             json!({"name": "HF_HOME", "value": "/data/hf"})
         );
+    }
+
+    #[test]
+    fn a_read_only_volume_of_the_same_claim_is_not_the_cache() {
+        let spec = json!({
+            "volumes": [{"name": "datasets", "persistentVolumeClaim": {"claimName": "nfs-pvc", "readOnly": true}}],
+            "containers": [{"name": "a", "volumeMounts": [{"name": "datasets", "mountPath": "/data"}]}]});
+        let (out, _) = mutate_with(&Cache, PVC, pod(spec));
+        let vols = out["spec"]["volumes"].as_array().unwrap();
+        assert_eq!(vols.len(), 2, "own writable volume added");
+        assert_eq!(vols[1]["name"], "launchgate-cache");
+        let a = &out["spec"]["containers"][0];
+        assert_eq!(a["volumeMounts"][1]["mountPath"], "/root/.cache");
+        assert_eq!(
+            a["env"][2],
+            json!({"name": "XDG_CACHE_HOME", "value": "/root/.cache"})
+        );
+    }
+
+    #[test]
+    fn env_never_points_into_a_read_only_mount() {
+        // The user mounts the cache volume read-only (here also at the cache path itself):
+        // the env is not pointed into it, and no second mount of the volume is added.
+        for path in ["/data", "/root/.cache/"] {
+            let spec = json!({
+                "volumes": [{"name": "nfs-storage", "persistentVolumeClaim": {"claimName": "nfs-pvc"}}],
+                "containers": [{"name": "a", "volumeMounts": [{"name": "nfs-storage", "mountPath": path, "readOnly": true}]}]});
+            let (out, f) = mutate_with(&Cache, PVC, pod(spec.clone()));
+            assert_eq!(out["spec"], spec, "{path}");
+            assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
+            assert!(f.warnings[0].contains("read-only"), "{:?}", f.warnings);
+        }
+        // A cache configured read-only is mounted read-only and gets no env.
+        let (out, _) = mutate_with(
+            &Cache,
+            "cache: {persistentVolumeClaim: {claimName: nfs-pvc}, readOnly: true}",
+            pod(json!({"containers": [{"name": "a"}]})),
+        );
+        let a = &out["spec"]["containers"][0];
+        assert_eq!(a["volumeMounts"][0]["readOnly"], true);
+        assert!(a.get("env").is_none());
+    }
+
+    #[test]
+    fn nfs_paths_compare_normalised() {
+        let q = "cache: {nfs: {server: 10.0.0.2, path: /srv/nfs/kubedata}}";
+        let spec = json!({
+            "volumes": [{"name": "mine", "nfs": {"server": "10.0.0.2", "path": "/srv//nfs/kubedata/"}}],
+            "containers": [{"name": "a"}]});
+        let (out, _) = mutate_with(&Cache, q, pod(spec));
+        assert_eq!(out["spec"]["volumes"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            out["spec"]["containers"][0]["volumeMounts"][0]["name"],
+            "mine"
+        );
+        assert_eq!(normalise_path("/"), "/");
+        assert_eq!(normalise_path("/a//b/"), "/a/b");
+    }
+
+    #[test]
+    fn no_volume_that_nothing_mounts_and_no_cache_on_windows() {
+        let (out, _) = mutate_with(
+            &Cache,
+            PVC,
+            pod(json!({"containers": [{"name": "istio-proxy"}]})),
+        );
+        assert!(out["spec"].get("volumes").is_none(), "{}", out["spec"]);
+        let spec = json!({"volumes": [{"name": "scratch", "emptyDir": {}}],
+                          "containers": [{"name": "a", "volumeMounts": [{"name": "scratch", "mountPath": "/root/.cache"}]}]});
+        let (out, _) = mutate_with(&Cache, PVC, pod(spec));
+        assert_eq!(out["spec"]["volumes"].as_array().unwrap().len(), 1);
+        let windows = json!({"os": {"name": "windows"}, "containers": [{"name": "a"}]});
+        let (out, _) = mutate_with(&Cache, PVC, pod(windows.clone()));
+        assert_eq!(out["spec"], windows);
     }
 
     #[test]

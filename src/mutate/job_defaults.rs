@@ -6,9 +6,11 @@
 //! *before* mutating admission, so "unset" cannot be read off the object. launchgate treats a
 //! `backoffLimit` of exactly 6 on CREATE as the API default, and replaces it — unless
 //! * the Job carries the annotation `launchgate.io/keep-backoff-limit: "true"`, or
-//! * kubectl's `last-applied-configuration` annotation shows the user wrote `backoffLimit`, or
+//! * the user wrote `backoffLimit` ([`super::intent`]: kubectl's
+//!   `last-applied-configuration`, or a server-side apply manager owning `spec.backoffLimit`), or
 //! * the Job uses `backoffLimitPerIndex` (then the API default is different and meaningful).
 
+use super::intent::UserIntent;
 use super::{Findings, MutationContext, Mutator};
 use crate::policy::ConfigError;
 use crate::workload::{self, WorkloadKind};
@@ -19,7 +21,6 @@ use serde_json::{Map, Value, json};
 pub const API_DEFAULT_BACKOFF_LIMIT: i64 = 6;
 /// Opt-out annotation: keep a `backoffLimit: 6` as written.
 pub const KEEP_BACKOFF_LIMIT_ANNOTATION: &str = "launchgate.io/keep-backoff-limit";
-const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Per-queue job defaults. A null value leaves that field alone.
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
@@ -63,6 +64,12 @@ impl JobDefaultsConfig {
                 ));
             }
         }
+        if self.volcano_max_retry == Some(0) {
+            errors.push(ConfigError::new(
+                format!("{at}.volcanoMaxRetry"),
+                "0 is not kept: Volcano's admission webhook and job controller treat maxRetry 0 as unset and use 3; use 1 (the job fails at its first restart, i.e. no restarts) or null to leave maxRetry to Volcano",
+            ));
+        }
         if let Some(p) = &self.restart_policy
             && p != "Never"
             && p != "OnFailure"
@@ -93,12 +100,8 @@ fn backoff_limit_is_explicit(job: &Value) -> bool {
     let Some(meta) = job.as_object() else {
         return false;
     };
-    if workload::annotation(meta, KEEP_BACKOFF_LIMIT_ANNOTATION) == Some("true") {
-        return true;
-    }
-    workload::annotation(meta, LAST_APPLIED_ANNOTATION)
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        .is_some_and(|applied| applied.pointer("/spec/backoffLimit").is_some())
+    workload::annotation(meta, KEEP_BACKOFF_LIMIT_ANNOTATION) == Some("true")
+        || UserIntent::of(job).wrote(&["spec", "backoffLimit"])
 }
 
 fn batch_job(cfg: &JobDefaultsConfig, job: &mut Value) -> bool {
@@ -147,11 +150,22 @@ fn volcano_job(cfg: &JobDefaultsConfig, job: &mut Value) -> bool {
     let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
         return false;
     };
-    set_if_absent(
+    let mut changed = set_if_absent(
         spec,
         "ttlSecondsAfterFinished",
         cfg.ttl_seconds_after_finished,
-    ) | set_if_absent(spec, "maxRetry", cfg.volcano_max_retry)
+    );
+    // Volcano treats `maxRetry: 0` as unset (its webhook writes 3), so launchgate does too.
+    if let Some(retry) = cfg.volcano_max_retry
+        && spec
+            .get("maxRetry")
+            .is_none_or(|v| v.is_null() || v.as_i64() == Some(0))
+        && spec.get("maxRetry").and_then(Value::as_i64) != Some(retry)
+    {
+        spec.insert("maxRetry".into(), json!(retry));
+        changed = true;
+    }
+    changed
 }
 
 fn pytorch_job(cfg: &JobDefaultsConfig, job: &mut Value, findings: &mut Findings) -> bool {
@@ -244,13 +258,31 @@ mod tests {
             job(json!({"backoffLimit": 6, "template": template()}), keep),
         );
         assert_eq!(out["spec"]["backoffLimit"], 6);
-        let applied = json!({LAST_APPLIED_ANNOTATION: r#"{"spec":{"backoffLimit":6}}"#});
+        let applied = json!({super::super::intent::LAST_APPLIED_ANNOTATION: r#"{"spec":{"backoffLimit":6}}"#});
         let (out, _) = mutate_with(
             &JobDefaults,
             "{}",
             job(json!({"backoffLimit": 6, "template": template()}), applied),
         );
         assert_eq!(out["spec"]["backoffLimit"], 6);
+    }
+
+    #[test]
+    fn six_owned_by_a_server_side_apply_manager_is_kept() {
+        let mut j = job(
+            json!({"backoffLimit": 6, "template": template()}),
+            json!({}),
+        );
+        j["metadata"]["managedFields"] = json!([{
+            "manager": "argocd-controller", "operation": "Apply", "apiVersion": "batch/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:backoffLimit": {}, "f:template": {}}}
+        }]);
+        let (out, _) = mutate_with(&JobDefaults, "{}", j.clone());
+        assert_eq!(out["spec"]["backoffLimit"], 6);
+        // The same Job created with `kubectl create` (an Update manager) gets the default.
+        j["metadata"]["managedFields"][0]["operation"] = json!("Update");
+        let (out, _) = mutate_with(&JobDefaults, "{}", j);
+        assert_eq!(out["spec"]["backoffLimit"], 0);
     }
 
     #[test]
@@ -299,6 +331,27 @@ mod tests {
             "unknown fields survive"
         );
         assert_eq!(f.warnings.len(), 1);
+    }
+
+    #[test]
+    fn volcano_max_retry_is_a_value_volcano_keeps() {
+        // Volcano writes 3 over 0: a queue default of 0 would be a lie, so it is rejected.
+        let err = queue_yaml("jobDefaults: {volcanoMaxRetry: 0}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("queues.q.jobDefaults.volcanoMaxRetry") && err.contains("use 3"),
+            "{err}"
+        );
+        // A Job's own maxRetry: 0 is unset for Volcano, so the queue's value goes in.
+        let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
+                        "spec": {"maxRetry": 0, "tasks": []}});
+        let (out, _) = mutate_with(&JobDefaults, "jobDefaults: {volcanoMaxRetry: 1}", vc);
+        assert_eq!(out["spec"]["maxRetry"], 1);
+        let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
+                        "spec": {"maxRetry": 5, "tasks": []}});
+        let (out, _) = mutate_with(&JobDefaults, "jobDefaults: {volcanoMaxRetry: 1}", vc);
+        assert_eq!(out["spec"]["maxRetry"], 5);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `serde_json::Value` copy of the object. The JSON Patch is the diff of before and after.
 
 pub mod cache;
+pub mod intent;
 pub mod job_defaults;
 pub mod labels;
 pub mod pytorch;
@@ -34,6 +35,26 @@ impl MutationContext<'_> {
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default()
+    }
+
+    /// Calls `f` for every training container of a pod spec (`spec.containers` minus the
+    /// configured sidecars) with its display path, e.g. `spec.containers[0] (trainer)`.
+    pub fn for_each_training_container(
+        &self,
+        pod_spec: &mut serde_json::Map<String, Value>,
+        spec_path: &str,
+        mut f: impl FnMut(&str, &mut serde_json::Map<String, Value>),
+    ) {
+        crate::workload::for_each_app_container_mut(pod_spec, |i, c| {
+            let name = c
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            if !self.is_sidecar(&name) {
+                f(&format!("{spec_path}.containers[{i}] ({name})"), c);
+            }
+        });
     }
 
     /// True when `name` is a configured sidecar container name.

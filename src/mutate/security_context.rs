@@ -1,7 +1,8 @@
 //! Container `securityContext` defaults, merged per field where the user left them unset:
 //! `allowPrivilegeEscalation: false`, `capabilities.drop: [ALL]`,
 //! `seccompProfile.type: RuntimeDefault`; optional pod-level `runAsNonRoot`, `runAsUser`,
-//! `fsGroup`. Applied to `containers` and `initContainers` of every pod spec.
+//! `fsGroup`. Applied to `containers` and `initContainers` of every pod spec. Pod-level
+//! `runAsNonRoot` is never added where a container (or the pod) explicitly runs as UID 0.
 
 use super::{Findings, MutationContext, Mutator};
 use crate::policy::ConfigError;
@@ -154,20 +155,70 @@ fn default_container(
     before.as_ref() != after
 }
 
-fn default_pod(cfg: &SecurityContextConfig, pod_spec: &mut Map<String, Value>) -> bool {
+/// Where pod-level `runAsNonRoot: true` would contradict what the user wrote: a container that
+/// explicitly runs as UID 0 (and does not set its own `runAsNonRoot`), or a pod-level
+/// `runAsUser: 0` that some container inherits. The kubelet refuses to start such a container
+/// (`CreateContainerConfigError`), so the run would never start.
+fn root_containers(pod_spec: &Map<String, Value>, spec_path: &str) -> Vec<String> {
+    let uid = |sc: Option<&Value>| sc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64);
+    let pod_uid = uid(pod_spec.get("securityContext"));
+    let mut out = Vec::new();
+    for list in CONTAINER_LISTS {
+        for (i, c) in pod_spec
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let sc = c.get("securityContext");
+            let own_non_root = sc
+                .and_then(|s| s.get("runAsNonRoot"))
+                .is_some_and(|v| !v.is_null());
+            if !own_non_root && uid(sc).or(pod_uid) == Some(0) {
+                let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+                out.push(format!("{spec_path}.{list}[{i}] ({name})"));
+            }
+        }
+    }
+    out
+}
+
+fn default_pod(
+    cfg: &SecurityContextConfig,
+    pod_spec: &mut Map<String, Value>,
+    spec_path: &str,
+    findings: &mut Findings,
+) -> bool {
     if cfg.run_as_non_root.is_none() && cfg.run_as_user.is_none() && cfg.fs_group.is_none() {
         return false;
     }
+    let roots = if cfg.run_as_non_root == Some(true) {
+        root_containers(pod_spec, spec_path)
+    } else {
+        Vec::new()
+    };
+    let had_sc = pod_spec.contains_key("securityContext");
     let sc = object_entry(pod_spec, "securityContext");
     let mut changed = false;
     if let Some(v) = cfg.run_as_non_root {
-        changed |= set_if_unset(sc, "runAsNonRoot", Value::Bool(v));
+        if roots.is_empty() {
+            changed |= set_if_unset(sc, "runAsNonRoot", Value::Bool(v));
+        } else if is_unset(sc, "runAsNonRoot") {
+            findings.warn(format!(
+                "launchgate: {} run(s) as UID 0 (runAsUser: 0); pod-level runAsNonRoot was not added because the kubelet would refuse to start it",
+                roots.join(", ")
+            ));
+        }
     }
     if let Some(v) = cfg.run_as_user {
         changed |= set_if_unset(sc, "runAsUser", json!(v));
     }
     if let Some(v) = cfg.fs_group {
         changed |= set_if_unset(sc, "fsGroup", json!(v));
+    }
+    if !had_sc && sc.is_empty() {
+        pod_spec.remove("securityContext");
     }
     changed
 }
@@ -193,29 +244,19 @@ impl Mutator for SecurityContext {
                 return;
             };
             // Windows pods cannot take Linux security options.
-            if spec
-                .get("os")
-                .and_then(|o| o.get("name"))
-                .and_then(Value::as_str)
-                == Some("windows")
-            {
+            if workload::is_windows(spec) {
                 return;
             }
-            changed |= default_pod(cfg, spec);
+            let spec_path = info.spec_path();
+            changed |= default_pod(cfg, spec, &spec_path, findings);
             let pod_sets_seccomp = spec
                 .get("securityContext")
                 .and_then(|s| s.get("seccompProfile"))
                 .is_some_and(|v| !v.is_null());
-            for list in CONTAINER_LISTS {
-                let Some(items) = spec.get_mut(list).and_then(Value::as_array_mut) else {
-                    continue;
-                };
-                for (i, c) in items.iter_mut().enumerate() {
-                    let Some(c) = c.as_object_mut() else { continue };
-                    let where_ = format!("{}.{list}[{i}]", info.spec_path());
-                    changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
-                }
-            }
+            workload::for_each_container_mut(spec, |list, i, c| {
+                let where_ = format!("{spec_path}.{list}[{i}]");
+                changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
+            });
         });
         changed
     }
@@ -298,6 +339,45 @@ mod tests {
             json!({"runAsNonRoot": true, "runAsUser": 1000, "fsGroup": 2000})
         );
         assert!(queue_yaml("securityContext: {runAsNonRoot: true, runAsUser: 0}").is_err());
+    }
+
+    #[test]
+    fn pod_run_as_non_root_never_contradicts_a_root_container() {
+        let q = "securityContext: {runAsNonRoot: true}";
+        let c = json!([{"name": "app"}, {"name": "fixer", "securityContext": {"runAsUser": 0}}]);
+        let (out, f) = mutate_with(&SecurityContext, q, pod(c));
+        assert!(
+            out["spec"]["securityContext"].get("runAsNonRoot").is_none(),
+            "{}",
+            out["spec"]["securityContext"]
+        );
+        assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
+        assert!(
+            f.warnings[0].contains("spec.containers[1] (fixer)") && f.warnings[0].contains("UID 0"),
+            "{:?}",
+            f.warnings
+        );
+        // An init container as root counts too; pod-level runAsUser: 0 inherited counts.
+        let mut p = pod(json!([{"name": "app"}]));
+        p["spec"]["initContainers"] =
+            json!([{"name": "chown", "securityContext": {"runAsUser": 0}}]);
+        let (out, f) = mutate_with(&SecurityContext, q, p);
+        assert!(out["spec"]["securityContext"].get("runAsNonRoot").is_none());
+        assert!(
+            f.warnings[0].contains("initContainers[0] (chown)"),
+            "{:?}",
+            f.warnings
+        );
+        let mut p = pod(json!([{"name": "app"}]));
+        p["spec"]["securityContext"] = json!({"runAsUser": 0});
+        let (out, _) = mutate_with(&SecurityContext, q, p);
+        assert!(out["spec"]["securityContext"].get("runAsNonRoot").is_none());
+        // A root container that sets its own runAsNonRoot, or a non-root one: no contradiction.
+        let c = json!([{"name": "app", "securityContext": {"runAsUser": 1000}},
+                       {"name": "b", "securityContext": {"runAsUser": 0, "runAsNonRoot": false}}]);
+        let (out, f) = mutate_with(&SecurityContext, q, pod(c));
+        assert_eq!(out["spec"]["securityContext"]["runAsNonRoot"], true);
+        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
     }
 
     #[test]

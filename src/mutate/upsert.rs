@@ -33,6 +33,9 @@ fn name_of(item: &Value) -> Option<&str> {
 
 /// Upserts `item` (which has a `name`) into `map[list]`. An existing entry with that name is
 /// kept unless `replace` is set, in which case it is replaced in place.
+///
+/// When the name appears more than once (an `env` list that a controller appended to), the
+/// **last** entry is the one compared and replaced: it is the one the kubelet uses.
 pub fn upsert_named(
     map: &mut Map<String, Value>,
     list: &str,
@@ -41,7 +44,11 @@ pub fn upsert_named(
 ) -> Upsert {
     let name = name_of(&item).unwrap_or_default().to_string();
     let items = array_mut(map, list);
-    match items.iter_mut().find(|e| name_of(e) == Some(name.as_str())) {
+    match items
+        .iter_mut()
+        .rev()
+        .find(|e| name_of(e) == Some(name.as_str()))
+    {
         Some(existing) if *existing == item => Upsert::Unchanged,
         Some(existing) if replace => {
             *existing = item;
@@ -57,21 +64,12 @@ pub fn upsert_named(
 
 /// True when the container declares an env var of that name.
 pub fn has_env(container: &Map<String, Value>, name: &str) -> bool {
-    container
-        .get("env")
-        .and_then(Value::as_array)
-        .is_some_and(|env| env.iter().any(|e| name_of(e) == Some(name)))
+    crate::workload::effective_env(container, name).is_some()
 }
 
-/// The literal `value` of an env var, if set that way.
+/// The literal `value` the container sees for an env var (the last entry of that name).
 pub fn env_value<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
-    container
-        .get("env")?
-        .as_array()?
-        .iter()
-        .find(|e| name_of(e) == Some(name))?
-        .get("value")?
-        .as_str()
+    crate::workload::effective_env_value(container, name)
 }
 
 /// Upserts a literal env var `name=value`.
@@ -168,6 +166,23 @@ mod tests {
         assert_eq!(upsert_env(&mut c, "B", "1", false), Upsert::Added);
         assert_eq!(upsert_env(&mut c, "B", "1", false), Upsert::Unchanged);
         assert_eq!(c["env"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn env_upsert_follows_the_effective_last_entry() {
+        // The W&B agent appended a second A: the kubelet uses "agent".
+        let mut c =
+            obj(json!({"env": [{"name": "A", "value": "user"}, {"name": "A", "value": "agent"}]}));
+        assert_eq!(env_value(&c, "A"), Some("agent"));
+        assert_eq!(upsert_env(&mut c, "A", "agent", false), Upsert::Unchanged);
+        assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Replaced);
+        assert_eq!(
+            c["env"],
+            json!([{"name": "A", "value": "user"}, {"name": "A", "value": "ours"}]),
+            "the effective entry is replaced, the shadowed one left"
+        );
+        assert_eq!(env_value(&c, "A"), Some("ours"));
+        assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Unchanged);
     }
 
     #[test]

@@ -188,31 +188,15 @@ impl Policy {
     }
 }
 
-/// The first non-empty literal value of env var `env_name` in any container of the workload.
+/// The value of env var `env_name` as the first container that sets it non-empty sees it (the
+/// last entry of that name, as the kubelet reads it).
 fn env_value(kind: WorkloadKind, object: &Value, env_name: &str) -> Option<String> {
-    for (_, template) in workload::templates(kind, object) {
-        let Some(spec) = template.get("spec") else {
-            continue;
-        };
-        for list in workload::CONTAINER_LISTS {
-            for c in spec
-                .get(list)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
-                    if e.get("name").and_then(Value::as_str) == Some(env_name)
-                        && let Some(v) = e.get("value").and_then(Value::as_str)
-                        && !v.is_empty()
-                    {
-                        return Some(v.to_string());
-                    }
-                }
-            }
-        }
-    }
-    None
+    workload::templates(kind, object)
+        .into_iter()
+        .filter_map(|(_, template)| template.get("spec").and_then(Value::as_object))
+        .flat_map(workload::containers)
+        .find_map(|c| workload::effective_env_value(c, env_name).filter(|v| !v.is_empty()))
+        .map(str::to_string)
 }
 
 #[cfg(test)]
@@ -351,5 +335,12 @@ mod tests {
             .unwrap();
         assert_eq!(r.queue.name, "a");
         assert!(r.warning.unwrap().contains("zz"));
+        // The agent appended a second WANDB_LAUNCH_QUEUE_NAME: the last one is what runs.
+        let env = json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "c"},
+                         {"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "b"}]);
+        let r = p
+            .resolve_queue(WorkloadKind::Pod, &with(json!({}), env), None)
+            .unwrap();
+        assert_eq!(r.queue.name, "b");
     }
 }

@@ -16,6 +16,7 @@
 use super::{PytorchConfig, WaitForMasterConfig};
 use crate::mutate::upsert;
 use crate::mutate::{Findings, MutationContext};
+use crate::workload;
 use serde_json::{Map, Value, json};
 
 /// Name of the rendezvous container port.
@@ -36,10 +37,13 @@ pub const PET_NNODES: &str = "PET_NNODES";
 pub const PET_NODE_RANK: &str = "PET_NODE_RANK";
 pub const PET_NPROC_PER_NODE: &str = "PET_NPROC_PER_NODE";
 
-/// Names that mean the same thing and take the same value.
-const TWINS: [(&str, &str); 2] = [
+/// Names that mean the same thing and take the same value: each torchrun `PET_*` variable and
+/// its env:// counterpart, as the container sees them.
+const TWINS: [(&str, &str); 4] = [
     (MASTER_ADDR, PET_MASTER_ADDR),
     (MASTER_PORT, PET_MASTER_PORT),
+    (WORLD_SIZE, PET_NNODES),
+    (RANK, PET_NODE_RANK),
 ];
 
 fn twin_of(name: &str) -> Option<&'static str> {
@@ -118,11 +122,7 @@ pub fn rank_vars(cfg: &PytorchConfig, rank: EnvValue) -> Vec<(&'static str, EnvV
 }
 
 fn env_entry<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    container
-        .get("env")?
-        .as_array()?
-        .iter()
-        .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
+    workload::effective_env(container, name)
 }
 
 fn renamed(entry: &Value, name: &str) -> Value {
@@ -173,6 +173,44 @@ pub fn write_env(
             }
         }
     }
+    if cfg.torchrun {
+        changed |= follow_shadowed_twins(container);
+    }
+    changed
+}
+
+/// Makes each `PET_*` variable that mirrors a *shadowed* entry of its env:// twin follow the
+/// entry the container actually sees. When a controller appends its own value after the pod
+/// template's (Volcano's pytorch plugin appends `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE` and
+/// `RANK`), the kubelet uses the appended one; a `PET_*` copy of the earlier value would send
+/// torchrun elsewhere than `init_process_group("env://")`.
+pub fn follow_shadowed_twins(container: &mut Map<String, Value>) -> bool {
+    let mut changed = false;
+    for (env_name, pet_name) in TWINS {
+        if !workload::env_is_shadowed(container, env_name) {
+            continue;
+        }
+        let (Some(effective), Some(pet)) = (
+            env_entry(container, env_name),
+            env_entry(container, pet_name),
+        ) else {
+            continue;
+        };
+        let wanted = renamed(effective, pet_name);
+        if *pet == wanted {
+            continue;
+        }
+        let mirrors_shadowed = container
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.get("name").and_then(Value::as_str) == Some(env_name))
+            .any(|e| renamed(e, pet_name) == *pet);
+        if mirrors_shadowed {
+            changed |= upsert::upsert_named(container, "env", wanted, true).changed();
+        }
+    }
     changed
 }
 
@@ -203,31 +241,6 @@ pub fn write_port(
     changed
 }
 
-/// Calls `f` for every training container of a pod spec (`spec.containers` minus sidecars)
-/// with its display path.
-pub fn for_each_training_container(
-    ctx: &MutationContext<'_>,
-    pod_spec: &mut Map<String, Value>,
-    spec_path: &str,
-    mut f: impl FnMut(&str, &mut Map<String, Value>),
-) {
-    let Some(containers) = pod_spec.get_mut("containers").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for (i, c) in containers.iter_mut().enumerate() {
-        let Some(c) = c.as_object_mut() else { continue };
-        let name = c
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        if ctx.is_sidecar(&name) {
-            continue;
-        }
-        f(&format!("{spec_path}.containers[{i}] ({name})"), c);
-    }
-}
-
 /// Writes `vars` (and the port, when `port` is set) into every training container.
 ///
 /// On a `hostNetwork` pod the API server defaults every port's `hostPort` to its
@@ -246,15 +259,10 @@ pub fn wire_pod_spec(
     let host_network = pod_spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
     let mut host_port_taken = host_network
         && port.is_some_and(|port| {
-            ["containers", "initContainers"]
-                .iter()
-                .filter_map(|k| pod_spec.get(*k).and_then(Value::as_array))
-                .flatten()
-                .filter_map(Value::as_object)
-                .any(|c| upsert::declares_tcp_port(c, i64::from(port)))
+            workload::containers(pod_spec).any(|c| upsert::declares_tcp_port(c, i64::from(port)))
         });
     let mut changed = false;
-    for_each_training_container(ctx, pod_spec, spec_path, |where_, c| {
+    ctx.for_each_training_container(pod_spec, spec_path, |where_, c| {
         changed |= write_env(c, vars, cfg, where_, findings);
         if let Some(port) = port
             && !host_port_taken
@@ -264,6 +272,54 @@ pub fn wire_pod_spec(
         }
     });
     changed
+}
+
+/// The only `dnsPolicy` under which a `hostNetwork` pod resolves cluster DNS names.
+pub const HOST_NETWORK_DNS_POLICY: &str = "ClusterFirstWithHostNet";
+
+/// Why a `hostNetwork` pod spec that must resolve `MASTER_ADDR` cannot, if it cannot: a
+/// `dnsPolicy` the user wrote that is neither `ClusterFirstWithHostNet` nor `None` (their own
+/// `dnsConfig`). `user_wrote_dns` comes from [`crate::mutate::intent`] for built-in kinds
+/// (the API server defaults `ClusterFirst`) and is "present" for custom resources.
+pub fn host_network_dns_problem(
+    pod_spec: &Map<String, Value>,
+    spec_path: &str,
+    user_wrote_dns: bool,
+) -> Option<String> {
+    if pod_spec.get("hostNetwork").and_then(Value::as_bool) != Some(true) {
+        return None;
+    }
+    let policy = pod_spec.get("dnsPolicy").and_then(Value::as_str)?;
+    if !user_wrote_dns || policy == HOST_NETWORK_DNS_POLICY || policy == "None" {
+        return None;
+    }
+    Some(format!(
+        "{spec_path} uses hostNetwork with dnsPolicy: {policy}, which you wrote; pod DNS names such as MASTER_ADDR resolve from a hostNetwork pod only with dnsPolicy: {HOST_NETWORK_DNS_POLICY} (set that, or leave dnsPolicy out and launchgate sets it)"
+    ))
+}
+
+/// On a `hostNetwork` pod spec, sets `dnsPolicy: ClusterFirstWithHostNet` unless the user
+/// wrote a `dnsPolicy` (then [`host_network_dns_problem`] explains, and the caller warns or
+/// denies). Returns true when it changed the spec.
+pub fn ensure_host_network_dns(
+    pod_spec: &mut Map<String, Value>,
+    spec_path: &str,
+    user_wrote_dns: bool,
+    findings: &mut Findings,
+) -> bool {
+    if pod_spec.get("hostNetwork").and_then(Value::as_bool) != Some(true) {
+        return false;
+    }
+    if let Some(problem) = host_network_dns_problem(pod_spec, spec_path, user_wrote_dns) {
+        findings.warn(format!("launchgate: {problem}"));
+        return false;
+    }
+    let current = pod_spec.get("dnsPolicy").and_then(Value::as_str);
+    if matches!(current, Some(HOST_NETWORK_DNS_POLICY | "None")) {
+        return false;
+    }
+    pod_spec.insert("dnsPolicy".into(), json!(HOST_NETWORK_DNS_POLICY));
+    true
 }
 
 /// The wait script: TCP connect (not only DNS), bounded by `WAIT_TIMEOUT_SECONDS`; a pod whose
@@ -432,6 +488,61 @@ mod tests {
     }
 
     #[test]
+    fn reads_and_writes_follow_the_last_entry() {
+        // The W&B agent appended MASTER_PORT: the container sees 29500, not 1234.
+        let mut c = obj(json!({"name": "t", "env": [
+            {"name": "MASTER_PORT", "value": "1234"},
+            {"name": "MASTER_PORT", "value": "29500"}
+        ]}));
+        let mut f = Findings::default();
+        write_env(&mut c, &job_vars(&cfg(), &wiring()), &cfg(), "c", &mut f);
+        assert_eq!(upsert::env_value(&c, PET_MASTER_PORT), Some("29500"));
+        assert!(
+            f.warnings[0].contains("MASTER_PORT=\"29500\""),
+            "{:?}",
+            f.warnings
+        );
+        // override replaces the effective (last) entry, so the container sees ours.
+        let mut o = cfg();
+        o.override_user_values = true;
+        let mut c = obj(json!({"name": "t", "env": [
+            {"name": "WORLD_SIZE", "value": "1"},
+            {"name": "WORLD_SIZE", "value": "16"}
+        ]}));
+        write_env(&mut c, &job_vars(&o, &wiring()), &o, "c", &mut f);
+        assert_eq!(upsert::env_value(&c, WORLD_SIZE), Some("3"));
+        assert_eq!(upsert::env_value(&c, PET_NNODES), Some("3"));
+    }
+
+    #[test]
+    fn twins_follow_an_appended_env_value() {
+        // The template had MASTER_PORT=29500 mirrored into PET_MASTER_PORT; Volcano's pytorch
+        // plugin then appended its own MASTER_PORT, which is what the container sees.
+        let mut c = obj(json!({"name": "t", "env": [
+            {"name": "MASTER_PORT", "value": "29500"},
+            {"name": "PET_MASTER_PORT", "value": "29500"},
+            {"name": "PET_NNODES", "value": "9"},
+            {"name": "MASTER_PORT", "value": "23456"},
+            {"name": "WORLD_SIZE", "value": "3"}
+        ]}));
+        assert!(follow_shadowed_twins(&mut c));
+        assert_eq!(upsert::env_value(&c, PET_MASTER_PORT), Some("23456"));
+        assert_eq!(
+            upsert::env_value(&c, PET_NNODES),
+            Some("9"),
+            "a twin that mirrors no shadowed entry is the user's"
+        );
+        assert!(!follow_shadowed_twins(&mut c), "idempotent");
+        // A twin the user set to something else entirely is left alone.
+        let mut c = obj(json!({"name": "t", "env": [
+            {"name": "MASTER_ADDR", "value": "a"},
+            {"name": "PET_MASTER_ADDR", "value": "mine"},
+            {"name": "MASTER_ADDR", "value": "b"}
+        ]}));
+        assert!(!follow_shadowed_twins(&mut c));
+    }
+
+    #[test]
     fn override_replaces_in_place_without_duplicates() {
         let mut c = obj(json!({"name": "t", "env": [
             {"name": "WORLD_SIZE", "value": "16"},
@@ -485,6 +596,40 @@ mod tests {
         assert!(!write_port(&mut c, 23456, "c", &mut f));
         let mut c = obj(json!({"name": "t", "ports": [{"name": "http", "containerPort": 23456}]}));
         assert!(!write_port(&mut c, 23456, "c", &mut f));
+    }
+
+    #[test]
+    fn host_network_pods_get_cluster_first_with_host_net() {
+        let mut f = Findings::default();
+        // The API server's default ClusterFirst is replaced.
+        let mut spec = obj(json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
+        assert!(ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+        assert_eq!(spec["dnsPolicy"], HOST_NETWORK_DNS_POLICY);
+        assert!(!ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+        let mut spec = obj(json!({"hostNetwork": true}));
+        assert!(ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+        assert!(f.warnings.is_empty());
+        // A dnsPolicy the user wrote is kept, and explained.
+        let mut spec = obj(json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
+        assert!(!ensure_host_network_dns(&mut spec, "spec", true, &mut f));
+        assert_eq!(spec["dnsPolicy"], "ClusterFirst");
+        assert!(
+            f.warnings[0].contains("dnsPolicy: ClusterFirst, which you wrote")
+                && f.warnings[0].contains("ClusterFirstWithHostNet"),
+            "{:?}",
+            f.warnings
+        );
+        // Own DNS config, and pods on the pod network, are left alone.
+        for spec in [
+            json!({"hostNetwork": true, "dnsPolicy": "None"}),
+            json!({"dnsPolicy": "ClusterFirst"}),
+        ] {
+            let mut spec = obj(spec);
+            let before = spec.clone();
+            assert!(!ensure_host_network_dns(&mut spec, "spec", true, &mut f));
+            assert!(!ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+            assert_eq!(spec, before);
+        }
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //! all ranks run at once) — is left unwired with a warning, and denied by the validating
 //! webhook when the queue says `onUnwirable: deny`.
 
+use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
 use super::env::{self, EnvValue, JobWiring};
 use super::{OPT_IN_ANNOTATION, PytorchConfig, warn_unwirable};
+use crate::mutate::intent::UserIntent;
 use crate::mutate::{Findings, MutationContext};
 use crate::workload;
 use serde_json::Value;
@@ -57,11 +59,7 @@ pub enum Shape {
 
 /// Reads the shape of an opted-in Job.
 pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
-    let display = if job_name.is_empty() {
-        "Job (generateName)".to_string()
-    } else {
-        format!("Job {job_name:?}")
-    };
+    let display = display_name(job_name);
     let why_opted = match how {
         OptIn::Annotation => format!("{OPT_IN_ANNOTATION}: \"true\""),
         OptIn::Queue => "the queue's pytorch.indexedJobs".to_string(),
@@ -108,11 +106,64 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
     }
 }
 
+/// Template path of the pod spec, for messages.
+const SPEC_PATH: &str = "spec.template.spec";
+
+/// Did the user write the template's `dnsPolicy` (the API server defaults it)?
+fn user_wrote_dns(job: &Value) -> bool {
+    UserIntent::of(job).wrote(&["spec", "template", "spec", "dnsPolicy"])
+}
+
 /// The problems [`super::check`] denies for a batch/v1 Job.
 pub fn problems(ctx: &MutationContext<'_>, cfg: &PytorchConfig, object: &Value) -> Vec<String> {
-    match opt_in(cfg, object).map(|how| shape(object, how, ctx.object_name(object))) {
+    let name = ctx.object_name(object);
+    // Judged as the mutation leaves it: an API-defaulted parallelism becomes completions.
+    let mut mutated = object.clone();
+    all_ranks_at_once(&mut mutated);
+    let object = &mutated;
+    match opt_in(cfg, object).map(|how| shape(object, how, name)) {
         Some(Shape::Unwirable(problems)) => problems,
+        Some(Shape::Wirable { .. }) => object
+            .pointer("/spec/template/spec")
+            .and_then(Value::as_object)
+            .and_then(|spec| env::host_network_dns_problem(spec, SPEC_PATH, user_wrote_dns(object)))
+            .map(|p| format!("{}: {p}", display_name(name)))
+            .into_iter()
+            .collect(),
         _ => Vec::new(),
+    }
+}
+
+fn display_name(job_name: &str) -> String {
+    if job_name.is_empty() {
+        "Job (generateName)".to_string()
+    } else {
+        format!("Job {job_name:?}")
+    }
+}
+
+/// The API server defaults an unset `spec.parallelism` to 1 before admission, which would run
+/// the ranks one at a time (never a rendezvous). When the user did not write `parallelism`
+/// ([`UserIntent`]), an opted-in Indexed Job gets `parallelism = completions`.
+fn all_ranks_at_once(job: &mut Value) -> bool {
+    let indexed = job.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
+    let completions = job.pointer("/spec/completions").and_then(Value::as_i64);
+    let parallelism = job.pointer("/spec/parallelism").and_then(Value::as_i64);
+    let Some(completions) = completions.filter(|c| *c > 1) else {
+        return false;
+    };
+    if !indexed
+        || !matches!(parallelism, None | Some(1))
+        || UserIntent::of(job).wrote(&["spec", "parallelism"])
+    {
+        return false;
+    }
+    match job.get_mut("spec").and_then(Value::as_object_mut) {
+        Some(spec) => {
+            spec.insert("parallelism".into(), serde_json::json!(completions));
+            true
+        }
+        None => false,
     }
 }
 
@@ -127,27 +178,45 @@ pub fn mutate(
         return false;
     };
     let job_name = ctx.object_name(object).to_string();
+    let mut changed = all_ranks_at_once(object);
     let (completions, subdomain) = match shape(object, how, &job_name) {
-        Shape::NotDistributed => return false,
+        Shape::NotDistributed => return changed,
         Shape::Unwirable(problems) => {
             warn_unwirable(findings, &problems);
-            return false;
+            return changed;
         }
         Shape::Wirable {
             completions,
             subdomain,
         } => (completions, subdomain),
     };
-    let master_addr = if job_name.is_empty() {
-        findings.warn(
-            "launchgate: this Job has no name yet (generateName), so MASTER_ADDR (<job>-0.<subdomain>) cannot be derived; set it in the pod template or name the Job",
+    let wrote_dns = user_wrote_dns(object);
+    if job_name.is_empty() {
+        // No name yet (generateName): nothing half-wired in the template; each pod carries
+        // the Job's name and gets everything at pod admission.
+        let Some(template) = object
+            .pointer_mut("/spec/template")
+            .and_then(Value::as_object_mut)
+        else {
+            return changed;
+        };
+        changed |= deferred::record(
+            template,
+            &Deferred {
+                master_addr: format!("{JOB_PLACEHOLDER}-0.{subdomain}"),
+                port: cfg.port,
+                nnodes: completions,
+                ranked: true,
+                wait_for_master: true,
+            },
         );
-        None
-    } else {
-        Some(format!("{job_name}-0.{subdomain}"))
-    };
+        if let Some(spec) = workload::pod_spec_mut(template) {
+            changed |= env::ensure_host_network_dns(spec, SPEC_PATH, wrote_dns, findings);
+        }
+        return changed;
+    }
     let wiring = JobWiring {
-        master_addr,
+        master_addr: Some(format!("{job_name}-0.{subdomain}")),
         master_port: cfg.port,
         nnodes: completions,
     };
@@ -158,19 +227,13 @@ pub fn mutate(
         .pointer_mut("/spec/template")
         .and_then(Value::as_object_mut)
     else {
-        return false;
+        return changed;
     };
     let Some(spec) = workload::pod_spec_mut(template) else {
-        return false;
+        return changed;
     };
-    let mut changed = env::wire_pod_spec(
-        ctx,
-        spec,
-        "spec.template.spec",
-        &vars,
-        Some(cfg.port),
-        findings,
-    );
+    changed |= env::wire_pod_spec(ctx, spec, SPEC_PATH, &vars, Some(cfg.port), findings);
+    changed |= env::ensure_host_network_dns(spec, SPEC_PATH, wrote_dns, findings);
     if cfg.wait_for_master.enabled
         && let Some(addr) = &wiring.master_addr
     {
@@ -208,6 +271,33 @@ mod tests {
         let inn = job(good_spec(), json!({OPT_IN_ANNOTATION: "true"}));
         assert_eq!(opt_in(&cfg, &inn), Some(OptIn::Annotation));
         assert_eq!(opt_in(&cfg, &json!({"metadata": 3})), None);
+    }
+
+    #[test]
+    fn api_defaulted_parallelism_runs_all_ranks_at_once() {
+        use crate::mutate::pytorch::PytorchWiring;
+        use crate::mutate::test_support::mutate_with;
+        // completions 3 without parallelism: the API server stored parallelism 1.
+        let mut spec = good_spec();
+        spec["parallelism"] = json!(1);
+        let (out, f) = mutate_with(
+            &PytorchWiring,
+            "pytorch: {indexedJobs: true}",
+            job(spec.clone(), json!({})),
+        );
+        assert_eq!(out["spec"]["parallelism"], 3);
+        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        // Written by the user (server-side apply owns it): kept, and unwirable.
+        let mut j = job(spec, json!({}));
+        j["metadata"]["managedFields"] = json!([{"operation": "Apply", "manager": "kubectl",
+            "fieldsV1": {"f:spec": {"f:parallelism": {}}}}]);
+        let (out, f) = mutate_with(&PytorchWiring, "pytorch: {indexedJobs: true}", j);
+        assert_eq!(out["spec"]["parallelism"], 1);
+        assert!(
+            f.warnings[0].contains("spec.parallelism 1 < spec.completions 3"),
+            "{:?}",
+            f.warnings
+        );
     }
 
     #[test]

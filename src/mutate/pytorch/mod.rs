@@ -13,6 +13,12 @@
 //!   as a downward-API `fieldRef` on the completion-index annotation.
 //! * [`pytorchjob`] — a Kubeflow PyTorchJob: the operator sets the env itself; only what it
 //!   lacks is added.
+//! * [`deferred`] — a Job with only a `generateName`: the decision is recorded on its
+//!   templates and each pod is wired in full at pod admission (never half-wired).
+//!
+//! hostNetwork pods get `dnsPolicy: ClusterFirstWithHostNet` unless the user wrote a
+//! `dnsPolicy` ([`crate::mutate::intent`]); every env read and write follows the last entry of
+//! a name (the one the kubelet uses).
 //!
 //! `WORLD_SIZE` (and `PET_NNODES`) is the number of **pods** (nodes) that rendezvous, never the
 //! number of processes: with one process per pod it is what `init_process_group("env://")`
@@ -23,6 +29,7 @@
 //! rendezvous) are denied by [`check`] (the validating webhook) when the queue says
 //! `onUnwirable: deny`; the mutator skips the wiring and warns either way.
 
+pub mod deferred;
 pub mod env;
 pub mod indexed_job;
 pub mod pytorchjob;
@@ -311,6 +318,9 @@ impl Mutator for PytorchWiring {
         }
         match ctx.kind {
             WorkloadKind::VolcanoJob => volcano::mutate_job(ctx, cfg, object, f),
+            WorkloadKind::Pod if deferred::is_deferred(object) => {
+                deferred::mutate_pod(ctx, cfg, object, f)
+            }
             WorkloadKind::Pod => volcano::mutate_pod(ctx, cfg, object, f),
             WorkloadKind::BatchJob => indexed_job::mutate(ctx, cfg, object, f),
             WorkloadKind::PyTorchJob => pytorchjob::mutate(ctx, cfg, object, f),
@@ -330,7 +340,11 @@ pub fn check(ctx: &MutationContext<'_>, object: &Value) -> Findings {
     let problems = match ctx.kind {
         WorkloadKind::VolcanoJob => volcano::job_problems(ctx, object),
         WorkloadKind::BatchJob => indexed_job::problems(ctx, cfg, object),
-        WorkloadKind::PyTorchJob => pytorchjob::problems(object),
+        WorkloadKind::PyTorchJob => {
+            let mut problems = pytorchjob::problems(object);
+            problems.extend(pytorchjob::dns_problems(object));
+            problems
+        }
         WorkloadKind::Pod => Vec::new(),
     };
     for p in problems {
@@ -489,7 +503,13 @@ mod mutator_tests {
     #[test]
     fn two_master_replicas_are_denied_by_check_and_skipped_by_the_mutator() {
         let (out, f) = mutate_with(&PytorchWiring, "{}", vcjob(2));
-        assert_eq!(out, vcjob(2));
+        // Nothing wired; only the record that its pods take no rank.
+        let mut expected = vcjob(2);
+        for task in expected["spec"]["tasks"].as_array_mut().unwrap() {
+            task["template"]["metadata"] =
+                json!({"annotations": {volcano::RANK_OFFSET_ANNOTATION: "none"}});
+        }
+        assert_eq!(out, expected);
         assert!(
             f.warnings[0].contains("replicas of the PyTorch master task \"master\" is 2"),
             "{:?}",

@@ -14,9 +14,13 @@
 
 use super::env;
 use super::{PytorchConfig, warn_unwirable};
+use crate::mutate::intent::UserIntent;
 use crate::mutate::{Findings, MutationContext};
 use crate::workload::{self, TemplateRole, WorkloadKind};
 use serde_json::{Value, json};
+
+/// What the operator's defaulting writes into an unset `spec.nprocPerNode`.
+const OPERATOR_DEFAULT_NPROC: &str = "auto";
 
 /// The operator's default port when the Master's `pytorch` container declares none.
 const OPERATOR_DEFAULT_PORT: u16 = 23456;
@@ -82,6 +86,20 @@ pub fn problems(job: &Value) -> Vec<String> {
     out
 }
 
+/// hostNetwork replicas whose `dnsPolicy` (written by the user: the API server does not default
+/// a custom resource's template) keeps the operator's service names from resolving.
+pub fn dns_problems(job: &Value) -> Vec<String> {
+    let name = env::string_at(job, "/metadata/name").unwrap_or("(generateName)");
+    workload::templates(WorkloadKind::PyTorchJob, job)
+        .into_iter()
+        .filter_map(|(info, template)| {
+            let spec = template.get("spec")?.as_object()?;
+            env::host_network_dns_problem(spec, &info.spec_path(), spec.contains_key("dnsPolicy"))
+        })
+        .map(|p| format!("PyTorchJob {name:?}: {p}"))
+        .collect()
+}
+
 /// The Master's rendezvous port: its `pytorch` container's `pytorchjob-port`.
 fn master_port(job: &Value) -> u16 {
     let Some(specs) = job
@@ -125,12 +143,20 @@ pub fn mutate(
         let elastic_nproc = object
             .pointer("/spec/elasticPolicy/nProcPerNode")
             .is_some_and(|v| !v.is_null());
+        // The operator's defaulting writes "auto" when nprocPerNode is unset; an "auto" the
+        // user did not write (by apply) is that default, not a choice.
+        let user_wrote = UserIntent::of(object).wrote(&["spec", "nprocPerNode"]);
+        let wanted = json!(nproc.to_string());
         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
             && !elastic_nproc
-            && spec.get("nprocPerNode").is_none_or(Value::is_null)
         {
-            spec.insert("nprocPerNode".into(), json!(nproc.to_string()));
-            changed = true;
+            let current = spec.get("nprocPerNode");
+            let unset = current.is_none_or(Value::is_null)
+                || (current.and_then(Value::as_str) == Some(OPERATOR_DEFAULT_NPROC) && !user_wrote);
+            if unset && current != Some(&wanted) {
+                spec.insert("nprocPerNode".into(), wanted);
+                changed = true;
+            }
         }
     }
 
@@ -141,7 +167,9 @@ pub fn mutate(
         let Some(spec) = workload::pod_spec_mut(template) else {
             return;
         };
-        env::for_each_training_container(ctx, spec, &info.spec_path(), |where_, c| {
+        let wrote_dns = spec.contains_key("dnsPolicy");
+        changed |= env::ensure_host_network_dns(spec, &info.spec_path(), wrote_dns, findings);
+        ctx.for_each_training_container(spec, &info.spec_path(), |where_, c| {
             for name in OPERATOR_VARS {
                 if crate::mutate::upsert::has_env(c, name) {
                     findings.warn(format!(
@@ -195,6 +223,22 @@ mod tests {
         elastic["spec"]["elasticPolicy"] = json!({"minReplicas": 1});
         assert!(problems(&elastic).is_empty());
         assert!(problems(&json!({"spec": 1})).is_empty());
+    }
+
+    #[test]
+    fn the_operators_auto_default_is_not_the_users_choice() {
+        use crate::mutate::pytorch::PytorchWiring;
+        use crate::mutate::test_support::mutate_with;
+        let q = "pytorch: {nprocPerNode: 4}";
+        let mut j = job(json!({"Master": {"replicas": 1}}));
+        j["spec"]["nprocPerNode"] = json!("auto");
+        let (out, _) = mutate_with(&PytorchWiring, q, j.clone());
+        assert_eq!(out["spec"]["nprocPerNode"], "4");
+        // Applied by the user: theirs.
+        j["metadata"]["managedFields"] = json!([{"manager": "flux", "operation": "Apply",
+            "fieldsV1": {"f:spec": {"f:nprocPerNode": {}}}}]);
+        let (out, _) = mutate_with(&PytorchWiring, q, j);
+        assert_eq!(out["spec"]["nprocPerNode"], "auto");
     }
 
     #[test]

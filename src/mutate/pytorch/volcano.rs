@@ -14,8 +14,10 @@
 //! cluster view and the pod gets everything; offline, it gets `RANK` (assuming the default
 //! task names) and a warning about the rest. Pods of other tasks get no `RANK` and no port.
 
+use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
 use super::env::{self, EnvValue, JobWiring};
 use super::{PytorchConfig, warn_unwirable};
+use crate::mutate::intent::UserIntent;
 use crate::mutate::{Findings, MutationContext};
 use crate::workload::{self, TemplateRole, WorkloadKind};
 use serde_json::{Map, Value, json};
@@ -140,8 +142,9 @@ pub struct VolcanoPytorchJob {
     pub args: PluginArgs,
     pub master_replicas: i64,
     pub wiring: JobWiring,
-    /// Why `wiring.master_addr` is unknown, if it is.
-    pub addr_problem: Option<String>,
+    /// When `wiring.master_addr` is unknown (the Job has only a `generateName`): the address
+    /// with [`JOB_PLACEHOLDER`] for the Job's name, completed at pod admission.
+    pub deferred_addr: Option<String>,
 }
 
 impl VolcanoPytorchJob {
@@ -223,22 +226,24 @@ pub fn analyse(job: &Value, job_name: &str) -> Result<Option<VolcanoPytorchJob>,
     };
     let hostname = env::string_at(master, "/template/spec/hostname").map(str::to_string);
     let subdomain = env::string_at(master, "/template/spec/subdomain").map(str::to_string);
-    let (master_addr, addr_problem) = match (hostname, subdomain, job_name.is_empty()) {
-        (Some(h), Some(s), _) => (Some(format!("{h}.{s}")), None),
-        (_, _, true) => (
-            None,
-            Some(format!(
-                "{display} has no name yet (generateName), so MASTER_ADDR cannot be derived; set spec.tasks[{master_index}].template.spec.hostname and subdomain, or name the Job"
-            )),
-        ),
-        (h, s, false) => (
-            Some(format!(
-                "{}.{}",
-                h.unwrap_or_else(|| format!("{job_name}-{}-0", args.master)),
-                s.unwrap_or_else(|| job_name.to_string())
-            )),
-            None,
-        ),
+    // The Volcano svc plugin's names (`<job>-<task>-<index>.<job>`) unless the master
+    // template sets its own; without a Job name, the same with a placeholder for the pods.
+    let name = if job_name.is_empty() {
+        JOB_PLACEHOLDER
+    } else {
+        job_name
+    };
+    let addr = format!(
+        "{}.{}",
+        hostname
+            .clone()
+            .unwrap_or_else(|| format!("{name}-{}-0", args.master)),
+        subdomain.clone().unwrap_or_else(|| name.to_string())
+    );
+    let (master_addr, deferred_addr) = if addr.contains(JOB_PLACEHOLDER) {
+        (None, Some(addr))
+    } else {
+        (Some(addr), None)
     };
     Ok(Some(VolcanoPytorchJob {
         wiring: JobWiring {
@@ -248,15 +253,30 @@ pub fn analyse(job: &Value, job_name: &str) -> Result<Option<VolcanoPytorchJob>,
         },
         args,
         master_replicas,
-        addr_problem,
+        deferred_addr,
     }))
 }
 
-/// The problems [`super::check`] denies for a Volcano Job.
+/// The problems [`super::check`] denies for a Volcano Job: it can never rendezvous, or a
+/// hostNetwork master/worker task keeps a `dnsPolicy` under which `MASTER_ADDR` cannot resolve
+/// (a custom resource's template is not defaulted, so a present `dnsPolicy` is the user's).
 pub fn job_problems(ctx: &MutationContext<'_>, object: &Value) -> Vec<String> {
-    analyse(object, ctx.object_name(object))
-        .err()
-        .unwrap_or_default()
+    let job = match analyse(object, ctx.object_name(object)) {
+        Err(problems) => return problems,
+        Ok(None) => return Vec::new(),
+        Ok(Some(job)) => job,
+    };
+    workload::templates(WorkloadKind::VolcanoJob, object)
+        .into_iter()
+        .filter(|(info, _)| {
+            matches!(&info.role, TemplateRole::VolcanoTask { name, .. } if job.rank_offset(name).is_some())
+        })
+        .filter_map(|(info, template)| {
+            let spec = template.get("spec")?.as_object()?;
+            env::host_network_dns_problem(spec, &info.spec_path(), spec.contains_key("dnsPolicy"))
+        })
+        .map(|p| format!("Volcano Job {:?}: {p}", ctx.object_name(object)))
+        .collect()
 }
 
 fn set_annotation(template: &mut Map<String, Value>, key: &str, value: &str) -> bool {
@@ -268,6 +288,17 @@ fn set_annotation(template: &mut Map<String, Value>, key: &str, value: &str) -> 
     true
 }
 
+/// Records on every task template that its pods take no PyTorch rank: the pods of a Volcano
+/// Job without the pytorch plugin (MPI, TensorFlow, plain), or of one that can never
+/// rendezvous, get no `RANK`/`PET_*` at pod admission, also without cluster lookups.
+fn record_no_rank(object: &mut Value) -> bool {
+    let mut changed = false;
+    workload::for_each_template_mut(WorkloadKind::VolcanoJob, object, |_, template| {
+        changed |= set_annotation(template, RANK_OFFSET_ANNOTATION, NO_RANK);
+    });
+    changed
+}
+
 /// Wires a Volcano Job's task templates.
 pub fn mutate_job(
     ctx: &MutationContext<'_>,
@@ -276,7 +307,7 @@ pub fn mutate_job(
     findings: &mut Findings,
 ) -> bool {
     let Some(plugin_args) = pytorch_plugin(object) else {
-        return false;
+        return record_no_rank(object);
     };
     if let (_, Some(problem)) = parse_plugin_args(plugin_args) {
         findings.warn(format!(
@@ -289,12 +320,9 @@ pub fn mutate_job(
         Ok(None) => return false,
         Err(problems) => {
             warn_unwirable(findings, &problems);
-            return false;
+            return record_no_rank(object);
         }
     };
-    if let Some(problem) = &job.addr_problem {
-        findings.warn(format!("launchgate: {problem}"));
-    }
     let vars = env::job_vars(cfg, &job.wiring);
     let mut changed = false;
     workload::for_each_template_mut(WorkloadKind::VolcanoJob, object, |info, template| {
@@ -304,9 +332,29 @@ pub fn mutate_job(
         let offset = job.rank_offset(name);
         let offset_text = offset.map_or(NO_RANK.to_string(), |o| o.to_string());
         changed |= set_annotation(template, RANK_OFFSET_ANNOTATION, &offset_text);
+        if let Some(addr) = &job.deferred_addr {
+            // No name yet: nothing half-wired in the template; the pods complete it.
+            changed |= deferred::record(
+                template,
+                &Deferred {
+                    master_addr: addr.clone(),
+                    port: job.args.port,
+                    nnodes: job.wiring.nnodes,
+                    ranked: offset.is_some(),
+                    wait_for_master: *name == job.args.worker,
+                },
+            );
+        }
         let Some(spec) = workload::pod_spec_mut(template) else {
             return;
         };
+        if offset.is_some() {
+            let wrote_dns = spec.contains_key("dnsPolicy");
+            changed |= env::ensure_host_network_dns(spec, &info.spec_path(), wrote_dns, findings);
+        }
+        if job.deferred_addr.is_some() {
+            return;
+        }
         let port = offset.map(|_| job.args.port);
         changed |= env::wire_pod_spec(ctx, spec, &info.spec_path(), &vars, port, findings);
         if cfg.wait_for_master.enabled
@@ -361,7 +409,11 @@ pub fn pod_place(pod: &Map<String, Value>) -> Option<VolcanoPodPlace> {
     })
 }
 
-fn rank_value(place: &VolcanoPodPlace, offset: i64, findings: &mut Findings) -> Option<EnvValue> {
+pub(crate) fn rank_value(
+    place: &VolcanoPodPlace,
+    offset: i64,
+    findings: &mut Findings,
+) -> Option<EnvValue> {
     match place.index {
         Some(index) => match offset.checked_add(index) {
             Some(rank) => Some(EnvValue::Literal(rank.to_string())),
@@ -383,6 +435,16 @@ fn rank_value(place: &VolcanoPodPlace, offset: i64, findings: &mut Findings) -> 
     }
 }
 
+/// Env that Volcano's other distributed-framework plugins write into every pod.
+const OTHER_FRAMEWORK_ENV: [&str; 2] = ["MPI_HOST", "TF_CONFIG"];
+
+fn other_framework_env(pod: &Value) -> Option<&'static str> {
+    let spec = pod.get("spec")?.as_object()?;
+    OTHER_FRAMEWORK_ENV
+        .into_iter()
+        .find(|var| workload::containers(spec).any(|c| workload::effective_env(c, var).is_some()))
+}
+
 /// Wires one pod of a Volcano Job.
 pub fn mutate_pod(
     ctx: &MutationContext<'_>,
@@ -396,6 +458,8 @@ pub fn mutate_pod(
     let mut vars = Vec::new();
     let mut port = None;
     let mut wait_for = None;
+    // Set when this pass wires a pod whose Job launchgate never saw: its DNS is decided here.
+    let mut dns_wrote = None;
     match place.rank_offset {
         // The template was wired by launchgate: only the rank is per pod.
         Some(Some(offset)) => {
@@ -419,6 +483,18 @@ pub fn mutate_pod(
                     vars = env::job_vars(cfg, &job.wiring);
                     if let Some(offset) = job.rank_offset(&place.task) {
                         port = Some(job.args.port);
+                        // The Job's template is not defaulted: a dnsPolicy there is the user's.
+                        let template_dns = job_object
+                            .pointer("/spec/tasks")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .find(|t| t.get("name").and_then(Value::as_str) == Some(&place.task))
+                            .and_then(|t| t.pointer("/template/spec/dnsPolicy"))
+                            .is_some();
+                        dns_wrote = Some(
+                            template_dns || UserIntent::of(object).wrote(&["spec", "dnsPolicy"]),
+                        );
                         if let Some(rank) = rank_value(&place, offset, findings) {
                             vars.extend(env::rank_vars(cfg, rank));
                         }
@@ -428,6 +504,15 @@ pub fn mutate_pod(
                     }
                 }
                 None => {
+                    // Volcano's MPI and TensorFlow plugins (whose default task names are also
+                    // master/worker) leave their own env on the pod: not a PyTorch pod.
+                    if let Some(var) = other_framework_env(object) {
+                        findings.warn(format!(
+                            "launchgate: this Volcano pod carries {var} (another framework's plugin) and its Job {namespace}/{} was never seen by launchgate; no PyTorch env was written",
+                            place.job_name
+                        ));
+                        return false;
+                    }
                     let defaults = PluginArgs::default();
                     let offset = if place.task == defaults.master {
                         Some(0)
@@ -457,6 +542,9 @@ pub fn mutate_pod(
         return false;
     };
     let mut changed = env::wire_pod_spec(ctx, spec, "spec", &vars, port, findings);
+    if let Some(wrote) = dns_wrote {
+        changed |= env::ensure_host_network_dns(spec, "spec", wrote, findings);
+    }
     if cfg.wait_for_master.enabled
         && let Some((addr, port)) = wait_for
     {
@@ -549,7 +637,10 @@ mod tests {
         );
         let a = analyse(&j, "").unwrap().unwrap();
         assert_eq!(a.wiring.master_addr, None);
-        assert!(a.addr_problem.unwrap().contains("generateName"));
+        assert_eq!(a.deferred_addr.as_deref(), Some("h.{job}"));
+        let j = job(json!([{"name": "master", "replicas": 1, "template": {}}]));
+        let a = analyse(&j, "").unwrap().unwrap();
+        assert_eq!(a.deferred_addr.as_deref(), Some("{job}-master-0.{job}"));
     }
 
     #[test]
