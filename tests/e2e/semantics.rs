@@ -153,6 +153,17 @@ pub async fn only_pytorch_workloads_get_pytorch_env(ctx: &Ctx) -> Result<()> {
     job["spec"]["plugins"] =
         json!({"mpi": ["--master=master", "--worker=worker", "--port=22"], "ssh": [], "svc": []});
     let job = ctx.create(&job, false).await?;
+    for task in job["spec"]["tasks"].as_array().context("tasks")? {
+        let c = &task["template"]["spec"]["containers"][0];
+        ensure!(
+            env_value(c, "WORLD_SIZE").is_none() && env_value(c, "MASTER_ADDR").is_none(),
+            "task {} of an MPI job got PyTorch env: {}",
+            task["name"],
+            c["env"]
+        );
+    }
+    // Its pods, as Volcano makes them from the stored templates (launchgate's record on the
+    // template is copied onto them).
     for (task, index) in [("master", 0), ("worker", 0), ("worker", 1)] {
         let pod = ctx.create(&volcano_pod(&job, task, index)?, false).await?;
         let c = &pod["spec"]["containers"][0];
