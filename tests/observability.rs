@@ -243,3 +243,62 @@ async fn an_oversized_body_gets_a_readable_413_over_http2_and_http1() {
     server.begin_shutdown();
     server.wait().await.unwrap();
 }
+
+/// `launchgate delete-webhooks` (the chart's pre-delete hook) against a fake API server: the
+/// validating configuration is deleted first, a configuration already gone is fine.
+#[tokio::test]
+async fn delete_webhooks_removes_both_configurations_and_tolerates_missing_ones() {
+    use axum::extract::State;
+    use axum::http::{Method, StatusCode, Uri};
+    use axum::response::IntoResponse;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    async fn api(
+        State(seen): State<Arc<std::sync::Mutex<Vec<String>>>>,
+        method: Method,
+        uri: Uri,
+    ) -> axum::response::Response {
+        seen.lock()
+            .unwrap()
+            .push(format!("{method} {}", uri.path()));
+        if uri.path().contains("mutatingwebhookconfigurations") {
+            let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"});
+            return (
+                StatusCode::NOT_FOUND,
+                [("content-type", "application/json")],
+                status.to_string(),
+            )
+                .into_response();
+        }
+        let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+            "status": "Success", "code": 200});
+        ([("content-type", "application/json")], status.to_string()).into_response()
+    }
+    let app = axum::Router::new().fallback(api).with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let report = launchgate::server::delete_webhooks(
+        client,
+        &["launchgate".to_string()],
+        &["launchgate".to_string()],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        report,
+        [
+            "deleted validatingwebhookconfiguration launchgate",
+            "mutatingwebhookconfiguration launchgate already gone"
+        ]
+    );
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            "DELETE /apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/launchgate",
+            "DELETE /apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/launchgate"
+        ]
+    );
+}

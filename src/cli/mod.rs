@@ -45,6 +45,18 @@ pub enum Command {
     PrintDefaultConfig,
     /// Generate a CA and a serving certificate for a Service DNS name.
     Certs(CertsArgs),
+    /// Delete webhook configurations (the chart's pre-delete hook, before the pods go).
+    DeleteWebhooks(DeleteWebhooksArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DeleteWebhooksArgs {
+    /// MutatingWebhookConfiguration to delete (repeatable).
+    #[arg(long)]
+    pub mutating: Vec<String>,
+    /// ValidatingWebhookConfiguration to delete (repeatable).
+    #[arg(long)]
+    pub validating: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -120,6 +132,9 @@ pub struct ServeArgs {
     /// workload; needs `create` on events.events.k8s.io.
     #[arg(long, env = "LAUNCHGATE_EVENTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub events: bool,
+    /// The Events' reportingInstance (the chart passes the pod name); default: the hostname.
+    #[arg(long, env = "LAUNCHGATE_POD_NAME")]
+    pub pod_name: Option<String>,
     /// With --cluster-lookups: watch Volcano Jobs only in these namespaces (comma-separated;
     /// empty: all namespaces).
     #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_NAMESPACES", value_delimiter = ',')]
@@ -347,6 +362,7 @@ fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
         request_deadline: Duration::from_millis(args.request_deadline_ms.max(100)),
         admin_listen: args.admin_listen,
         events: args.events,
+        pod_name: args.pod_name.clone(),
     };
     let scope = crate::server::owner_cache::WatchScope {
         namespaces: args
@@ -400,6 +416,24 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::PrintDefaultConfig => {
             print!("{DEFAULT_CONFIG_YAML}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::DeleteWebhooks(args) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the Kubernetes API")?;
+                let report =
+                    crate::server::delete_webhooks(client, &args.mutating, &args.validating)
+                        .await?;
+                for line in report {
+                    println!("{line}");
+                }
+                Ok::<_, anyhow::Error>(())
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Certs(args) => {

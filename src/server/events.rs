@@ -253,12 +253,12 @@ impl EventRecorder {
     }
 }
 
-/// The `reportingInstance`: `POD_NAME` (the chart sets it from the downward API), else
-/// `HOSTNAME`, else `launchgate`.
+/// The `reportingInstance` when no pod name is given (`--pod-name`, which the chart sets from
+/// the downward API): `HOSTNAME` (the pod name in a pod), else `launchgate`.
 pub fn default_instance() -> String {
-    ["POD_NAME", "HOSTNAME"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|v| !v.is_empty())
         .unwrap_or_else(|| REPORTING_CONTROLLER.into())
 }
 

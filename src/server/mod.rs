@@ -87,6 +87,8 @@ pub struct ServeOptions {
     /// Write Kubernetes Events about denied and warned workloads ([`events`]); the API client
     /// is `kube::Client::try_default()` (service account, else `KUBECONFIG`).
     pub events: bool,
+    /// `reportingInstance` of the Events (the pod name); `None`: the hostname.
+    pub pod_name: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -107,6 +109,7 @@ impl Default for ServeOptions {
             request_deadline: Duration::from_secs(4),
             admin_listen: None,
             events: false,
+            pod_name: None,
         }
     }
 }
@@ -532,9 +535,13 @@ pub async fn start_with_event_sink(
 
     let metrics = Metrics::new();
     metrics.cert_not_after.set(loaded.not_after_unix);
-    let recorder = sink.map(|sink| {
-        events::EventRecorder::start(sink, events::default_instance(), metrics.decisions.clone())
-    });
+    let instance = opts
+        .pod_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(events::default_instance);
+    let recorder =
+        sink.map(|sink| events::EventRecorder::start(sink, instance, metrics.decisions.clone()));
     let state = Arc::new(AppState {
         policy: ArcSwap::from_pointee(policy),
         metrics,
@@ -754,4 +761,36 @@ pub async fn cluster_view(
         );
     }
     Ok(Arc::new(cache))
+}
+
+/// Deletes the named webhook configurations (the chart's pre-delete hook). One that is already
+/// gone counts as deleted. Returns one line per configuration.
+pub async fn delete_webhooks(
+    client: kube::Client,
+    mutating: &[String],
+    validating: &[String],
+) -> Result<Vec<String>> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    async fn delete<K>(api: kube::Api<K>, kind: &str, name: &str) -> Result<String>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        match api.delete(name, &kube::api::DeleteParams::default()).await {
+            Ok(_) => Ok(format!("deleted {kind} {name}")),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(format!("{kind} {name} already gone")),
+            Err(e) => Err(anyhow::anyhow!("deleting {kind} {name}: {e}")),
+        }
+    }
+    let mut report = Vec::new();
+    for name in validating {
+        let api = kube::Api::<ValidatingWebhookConfiguration>::all(client.clone());
+        report.push(delete(api, "validatingwebhookconfiguration", name).await?);
+    }
+    for name in mutating {
+        let api = kube::Api::<MutatingWebhookConfiguration>::all(client.clone());
+        report.push(delete(api, "mutatingwebhookconfiguration", name).await?);
+    }
+    Ok(report)
 }
