@@ -302,3 +302,38 @@ async fn delete_webhooks_removes_both_configurations_and_tolerates_missing_ones(
         ]
     );
 }
+
+/// Without matchConditions (Kubernetes < 1.28) the API server sends every pod and job; the
+/// server applies the same filter: a job without launch labels and an image build
+/// (`wandb: launch`) are allowed untouched, and leave no decision (no log line, no per-queue
+/// count), exactly as if the API server had not called.
+#[tokio::test]
+async fn objects_matchconditions_would_filter_are_skipped_by_the_server() {
+    let srv = common::start_default().await;
+    let mut plain: Value = serde_json::from_slice(&fixture("create-job-demo.json")).unwrap();
+    let object = &mut plain["request"]["object"];
+    object["metadata"]["labels"] = serde_json::json!({"app": "batch-report"});
+    object["spec"]["template"]["metadata"]["labels"] = serde_json::json!({"app": "batch-report"});
+    let bodies = [
+        (
+            "job without launch labels",
+            serde_json::to_vec(&plain).unwrap(),
+        ),
+        ("image build", fixture("create-pod-kaniko-build-abc.json")),
+    ];
+    for (what, body) in bodies {
+        for path in ["/mutate", "/validate"] {
+            let answer: Value = srv.post(path, body.clone()).await.json().await.unwrap();
+            let r = &answer["response"];
+            assert_eq!(r["allowed"], true, "{what} {path}");
+            assert!(r["patch"].is_null(), "{what} {path}: {r}");
+            assert!(r["warnings"].is_null(), "{what} {path}: {r}");
+        }
+    }
+    let text = metrics(&srv.client, &srv.url("/metrics")).await;
+    assert!(!text.contains("launchgate_decisions_total{"), "{text}");
+    assert!(
+        text.contains(r#"launchgate_admission_requests_total{endpoint="mutate",kind="Job",operation="CREATE",outcome="skipped"} 1"#),
+        "{text}"
+    );
+}
