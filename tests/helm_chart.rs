@@ -675,6 +675,9 @@ fn bad_values_fail_at_install_time() {
         r#"{"replicas":3}"#,
         r#"{"terminationGracePeriodSeconds":10}"#,
         r#"{"certs":{"mode":"external"}}"#,
+        r#"{"adminPort":8443}"#,
+        r#"{"adminPort":70000}"#,
+        r#"{"events":{"enabled":"yes"}}"#,
     ] {
         let (ok, _, stderr) = helm_check(&["render", "--set-json", bad]);
         assert!(!ok, "values {bad} were accepted");
