@@ -172,7 +172,8 @@ impl PendingEvent {
             regarding: Some(self.regarding.clone()),
             related: self.related.clone(),
             reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(instance.into()),
+            // The API allows 128 bytes.
+            reporting_instance: Some(instance.chars().take(128).collect()),
             ..Event::default()
         }
     }
@@ -203,26 +204,27 @@ pub fn truncate_note(note: &str) -> String {
     format!("{}…", &note[..end])
 }
 
-/// `<base>.<nanoseconds in hex>`, a valid DNS subdomain whatever the base holds.
+/// `<base>.<nanoseconds in hex>`, a valid DNS subdomain whatever the base holds (at the
+/// mutating webhook the API server has not validated the object's name yet): lower-case
+/// letters and digits, any other run of characters one `-`, at most 200 of them.
 pub fn event_name(base: &str, nanos: i128) -> String {
-    let mut clean: String = base
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(200)
-        .collect();
-    clean = clean
-        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
-        .to_string();
-    if clean.is_empty() {
-        clean = REPORTING_CONTROLLER.into();
+    let mut clean = String::new();
+    for c in base.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            clean.push(c);
+        } else if !clean.is_empty() && !clean.ends_with('-') {
+            clean.push('-');
+        }
+        if clean.len() >= 200 {
+            break;
+        }
     }
+    let clean = clean.trim_end_matches('-');
+    let clean = if clean.is_empty() {
+        REPORTING_CONTROLLER
+    } else {
+        clean
+    };
     format!("{clean}.{:x}", nanos.max(0))
 }
 
@@ -438,7 +440,26 @@ mod tests {
         assert_eq!(event_name("Demo_Job", 255), "demo-job.ff");
         assert_eq!(event_name("train-", 1), "train.1");
         assert_eq!(event_name("", 1), "launchgate.1");
+        assert_eq!(event_name("-a.-b..c_", 1), "a-b-c.1");
+        assert_eq!(event_name("Ünïcode", 2), "n-code.2");
         assert!(event_name(&"a".repeat(400), 1).len() < 253);
+        let dns = |n: &str| {
+            n.split('.').all(|seg| {
+                !seg.is_empty()
+                    && seg
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !seg.starts_with('-')
+                    && !seg.ends_with('-')
+            })
+        };
+        for base in ["x", "-", "a--b", "A.B-", "..", "日本", "job.name.with.dots"] {
+            assert!(
+                dns(&event_name(base, 7)),
+                "{base} -> {}",
+                event_name(base, 7)
+            );
+        }
         let long = "é".repeat(1000);
         let cut = truncate_note(&long);
         assert!(cut.len() <= NOTE_LIMIT && cut.ends_with('…'));
