@@ -37,6 +37,7 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -195,7 +196,7 @@ fn tls_connector(args: &Args) -> Result<TlsConnector> {
         })?;
         let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pemfile::certs(&mut &pem[..]) {
+        for cert in CertificateDer::pem_slice_iter(&pem) {
             roots.add(cert?)?;
         }
         builder.with_root_certificates(roots).with_no_client_auth()

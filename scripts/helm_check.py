@@ -4,7 +4,7 @@
     helm_check.py lint [-f VALUES]...      lint with default values and every ci/*.yaml
                                             (or only the given values files)
     helm_check.py render [-f VALUES]... [--set-json JSON] [--namespace NS] [--release NAME]
-                         [--existing OBJECTS.yaml]
+                         [--existing OBJECTS.yaml] [--kube-version 1.27.0]
                                             print the rendered manifest (like `helm template`)
     helm_check.py manifests [--check]       regenerate manifests/launchgate.yaml (or check it)
     helm_check.py cel [-f VALUES]...        evaluate the webhooks' matchConditions (CEL) against
@@ -14,8 +14,9 @@
 helm-sdkpy has Lint and Install but no template action, so `render` runs a real Install
 against a tiny in-process fake API server: it answers discovery, stores nothing, and returns
 404 for every lookup unless --existing supplies objects (to exercise upgrades, where the chart's
-`lookup` finds its TLS Secret). Install returns the release, whose manifest is exactly what
-`helm template` prints. Values schema validation runs as in a real install.
+`lookup` finds its TLS Secret). Install returns the release, whose manifest plus its hooks is
+what `helm template` prints. Values schema validation runs as in a real install. The fake API
+server reports Kubernetes --kube-version (default 1.34.0) as .Capabilities.KubeVersion.
 
 Install the library with:  pip install --ignore-requires-python helm-sdkpy
 """
@@ -130,7 +131,11 @@ DISCOVERY = {
         ("issuers", "Issuer", True),
         ("clusterissuers", "ClusterIssuer", False),
     ],
-    "monitoring.coreos.com/v1": [("servicemonitors", "ServiceMonitor", True)],
+    "monitoring.coreos.com/v1": [
+        ("servicemonitors", "ServiceMonitor", True),
+        ("prometheusrules", "PrometheusRule", True),
+    ],
+    "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy", True)],
     "batch.volcano.sh/v1alpha1": [("jobs", "Job", True)],
     "kubeflow.org/v1": [("pytorchjobs", "PyTorchJob", True)],
 }
@@ -148,8 +153,9 @@ def object_path(obj: dict, namespace: str) -> str:
 
 
 class FakeApiServer:
-    def __init__(self, namespace: str, existing: list[dict]):
+    def __init__(self, namespace: str, existing: list[dict], kube_version: str = "1.34.0"):
         self.objects = {object_path(o, namespace): o for o in existing}
+        major, minor = kube_version.lstrip("v").split(".")[:2]
         self.errors: list[str] = []
         server = self
 
@@ -177,7 +183,8 @@ class FakeApiServer:
                 url = urlparse(self.path)
                 path = url.path.rstrip("/")
                 if path == "/version":
-                    return self.reply(200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0",
+                    return self.reply(200, {"major": major, "minor": minor,
+                                            "gitVersion": f"v{major}.{minor}.0",
                                             "platform": "linux/amd64"})
                 if path == "/api":
                     return self.reply(200, {"kind": "APIVersions", "versions": ["v1"],
@@ -241,13 +248,17 @@ class FakeApiServer:
         )
 
 
-def render(values: dict, namespace: str, release: str, existing: list[dict], chart: Path = CHART) -> str:
-    with FakeApiServer(namespace, existing) as api:
+def render(values: dict, namespace: str, release: str, existing: list[dict], chart: Path = CHART,
+           kube_version: str = "1.34.0") -> str:
+    with FakeApiServer(namespace, existing, kube_version) as api:
         config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=api.kubeconfig(namespace))
         install = helm_sdkpy.Install(config)
         result = asyncio.run(install.run(release, str(chart), values=values or None, wait=False,
                                          timeout=60))
-    return result["manifest"]
+    # Like `helm template`: the release's objects, then its hooks (Install keeps them apart).
+    hooks = sorted(result.get("hooks") or [], key=lambda h: h.get("weight", 0))
+    return result["manifest"] + "".join(
+        f"\n---\n# Source: {h['path']}\n{h['manifest'].strip()}\n" for h in hooks)
 
 
 def user_values(files: list[str], set_json: list[str]) -> dict:
@@ -303,7 +314,8 @@ def cmd_render(args) -> int:
         doc = load_yaml(Path(args.existing))
         existing = doc.get("items", []) if doc.get("kind") == "List" else [doc]
     try:
-        out = render(user_values(args.values, args.set_json), args.namespace, args.release, existing)
+        out = render(user_values(args.values, args.set_json), args.namespace, args.release, existing,
+                     kube_version=args.kube_version)
     except helm_sdkpy.HelmError as e:
         print(f"render failed: {e}", file=sys.stderr)
         return 1
@@ -393,6 +405,8 @@ def main() -> int:
     r.add_argument("--namespace", default="launchgate")
     r.add_argument("--release", default="launchgate")
     r.add_argument("--existing", help="YAML object or List the fake API server holds (for lookup)")
+    r.add_argument("--kube-version", default="1.34.0",
+                   help="Kubernetes version the fake API server reports (.Capabilities.KubeVersion)")
     m = sub.add_parser("manifests")
     m.add_argument("--check", action="store_true")
     c = sub.add_parser("cel")

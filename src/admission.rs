@@ -51,6 +51,9 @@ pub struct AdmissionRequest {
     /// `kubectl apply --dry-run=server`. Never changes the answer: we have no side effects.
     #[serde(default)]
     pub dry_run: Option<bool>,
+    /// Who sent the request (`username`, `groups`, ...): only logged, never decides anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_info: Option<Value>,
 }
 
 impl AdmissionRequest {
@@ -93,7 +96,17 @@ impl AdmissionRequest {
             object: Some(object),
             old_object: None,
             dry_run: Some(false),
+            user_info: None,
         })
+    }
+
+    /// `userInfo.username`, empty when absent.
+    pub fn username(&self) -> &str {
+        self.user_info
+            .as_ref()
+            .and_then(|u| u.get("username"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
     }
 
     /// Wraps this request into an AdmissionReview JSON document.

@@ -44,9 +44,10 @@ impl fmt::Display for RequestError {
 impl std::error::Error for RequestError {}
 
 /// How a request was answered (for metrics and logs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Outcome {
     /// Not ours (kind, operation, not a launch workload, excluded): allowed untouched.
+    #[default]
     Skipped,
     /// Allowed with no change.
     Allowed,
@@ -70,16 +71,53 @@ impl Outcome {
 }
 
 /// A summary of one decision for metrics and logs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ReviewSummary {
     pub kind: &'static str,
     pub operation: &'static str,
     pub outcome: Outcome,
     pub queue: Option<String>,
     pub patch_operations: usize,
+    /// Size of the JSON Patch as sent (before base64), bytes.
+    pub patch_bytes: usize,
     /// Violations found under `audit` enforcement (logged and counted, not shown).
     pub audit_violations: Vec<String>,
     pub dry_run: bool,
+    /// `request.uid`.
+    pub uid: String,
+    /// `request.namespace` (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// `request.name`; empty on a CREATE that relies on `generateName`.
+    pub name: String,
+    /// `metadata.generateName` of the object, when it has one.
+    pub generate_name: String,
+    /// The kind as the API server sent it (`Job`, `Pod`, `PyTorchJob`).
+    pub api_kind: String,
+    /// `apiVersion` of the object (`batch/v1`, `batch.volcano.sh/v1alpha1`).
+    pub api_version: String,
+    /// `metadata.uid` of the object (set on UPDATE; empty on CREATE).
+    pub object_uid: String,
+    /// The controlling owner of the object (`ownerReferences` entry with `controller: true`).
+    pub owner: Option<OwnerRef>,
+    /// `userInfo.username`.
+    pub user: String,
+    /// Queue limit violations, whatever the queue's enforcement (deny, warn or audit).
+    pub violations: Vec<String>,
+    /// The queue's limit enforcement when there were violations (`deny`, `warn`, `audit`).
+    pub enforcement: Option<&'static str>,
+    /// The denial message sent to the client.
+    pub message: Option<String>,
+    /// The warnings sent to the client.
+    pub warnings: Vec<String>,
+}
+
+/// The controller owning an object (for Events about a controller-made pod).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
 }
 
 /// The decision on one request: the response plus its summary.
@@ -166,11 +204,8 @@ pub fn decide(
     let mut summary = ReviewSummary {
         kind: kind.map_or("other", WorkloadKind::as_str),
         operation: operation_name(&request.operation),
-        outcome: Outcome::Skipped,
-        queue: None,
-        patch_operations: 0,
-        audit_violations: Vec::new(),
         dry_run: request.dry_run.unwrap_or(false),
+        ..ReviewSummary::default()
     };
     let skip = |summary: ReviewSummary| Decision {
         response: AdmissionResponse::allow(&request.uid),
@@ -200,6 +235,7 @@ pub fn decide(
         return d;
     };
     summary.queue = Some(resolution.queue.name.clone());
+    describe_request(&mut summary, request, object);
     let ctx = MutationContext {
         kind,
         policy,
@@ -213,6 +249,42 @@ pub fn decide(
         Endpoint::Mutate => mutate_decision(&ctx, object, findings, summary),
         Endpoint::Validate => validate_decision(&ctx, object, findings, summary),
     }
+}
+
+/// Fills in who and what the request is about (only for launch workloads: skipped requests are
+/// neither logged nor counted per object, so they do not pay for it).
+fn describe_request(summary: &mut ReviewSummary, request: &AdmissionRequest, object: &Value) {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+    let meta = object.get("metadata");
+    summary.uid = request.uid.clone();
+    summary.namespace = request.namespace.clone().unwrap_or_default();
+    summary.name = request.name.clone();
+    if summary.name.is_empty() {
+        summary.name = text(meta.and_then(|m| m.get("name")));
+    }
+    summary.generate_name = text(meta.and_then(|m| m.get("generateName")));
+    summary.api_kind = request.kind.kind.clone();
+    summary.api_version = if request.kind.group.is_empty() {
+        request.kind.version.clone()
+    } else {
+        format!("{}/{}", request.kind.group, request.kind.version)
+    };
+    summary.object_uid = text(meta.and_then(|m| m.get("uid")));
+    summary.owner = meta
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        })
+        .map(|r| OwnerRef {
+            api_version: text(r.get("apiVersion")),
+            kind: text(r.get("kind")),
+            name: text(r.get("name")),
+            uid: text(r.get("uid")),
+        })
+        .filter(|o| !o.kind.is_empty() && !o.name.is_empty());
+    summary.user = request.username().to_string();
 }
 
 fn finish(
@@ -229,6 +301,9 @@ fn finish(
     };
     response.warnings = bounded_warnings(findings.warnings);
     summary.patch_operations = if response.allowed { patch.0.len() } else { 0 };
+    summary.patch_bytes = response.patch.as_deref().map_or(0, base64_decoded_len);
+    summary.message = response.status.as_ref().map(|s| s.message.clone());
+    summary.warnings = response.warnings.clone();
     Decision {
         response,
         patch,
@@ -261,6 +336,12 @@ fn mutate_decision(
         Outcome::Patched
     };
     finish(&ctx.request.uid, findings, patch, summary)
+}
+
+/// Length of the bytes a padded base64 text decodes to.
+fn base64_decoded_len(b64: &str) -> usize {
+    let padding = b64.bytes().rev().take_while(|&b| b == b'=').count();
+    (b64.len() / 4 * 3).saturating_sub(padding)
 }
 
 /// The JSON Patch from `original` to `mutated`: exactly the operations, in the same order, that
@@ -376,6 +457,12 @@ fn validate_decision(
     findings.warnings.extend(report.warnings);
     summary.outcome = Outcome::Allowed;
     if !report.violations.is_empty() {
+        summary.violations = report.violations.clone();
+        summary.enforcement = Some(match report.enforcement {
+            Enforcement::Deny => "deny",
+            Enforcement::Warn => "warn",
+            Enforcement::Audit => "audit",
+        });
         match report.enforcement {
             Enforcement::Deny => findings.denials.extend(report.violations),
             Enforcement::Warn => {

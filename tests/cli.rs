@@ -358,3 +358,54 @@ fn mutate_prints_json_and_a_list_for_several_objects() {
             .any(|op| op["path"] == "/spec/backoffLimit")
     );
 }
+
+/// `serve` with its logs going to a pipe (as in a container): plain text, no ANSI colour
+/// codes, and the admin port announced.
+#[test]
+fn serve_logs_to_a_pipe_without_colour_codes() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--dev-cert-dir")
+        .arg(dir.path())
+        .env("LAUNCHGATE_LOG_FORMAT", "text")
+        .env_remove("NO_COLOR")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("launchgate runs");
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for line in BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            let done = line.contains("launchgate serving HTTPS");
+            seen.push(line);
+            if done {
+                break;
+            }
+        }
+        seen
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !reader.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let lines = reader.join().unwrap();
+    let text = lines.join("\n");
+    assert!(text.contains("launchgate serving HTTPS"), "{text}");
+    assert!(text.contains("admin_addr=Some(127.0.0.1:"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "ANSI escape codes in piped logs:\n{text:?}"
+    );
+}

@@ -10,9 +10,11 @@ use k8s_openapi::api::admissionregistration::v1::{
     WebhookClientConfig,
 };
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -142,6 +144,10 @@ fn check_all_objects(objs: &[Value]) {
             ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
                 round_trip::<ClusterRoleBinding>(o)
             }
+            ("rbac.authorization.k8s.io/v1", "Role") => round_trip::<Role>(o),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding") => round_trip::<RoleBinding>(o),
+            ("batch/v1", "Job") => round_trip::<Job>(o),
+            ("networking.k8s.io/v1", "NetworkPolicy") => round_trip::<NetworkPolicy>(o),
             ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
                 round_trip::<MutatingWebhookConfiguration>(o)
             }
@@ -149,7 +155,7 @@ fn check_all_objects(objs: &[Value]) {
                 round_trip::<ValidatingWebhookConfiguration>(o)
             }
             ("cert-manager.io/v1", "Certificate" | "Issuer")
-            | ("monitoring.coreos.com/v1", "ServiceMonitor") => {
+            | ("monitoring.coreos.com/v1", "ServiceMonitor" | "PrometheusRule") => {
                 assert!(o["spec"].is_object(), "{api} {} without spec", kind(o))
             }
             other => panic!("unexpected object {other:?} in the chart"),
@@ -401,8 +407,8 @@ fn default_render_is_a_safe_webhook() {
     );
     assert_eq!(
         pod.automount_service_account_token,
-        Some(false),
-        "no API access without clusterLookups"
+        Some(true),
+        "Events are on by default: the token is needed to write them"
     );
     assert!(pod.affinity.as_ref().unwrap().pod_anti_affinity.is_some());
     let c = &pod.containers[0];
@@ -433,11 +439,20 @@ fn default_render_is_a_safe_webhook() {
         let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
         assert_eq!(get.path.as_deref(), Some(path));
         assert_eq!(
-            get.scheme.as_deref(),
-            Some("HTTPS"),
-            "the server only speaks TLS"
+            (
+                get.scheme.as_deref(),
+                serde_json::to_value(&get.port).unwrap()
+            ),
+            (Some("HTTP"), Value::from("admin")),
+            "probes use the plain admin port"
         );
     }
+    assert!(
+        c.ports
+            .iter()
+            .flatten()
+            .any(|p| p.container_port == 8080 && p.name.as_deref() == Some("admin"))
+    );
     for m in c.volume_mounts.iter().flatten() {
         assert!(
             m.sub_path.is_none(),
@@ -488,8 +503,24 @@ fn default_render_is_a_safe_webhook() {
             .flatten()
             .any(|p| p.container_port == 8443 && p.name.as_deref() == Some("https"))
     );
-    // No RBAC unless a feature needs it.
-    assert!(of_kind(&objs, "ClusterRole").is_empty() && of_kind(&objs, "Role").is_empty());
+    // RBAC only for what is on: by default Events (create, nothing else).
+    let roles: Vec<ClusterRole> = of_kind(&objs, "ClusterRole")
+        .into_iter()
+        .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .map(typed)
+        .collect();
+    assert_eq!(roles.len(), 1, "only the Events role");
+    let rules = roles[0].rules.clone().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].api_groups.as_deref(),
+        Some(&["events.k8s.io".to_string()][..])
+    );
+    assert_eq!(rules[0].verbs, ["create"]);
+    assert!(of_kind(&objs, "Role").is_empty());
+    let env = deployment_env(&d);
+    assert!(env.contains(&("LAUNCHGATE_EVENTS".into(), "true".into())));
+    assert!(env.contains(&("LAUNCHGATE_ADMIN_LISTEN".into(), "0.0.0.0:8080".into())));
     // The config map carries the values' config.
     let cm: ConfigMap = one(&objs, "ConfigMap");
     let cfg: Value = serde_norway::from_str(&cm.data.unwrap()["config.yaml"]).unwrap();
@@ -566,7 +597,11 @@ fn cert_manager_mode_with_crd_rules_off() {
             .unwrap()
             .contains_key("checksum/config")
     );
-    let role: ClusterRole = one(&objs, "ClusterRole");
+    let role: ClusterRole = of_kind(&objs, "ClusterRole")
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == "launchgate")
+        .map(typed)
+        .expect("the owner-watch ClusterRole");
     let rules = role.rules.unwrap();
     assert_eq!(rules.len(), 1);
     assert_eq!(
@@ -643,6 +678,9 @@ fn bad_values_fail_at_install_time() {
         r#"{"replicas":3}"#,
         r#"{"terminationGracePeriodSeconds":10}"#,
         r#"{"certs":{"mode":"external"}}"#,
+        r#"{"adminPort":8443}"#,
+        r#"{"adminPort":70000}"#,
+        r#"{"events":{"enabled":"yes"}}"#,
     ] {
         let (ok, _, stderr) = helm_check(&["render", "--set-json", bad]);
         assert!(!ok, "values {bad} were accepted");
@@ -752,6 +790,7 @@ async fn chart_paths_config_and_env_match_the_server() {
     std::fs::write(&config, &cm.data.unwrap()["config.yaml"]).unwrap();
     let opts = launchgate::server::ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         config: Some(config),
         dev_cert_dir: dir.path().join("dev-certs"),
         ..Default::default()
@@ -788,18 +827,15 @@ async fn chart_paths_config_and_env_match_the_server() {
         .as_ref()
         .unwrap()
         .containers[0];
+    let admin = format!("http://{}", server.admin_addr.unwrap());
     for probe in [&c.liveness_probe, &c.readiness_probe] {
-        let path = probe
-            .as_ref()
-            .unwrap()
-            .http_get
-            .as_ref()
-            .unwrap()
-            .path
-            .clone()
-            .unwrap();
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        let path = get.path.clone().unwrap();
+        assert_eq!(get.scheme.as_deref(), Some("HTTP"));
+        let resp = reqwest::get(format!("{admin}{path}")).await.unwrap();
+        assert_eq!(resp.status(), 200, "probe {path} on the admin port");
         let resp = client.get(format!("{base}{path}")).send().await.unwrap();
-        assert_eq!(resp.status(), 200, "probe {path}");
+        assert_eq!(resp.status(), 200, "probe {path} on the HTTPS port too");
     }
     server.begin_shutdown();
     server.wait().await.unwrap();
@@ -883,14 +919,37 @@ fn audit_objects(objs: &[Value]) -> Vec<&Value> {
         .collect()
 }
 
+/// The objects of `objs` that are Helm hooks, as (kind, name, hook, weight, delete policy).
+fn helm_hooks(objs: &[Value]) -> Vec<(String, String, String, i64, String)> {
+    objs.iter()
+        .filter_map(|o| {
+            let a = &o["metadata"]["annotations"];
+            let hook = a["helm.sh/hook"].as_str()?;
+            Some((
+                kind(o).to_string(),
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+                hook.to_string(),
+                a["helm.sh/hook-weight"]
+                    .as_str()
+                    .unwrap_or("0")
+                    .parse()
+                    .unwrap(),
+                a["helm.sh/hook-delete-policy"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ))
+        })
+        .collect()
+}
+
 #[test]
 fn scheduled_audit_is_absent_by_default() {
     let objs = render(&[]);
     assert!(of_kind(&objs, "CronJob").is_empty());
+    // No audit ServiceAccount, ClusterRole or binding either (the webhook's own RBAC, for
+    // Events and the uninstall hook, is not the audit's).
     assert!(audit_objects(&objs).is_empty());
-    // The webhook's own ServiceAccount still mounts no token, and no RBAC exists.
-    assert!(of_kind(&objs, "ClusterRole").is_empty());
-    assert!(of_kind(&objs, "ClusterRoleBinding").is_empty());
 }
 
 #[test]
@@ -1042,7 +1101,12 @@ fn scheduled_audit_renders_a_cronjob_with_read_only_rbac() {
         "--set-json",
         r#"{"audit":{"enabled":true,"policyReports":false},"rbac":{"create":false}}"#,
     ]);
-    assert!(of_kind(&objs, "ClusterRole").is_empty());
+    assert!(
+        audit_objects(&objs)
+            .iter()
+            .all(|o| kind(o) == "CronJob" || kind(o) == "ServiceAccount"),
+        "audit RBAC rendered without rbac.create"
+    );
     let cron = of_kind(&objs, "CronJob");
     let args = &cron[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"];
     assert!(
@@ -1120,4 +1184,290 @@ fn misspelled_config_key_fails_at_install_time() {
         annotations.contains_key("checksum/config"),
         "{annotations:?}"
     );
+}
+
+#[test]
+fn uninstall_removes_the_webhook_configurations_before_the_pods() {
+    let objs = render(&[]);
+    check_all_objects(&objs);
+    let hooks = helm_hooks(&objs);
+    assert_eq!(hooks.len(), 4, "{hooks:?}");
+    for (k, _, hook, _, policy) in &hooks {
+        assert_eq!(hook, "pre-delete", "{k}");
+        assert!(
+            policy.contains("hook-succeeded") && policy.contains("before-hook-creation"),
+            "{k}: {policy}"
+        );
+    }
+    // RBAC first, the Job after it.
+    let weight = |k: &str| hooks.iter().find(|h| h.0 == k).unwrap().3;
+    for k in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"] {
+        assert!(weight(k) < weight("Job"), "{k} must come before the Job");
+    }
+    // The Job deletes exactly this release's two configurations, and may delete nothing else.
+    let job: Job = typed(of_kind(&objs, "Job")[0]);
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    let c = &pod.containers[0];
+    assert_eq!(
+        c.args.as_deref().unwrap(),
+        [
+            "delete-webhooks",
+            "--mutating=launchgate",
+            "--validating=launchgate"
+        ]
+    );
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(
+        c.security_context
+            .as_ref()
+            .unwrap()
+            .read_only_root_filesystem,
+        Some(true)
+    );
+    let role: ClusterRole = of_kind(&objs, "ClusterRole")
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == "launchgate-uninstall")
+        .map(typed)
+        .unwrap();
+    for rule in role.rules.unwrap() {
+        assert_eq!(rule.verbs, ["get", "delete"]);
+        assert_eq!(
+            rule.resource_names.as_deref(),
+            Some(&["launchgate".to_string()][..])
+        );
+    }
+    // The subcommand exists in the binary.
+    let help = Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args(["delete-webhooks", "--help"])
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    // Plain manifests carry no hooks; off by value.
+    let off = render(&["--set-json", r#"{"uninstallHook":{"enabled":false}}"#]);
+    assert!(helm_hooks(&off).is_empty());
+}
+
+#[test]
+fn match_conditions_only_where_the_cluster_supports_them() {
+    for (version, expected) in [
+        ("1.27.9", false),
+        ("1.28.0", true),
+        ("1.29.4", true),
+        ("1.30.0", true),
+        ("1.34.1", true),
+    ] {
+        let objs = render(&["--kube-version", version]);
+        let (m, v) = hooks_of(&objs);
+        assert_eq!(
+            (m.has_match_conditions, v.has_match_conditions),
+            (expected, expected),
+            "Kubernetes {version}"
+        );
+        check_hook(&m, "/mutate", "launchgate");
+        check_hook(&v, "/validate", "launchgate");
+    }
+}
+
+#[test]
+fn probes_and_metrics_use_the_plain_port_when_client_certificates_are_required() {
+    let client_ca = r#"{"extraArgs":["--client-ca=/etc/launchgate/client-ca/ca.crt"],
+        "extraVolumes":[{"name":"client-ca","configMap":{"name":"apiserver-client-ca"}}],
+        "extraVolumeMounts":[{"name":"client-ca","mountPath":"/etc/launchgate/client-ca"}],
+        "serviceMonitor":{"enabled":true}}"#;
+    let objs = render(&["--set-json", client_ca]);
+    check_all_objects(&objs);
+    let d: Deployment = one(&objs, "Deployment");
+    let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
+    assert!(
+        c.args
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|a| a.starts_with("--client-ca"))
+    );
+    for probe in [&c.liveness_probe, &c.readiness_probe] {
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(get.scheme.as_deref(), Some("HTTP"));
+        assert_eq!(serde_json::to_value(&get.port).unwrap(), "admin");
+    }
+    let sm = of_kind(&objs, "ServiceMonitor")[0];
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(
+        (ep["port"].as_str(), ep["scheme"].as_str()),
+        (Some("admin"), Some("http"))
+    );
+    assert!(ep["tlsConfig"].is_null());
+    let svc: Service = one(&objs, "Service");
+    assert!(
+        svc.spec
+            .unwrap()
+            .ports
+            .unwrap()
+            .iter()
+            .any(|p| p.name.as_deref() == Some("admin") && p.port == 8080)
+    );
+    // Without the admin port everything goes back to HTTPS.
+    let objs = render(&[
+        "--set-json",
+        r#"{"adminPort":0,"serviceMonitor":{"enabled":true}}"#,
+    ]);
+    let d: Deployment = one(&objs, "Deployment");
+    let c = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    let get = c
+        .readiness_probe
+        .as_ref()
+        .unwrap()
+        .http_get
+        .as_ref()
+        .unwrap();
+    assert_eq!(get.scheme.as_deref(), Some("HTTPS"));
+    assert_eq!(serde_json::to_value(&get.port).unwrap(), "https");
+    assert!(
+        !deployment_env(&d)
+            .iter()
+            .any(|(n, _)| n == "LAUNCHGATE_ADMIN_LISTEN")
+    );
+    assert_eq!(
+        of_kind(&objs, "ServiceMonitor")[0]["spec"]["endpoints"][0]["scheme"],
+        "https"
+    );
+}
+
+#[test]
+fn prometheus_rule_dashboard_and_network_policy_render() {
+    let objs = render(&[
+        "--set-json",
+        r#"{"prometheusRule":{"enabled":true},"grafanaDashboard":{"enabled":true},
+            "networkPolicy":{"enabled":true,"adminFrom":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}}"#,
+    ]);
+    check_all_objects(&objs);
+    let rule = of_kind(&objs, "PrometheusRule")[0];
+    let alerts: Vec<&str> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    for a in [
+        "LaunchgateCertificateExpiresSoon",
+        "LaunchgateCertificateReloadFailed",
+        "LaunchgateConfigReloadFailed",
+        "LaunchgateOverloaded",
+        "LaunchgateInternalError",
+        "LaunchgateSlow",
+        "LaunchgateRedundancyLost",
+        "LaunchgateEventsFailing",
+    ] {
+        assert!(alerts.contains(&a), "{a} missing: {alerts:?}");
+    }
+    for r in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
+        let expr = r["expr"].as_str().unwrap();
+        assert!(expr.contains(r#"namespace="launchgate""#), "{expr}");
+        assert!(!expr.contains("{{"), "unrendered template: {expr}");
+    }
+    // The alerts are the ones docs/operations.md lists.
+    let doc = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    for a in &alerts {
+        assert!(doc.contains(a), "docs/operations.md does not list {a}");
+    }
+    // The dashboard: a ConfigMap for the Grafana sidecar with valid dashboard JSON.
+    let cm: ConfigMap = of_kind(&objs, "ConfigMap")
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == "launchgate-dashboard")
+        .map(typed)
+        .expect("dashboard ConfigMap");
+    assert_eq!(
+        cm.metadata.labels.as_ref().unwrap()["grafana_dashboard"],
+        "1"
+    );
+    let dash: Value = serde_json::from_str(&cm.data.unwrap()["launchgate.json"]).unwrap();
+    let exprs = dash["panels"].to_string();
+    for metric in [
+        "launchgate_decisions_total",
+        "launchgate_violations_total",
+        "launchgate_admission_duration_seconds_bucket",
+        "launchgate_events_total",
+    ] {
+        assert!(exprs.contains(metric), "dashboard lacks {metric}");
+    }
+    // NetworkPolicy: the webhook port from anywhere, the admin port from monitoring only.
+    let np: NetworkPolicy = one(&objs, "NetworkPolicy");
+    let ingress = np.spec.unwrap().ingress.unwrap();
+    assert_eq!(ingress.len(), 2);
+    assert!(ingress[0].from.is_none());
+    assert_eq!(ingress[1].from.as_ref().unwrap().len(), 1);
+    // Off by default.
+    let objs = render(&[]);
+    assert!(
+        of_kind(&objs, "PrometheusRule").is_empty() && of_kind(&objs, "NetworkPolicy").is_empty()
+    );
+}
+
+#[test]
+fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
+    let objs = render(&[
+        "--set-json",
+        r#"{"clusterLookups":true,"events":{"enabled":false},"ownerWatch":{"namespaces":["wandb","team-a"]}}"#,
+    ]);
+    let d: Deployment = one(&objs, "Deployment");
+    let env = deployment_env(&d);
+    assert!(env.contains(&(
+        "LAUNCHGATE_OWNER_WATCH_NAMESPACES".into(),
+        "wandb,team-a".into()
+    )));
+    assert!(env.contains(&(
+        "LAUNCHGATE_OWNER_WATCH_SELECTOR".into(),
+        "wandb.ai/monitor".into()
+    )));
+    // A Role in each watched namespace, no cluster-wide read.
+    let mut role_ns: Vec<String> = of_kind(&objs, "Role")
+        .into_iter()
+        .map(|o| {
+            let r: Role = typed(o);
+            assert_eq!(r.rules.unwrap()[0].verbs, ["get", "list", "watch"]);
+            r.metadata.namespace.unwrap()
+        })
+        .collect();
+    role_ns.sort();
+    assert_eq!(role_ns, ["team-a", "wandb"]);
+    assert_eq!(of_kind(&objs, "RoleBinding").len(), 2);
+    assert!(
+        of_kind(&objs, "ClusterRole")
+            .iter()
+            .all(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_string()),
+        "only the uninstall hook's ClusterRole"
+    );
+    // All namespaces: one ClusterRole.
+    let objs = render(&[
+        "--set-json",
+        r#"{"clusterLookups":true,"events":{"enabled":false}}"#,
+    ]);
+    assert!(of_kind(&objs, "Role").is_empty());
+    let d: Deployment = one(&objs, "Deployment");
+    assert!(deployment_env(&d).contains(&("LAUNCHGATE_OWNER_WATCH_NAMESPACES".into(), "".into())));
+}
+
+#[test]
+fn the_default_image_says_it_must_be_built_and_pushed() {
+    let objs = render(&[]);
+    let d: Deployment = one(&objs, "Deployment");
+    let image = d.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap();
+    assert!(
+        image.starts_with("build-and-push.invalid/launchgate:"),
+        "{image}"
+    );
+    let notes =
+        std::fs::read_to_string(root().join("charts/launchgate/templates/NOTES.txt")).unwrap();
+    assert!(notes.contains("build-and-push.invalid"));
 }

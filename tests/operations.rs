@@ -5,6 +5,7 @@ mod common;
 
 use common::{fixture, options, start_with};
 use launchgate::certs::{GeneratedCerts, generate};
+use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -322,7 +323,7 @@ async fn tls_connect(
     ca_pem: &str,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(

@@ -115,7 +115,7 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
     let (url, calls) = fake_api().await;
     let config = kube::Config::new(url.parse().unwrap());
     let client = kube::Client::try_from(config).unwrap();
-    let cache = owner_cache::start(client).await;
+    let cache = owner_cache::start(client, owner_cache::WatchScope::default()).await;
     assert!(
         cache.wait_until_ready(Duration::from_secs(10)).await,
         "the cache never listed the jobs"
@@ -206,4 +206,65 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
     assert_eq!(env_of(c, "RANK").as_deref(), Some("2"));
     server.begin_shutdown();
     server.wait().await.unwrap();
+}
+
+/// `GET /apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs`: records the namespace and
+/// query, answers an empty list (or a quiet watch).
+async fn namespaced_jobs(
+    State(seen): State<Arc<std::sync::Mutex<Vec<String>>>>,
+    axum::extract::Path(ns): axum::extract::Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    seen.lock().unwrap().push(format!("{ns}?{query}"));
+    if query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1")
+    {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        return ([("content-type", "application/json")], String::new()).into_response();
+    }
+    let list = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "JobList",
+                      "metadata": {"resourceVersion": "7"}, "items": []});
+    ([("content-type", "application/json")], list.to_string()).into_response()
+}
+
+#[tokio::test]
+async fn the_watch_is_limited_to_the_given_namespaces_and_label_selector() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let app = Router::new()
+        .route(
+            "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs",
+            axum::routing::get(namespaced_jobs),
+        )
+        .fallback(not_found)
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let scope = owner_cache::WatchScope {
+        namespaces: vec!["wandb".into(), "team-a".into(), "wandb".into()],
+        label_selector: "wandb.ai/monitor".into(),
+    };
+    let cache = owner_cache::start(client, scope).await;
+    assert!(
+        cache.wait_until_ready(Duration::from_secs(10)).await,
+        "both namespaced lists arrive"
+    );
+    assert!(cache.volcano_job("wandb", "anything").is_none());
+    assert!(cache.volcano_job("elsewhere", "anything").is_none());
+    let seen = seen.lock().unwrap().clone();
+    let lists: Vec<&String> = seen.iter().filter(|q| !q.contains("watch=")).collect();
+    let mut namespaces: Vec<&str> = lists.iter().map(|q| q.split('?').next().unwrap()).collect();
+    namespaces.sort();
+    namespaces.dedup();
+    assert_eq!(namespaces, ["team-a", "wandb"], "{seen:?}");
+    assert!(
+        lists
+            .iter()
+            .all(|q| q.contains("labelSelector=wandb.ai%2Fmonitor")),
+        "{seen:?}"
+    );
 }

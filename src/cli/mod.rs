@@ -35,7 +35,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the HTTPS admission server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Show what the mutating webhook would do to manifests (no cluster needed).
     Mutate(MutateArgs),
     /// Judge manifests as the cluster would: launchgate's mutation first, then validation of
@@ -59,6 +59,18 @@ pub enum Command {
     ImportQueue(import_queue::ImportQueueArgs),
     /// Generate a CA and a serving certificate for a Service DNS name.
     Certs(CertsArgs),
+    /// Delete webhook configurations (the chart's pre-delete hook, before the pods go).
+    DeleteWebhooks(DeleteWebhooksArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DeleteWebhooksArgs {
+    /// MutatingWebhookConfiguration to delete (repeatable).
+    #[arg(long)]
+    pub mutating: Vec<String>,
+    /// ValidatingWebhookConfiguration to delete (repeatable).
+    #[arg(long)]
+    pub validating: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -131,6 +143,25 @@ pub struct ServeArgs {
     /// Tokio worker threads (default: number of cores).
     #[arg(long, env = "LAUNCHGATE_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
+    /// Plain-HTTP address for /healthz, /readyz and /metrics (no TLS, no client certificate),
+    /// e.g. 0.0.0.0:8080 for the kubelet's probes and Prometheus.
+    #[arg(long, env = "LAUNCHGATE_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+    /// Write a Kubernetes Event (in the object's namespace) for every denied or warned launch
+    /// workload; needs `create` on events.events.k8s.io.
+    #[arg(long, env = "LAUNCHGATE_EVENTS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub events: bool,
+    /// The Events' reportingInstance (the chart passes the pod name); default: the hostname.
+    #[arg(long, env = "LAUNCHGATE_POD_NAME")]
+    pub pod_name: Option<String>,
+    /// With --cluster-lookups: watch Volcano Jobs only in these namespaces (comma-separated;
+    /// empty: all namespaces).
+    #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_NAMESPACES", value_delimiter = ',')]
+    pub owner_watch_namespaces: Vec<String>,
+    /// With --cluster-lookups: watch only Volcano Jobs matching this label selector
+    /// (e.g. wandb.ai/monitor; empty: every Job).
+    #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_SELECTOR", default_value = "")]
+    pub owner_watch_selector: String,
 }
 
 #[derive(Args, Debug)]
@@ -329,10 +360,15 @@ fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
 }
 
 fn init_logging(format: LogFormat, level: &str) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: container logs and files get plain text (and NO_COLOR is
+    // honoured).
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -360,6 +396,18 @@ fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
         memory_budget: args
             .memory_budget_mib
             .map(|mib| mib.saturating_mul(1 << 20)),
+        admin_listen: args.admin_listen,
+        events: args.events,
+        pod_name: args.pod_name.clone(),
+    };
+    let scope = crate::server::owner_cache::WatchScope {
+        namespaces: args
+            .owner_watch_namespaces
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect(),
+        label_selector: args.owner_watch_selector.clone(),
     };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all()
@@ -371,7 +419,7 @@ fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
     let cluster_lookups = args.cluster_lookups;
     rt.block_on(async move {
         let cluster = if cluster_lookups {
-            Some(crate::server::cluster_view(Duration::from_secs(10)).await?)
+            Some(crate::server::cluster_view(Duration::from_secs(10), scope).await?)
         } else {
             None
         };
@@ -383,7 +431,7 @@ fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve(args) => serve_cmd(args),
+        Command::Serve(args) => serve_cmd(*args),
         Command::Mutate(args) => mutate_cmd(&args),
         Command::Validate(args) => validate_cmd(&args),
         Command::Test(args) => test_suite::run(&args),
@@ -408,6 +456,24 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::ImportQueue(args) => import_queue::run(&args),
         Command::PrintDefaultConfig => {
             print!("{DEFAULT_CONFIG_YAML}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::DeleteWebhooks(args) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the Kubernetes API")?;
+                let report =
+                    crate::server::delete_webhooks(client, &args.mutating, &args.validating)
+                        .await?;
+                for line in report {
+                    println!("{line}");
+                }
+                Ok::<_, anyhow::Error>(())
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Certs(args) => {

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub config_info: Family<ConfigLabels, Gauge>,
     pub cert_reloads: Family<ResultLabels, Counter>,
     pub cert_not_after: Gauge<i64, AtomicI64>,
+    /// Decisions by queue and outcome, violations by rule, build info, Events.
+    pub decisions: DecisionMetrics,
 }
 
 impl Default for Metrics {
@@ -81,8 +83,11 @@ impl Metrics {
             request_errors.clone(),
         );
         let latency = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+            // Up to the longest request deadline the webhook timeout allows (30 s), so a
+            // request answered near the deadline is still told apart from a fast one.
             Histogram::new([
-                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5,
+                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1.0,
+                2.5, 5.0, 10.0, 30.0,
             ])
         });
         registry.register(
@@ -138,7 +143,9 @@ impl Metrics {
             "notAfter of the serving certificate (alert well before it passes)",
             cert_not_after.clone(),
         );
+        let decisions = DecisionMetrics::register(&mut registry);
         Metrics {
+            decisions,
             registry,
             requests,
             request_errors,
@@ -168,5 +175,89 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decisions (what the decision log says, as numbers), build info and Kubernetes Events.
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub endpoint: &'static str,
+    pub queue: String,
+    /// `denied`, `warned`, `patched` or `allowed` (see [`super::decision::outcome_label`]).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViolationLabels {
+    pub queue: String,
+    /// The config key the violated limit comes from, e.g. `variable:gpus`, `allowedRegistries`.
+    pub rule: String,
+    pub enforcement: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// `created`, `failed`, `dropped` (queue full), `deduplicated`, `rate_limited`.
+    pub result: &'static str,
+}
+
+/// Metrics of each non-skipped decision and of the Events emitted about them.
+#[derive(Clone)]
+pub struct DecisionMetrics {
+    pub decisions: Family<DecisionLabels, Counter>,
+    pub violations: Family<ViolationLabels, Counter>,
+    pub events: Family<EventLabels, Counter>,
+    pub build_info: Family<BuildLabels, Gauge>,
+}
+
+impl DecisionMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Decisions on launch workloads by endpoint, queue and outcome (denied, warned, patched, allowed)",
+            decisions.clone(),
+        );
+        let violations = Family::<ViolationLabels, Counter>::default();
+        registry.register(
+            "violations",
+            "Queue limit violations by queue, rule and enforcement (deny, warn, audit)",
+            violations.clone(),
+        );
+        let events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "events",
+            "Kubernetes Events about denied and warned workloads, by result",
+            events.clone(),
+        );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the labels tell the running version",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        DecisionMetrics {
+            decisions,
+            violations,
+            events,
+            build_info,
+        }
+    }
+
+    /// Counts one Event outcome.
+    pub fn event(&self, result: &'static str) {
+        self.events.get_or_create(&EventLabels { result }).inc();
     }
 }

@@ -2,9 +2,14 @@
 //!
 //! A thin shell around the pure core ([`crate::review`]): TLS (rustls, hot-reloaded
 //! certificates), routes, metrics, config hot reload, bounded concurrency, read timeouts and a
-//! graceful SIGTERM drain.
+//! graceful SIGTERM drain. Every decision on a launch workload is logged and counted
+//! ([`decision`]) and, with `--events`, denials and warnings become Kubernetes Events
+//! ([`events`]). `--admin-listen` serves `/healthz`, `/readyz` and `/metrics` over plain HTTP
+//! on a second port, so probes and Prometheus never need a client certificate.
 
 pub mod budget;
+pub mod decision;
+pub mod events;
 pub mod metrics;
 pub mod owner_cache;
 mod reload;
@@ -73,6 +78,14 @@ pub struct ServeOptions {
     /// Bytes admission reviews may hold at once (`body × budget::COST_FACTOR` each); `None`:
     /// derived from the container's memory limit (see [`budget`]).
     pub memory_budget: Option<u64>,
+    /// Plain-HTTP address for `/healthz`, `/readyz` and `/metrics` (no TLS, no client
+    /// certificate): for the kubelet's probes and Prometheus. `None`: only on the HTTPS port.
+    pub admin_listen: Option<SocketAddr>,
+    /// Write Kubernetes Events about denied and warned workloads ([`events`]); the API client
+    /// is `kube::Client::try_default()` (service account, else `KUBECONFIG`).
+    pub events: bool,
+    /// `reportingInstance` of the Events (the pod name); `None`: the hostname.
+    pub pod_name: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -92,6 +105,9 @@ impl Default for ServeOptions {
             max_concurrency: 512,
             request_deadline: Duration::from_secs(4),
             memory_budget: None,
+            admin_listen: None,
+            events: false,
+            pod_name: None,
         }
     }
 }
@@ -107,6 +123,8 @@ pub struct AppState {
     budget: budget::MemoryBudget,
     read_timeout: Duration,
     request_deadline: Duration,
+    /// Set when Events are on.
+    events: Option<events::EventRecorder>,
 }
 
 impl AppState {
@@ -118,6 +136,8 @@ impl AppState {
 /// A started server.
 pub struct RunningServer {
     pub local_addr: SocketAddr,
+    /// The plain-HTTP admin address (`--admin-listen`), when serving one.
+    pub admin_addr: Option<SocketAddr>,
     /// PEM of the development CA, when a self-signed certificate was generated.
     pub dev_ca_pem: Option<String>,
     pub state: Arc<AppState>,
@@ -169,9 +189,13 @@ async fn admission(
         tracing::info!(endpoint = endpoint.as_str(), reason, %message, "rejected request");
         json_error(status, message)
     };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let bytes = match tokio::time::timeout(
         state.read_timeout,
-        axum::body::to_bytes(body, MAX_BODY_BYTES),
+        read_body(body, MAX_BODY_BYTES, declared),
     )
     .await
     {
@@ -182,23 +206,19 @@ async fn admission(
                 format!("request body not received within {:?}", state.read_timeout),
             );
         }
-        Ok(Err(e)) => {
-            let too_large = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-                || e.to_string().contains("length limit");
-            return if too_large {
-                reject(
-                    "too_large",
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("request body exceeds {MAX_BODY_BYTES} bytes"),
-                )
-            } else {
-                reject(
-                    "read",
-                    StatusCode::BAD_REQUEST,
-                    format!("reading body: {e}"),
-                )
-            };
+        Ok(Err(BodyError::TooLarge)) => {
+            return reject(
+                "too_large",
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body exceeds {MAX_BODY_BYTES} bytes"),
+            );
+        }
+        Ok(Err(BodyError::Read(e))) => {
+            return reject(
+                "read",
+                StatusCode::BAD_REQUEST,
+                format!("reading body: {e}"),
+            );
         }
         Ok(Ok(b)) => b,
     };
@@ -323,24 +343,15 @@ async fn admission(
         state
             .metrics
             .audit_violations
-            .get_or_create(&QueueLabels {
-                queue: queue.clone(),
-            })
+            .get_or_create(&QueueLabels { queue })
             .inc_by(s.audit_violations.len() as u64);
-        tracing::warn!(queue, violations = ?s.audit_violations, "audit: limit violations allowed");
     }
-    if s.outcome != Outcome::Skipped {
-        tracing::info!(
-            endpoint = endpoint.as_str(),
-            kind = s.kind,
-            operation = s.operation,
-            outcome = s.outcome.as_str(),
-            queue = s.queue.as_deref().unwrap_or(""),
-            patch_operations = s.patch_operations,
-            dry_run = s.dry_run,
-            micros = elapsed.as_micros() as u64,
-            "admission"
-        );
+    decision::count_decision(&state.metrics.decisions, endpoint, s);
+    decision::log_decision(endpoint, s, elapsed);
+    if let Some(recorder) = &state.events
+        && s.outcome != Outcome::Skipped
+    {
+        recorder.record(s);
     }
     (
         StatusCode::OK,
@@ -351,6 +362,102 @@ async fn admission(
         outcome.body,
     )
         .into_response()
+}
+
+/// Why a request body was not read.
+enum BodyError {
+    TooLarge,
+    Read(String),
+}
+
+/// A body over the limit is still read to its end (discarding it), up to this many bytes, so
+/// the client gets the readable 413: answering while the client is still sending makes
+/// HTTP/2 reset the stream and HTTP/1.1 close the connection under the client's feet, and the
+/// client then sees a reset instead of the answer.
+const DRAIN_LIMIT_BYTES: u64 = 4 * MAX_BODY_BYTES as u64;
+
+/// Reads the body, up to `limit` bytes; a larger one (declared or sent) is drained and
+/// answered [`BodyError::TooLarge`]. The caller bounds the time.
+async fn read_body(
+    body: Body,
+    limit: usize,
+    declared: Option<u64>,
+) -> Result<axum::body::Bytes, BodyError> {
+    use http_body_util::BodyExt as _;
+    let mut body = body;
+    let mut over = declared.is_some_and(|n| n > limit as u64);
+    if declared.is_some_and(|n| n > DRAIN_LIMIT_BYTES) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut chunks: Vec<axum::body::Bytes> = Vec::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len() as u64;
+        if total > limit as u64 {
+            over = true;
+            chunks.clear();
+        }
+        if over {
+            if total > DRAIN_LIMIT_BYTES {
+                break;
+            }
+            continue;
+        }
+        chunks.push(data);
+    }
+    if over {
+        return Err(BodyError::TooLarge);
+    }
+    Ok(match chunks.len() {
+        0 => axum::body::Bytes::new(),
+        1 => chunks.pop().expect("one chunk"),
+        _ => {
+            let mut all = Vec::with_capacity(total as usize);
+            for c in &chunks {
+                all.extend_from_slice(c);
+            }
+            all.into()
+        }
+    })
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(s): State<Arc<AppState>>) -> Response {
+    if s.is_ready() {
+        (StatusCode::OK, "ready").into_response()
+    } else if s.shutting_down.load(Ordering::Acquire) {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "certificate not valid").into_response()
+    }
+}
+
+async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        )],
+        s.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// The plain-HTTP admin routes: `/healthz`, `/readyz`, `/metrics`; no admission endpoints.
+pub fn admin_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
+        .with_state(state)
 }
 
 /// The HTTP routes (also usable in-process by tests).
@@ -368,33 +475,9 @@ pub fn router(state: Arc<AppState>) -> Router {
                 admission(s, Endpoint::Validate, h, b)
             }),
         )
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(|State(s): State<Arc<AppState>>| async move {
-                if s.is_ready() {
-                    (StatusCode::OK, "ready").into_response()
-                } else if s.shutting_down.load(Ordering::Acquire) {
-                    (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "certificate not valid").into_response()
-                }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(|State(s): State<Arc<AppState>>| async move {
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static(
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        ),
-                    )],
-                    s.metrics.encode(),
-                )
-            }),
-        )
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
         .with_state(state)
 }
@@ -411,10 +494,25 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
 }
 
 /// Loads config and certificate, binds the listener and starts serving.
-/// Fails (and never serves) when the config or the certificate cannot be loaded.
+/// Fails (and never serves) when the config or the certificate cannot be loaded, or when
+/// `opts.events` is on and no Kubernetes client can be configured.
 pub async fn start(
     opts: ServeOptions,
     cluster: Option<Arc<dyn ClusterView>>,
+) -> Result<RunningServer> {
+    let sink: Option<Arc<dyn events::EventSink>> = if opts.events {
+        Some(Arc::new(events::KubeEventSink::try_default().await?))
+    } else {
+        None
+    };
+    start_with_event_sink(opts, cluster, sink).await
+}
+
+/// [`start`] with Events going to `sink` (whatever `opts.events` says).
+pub async fn start_with_event_sink(
+    opts: ServeOptions,
+    cluster: Option<Arc<dyn ClusterView>>,
+    sink: Option<Arc<dyn events::EventSink>>,
 ) -> Result<RunningServer> {
     let policy = load_policy(opts.config.as_ref())?;
     let (cert_source, dev_ca_pem) = match (&opts.tls_cert, &opts.tls_key) {
@@ -466,6 +564,13 @@ pub async fn start(
         cost_factor = budget::COST_FACTOR,
         "memory budget for reviews in flight"
     );
+    let instance = opts
+        .pod_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(events::default_instance);
+    let recorder =
+        sink.map(|sink| events::EventRecorder::start(sink, instance, metrics.decisions.clone()));
     let state = Arc::new(AppState {
         policy: ArcSwap::from_pointee(policy),
         metrics,
@@ -476,12 +581,23 @@ pub async fn start(
         budget,
         read_timeout: opts.read_timeout,
         request_deadline: opts.request_deadline,
+        events: recorder,
     });
 
     let listener = TcpListener::bind(opts.listen)
         .await
         .with_context(|| format!("binding {}", opts.listen))?;
     let local_addr = listener.local_addr()?;
+    let admin = match opts.admin_listen {
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the admin address {addr}"))?;
+            Some(l)
+        }
+        None => None,
+    };
+    let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
     reload::spawn(
@@ -494,17 +610,27 @@ pub async fn start(
     );
 
     let app = router(state.clone());
-    let task = tokio::spawn(serve_loop(
-        listener,
-        acceptor,
-        app,
-        state.clone(),
-        opts,
-        shutdown_rx,
-    ));
-    tracing::info!(%local_addr, "launchgate serving HTTPS");
+    // The admin port answers until the HTTPS server has drained: the kubelet must see
+    // `/readyz` fail during the shutdown delay.
+    let admin_task = admin.map(|l| {
+        tokio::spawn(admin_loop(
+            l,
+            admin_router(state.clone()),
+            opts.read_timeout,
+        ))
+    });
+    let main = serve_loop(listener, acceptor, app, state.clone(), opts, shutdown_rx);
+    let task = tokio::spawn(async move {
+        let result = main.await;
+        if let Some(t) = admin_task {
+            t.abort();
+        }
+        result
+    });
+    tracing::info!(%local_addr, ?admin_addr, "launchgate serving HTTPS");
     Ok(RunningServer {
         local_addr,
+        admin_addr,
         dev_ca_pem,
         state,
         shutdown: shutdown_tx,
@@ -594,6 +720,33 @@ async fn serve_loop(
     Ok(())
 }
 
+/// Serves the admin routes over plain HTTP/1.1 until aborted.
+async fn admin_loop(listener: TcpListener, app: Router, read_timeout: Duration) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(read_timeout);
+    let builder = Arc::new(builder);
+    loop {
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let builder = builder.clone();
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            if let Err(e) = builder.serve_connection(TokioIo::new(tcp), service).await {
+                tracing::debug!(error = %e, "admin connection ended with an error");
+            }
+        });
+    }
+}
+
 /// Runs the server until SIGTERM or Ctrl-C, then shuts down gracefully.
 pub async fn run_until_signal(
     opts: ServeOptions,
@@ -601,6 +754,9 @@ pub async fn run_until_signal(
 ) -> Result<()> {
     let server = start(opts, cluster).await?;
     println!("launchgate listening on https://{}", server.local_addr);
+    if let Some(admin) = server.admin_addr {
+        println!("launchgate admin (healthz, readyz, metrics) on http://{admin}");
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing SIGTERM handler")?;
     tokio::select! {
@@ -614,14 +770,18 @@ pub async fn run_until_signal(
 /// The cluster view backed by the Kubernetes API (owner Volcano Jobs, cached watch).
 ///
 /// Uses the in-cluster service account (or the local kubeconfig) and starts the Volcano Job
-/// watch. Serving does not wait for the cache forever: after `ready_timeout` the server starts
-/// anyway (pods of unknown Jobs then get what can be derived from the pod alone, with a
-/// warning) and the cache fills in the background.
-pub async fn cluster_view(ready_timeout: Duration) -> Result<Arc<dyn ClusterView>> {
+/// watch, limited to `scope` (namespaces and a label selector). Serving does not wait for the
+/// cache forever: after `ready_timeout` the server starts anyway (pods of unknown Jobs then get
+/// what can be derived from the pod alone, with a warning) and the cache fills in the
+/// background.
+pub async fn cluster_view(
+    ready_timeout: Duration,
+    scope: owner_cache::WatchScope,
+) -> Result<Arc<dyn ClusterView>> {
     let client = kube::Client::try_default()
         .await
         .context("--cluster-lookups: connecting to the Kubernetes API")?;
-    let cache = owner_cache::start(client).await;
+    let cache = owner_cache::start(client, scope).await;
     if cache.wait_until_ready(ready_timeout).await {
         tracing::info!(jobs = cache.len(), "Volcano Job cache ready");
     } else {
@@ -631,4 +791,36 @@ pub async fn cluster_view(ready_timeout: Duration) -> Result<Arc<dyn ClusterView
         );
     }
     Ok(Arc::new(cache))
+}
+
+/// Deletes the named webhook configurations (the chart's pre-delete hook). One that is already
+/// gone counts as deleted. Returns one line per configuration.
+pub async fn delete_webhooks(
+    client: kube::Client,
+    mutating: &[String],
+    validating: &[String],
+) -> Result<Vec<String>> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    async fn delete<K>(api: kube::Api<K>, kind: &str, name: &str) -> Result<String>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        match api.delete(name, &kube::api::DeleteParams::default()).await {
+            Ok(_) => Ok(format!("deleted {kind} {name}")),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(format!("{kind} {name} already gone")),
+            Err(e) => Err(anyhow::anyhow!("deleting {kind} {name}: {e}")),
+        }
+    }
+    let mut report = Vec::new();
+    for name in validating {
+        let api = kube::Api::<ValidatingWebhookConfiguration>::all(client.clone());
+        report.push(delete(api, "validatingwebhookconfiguration", name).await?);
+    }
+    for name in mutating {
+        let api = kube::Api::<MutatingWebhookConfiguration>::all(client.clone());
+        report.push(delete(api, "mutatingwebhookconfiguration", name).await?);
+    }
+    Ok(report)
 }

@@ -4,8 +4,14 @@
 //! installed, or its webhook was not registered for `batch.volcano.sh` jobs) lacks
 //! `MASTER_ADDR`, `MASTER_PORT` and `WORLD_SIZE`. The PyTorch mutator then reads the owner
 //! Job through [`ClusterView::volcano_job`]; this module answers from a kube reflector store
-//! fed by a list+watch of `batch.volcano.sh/v1alpha1` `jobs` in all namespaces, so admission
-//! never waits on an API call. RBAC: `get`, `list`, `watch` on `jobs.batch.volcano.sh`.
+//! fed by a list+watch of `batch.volcano.sh/v1alpha1` `jobs`, so admission never waits on an
+//! API call. RBAC: `get`, `list`, `watch` on `jobs.batch.volcano.sh`.
+//!
+//! The watch holds only what it may be asked about ([`WatchScope`]): Jobs matching a label
+//! selector (the chart uses `wandb.ai/monitor`, which the W&B agent puts on every Job it
+//! creates), and, when namespaces are given, one watch per namespace instead of one over the
+//! cluster (RBAC can then be a Role in each). A pod whose owner Job is outside the scope is
+//! handled as if the Job were unknown (what can be derived from the pod alone, with a warning).
 //!
 //! The store is read-only here and only `metadata.name`, `spec.plugins` and `spec.tasks` are
 //! read, so each lookup converts one `DynamicObject` to a `serde_json::Value`.
@@ -28,25 +34,41 @@ pub fn volcano_job_resource() -> ApiResource {
     )
 }
 
+/// Which Volcano Jobs are watched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchScope {
+    /// Namespaces to watch; empty: all namespaces.
+    pub namespaces: Vec<String>,
+    /// Kubernetes label selector (`wandb.ai/monitor`, `team in (a,b)`); empty: every Job.
+    pub label_selector: String,
+}
+
 /// A [`ClusterView`] backed by a watch cache of Volcano Jobs.
 #[derive(Clone)]
 pub struct VolcanoJobCache {
-    store: Store<DynamicObject>,
+    /// One store per watched namespace, or one store under `None` for all namespaces.
+    stores: Vec<(Option<String>, Store<DynamicObject>)>,
     resource: ApiResource,
 }
 
 impl VolcanoJobCache {
-    /// Waits until the first list has been stored (or `timeout` passes); true when ready.
+    /// Waits until the first list of every watch has been stored (or `timeout` passes); true
+    /// when ready.
     pub async fn wait_until_ready(&self, timeout: Duration) -> bool {
-        matches!(
-            tokio::time::timeout(timeout, self.store.wait_until_ready()).await,
-            Ok(Ok(()))
-        )
+        let all = async {
+            for (_, store) in &self.stores {
+                if store.wait_until_ready().await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        matches!(tokio::time::timeout(timeout, all).await, Ok(true))
     }
 
     /// Number of cached Jobs.
     pub fn len(&self) -> usize {
-        self.store.state().len()
+        self.stores.iter().map(|(_, s)| s.state().len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -57,7 +79,11 @@ impl VolcanoJobCache {
 impl ClusterView for VolcanoJobCache {
     fn volcano_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
-        let job = self.store.get(&key)?;
+        let (_, store) = self
+            .stores
+            .iter()
+            .find(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace))?;
+        let job = store.get(&key)?;
         serde_json::to_value(job.as_ref()).ok().map(Arc::new)
     }
 
@@ -81,18 +107,36 @@ where
     tracing::warn!("the Volcano Job watch ended");
 }
 
-/// Starts the list+watch of Volcano Jobs in all namespaces on a background task and returns
-/// the cache (empty until the first list arrives; see [`VolcanoJobCache::wait_until_ready`]).
-pub async fn start(client: kube::Client) -> VolcanoJobCache {
+/// Starts the list+watch of the Volcano Jobs in `scope` on background tasks and returns the
+/// cache (empty until the first list arrives; see [`VolcanoJobCache::wait_until_ready`]).
+pub async fn start(client: kube::Client, scope: WatchScope) -> VolcanoJobCache {
     let resource = volcano_job_resource();
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let writer = reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer);
-    tokio::spawn(drive(stream));
-    VolcanoJobCache { store, resource }
+    let mut config = watcher::Config::default();
+    if !scope.label_selector.trim().is_empty() {
+        config = config.labels(scope.label_selector.trim());
+    }
+    let namespaces: Vec<Option<String>> = if scope.namespaces.is_empty() {
+        vec![None]
+    } else {
+        let mut ns = scope.namespaces.clone();
+        ns.sort();
+        ns.dedup();
+        ns.into_iter().map(Some).collect()
+    };
+    let mut stores = Vec::new();
+    for ns in namespaces {
+        let api: Api<DynamicObject> = match &ns {
+            None => Api::all_with(client.clone(), &resource),
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        };
+        let writer = reflector::store::Writer::new(resource.clone());
+        stores.push((ns, writer.as_reader()));
+        let stream = watcher(api, config.clone())
+            .default_backoff()
+            .reflect(writer);
+        tokio::spawn(drive(stream));
+    }
+    VolcanoJobCache { stores, resource }
 }
 
 #[cfg(test)]

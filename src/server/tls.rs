@@ -4,6 +4,7 @@
 use anyhow::{Context, Result, anyhow, bail};
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
@@ -23,15 +24,17 @@ pub struct LoadedCert {
 
 /// Parses a PEM certificate chain and private key and checks that they belong together.
 pub fn load_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<LoadedCert> {
-    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &cert_pem[..])
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
         .context("reading certificate PEM")?;
     if certs.is_empty() {
         bail!("no certificate found in PEM");
     }
-    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut &key_pem[..])
-        .context("reading private key PEM")?
-        .ok_or_else(|| anyhow!("no private key found in PEM"))?;
+    let key: PrivateKeyDer<'static> = match PrivateKeyDer::from_pem_slice(key_pem) {
+        Ok(key) => key,
+        Err(pem::Error::NoItemsFound) => bail!("no private key found in PEM"),
+        Err(e) => return Err(e).context("reading private key PEM"),
+    };
     let (_, leaf) = x509_parser::parse_x509_certificate(&certs[0])
         .map_err(|e| anyhow!("parsing certificate: {e}"))?;
     let not_after_unix = leaf.validity().not_after.timestamp();
@@ -84,7 +87,7 @@ pub fn server_config(
         None => builder.with_no_client_auth(),
         Some(pem) => {
             let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_pemfile::certs(&mut &pem[..]) {
+            for cert in CertificateDer::pem_slice_iter(pem) {
                 roots
                     .add(cert.context("reading client CA PEM")?)
                     .context("adding client CA")?;

@@ -141,7 +141,7 @@ namespaceSelector:
 objectSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- if .Values.webhook.matchConditions.enabled }}
+{{- if and .Values.webhook.matchConditions.enabled (eq (include "launchgate.matchConditionsSupported" .) "true") }}
 matchConditions:
   - name: launch-workload
     expression: {{ include "launchgate.celLaunchWorkload" . | quote }}
@@ -186,4 +186,35 @@ rules:
     operations: ["CREATE", "UPDATE"]
     scope: Namespaced
   {{- end }}
+{{- end }}
+
+{{/*
+"true" when the cluster evaluates webhook matchConditions by default: Kubernetes >= 1.28 (beta,
+on by default, in 1.28 and 1.29; GA in 1.30). Older API servers reject or drop the field, and
+launchgate then skips the same non-launch objects itself.
+*/}}
+{{- define "launchgate.matchConditionsSupported" -}}
+{{- semverCompare ">=1.28.0-0" .Capabilities.KubeVersion.Version }}
+{{- end }}
+
+{{/* The API server is needed (service account token, RBAC) for cluster lookups or Events. */}}
+{{- define "launchgate.needsApi" -}}
+{{- or .Values.clusterLookups .Values.events.enabled }}
+{{- end }}
+
+{{/*
+A probe from values: httpGet.port and scheme default to the plain admin port (HTTP), or to the
+HTTPS container port when adminPort is 0. Arguments: (list $ probeValues).
+*/}}
+{{- define "launchgate.probe" -}}
+{{- $root := index . 0 }}
+{{- $probe := deepCopy (index . 1) }}
+{{- if hasKey $probe "httpGet" }}
+{{- $defaults := dict "port" "https" "scheme" "HTTPS" }}
+{{- if gt (int $root.Values.adminPort) 0 }}
+{{- $defaults = dict "port" "admin" "scheme" "HTTP" }}
+{{- end }}
+{{- $_ := set $probe "httpGet" (merge (deepCopy $probe.httpGet) $defaults) }}
+{{- end }}
+{{- toYaml $probe }}
 {{- end }}
