@@ -18,10 +18,14 @@ pub struct Env {
     pub client: Client,
     /// launchgate's log file (JSON lines).
     pub launchgate_log: std::path::PathBuf,
+    /// launchgate's base URL, and a client trusting its CA (for its /metrics).
+    pub launchgate_base: String,
+    pub launchgate_client: reqwest::Client,
 }
 
 /// One test's context: its namespace, deleted afterwards.
 pub struct Ctx {
+    pub env: Arc<Env>,
     pub client: Client,
     pub ns: String,
 }
@@ -65,7 +69,7 @@ impl Ctx {
             )
             .await
             .with_context(|| format!("creating namespace {ns}"))?;
-        let ctx = Ctx { client, ns };
+        let ctx = Ctx { env, client, ns };
         let sas: Api<ServiceAccount> = ctx.api();
         ctx.wait_for(
             "the default ServiceAccount",
@@ -266,12 +270,25 @@ impl Ctx {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<bool>>,
     {
+        self.poll(what, timeout, || {
+            let fut = check();
+            async move { Ok(fut.await?.then_some(())) }
+        })
+        .await
+    }
+
+    /// Polls `find` until it finds something (and returns it) or `timeout` passes.
+    pub async fn poll<T, F, Fut>(&self, what: &str, timeout: Duration, mut find: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>>>,
+    {
         let until = Instant::now() + timeout;
         let mut last_err = None;
         loop {
-            match check().await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
+            match find().await {
+                Ok(Some(found)) => return Ok(found),
+                Ok(None) => {}
                 Err(e) => last_err = Some(e),
             }
             if Instant::now() > until {
@@ -282,6 +299,19 @@ impl Ctx {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// launchgate's own /metrics (OpenMetrics text).
+    pub async fn launchgate_metrics(&self) -> Result<String> {
+        let url = format!("{}/metrics", self.env.launchgate_base);
+        Ok(self
+            .env
+            .launchgate_client
+            .get(url)
+            .send()
+            .await?
+            .text()
+            .await?)
     }
 
     /// A minimal launch pod (W&B agent labels) named `name`.

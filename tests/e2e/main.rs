@@ -17,6 +17,7 @@
 mod audit;
 mod cluster;
 mod ctx;
+mod observability;
 mod semantics;
 mod webhook;
 mod workloads;
@@ -78,6 +79,8 @@ fn tests() -> Vec<E2eTest> {
         e2e!(workloads::burst_of_forty_pods_is_admitted),
         e2e!(workloads::pasted_kubeflow_queue_config_is_enforced),
         e2e!(audit::audit_reports_what_a_new_config_would_break),
+        e2e!(observability::a_denial_is_logged_evented_and_counted),
+        e2e!(observability::a_dry_run_denial_writes_no_event),
         e2e!(semantics::controller_pods_are_not_judged_on_workload_rules),
         e2e!(semantics::server_side_apply_intent_is_kept),
         e2e!(semantics::generate_name_jobs_are_wired_at_pod_admission),
@@ -142,6 +145,14 @@ async fn set_up(target: &Target) -> Result<Suite> {
     let env = Arc::new(Env {
         client,
         launchgate_log: dir.path().join("launchgate.log"),
+        launchgate_base: launchgate.base.clone(),
+        launchgate_client: reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(
+                launchgate.ca_pem.as_bytes(),
+            )?)
+            .tls_built_in_root_certs(false)
+            .timeout(Duration::from_secs(10))
+            .build()?,
     });
     wait_until_registered(&env).await?;
     Ok(Suite {

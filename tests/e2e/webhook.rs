@@ -51,6 +51,8 @@ impl Launchgate {
             format!("--dev-cert-dir={}", certs.display()),
             format!("--dev-cert-names={host}"),
             "--cluster-lookups=true".into(),
+            // Denials and warnings as Kubernetes Events, written with the same kubeconfig.
+            "--events=true".into(),
             "--log-format=json".into(),
             "--log-level=launchgate=debug,info".into(),
             "--reload-interval=1".into(),
