@@ -26,11 +26,11 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.as_os_str() != "-" && p.is_dir() {
-            let before = out.len();
-            walk(p, &mut out)?;
-            if out.len() == before {
+            let found = files_under(p, &is_manifest)?;
+            if found.is_empty() {
                 bail!("{}: no *.yaml, *.yml or *.json files", p.display());
             }
+            out.extend(found);
         } else {
             out.push(p.clone());
         }
@@ -38,29 +38,39 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading directory {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            !p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with('.'))
-        })
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            walk(&p, out)?;
-        } else if p
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| MANIFEST_EXTENSIONS.contains(&e))
-        {
-            out.push(p);
+/// The files under `dir` (recursively, sorted, hidden entries skipped) that `keep` accepts:
+/// the one directory walk of the CLI (manifest directories, test suites, resource globs).
+pub fn files_under(dir: &Path, keep: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>> {
+    fn walk(dir: &Path, keep: &dyn Fn(&Path) -> bool, out: &mut Vec<PathBuf>) -> Result<()> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading directory {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                !p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with('.'))
+            })
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, keep, out)?;
+            } else if keep(&p) {
+                out.push(p);
+            }
         }
+        Ok(())
     }
-    Ok(())
+    let mut out = Vec::new();
+    walk(dir, keep, &mut out)?;
+    Ok(out)
+}
+
+/// A manifest file by its extension.
+fn is_manifest(p: &Path) -> bool {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| MANIFEST_EXTENSIONS.contains(&e))
 }
 
 /// Reads a file, or stdin for `-`.

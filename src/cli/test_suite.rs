@@ -380,20 +380,16 @@ pub fn glob_match(pattern: &str, path: &str) -> bool {
     rec(&segments(pattern), &segments(path))
 }
 
-fn relative_files(base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading directory {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            relative_files(base, &p, out)?;
-        } else if let Ok(rel) = p.strip_prefix(base) {
-            out.push(rel.to_string_lossy().replace('\\', "/"));
-        }
-    }
-    Ok(())
+/// Every file under `dir`, as a `/`-separated path relative to `base`.
+fn relative_files(base: &Path, dir: &Path) -> Result<Vec<String>> {
+    Ok(super::inputs::files_under(dir, &|_| true)?
+        .into_iter()
+        .filter_map(|p| {
+            p.strip_prefix(base)
+                .ok()
+                .map(|rel| rel.to_string_lossy().replace('\\', "/"))
+        })
+        .collect())
 }
 
 /// Resolves a resource entry (file or glob) relative to the suite's directory. A pattern that
@@ -414,7 +410,7 @@ fn resolve_resources(suite_dir: &Path, pattern: &str) -> Result<Vec<String>> {
     let start = suite_dir.join(literal.join("/"));
     let mut files = Vec::new();
     if start.is_dir() {
-        relative_files(suite_dir, &start, &mut files)?;
+        files.extend(relative_files(suite_dir, &start)?);
     }
     let matched: Vec<String> = files
         .into_iter()
@@ -428,37 +424,23 @@ fn resolve_resources(suite_dir: &Path, pattern: &str) -> Result<Vec<String>> {
 
 /// Finds the suite files: directories are walked recursively, files are taken as suites.
 pub fn find_suites(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-            .with_context(|| format!("reading directory {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(&p, out)?;
-            } else if p
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| SUITE_FILE_NAMES.contains(&n))
-            {
-                out.push(p);
-            }
-        }
-        Ok(())
-    }
+    let is_suite = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| SUITE_FILE_NAMES.contains(&n))
+    };
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let before = out.len();
-            walk(p, &mut out)?;
-            if out.len() == before {
+            let found = super::inputs::files_under(p, &is_suite)?;
+            if found.is_empty() {
                 bail!(
                     "{}: no {} found",
                     p.display(),
                     SUITE_FILE_NAMES.join(" or ")
                 );
             }
+            out.extend(found);
         } else if p.is_file() {
             out.push(p.clone());
         } else {
