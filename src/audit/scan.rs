@@ -144,11 +144,7 @@ async fn audit_kind(
             }
         }
         progress.show(kind, report.entries.len());
-        continue_token = page
-            .pointer("/metadata/continue")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string);
+        continue_token = next_page(&page);
         if continue_token.is_none() {
             return Ok(());
         }
@@ -287,11 +283,7 @@ async fn clear_stale_reports(
                 stale.push(ns.to_string());
             }
         }
-        continue_token = page
-            .pointer("/metadata/continue")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string);
+        continue_token = next_page(&page);
         if continue_token.is_none() {
             break;
         }
@@ -302,6 +294,14 @@ async fn clear_stale_reports(
         report.policy_reports.push(format!("{written} (emptied)"));
     }
     Ok(())
+}
+
+/// The `continue` token of a list page, when another page follows.
+fn next_page(page: &Value) -> Option<String> {
+    page.pointer("/metadata/continue")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
 }
 
 #[cfg(test)]
