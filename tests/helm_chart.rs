@@ -11,7 +11,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -307,16 +309,20 @@ fn ca_bundle(h: &Hook) -> String {
     String::from_utf8(h.client.ca_bundle.as_ref().expect("caBundle").0.clone()).expect("PEM")
 }
 
-fn deployment_env(d: &Deployment) -> Vec<(String, String)> {
-    let c = &d
-        .spec
+/// The launchgate container of the Deployment.
+fn webhook_container(d: &Deployment) -> &Container {
+    &d.spec
         .as_ref()
         .unwrap()
         .template
         .spec
         .as_ref()
         .unwrap()
-        .containers[0];
+        .containers[0]
+}
+
+fn deployment_env(d: &Deployment) -> Vec<(String, String)> {
+    let c = webhook_container(d);
     c.env
         .iter()
         .flatten()
@@ -818,15 +824,7 @@ async fn chart_paths_config_and_env_match_the_server() {
         assert_ne!(resp.status(), 404, "{path} is not a server route");
     }
     let d: Deployment = one(&objs, "Deployment");
-    let c = &d
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0];
+    let c = webhook_container(&d);
     let admin = format!("http://{}", server.admin_addr.unwrap());
     for probe in [&c.liveness_probe, &c.readiness_probe] {
         let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
@@ -1277,7 +1275,7 @@ fn probes_and_metrics_use_the_plain_port_when_client_certificates_are_required()
     let objs = render(&["--set-json", client_ca]);
     check_all_objects(&objs);
     let d: Deployment = one(&objs, "Deployment");
-    let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
+    let c = webhook_container(&d);
     assert!(
         c.args
             .as_ref()
@@ -1312,15 +1310,7 @@ fn probes_and_metrics_use_the_plain_port_when_client_certificates_are_required()
         r#"{"adminPort":0,"serviceMonitor":{"enabled":true}}"#,
     ]);
     let d: Deployment = one(&objs, "Deployment");
-    let c = &d
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0];
+    let c = webhook_container(&d);
     let get = c
         .readiness_probe
         .as_ref()

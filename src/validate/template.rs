@@ -564,6 +564,14 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The template leaf that holds `{{variable}}`.
+    fn holding<'a>(t: &'a Template, variable: &str) -> &'a TemplateLeaf {
+        t.leaves
+            .iter()
+            .find(|l| l.variables().any(|v| v == variable))
+            .unwrap_or_else(|| panic!("no leaf holds {{{{{variable}}}}}"))
+    }
     use serde_json::json;
 
     const SEED_YAML: &str = "spec:
@@ -638,21 +646,13 @@ spec:
 ";
         let t = parse(&json!(vc)).unwrap();
         assert_eq!(t.kind, WorkloadKind::VolcanoJob);
-        let gpus = t
-            .leaves
-            .iter()
-            .find(|l| l.variables().any(|v| v == "gpus"))
-            .unwrap();
+        let gpus = holding(&t, "gpus");
         assert_eq!(gpus.anchor, Anchor::PodTemplate);
         assert_eq!(
             gpus.path.to_string(),
             r#"spec.containers[0].resources.limits["nvidia.com/gpu"]"#
         );
-        let workers = t
-            .leaves
-            .iter()
-            .find(|l| l.variables().any(|v| v == "workers"))
-            .unwrap();
+        let workers = holding(&t, "workers");
         assert_eq!(
             (workers.anchor, workers.path.to_string()),
             (Anchor::Root, "spec.tasks[0].replicas".into())
@@ -660,11 +660,7 @@ spec:
         let pt = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "spec": {"pytorchReplicaSpecs": {
             "Worker": {"template": {"spec": {"containers": [{"image": "{{image}}"}]}}}}}});
         let t = parse(&pt).unwrap();
-        let image = t
-            .leaves
-            .iter()
-            .find(|l| l.variables().any(|v| v == "image"))
-            .unwrap();
+        let image = holding(&t, "image");
         assert_eq!(
             (image.anchor, image.path.to_string()),
             (Anchor::PodTemplate, "spec.containers[0].image".into())
@@ -693,11 +689,7 @@ spec:
             for source in [doc.clone(), json!(doc.to_string())] {
                 let t = parse(&source).unwrap();
                 assert_eq!((t.kind, t.wrapper), (WorkloadKind::PyTorchJob, wrapper));
-                let gpus = t
-                    .leaves
-                    .iter()
-                    .find(|l| l.variables().any(|v| v == "gpus"))
-                    .unwrap();
+                let gpus = holding(&t, "gpus");
                 assert_eq!(gpus.anchor, Anchor::PodTemplate);
                 assert_eq!(
                     gpus.path.to_string(),
