@@ -4,19 +4,12 @@
 
 mod common;
 
-use common::{options, start_with};
+use common::{metrics_text, options, start_with};
 use launchgate::policy::{DEFAULT_CONFIG_YAML, config_hash};
 use std::time::{Duration, Instant};
 
 async fn metrics(srv: &common::TestServer) -> String {
-    srv.client
-        .get(srv.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    metrics_text(&srv.client, &srv.base).await
 }
 
 /// Polls `/metrics` until `check` holds, or fails with `what` after 10 s.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{client_for, fixture, options};
+use common::{client_for, fixture, metrics_text, options};
 use launchgate::server::events::{MemoryEventSink, REASON_DENIED};
 use launchgate::server::{ServeOptions, start, start_with_event_sink};
 use serde_json::Value;
@@ -12,10 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const DENIED: &str = "create-job-launch-acme-mnist.json";
-
-async fn metrics(client: &reqwest::Client, url: &str) -> String {
-    client.get(url).send().await.unwrap().text().await.unwrap()
-}
 
 #[tokio::test]
 async fn a_denied_create_is_counted_by_queue_and_rule_and_becomes_one_event() {
@@ -56,7 +52,7 @@ async fn a_denied_create_is_counted_by_queue_and_rule_and_becomes_one_event() {
         .unwrap();
     assert_eq!(resp.status(), 200);
 
-    let text = metrics(&client, &format!("{base}/metrics")).await;
+    let text = metrics_text(&client, &base).await;
     for needle in [
         r#"launchgate_decisions_total{endpoint="validate",queue="gpu-queue",outcome="denied"} 2"#,
         r#"launchgate_violations_total{queue="gpu-queue",rule="variable:gpus",enforcement="deny"} 2"#,
@@ -98,7 +94,7 @@ async fn a_denied_create_is_counted_by_queue_and_rule_and_becomes_one_event() {
             .unwrap()
             .starts_with("launch-acme-mnist.")
     );
-    let text = metrics(&client, &format!("{base}/metrics")).await;
+    let text = metrics_text(&client, &base).await;
     assert!(
         text.contains(r#"launchgate_events_total{result="created"} 1"#),
         "{text}"
@@ -330,7 +326,7 @@ async fn objects_matchconditions_would_filter_are_skipped_by_the_server() {
             assert!(r["warnings"].is_null(), "{what} {path}: {r}");
         }
     }
-    let text = metrics(&srv.client, &srv.url("/metrics")).await;
+    let text = metrics_text(&srv.client, &srv.base).await;
     assert!(!text.contains("launchgate_decisions_total{"), "{text}");
     assert!(
         text.contains(r#"launchgate_admission_requests_total{endpoint="mutate",kind="Job",operation="CREATE",outcome="skipped"} 1"#),

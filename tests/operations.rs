@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fixture, options, start_with};
+use common::{fixture, metrics_text, options, start_with};
 use launchgate::certs::{GeneratedCerts, generate};
 use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
@@ -76,17 +76,6 @@ async fn fresh_get(ca_pem: &str, url: &str) -> reqwest::Result<reqwest::Response
         .get(url)
         .send()
         .await
-}
-
-async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
-    client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
 
 /// The value of the first metric line starting with `prefix` (0 when absent).

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{decode_patch, fixture, fixtures, start_default};
+use common::{decode_patch, fixture, fixtures, metrics_text, start_default};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -158,15 +158,7 @@ async fn health_readiness_and_metrics() {
         assert_eq!(srv.post("/validate", fixture(name)).await.status(), 200);
     }
     let _ = srv.post("/mutate", b"nope".to_vec()).await;
-    let text = srv
-        .client
-        .get(srv.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&srv.client, &srv.base).await;
     for needle in [
         r#"launchgate_admission_requests_total{endpoint="mutate",kind="Job",operation="CREATE",outcome="patched"} 1"#,
         r#"launchgate_admission_requests_total{endpoint="mutate",kind="Pod",operation="CREATE",outcome="skipped"} 1"#,

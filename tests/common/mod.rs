@@ -41,6 +41,18 @@ impl TestServer {
     }
 }
 
+/// The `/metrics` text of the server at `base`.
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics reachable")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
 /// Options for an ephemeral-port server whose dev certificate lands in `dir`.
 pub fn options(dir: &Path) -> ServeOptions {
     ServeOptions {
