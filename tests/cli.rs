@@ -94,22 +94,12 @@ fn mutate_prints_the_mutated_object_as_yaml() {
 
 #[test]
 fn mutate_reads_stdin_and_multi_document_yaml() {
-    use std::io::Write;
     let a = std::fs::read_to_string(manifest("job-demo.yaml")).unwrap();
     let b = std::fs::read_to_string(manifest("kaniko-pod.yaml")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args(["mutate", "-f", "-", "--patch"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{a}\n---\n{b}").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::run_with_stdin(
+        Command::new(env!("CARGO_BIN_EXE_launchgate")).args(["mutate", "-f", "-", "--patch"]),
+        format!("{a}\n---\n{b}").as_bytes(),
+    );
     assert!(out.status.success());
     let text = stdout(&out);
     let patches: Vec<Value> = serde_json::Deserializer::from_str(&text)
@@ -221,36 +211,25 @@ fn validate_judges_the_object_after_launchgates_mutation_like_the_cluster() {
 
 #[test]
 fn validate_reads_several_files_directories_and_stdin() {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("sub")).unwrap();
     std::fs::copy(manifest("job-demo.yaml"), dir.path().join("sub/a.yaml")).unwrap();
     std::fs::copy(manifest("kaniko-pod.yaml"), dir.path().join("b.yml")).unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args([
-            "validate",
-            "-f",
-            dir.path().to_str().unwrap(),
-            "-f",
-            "-",
-            "-f",
-        ])
-        .arg(manifest("wandb-job.yaml"))
-        .args(["-o", "json"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_launchgate"));
+    cmd.args([
+        "validate",
+        "-f",
+        dir.path().to_str().unwrap(),
+        "-f",
+        "-",
+        "-f",
+    ])
+    .arg(manifest("wandb-job.yaml"))
+    .args(["-o", "json"])
+    .current_dir(env!("CARGO_MANIFEST_DIR"));
     let vcjob = std::fs::read_to_string(manifest("vcjob.yaml")).unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(vcjob.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::run_with_stdin(&mut cmd, vcjob.as_bytes());
     assert_eq!(out.status.code(), Some(1), "the 8-GPU job is denied");
     let verdicts: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let got: Vec<(String, bool, bool)> = verdicts

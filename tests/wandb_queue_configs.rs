@@ -3,6 +3,8 @@
 //! `kubernetes:`, under `resource_args.kubernetes`, YAML and JSON), limit `{{gpus}}` to 0..4:
 //! an 8-GPU workload is denied and a 2-GPU one allowed, for every shape.
 
+mod common;
+
 use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
 use launchgate::cluster::NoCluster;
@@ -235,21 +237,10 @@ fn check_config_rejects_a_variable_no_check_reads_naming_queue_and_variable() {
 #[test]
 fn import_queue_turns_a_terraform_queue_into_a_snippet_that_enforces_the_limit() {
     let fixture = root().join("tests/fixtures/wandb-queues/terraform-show.json");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args(["import-queue", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&std::fs::read(fixture).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::run_with_stdin(
+        std::process::Command::new(env!("CARGO_BIN_EXE_launchgate")).args(["import-queue", "-"]),
+        &std::fs::read(fixture).unwrap(),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     // One line per limit, before anything is installed.

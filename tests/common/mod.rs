@@ -41,6 +41,25 @@ impl TestServer {
     }
 }
 
+/// Runs `cmd` with `input` on its standard input; its output captured.
+pub fn run_with_stdin(cmd: &mut std::process::Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input)
+        .expect("input written");
+    child.wait_with_output().expect("the command ends")
+}
+
 /// The `/metrics` text of the server at `base`.
 pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
     client
