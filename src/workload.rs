@@ -286,17 +286,32 @@ pub struct PodContainer<'a> {
     pub container: &'a Value,
 }
 
+/// Every container entry of a pod spec (`containers`, then `initContainers`, in order) with
+/// its list and index; entries that are not objects are skipped. The one read-only container
+/// walk ([`pod_containers`] and [`containers`] are views of it).
+pub fn container_entries(
+    pod_spec: &Map<String, Value>,
+) -> impl Iterator<Item = (&'static str, usize, &Value)> {
+    CONTAINER_LISTS.into_iter().flat_map(move |list| {
+        pod_spec
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, c)| c.is_object())
+            .map(move |(index, c)| (list, index, c))
+    })
+}
+
 /// Every container of a pod template (`spec.containers`, then `spec.initContainers` in
 /// order), each with its role. Entries that are not objects are skipped.
 pub fn pod_containers(template: &Map<String, Value>) -> Vec<PodContainer<'_>> {
-    let spec = template.get("spec");
-    let mut out = Vec::new();
-    for list in CONTAINER_LISTS {
-        let items = spec.and_then(|s| s.get(list)).and_then(Value::as_array);
-        for (index, container) in items.into_iter().flatten().enumerate() {
-            if !container.is_object() {
-                continue;
-            }
+    let Some(spec) = template.get("spec").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    container_entries(spec)
+        .map(|(list, index, container)| {
             let role = if list == CONTAINER_LISTS[0] {
                 ContainerRole::App
             } else if container.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
@@ -304,15 +319,14 @@ pub fn pod_containers(template: &Map<String, Value>) -> Vec<PodContainer<'_>> {
             } else {
                 ContainerRole::Init
             };
-            out.push(PodContainer {
+            PodContainer {
                 list,
                 index,
                 role,
                 container,
-            });
-        }
-    }
-    out
+            }
+        })
+        .collect()
 }
 
 /// `template.spec` as a mutable map, if present.
@@ -352,11 +366,7 @@ pub fn for_each_app_container_mut(
 
 /// Every container map of a pod spec (`containers`, then `initContainers`), read-only.
 pub fn containers(pod_spec: &Map<String, Value>) -> impl Iterator<Item = &Map<String, Value>> {
-    CONTAINER_LISTS
-        .iter()
-        .filter_map(|list| pod_spec.get(*list).and_then(Value::as_array))
-        .flatten()
-        .filter_map(Value::as_object)
+    container_entries(pod_spec).filter_map(|(_, _, c)| c.as_object())
 }
 
 /// The env entry the container will see for `name`.

@@ -6,7 +6,7 @@
 
 use super::{Findings, MutationContext, Mutator};
 use crate::policy::ConfigError;
-use crate::workload::{self, CONTAINER_LISTS};
+use crate::workload;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -163,22 +163,14 @@ fn root_containers(pod_spec: &Map<String, Value>, spec_path: &str) -> Vec<String
     let uid = |sc: Option<&Value>| sc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64);
     let pod_uid = uid(pod_spec.get("securityContext"));
     let mut out = Vec::new();
-    for list in CONTAINER_LISTS {
-        for (i, c) in pod_spec
-            .get(list)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let sc = c.get("securityContext");
-            let own_non_root = sc
-                .and_then(|s| s.get("runAsNonRoot"))
-                .is_some_and(|v| !v.is_null());
-            if !own_non_root && uid(sc).or(pod_uid) == Some(0) {
-                let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
-                out.push(format!("{spec_path}.{list}[{i}] ({name})"));
-            }
+    for (list, i, c) in workload::container_entries(pod_spec) {
+        let sc = c.get("securityContext");
+        let own_non_root = sc
+            .and_then(|s| s.get("runAsNonRoot"))
+            .is_some_and(|v| !v.is_null());
+        if !own_non_root && uid(sc).or(pod_uid) == Some(0) {
+            let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+            out.push(format!("{spec_path}.{list}[{i}] ({name})"));
         }
     }
     out
