@@ -57,6 +57,17 @@ pub struct AdmissionRequest {
 }
 
 impl AdmissionRequest {
+    /// The object's name: `request.name`, else `metadata.name` (empty with `generateName`).
+    pub fn object_name<'v>(&'v self, object: &'v Value) -> &'v str {
+        if !self.name.is_empty() {
+            return &self.name;
+        }
+        object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
     /// A synthetic CREATE request for an object read from a file (the offline CLI).
     pub fn synthetic_create(object: Value, namespace: Option<&str>) -> Result<Self, String> {
         let api_version = object

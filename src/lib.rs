@@ -19,12 +19,15 @@ pub mod audit;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod error;
 pub mod judge;
 pub mod manifest;
 pub mod mutate;
 pub mod policy;
+pub mod quantity;
 pub mod review;
 pub mod server;
+pub mod topology;
 pub mod validate;
 pub mod workload;
 

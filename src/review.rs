@@ -9,7 +9,7 @@ use crate::admission::{
 };
 use crate::cluster::ClusterView;
 use crate::mutate::{self, Findings, MutationContext};
-use crate::policy::{Policy, WorkloadMatch};
+use crate::policy::{Policy, Queue, WorkloadMatch};
 use crate::validate::{self, Enforcement};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
@@ -236,10 +236,12 @@ pub fn decide(
     };
     summary.queue = Some(resolution.queue.name.clone());
     describe_request(&mut summary, request, object);
+    let queue = resolution.queue;
     let ctx = MutationContext {
         kind,
-        policy,
-        queue: resolution.queue,
+        queue_name: &queue.name,
+        settings: queue.mutation_settings(),
+        sidecars: &policy.config.match_rules.sidecar_containers,
         request,
         cluster,
     };
@@ -247,7 +249,7 @@ pub fn decide(
     findings.warnings.extend(resolution.warning.clone());
     match endpoint {
         Endpoint::Mutate => mutate_decision(&ctx, object, findings, summary),
-        Endpoint::Validate => validate_decision(&ctx, object, findings, summary),
+        Endpoint::Validate => validate_decision(&ctx, queue, object, findings, summary),
     }
 }
 
@@ -438,21 +440,30 @@ fn diff_value(
 
 fn validate_decision(
     ctx: &MutationContext<'_>,
+    queue: &Queue,
     object: &Value,
     mut findings: Findings,
     mut summary: ReviewSummary,
 ) -> Decision {
     if matches!(ctx.request.operation, Operation::Create) {
-        findings.extend(mutate::pytorch::check(ctx, object));
+        findings.denials.extend(validate::distributed::denials(
+            ctx.kind,
+            &queue.config.pytorch,
+            object,
+            ctx.object_name(object),
+        ));
     }
     let report = validate::check_limits(
-        ctx.queue,
-        ctx.kind,
-        object,
-        ctx.request.old_object.as_ref(),
-        ctx.request.namespace.as_deref(),
-        &ctx.request.operation,
-        &ctx.policy.config.match_rules.sidecar_containers,
+        &queue.name,
+        &queue.limits,
+        &validate::Candidate {
+            kind: ctx.kind,
+            object,
+            old_object: ctx.request.old_object.as_ref(),
+            namespace: ctx.request.namespace.as_deref(),
+            operation: &ctx.request.operation,
+        },
+        ctx.sidecars,
     );
     findings.warnings.extend(report.warnings);
     summary.outcome = Outcome::Allowed;

@@ -3,8 +3,8 @@
 
 use launchgate::Policy;
 use launchgate::cluster::NoCluster;
+use launchgate::quantity::Quantity;
 use launchgate::review::{Endpoint, review};
-use launchgate::validate::quantity::Quantity;
 use serde_json::Value;
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! and `checked_add` / `checked_mul_int` agree with ordering and with each other.
 #![no_main]
 
-use launchgate::validate::quantity::{MAX_SIGNIFICANT_DIGITS, Quantity, QuantityError};
+use launchgate::quantity::{MAX_SIGNIFICANT_DIGITS, Quantity, QuantityError};
 use libfuzzer_sys::fuzz_target;
 use std::cmp::Ordering;
 

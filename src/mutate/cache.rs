@@ -14,10 +14,10 @@
 //! * NFS paths compare normalised; the volume is added only when some container mounts it;
 //!   Windows pods get nothing.
 
-use super::upsert::{self, Upsert};
 use super::{Findings, MutationContext, Mutator};
-use crate::policy::ConfigError;
+use crate::error::ConfigError;
 use crate::workload;
+use crate::workload::edit::{self, Upsert};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -315,7 +315,7 @@ fn add_to_pod_spec(
                 if cfg.read_only {
                     mount["readOnly"] = json!(true);
                 }
-                upsert::array_mut(c, "volumeMounts").push(mount);
+                edit::array_mut(c, "volumeMounts").push(mount);
                 changed = true;
                 path
             }
@@ -326,7 +326,7 @@ fn add_to_pod_spec(
             return;
         }
         for (name, sub) in &cfg.env {
-            changed |= upsert::upsert_env(c, name, &join(&mount_path, sub), false) == Upsert::Added;
+            changed |= edit::upsert_env(c, name, &join(&mount_path, sub), false) == Upsert::Added;
         }
     });
     // 3. The volume, only when something mounts it.
@@ -334,7 +334,7 @@ fn add_to_pod_spec(
         let mut volume = Map::new();
         volume.insert("name".into(), json!(cfg.volume_name));
         volume.insert(source_key.into(), source);
-        changed |= upsert::upsert_named(spec, "volumes", Value::Object(volume), false).changed();
+        changed |= edit::upsert_named(spec, "volumes", Value::Object(volume), false).changed();
     }
     changed
 }
@@ -350,7 +350,7 @@ impl Mutator for Cache {
         object: &mut Value,
         findings: &mut Findings,
     ) -> bool {
-        let Some(cfg) = ctx.queue.config.cache.as_ref().filter(|c| c.enabled) else {
+        let Some(cfg) = ctx.settings.cache.filter(|c| c.enabled) else {
             return false;
         };
         let mut changed = false;

@@ -10,9 +10,9 @@
 //!   `last-applied-configuration`, or a server-side apply manager owning `spec.backoffLimit`), or
 //! * the Job uses `backoffLimitPerIndex` (then the API default is different and meaningful).
 
-use super::intent::UserIntent;
 use super::{Findings, MutationContext, Mutator};
-use crate::policy::ConfigError;
+use crate::error::ConfigError;
+use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -207,7 +207,7 @@ impl Mutator for JobDefaults {
         object: &mut Value,
         findings: &mut Findings,
     ) -> bool {
-        let cfg = &ctx.queue.config.job_defaults;
+        let cfg = ctx.settings.job_defaults;
         if !cfg.enabled {
             return false;
         }
@@ -258,7 +258,7 @@ mod tests {
             job(json!({"backoffLimit": 6, "template": template()}), keep),
         );
         assert_eq!(out["spec"]["backoffLimit"], 6);
-        let applied = json!({super::super::intent::LAST_APPLIED_ANNOTATION: r#"{"spec":{"backoffLimit":6}}"#});
+        let applied = json!({crate::workload::intent::LAST_APPLIED_ANNOTATION: r#"{"spec":{"backoffLimit":6}}"#});
         let (out, _) = mutate_with(
             &JobDefaults,
             "{}",

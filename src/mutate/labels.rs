@@ -72,7 +72,7 @@ pub fn queue_label_value(name: &str) -> Cow<'_, str> {
 
 /// Adds the queue label where missing and merges `applied` into the mutations annotation.
 pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static str]) -> bool {
-    let queue = ctx.queue.name.as_str();
+    let queue = ctx.queue_name;
     let label_value = queue_label_value(queue);
     let mut changed = false;
     let Some(top) = object.as_object_mut() else {

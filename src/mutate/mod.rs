@@ -2,24 +2,37 @@
 //! `serde_json::Value` copy of the object. The JSON Patch is the diff of before and after.
 
 pub mod cache;
-pub mod intent;
 pub mod job_defaults;
 pub mod labels;
 pub mod pytorch;
 pub mod security_context;
-pub mod upsert;
 
 use crate::admission::AdmissionRequest;
 use crate::cluster::ClusterView;
-use crate::policy::{Policy, Queue};
+use crate::topology::PytorchConfig;
 use crate::workload::WorkloadKind;
+use cache::CacheConfig;
+use job_defaults::JobDefaultsConfig;
+use security_context::SecurityContextConfig;
 use serde_json::Value;
 
-/// What a mutator (or check) sees besides the object.
+/// A queue's mutation settings, one per mutator.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings<'a> {
+    pub security_context: &'a SecurityContextConfig,
+    pub job_defaults: &'a JobDefaultsConfig,
+    pub cache: Option<&'a CacheConfig>,
+    pub pytorch: &'a PytorchConfig,
+}
+
+/// What a mutator sees besides the object.
 pub struct MutationContext<'a> {
     pub kind: WorkloadKind,
-    pub policy: &'a Policy,
-    pub queue: &'a Queue,
+    /// The queue's name as workloads write it (without its `entity/`).
+    pub queue_name: &'a str,
+    pub settings: Settings<'a>,
+    /// Container names that are sidecars, never training containers (`match.sidecarContainers`).
+    pub sidecars: &'a [String],
     pub request: &'a AdmissionRequest,
     /// Read-only snapshot of cluster state (owner Jobs); empty offline.
     pub cluster: &'a dyn ClusterView,
@@ -28,13 +41,7 @@ pub struct MutationContext<'a> {
 impl MutationContext<'_> {
     /// The object's name: `request.name`, else `metadata.name` (empty with `generateName`).
     pub fn object_name<'v>(&'v self, object: &'v Value) -> &'v str {
-        if !self.request.name.is_empty() {
-            return &self.request.name;
-        }
-        object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
+        self.request.object_name(object)
     }
 
     /// Calls `f` for every training container of a pod spec (`spec.containers` minus the
@@ -59,12 +66,7 @@ impl MutationContext<'_> {
 
     /// True when `name` is a configured sidecar container name.
     pub fn is_sidecar(&self, container_name: &str) -> bool {
-        self.policy
-            .config
-            .match_rules
-            .sidecar_containers
-            .iter()
-            .any(|s| s == container_name)
+        self.sidecars.iter().any(|s| s == container_name)
     }
 }
 
@@ -135,7 +137,8 @@ pub(crate) mod test_support {
     use super::*;
     use crate::admission::AdmissionRequest;
     use crate::cluster::NoCluster;
-    use crate::policy::ConfigErrors;
+    use crate::error::ConfigErrors;
+    use crate::policy::Policy;
 
     /// A policy with one queue `q` (the default) whose body is `queue_body` (flow YAML).
     pub fn queue_yaml(queue_body: &str) -> Result<Policy, ConfigErrors> {
@@ -157,10 +160,12 @@ pub(crate) mod test_support {
         let policy = queue_yaml(queue_body).expect("test config is valid");
         let kind = WorkloadKind::of_object(&object).expect("test object has a known kind");
         let request = AdmissionRequest::synthetic_create(object.clone(), Some("wandb")).unwrap();
+        let queue = policy.queue("q").unwrap();
         let ctx = MutationContext {
             kind,
-            policy: &policy,
-            queue: policy.queue("q").unwrap(),
+            queue_name: &queue.name,
+            settings: queue.mutation_settings(),
+            sidecars: &policy.config.match_rules.sidecar_containers,
             request: &request,
             cluster: &NoCluster,
         };

@@ -5,7 +5,7 @@
 //! `runAsNonRoot` is never added where a container (or the pod) explicitly runs as UID 0.
 
 use super::{Findings, MutationContext, Mutator};
-use crate::policy::ConfigError;
+use crate::error::ConfigError;
 use crate::workload;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -226,7 +226,7 @@ impl Mutator for SecurityContext {
         object: &mut Value,
         findings: &mut Findings,
     ) -> bool {
-        let cfg = &ctx.queue.config.security_context;
+        let cfg = ctx.settings.security_context;
         if !cfg.enabled {
             return false;
         }

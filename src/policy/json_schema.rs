@@ -6,7 +6,7 @@
 //! `check-config`.)
 
 use super::Config;
-use crate::mutate::pytorch::{NprocPerNode, QuantityText};
+use crate::topology::{NprocPerNode, QuantityText};
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::Value;

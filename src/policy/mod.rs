@@ -9,15 +9,15 @@ mod resolve;
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
 pub use resolve::{QueueResolution, QueueSource, WorkloadMatch};
 
+pub use crate::error::{ConfigError, ConfigErrors};
 use crate::mutate::labels::queue_label_value;
 use crate::mutate::{
-    cache::CacheConfig, job_defaults::JobDefaultsConfig, pytorch::PytorchConfig,
-    security_context::SecurityContextConfig,
+    cache::CacheConfig, job_defaults::JobDefaultsConfig, security_context::SecurityContextConfig,
 };
+use crate::topology::PytorchConfig;
 use crate::validate::{LimitsConfig, QueueLimits};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// The built-in example policy (the W&B docs' minikube GPU queue), as YAML.
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("default-config.yaml");
@@ -31,51 +31,6 @@ pub fn config_hash(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
-
-/// A configuration error, naming the key path it concerns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Dotted key path, e.g. `queues.gpu-queue.limits.variables.gpus`.
-    pub path: String,
-    pub message: String,
-}
-
-impl ConfigError {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        ConfigError {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() || self.path == "." {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-/// All errors of one config file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors(pub Vec<ConfigError>);
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, e) in self.0.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "{e}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigErrors {}
 
 /// The whole config file.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
@@ -148,6 +103,18 @@ pub struct Queue {
     pub key: String,
     pub config: QueueConfig,
     pub limits: QueueLimits,
+}
+
+impl Queue {
+    /// The queue's settings for the mutators.
+    pub fn mutation_settings(&self) -> crate::mutate::Settings<'_> {
+        crate::mutate::Settings {
+            security_context: &self.config.security_context,
+            job_defaults: &self.config.job_defaults,
+            cache: self.config.cache.as_ref(),
+            pytorch: &self.config.pytorch,
+        }
+    }
 }
 
 /// The loaded, checked policy. Shared read-only (`Arc`) and swapped whole on reload.

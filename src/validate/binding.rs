@@ -20,10 +20,10 @@
 //!   envelope.
 
 use super::path::{self, FieldPath, Segment};
-use super::quantity::Quantity;
 use super::schema::Schema;
 use super::template::{Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{FieldLimit, VariableLimit};
+use crate::quantity::Quantity;
 use crate::workload::{self, CONTAINER_LISTS, TemplateInfo, TemplateRole, WorkloadKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};

@@ -2,12 +2,11 @@
 
 use super::binding::{Ceiling, TemplateShape};
 use super::path::{self, FieldPath, Segment};
-use super::quantity::Quantity;
 use super::schema::{Schema, ValueType, display_value};
 use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
-use crate::policy::Queue;
+use crate::quantity::Quantity;
 use crate::workload::{
     self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
 };
@@ -26,15 +25,18 @@ use std::collections::{BTreeSet, HashSet};
 /// the per-pod rules only ([`Scope::PerPod`]). `sidecars` are the container names that are
 /// never "the training container" (`match.sidecarContainers`).
 pub fn check_limits(
-    queue: &Queue,
-    kind: WorkloadKind,
-    object: &Value,
-    old_object: Option<&Value>,
-    namespace: Option<&str>,
-    operation: &Operation,
+    queue_name: &str,
+    limits: &QueueLimits,
+    candidate: &Candidate<'_>,
     sidecars: &[String],
 ) -> LimitReport {
-    let limits = &queue.limits;
+    let Candidate {
+        kind,
+        object,
+        old_object,
+        namespace,
+        operation,
+    } = *candidate;
     let mut report = LimitReport {
         enforcement: limits.enforcement,
         ..LimitReport::default()
@@ -47,7 +49,7 @@ pub fn check_limits(
         None => Scope::Workload,
     };
     let found = limits.violations(
-        &queue.name,
+        queue_name,
         Subject {
             kind,
             object,
@@ -60,7 +62,7 @@ pub fn check_limits(
     let before: BTreeSet<String> = match (operation, old_object) {
         (Operation::Update, Some(old)) if !found.is_empty() => limits
             .violations(
-                &queue.name,
+                queue_name,
                 Subject {
                     kind,
                     object: old,
@@ -83,9 +85,20 @@ pub fn check_limits(
             report.violations.push(violation);
         }
     }
-    cap_lines(&mut report.violations, &queue.name, "violations");
-    cap_lines(&mut report.warnings, &queue.name, "unchanged violations");
+    cap_lines(&mut report.violations, queue_name, "violations");
+    cap_lines(&mut report.warnings, queue_name, "unchanged violations");
     report
+}
+
+/// The object the API server asks about.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    pub kind: WorkloadKind,
+    pub object: &'a Value,
+    /// The object before an UPDATE.
+    pub old_object: Option<&'a Value>,
+    pub namespace: Option<&'a str>,
+    pub operation: &'a Operation,
 }
 
 /// What is checked, and how.
@@ -681,13 +694,18 @@ mod tests {
             .collect();
         let policy = crate::Policy::from_yaml(&format!("queues:\n  q:\n    limits:\n{limits}"))
             .unwrap_or_else(|e| panic!("{e}"));
-        check_limits(
-            policy.queue("q").unwrap(),
+        let queue = policy.queue("q").unwrap();
+        let candidate = Candidate {
             kind,
             object,
-            None,
-            Some("ns"),
-            &Operation::Create,
+            old_object: None,
+            namespace: Some("ns"),
+            operation: &Operation::Create,
+        };
+        check_limits(
+            &queue.name,
+            &queue.limits,
+            &candidate,
             &["istio-proxy".to_string()],
         )
         .violations

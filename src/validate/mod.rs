@@ -18,15 +18,15 @@
 
 mod binding;
 mod check;
+pub mod distributed;
 pub mod path;
-pub mod quantity;
 pub mod schema;
 pub mod template;
 
-pub use check::check_limits;
+pub use check::{Candidate, check_limits};
 pub use schema::ValueType;
 
-use crate::policy::ConfigError;
+use crate::error::ConfigError;
 use crate::workload::WorkloadKind;
 use path::{FieldPath, Segment};
 use schema::{Schema, SchemaKeys};

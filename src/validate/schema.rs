@@ -1,7 +1,7 @@
 //! The W&B-style value schema (`type`, `minimum`, `maximum`, `enum`), compiled and checked.
 
-use super::quantity::Quantity;
-use crate::policy::ConfigError;
+use crate::error::ConfigError;
+use crate::quantity::Quantity;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

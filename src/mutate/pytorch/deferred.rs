@@ -14,10 +14,11 @@
 //! A pod with the record but no Job name (never made by those controllers) gets nothing and a
 //! warning; it is never denied (its controller would retry the pod forever).
 
-use super::PytorchConfig;
-use super::env::{self, EnvValue, JobWiring};
-use super::volcano::{self, RANK_OFFSET_ANNOTATION};
+use super::env::{self, EnvValue};
+use super::volcano;
 use crate::mutate::{Findings, MutationContext};
+use crate::topology::volcano::{self as volcano_job, RANK_OFFSET_ANNOTATION};
+use crate::topology::{JOB_PLACEHOLDER, JobWiring, PytorchConfig};
 use crate::workload;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -25,9 +26,6 @@ use serde_json::{Map, Value, json};
 /// Template (and so pod) annotation: the wiring launchgate decided at Job admission, to be
 /// completed when the pod (and so the Job's name) is known.
 pub const DEFERRED_ANNOTATION: &str = "launchgate.io/pytorch-wiring";
-/// Stands for the Job's name in [`Deferred::master_addr`] (never part of a Kubernetes name).
-pub const JOB_PLACEHOLDER: &str = "{job}";
-
 /// Labels/annotations naming a pod's Job, in the order they are tried.
 const JOB_NAME_KEYS: [&str; 3] = [
     "volcano.sh/job-name",
@@ -120,7 +118,7 @@ pub fn mutate_pod(
     let mut node_rank = None;
     let mut port = None;
     if deferred.ranked {
-        let rank = match volcano::pod_place(pod) {
+        let rank = match volcano_job::pod_place(pod) {
             // A Volcano pod: offset of its task + its task index.
             Some(place) => match place.rank_offset {
                 Some(Some(offset)) => volcano::rank_value(&place, offset, findings),

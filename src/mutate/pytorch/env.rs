@@ -13,10 +13,13 @@
 //! A user who set only one name of an address/port pair gets the other one with the same
 //! value, so env:// and torchrun never disagree about where the master is.
 
-use super::{PytorchConfig, WaitForMasterConfig};
-use crate::mutate::upsert;
 use crate::mutate::{Findings, MutationContext};
+use crate::topology::{
+    HOST_NETWORK_DNS_POLICY, JobWiring, PytorchConfig, WaitForMasterConfig,
+    host_network_dns_problem,
+};
 use crate::workload;
+use crate::workload::edit;
 use serde_json::{Map, Value, json};
 
 /// Name of the rendezvous container port.
@@ -77,16 +80,6 @@ impl EnvValue {
             }),
         }
     }
-}
-
-/// What every pod of one job shares.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobWiring {
-    /// `None` when it cannot be derived (a Job with only `generateName`).
-    pub master_addr: Option<String>,
-    pub master_port: u16,
-    /// Pods that rendezvous (master + workers).
-    pub nnodes: i64,
 }
 
 /// The job-wide variables, in the order they are written.
@@ -152,7 +145,7 @@ pub fn write_env(
     for (name, ours) in vars {
         let our_entry = ours.entry(name);
         if cfg.override_user_values {
-            changed |= upsert::upsert_named(container, "env", our_entry, true).changed();
+            changed |= edit::upsert_named(container, "env", our_entry, true).changed();
             continue;
         }
         let twin_entry =
@@ -169,7 +162,7 @@ pub fn write_env(
             )),
             None => {
                 let desired = twin_entry.unwrap_or(our_entry);
-                changed |= upsert::upsert_named(container, "env", desired, false).changed();
+                changed |= edit::upsert_named(container, "env", desired, false).changed();
             }
         }
     }
@@ -208,7 +201,7 @@ pub fn follow_shadowed_twins(container: &mut Map<String, Value>) -> bool {
             .filter(|e| e.get("name").and_then(Value::as_str) == Some(env_name))
             .any(|e| renamed(e, pet_name) == *pet);
         if mirrors_shadowed {
-            changed |= upsert::upsert_named(container, "env", wanted, true).changed();
+            changed |= edit::upsert_named(container, "env", wanted, true).changed();
         }
     }
     changed
@@ -236,8 +229,8 @@ pub fn write_port(
             "launchgate: {where_} declares port {PORT_NAME} as {number} but the rendezvous port is {port}; it was left as is"
         ));
     }
-    let changed = upsert::ensure_port(container, PORT_NAME, i64::from(port));
-    upsert::drop_if_empty(container, "ports");
+    let changed = edit::ensure_port(container, PORT_NAME, i64::from(port));
+    edit::drop_if_empty(container, "ports");
     changed
 }
 
@@ -255,11 +248,11 @@ pub fn wire_pod_spec(
     port: Option<u16>,
     findings: &mut Findings,
 ) -> bool {
-    let cfg = &ctx.queue.config.pytorch;
+    let cfg = ctx.settings.pytorch;
     let host_network = pod_spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
     let mut host_port_taken = host_network
         && port.is_some_and(|port| {
-            workload::containers(pod_spec).any(|c| upsert::declares_tcp_port(c, i64::from(port)))
+            workload::containers(pod_spec).any(|c| edit::declares_tcp_port(c, i64::from(port)))
         });
     let mut changed = false;
     ctx.for_each_training_container(pod_spec, spec_path, |where_, c| {
@@ -268,35 +261,13 @@ pub fn wire_pod_spec(
             && !host_port_taken
         {
             changed |= write_port(c, port, where_, findings);
-            host_port_taken = host_network && upsert::declares_tcp_port(c, i64::from(port));
+            host_port_taken = host_network && edit::declares_tcp_port(c, i64::from(port));
         }
     });
     changed
 }
 
 /// The only `dnsPolicy` under which a `hostNetwork` pod resolves cluster DNS names.
-pub const HOST_NETWORK_DNS_POLICY: &str = "ClusterFirstWithHostNet";
-
-/// Why a `hostNetwork` pod spec that must resolve `MASTER_ADDR` cannot, if it cannot: a
-/// `dnsPolicy` the user wrote that is neither `ClusterFirstWithHostNet` nor `None` (their own
-/// `dnsConfig`). `user_wrote_dns` comes from [`crate::mutate::intent`] for built-in kinds
-/// (the API server defaults `ClusterFirst`) and is "present" for custom resources.
-pub fn host_network_dns_problem(
-    pod_spec: &Map<String, Value>,
-    spec_path: &str,
-    user_wrote_dns: bool,
-) -> Option<String> {
-    if pod_spec.get("hostNetwork").and_then(Value::as_bool) != Some(true) {
-        return None;
-    }
-    let policy = pod_spec.get("dnsPolicy").and_then(Value::as_str)?;
-    if !user_wrote_dns || policy == HOST_NETWORK_DNS_POLICY || policy == "None" {
-        return None;
-    }
-    Some(format!(
-        "{spec_path} uses hostNetwork with dnsPolicy: {policy}, which you wrote; pod DNS names such as MASTER_ADDR resolve from a hostNetwork pod only with dnsPolicy: {HOST_NETWORK_DNS_POLICY} (set that, or leave dnsPolicy out and launchgate sets it)"
-    ))
-}
 
 /// On a `hostNetwork` pod spec, sets `dnsPolicy: ClusterFirstWithHostNet` unless the user
 /// wrote a `dnsPolicy` (then [`host_network_dns_problem`] explains, and the caller warns or
@@ -392,21 +363,14 @@ pub fn write_wait_for_master(
             "seccompProfile": {"type": "RuntimeDefault"}
         }
     });
-    upsert::array_mut(pod_spec, "initContainers").push(container);
+    edit::array_mut(pod_spec, "initContainers").push(container);
     true
-}
-
-/// `metadata.name` of an object or template.
-pub fn string_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mutate::pytorch::NprocPerNode;
+    use crate::topology::NprocPerNode;
 
     fn cfg() -> PytorchConfig {
         PytorchConfig::default()
@@ -469,8 +433,8 @@ mod tests {
             "c",
             &mut f
         ));
-        assert_eq!(upsert::env_value(&c, MASTER_PORT), Some("29500"));
-        assert_eq!(upsert::env_value(&c, PET_MASTER_PORT), Some("29500"));
+        assert_eq!(edit::env_value(&c, MASTER_PORT), Some("29500"));
+        assert_eq!(edit::env_value(&c, PET_MASTER_PORT), Some("29500"));
         assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
         assert!(f.warnings[0].contains("keeps its MASTER_PORT=\"29500\""));
         // A second pass changes nothing and warns the same once.
@@ -496,7 +460,7 @@ mod tests {
         ]}));
         let mut f = Findings::default();
         write_env(&mut c, &job_vars(&cfg(), &wiring()), &cfg(), "c", &mut f);
-        assert_eq!(upsert::env_value(&c, PET_MASTER_PORT), Some("29500"));
+        assert_eq!(edit::env_value(&c, PET_MASTER_PORT), Some("29500"));
         assert!(
             f.warnings[0].contains("MASTER_PORT=\"29500\""),
             "{:?}",
@@ -510,8 +474,8 @@ mod tests {
             {"name": "WORLD_SIZE", "value": "16"}
         ]}));
         write_env(&mut c, &job_vars(&o, &wiring()), &o, "c", &mut f);
-        assert_eq!(upsert::env_value(&c, WORLD_SIZE), Some("3"));
-        assert_eq!(upsert::env_value(&c, PET_NNODES), Some("3"));
+        assert_eq!(edit::env_value(&c, WORLD_SIZE), Some("3"));
+        assert_eq!(edit::env_value(&c, PET_NNODES), Some("3"));
     }
 
     #[test]
@@ -526,9 +490,9 @@ mod tests {
             {"name": "WORLD_SIZE", "value": "3"}
         ]}));
         assert!(follow_shadowed_twins(&mut c));
-        assert_eq!(upsert::env_value(&c, PET_MASTER_PORT), Some("23456"));
+        assert_eq!(edit::env_value(&c, PET_MASTER_PORT), Some("23456"));
         assert_eq!(
-            upsert::env_value(&c, PET_NNODES),
+            edit::env_value(&c, PET_NNODES),
             Some("9"),
             "a twin that mirrors no shadowed entry is the user's"
         );
@@ -553,7 +517,7 @@ mod tests {
         let mut f = Findings::default();
         assert!(write_env(&mut c, &job_vars(&o, &wiring()), &o, "c", &mut f));
         assert_eq!(names(&c)[0], WORLD_SIZE, "replaced where it was");
-        assert_eq!(upsert::env_value(&c, WORLD_SIZE), Some("3"));
+        assert_eq!(edit::env_value(&c, WORLD_SIZE), Some("3"));
         let n = names(&c);
         let mut unique = n.clone();
         unique.sort();

@@ -14,153 +14,26 @@
 //! all ranks run at once) — is left unwired with a warning, and denied by the validating
 //! webhook when the queue says `onUnwirable: deny`.
 
-use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
-use super::env::{self, EnvValue, JobWiring};
-use super::{OPT_IN_ANNOTATION, PytorchConfig, warn_unwirable};
-use crate::mutate::intent::UserIntent;
+use super::deferred::{self, Deferred};
+use super::env::{self, EnvValue};
+use super::warn_unwirable;
 use crate::mutate::{Findings, MutationContext};
+use crate::topology::indexed_job::{
+    SPEC_PATH, Shape, opt_in, parallelism_to_write, shape, user_wrote_dns,
+};
+use crate::topology::{JOB_PLACEHOLDER, JobWiring, PytorchConfig};
 use crate::workload;
 use serde_json::Value;
 
-/// How a Job came to be wired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OptIn {
-    /// `launchgate.io/pytorch: "true"` on the Job.
-    Annotation,
-    /// The queue's `indexedJobs: true`.
-    Queue,
-}
-
-/// Whether (and how) a batch/v1 Job is opted in.
-pub fn opt_in(cfg: &PytorchConfig, job: &Value) -> Option<OptIn> {
-    let annotation = job
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(OPT_IN_ANNOTATION))
-        .and_then(Value::as_str);
-    match annotation.map(str::trim) {
-        Some(v) if v.eq_ignore_ascii_case("true") => Some(OptIn::Annotation),
-        Some(v) if v.eq_ignore_ascii_case("false") => None,
-        _ if cfg.indexed_jobs => Some(OptIn::Queue),
-        _ => None,
-    }
-}
-
-/// What an opted-in Job looks like, or why it cannot be wired.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Shape {
-    /// Not a distributed job (not Indexed, opted in by the queue only): left alone.
-    NotDistributed,
-    Wirable {
-        completions: i64,
-        subdomain: String,
-    },
-    Unwirable(Vec<String>),
-}
-
-/// Reads the shape of an opted-in Job.
-pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
-    let display = display_name(job_name);
-    let why_opted = match how {
-        OptIn::Annotation => format!("{OPT_IN_ANNOTATION}: \"true\""),
-        OptIn::Queue => "the queue's pytorch.indexedJobs".to_string(),
-    };
-    let indexed = job.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
-    if !indexed {
-        return match how {
-            OptIn::Queue => Shape::NotDistributed,
-            OptIn::Annotation => Shape::Unwirable(vec![format!(
-                "{display} asks for PyTorch wiring ({why_opted}) but is not an Indexed Job: set spec.completionMode: Indexed so every pod has a rank"
-            )]),
-        };
-    }
-    let mut problems = Vec::new();
-    let completions = job.pointer("/spec/completions").and_then(Value::as_i64);
-    let parallelism = job
-        .pointer("/spec/parallelism")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
-    let subdomain = env::string_at(job, "/spec/template/spec/subdomain");
-    match completions {
-        Some(c) if c >= 1 => {
-            if parallelism < c {
-                problems.push(format!(
-                    "{display} (PyTorch wiring via {why_opted}): spec.parallelism {parallelism} < spec.completions {c}, so not all {c} ranks run at once and the job can never rendezvous"
-                ));
-            }
-        }
-        _ => problems.push(format!(
-            "{display} (PyTorch wiring via {why_opted}): spec.completions must be set (>= 1); it is the world size"
-        )),
-    }
-    if subdomain.is_none() {
-        problems.push(format!(
-            "{display} (PyTorch wiring via {why_opted}): spec.template.spec.subdomain is not set, so its pods get no DNS name and MASTER_ADDR cannot resolve; create a headless Service and set subdomain to its name"
-        ));
-    }
-    match (problems.is_empty(), completions, subdomain) {
-        (true, Some(completions), Some(subdomain)) => Shape::Wirable {
-            completions,
-            subdomain: subdomain.to_string(),
-        },
-        _ => Shape::Unwirable(problems),
-    }
-}
-
-/// Template path of the pod spec, for messages.
-const SPEC_PATH: &str = "spec.template.spec";
-
-/// Did the user write the template's `dnsPolicy` (the API server defaults it)?
-fn user_wrote_dns(job: &Value) -> bool {
-    UserIntent::of(job).wrote(&["spec", "template", "spec", "dnsPolicy"])
-}
-
-/// The problems [`super::check`] denies for a batch/v1 Job.
-pub fn problems(ctx: &MutationContext<'_>, cfg: &PytorchConfig, object: &Value) -> Vec<String> {
-    let name = ctx.object_name(object);
-    // Judged as the mutation leaves it: an API-defaulted parallelism becomes completions.
-    let mut mutated = object.clone();
-    all_ranks_at_once(&mut mutated);
-    let object = &mutated;
-    match opt_in(cfg, object).map(|how| shape(object, how, name)) {
-        Some(Shape::Unwirable(problems)) => problems,
-        Some(Shape::Wirable { .. }) => object
-            .pointer("/spec/template/spec")
-            .and_then(Value::as_object)
-            .and_then(|spec| env::host_network_dns_problem(spec, SPEC_PATH, user_wrote_dns(object)))
-            .map(|p| format!("{}: {p}", display_name(name)))
-            .into_iter()
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-fn display_name(job_name: &str) -> String {
-    if job_name.is_empty() {
-        "Job (generateName)".to_string()
-    } else {
-        format!("Job {job_name:?}")
-    }
-}
-
-/// The API server defaults an unset `spec.parallelism` to 1 before admission, which would run
-/// the ranks one at a time (never a rendezvous). When the user did not write `parallelism`
-/// ([`UserIntent`]), an opted-in Indexed Job gets `parallelism = completions`.
+/// Writes [`parallelism_to_write`]: an opted-in Indexed Job whose `parallelism` the API server
+/// defaulted runs all its ranks at once.
 fn all_ranks_at_once(job: &mut Value) -> bool {
-    let indexed = job.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
-    let completions = job.pointer("/spec/completions").and_then(Value::as_i64);
-    let parallelism = job.pointer("/spec/parallelism").and_then(Value::as_i64);
-    let Some(completions) = completions.filter(|c| *c > 1) else {
+    let Some(parallelism) = parallelism_to_write(job) else {
         return false;
     };
-    if !indexed
-        || !matches!(parallelism, None | Some(1))
-        || UserIntent::of(job).wrote(&["spec", "parallelism"])
-    {
-        return false;
-    }
     match job.get_mut("spec").and_then(Value::as_object_mut) {
         Some(spec) => {
-            spec.insert("parallelism".into(), serde_json::json!(completions));
+            spec.insert("parallelism".into(), serde_json::json!(parallelism));
             true
         }
         None => false,
@@ -246,6 +119,8 @@ pub fn mutate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::OPT_IN_ANNOTATION;
+    use crate::topology::indexed_job::OptIn;
     use serde_json::json;
 
     fn job(spec: Value, annotations: Value) -> Value {

@@ -13,9 +13,11 @@
 //! Master or an elastic policy get no `MASTER_ADDR`/`RANK` at all).
 
 use super::env;
-use super::{PytorchConfig, warn_unwirable};
-use crate::mutate::intent::UserIntent;
+use super::warn_unwirable;
 use crate::mutate::{Findings, MutationContext};
+use crate::topology::PytorchConfig;
+use crate::topology::pytorchjob::{problems, replica_specs, replicas_of};
+use crate::workload::intent::UserIntent;
 use crate::workload::{self, TemplateRole, WorkloadKind};
 use serde_json::{Value, json};
 
@@ -36,69 +38,6 @@ const OPERATOR_VARS: [&str; 8] = [
     env::PET_NNODES,
     env::PET_NODE_RANK,
 ];
-
-/// `(replica type as written, replicas)`; the operator matches types case-insensitively and
-/// defaults replicas to 1.
-fn replica_specs(job: &Value) -> Vec<(String, i64)> {
-    job.pointer("/spec/pytorchReplicaSpecs")
-        .and_then(Value::as_object)
-        .map(|specs| {
-            specs
-                .iter()
-                .map(|(t, rs)| {
-                    let replicas = rs.get("replicas").and_then(Value::as_i64).unwrap_or(1);
-                    (t.clone(), replicas)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn replicas_of(specs: &[(String, i64)], replica_type: &str) -> Option<i64> {
-    specs
-        .iter()
-        .filter(|(t, _)| t.eq_ignore_ascii_case(replica_type))
-        .map(|(_, r)| *r)
-        // Saturating: replicas come from the request, and only `== 1` / `> 1` matter.
-        .reduce(i64::saturating_add)
-}
-
-/// Problems the operator cannot wire around (denied by [`super::check`] under `deny`).
-pub fn problems(job: &Value) -> Vec<String> {
-    let specs = replica_specs(job);
-    let name = env::string_at(job, "/metadata/name").unwrap_or("(generateName)");
-    let mut out = Vec::new();
-    match replicas_of(&specs, "Master") {
-        Some(1) => {}
-        Some(n) => out.push(format!(
-            "PyTorchJob {name:?}: spec.pytorchReplicaSpecs.Master.replicas is {n}; it must be exactly 1 (one rank 0)"
-        )),
-        None => {
-            let workers = replicas_of(&specs, "Worker").unwrap_or(0);
-            let elastic = job.pointer("/spec/elasticPolicy").is_some();
-            if workers > 1 && !elastic {
-                out.push(format!(
-                    "PyTorchJob {name:?} has {workers} Workers but no Master and no elasticPolicy: the operator then sets no MASTER_ADDR, RANK or WORLD_SIZE and the workers can never rendezvous; add a Master replica or an elasticPolicy"
-                ));
-            }
-        }
-    }
-    out
-}
-
-/// hostNetwork replicas whose `dnsPolicy` (written by the user: the API server does not default
-/// a custom resource's template) keeps the operator's service names from resolving.
-pub fn dns_problems(job: &Value) -> Vec<String> {
-    let name = env::string_at(job, "/metadata/name").unwrap_or("(generateName)");
-    workload::templates(WorkloadKind::PyTorchJob, job)
-        .into_iter()
-        .filter_map(|(info, template)| {
-            let spec = template.get("spec")?.as_object()?;
-            env::host_network_dns_problem(spec, &info.spec_path(), spec.contains_key("dnsPolicy"))
-        })
-        .map(|p| format!("PyTorchJob {name:?}: {p}"))
-        .collect()
-}
 
 /// The Master's rendezvous port: its `pytorch` container's `pytorchjob-port`.
 fn master_port(job: &Value) -> u16 {
@@ -171,7 +110,7 @@ pub fn mutate(
         changed |= env::ensure_host_network_dns(spec, &info.spec_path(), wrote_dns, findings);
         ctx.for_each_training_container(spec, &info.spec_path(), |where_, c| {
             for name in OPERATOR_VARS {
-                if crate::mutate::upsert::has_env(c, name) {
+                if crate::workload::edit::has_env(c, name) {
                     findings.warn(format!(
                         "launchgate: {where_} sets {name}, but the PyTorchJob operator appends its own {name}, which wins; remove it"
                     ));

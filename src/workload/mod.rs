@@ -5,6 +5,9 @@
 //! `spec.pytorchReplicaSpecs.<Type>.template`. Mutators and limit checks ask this module for
 //! templates and never match on kinds themselves.
 
+pub mod edit;
+pub mod intent;
+
 use serde_json::{Map, Value};
 
 /// The workload kinds launchgate understands.

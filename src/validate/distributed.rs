@@ -1,0 +1,54 @@
+//! Distributed PyTorch jobs that can never rendezvous ([`crate::topology::problems`]) are
+//! denied on CREATE when the queue says `onUnwirable: deny`; with `warn` the mutating
+//! webhook's warning is all the user gets.
+
+use crate::topology::{self, OnUnwirable, PytorchConfig};
+use crate::workload::WorkloadKind;
+use serde_json::Value;
+
+/// The denial messages for a workload the queue's PyTorch wiring cannot wire.
+pub fn denials(
+    kind: WorkloadKind,
+    cfg: &PytorchConfig,
+    object: &Value,
+    object_name: &str,
+) -> Vec<String> {
+    if cfg.on_unwirable != OnUnwirable::Deny {
+        return Vec::new();
+    }
+    topology::problems(kind, cfg, object, object_name)
+        .into_iter()
+        .map(|p| format!("launchgate: {p}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+    use serde_json::json;
+
+    fn vcjob(master_replicas: i64) -> Value {
+        json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "wandb"},
+        "spec": {"plugins": {"pytorch": []}, "tasks": [
+            {"name": "master", "replicas": master_replicas, "template": {"spec": {"containers": [{"name": "train"}]}}},
+            {"name": "worker", "replicas": 2, "template": {"spec": {"containers": [{"name": "train"}]}}}
+        ]}})
+    }
+
+    #[test]
+    fn two_master_replicas_are_denied_unless_the_queue_only_warns() {
+        for (body, denied) in [
+            ("{}", true),
+            ("{pytorch: {onUnwirable: warn}}", false),
+            ("{pytorch: {enabled: false}}", false),
+        ] {
+            let policy = Policy::from_yaml(&format!("queues:\n  q: {body}\n")).unwrap();
+            let cfg = &policy.queue("q").unwrap().config.pytorch;
+            let d = denials(WorkloadKind::VolcanoJob, cfg, &vcjob(2), "j");
+            assert_eq!(!d.is_empty(), denied, "{body}: {d:?}");
+            assert!(denials(WorkloadKind::VolcanoJob, cfg, &vcjob(1), "j").is_empty());
+        }
+    }
+}
