@@ -296,6 +296,7 @@ pub struct JobWiring {
     pub nnodes: i64,
 }
 
+/// The only `dnsPolicy` under which a `hostNetwork` pod resolves cluster DNS names.
 pub const HOST_NETWORK_DNS_POLICY: &str = "ClusterFirstWithHostNet";
 
 /// Why a `hostNetwork` pod spec that must resolve `MASTER_ADDR` cannot, if it cannot: a

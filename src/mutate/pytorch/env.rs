@@ -267,8 +267,6 @@ pub fn wire_pod_spec(
     changed
 }
 
-/// The only `dnsPolicy` under which a `hostNetwork` pod resolves cluster DNS names.
-
 /// On a `hostNetwork` pod spec, sets `dnsPolicy: ClusterFirstWithHostNet` unless the user
 /// wrote a `dnsPolicy` (then [`host_network_dns_problem`] explains, and the caller warns or
 /// denies). Returns true when it changed the spec.
