@@ -186,7 +186,10 @@ pub fn normalise_path(path: &str) -> String {
 }
 
 /// The cache mutator.
-pub struct Cache;
+pub const MUTATOR: Mutator = Mutator {
+    name: "cache",
+    run: mutate,
+};
 
 fn runs_as_non_root(pod_sc: Option<&Value>, container: &Map<String, Value>) -> bool {
     let sc = container.get("securityContext");
@@ -339,28 +342,17 @@ fn add_to_pod_spec(
     changed
 }
 
-impl Mutator for Cache {
-    fn name(&self) -> &'static str {
-        "cache"
-    }
-
-    fn mutate(
-        &self,
-        ctx: &MutationContext<'_>,
-        object: &mut Value,
-        findings: &mut Findings,
-    ) -> bool {
-        let Some(cfg) = ctx.settings.cache.filter(|c| c.enabled) else {
-            return false;
-        };
-        let mut changed = false;
-        workload::for_each_template_mut(ctx.kind, object, |info, template| {
-            if let Some(spec) = workload::pod_spec_mut(template) {
-                changed |= add_to_pod_spec(ctx, cfg, spec, &info.spec_path(), findings);
-            }
-        });
-        changed
-    }
+pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    let Some(cfg) = ctx.settings.cache.filter(|c| c.enabled) else {
+        return false;
+    };
+    let mut changed = false;
+    workload::for_each_template_mut(ctx.kind, object, |info, template| {
+        if let Some(spec) = workload::pod_spec_mut(template) {
+            changed |= add_to_pod_spec(ctx, cfg, spec, &info.spec_path(), findings);
+        }
+    });
+    changed
 }
 
 #[cfg(test)]
@@ -377,7 +369,7 @@ mod tests {
     #[test]
     fn root_pod_gets_volume_mount_and_env() {
         let (out, f) = mutate_with(
-            &Cache,
+            &MUTATOR,
             PVC,
             pod(json!({"containers": [{"name": "a"}, {"name": "istio-proxy"}]})),
         );
@@ -406,7 +398,7 @@ mod tests {
     #[test]
     fn non_root_pod_mounts_at_cache() {
         let spec = json!({"securityContext": {"runAsUser": 1000}, "containers": [{"name": "a"}]});
-        let (out, _) = mutate_with(&Cache, PVC, pod(spec));
+        let (out, _) = mutate_with(&MUTATOR, PVC, pod(spec));
         assert_eq!(
             out["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
             "/cache"
@@ -420,7 +412,7 @@ mod tests {
             "volumes": [{"name": "nfs-storage", "persistentVolumeClaim": {"claimName": "nfs-pvc"}}],
             "containers": [{"name": "a", "securityContext": {"runAsUser": 1000},
                             "volumeMounts": [{"name": "nfs-storage", "mountPath": "/root/.cache"}]}]});
-        let (out, _) = mutate_with(&Cache, PVC, pod(spec));
+        let (out, _) = mutate_with(&MUTATOR, PVC, pod(spec));
         assert_eq!(out["spec"]["volumes"].as_array().unwrap().len(), 1);
         let a = &out["spec"]["containers"][0];
         assert_eq!(a["volumeMounts"].as_array().unwrap().len(), 1);
@@ -434,7 +426,7 @@ mod tests {
     fn occupied_path_is_left_and_warned() {
         let spec = json!({"volumes": [{"name": "scratch", "emptyDir": {}}],
                           "containers": [{"name": "a", "volumeMounts": [{"name": "scratch", "mountPath": "/root/.cache/"}]}]});
-        let (out, f) = mutate_with(&Cache, PVC, pod(spec));
+        let (out, f) = mutate_with(&MUTATOR, PVC, pod(spec));
         assert_eq!(
             out["spec"]["containers"][0]["volumeMounts"]
                 .as_array()
@@ -454,7 +446,7 @@ mod tests {
     fn user_env_is_kept_and_nfs_source() {
         let spec = json!({"containers": [{"name": "a", "env": [{"name": "HF_HOME", "value": "/data/hf"}]}]});
         let (out, _) = mutate_with(
-            &Cache,
+            &MUTATOR,
             "cache: {nfs: {server: 10.0.0.2, path: /srv/nfs/kubedata}}",
             pod(spec),
         );
@@ -473,7 +465,7 @@ mod tests {
         let spec = json!({
             "volumes": [{"name": "datasets", "persistentVolumeClaim": {"claimName": "nfs-pvc", "readOnly": true}}],
             "containers": [{"name": "a", "volumeMounts": [{"name": "datasets", "mountPath": "/data"}]}]});
-        let (out, _) = mutate_with(&Cache, PVC, pod(spec));
+        let (out, _) = mutate_with(&MUTATOR, PVC, pod(spec));
         let vols = out["spec"]["volumes"].as_array().unwrap();
         assert_eq!(vols.len(), 2, "own writable volume added");
         assert_eq!(vols[1]["name"], "launchgate-cache");
@@ -493,14 +485,14 @@ mod tests {
             let spec = json!({
                 "volumes": [{"name": "nfs-storage", "persistentVolumeClaim": {"claimName": "nfs-pvc"}}],
                 "containers": [{"name": "a", "volumeMounts": [{"name": "nfs-storage", "mountPath": path, "readOnly": true}]}]});
-            let (out, f) = mutate_with(&Cache, PVC, pod(spec.clone()));
+            let (out, f) = mutate_with(&MUTATOR, PVC, pod(spec.clone()));
             assert_eq!(out["spec"], spec, "{path}");
             assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
             assert!(f.warnings[0].contains("read-only"), "{:?}", f.warnings);
         }
         // A cache configured read-only is mounted read-only and gets no env.
         let (out, _) = mutate_with(
-            &Cache,
+            &MUTATOR,
             "cache: {persistentVolumeClaim: {claimName: nfs-pvc}, readOnly: true}",
             pod(json!({"containers": [{"name": "a"}]})),
         );
@@ -515,7 +507,7 @@ mod tests {
         let spec = json!({
             "volumes": [{"name": "mine", "nfs": {"server": "10.0.0.2", "path": "/srv//nfs/kubedata/"}}],
             "containers": [{"name": "a"}]});
-        let (out, _) = mutate_with(&Cache, q, pod(spec));
+        let (out, _) = mutate_with(&MUTATOR, q, pod(spec));
         assert_eq!(out["spec"]["volumes"].as_array().unwrap().len(), 1);
         assert_eq!(
             out["spec"]["containers"][0]["volumeMounts"][0]["name"],
@@ -528,24 +520,24 @@ mod tests {
     #[test]
     fn no_volume_that_nothing_mounts_and_no_cache_on_windows() {
         let (out, _) = mutate_with(
-            &Cache,
+            &MUTATOR,
             PVC,
             pod(json!({"containers": [{"name": "istio-proxy"}]})),
         );
         assert!(out["spec"].get("volumes").is_none(), "{}", out["spec"]);
         let spec = json!({"volumes": [{"name": "scratch", "emptyDir": {}}],
                           "containers": [{"name": "a", "volumeMounts": [{"name": "scratch", "mountPath": "/root/.cache"}]}]});
-        let (out, _) = mutate_with(&Cache, PVC, pod(spec));
+        let (out, _) = mutate_with(&MUTATOR, PVC, pod(spec));
         assert_eq!(out["spec"]["volumes"].as_array().unwrap().len(), 1);
         let windows = json!({"os": {"name": "windows"}, "containers": [{"name": "a"}]});
-        let (out, _) = mutate_with(&Cache, PVC, pod(windows.clone()));
+        let (out, _) = mutate_with(&MUTATOR, PVC, pod(windows.clone()));
         assert_eq!(out["spec"], windows);
     }
 
     #[test]
     fn idempotent_and_config_checked() {
-        let (once, _) = mutate_with(&Cache, PVC, pod(json!({"containers": [{"name": "a"}]})));
-        let (twice, _) = mutate_with(&Cache, PVC, once.clone());
+        let (once, _) = mutate_with(&MUTATOR, PVC, pod(json!({"containers": [{"name": "a"}]})));
+        let (twice, _) = mutate_with(&MUTATOR, PVC, once.clone());
         assert_eq!(once, twice);
         assert!(
             queue_yaml("cache: {}")

@@ -83,7 +83,10 @@ impl JobDefaultsConfig {
 }
 
 /// The job-defaults mutator.
-pub struct JobDefaults;
+pub const MUTATOR: Mutator = Mutator {
+    name: "job-defaults",
+    run: mutate,
+};
 
 fn set_if_absent(map: &mut Map<String, Value>, key: &str, value: Option<i64>) -> bool {
     match value {
@@ -196,27 +199,16 @@ fn pytorch_job(cfg: &JobDefaultsConfig, job: &mut Value, findings: &mut Findings
     changed
 }
 
-impl Mutator for JobDefaults {
-    fn name(&self) -> &'static str {
-        "job-defaults"
+pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    let cfg = ctx.settings.job_defaults;
+    if !cfg.enabled {
+        return false;
     }
-
-    fn mutate(
-        &self,
-        ctx: &MutationContext<'_>,
-        object: &mut Value,
-        findings: &mut Findings,
-    ) -> bool {
-        let cfg = ctx.settings.job_defaults;
-        if !cfg.enabled {
-            return false;
-        }
-        match ctx.kind {
-            WorkloadKind::Pod => false,
-            WorkloadKind::BatchJob => batch_job(cfg, object),
-            WorkloadKind::VolcanoJob => volcano_job(cfg, object),
-            WorkloadKind::PyTorchJob => pytorch_job(cfg, object, findings),
-        }
+    match ctx.kind {
+        WorkloadKind::Pod => false,
+        WorkloadKind::BatchJob => batch_job(cfg, object),
+        WorkloadKind::VolcanoJob => volcano_job(cfg, object),
+        WorkloadKind::PyTorchJob => pytorch_job(cfg, object, findings),
     }
 }
 
@@ -238,7 +230,7 @@ mod tests {
     #[test]
     fn api_default_backoff_is_replaced() {
         let (out, _) = mutate_with(
-            &JobDefaults,
+            &MUTATOR,
             "{}",
             job(
                 json!({"backoffLimit": 6, "template": template()}),
@@ -253,14 +245,14 @@ mod tests {
     fn explicit_six_is_kept() {
         let keep = json!({KEEP_BACKOFF_LIMIT_ANNOTATION: "true"});
         let (out, _) = mutate_with(
-            &JobDefaults,
+            &MUTATOR,
             "{}",
             job(json!({"backoffLimit": 6, "template": template()}), keep),
         );
         assert_eq!(out["spec"]["backoffLimit"], 6);
         let applied = json!({crate::workload::intent::LAST_APPLIED_ANNOTATION: r#"{"spec":{"backoffLimit":6}}"#});
         let (out, _) = mutate_with(
-            &JobDefaults,
+            &MUTATOR,
             "{}",
             job(json!({"backoffLimit": 6, "template": template()}), applied),
         );
@@ -277,18 +269,18 @@ mod tests {
             "manager": "argocd-controller", "operation": "Apply", "apiVersion": "batch/v1",
             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:backoffLimit": {}, "f:template": {}}}
         }]);
-        let (out, _) = mutate_with(&JobDefaults, "{}", j.clone());
+        let (out, _) = mutate_with(&MUTATOR, "{}", j.clone());
         assert_eq!(out["spec"]["backoffLimit"], 6);
         // The same Job created with `kubectl create` (an Update manager) gets the default.
         j["metadata"]["managedFields"][0]["operation"] = json!("Update");
-        let (out, _) = mutate_with(&JobDefaults, "{}", j);
+        let (out, _) = mutate_with(&MUTATOR, "{}", j);
         assert_eq!(out["spec"]["backoffLimit"], 0);
     }
 
     #[test]
     fn user_values_are_kept() {
         let spec = json!({"backoffLimit": 2, "ttlSecondsAfterFinished": 5, "template": template()});
-        let (out, _) = mutate_with(&JobDefaults, "{}", job(spec.clone(), json!({})));
+        let (out, _) = mutate_with(&MUTATOR, "{}", job(spec.clone(), json!({})));
         assert_eq!(out["spec"], spec);
     }
 
@@ -296,17 +288,17 @@ mod tests {
     fn per_index_backoff_is_left_alone() {
         let spec =
             json!({"backoffLimit": 2147483647, "backoffLimitPerIndex": 1, "template": template()});
-        let (out, _) = mutate_with(&JobDefaults, "{}", job(spec, json!({})));
+        let (out, _) = mutate_with(&MUTATOR, "{}", job(spec, json!({})));
         assert_eq!(out["spec"]["backoffLimit"], 2147483647);
     }
 
     #[test]
     fn restart_policy_always_becomes_never() {
         let t = json!({"spec": {"restartPolicy": "Always", "containers": []}});
-        let (out, _) = mutate_with(&JobDefaults, "{}", job(json!({"template": t}), json!({})));
+        let (out, _) = mutate_with(&MUTATOR, "{}", job(json!({"template": t}), json!({})));
         assert_eq!(out["spec"]["template"]["spec"]["restartPolicy"], "Never");
         let t = json!({"spec": {"restartPolicy": "OnFailure", "containers": []}});
-        let (out, _) = mutate_with(&JobDefaults, "{}", job(json!({"template": t}), json!({})));
+        let (out, _) = mutate_with(&MUTATOR, "{}", job(json!({"template": t}), json!({})));
         assert_eq!(
             out["spec"]["template"]["spec"]["restartPolicy"],
             "OnFailure"
@@ -316,12 +308,12 @@ mod tests {
     #[test]
     fn volcano_and_pytorch_fields() {
         let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"}, "spec": {"tasks": []}});
-        let (out, _) = mutate_with(&JobDefaults, "jobDefaults: {volcanoMaxRetry: 1}", vc);
+        let (out, _) = mutate_with(&MUTATOR, "jobDefaults: {volcanoMaxRetry: 1}", vc);
         assert_eq!(out["spec"]["ttlSecondsAfterFinished"], 60);
         assert_eq!(out["spec"]["maxRetry"], 1);
         let pt = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "p"},
                         "spec": {"pytorchReplicaSpecs": {}, "ttlSecondsAfterFinished": 600}});
-        let (out, f) = mutate_with(&JobDefaults, "{}", pt);
+        let (out, f) = mutate_with(&MUTATOR, "{}", pt);
         assert_eq!(
             out["spec"]["runPolicy"],
             json!({"backoffLimit": 0, "ttlSecondsAfterFinished": 600})
@@ -346,18 +338,18 @@ mod tests {
         // A Job's own maxRetry: 0 is unset for Volcano, so the queue's value goes in.
         let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
                         "spec": {"maxRetry": 0, "tasks": []}});
-        let (out, _) = mutate_with(&JobDefaults, "jobDefaults: {volcanoMaxRetry: 1}", vc);
+        let (out, _) = mutate_with(&MUTATOR, "jobDefaults: {volcanoMaxRetry: 1}", vc);
         assert_eq!(out["spec"]["maxRetry"], 1);
         let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
                         "spec": {"maxRetry": 5, "tasks": []}});
-        let (out, _) = mutate_with(&JobDefaults, "jobDefaults: {volcanoMaxRetry: 1}", vc);
+        let (out, _) = mutate_with(&MUTATOR, "jobDefaults: {volcanoMaxRetry: 1}", vc);
         assert_eq!(out["spec"]["maxRetry"], 5);
     }
 
     #[test]
     fn pods_untouched_and_config_checked() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}});
-        let (out, _) = mutate_with(&JobDefaults, "{}", pod.clone());
+        let (out, _) = mutate_with(&MUTATOR, "{}", pod.clone());
         assert_eq!(out, pod);
         let err = queue_yaml("jobDefaults: {restartPolicy: Always}")
             .unwrap_err()

@@ -10,7 +10,7 @@ pub mod security_context;
 use crate::admission::AdmissionRequest;
 use crate::cluster::ClusterView;
 use crate::topology::PytorchConfig;
-use crate::workload::WorkloadKind;
+use crate::workload::{ContainerRole, WorkloadKind};
 use cache::CacheConfig;
 use job_defaults::JobDefaultsConfig;
 use security_context::SecurityContextConfig;
@@ -52,22 +52,14 @@ impl MutationContext<'_> {
         spec_path: &str,
         mut f: impl FnMut(&str, &mut serde_json::Map<String, Value>),
     ) {
-        crate::workload::for_each_app_container_mut(pod_spec, |i, c| {
-            let name = c
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            if !self.is_sidecar(&name) {
-                f(&format!("{spec_path}.containers[{i}] ({name})"), c);
+        crate::workload::for_each_container_mut(pod_spec, self.sidecars, |slot, c| {
+            if slot.role == ContainerRole::App {
+                let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+                f(&format!("{} ({name})", slot.path(spec_path)), c);
             }
         });
     }
 
-    /// True when `name` is a configured sidecar container name.
-    pub fn is_sidecar(&self, container_name: &str) -> bool {
-        self.sidecars.iter().any(|s| s == container_name)
-    }
 }
 
 /// Messages a mutator or check leaves for the user.
@@ -92,26 +84,24 @@ impl Findings {
     }
 }
 
+/// Applies a mutation in place; returns true when it changed the object. Must be idempotent:
+/// a second call on its own output changes nothing.
+pub type MutateFn = fn(&MutationContext<'_>, &mut Value, &mut Findings) -> bool;
+
 /// One mutation.
-pub trait Mutator: Sync {
+#[derive(Clone, Copy)]
+pub struct Mutator {
     /// Stable name, recorded in the `launchgate.io/mutations` annotation.
-    fn name(&self) -> &'static str;
-    /// Applies the mutation in place; returns true when it changed the object.
-    /// Must be idempotent: a second call on its own output changes nothing.
-    fn mutate(
-        &self,
-        ctx: &MutationContext<'_>,
-        object: &mut Value,
-        findings: &mut Findings,
-    ) -> bool;
+    pub name: &'static str,
+    pub run: MutateFn,
 }
 
 /// The mutators, in the order they run. The label/annotation recorder runs last.
-pub static MUTATORS: &[&dyn Mutator] = &[
-    &job_defaults::JobDefaults,
-    &security_context::SecurityContext,
-    &cache::Cache,
-    &pytorch::PytorchWiring,
+pub static MUTATORS: &[Mutator] = &[
+    job_defaults::MUTATOR,
+    security_context::MUTATOR,
+    cache::MUTATOR,
+    pytorch::MUTATOR,
 ];
 
 /// Runs every mutator on `object`, then records the queue label and applied mutations.
@@ -123,8 +113,8 @@ pub fn apply_all(
 ) -> Vec<&'static str> {
     let mut applied = Vec::new();
     for m in MUTATORS {
-        if m.mutate(ctx, object, findings) {
-            applied.push(m.name());
+        if (m.run)(ctx, object, findings) {
+            applied.push(m.name);
         }
     }
     labels::record(ctx, object, &applied);
@@ -153,7 +143,7 @@ pub(crate) mod test_support {
     /// Runs one mutator on `object` with queue `q` configured by `queue_body`.
     /// Also checks the mutator's "changed" answer against the real difference.
     pub fn mutate_with(
-        mutator: &dyn Mutator,
+        mutator: &Mutator,
         queue_body: &str,
         object: Value,
     ) -> (Value, Findings) {
@@ -171,12 +161,12 @@ pub(crate) mod test_support {
         };
         let mut out = object.clone();
         let mut findings = Findings::default();
-        let changed = mutator.mutate(&ctx, &mut out, &mut findings);
+        let changed = (mutator.run)(&ctx, &mut out, &mut findings);
         assert_eq!(
             changed,
             out != object,
             "mutator {} misreports change",
-            mutator.name()
+            mutator.name
         );
         (out, findings)
     }

@@ -72,7 +72,10 @@ impl SecurityContextConfig {
 }
 
 /// The security-context mutator.
-pub struct SecurityContext;
+pub const MUTATOR: Mutator = Mutator {
+    name: "security-context",
+    run: mutate,
+};
 
 fn object_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
     let v = map.entry(key).or_insert_with(|| json!({}));
@@ -163,14 +166,14 @@ fn root_containers(pod_spec: &Map<String, Value>, spec_path: &str) -> Vec<String
     let uid = |sc: Option<&Value>| sc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64);
     let pod_uid = uid(pod_spec.get("securityContext"));
     let mut out = Vec::new();
-    for (list, i, c) in workload::container_entries(pod_spec) {
+    for (slot, c) in workload::containers(pod_spec, &[]) {
         let sc = c.get("securityContext");
         let own_non_root = sc
             .and_then(|s| s.get("runAsNonRoot"))
             .is_some_and(|v| !v.is_null());
         if !own_non_root && uid(sc).or(pod_uid) == Some(0) {
             let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
-            out.push(format!("{spec_path}.{list}[{i}] ({name})"));
+            out.push(format!("{} ({name})", slot.path(spec_path)));
         }
     }
     out
@@ -215,43 +218,32 @@ fn default_pod(
     changed
 }
 
-impl Mutator for SecurityContext {
-    fn name(&self) -> &'static str {
-        "security-context"
+pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    let cfg = ctx.settings.security_context;
+    if !cfg.enabled {
+        return false;
     }
-
-    fn mutate(
-        &self,
-        ctx: &MutationContext<'_>,
-        object: &mut Value,
-        findings: &mut Findings,
-    ) -> bool {
-        let cfg = ctx.settings.security_context;
-        if !cfg.enabled {
-            return false;
+    let mut changed = false;
+    workload::for_each_template_mut(ctx.kind, object, |info, template| {
+        let Some(spec) = workload::pod_spec_mut(template) else {
+            return;
+        };
+        // Windows pods cannot take Linux security options.
+        if workload::is_windows(spec) {
+            return;
         }
-        let mut changed = false;
-        workload::for_each_template_mut(ctx.kind, object, |info, template| {
-            let Some(spec) = workload::pod_spec_mut(template) else {
-                return;
-            };
-            // Windows pods cannot take Linux security options.
-            if workload::is_windows(spec) {
-                return;
-            }
-            let spec_path = info.spec_path();
-            changed |= default_pod(cfg, spec, &spec_path, findings);
-            let pod_sets_seccomp = spec
-                .get("securityContext")
-                .and_then(|s| s.get("seccompProfile"))
-                .is_some_and(|v| !v.is_null());
-            workload::for_each_container_mut(spec, |list, i, c| {
-                let where_ = format!("{spec_path}.{list}[{i}]");
-                changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
-            });
+        let spec_path = info.spec_path();
+        changed |= default_pod(cfg, spec, &spec_path, findings);
+        let pod_sets_seccomp = spec
+            .get("securityContext")
+            .and_then(|s| s.get("seccompProfile"))
+            .is_some_and(|v| !v.is_null());
+        workload::for_each_container_mut(spec, ctx.sidecars, |slot, c| {
+            let where_ = slot.path(&spec_path);
+            changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
         });
-        changed
-    }
+    });
+    changed
 }
 
 #[cfg(test)]
@@ -270,7 +262,7 @@ mod tests {
 
     #[test]
     fn empty_container_gets_three_defaults() {
-        let (out, f) = mutate_with(&SecurityContext, "{}", pod(json!([{"name": "a"}])));
+        let (out, f) = mutate_with(&MUTATOR, "{}", pod(json!([{"name": "a"}])));
         let expected: Value = serde_json::from_str(RESTRICTED).unwrap();
         assert_eq!(out["spec"]["containers"][0]["securityContext"], expected);
         assert!(f.warnings.is_empty());
@@ -279,7 +271,7 @@ mod tests {
     #[test]
     fn user_fields_are_kept_and_merged() {
         let c = json!([{"name": "a", "securityContext": {"runAsUser": 1000, "allowPrivilegeEscalation": true}}]);
-        let (out, _) = mutate_with(&SecurityContext, "{}", pod(c));
+        let (out, _) = mutate_with(&MUTATOR, "{}", pod(c));
         let sc = &out["spec"]["containers"][0]["securityContext"];
         assert_eq!(sc["runAsUser"], 1000);
         assert_eq!(sc["allowPrivilegeEscalation"], true);
@@ -290,7 +282,7 @@ mod tests {
     #[test]
     fn privileged_container_is_left_and_warned() {
         let c = json!([{"name": "a", "securityContext": {"privileged": true}}]);
-        let (out, f) = mutate_with(&SecurityContext, "{}", pod(c));
+        let (out, f) = mutate_with(&MUTATOR, "{}", pod(c));
         assert_eq!(
             out["spec"]["containers"][0]["securityContext"],
             json!({"privileged": true})
@@ -304,7 +296,7 @@ mod tests {
         let mut p = pod(json!([{"name": "a"}]));
         p["spec"]["initContainers"] = json!([{"name": "i"}]);
         p["spec"]["securityContext"] = json!({"seccompProfile": {"type": "Unconfined"}});
-        let (out, _) = mutate_with(&SecurityContext, "{}", p);
+        let (out, _) = mutate_with(&MUTATOR, "{}", p);
         let init = &out["spec"]["initContainers"][0]["securityContext"];
         assert_eq!(init["allowPrivilegeEscalation"], false);
         assert!(
@@ -316,7 +308,7 @@ mod tests {
     #[test]
     fn sys_admin_keeps_escalation_unset() {
         let c = json!([{"name": "a", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]);
-        let (out, f) = mutate_with(&SecurityContext, "{}", pod(c));
+        let (out, f) = mutate_with(&MUTATOR, "{}", pod(c));
         let sc = &out["spec"]["containers"][0]["securityContext"];
         assert!(sc.get("allowPrivilegeEscalation").is_none());
         assert_eq!(f.warnings.len(), 1);
@@ -325,7 +317,7 @@ mod tests {
     #[test]
     fn pod_level_options_when_configured() {
         let q = "securityContext: {runAsNonRoot: true, runAsUser: 1000, fsGroup: 2000}";
-        let (out, _) = mutate_with(&SecurityContext, q, pod(json!([{"name": "a"}])));
+        let (out, _) = mutate_with(&MUTATOR, q, pod(json!([{"name": "a"}])));
         assert_eq!(
             out["spec"]["securityContext"],
             json!({"runAsNonRoot": true, "runAsUser": 1000, "fsGroup": 2000})
@@ -337,7 +329,7 @@ mod tests {
     fn pod_run_as_non_root_never_contradicts_a_root_container() {
         let q = "securityContext: {runAsNonRoot: true}";
         let c = json!([{"name": "app"}, {"name": "fixer", "securityContext": {"runAsUser": 0}}]);
-        let (out, f) = mutate_with(&SecurityContext, q, pod(c));
+        let (out, f) = mutate_with(&MUTATOR, q, pod(c));
         assert!(
             out["spec"]["securityContext"].get("runAsNonRoot").is_none(),
             "{}",
@@ -353,7 +345,7 @@ mod tests {
         let mut p = pod(json!([{"name": "app"}]));
         p["spec"]["initContainers"] =
             json!([{"name": "chown", "securityContext": {"runAsUser": 0}}]);
-        let (out, f) = mutate_with(&SecurityContext, q, p);
+        let (out, f) = mutate_with(&MUTATOR, q, p);
         assert!(out["spec"]["securityContext"].get("runAsNonRoot").is_none());
         assert!(
             f.warnings[0].contains("initContainers[0] (chown)"),
@@ -362,12 +354,12 @@ mod tests {
         );
         let mut p = pod(json!([{"name": "app"}]));
         p["spec"]["securityContext"] = json!({"runAsUser": 0});
-        let (out, _) = mutate_with(&SecurityContext, q, p);
+        let (out, _) = mutate_with(&MUTATOR, q, p);
         assert!(out["spec"]["securityContext"].get("runAsNonRoot").is_none());
         // A root container that sets its own runAsNonRoot, or a non-root one: no contradiction.
         let c = json!([{"name": "app", "securityContext": {"runAsUser": 1000}},
                        {"name": "b", "securityContext": {"runAsUser": 0, "runAsNonRoot": false}}]);
-        let (out, f) = mutate_with(&SecurityContext, q, pod(c));
+        let (out, f) = mutate_with(&MUTATOR, q, pod(c));
         assert_eq!(out["spec"]["securityContext"]["runAsNonRoot"], true);
         assert!(f.warnings.is_empty(), "{:?}", f.warnings);
     }
@@ -375,7 +367,7 @@ mod tests {
     #[test]
     fn disabled_and_idempotent() {
         let (out, _) = mutate_with(
-            &SecurityContext,
+            &MUTATOR,
             "securityContext: {enabled: false}",
             pod(json!([{"name": "a"}])),
         );
@@ -384,8 +376,8 @@ mod tests {
                 .get("securityContext")
                 .is_none()
         );
-        let (once, _) = mutate_with(&SecurityContext, "{}", pod(json!([{"name": "a"}])));
-        let (twice, _) = mutate_with(&SecurityContext, "{}", once.clone());
+        let (once, _) = mutate_with(&MUTATOR, "{}", pod(json!([{"name": "a"}])));
+        let (twice, _) = mutate_with(&MUTATOR, "{}", once.clone());
         assert_eq!(once, twice);
     }
 }

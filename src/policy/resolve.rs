@@ -194,8 +194,8 @@ fn env_value(kind: WorkloadKind, object: &Value, env_name: &str) -> Option<Strin
     workload::templates(kind, object)
         .into_iter()
         .filter_map(|(_, template)| template.get("spec").and_then(Value::as_object))
-        .flat_map(workload::containers)
-        .find_map(|c| workload::effective_env_value(c, env_name).filter(|v| !v.is_empty()))
+        .flat_map(|spec| workload::containers(spec, &[]))
+        .find_map(|(_, c)| workload::effective_env_value(c, env_name).filter(|v| !v.is_empty()))
         .map(str::to_string)
 }
 

@@ -24,7 +24,9 @@ use super::schema::Schema;
 use super::template::{Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{FieldLimit, VariableLimit};
 use crate::quantity::Quantity;
-use crate::workload::{self, CONTAINER_LISTS, TemplateInfo, TemplateRole, WorkloadKind};
+use crate::workload::{
+    self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
+};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -207,12 +209,14 @@ impl TemplateShape {
             let name_of = |c: &Value| c.get("name").and_then(Value::as_str).map(str::to_string);
             let found = match name {
                 Some(name) => items.iter().position(|c| name_of(c).as_ref() == Some(name)),
-                None if list == CONTAINER_LISTS[0] => items
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| !name_of(c).is_some_and(|n| sidecars.contains(&n)))
+                None if list == CONTAINER_LISTS[0] => template
+                    .get("spec")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flat_map(|spec| workload::containers(spec, sidecars))
+                    .filter(|(slot, _)| slot.role == ContainerRole::App)
                     .nth(index)
-                    .map(|(j, _)| j),
+                    .map(|(slot, _)| slot.index),
                 None => (index < items.len()).then_some(index),
             };
             let mut base = info.spec_path();

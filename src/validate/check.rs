@@ -258,7 +258,8 @@ impl<'a> Evaluation<'a> {
     fn check_envelope(&mut self, envelope: &[Ceiling]) {
         let mut found = Vec::new();
         for (info, template) in &self.templates {
-            for c in workload::pod_containers(template) {
+            let spec = template.get("spec").and_then(Value::as_object);
+            for (c, container) in spec.into_iter().flat_map(|s| workload::containers(s, &[])) {
                 for ceiling in envelope {
                     let mut place = info.spec_path();
                     for segment in [
@@ -273,8 +274,7 @@ impl<'a> Evaluation<'a> {
                     if self.reached.contains(&place) {
                         continue;
                     }
-                    let value = c
-                        .container
+                    let value = container
                         .get("resources")
                         .and_then(|r| r.get(&ceiling.kind))
                         .and_then(|r| r.get(&ceiling.resource));
@@ -351,7 +351,7 @@ impl<'a> Evaluation<'a> {
     /// Σ sidecars started before it)). Each container counts its limit, else its request.
     /// `None` when the sum does not fit.
     fn per_pod(template: &Map<String, Value>, resource: &str) -> Option<Quantity> {
-        let amount = |container: &Value| -> Quantity {
+        let amount = |container: &Map<String, Value>| -> Quantity {
             let Some(resources) = container.get("resources") else {
                 return Quantity::ZERO;
             };
@@ -366,10 +366,11 @@ impl<'a> Evaluation<'a> {
         let mut app = Quantity::ZERO;
         let mut sidecars = Quantity::ZERO;
         let mut init_peak = Quantity::ZERO;
-        for c in workload::pod_containers(template) {
-            let own = amount(c.container);
-            match c.role {
-                ContainerRole::App => app = app.checked_add(&own)?,
+        let spec = template.get("spec").and_then(Value::as_object)?;
+        for (slot, container) in workload::containers(spec, &[]) {
+            let own = amount(container);
+            match slot.role {
+                ContainerRole::App | ContainerRole::ConfiguredSidecar => app = app.checked_add(&own)?,
                 ContainerRole::Sidecar => {
                     sidecars = sidecars.checked_add(&own)?;
                     init_peak = init_peak.max(sidecars);

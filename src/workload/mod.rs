@@ -97,171 +97,98 @@ fn int_at(v: Option<&Value>, default: i64) -> i64 {
     v.and_then(Value::as_i64).unwrap_or(default)
 }
 
-/// Calls `f` for every pod template of the workload with the template object
-/// (a map holding `metadata` and `spec`). Malformed shapes are skipped, never a panic.
-pub fn for_each_template_mut(
-    kind: WorkloadKind,
-    object: &mut Value,
-    mut f: impl FnMut(&TemplateInfo, &mut Map<String, Value>),
-) {
+/// A JSON Pointer reference token (`~` → `~0`, `/` → `~1`).
+fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The one template walk: where every pod template of the workload sits (with the JSON
+/// Pointer to it) and how many pods it stands for. Malformed shapes are skipped, never a panic.
+fn template_places(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, String)> {
+    let mut out = Vec::new();
+    let has_template = |holder: &Value| holder.get("template").is_some_and(Value::is_object);
     match kind {
         WorkloadKind::Pod => {
-            if let Some(map) = object.as_object_mut() {
+            if object.is_object() {
                 let info = TemplateInfo {
                     role: TemplateRole::Pod,
                     path: String::new(),
                     replicas: 1,
                 };
-                f(&info, map);
+                out.push((info, String::new()));
             }
         }
         WorkloadKind::BatchJob => {
-            let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
-                return;
-            };
-            let replicas = int_at(spec.get("parallelism"), 1);
-            if let Some(t) = spec.get_mut("template").and_then(Value::as_object_mut) {
+            if let Some(spec) = object.get("spec").filter(|s| has_template(s)) {
                 let info = TemplateInfo {
                     role: TemplateRole::JobTemplate,
                     path: "spec.template".into(),
-                    replicas,
+                    replicas: int_at(spec.get("parallelism"), 1),
                 };
-                f(&info, t);
+                out.push((info, "/spec/template".into()));
             }
         }
         WorkloadKind::VolcanoJob => {
-            let Some(tasks) = object
-                .pointer_mut("/spec/tasks")
-                .and_then(Value::as_array_mut)
-            else {
-                return;
-            };
-            for (index, task) in tasks.iter_mut().enumerate() {
-                let Some(task) = task.as_object_mut() else {
+            let tasks = object.pointer("/spec/tasks").and_then(Value::as_array);
+            for (index, task) in tasks.into_iter().flatten().enumerate() {
+                if !task.is_object() || !has_template(task) {
                     continue;
-                };
-                let name = task
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                let replicas = int_at(task.get("replicas"), 1);
-                if let Some(t) = task.get_mut("template").and_then(Value::as_object_mut) {
-                    let info = TemplateInfo {
-                        role: TemplateRole::VolcanoTask { index, name },
-                        path: format!("spec.tasks[{index}].template"),
-                        replicas,
-                    };
-                    f(&info, t);
                 }
+                let name = task.get("name").and_then(Value::as_str).unwrap_or_default();
+                let info = TemplateInfo {
+                    role: TemplateRole::VolcanoTask {
+                        index,
+                        name: name.to_string(),
+                    },
+                    path: format!("spec.tasks[{index}].template"),
+                    replicas: int_at(task.get("replicas"), 1),
+                };
+                out.push((info, format!("/spec/tasks/{index}/template")));
             }
         }
         WorkloadKind::PyTorchJob => {
-            let Some(specs) = object
-                .pointer_mut("/spec/pytorchReplicaSpecs")
-                .and_then(Value::as_object_mut)
-            else {
-                return;
-            };
-            for (replica_type, rs) in specs.iter_mut() {
-                let Some(rs) = rs.as_object_mut() else {
-                    continue;
-                };
-                let replicas = int_at(rs.get("replicas"), 1);
-                if let Some(t) = rs.get_mut("template").and_then(Value::as_object_mut) {
-                    let info = TemplateInfo {
-                        role: TemplateRole::PyTorchReplica {
-                            replica_type: replica_type.clone(),
-                        },
-                        path: format!("spec.pytorchReplicaSpecs.{replica_type}.template"),
-                        replicas,
-                    };
-                    f(&info, t);
-                }
-            }
-        }
-    }
-}
-
-/// Read-only list of the templates of a workload.
-pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<String, Value>)> {
-    let mut out = Vec::new();
-    match kind {
-        WorkloadKind::Pod => {
-            if let Some(map) = object.as_object() {
-                out.push((
-                    TemplateInfo {
-                        role: TemplateRole::Pod,
-                        path: String::new(),
-                        replicas: 1,
-                    },
-                    map,
-                ));
-            }
-        }
-        WorkloadKind::BatchJob => {
-            let spec = object.get("spec");
-            let replicas = int_at(spec.and_then(|s| s.get("parallelism")), 1);
-            if let Some(t) = spec
-                .and_then(|s| s.get("template"))
-                .and_then(Value::as_object)
-            {
-                out.push((
-                    TemplateInfo {
-                        role: TemplateRole::JobTemplate,
-                        path: "spec.template".into(),
-                        replicas,
-                    },
-                    t,
-                ));
-            }
-        }
-        WorkloadKind::VolcanoJob => {
-            if let Some(tasks) = object.pointer("/spec/tasks").and_then(Value::as_array) {
-                for (index, task) in tasks.iter().enumerate() {
-                    let name = task
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string();
-                    let replicas = int_at(task.get("replicas"), 1);
-                    if let Some(t) = task.get("template").and_then(Value::as_object) {
-                        out.push((
-                            TemplateInfo {
-                                role: TemplateRole::VolcanoTask { index, name },
-                                path: format!("spec.tasks[{index}].template"),
-                                replicas,
-                            },
-                            t,
-                        ));
-                    }
-                }
-            }
-        }
-        WorkloadKind::PyTorchJob => {
-            if let Some(specs) = object
+            let specs = object
                 .pointer("/spec/pytorchReplicaSpecs")
-                .and_then(Value::as_object)
-            {
-                for (replica_type, rs) in specs {
-                    let replicas = int_at(rs.get("replicas"), 1);
-                    if let Some(t) = rs.get("template").and_then(Value::as_object) {
-                        out.push((
-                            TemplateInfo {
-                                role: TemplateRole::PyTorchReplica {
-                                    replica_type: replica_type.clone(),
-                                },
-                                path: format!("spec.pytorchReplicaSpecs.{replica_type}.template"),
-                                replicas,
-                            },
-                            t,
-                        ));
-                    }
+                .and_then(Value::as_object);
+            for (replica_type, rs) in specs.into_iter().flatten() {
+                if !rs.is_object() || !has_template(rs) {
+                    continue;
                 }
+                let info = TemplateInfo {
+                    role: TemplateRole::PyTorchReplica {
+                        replica_type: replica_type.clone(),
+                    },
+                    path: format!("spec.pytorchReplicaSpecs.{replica_type}.template"),
+                    replicas: int_at(rs.get("replicas"), 1),
+                };
+                let token = pointer_token(replica_type);
+                out.push((info, format!("/spec/pytorchReplicaSpecs/{token}/template")));
             }
         }
     }
     out
+}
+
+/// Calls `f` for every pod template of the workload with the template object
+/// (a map holding `metadata` and `spec`).
+pub fn for_each_template_mut(
+    kind: WorkloadKind,
+    object: &mut Value,
+    mut f: impl FnMut(&TemplateInfo, &mut Map<String, Value>),
+) {
+    for (info, pointer) in template_places(kind, object) {
+        if let Some(template) = object.pointer_mut(&pointer).and_then(Value::as_object_mut) {
+            f(&info, template);
+        }
+    }
+}
+
+/// Every pod template of the workload, read-only.
+pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<String, Value>)> {
+    template_places(kind, object)
+        .into_iter()
+        .filter_map(|(info, pointer)| Some((info, object.pointer(&pointer)?.as_object()?)))
+        .collect()
 }
 
 /// The container lists of a pod spec that launchgate treats as "containers".
@@ -270,8 +197,11 @@ pub const CONTAINER_LISTS: [&str; 2] = ["containers", "initContainers"];
 /// What a container is to its pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContainerRole {
-    /// An entry of `containers`.
+    /// An entry of `containers`: a training container.
     App,
+    /// An entry of `containers` named in `match.sidecarContainers` (a service-mesh proxy…):
+    /// it runs next to the training containers but is never one of them.
+    ConfiguredSidecar,
     /// An entry of `initContainers` that runs to completion before the app containers.
     Init,
     /// A native sidecar: an entry of `initContainers` with `restartPolicy: Always`; it keeps
@@ -279,97 +209,82 @@ pub enum ContainerRole {
     Sidecar,
 }
 
-/// One container of a pod spec with where it is and its role.
-#[derive(Debug, Clone, Copy)]
-pub struct PodContainer<'a> {
+/// Where one container sits in its pod spec, and what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerSlot {
     /// `containers` or `initContainers`.
     pub list: &'static str,
     pub index: usize,
     pub role: ContainerRole,
-    pub container: &'a Value,
 }
 
-/// Every container entry of a pod spec (`containers`, then `initContainers`, in order) with
-/// its list and index; entries that are not objects are skipped. The one read-only container
-/// walk ([`pod_containers`] and [`containers`] are views of it).
-pub fn container_entries(
-    pod_spec: &Map<String, Value>,
-) -> impl Iterator<Item = (&'static str, usize, &Value)> {
-    CONTAINER_LISTS.into_iter().flat_map(move |list| {
-        pod_spec
-            .get(list)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .filter(|(_, c)| c.is_object())
-            .map(move |(index, c)| (list, index, c))
-    })
+impl ContainerSlot {
+    /// Dotted path of the container under `spec_path`, e.g. `spec.template.spec.containers[0]`.
+    pub fn path(&self, spec_path: &str) -> String {
+        format!("{spec_path}.{}[{}]", self.list, self.index)
+    }
 }
 
-/// Every container of a pod template (`spec.containers`, then `spec.initContainers` in
-/// order), each with its role. Entries that are not objects are skipped.
-pub fn pod_containers(template: &Map<String, Value>) -> Vec<PodContainer<'_>> {
-    let Some(spec) = template.get("spec").and_then(Value::as_object) else {
-        return Vec::new();
-    };
-    container_entries(spec)
-        .map(|(list, index, container)| {
+/// The one container walk: every container entry of a pod spec (`containers`, then
+/// `initContainers`, in order) with its role; entries that are not objects are skipped.
+/// `sidecars` are the configured sidecar names (`match.sidecarContainers`).
+fn container_slots(pod_spec: &Map<String, Value>, sidecars: &[String]) -> Vec<ContainerSlot> {
+    let mut out = Vec::new();
+    for list in CONTAINER_LISTS {
+        let items = pod_spec.get(list).and_then(Value::as_array);
+        for (index, c) in items.into_iter().flatten().enumerate() {
+            let Some(c) = c.as_object() else { continue };
             let role = if list == CONTAINER_LISTS[0] {
-                ContainerRole::App
-            } else if container.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+                let name = c.get("name").and_then(Value::as_str);
+                if name.is_some_and(|n| sidecars.iter().any(|s| s == n)) {
+                    ContainerRole::ConfiguredSidecar
+                } else {
+                    ContainerRole::App
+                }
+            } else if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
                 ContainerRole::Sidecar
             } else {
                 ContainerRole::Init
             };
-            PodContainer {
-                list,
-                index,
-                role,
-                container,
-            }
+            out.push(ContainerSlot { list, index, role });
+        }
+    }
+    out
+}
+
+/// Every container of a pod spec with its slot, read-only.
+pub fn containers<'a>(
+    pod_spec: &'a Map<String, Value>,
+    sidecars: &[String],
+) -> impl Iterator<Item = (ContainerSlot, &'a Map<String, Value>)> {
+    container_slots(pod_spec, sidecars)
+        .into_iter()
+        .filter_map(move |slot| {
+            let c = pod_spec.get(slot.list)?.get(slot.index)?.as_object()?;
+            Some((slot, c))
         })
-        .collect()
+}
+
+/// Calls `f` for every container of a pod spec with its slot.
+pub fn for_each_container_mut(
+    pod_spec: &mut Map<String, Value>,
+    sidecars: &[String],
+    mut f: impl FnMut(ContainerSlot, &mut Map<String, Value>),
+) {
+    for slot in container_slots(pod_spec, sidecars) {
+        let c = pod_spec
+            .get_mut(slot.list)
+            .and_then(|l| l.get_mut(slot.index))
+            .and_then(Value::as_object_mut);
+        if let Some(c) = c {
+            f(slot, c);
+        }
+    }
 }
 
 /// `template.spec` as a mutable map, if present.
 pub fn pod_spec_mut(template: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
     template.get_mut("spec").and_then(Value::as_object_mut)
-}
-
-/// Calls `f` for each container map in `containers` and `initContainers` of a pod spec,
-/// with the list name and the index. The one mutable container walk: every mutator that
-/// touches containers goes through it (or [`for_each_app_container_mut`]).
-pub fn for_each_container_mut(
-    pod_spec: &mut Map<String, Value>,
-    mut f: impl FnMut(&str, usize, &mut Map<String, Value>),
-) {
-    for list in CONTAINER_LISTS {
-        if let Some(items) = pod_spec.get_mut(list).and_then(Value::as_array_mut) {
-            for (i, c) in items.iter_mut().enumerate() {
-                if let Some(c) = c.as_object_mut() {
-                    f(list, i, c);
-                }
-            }
-        }
-    }
-}
-
-/// Calls `f` for each app container (`spec.containers`, not init containers) with its index.
-pub fn for_each_app_container_mut(
-    pod_spec: &mut Map<String, Value>,
-    mut f: impl FnMut(usize, &mut Map<String, Value>),
-) {
-    for_each_container_mut(pod_spec, |list, i, c| {
-        if list == CONTAINER_LISTS[0] {
-            f(i, c)
-        }
-    });
-}
-
-/// Every container map of a pod spec (`containers`, then `initContainers`), read-only.
-pub fn containers(pod_spec: &Map<String, Value>) -> impl Iterator<Item = &Map<String, Value>> {
-    container_entries(pod_spec).filter_map(|(_, _, c)| c.as_object())
 }
 
 /// The env entry the container will see for `name`.
@@ -508,30 +423,49 @@ mod tests {
     }
 
     #[test]
-    fn pod_containers_walk_every_list_with_roles() {
-        let t = json!({"spec": {"containers": [{"name": "a"}, "junk", {"name": "b"}],
-            "initContainers": [{"name": "i"}, {"name": "s", "restartPolicy": "Always"}]}});
-        let found: Vec<_> = pod_containers(t.as_object().unwrap())
-            .into_iter()
-            .map(|c| {
-                (
-                    c.list,
-                    c.index,
-                    c.role,
-                    c.container["name"].as_str().unwrap(),
-                )
-            })
+    fn the_container_walk_gives_every_list_with_roles() {
+        let spec = json!({"containers": [{"name": "a"}, "junk", {"name": "istio-proxy"}],
+            "initContainers": [{"name": "i"}, {"name": "s", "restartPolicy": "Always"}]});
+        let sidecars = ["istio-proxy".to_string()];
+        let found: Vec<_> = containers(spec.as_object().unwrap(), &sidecars)
+            .map(|(slot, c)| (slot.path("spec"), slot.role, c["name"].as_str().unwrap()))
             .collect();
         assert_eq!(
             found,
             vec![
-                ("containers", 0, ContainerRole::App, "a"),
-                ("containers", 2, ContainerRole::App, "b"),
-                ("initContainers", 0, ContainerRole::Init, "i"),
-                ("initContainers", 1, ContainerRole::Sidecar, "s"),
+                ("spec.containers[0]".into(), ContainerRole::App, "a"),
+                ("spec.containers[2]".into(), ContainerRole::ConfiguredSidecar, "istio-proxy"),
+                ("spec.initContainers[0]".into(), ContainerRole::Init, "i"),
+                ("spec.initContainers[1]".into(), ContainerRole::Sidecar, "s"),
             ]
         );
-        assert!(pod_containers(json!({"spec": 1}).as_object().unwrap()).is_empty());
+        assert_eq!(containers(json!({"containers": 1}).as_object().unwrap(), &[]).count(), 0);
+        // The mutable walk visits the same slots.
+        let mut spec = spec;
+        let mut seen = vec![];
+        for_each_container_mut(spec.as_object_mut().unwrap(), &sidecars, |slot, c| {
+            c.insert("seen".into(), json!(true));
+            seen.push(slot);
+        });
+        let read: Vec<_> = containers(spec.as_object().unwrap(), &sidecars)
+            .map(|(slot, c)| {
+                assert_eq!(c["seen"], true);
+                slot
+            })
+            .collect();
+        assert_eq!(seen, read);
+    }
+
+    #[test]
+    fn replica_types_are_escaped_in_template_pointers() {
+        let mut pt = json!({"spec": {"pytorchReplicaSpecs": {"a/b~c": {"template": {"spec": {}}}}}});
+        let mut paths = vec![];
+        for_each_template_mut(WorkloadKind::PyTorchJob, &mut pt, |info, t| {
+            t.insert("seen".into(), json!(1));
+            paths.push(info.path.clone());
+        });
+        assert_eq!(paths, ["spec.pytorchReplicaSpecs.a/b~c.template"]);
+        assert_eq!(pt["spec"]["pytorchReplicaSpecs"]["a/b~c"]["template"]["seen"], 1);
     }
 
     #[test]
@@ -550,19 +484,6 @@ mod tests {
         assert!(effective_env(c, "C").is_none());
         let garbage = json!({"env": "x"});
         assert!(effective_env(garbage.as_object().unwrap(), "A").is_none());
-    }
-
-    #[test]
-    fn container_walks_cover_both_lists() {
-        let mut spec = json!({"containers": [{"name": "a"}, 3], "initContainers": [{"name": "i"}]});
-        let spec = spec.as_object_mut().unwrap();
-        let names: Vec<_> = containers(spec)
-            .map(|c| c["name"].as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(names, ["a", "i"]);
-        let mut apps = vec![];
-        for_each_app_container_mut(spec, |i, c| apps.push((i, c["name"].clone())));
-        assert_eq!(apps, [(0, json!("a"))]);
     }
 
     #[test]

@@ -252,7 +252,8 @@ pub fn wire_pod_spec(
     let host_network = pod_spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
     let mut host_port_taken = host_network
         && port.is_some_and(|port| {
-            workload::containers(pod_spec).any(|c| edit::declares_tcp_port(c, i64::from(port)))
+            workload::containers(pod_spec, ctx.sidecars)
+                .any(|(_, c)| edit::declares_tcp_port(c, i64::from(port)))
         });
     let mut changed = false;
     ctx.for_each_training_container(pod_spec, spec_path, |where_, c| {

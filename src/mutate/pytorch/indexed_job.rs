@@ -150,13 +150,13 @@ mod tests {
 
     #[test]
     fn api_defaulted_parallelism_runs_all_ranks_at_once() {
-        use crate::mutate::pytorch::PytorchWiring;
+        use crate::mutate::pytorch::MUTATOR;
         use crate::mutate::test_support::mutate_with;
         // completions 3 without parallelism: the API server stored parallelism 1.
         let mut spec = good_spec();
         spec["parallelism"] = json!(1);
         let (out, f) = mutate_with(
-            &PytorchWiring,
+            &MUTATOR,
             "pytorch: {indexedJobs: true}",
             job(spec.clone(), json!({})),
         );
@@ -166,7 +166,7 @@ mod tests {
         let mut j = job(spec, json!({}));
         j["metadata"]["managedFields"] = json!([{"operation": "Apply", "manager": "kubectl",
             "fieldsV1": {"f:spec": {"f:parallelism": {}}}}]);
-        let (out, f) = mutate_with(&PytorchWiring, "pytorch: {indexedJobs: true}", j);
+        let (out, f) = mutate_with(&MUTATOR, "pytorch: {indexedJobs: true}", j);
         assert_eq!(out["spec"]["parallelism"], 1);
         assert!(
             f.warnings[0].contains("spec.parallelism 1 < spec.completions 3"),

@@ -40,28 +40,25 @@ use super::{Findings, MutationContext, Mutator};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
 
-/// The PyTorch wiring mutator: dispatches on the workload kind.
-pub struct PytorchWiring;
+/// The pytorch mutator.
+pub const MUTATOR: Mutator = Mutator {
+    name: "pytorch",
+    run: mutate,
+};
 
-impl Mutator for PytorchWiring {
-    fn name(&self) -> &'static str {
-        "pytorch"
+pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, f: &mut Findings) -> bool {
+    let cfg = ctx.settings.pytorch;
+    if !cfg.enabled || !object.is_object() {
+        return false;
     }
-
-    fn mutate(&self, ctx: &MutationContext<'_>, object: &mut Value, f: &mut Findings) -> bool {
-        let cfg = ctx.settings.pytorch;
-        if !cfg.enabled || !object.is_object() {
-            return false;
+    match ctx.kind {
+        WorkloadKind::VolcanoJob => volcano::mutate_job(ctx, cfg, object, f),
+        WorkloadKind::Pod if deferred::is_deferred(object) => {
+            deferred::mutate_pod(ctx, cfg, object, f)
         }
-        match ctx.kind {
-            WorkloadKind::VolcanoJob => volcano::mutate_job(ctx, cfg, object, f),
-            WorkloadKind::Pod if deferred::is_deferred(object) => {
-                deferred::mutate_pod(ctx, cfg, object, f)
-            }
-            WorkloadKind::Pod => volcano::mutate_pod(ctx, cfg, object, f),
-            WorkloadKind::BatchJob => indexed_job::mutate(ctx, cfg, object, f),
-            WorkloadKind::PyTorchJob => pytorchjob::mutate(ctx, cfg, object, f),
-        }
+        WorkloadKind::Pod => volcano::mutate_pod(ctx, cfg, object, f),
+        WorkloadKind::BatchJob => indexed_job::mutate(ctx, cfg, object, f),
+        WorkloadKind::PyTorchJob => pytorchjob::mutate(ctx, cfg, object, f),
     }
 }
 
@@ -94,7 +91,7 @@ mod mutator_tests {
 
     #[test]
     fn volcano_job_is_wired_once_and_sidecars_are_untouched() {
-        let (out, f) = mutate_with(&PytorchWiring, "{}", vcjob(1));
+        let (out, f) = mutate_with(&MUTATOR, "{}", vcjob(1));
         assert!(f.warnings.is_empty(), "{:?}", f.warnings);
         let master = &out["spec"]["tasks"][0]["template"];
         assert_eq!(
@@ -132,13 +129,13 @@ mod mutator_tests {
             "no port for extra tasks"
         );
         assert_eq!(tb["spec"]["containers"][0]["env"][2]["value"], "3");
-        let (again, _) = mutate_with(&PytorchWiring, "{}", out.clone());
+        let (again, _) = mutate_with(&MUTATOR, "{}", out.clone());
         assert_eq!(again, out, "idempotent");
     }
 
     #[test]
     fn two_master_replicas_are_skipped_by_the_mutator_with_a_warning() {
-        let (out, f) = mutate_with(&PytorchWiring, "{}", vcjob(2));
+        let (out, f) = mutate_with(&MUTATOR, "{}", vcjob(2));
         // Nothing wired; only the record that its pods take no rank.
         let mut expected = vcjob(2);
         for task in expected["spec"]["tasks"].as_array_mut().unwrap() {
@@ -155,7 +152,7 @@ mod mutator_tests {
     #[test]
     fn wait_for_master_goes_to_workers_only() {
         let (out, _) = mutate_with(
-            &PytorchWiring,
+            &MUTATOR,
             "{pytorch: {waitForMaster: {enabled: true, timeoutSeconds: 60}}}",
             vcjob(1),
         );
@@ -173,7 +170,7 @@ mod mutator_tests {
 
     #[test]
     fn disabled_queue_and_malformed_objects_change_nothing() {
-        let (out, _) = mutate_with(&PytorchWiring, "{pytorch: {enabled: false}}", vcjob(1));
+        let (out, _) = mutate_with(&MUTATOR, "{pytorch: {enabled: false}}", vcjob(1));
         assert_eq!(out, vcjob(1));
         for spec in [
             json!(null),
@@ -182,7 +179,7 @@ mod mutator_tests {
         ] {
             let mut job = vcjob(1);
             job["spec"] = spec;
-            let _ = mutate_with(&PytorchWiring, "{}", job);
+            let _ = mutate_with(&MUTATOR, "{}", job);
         }
         for obj in [
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"annotations": {"volcano.sh/job-name": 3}}, "spec": []}),
@@ -191,7 +188,7 @@ mod mutator_tests {
             json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {}, "spec": {"pytorchReplicaSpecs": {"Master": 1, "Worker": {"template": {"spec": {"containers": {}}}}}}}),
         ] {
             let _ = mutate_with(
-                &PytorchWiring,
+                &MUTATOR,
                 "{pytorch: {waitForMaster: {enabled: true}, nprocPerNode: 2}}",
                 obj,
             );

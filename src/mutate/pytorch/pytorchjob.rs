@@ -166,17 +166,17 @@ mod tests {
 
     #[test]
     fn the_operators_auto_default_is_not_the_users_choice() {
-        use crate::mutate::pytorch::PytorchWiring;
+        use crate::mutate::pytorch::MUTATOR;
         use crate::mutate::test_support::mutate_with;
         let q = "pytorch: {nprocPerNode: 4}";
         let mut j = job(json!({"Master": {"replicas": 1}}));
         j["spec"]["nprocPerNode"] = json!("auto");
-        let (out, _) = mutate_with(&PytorchWiring, q, j.clone());
+        let (out, _) = mutate_with(&MUTATOR, q, j.clone());
         assert_eq!(out["spec"]["nprocPerNode"], "4");
         // Applied by the user: theirs.
         j["metadata"]["managedFields"] = json!([{"manager": "flux", "operation": "Apply",
             "fieldsV1": {"f:spec": {"f:nprocPerNode": {}}}}]);
-        let (out, _) = mutate_with(&PytorchWiring, q, j);
+        let (out, _) = mutate_with(&MUTATOR, q, j);
         assert_eq!(out["spec"]["nprocPerNode"], "auto");
     }
 

@@ -149,7 +149,9 @@ fn other_framework_env(pod: &Value) -> Option<&'static str> {
     let spec = pod.get("spec")?.as_object()?;
     OTHER_FRAMEWORK_ENV
         .into_iter()
-        .find(|var| workload::containers(spec).any(|c| workload::effective_env(c, var).is_some()))
+        .find(|var| {
+            workload::containers(spec, &[]).any(|(_, c)| workload::effective_env(c, var).is_some())
+        })
 }
 
 /// Wires one pod of a Volcano Job.
