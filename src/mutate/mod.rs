@@ -59,7 +59,6 @@ impl MutationContext<'_> {
             }
         });
     }
-
 }
 
 /// Messages a mutator or check leaves for the user.
@@ -72,15 +71,9 @@ pub struct Findings {
 }
 
 impl Findings {
+    /// Leaves a warning for the user.
     pub fn warn(&mut self, message: impl Into<String>) {
         self.warnings.push(message.into());
-    }
-    pub fn deny(&mut self, message: impl Into<String>) {
-        self.denials.push(message.into());
-    }
-    pub fn extend(&mut self, other: Findings) {
-        self.warnings.extend(other.warnings);
-        self.denials.extend(other.denials);
     }
 }
 
@@ -142,11 +135,7 @@ pub(crate) mod test_support {
 
     /// Runs one mutator on `object` with queue `q` configured by `queue_body`.
     /// Also checks the mutator's "changed" answer against the real difference.
-    pub fn mutate_with(
-        mutator: &Mutator,
-        queue_body: &str,
-        object: Value,
-    ) -> (Value, Findings) {
+    pub fn mutate_with(mutator: &Mutator, queue_body: &str, object: Value) -> (Value, Findings) {
         let policy = queue_yaml(queue_body).expect("test config is valid");
         let kind = WorkloadKind::of_object(&object).expect("test object has a known kind");
         let request = AdmissionRequest::synthetic_create(object.clone(), Some("wandb")).unwrap();

@@ -370,7 +370,9 @@ impl<'a> Evaluation<'a> {
         for (slot, container) in workload::containers(spec, &[]) {
             let own = amount(container);
             match slot.role {
-                ContainerRole::App | ContainerRole::ConfiguredSidecar => app = app.checked_add(&own)?,
+                ContainerRole::App | ContainerRole::ConfiguredSidecar => {
+                    app = app.checked_add(&own)?
+                }
                 ContainerRole::Sidecar => {
                     sidecars = sidecars.checked_add(&own)?;
                     init_peak = init_peak.max(sidecars);

@@ -129,13 +129,6 @@ impl FieldPath {
     pub fn starts_with(&self, prefix: &FieldPath) -> bool {
         self.0.starts_with(&prefix.0)
     }
-
-    /// `self` followed by `rest`.
-    pub fn join(&self, rest: &[Segment]) -> FieldPath {
-        let mut segments = self.0.clone();
-        segments.extend_from_slice(rest);
-        FieldPath(segments)
-    }
 }
 
 /// `"key"` or `'key'` inside brackets: `Some(Ok(key))`; not quoted: `None`.

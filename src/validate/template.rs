@@ -104,29 +104,12 @@ impl Wrapper {
     }
 }
 
-/// How the workload kind was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KindSource {
-    /// `apiVersion` and `kind`.
-    ApiVersionAndKind,
-    /// `kind` without `apiVersion`.
-    Kind,
-    /// `apiVersion` without `kind`.
-    ApiVersion,
-    /// Neither: from the shape (`spec.pytorchReplicaSpecs`, `spec.tasks`, else a batch/v1
-    /// Job, which is what the W&B agent submits).
-    Shape,
-}
-
 /// A parsed template.
 #[derive(Debug, Clone)]
 pub struct Template {
     /// The kind the template describes.
     pub kind: WorkloadKind,
-    pub kind_source: KindSource,
     pub wrapper: Wrapper,
-    /// The Kubernetes object, unwrapped.
-    pub object: Value,
     pub leaves: Vec<TemplateLeaf>,
     /// `{{variables}}` outside the Kubernetes object (next to `resource_args`), which no
     /// workload has: (variable, where).
@@ -355,7 +338,7 @@ pub fn unwrap(doc: &Value) -> Result<(Wrapper, &Value), String> {
 }
 
 /// The workload kind of a (unwrapped) template object, or why it cannot be told.
-pub fn infer_kind(object: &Value) -> Result<(WorkloadKind, KindSource), String> {
+pub fn infer_kind(object: &Value) -> Result<WorkloadKind, String> {
     let text = |key: &str| -> Result<Option<&str>, String> {
         match object.get(key) {
             None | Some(Value::Null) => Ok(None),
@@ -379,33 +362,27 @@ pub fn infer_kind(object: &Value) -> Result<(WorkloadKind, KindSource), String> 
         (Some(api_version), Some(kind)) => {
             let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
             match WorkloadKind::from_gvk(group, version, kind) {
-                Some(k) => Ok((k, KindSource::ApiVersionAndKind)),
+                Some(k) => Ok(k),
                 None => unknown(format!("kind {kind:?} of apiVersion {api_version:?}")),
             }
         }
         (None, Some(kind)) => match kind {
-            "Pod" => Ok((WorkloadKind::Pod, KindSource::Kind)),
-            "PyTorchJob" => Ok((WorkloadKind::PyTorchJob, KindSource::Kind)),
-            "Job" if has("tasks") => Ok((WorkloadKind::VolcanoJob, KindSource::Kind)),
-            "Job" => Ok((WorkloadKind::BatchJob, KindSource::Kind)),
+            "Pod" => Ok(WorkloadKind::Pod),
+            "PyTorchJob" => Ok(WorkloadKind::PyTorchJob),
+            "Job" if has("tasks") => Ok(WorkloadKind::VolcanoJob),
+            "Job" => Ok(WorkloadKind::BatchJob),
             other => unknown(format!("kind {other:?}")),
         },
         (Some(api_version), None) => match api_version {
-            "v1" => Ok((WorkloadKind::Pod, KindSource::ApiVersion)),
-            "batch/v1" => Ok((WorkloadKind::BatchJob, KindSource::ApiVersion)),
-            "batch.volcano.sh/v1alpha1" => Ok((WorkloadKind::VolcanoJob, KindSource::ApiVersion)),
-            "kubeflow.org/v1" if has("pytorchReplicaSpecs") => {
-                Ok((WorkloadKind::PyTorchJob, KindSource::ApiVersion))
-            }
+            "v1" => Ok(WorkloadKind::Pod),
+            "batch/v1" => Ok(WorkloadKind::BatchJob),
+            "batch.volcano.sh/v1alpha1" => Ok(WorkloadKind::VolcanoJob),
+            "kubeflow.org/v1" if has("pytorchReplicaSpecs") => Ok(WorkloadKind::PyTorchJob),
             other => unknown(format!("apiVersion {other:?} without a `kind`")),
         },
-        (None, None) if has("pytorchReplicaSpecs") => {
-            Ok((WorkloadKind::PyTorchJob, KindSource::Shape))
-        }
-        (None, None) if has("tasks") && !has("template") => {
-            Ok((WorkloadKind::VolcanoJob, KindSource::Shape))
-        }
-        (None, None) => Ok((WorkloadKind::BatchJob, KindSource::Shape)),
+        (None, None) if has("pytorchReplicaSpecs") => Ok(WorkloadKind::PyTorchJob),
+        (None, None) if has("tasks") && !has("template") => Ok(WorkloadKind::VolcanoJob),
+        (None, None) => Ok(WorkloadKind::BatchJob),
     }
 }
 
@@ -427,7 +404,7 @@ pub fn parse(source: &Value) -> Result<Template, String> {
         .iter()
         .map(|k| Segment::Key((*k).to_string()))
         .collect();
-    let (kind, kind_source) = infer_kind(object).map_err(|why| {
+    let kind = infer_kind(object).map_err(|why| {
         if wrapper == Wrapper::Bare {
             why
         } else {
@@ -483,9 +460,7 @@ pub fn parse(source: &Value) -> Result<Template, String> {
     }
     Ok(Template {
         kind,
-        kind_source,
         wrapper,
-        object: object.clone(),
         leaves,
         stray_variables,
     })
@@ -707,7 +682,7 @@ spec:
 
     #[test]
     fn kind_is_inferred_with_or_without_api_version() {
-        let kind = |v: Value| infer_kind(&v).map(|(k, _)| k);
+        let kind = |v: Value| infer_kind(&v);
         assert_eq!(
             kind(json!({"kind": "PyTorchJob"})),
             Ok(WorkloadKind::PyTorchJob)

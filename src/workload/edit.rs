@@ -62,16 +62,6 @@ pub fn upsert_named(
     }
 }
 
-/// True when the container declares an env var of that name.
-pub fn has_env(container: &Map<String, Value>, name: &str) -> bool {
-    crate::workload::effective_env(container, name).is_some()
-}
-
-/// The literal `value` the container sees for an env var (the last entry of that name).
-pub fn env_value<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
-    crate::workload::effective_env_value(container, name)
-}
-
 /// Upserts a literal env var `name=value`.
 pub fn upsert_env(
     container: &mut Map<String, Value>,
@@ -83,21 +73,6 @@ pub fn upsert_env(
         container,
         "env",
         serde_json::json!({"name": name, "value": value}),
-        replace,
-    )
-}
-
-/// Upserts an env var whose value comes from a downward-API `fieldRef`.
-pub fn upsert_env_field_ref(
-    container: &mut Map<String, Value>,
-    name: &str,
-    field_path: &str,
-    replace: bool,
-) -> Upsert {
-    upsert_named(
-        container,
-        "env",
-        serde_json::json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}),
         replace,
     )
 }
@@ -159,9 +134,9 @@ mod tests {
     fn env_upsert_never_duplicates() {
         let mut c = obj(json!({"name": "c", "env": [{"name": "A", "value": "user"}]}));
         assert_eq!(upsert_env(&mut c, "A", "ours", false), Upsert::Unchanged);
-        assert_eq!(env_value(&c, "A"), Some("user"));
+        assert_eq!(crate::workload::effective_env_value(&c, "A"), Some("user"));
         assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Replaced);
-        assert_eq!(env_value(&c, "A"), Some("ours"));
+        assert_eq!(crate::workload::effective_env_value(&c, "A"), Some("ours"));
         assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Unchanged);
         assert_eq!(upsert_env(&mut c, "B", "1", false), Upsert::Added);
         assert_eq!(upsert_env(&mut c, "B", "1", false), Upsert::Unchanged);
@@ -173,7 +148,7 @@ mod tests {
         // The W&B agent appended a second A: the kubelet uses "agent".
         let mut c =
             obj(json!({"env": [{"name": "A", "value": "user"}, {"name": "A", "value": "agent"}]}));
-        assert_eq!(env_value(&c, "A"), Some("agent"));
+        assert_eq!(crate::workload::effective_env_value(&c, "A"), Some("agent"));
         assert_eq!(upsert_env(&mut c, "A", "agent", false), Upsert::Unchanged);
         assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Replaced);
         assert_eq!(
@@ -181,7 +156,7 @@ mod tests {
             json!([{"name": "A", "value": "user"}, {"name": "A", "value": "ours"}]),
             "the effective entry is replaced, the shadowed one left"
         );
-        assert_eq!(env_value(&c, "A"), Some("ours"));
+        assert_eq!(crate::workload::effective_env_value(&c, "A"), Some("ours"));
         assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Unchanged);
     }
 

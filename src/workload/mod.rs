@@ -434,12 +434,19 @@ mod tests {
             found,
             vec![
                 ("spec.containers[0]".into(), ContainerRole::App, "a"),
-                ("spec.containers[2]".into(), ContainerRole::ConfiguredSidecar, "istio-proxy"),
+                (
+                    "spec.containers[2]".into(),
+                    ContainerRole::ConfiguredSidecar,
+                    "istio-proxy"
+                ),
                 ("spec.initContainers[0]".into(), ContainerRole::Init, "i"),
                 ("spec.initContainers[1]".into(), ContainerRole::Sidecar, "s"),
             ]
         );
-        assert_eq!(containers(json!({"containers": 1}).as_object().unwrap(), &[]).count(), 0);
+        assert_eq!(
+            containers(json!({"containers": 1}).as_object().unwrap(), &[]).count(),
+            0
+        );
         // The mutable walk visits the same slots.
         let mut spec = spec;
         let mut seen = vec![];
@@ -458,14 +465,18 @@ mod tests {
 
     #[test]
     fn replica_types_are_escaped_in_template_pointers() {
-        let mut pt = json!({"spec": {"pytorchReplicaSpecs": {"a/b~c": {"template": {"spec": {}}}}}});
+        let mut pt =
+            json!({"spec": {"pytorchReplicaSpecs": {"a/b~c": {"template": {"spec": {}}}}}});
         let mut paths = vec![];
         for_each_template_mut(WorkloadKind::PyTorchJob, &mut pt, |info, t| {
             t.insert("seen".into(), json!(1));
             paths.push(info.path.clone());
         });
         assert_eq!(paths, ["spec.pytorchReplicaSpecs.a/b~c.template"]);
-        assert_eq!(pt["spec"]["pytorchReplicaSpecs"]["a/b~c"]["template"]["seen"], 1);
+        assert_eq!(
+            pt["spec"]["pytorchReplicaSpecs"]["a/b~c"]["template"]["seen"],
+            1
+        );
     }
 
     #[test]

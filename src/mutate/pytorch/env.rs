@@ -432,8 +432,14 @@ mod tests {
             "c",
             &mut f
         ));
-        assert_eq!(edit::env_value(&c, MASTER_PORT), Some("29500"));
-        assert_eq!(edit::env_value(&c, PET_MASTER_PORT), Some("29500"));
+        assert_eq!(
+            workload::effective_env_value(&c, MASTER_PORT),
+            Some("29500")
+        );
+        assert_eq!(
+            workload::effective_env_value(&c, PET_MASTER_PORT),
+            Some("29500")
+        );
         assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
         assert!(f.warnings[0].contains("keeps its MASTER_PORT=\"29500\""));
         // A second pass changes nothing and warns the same once.
@@ -459,7 +465,10 @@ mod tests {
         ]}));
         let mut f = Findings::default();
         write_env(&mut c, &job_vars(&cfg(), &wiring()), &cfg(), "c", &mut f);
-        assert_eq!(edit::env_value(&c, PET_MASTER_PORT), Some("29500"));
+        assert_eq!(
+            workload::effective_env_value(&c, PET_MASTER_PORT),
+            Some("29500")
+        );
         assert!(
             f.warnings[0].contains("MASTER_PORT=\"29500\""),
             "{:?}",
@@ -473,8 +482,8 @@ mod tests {
             {"name": "WORLD_SIZE", "value": "16"}
         ]}));
         write_env(&mut c, &job_vars(&o, &wiring()), &o, "c", &mut f);
-        assert_eq!(edit::env_value(&c, WORLD_SIZE), Some("3"));
-        assert_eq!(edit::env_value(&c, PET_NNODES), Some("3"));
+        assert_eq!(workload::effective_env_value(&c, WORLD_SIZE), Some("3"));
+        assert_eq!(workload::effective_env_value(&c, PET_NNODES), Some("3"));
     }
 
     #[test]
@@ -489,9 +498,12 @@ mod tests {
             {"name": "WORLD_SIZE", "value": "3"}
         ]}));
         assert!(follow_shadowed_twins(&mut c));
-        assert_eq!(edit::env_value(&c, PET_MASTER_PORT), Some("23456"));
         assert_eq!(
-            edit::env_value(&c, PET_NNODES),
+            workload::effective_env_value(&c, PET_MASTER_PORT),
+            Some("23456")
+        );
+        assert_eq!(
+            workload::effective_env_value(&c, PET_NNODES),
             Some("9"),
             "a twin that mirrors no shadowed entry is the user's"
         );
@@ -516,7 +528,7 @@ mod tests {
         let mut f = Findings::default();
         assert!(write_env(&mut c, &job_vars(&o, &wiring()), &o, "c", &mut f));
         assert_eq!(names(&c)[0], WORLD_SIZE, "replaced where it was");
-        assert_eq!(edit::env_value(&c, WORLD_SIZE), Some("3"));
+        assert_eq!(workload::effective_env_value(&c, WORLD_SIZE), Some("3"));
         let n = names(&c);
         let mut unique = n.clone();
         unique.sort();

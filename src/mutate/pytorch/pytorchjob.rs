@@ -110,7 +110,7 @@ pub fn mutate(
         changed |= env::ensure_host_network_dns(spec, &info.spec_path(), wrote_dns, findings);
         ctx.for_each_training_container(spec, &info.spec_path(), |where_, c| {
             for name in OPERATOR_VARS {
-                if crate::workload::edit::has_env(c, name) {
+                if workload::effective_env(c, name).is_some() {
                     findings.warn(format!(
                         "launchgate: {where_} sets {name}, but the PyTorchJob operator appends its own {name}, which wins; remove it"
                     ));

@@ -147,11 +147,9 @@ const OTHER_FRAMEWORK_ENV: [&str; 2] = ["MPI_HOST", "TF_CONFIG"];
 
 fn other_framework_env(pod: &Value) -> Option<&'static str> {
     let spec = pod.get("spec")?.as_object()?;
-    OTHER_FRAMEWORK_ENV
-        .into_iter()
-        .find(|var| {
-            workload::containers(spec, &[]).any(|(_, c)| workload::effective_env(c, var).is_some())
-        })
+    OTHER_FRAMEWORK_ENV.into_iter().find(|var| {
+        workload::containers(spec, &[]).any(|(_, c)| workload::effective_env(c, var).is_some())
+    })
 }
 
 /// Wires one pod of a Volcano Job.
