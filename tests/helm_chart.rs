@@ -5,6 +5,9 @@
 //!
 //! Needs `pip install --ignore-requires-python helm-sdkpy`; without it these tests fail (never skip).
 
+mod common;
+
+use common::{launchgate, options, root, start_with, text};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
     WebhookClientConfig,
@@ -26,10 +29,6 @@ use std::process::Command;
 
 const INSTALL_HINT: &str = "pip install --ignore-requires-python helm-sdkpy";
 const RELEASE_NS: &str = "launchgate";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Runs `python3 scripts/helm_check.py ARGS`; panics with the install hint when the Helm
 /// library is missing, returns (success, stdout, stderr) otherwise.
@@ -187,44 +186,48 @@ struct Hook {
     has_match_conditions: bool,
 }
 
+/// The [`Hook`]s of the one `$kind` in `objs` (a MutatingWebhookConfiguration or a
+/// ValidatingWebhookConfiguration: the same webhook fields, but only the mutating one has a
+/// reinvocation policy, read by `$reinvocation`).
+macro_rules! hooks_of_kind {
+    ($objs:expr, $ty:ty, $kind:literal, |$w:ident| $reinvocation:expr) => {{
+        let config: $ty = one($objs, $kind);
+        config
+            .webhooks
+            .unwrap_or_default()
+            .into_iter()
+            .map(|$w| Hook {
+                reinvocation: $reinvocation,
+                name: $w.name,
+                side_effects: $w.side_effects,
+                versions: $w.admission_review_versions,
+                timeout: $w.timeout_seconds,
+                failure_policy: $w.failure_policy,
+                client: $w.client_config,
+                rules: $w.rules.unwrap_or_default(),
+                namespace_selector: $w.namespace_selector,
+                has_match_conditions: $w.match_conditions.is_some_and(|c| !c.is_empty()),
+            })
+            .collect::<Vec<Hook>>()
+    }};
+}
+
 fn mutating_hooks(objs: &[Value]) -> Vec<Hook> {
-    let m: MutatingWebhookConfiguration = one(objs, "MutatingWebhookConfiguration");
-    m.webhooks
-        .unwrap_or_default()
-        .into_iter()
-        .map(|w| Hook {
-            name: w.name,
-            side_effects: w.side_effects,
-            versions: w.admission_review_versions,
-            timeout: w.timeout_seconds,
-            failure_policy: w.failure_policy,
-            reinvocation: w.reinvocation_policy,
-            client: w.client_config,
-            rules: w.rules.unwrap_or_default(),
-            namespace_selector: w.namespace_selector,
-            has_match_conditions: w.match_conditions.is_some_and(|c| !c.is_empty()),
-        })
-        .collect()
+    hooks_of_kind!(
+        objs,
+        MutatingWebhookConfiguration,
+        "MutatingWebhookConfiguration",
+        |w| w.reinvocation_policy
+    )
 }
 
 fn validating_hooks(objs: &[Value]) -> Vec<Hook> {
-    let v: ValidatingWebhookConfiguration = one(objs, "ValidatingWebhookConfiguration");
-    v.webhooks
-        .unwrap_or_default()
-        .into_iter()
-        .map(|w| Hook {
-            name: w.name,
-            side_effects: w.side_effects,
-            versions: w.admission_review_versions,
-            timeout: w.timeout_seconds,
-            failure_policy: w.failure_policy,
-            reinvocation: None,
-            client: w.client_config,
-            rules: w.rules.unwrap_or_default(),
-            namespace_selector: w.namespace_selector,
-            has_match_conditions: w.match_conditions.is_some_and(|c| !c.is_empty()),
-        })
-        .collect()
+    hooks_of_kind!(
+        objs,
+        ValidatingWebhookConfiguration,
+        "ValidatingWebhookConfiguration",
+        |w| None
+    )
 }
 
 fn excluded_namespaces(sel: &LabelSelector) -> Vec<String> {
@@ -795,55 +798,42 @@ async fn chart_paths_config_and_env_match_the_server() {
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, &cm.data.unwrap()["config.yaml"]).unwrap();
     let opts = launchgate::server::ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         config: Some(config),
-        dev_cert_dir: dir.path().join("dev-certs"),
-        ..Default::default()
+        ..options(dir.path())
     };
-    let server = launchgate::server::start(opts, None)
-        .await
-        .expect("server starts with the chart's config");
-    let ca = server.dev_ca_pem.clone().expect("dev CA");
-    let client = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
-        .tls_built_in_root_certs(false)
-        .build()
-        .unwrap();
-    let base = format!("https://localhost:{}", server.local_addr.port());
+    let srv = start_with(opts, dir).await;
     let (m, v) = hooks_of(&objs);
     for h in [&m, &v] {
         let path = h.client.service.as_ref().unwrap().path.clone().unwrap();
-        let resp = client
-            .post(format!("{base}{path}"))
-            .header("content-type", "application/json")
-            .body(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#)
-            .send()
-            .await
-            .unwrap();
+        let resp = srv
+            .post(
+                &path,
+                br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            )
+            .await;
         assert_ne!(resp.status(), 404, "{path} is not a server route");
     }
     let d: Deployment = one(&objs, "Deployment");
     let c = webhook_container(&d);
-    let admin = format!("http://{}", server.admin_addr.unwrap());
+    let admin = format!("http://{}", srv.server.admin_addr.unwrap());
     for probe in [&c.liveness_probe, &c.readiness_probe] {
         let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
         let path = get.path.clone().unwrap();
         assert_eq!(get.scheme.as_deref(), Some("HTTP"));
         let resp = reqwest::get(format!("{admin}{path}")).await.unwrap();
         assert_eq!(resp.status(), 200, "probe {path} on the admin port");
-        let resp = client.get(format!("{base}{path}")).send().await.unwrap();
-        assert_eq!(resp.status(), 200, "probe {path} on the HTTPS port too");
+        assert_eq!(
+            srv.get_status(&path).await,
+            200,
+            "probe {path} on the HTTPS port too"
+        );
     }
-    server.begin_shutdown();
-    server.wait().await.unwrap();
+    srv.server.begin_shutdown();
+    srv.server.wait().await.unwrap();
 
     // Every LAUNCHGATE_* variable the chart sets is one `launchgate serve` reads.
-    let help = Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args(["serve", "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&help.stdout);
+    let help = text(&launchgate(&["serve", "--help"]).stdout);
     for (name, _) in deployment_env(&d) {
         assert!(
             help.contains(&name),
