@@ -3,9 +3,12 @@
 //! the running config and for a new one, the notes for missing CRDs, the PolicyReport it applies
 //! and its exit status.
 
+mod common;
+
 use axum::body::Bytes;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::IntoResponse;
+use common::{crd_text, launchgate_command, serve_http, text};
 use serde_json::{Value, json};
 use std::process::Output;
 use std::sync::{Arc, Mutex};
@@ -89,10 +92,7 @@ async fn fake_api(policy_reports_crd: bool) -> (String, Seen) {
                 .into_response()
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), seen)
+    (serve_http(app).await, seen)
 }
 
 fn kubeconfig(dir: &std::path::Path, server: &str) -> std::path::PathBuf {
@@ -108,20 +108,15 @@ fn kubeconfig(dir: &std::path::Path, server: &str) -> std::path::PathBuf {
 }
 
 async fn audit(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"));
+    let mut cmd = launchgate_command();
     cmd.arg("audit")
         .args(args)
         .env("KUBECONFIG", kubeconfig)
-        .env_remove("LAUNCHGATE_CONFIG")
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
+        .env_remove("LAUNCHGATE_CONFIG");
     // The fake API server runs on this test's runtime: wait for the CLI off it.
     tokio::task::spawn_blocking(move || cmd.output().expect("launchgate runs"))
         .await
         .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[tokio::test]
@@ -264,12 +259,8 @@ async fn an_unreachable_cluster_is_a_clear_error() {
 #[test]
 fn policy_reports_fit_the_crd_fixture() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/crds/wgpolicyk8s.io_policyreports.yaml"),
-    )
-    .unwrap();
-    let crd: CustomResourceDefinition = serde_norway::from_str(&text).unwrap();
+    let crd: CustomResourceDefinition =
+        serde_norway::from_str(&crd_text("wgpolicyk8s.io_policyreports.yaml")).unwrap();
     assert_eq!(crd.spec.group, "wgpolicyk8s.io");
     assert_eq!(crd.spec.names.kind, "PolicyReport");
     let version = &crd.spec.versions[0];

@@ -2,33 +2,15 @@
 
 mod common;
 
+use common::{
+    check_config, fixture_bytes, fixture_path, launchgate, launchgate_command, manifest_json,
+    manifest_path, root, run_with_stdin, start_default, synthetic, text,
+};
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn launchgate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("launchgate runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn manifest(name: &str) -> String {
-    format!("tests/fixtures/manifests/{name}")
-}
 
 #[tokio::test]
 async fn cli_patch_equals_webhook_patch_for_the_same_object() {
-    let srv = common::start_default().await;
+    let srv = start_default().await;
     for name in [
         "job-demo.yaml",
         "wandb-job.yaml",
@@ -36,19 +18,14 @@ async fn cli_patch_equals_webhook_patch_for_the_same_object() {
         "ptjob.yaml",
         "pod-worker-0.yaml",
     ] {
-        let out = launchgate(&["mutate", "-f", &manifest(name), "--patch"]);
-        assert!(out.status.success(), "{name}: {}", stderr(&out));
-        let cli_patch: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let out = launchgate(&["mutate", "-f", &manifest_path(name), "--patch"]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let cli_patch: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
 
         // The same object as an AdmissionReview, through the real server.
-        let text =
-            std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(manifest(name)))
-                .unwrap();
-        let object: Value = serde_norway::from_str(&text).unwrap();
-        let request =
-            launchgate::admission::AdmissionRequest::synthetic_create(object, None).unwrap();
+        let request = synthetic(manifest_json(name));
         let body = serde_json::to_vec(&request.to_review_json()).unwrap();
-        let review: Value = srv.post("/mutate", body).await.json().await.unwrap();
+        let review: Value = srv.post_json("/mutate", body).await;
         let server_patch: Value = match common::decode_patch(&review["response"]) {
             Some(patch) => serde_json::to_value(patch).unwrap(),
             None => Value::Array(vec![]),
@@ -59,31 +36,25 @@ async fn cli_patch_equals_webhook_patch_for_the_same_object() {
 
 #[tokio::test]
 async fn cli_review_output_equals_server_answer_for_a_recorded_review() {
-    let srv = common::start_default().await;
+    let srv = start_default().await;
     for name in [
         "create-job-demo.json",
         "create-pod-wandb-job-run42-worker-0.json",
         "create-pod-kaniko-build-abc.json",
     ] {
-        let path = format!("tests/fixtures/admission/{name}");
-        let out = launchgate(&["mutate", "-f", &path, "--review"]);
-        assert!(out.status.success(), "{name}: {}", stderr(&out));
-        let cli: Value = serde_json::from_str(&stdout(&out)).unwrap();
-        let server: Value = srv
-            .post("/mutate", common::fixture(name))
-            .await
-            .json()
-            .await
-            .unwrap();
+        let out = launchgate(&["mutate", "-f", &fixture_path(name), "--review"]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let cli: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+        let server: Value = srv.post_json("/mutate", fixture_bytes(name)).await;
         assert_eq!(cli, server, "{name}");
     }
 }
 
 #[test]
 fn mutate_prints_the_mutated_object_as_yaml() {
-    let out = launchgate(&["mutate", "-f", &manifest("job-demo.yaml")]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let obj: Value = serde_norway::from_str(&stdout(&out)).unwrap();
+    let out = launchgate(&["mutate", "-f", &manifest_path("job-demo.yaml")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let obj: Value = serde_norway::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(obj["spec"]["backoffLimit"], 0);
     assert_eq!(obj["spec"]["ttlSecondsAfterFinished"], 60);
     assert_eq!(
@@ -94,14 +65,14 @@ fn mutate_prints_the_mutated_object_as_yaml() {
 
 #[test]
 fn mutate_reads_stdin_and_multi_document_yaml() {
-    let a = std::fs::read_to_string(manifest("job-demo.yaml")).unwrap();
-    let b = std::fs::read_to_string(manifest("kaniko-pod.yaml")).unwrap();
-    let out = common::run_with_stdin(
-        Command::new(env!("CARGO_BIN_EXE_launchgate")).args(["mutate", "-f", "-", "--patch"]),
+    let a = std::fs::read_to_string(manifest_path("job-demo.yaml")).unwrap();
+    let b = std::fs::read_to_string(manifest_path("kaniko-pod.yaml")).unwrap();
+    let out = run_with_stdin(
+        launchgate_command().args(["mutate", "-f", "-", "--patch"]),
         format!("{a}\n---\n{b}").as_bytes(),
     );
     assert!(out.status.success());
-    let text = stdout(&out);
+    let text = text(&out.stdout);
     let patches: Vec<Value> = serde_json::Deserializer::from_str(&text)
         .into_iter::<Value>()
         .map(Result::unwrap)
@@ -117,16 +88,11 @@ fn mutate_reads_stdin_and_multi_document_yaml() {
 
 #[test]
 fn check_config_names_a_misspelled_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let bad = dir.path().join("bad.yaml");
-    std::fs::write(
-        &bad,
+    let out = check_config(
         "defaultQueue: q\nqueues:\n  q:\n    jobDefaults:\n      ttlSecondsAfterFinish: 30\n",
-    )
-    .unwrap();
-    let out = launchgate(&["check-config", bad.to_str().unwrap()]);
+    );
     assert!(!out.status.success());
-    let err = stderr(&out);
+    let err = text(&out.stderr);
     assert!(
         err.contains("ttlSecondsAfterFinish") && err.contains("queues.q.jobDefaults"),
         "{err}"
@@ -135,13 +101,10 @@ fn check_config_names_a_misspelled_key() {
 
 #[test]
 fn default_config_round_trips_through_check_config() {
-    let dir = tempfile::tempdir().unwrap();
     let out = launchgate(&["print-default-config"]);
     assert!(out.status.success());
-    let path = dir.path().join("default.yaml");
-    std::fs::write(&path, out.stdout).unwrap();
-    let out = launchgate(&["check-config", path.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = check_config(&text(&out.stdout));
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 #[test]
@@ -154,7 +117,7 @@ fn certs_writes_a_ca_and_a_serving_pair() {
         "--out",
         dir.path().to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{}", text(&out.stderr));
     for f in ["ca.crt", "tls.crt", "tls.key"] {
         assert!(dir.path().join(f).exists(), "{f}");
     }
@@ -164,7 +127,7 @@ fn certs_writes_a_ca_and_a_serving_pair() {
 fn unreadable_input_is_a_clear_error() {
     let out = launchgate(&["mutate", "-f", "does-not-exist.yaml"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("does-not-exist.yaml"));
+    assert!(text(&out.stderr).contains("does-not-exist.yaml"));
 }
 
 /// The strict example queue: the template's fixed values (backoffLimit 0, restartPolicy Never)
@@ -179,24 +142,27 @@ fn validate_judges_the_object_after_launchgates_mutation_like_the_cluster() {
     // validating webhook alone would reject both under `strict: true`, but in the cluster it
     // sees the object after launchgate's mutation (backoffLimit 0, restartPolicy Never).
     let out = launchgate(&["validate", "-f", API_DEFAULT_JOB, "--config", STRICT_CONFIG]);
-    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert!(
-        stdout(&out).starts_with("ALLOWED Job run-api-default"),
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).starts_with("ALLOWED Job run-api-default"),
         "{}",
-        stdout(&out)
+        text(&out.stdout)
     );
 
     // Validation alone, on the object as submitted, would deny it.
-    let text =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(API_DEFAULT_JOB))
+    let object: Value =
+        serde_norway::from_str(&std::fs::read_to_string(root().join(API_DEFAULT_JOB)).unwrap())
             .unwrap();
-    let object: Value = serde_norway::from_str(&text).unwrap();
     let policy = launchgate::Policy::from_yaml(
-        &std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(STRICT_CONFIG))
-            .unwrap(),
+        &std::fs::read_to_string(root().join(STRICT_CONFIG)).unwrap(),
     )
     .unwrap();
-    let request = launchgate::admission::AdmissionRequest::synthetic_create(object, None).unwrap();
+    let request = synthetic(object);
     let raw = launchgate::review::decide(
         &policy,
         launchgate::Endpoint::Validate,
@@ -213,10 +179,14 @@ fn validate_judges_the_object_after_launchgates_mutation_like_the_cluster() {
 fn validate_reads_several_files_directories_and_stdin() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("sub")).unwrap();
-    std::fs::copy(manifest("job-demo.yaml"), dir.path().join("sub/a.yaml")).unwrap();
-    std::fs::copy(manifest("kaniko-pod.yaml"), dir.path().join("b.yml")).unwrap();
+    std::fs::copy(
+        manifest_path("job-demo.yaml"),
+        dir.path().join("sub/a.yaml"),
+    )
+    .unwrap();
+    std::fs::copy(manifest_path("kaniko-pod.yaml"), dir.path().join("b.yml")).unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_launchgate"));
+    let mut cmd = launchgate_command();
     cmd.args([
         "validate",
         "-f",
@@ -225,13 +195,12 @@ fn validate_reads_several_files_directories_and_stdin() {
         "-",
         "-f",
     ])
-    .arg(manifest("wandb-job.yaml"))
-    .args(["-o", "json"])
-    .current_dir(env!("CARGO_MANIFEST_DIR"));
-    let vcjob = std::fs::read_to_string(manifest("vcjob.yaml")).unwrap();
-    let out = common::run_with_stdin(&mut cmd, vcjob.as_bytes());
+    .arg(manifest_path("wandb-job.yaml"))
+    .args(["-o", "json"]);
+    let vcjob = std::fs::read_to_string(manifest_path("vcjob.yaml")).unwrap();
+    let out = run_with_stdin(&mut cmd, vcjob.as_bytes());
     assert_eq!(out.status.code(), Some(1), "the 8-GPU job is denied");
-    let verdicts: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let verdicts: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
     let got: Vec<(String, bool, bool)> = verdicts
         .as_array()
         .unwrap()
@@ -266,9 +235,15 @@ fn validate_reads_several_files_directories_and_stdin() {
     assert_eq!(denied["queue"], "gpu-queue");
 
     // YAML, same content.
-    let out = launchgate(&["validate", "-f", &manifest("job-demo.yaml"), "-o", "yaml"]);
+    let out = launchgate(&[
+        "validate",
+        "-f",
+        &manifest_path("job-demo.yaml"),
+        "-o",
+        "yaml",
+    ]);
     assert!(out.status.success());
-    let verdicts: Value = serde_norway::from_str(&stdout(&out)).unwrap();
+    let verdicts: Value = serde_norway::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(verdicts[0]["allowed"], true);
     assert!(
         verdicts[0]["warnings"][0]
@@ -280,23 +255,16 @@ fn validate_reads_several_files_directories_and_stdin() {
 
 #[test]
 fn mutate_prints_json_and_a_list_for_several_objects() {
-    let out = launchgate(&["mutate", "-f", &manifest("job-demo.yaml"), "-o", "json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let obj: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let (job_demo, vcjob) = (manifest_path("job-demo.yaml"), manifest_path("vcjob.yaml"));
+    let out = launchgate(&["mutate", "-f", &job_demo, "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let obj: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(obj["kind"], "Job");
     assert_eq!(obj["spec"]["backoffLimit"], 0);
 
-    let out = launchgate(&[
-        "mutate",
-        "-f",
-        &manifest("job-demo.yaml"),
-        "-f",
-        &manifest("vcjob.yaml"),
-        "-o",
-        "json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let out = launchgate(&["mutate", "-f", &job_demo, "-f", &vcjob, "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let list: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(list["kind"], "List");
     let kinds: Vec<&str> = list["items"]
         .as_array()
@@ -308,27 +276,20 @@ fn mutate_prints_json_and_a_list_for_several_objects() {
 
     // A directory: every manifest in it, as multi-document YAML.
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(manifest("job-demo.yaml"), dir.path().join("1.yaml")).unwrap();
-    std::fs::copy(manifest("ptjob.yaml"), dir.path().join("2.yaml")).unwrap();
+    std::fs::copy(&job_demo, dir.path().join("1.yaml")).unwrap();
+    std::fs::copy(manifest_path("ptjob.yaml"), dir.path().join("2.yaml")).unwrap();
     let out = launchgate(&["mutate", "-f", dir.path().to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&stdout(&out))
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&text(&out.stdout))
         .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
         .collect();
     assert_eq!(docs.len(), 2);
     assert_eq!(docs[1]["kind"], "PyTorchJob");
 
     // --patch as YAML.
-    let out = launchgate(&[
-        "mutate",
-        "-f",
-        &manifest("job-demo.yaml"),
-        "--patch",
-        "-o",
-        "yaml",
-    ]);
+    let out = launchgate(&["mutate", "-f", &job_demo, "--patch", "-o", "yaml"]);
     assert!(out.status.success());
-    let patch: Value = serde_norway::from_str(&stdout(&out)).unwrap();
+    let patch: Value = serde_norway::from_str(&text(&out.stdout)).unwrap();
     assert!(
         patch
             .as_array()
@@ -344,7 +305,7 @@ fn mutate_prints_json_and_a_list_for_several_objects() {
 fn serve_logs_to_a_pipe_without_colour_codes() {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_launchgate"))
+    let mut child = launchgate_command()
         .args([
             "serve",
             "--listen",

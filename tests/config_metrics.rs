@@ -4,26 +4,8 @@
 
 mod common;
 
-use common::{metrics_text, options, start_with};
+use common::{options, start_with_config};
 use launchgate::policy::{DEFAULT_CONFIG_YAML, config_hash};
-use std::time::{Duration, Instant};
-
-async fn metrics(srv: &common::TestServer) -> String {
-    metrics_text(&srv.client, &srv.base).await
-}
-
-/// Polls `/metrics` until `check` holds, or fails with `what` after 10 s.
-async fn wait_until(srv: &common::TestServer, what: &str, check: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = metrics(srv).await;
-        if check(&text) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn has_line(text: &str, line: &str) -> bool {
     text.lines().any(|l| l == line)
@@ -31,19 +13,12 @@ fn has_line(text: &str, line: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_success_gauge_and_config_hash_follow_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("config.yaml");
-    std::fs::write(&config_path, DEFAULT_CONFIG_YAML).unwrap();
-    let opts = launchgate::server::ServeOptions {
-        config: Some(config_path.clone()),
-        ..options(dir.path())
-    };
-    let srv = start_with(opts, dir).await;
+    let (srv, config_path) = start_with_config(DEFAULT_CONFIG_YAML).await;
     let first = format!(
         r#"launchgate_config_info{{hash="{}"}} 1"#,
         config_hash(DEFAULT_CONFIG_YAML.as_bytes())
     );
-    let text = metrics(&srv).await;
+    let text = srv.metrics().await;
     assert!(
         has_line(&text, "launchgate_config_last_reload_successful 1"),
         "{text}"
@@ -53,15 +28,15 @@ async fn reload_success_gauge_and_config_hash_follow_the_file() {
     // A misspelled key: rejected; the gauge drops, the hash still names the policy in force.
     let bad = DEFAULT_CONFIG_YAML.replacen("defaultQueue:", "defaultQueeu:", 1);
     std::fs::write(&config_path, &bad).unwrap();
-    wait_until(&srv, "the rejected config never set the gauge to 0", |t| {
+    srv.wait_for_metrics("the rejected config never set the gauge to 0", |t| {
         has_line(t, "launchgate_config_last_reload_successful 0")
     })
     .await;
-    assert!(has_line(&metrics(&srv).await, &first));
+    assert!(has_line(&srv.metrics().await, &first));
 
     // A template whose kind cannot be told is rejected the same way (fail closed).
     std::fs::write(&config_path, DEFAULT_CONFIG_YAML).unwrap();
-    wait_until(&srv, "the good config never set the gauge back to 1", |t| {
+    srv.wait_for_metrics("the good config never set the gauge back to 1", |t| {
         has_line(t, "launchgate_config_last_reload_successful 1")
     })
     .await;
@@ -72,7 +47,7 @@ async fn reload_success_gauge_and_config_hash_follow_the_file() {
     );
     assert_ne!(tfjob, DEFAULT_CONFIG_YAML);
     std::fs::write(&config_path, &tfjob).unwrap();
-    wait_until(&srv, "the unknown-kind template was accepted", |t| {
+    srv.wait_for_metrics("the unknown-kind template was accepted", |t| {
         has_line(t, "launchgate_config_last_reload_successful 0")
     })
     .await;
@@ -84,11 +59,11 @@ async fn reload_success_gauge_and_config_hash_follow_the_file() {
         r#"launchgate_config_info{{hash="{}"}} 1"#,
         config_hash(raised.as_bytes())
     );
-    wait_until(&srv, "the new config's hash never appeared", |t| {
+    srv.wait_for_metrics("the new config's hash never appeared", |t| {
         has_line(t, &second)
     })
     .await;
-    let text = metrics(&srv).await;
+    let text = srv.metrics().await;
     assert!(
         has_line(&text, "launchgate_config_last_reload_successful 1"),
         "{text}"

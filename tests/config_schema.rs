@@ -2,14 +2,14 @@
 //! server's config types, so `helm install`/`upgrade` rejects a config the server would
 //! reject by shape. `UPDATE_SCHEMA=1 cargo test --test config_schema` regenerates it.
 
+mod common;
+
 use launchgate::policy::{REGENERATE_HINT, chart_values_schema};
 use serde_json::Value;
-use std::path::PathBuf;
 
 #[test]
 fn chart_values_schema_matches_the_config_types() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/launchgate/values.schema.json");
+    let path = common::root().join("charts/launchgate/values.schema.json");
     let text = std::fs::read_to_string(&path).unwrap();
     let current: Value = serde_json::from_str(&text).unwrap();
     let generated = chart_values_schema(&current);

@@ -1,27 +1,13 @@
 //! Inputs the fuzz targets (fuzz/, docs/fuzzing.md) crashed on, fed through the same API as
 //! the target that found them. Each test names its target and crash artifact.
 
+mod common;
+
+use common::{fixture_json, review_response};
 use launchgate::Policy;
-use launchgate::cluster::NoCluster;
 use launchgate::quantity::Quantity;
-use launchgate::review::{Endpoint, review};
+use launchgate::review::Endpoint;
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn fixture(name: &str) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/admission")
-        .join(name);
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
-/// The `response` of `review`, which must not panic.
-fn respond(policy: &Policy, endpoint: Endpoint, request: &Value) -> Value {
-    let body = serde_json::to_vec(request).unwrap();
-    let outcome = review(policy, endpoint, &body, &NoCluster).expect("a review");
-    let mut response: Value = serde_json::from_slice(&outcome.body).unwrap();
-    response["response"].take()
-}
 
 /// quantity_parse, `crash-b1530e83e049815198652d47b1d244122598d68d` (input `1e1000`):
 /// `checked_add(&Quantity::ZERO)` returned `None`. Zero is `0 × 10^0`, and aligning it with
@@ -54,10 +40,10 @@ fn quantity_parse_1e1000_a_huge_total_is_counted() {
         "defaultQueue: q\nqueues:\n  q:\n    pytorch: {enabled: false}\n    limits:\n      totals:\n        cpu: {minimum: \"1\"}\n",
     )
     .expect("valid config");
-    let mut request = fixture("create-pod-launch-acme-mnist-mzxkz.json");
+    let mut request = fixture_json("create-pod-launch-acme-mnist-mzxkz.json");
     request["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] =
         Value::from("1e40");
-    let response = respond(&policy, Endpoint::Validate, &request);
+    let response = review_response(&policy, Endpoint::Validate, &request);
     assert_eq!(response["allowed"], true, "{response}");
 }
 
@@ -68,7 +54,7 @@ fn quantity_parse_1e1000_a_huge_total_is_counted() {
 /// WORLD_SIZE without). The sum is now checked; past `i64` the job is unwirable.
 #[test]
 fn review_structured_volcano_worker_replicas_i64_max() {
-    let mut request = fixture("create-vcjob-wandb-job-run42.json");
+    let mut request = fixture_json("create-vcjob-wandb-job-run42.json");
     request["request"]["object"]["spec"]["tasks"][1]["replicas"] = Value::from(i64::MAX);
     let wide = Policy::from_yaml(include_str!("../fuzz/src/wide-config.yaml")).unwrap();
     let default = Policy::embedded_default();
@@ -78,7 +64,7 @@ fn review_structured_volcano_worker_replicas_i64_max() {
         (&default, Endpoint::Mutate),
         (&default, Endpoint::Validate),
     ] {
-        let response = respond(policy, endpoint, &request);
+        let response = review_response(policy, endpoint, &request);
         let messages = response.to_string();
         assert!(
             messages.contains("add up to more than 9223372036854775807"),
@@ -86,15 +72,15 @@ fn review_structured_volcano_worker_replicas_i64_max() {
         );
     }
     // The wide policy's validate endpoint answers as well (no panic).
-    let _ = respond(&wide, Endpoint::Validate, &request);
-    let response = respond(&default, Endpoint::Validate, &request);
+    let _ = review_response(&wide, Endpoint::Validate, &request);
+    let response = review_response(&default, Endpoint::Validate, &request);
     assert_eq!(response["allowed"], false, "{response}");
     // Two worker tasks whose replicas only overflow together.
     let tasks = &mut request["request"]["object"]["spec"]["tasks"];
     tasks[1]["replicas"] = Value::from(i64::MAX / 2 + 1);
     let second = tasks[1].clone();
     tasks.as_array_mut().unwrap().push(second);
-    let response = respond(&default, Endpoint::Validate, &request);
+    let response = review_response(&default, Endpoint::Validate, &request);
     assert_eq!(response["allowed"], false, "{response}");
 }
 
@@ -102,10 +88,10 @@ fn review_structured_volcano_worker_replicas_i64_max() {
 /// `launchgate.io/pytorch-rank-offset + volcano.sh/task-index`, both read from the request.
 #[test]
 fn volcano_pod_rank_offset_out_of_range_is_a_warning() {
-    let mut request = fixture("create-pod-wandb-job-run42-worker-1.json");
+    let mut request = fixture_json("create-pod-wandb-job-run42-worker-1.json");
     request["request"]["object"]["metadata"]["annotations"]["launchgate.io/pytorch-rank-offset"] =
         Value::from(i64::MAX.to_string());
-    let response = respond(&Policy::embedded_default(), Endpoint::Mutate, &request);
+    let response = review_response(&Policy::embedded_default(), Endpoint::Mutate, &request);
     assert_eq!(response["allowed"], true, "{response}");
     assert!(
         response["warnings"]
@@ -119,11 +105,11 @@ fn volcano_pod_rank_offset_out_of_range_is_a_warning() {
 /// duplicates (`Master`, `master`), read from the request.
 #[test]
 fn pytorchjob_master_replicas_overflow_is_not_exactly_one() {
-    let mut request = fixture("create-pytorchjob-run42-pytorch-job.json");
+    let mut request = fixture_json("create-pytorchjob-run42-pytorch-job.json");
     let specs = &mut request["request"]["object"]["spec"]["pytorchReplicaSpecs"];
     specs["Master"]["replicas"] = Value::from(i64::MAX);
     specs["master"] = specs["Master"].clone();
-    let response = respond(&Policy::embedded_default(), Endpoint::Validate, &request);
+    let response = review_response(&Policy::embedded_default(), Endpoint::Validate, &request);
     assert_eq!(response["allowed"], false, "{response}");
     assert!(
         response.to_string().contains("it must be exactly 1"),

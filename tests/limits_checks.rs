@@ -2,47 +2,19 @@
 //! per-workload totals over Volcano tasks / PyTorchJob replicas / Job parallelism, the
 //! enforcement modes, UPDATE semantics, the strict template contract and the guardrails.
 
+mod common;
+
+use common::{denial_message, fixture_json, limits_policy, validate_response};
 use launchgate::Policy;
 use launchgate::cluster::NoCluster;
 use launchgate::review::{Endpoint, review};
 use serde_json::{Value, json};
-use std::path::PathBuf;
 
-fn fixture(name: &str) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/admission")
-        .join(name);
-    serde_json::from_slice(&std::fs::read(path).expect("fixture exists")).expect("fixture is JSON")
-}
-
-/// A policy with one queue `name` (also the default queue) whose `limits:` are `limits_yaml`.
-fn policy(name: &str, limits_yaml: &str) -> Policy {
-    let limits: String = limits_yaml
-        .lines()
-        .map(|l| format!("      {l}\n"))
-        .collect();
-    let yaml = format!(
-        "defaultQueue: {name}\nqueues:\n  {name}:\n    pytorch: {{enabled: false}}\n    limits:\n{limits}"
-    );
-    Policy::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
-}
-
-/// The validating webhook's `response`.
+/// The validating webhook's `response`, which never carries a patch.
 fn validate(policy: &Policy, request_review: &Value) -> Value {
-    let body = serde_json::to_vec(request_review).unwrap();
-    let outcome =
-        review(policy, Endpoint::Validate, &body, &NoCluster).expect("a valid AdmissionReview");
-    let mut response: Value = serde_json::from_slice(&outcome.body).unwrap();
-    assert!(
-        response["response"].get("patch").is_none(),
-        "validate never patches"
-    );
-    response["response"].take()
-}
-
-fn denial(response: &Value) -> &str {
-    assert_eq!(response["allowed"], false, "expected a denial: {response}");
-    response["status"]["message"].as_str().unwrap()
+    let response = validate_response(policy, request_review);
+    assert!(response.get("patch").is_none(), "validate never patches");
+    response
 }
 
 fn warnings(response: &Value) -> Vec<&str> {
@@ -85,7 +57,7 @@ const LEARNING_RATE: &str = r#"spec.template.metadata.annotations["launchgate.io
 
 /// The recorded launch Job, within every limit of [`TYPED_QUEUE`].
 fn typed_job() -> Value {
-    let mut review = fixture("create-job-launch-acme-mnist.json");
+    let mut review = fixture_json("create-job-launch-acme-mnist.json");
     let template = &mut review["request"]["object"]["spec"]["template"];
     template["spec"]["containers"][0]["resources"]["limits"] =
         json!({"cpu": "4", "memory": "12Gi", "nvidia.com/gpu": "2"});
@@ -124,7 +96,7 @@ const LR_POINTER: &str = "/spec/template/metadata/annotations/launchgate.io~1lea
 
 #[test]
 fn typed_variables_with_unit_forms() {
-    let policy = policy("gpu-queue", TYPED_QUEUE);
+    let policy = limits_policy("gpu-queue", TYPED_QUEUE);
     assert_eq!(
         validate(&policy, &typed_job())["allowed"],
         true,
@@ -244,7 +216,7 @@ fn typed_variables_with_unit_forms() {
         let response = validate(&policy, &review);
         match expected {
             None => assert_eq!(response["allowed"], true, "{pointer}={value}: {response}"),
-            Some(message) => assert_eq!(denial(&response), message, "{pointer}={value}"),
+            Some(message) => assert_eq!(denial_message(&response), message, "{pointer}={value}"),
         }
     }
 }
@@ -254,28 +226,28 @@ fn absent_values_are_allowed_unless_required() {
     let mut review = typed_job();
     set(&mut review, GPU_POINTER, Value::Null);
     set(&mut review, INSTANCE_POINTER, Value::Null);
-    let optional = policy("gpu-queue", TYPED_QUEUE);
+    let optional = limits_policy("gpu-queue", TYPED_QUEUE);
     assert_eq!(validate(&optional, &review)["allowed"], true);
 
-    let required = policy(
+    let required = limits_policy(
         "gpu-queue",
         &TYPED_QUEUE.replace("maximum: 4}\n  cpu", "maximum: 4, required: true}\n  cpu"),
     );
     assert_eq!(
-        denial(&validate(&required, &review)),
+        denial_message(&validate(&required, &review)),
         format!(r#"queue "gpu-queue": {GPU} is missing (variable "gpus" is required)"#)
     );
 }
 
 #[test]
 fn all_violations_are_reported_together_in_a_fixed_order() {
-    let policy = policy("gpu-queue", TYPED_QUEUE);
+    let policy = limits_policy("gpu-queue", TYPED_QUEUE);
     let mut review = typed_job();
     set(&mut review, GPU_POINTER, json!("8"));
     set(&mut review, MEMORY_POINTER, json!("13000Mi"));
     set(&mut review, INSTANCE_POINTER, json!("ml.p4d.24xlarge"));
     let response = validate(&policy, &review);
-    let lines: Vec<&str> = denial(&response).lines().collect();
+    let lines: Vec<&str> = denial_message(&response).lines().collect();
     assert_eq!(
         lines,
         vec![
@@ -307,12 +279,12 @@ fn set_task_gpus(review: &mut Value, pointer_to_template: &str, gpus: Value) {
 
 #[test]
 fn volcano_job_total_is_replicas_times_per_pod_over_tasks() {
-    let policy = policy("gpu-queue", GPU_TOTALS_QUEUE);
-    let mut review = fixture("create-vcjob-wandb-job-run42.json");
+    let policy = limits_policy("gpu-queue", GPU_TOTALS_QUEUE);
+    let mut review = fixture_json("create-vcjob-wandb-job-run42.json");
     set_task_gpus(&mut review, "/spec/tasks/0/template", json!("4"));
     set_task_gpus(&mut review, "/spec/tasks/1/template", json!("4"));
     assert_eq!(
-        denial(&validate(&policy, &review)),
+        denial_message(&validate(&policy, &review)),
         r#"queue "gpu-queue": total nvidia.com/gpu over all pods=12 exceeds maximum 8 (totals) (spec.tasks[0].template: 1 × 4, spec.tasks[1].template: 2 × 4)"#
     );
     // One worker fewer: 1×4 + 1×4 = 8.
@@ -321,7 +293,7 @@ fn volcano_job_total_is_replicas_times_per_pod_over_tasks() {
     // The template variable applies to every task's pod template.
     set_task_gpus(&mut review, "/spec/tasks/1/template", json!(6));
     assert_eq!(
-        denial(&validate(&policy, &review)),
+        denial_message(&validate(&policy, &review)),
         r#"queue "gpu-queue": spec.tasks[1].template.spec.containers[0].resources.limits["nvidia.com/gpu"]=6 exceeds maximum 4 (variable "gpus")
 queue "gpu-queue": total nvidia.com/gpu over all pods=10 exceeds maximum 8 (totals) (spec.tasks[0].template: 1 × 4, spec.tasks[1].template: 1 × 6)"#
     );
@@ -329,8 +301,8 @@ queue "gpu-queue": total nvidia.com/gpu over all pods=10 exceeds maximum 8 (tota
 
 #[test]
 fn pytorchjob_total_is_replicas_times_per_pod_over_replica_specs() {
-    let policy = policy("gpu-queue", GPU_TOTALS_QUEUE);
-    let mut review = fixture("create-pytorchjob-run42-pytorch-job.json");
+    let policy = limits_policy("gpu-queue", GPU_TOTALS_QUEUE);
+    let mut review = fixture_json("create-pytorchjob-run42-pytorch-job.json");
     set_task_gpus(
         &mut review,
         "/spec/pytorchReplicaSpecs/Master/template",
@@ -342,7 +314,7 @@ fn pytorchjob_total_is_replicas_times_per_pod_over_replica_specs() {
         json!("3"),
     );
     assert_eq!(
-        denial(&validate(&policy, &review)),
+        denial_message(&validate(&policy, &review)),
         r#"queue "gpu-queue": total nvidia.com/gpu over all pods=9 exceeds maximum 8 (totals) (spec.pytorchReplicaSpecs.Master.template: 1 × 3, spec.pytorchReplicaSpecs.Worker.template: 2 × 3)"#
     );
     set_task_gpus(
@@ -355,8 +327,8 @@ fn pytorchjob_total_is_replicas_times_per_pod_over_replica_specs() {
 
 #[test]
 fn batch_job_total_counts_the_pods_that_run_at_once() {
-    let policy = policy("gpu-queue", GPU_TOTALS_QUEUE);
-    let mut review = fixture("create-job-launch-acme-mnist.json");
+    let policy = limits_policy("gpu-queue", GPU_TOTALS_QUEUE);
+    let mut review = fixture_json("create-job-launch-acme-mnist.json");
     set(&mut review, GPU_POINTER, json!("4"));
     assert_eq!(validate(&policy, &review)["allowed"], true);
     // The API server defaulted completions to 1: parallelism 3 still runs one pod at a time.
@@ -365,7 +337,7 @@ fn batch_job_total_counts_the_pods_that_run_at_once() {
     // min(parallelism 3, completions 5) = 3 pods at once.
     review["request"]["object"]["spec"]["completions"] = json!(5);
     assert_eq!(
-        denial(&validate(&policy, &review)),
+        denial_message(&validate(&policy, &review)),
         r#"queue "gpu-queue": total nvidia.com/gpu over all pods=12 exceeds maximum 8 (totals) (spec.template: 3 × 4)"#
     );
 }
@@ -374,11 +346,11 @@ const EIGHT_GPUS: &str = r#"queue "gpu-queue": spec.template.spec.containers[0].
 
 #[test]
 fn warn_mode_allows_with_the_violations_as_warnings() {
-    let policy = policy(
+    let policy = limits_policy(
         "gpu-queue",
         &format!("enforcement: warn\n{GPU_TOTALS_QUEUE}"),
     );
-    let response = validate(&policy, &fixture("create-job-launch-acme-mnist.json"));
+    let response = validate(&policy, &fixture_json("create-job-launch-acme-mnist.json"));
     assert_eq!(response["allowed"], true, "{response}");
     assert!(response.get("status").is_none(), "{response}");
     assert_eq!(warnings(&response), vec![EIGHT_GPUS]);
@@ -386,11 +358,11 @@ fn warn_mode_allows_with_the_violations_as_warnings() {
 
 #[test]
 fn audit_mode_allows_and_records_the_violations_in_an_audit_annotation() {
-    let policy = policy(
+    let policy = limits_policy(
         "gpu-queue",
         &format!("enforcement: audit\n{GPU_TOTALS_QUEUE}"),
     );
-    let body = serde_json::to_vec(&fixture("create-job-launch-acme-mnist.json")).unwrap();
+    let body = serde_json::to_vec(&fixture_json("create-job-launch-acme-mnist.json")).unwrap();
     let outcome = review(&policy, Endpoint::Validate, &body, &NoCluster).unwrap();
     assert_eq!(
         outcome.summary.audit_violations,
@@ -414,8 +386,8 @@ fields:
 #[test]
 fn update_that_leaves_an_existing_violation_unchanged_is_allowed_with_a_warning() {
     // The recorded `kubectl label job demo extra=1`: 2 GPUs before and after.
-    let policy = policy("k8s-test", ONE_GPU_QUEUE);
-    let response = validate(&policy, &fixture("update-job-demo.json"));
+    let policy = limits_policy("k8s-test", ONE_GPU_QUEUE);
+    let response = validate(&policy, &fixture_json("update-job-demo.json"));
     assert_eq!(response["allowed"], true, "{response}");
     assert_eq!(
         warnings(&response),
@@ -427,11 +399,11 @@ fn update_that_leaves_an_existing_violation_unchanged_is_allowed_with_a_warning(
 
 #[test]
 fn update_that_makes_an_object_violate_is_denied() {
-    let policy = policy("k8s-test", ONE_GPU_QUEUE);
-    let mut review = fixture("update-job-demo.json");
+    let policy = limits_policy("k8s-test", ONE_GPU_QUEUE);
+    let mut review = fixture_json("update-job-demo.json");
     set(&mut review, GPU_POINTER, json!("3"));
     assert_eq!(
-        denial(&validate(&policy, &review)),
+        denial_message(&validate(&policy, &review)),
         r#"queue "k8s-test": spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]=3 exceeds maximum 1 (field "containers[*].resources.limits[\"nvidia.com/gpu\"]")"#
     );
     // Fixing the violation is of course allowed, silently.
@@ -440,7 +412,7 @@ fn update_that_makes_an_object_violate_is_denied() {
     assert_eq!(response["allowed"], true);
     assert!(warnings(&response).is_empty(), "{response}");
     // The same object as a CREATE (no old object) is denied.
-    let mut create = fixture("update-job-demo.json");
+    let mut create = fixture_json("update-job-demo.json");
     create["request"]["operation"] = json!("CREATE");
     create["request"]
         .as_object_mut()
@@ -474,8 +446,8 @@ variables:
 
 #[test]
 fn strict_queue_rejects_changes_to_fixed_template_values() {
-    let policy = policy("gpu-queue", STRICT_VOLCANO_QUEUE);
-    let mut review = fixture("create-vcjob-wandb-job-run42.json");
+    let policy = limits_policy("gpu-queue", STRICT_VOLCANO_QUEUE);
+    let mut review = fixture_json("create-vcjob-wandb-job-run42.json");
     assert_eq!(
         validate(&policy, &review)["allowed"],
         true,
@@ -486,12 +458,12 @@ fn strict_queue_rejects_changes_to_fixed_template_values() {
         json!("Always");
     review["request"]["object"]["metadata"]["name"] = json!("my-job");
     assert_eq!(
-        denial(&validate(&policy, &review)),
+        denial_message(&validate(&policy, &review)),
         r#"queue "gpu-queue": metadata.name="my-job" does not match the queue template's "wandb-job-${...}" (strict)
 queue "gpu-queue": spec.schedulerName="default-scheduler" differs from the queue template's "volcano" (strict)
 queue "gpu-queue": spec.tasks[1].template.spec.restartPolicy="Always" differs from the queue template's "OnFailure" (strict)"#
     );
-    let lenient = self::policy(
+    let lenient = self::limits_policy(
         "gpu-queue",
         &STRICT_VOLCANO_QUEUE.replace("strict: true", "strict: false"),
     );
@@ -500,36 +472,39 @@ queue "gpu-queue": spec.tasks[1].template.spec.restartPolicy="Always" differs fr
 
 #[test]
 fn namespaces_registries_and_deadline_guardrails() {
-    let review = fixture("create-job-launch-acme-mnist.json");
-    let namespaces = policy("gpu-queue", "allowedNamespaces: [ml-team, research]");
+    let review = fixture_json("create-job-launch-acme-mnist.json");
+    let namespaces = limits_policy("gpu-queue", "allowedNamespaces: [ml-team, research]");
     assert_eq!(
-        denial(&validate(&namespaces, &review)),
+        denial_message(&validate(&namespaces, &review)),
         r#"queue "gpu-queue": namespace "wandb" is not allowed (allowedNamespaces: ml-team, research)"#
     );
     assert_eq!(
-        validate(&policy("gpu-queue", "allowedNamespaces: [wandb]"), &review)["allowed"],
+        validate(
+            &limits_policy("gpu-queue", "allowedNamespaces: [wandb]"),
+            &review
+        )["allowed"],
         true
     );
 
-    let registries = policy("gpu-queue", "allowedRegistries: [ghcr.io/acme, acme-evil]");
+    let registries = limits_policy("gpu-queue", "allowedRegistries: [ghcr.io/acme, acme-evil]");
     assert_eq!(
-        denial(&validate(&registries, &review)),
+        denial_message(&validate(&registries, &review)),
         r#"queue "gpu-queue": spec.template.spec.containers[0].image="acme/train:1" is not from an allowed registry (allowedRegistries: ghcr.io/acme, docker.io/acme-evil)"#
     );
     for allowed in ["[acme]", "[docker.io/acme/]", "[docker.io/acme/train]"] {
-        let p = policy("gpu-queue", &format!("allowedRegistries: {allowed}"));
+        let p = limits_policy("gpu-queue", &format!("allowedRegistries: {allowed}"));
         assert_eq!(validate(&p, &review)["allowed"], true, "{allowed}");
     }
 
-    let deadline = policy("gpu-queue", "maxActiveDeadlineSeconds: 3600");
+    let deadline = limits_policy("gpu-queue", "maxActiveDeadlineSeconds: 3600");
     assert_eq!(
-        denial(&validate(&deadline, &review)),
+        denial_message(&validate(&deadline, &review)),
         r#"queue "gpu-queue": activeDeadlineSeconds is not set; the queue allows at most 3600 (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"#
     );
     let mut long = review.clone();
     long["request"]["object"]["spec"]["activeDeadlineSeconds"] = json!(7200);
     assert_eq!(
-        denial(&validate(&deadline, &long)),
+        denial_message(&validate(&deadline, &long)),
         r#"queue "gpu-queue": spec.activeDeadlineSeconds=7200 exceeds maximum 3600 (maxActiveDeadlineSeconds)"#
     );
     long["request"]["object"]["spec"]["activeDeadlineSeconds"] = json!(600);
@@ -538,7 +513,7 @@ fn namespaces_registries_and_deadline_guardrails() {
 
 #[test]
 fn variable_inside_a_longer_string_is_matched_around_the_literal_parts() {
-    let policy = policy(
+    let policy = limits_policy(
         "gpu-queue",
         r#"
 template: |
@@ -552,28 +527,28 @@ variables:
 "#,
     );
     let image = "/spec/template/spec/containers/0/image";
-    let mut review = fixture("create-job-launch-acme-mnist.json");
+    let mut review = fixture_json("create-job-launch-acme-mnist.json");
     set(&mut review, image, json!("ghcr.io/acme/bert:latest"));
     assert_eq!(validate(&policy, &review)["allowed"], true);
     set(&mut review, image, json!("ghcr.io/acme/llama:latest"));
     assert_eq!(
-        denial(&validate(&policy, &review)),
+        denial_message(&validate(&policy, &review)),
         r#"queue "gpu-queue": spec.template.spec.containers[0].image="ghcr.io/acme/llama:latest": {{model}}="llama" is not one of "bert", "gpt2" (variable "model")"#
     );
     set(&mut review, image, json!("docker.io/evil:latest"));
     assert_eq!(
-        denial(&validate(&policy, &review)),
+        denial_message(&validate(&policy, &review)),
         r#"queue "gpu-queue": spec.template.spec.containers[0].image="docker.io/evil:latest" does not match the queue template's "ghcr.io/acme/{{model}}:latest" (variable "model")"#
     );
 }
 
 #[test]
 fn a_flood_of_violations_is_capped_with_a_count() {
-    let policy = policy(
+    let policy = limits_policy(
         "gpu-queue",
         ONE_GPU_QUEUE.replace("k8s-test", "gpu-queue").as_str(),
     );
-    let mut review = fixture("create-job-launch-acme-mnist.json");
+    let mut review = fixture_json("create-job-launch-acme-mnist.json");
     let container =
         review["request"]["object"]["spec"]["template"]["spec"]["containers"][0].clone();
     let mut containers = Vec::new();
@@ -586,7 +561,7 @@ fn a_flood_of_violations_is_capped_with_a_count() {
     review["request"]["object"]["spec"]["template"]["spec"]["containers"] =
         Value::Array(containers);
     let response = validate(&policy, &review);
-    let lines: Vec<&str> = denial(&response).lines().collect();
+    let lines: Vec<&str> = denial_message(&response).lines().collect();
     assert_eq!(lines.len(), 100);
     assert!(lines[0].contains("containers[0]"), "{}", lines[0]);
     assert!(lines[98].contains("containers[98]"), "{}", lines[98]);

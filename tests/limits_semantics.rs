@@ -4,50 +4,18 @@
 
 mod common;
 
+use common::{
+    denial_message, fixture_json, launchgate_command, limits_policy, manifest_path,
+    review_response, text, validate_response,
+};
 use launchgate::Policy;
 use launchgate::cluster::NoCluster;
 use launchgate::review::{Endpoint, review};
 use serde_json::{Value, json};
-use std::path::PathBuf;
 
-fn fixture(name: &str) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/admission")
-        .join(name);
-    serde_json::from_slice(&std::fs::read(path).expect("fixture exists")).expect("fixture is JSON")
-}
-
-/// A policy whose default queue `gpu-queue` has `limits_yaml` as its `limits:`.
-fn policy(limits_yaml: &str) -> Policy {
-    let limits: String = limits_yaml
-        .lines()
-        .map(|l| format!("      {l}\n"))
-        .collect();
-    let yaml = format!(
-        "defaultQueue: gpu-queue\nqueues:\n  gpu-queue:\n    pytorch: {{enabled: false}}\n    limits:\n{limits}"
-    );
-    Policy::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
-}
-
-/// The `response` of `endpoint` for `request_review`.
-fn answer(policy: &Policy, endpoint: Endpoint, request_review: &Value) -> Value {
-    let body = serde_json::to_vec(request_review).unwrap();
-    let outcome = review(policy, endpoint, &body, &NoCluster).expect("a valid AdmissionReview");
-    let mut response: Value = serde_json::from_slice(&outcome.body).unwrap();
-    response["response"].take()
-}
-
-fn validate(policy: &Policy, request_review: &Value) -> Value {
-    answer(policy, Endpoint::Validate, request_review)
-}
-
+/// The lines of a denial's message.
 fn denial(response: &Value) -> Vec<&str> {
-    assert_eq!(response["allowed"], false, "expected a denial: {response}");
-    response["status"]["message"]
-        .as_str()
-        .unwrap()
-        .lines()
-        .collect()
+    denial_message(response).lines().collect()
 }
 
 /// Workload rules a launch Job satisfies but its pods, on their own, cannot: the deadline is
@@ -71,23 +39,27 @@ maxActiveDeadlineSeconds: 3600
 
 #[test]
 fn pods_made_by_a_validated_job_are_not_re_judged_on_workload_rules() {
-    let policy = policy(WORKLOAD_RULES);
+    let policy = limits_policy("gpu-queue", WORKLOAD_RULES);
     // The Job: 2 pods at once with 1 GPU each, a 600 s deadline on the Job.
-    let mut job = fixture("create-job-launch-acme-mnist.json");
+    let mut job = fixture_json("create-job-launch-acme-mnist.json");
     let spec = &mut job["request"]["object"]["spec"];
     spec["parallelism"] = json!(2);
     spec["completions"] = json!(2);
     spec["activeDeadlineSeconds"] = json!(600);
     spec["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("1");
-    assert_eq!(validate(&policy, &job)["allowed"], true, "the Job is valid");
+    assert_eq!(
+        validate_response(&policy, &job)["allowed"],
+        true,
+        "the Job is valid"
+    );
 
     // Its pod as the Job controller creates it: generateName, no name, the owner reference,
     // no pod-level deadline, 1 GPU.
-    let mut pod = fixture("create-pod-launch-acme-mnist-mzxkz.json");
+    let mut pod = fixture_json("create-pod-launch-acme-mnist-mzxkz.json");
     pod["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
         json!("1");
     assert!(pod["request"]["object"]["metadata"].get("name").is_none());
-    let response = validate(&policy, &pod);
+    let response = validate_response(&policy, &pod);
     assert_eq!(response["allowed"], true, "{response}");
 
     // The same pod created by hand is a workload of its own: every rule applies.
@@ -97,7 +69,7 @@ fn pods_made_by_a_validated_job_are_not_re_judged_on_workload_rules() {
         .unwrap()
         .remove("ownerReferences");
     assert_eq!(
-        denial(&validate(&policy, &bare)),
+        denial(&validate_response(&policy, &bare)),
         vec![
             r#"queue "gpu-queue": total nvidia.com/gpu over all pods=1 is below minimum 2 (totals) (pod: 1 × 1)"#,
             r#"queue "gpu-queue": activeDeadlineSeconds is not set; the queue allows at most 3600 (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"#,
@@ -109,7 +81,7 @@ fn pods_made_by_a_validated_job_are_not_re_judged_on_workload_rules() {
     over["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
         json!("8");
     assert_eq!(
-        denial(&validate(&policy, &over)),
+        denial(&validate_response(&policy, &over)),
         vec![
             r#"queue "gpu-queue": spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#
         ]
@@ -118,32 +90,32 @@ fn pods_made_by_a_validated_job_are_not_re_judged_on_workload_rules() {
 
 #[test]
 fn pods_of_volcano_and_pytorch_jobs_are_per_pod_checked_too() {
-    let policy = policy(WORKLOAD_RULES);
+    let policy = limits_policy("gpu-queue", WORKLOAD_RULES);
     for (api_version, kind) in [
         ("batch.volcano.sh/v1alpha1", "Job"),
         ("kubeflow.org/v1", "PyTorchJob"),
     ] {
-        let mut pod = fixture("create-pod-wandb-job-run42-worker-0.json");
+        let mut pod = fixture_json("create-pod-wandb-job-run42-worker-0.json");
         pod["request"]["object"]["metadata"]["ownerReferences"] = json!([{
             "apiVersion": api_version, "kind": kind, "name": "wandb-job-run42",
             "uid": "0b6e2b7e-1c0c-4c5e-9a51-0c6d7b1d2f11", "controller": true,
             "blockOwnerDeletion": true
         }]);
-        let response = validate(&policy, &pod);
+        let response = validate_response(&policy, &pod);
         assert_eq!(response["allowed"], true, "{kind}: {response}");
         // An UPDATE of such a pod (a controller removing a finalizer) is not re-judged either.
-        let mut update = fixture("update-pod-wandb-job-run42-worker-0.json");
+        let mut update = fixture_json("update-pod-wandb-job-run42-worker-0.json");
         for object in ["object", "oldObject"] {
             update["request"][object]["metadata"]["ownerReferences"] =
                 pod["request"]["object"]["metadata"]["ownerReferences"].clone();
         }
-        let response = validate(&policy, &update);
+        let response = validate_response(&policy, &update);
         assert_eq!(response["allowed"], true, "{kind}: {response}");
     }
     // Without the owner reference (as recorded) the Volcano pod is judged as a workload.
-    let response = validate(
+    let response = validate_response(
         &policy,
-        &fixture("create-pod-wandb-job-run42-worker-0.json"),
+        &fixture_json("create-pod-wandb-job-run42-worker-0.json"),
     );
     assert_eq!(response["allowed"], false, "{response}");
 }
@@ -169,14 +141,14 @@ fn a_queue_name_that_is_no_label_value_is_labelled_validly_and_still_resolves() 
     .unwrap();
     // The launch Job names its queue through the W&B agent's env var (a label could not hold
     // this name).
-    let mut job = fixture("create-job-launch-acme-mnist.json");
+    let mut job = fixture_json("create-job-launch-acme-mnist.json");
     job["request"]["object"]["metadata"]["labels"]
         .as_object_mut()
         .unwrap()
         .remove("queue");
     job["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["env"] =
         json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": queue}]);
-    let response = answer(&policy, Endpoint::Mutate, &job);
+    let response = review_response(&policy, Endpoint::Mutate, &job);
     assert_eq!(response["allowed"], true, "{response}");
     let patch = common::decode_patch(&response).expect("a patch");
     let mut mutated = job["request"]["object"].clone();
@@ -190,7 +162,7 @@ fn a_queue_name_that_is_no_label_value_is_labelled_validly_and_still_resolves() 
 
     // The Job controller copies the template's labels and annotations onto its pods; the
     // label alone leads back to the queue (not to the default queue).
-    let mut pod = fixture("create-pod-launch-acme-mnist-mzxkz.json");
+    let mut pod = fixture_json("create-pod-launch-acme-mnist-mzxkz.json");
     let meta = &mut pod["request"]["object"]["metadata"];
     meta["labels"]["launchgate.io/queue"] = template_meta["labels"]["launchgate.io/queue"].clone();
     meta["annotations"] = template_meta["annotations"].clone();
@@ -203,7 +175,7 @@ fn a_queue_name_that_is_no_label_value_is_labelled_validly_and_still_resolves() 
     // A second pass over the mutated Job changes nothing.
     let mut again = job.clone();
     again["request"]["object"] = mutated;
-    let response = answer(&policy, Endpoint::Mutate, &again);
+    let response = review_response(&policy, Endpoint::Mutate, &again);
     assert!(
         common::decode_patch(&response).is_none_or(|p| p.0.is_empty()),
         "{response}"
@@ -229,7 +201,7 @@ fields:
 
 /// The recorded launch Job with 2 GPUs (within the queue) and `extra` containers in `list`.
 fn launch_job_with(list: &str, extra: Vec<Value>) -> Value {
-    let mut job = fixture("create-job-launch-acme-mnist.json");
+    let mut job = fixture_json("create-job-launch-acme-mnist.json");
     let spec = &mut job["request"]["object"]["spec"]["template"]["spec"];
     spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
     let items = spec[list].as_array().cloned().unwrap_or_default();
@@ -247,9 +219,9 @@ fn container(name: &str, limits: Value) -> Value {
 
 #[test]
 fn every_container_in_every_role_is_held_to_the_limits() {
-    let policy = policy(SEED_QUEUE);
+    let policy = limits_policy("gpu-queue", SEED_QUEUE);
     let base = launch_job_with("containers", vec![]);
-    assert_eq!(validate(&policy, &base)["allowed"], true);
+    assert_eq!(validate_response(&policy, &base)["allowed"], true);
     let sidecar = |limits: Value| {
         let mut c = container("proxy", limits);
         c["restartPolicy"] = json!("Always");
@@ -274,18 +246,22 @@ fn every_container_in_every_role_is_held_to_the_limits() {
     ];
     for (list, extra, expected) in cases {
         let job = launch_job_with(list, vec![extra.clone()]);
-        assert_eq!(denial(&validate(&policy, &job)), vec![expected], "{extra}");
+        assert_eq!(
+            denial(&validate_response(&policy, &job)),
+            vec![expected],
+            "{extra}"
+        );
         // Within the limits they are fine.
         let mut fine = extra.clone();
         fine["resources"]["limits"] = json!({"nvidia.com/gpu": "1", "memory": "1Gi"});
         let job = launch_job_with(list, vec![fine]);
-        assert_eq!(validate(&policy, &job)["allowed"], true, "{list}");
+        assert_eq!(validate_response(&policy, &job)["allowed"], true, "{list}");
     }
 }
 
 #[test]
 fn the_template_container_is_the_training_container_wherever_a_sidecar_sits() {
-    let policy = policy(SEED_QUEUE);
+    let policy = limits_policy("gpu-queue", SEED_QUEUE);
     // A mesh injector put its proxy first; the training container is second.
     let mut job = launch_job_with("containers", vec![]);
     let spec = &mut job["request"]["object"]["spec"]["template"]["spec"];
@@ -293,7 +269,7 @@ fn the_template_container_is_the_training_container_wherever_a_sidecar_sits() {
     spec["containers"] = json!([container("istio-proxy", json!({"cpu": "2"})), training]);
     spec["containers"][1]["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
     assert_eq!(
-        denial(&validate(&policy, &job)),
+        denial(&validate_response(&policy, &job)),
         vec![
             r#"queue "gpu-queue": spec.template.spec.containers[1].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#
         ]
@@ -326,8 +302,8 @@ variables:
 
 #[test]
 fn volcano_tasks_bind_by_name_and_an_extra_task_is_held_too() {
-    let policy = policy(VOLCANO_QUEUE);
-    let mut review = fixture("create-vcjob-wandb-job-run42.json");
+    let policy = limits_policy("gpu-queue", VOLCANO_QUEUE);
+    let mut review = fixture_json("create-vcjob-wandb-job-run42.json");
     let tasks = review["request"]["object"]["spec"]["tasks"]
         .as_array_mut()
         .unwrap();
@@ -335,7 +311,7 @@ fn volcano_tasks_bind_by_name_and_an_extra_task_is_held_too() {
     tasks.reverse();
     tasks[0]["template"]["spec"]["containers"][0]["resources"] =
         json!({"limits": {"nvidia.com/gpu": "4"}});
-    assert_eq!(validate(&policy, &review)["allowed"], true);
+    assert_eq!(validate_response(&policy, &review)["allowed"], true);
 
     // An extra task is not in the template, and still cannot take more than any task may.
     let mut extra = review["request"]["object"]["spec"]["tasks"][0].clone();
@@ -347,7 +323,7 @@ fn volcano_tasks_bind_by_name_and_an_extra_task_is_held_too() {
         .unwrap()
         .push(extra);
     assert_eq!(
-        denial(&validate(&policy, &review)),
+        denial(&validate_response(&policy, &review)),
         vec![
             r#"queue "gpu-queue": spec.tasks[2].template.spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus", which holds every container)"#
         ]
@@ -355,19 +331,19 @@ fn volcano_tasks_bind_by_name_and_an_extra_task_is_held_too() {
 
     // A worker pod made by the Volcano controller is held to the worker's limits, not the
     // master's.
-    let mut pod = fixture("create-pod-wandb-job-run42-worker-0.json");
+    let mut pod = fixture_json("create-pod-wandb-job-run42-worker-0.json");
     pod["request"]["object"]["spec"]["containers"][0]["resources"] =
         json!({"limits": {"nvidia.com/gpu": "2"}});
     assert_eq!(
-        validate(&policy, &pod)["allowed"],
+        validate_response(&policy, &pod)["allowed"],
         true,
         "worker with 2 GPUs"
     );
-    let mut master = fixture("create-pod-wandb-job-run42-master-0.json");
+    let mut master = fixture_json("create-pod-wandb-job-run42-master-0.json");
     master["request"]["object"]["spec"]["containers"][0]["resources"] =
         json!({"limits": {"nvidia.com/gpu": "2"}});
     assert_eq!(
-        denial(&validate(&policy, &master)),
+        denial(&validate_response(&policy, &master)),
         vec![
             r#"queue "gpu-queue": spec.containers[0].resources.limits["nvidia.com/gpu"]=2 exceeds maximum 0 (variable "master_gpus")"#
         ]
@@ -380,24 +356,19 @@ fn the_cli_queue_flag_with_such_a_name_writes_the_valid_label_too() {
     let config = dir.path().join("config.yaml");
     let queue = "Team A GPU queue";
     std::fs::write(&config, format!("queues:\n  {queue}: {{}}\n")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+    let out = launchgate_command()
         .args([
             "mutate",
             "-f",
-            "tests/fixtures/manifests/job-demo.yaml",
+            &manifest_path("job-demo.yaml"),
             "--queue",
             queue,
         ])
         .arg("--config")
         .arg(&config)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let job: Value = serde_norway::from_slice(&out.stdout).unwrap();
     for meta in [&job["metadata"], &job["spec"]["template"]["metadata"]] {
         let label = meta["labels"]["launchgate.io/queue"].as_str().unwrap();

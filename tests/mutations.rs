@@ -6,16 +6,15 @@
 
 mod common;
 
+use common::{fixture_request, fixtures, golden_path, mutated};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
 use launchgate::cluster::NoCluster;
-use launchgate::review::{Endpoint, decide};
 use launchgate::workload::{self, WorkloadKind};
 use serde_json::{Value, json};
 use std::collections::HashSet;
-use std::path::PathBuf;
 
 struct Mutated {
     request: AdmissionRequest,
@@ -25,10 +24,7 @@ struct Mutated {
 }
 
 fn mutate_request(policy: &Policy, request: AdmissionRequest) -> Mutated {
-    let d = decide(policy, Endpoint::Mutate, &request, &NoCluster);
-    assert!(d.response.allowed, "{:?}", d.response.status);
-    let mut object = request.object.clone().unwrap();
-    json_patch::patch(&mut object, &d.patch).expect("patch applies");
+    let (object, d) = mutated(policy, &request, &NoCluster);
     Mutated {
         request,
         object,
@@ -38,14 +34,7 @@ fn mutate_request(policy: &Policy, request: AdmissionRequest) -> Mutated {
 }
 
 fn mutate_fixture(policy: &Policy, name: &str) -> Mutated {
-    let request = launchgate::review::parse_request(&common::fixture(name)).unwrap();
-    mutate_request(policy, request)
-}
-
-fn golden_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name)
+    mutate_request(policy, fixture_request(name))
 }
 
 #[test]
@@ -53,7 +42,7 @@ fn every_fixture_matches_its_golden_result() {
     let policy = Policy::embedded_default();
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let mut mismatches = Vec::new();
-    for (name, _) in common::fixtures() {
+    for (name, _) in fixtures() {
         let m = mutate_fixture(&policy, &name);
         let actual = json!({"warnings": m.warnings, "patch": m.patch, "object": m.object});
         let path = golden_path(&name);
@@ -80,8 +69,7 @@ fn every_fixture_matches_its_golden_result() {
 #[test]
 fn job_demo_gets_backoff_zero_and_ttl_despite_api_default_six() {
     let policy = Policy::embedded_default();
-    let before =
-        launchgate::review::parse_request(&common::fixture("create-job-demo.json")).unwrap();
+    let before = fixture_request("create-job-demo.json");
     assert_eq!(
         before.object.as_ref().unwrap()["spec"]["backoffLimit"],
         6,
@@ -260,7 +248,7 @@ fn op_path(op: &json_patch::PatchOperation) -> String {
 #[test]
 fn a_second_pass_gives_an_empty_patch_for_every_fixture() {
     let policy = Policy::embedded_default();
-    for (name, _) in common::fixtures() {
+    for (name, _) in fixtures() {
         let first = mutate_fixture(&policy, &name);
         let mut again = first.request.clone();
         again.object = Some(first.object.clone());
@@ -282,7 +270,7 @@ fn unknown_fields_survive_mutation() {
         "create-pytorchjob-run42-pytorch-job.json",
         "create-pod-wandb-job-run42-master-0.json",
     ] {
-        let mut request = launchgate::review::parse_request(&common::fixture(name)).unwrap();
+        let mut request = fixture_request(name);
         let obj = request.object.as_mut().unwrap();
         obj["metadata"]["futureMeta"] = json!({"x": [1, 2]});
         obj["spec"]["futureSpecField"] = json!("from-k8s-1.40");
@@ -331,7 +319,7 @@ fn assert_unique_names(items: Option<&Value>, what: &str) {
 #[test]
 fn mutated_objects_are_valid_kubernetes() {
     let policy = Policy::embedded_default();
-    for (name, _) in common::fixtures() {
+    for (name, _) in fixtures() {
         let m = mutate_fixture(&policy, &name);
         let kind = WorkloadKind::of_object(&m.object).unwrap();
         match kind {

@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{client_for, fixture, metrics_text, options};
+use common::{
+    TestServer, client_for, fixture_bytes, fixture_json, json_post, kube_client, options,
+    serve_http, start_default, text,
+};
 use launchgate::server::events::{MemoryEventSink, REASON_DENIED};
 use launchgate::server::{ServeOptions, start, start_with_event_sink};
 use serde_json::Value;
@@ -20,39 +23,25 @@ async fn a_denied_create_is_counted_by_queue_and_rule_and_becomes_one_event() {
     let server = start_with_event_sink(options(dir.path()), None, Some(sink.clone()))
         .await
         .unwrap();
-    let client = client_for(server.dev_ca_pem.as_deref().unwrap());
-    let base = format!("https://localhost:{}", server.local_addr.port());
+    let srv = TestServer::new(server, dir);
     for path in ["/mutate", "/validate"] {
-        let answer: Value = client
-            .post(format!("{base}{path}"))
-            .header("content-type", "application/json")
-            .body(fixture(DENIED))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let answer = srv.post_json(path, fixture_bytes(DENIED)).await;
         if path == "/validate" {
             assert_eq!(answer["response"]["allowed"], false, "{answer}");
         }
     }
     // A dry run of the same denial: counted, but no Event.
-    let mut dry: Value = serde_json::from_slice(&fixture(DENIED)).unwrap();
+    let mut dry = fixture_json(DENIED);
     dry["request"]["dryRun"] = Value::Bool(true);
     dry["request"]["uid"] = Value::String("dry-run-uid".into());
     dry["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
         ["nvidia.com/gpu"] = Value::String("9".into());
-    let resp = client
-        .post(format!("{base}/validate"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&dry).unwrap())
-        .send()
-        .await
-        .unwrap();
+    let resp = srv
+        .post("/validate", serde_json::to_vec(&dry).unwrap())
+        .await;
     assert_eq!(resp.status(), 200);
 
-    let text = metrics_text(&client, &base).await;
+    let text = srv.metrics().await;
     for needle in [
         r#"launchgate_decisions_total{endpoint="validate",queue="gpu-queue",outcome="denied"} 2"#,
         r#"launchgate_violations_total{queue="gpu-queue",rule="variable:gpus",enforcement="deny"} 2"#,
@@ -94,13 +83,13 @@ async fn a_denied_create_is_counted_by_queue_and_rule_and_becomes_one_event() {
             .unwrap()
             .starts_with("launch-acme-mnist.")
     );
-    let text = metrics_text(&client, &base).await;
+    let text = srv.metrics().await;
     assert!(
         text.contains(r#"launchgate_events_total{result="created"} 1"#),
         "{text}"
     );
-    server.begin_shutdown();
-    server.wait().await.unwrap();
+    srv.server.begin_shutdown();
+    srv.server.wait().await.unwrap();
 }
 
 #[tokio::test]
@@ -131,10 +120,7 @@ async fn probes_and_metrics_answer_over_plain_http_when_client_certificates_are_
     let text = get("/metrics").await.text().await.unwrap();
     assert!(text.contains("launchgate_build_info"), "{text}");
     // No admission over plain HTTP.
-    let resp = plain
-        .post(format!("{admin}/validate"))
-        .header("content-type", "application/json")
-        .body(fixture(DENIED))
+    let resp = json_post(&plain, format!("{admin}/validate"), fixture_bytes(DENIED))
         .send()
         .await
         .unwrap();
@@ -161,10 +147,7 @@ async fn probes_and_metrics_answer_over_plain_http_when_client_certificates_are_
 
 async fn assert_413(client: &reqwest::Client, url: &str, version: reqwest::Version, what: &str) {
     let body = vec![b' '; 10 * 1024 * 1024];
-    let resp = client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body)
+    let resp = json_post(client, url, body)
         .send()
         .await
         .unwrap_or_else(|e| panic!("{what}: no answer: {e:?}"));
@@ -218,19 +201,16 @@ async fn an_oversized_body_gets_a_readable_413_over_http2_and_http1() {
                 .unwrap()
                 .expect("curl runs (the test needs the curl command)");
             assert_eq!(
-                String::from_utf8_lossy(&out.stdout),
+                text(&out.stdout),
                 format!("{version} 413"),
                 "curl {flag} #{round}: {}",
-                String::from_utf8_lossy(&out.stderr)
+                text(&out.stderr)
             );
         }
     }
     // The connections stay usable.
     for client in [&h2, &h1] {
-        let resp = client
-            .post(&url)
-            .header("content-type", "application/json")
-            .body(fixture("create-job-demo.json"))
+        let resp = json_post(client, &url, fixture_bytes("create-job-demo.json"))
             .send()
             .await
             .unwrap();
@@ -271,11 +251,7 @@ async fn delete_webhooks_removes_both_configurations_and_tolerates_missing_ones(
         ([("content-type", "application/json")], status.to_string()).into_response()
     }
     let app = axum::Router::new().fallback(api).with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-    let client = kube::Client::try_from(config).unwrap();
+    let client = kube_client(&serve_http(app).await);
     let report = launchgate::server::delete_webhooks(
         client,
         &["launchgate".to_string()],
@@ -305,8 +281,8 @@ async fn delete_webhooks_removes_both_configurations_and_tolerates_missing_ones(
 /// count), exactly as if the API server had not called.
 #[tokio::test]
 async fn objects_matchconditions_would_filter_are_skipped_by_the_server() {
-    let srv = common::start_default().await;
-    let mut plain: Value = serde_json::from_slice(&fixture("create-job-demo.json")).unwrap();
+    let srv = start_default().await;
+    let mut plain = fixture_json("create-job-demo.json");
     let object = &mut plain["request"]["object"];
     object["metadata"]["labels"] = serde_json::json!({"app": "batch-report"});
     object["spec"]["template"]["metadata"]["labels"] = serde_json::json!({"app": "batch-report"});
@@ -315,18 +291,21 @@ async fn objects_matchconditions_would_filter_are_skipped_by_the_server() {
             "job without launch labels",
             serde_json::to_vec(&plain).unwrap(),
         ),
-        ("image build", fixture("create-pod-kaniko-build-abc.json")),
+        (
+            "image build",
+            fixture_bytes("create-pod-kaniko-build-abc.json"),
+        ),
     ];
     for (what, body) in bodies {
         for path in ["/mutate", "/validate"] {
-            let answer: Value = srv.post(path, body.clone()).await.json().await.unwrap();
+            let answer: Value = srv.post_json(path, body.clone()).await;
             let r = &answer["response"];
             assert_eq!(r["allowed"], true, "{what} {path}");
             assert!(r["patch"].is_null(), "{what} {path}: {r}");
             assert!(r["warnings"].is_null(), "{what} {path}: {r}");
         }
     }
-    let text = metrics_text(&srv.client, &srv.base).await;
+    let text = srv.metrics().await;
     assert!(!text.contains("launchgate_decisions_total{"), "{text}");
     assert!(
         text.contains(r#"launchgate_admission_requests_total{endpoint="mutate",kind="Job",operation="CREATE",outcome="skipped"} 1"#),

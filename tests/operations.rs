@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::{fixture, metrics_text, options, start_with};
+use common::{
+    fixture_bytes, fixture_json, json_post, metrics_text, options, start_with, start_with_config,
+    wait_for_metrics,
+};
 use launchgate::certs::{GeneratedCerts, generate};
 use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
@@ -87,20 +90,6 @@ fn metric(text: &str, prefix: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Polls `/metrics` until the line starting with `prefix` reaches at least 1, or fails with
-/// `what` after 10 s.
-async fn wait_for_metric(client: &reqwest::Client, base: &str, prefix: &str, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = metrics_text(client, base).await;
-        if metric(&text, prefix) >= 1.0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificate_rotation_by_symlink_swap_loses_no_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,12 +131,9 @@ async fn certificate_rotation_by_symlink_swap_loses_no_request() {
             base.clone(),
         );
         senders.push(tokio::spawn(async move {
-            let body = fixture("create-job-demo.json");
+            let body = fixture_bytes("create-job-demo.json");
             while !stop.load(Ordering::Relaxed) {
-                let result = client
-                    .post(format!("{base}/mutate"))
-                    .header("content-type", "application/json")
-                    .body(body.clone())
+                let result = json_post(&client, format!("{base}/mutate"), body.clone())
                     .send()
                     .await;
                 sent.fetch_add(1, Ordering::Relaxed);
@@ -179,12 +165,12 @@ async fn certificate_rotation_by_symlink_swap_loses_no_request() {
     // A half-written rotation first: the new certificate with the old key. It must be rejected
     // and the old certificate kept.
     vol.swap_in(&new.cert_pem, &old.key_pem, &new.ca_pem);
-    wait_for_metric(
-        &both(false),
-        &base,
-        r#"launchgate_certificate_reloads_total{result="failure"}"#,
-        "mismatched pair never rejected",
-    )
+    wait_for_metrics(&both(false), &base, "mismatched pair never rejected", |t| {
+        metric(
+            t,
+            r#"launchgate_certificate_reloads_total{result="failure"}"#,
+        ) >= 1.0
+    })
     .await;
     assert_eq!(
         fresh_get(&old.ca_pem, &readyz).await.unwrap().status(),
@@ -236,24 +222,14 @@ async fn certificate_rotation_by_symlink_swap_loses_no_request() {
 
 #[tokio::test]
 async fn invalid_config_keeps_the_old_policy_and_readiness_then_a_valid_one_takes_effect() {
-    let dir = tempfile::tempdir().unwrap();
     let default = launchgate::policy::DEFAULT_CONFIG_YAML;
-    let config_path = dir.path().join("config.yaml");
-    std::fs::write(&config_path, default).unwrap();
-    let opts = launchgate::server::ServeOptions {
-        config: Some(config_path.clone()),
-        ..options(dir.path())
-    };
-    let srv = start_with(opts, dir).await;
+    let (srv, config_path) = start_with_config(default).await;
     let review = |endpoint: &'static str| {
         let srv = &srv;
         async move {
             let v: Value = srv
-                .post(endpoint, fixture("create-job-launch-acme-mnist.json"))
-                .await
-                .json()
-                .await
-                .unwrap();
+                .post_json(endpoint, fixture_bytes("create-job-launch-acme-mnist.json"))
+                .await;
             v
         }
     };
@@ -266,12 +242,9 @@ async fn invalid_config_keeps_the_old_policy_and_readiness_then_a_valid_one_take
         default.replacen("defaultQueue:", "defaultQueeu:", 1),
     )
     .unwrap();
-    wait_for_metric(
-        &srv.client,
-        &srv.base,
-        r#"launchgate_config_reloads_total{result="failure"}"#,
-        "bad config never rejected",
-    )
+    srv.wait_for_metrics("bad config never rejected", |t| {
+        metric(t, r#"launchgate_config_reloads_total{result="failure"}"#) >= 1.0
+    })
     .await;
     assert_eq!(srv.get_status("/readyz").await, 200);
     assert_eq!(
@@ -296,7 +269,7 @@ async fn invalid_config_keeps_the_old_policy_and_readiness_then_a_valid_one_take
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let text = metrics_text(&srv.client, &srv.base).await;
+    let text = srv.metrics().await;
     assert!(
         metric(
             &text,
@@ -362,7 +335,9 @@ async fn a_stalled_client_is_cut_off_after_the_read_timeout_while_others_are_ser
 
     // Meanwhile other requests are served.
     for _ in 0..5 {
-        let resp = srv.post("/mutate", fixture("create-job-demo.json")).await;
+        let resp = srv
+            .post("/mutate", fixture_bytes("create-job-demo.json"))
+            .await;
         assert_eq!(resp.status(), 200);
     }
 
@@ -395,7 +370,7 @@ async fn a_stalled_client_is_cut_off_after_the_read_timeout_while_others_are_ser
         "connection without a TLS handshake was never closed: {handshake_end:?}"
     );
 
-    let text = metrics_text(&srv.client, &srv.base).await;
+    let text = srv.metrics().await;
     assert!(
         metric(
             &text,
@@ -404,7 +379,7 @@ async fn a_stalled_client_is_cut_off_after_the_read_timeout_while_others_are_ser
         "{text}"
     );
     assert_eq!(
-        srv.post("/mutate", fixture("create-job-demo.json"))
+        srv.post("/mutate", fixture_bytes("create-job-demo.json"))
             .await
             .status(),
         200
@@ -475,13 +450,14 @@ async fn client_ca_requires_a_certificate_signed_by_it() {
     );
     // With the API server's certificate: served.
     let client = with_identity(&identity_pem);
-    let resp = client
-        .post(srv.url("/mutate"))
-        .header("content-type", "application/json")
-        .body(fixture("create-job-demo.json"))
-        .send()
-        .await
-        .unwrap();
+    let resp = json_post(
+        &client,
+        srv.url("/mutate"),
+        fixture_bytes("create-job-demo.json"),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 200);
 }
 
@@ -532,8 +508,7 @@ async fn a_request_that_gets_no_slot_within_the_deadline_is_answered_503() {
 
     // Holds the only slot for a while: a ~7 MiB Pod (not a launch workload) made of 500,000
     // tiny annotations, which takes the core a long time to parse in a debug build.
-    let mut slow: Value =
-        serde_json::from_slice(&fixture("create-pod-kaniko-build-abc.json")).expect("fixture");
+    let mut slow = fixture_json("create-pod-kaniko-build-abc.json");
     let annotations: serde_json::Map<String, Value> = (0..500_000)
         .map(|i| (format!("a{i}"), Value::from("")))
         .collect();
@@ -542,26 +517,22 @@ async fn a_request_that_gets_no_slot_within_the_deadline_is_answered_503() {
     assert!(slow_body.len() < launchgate::server::MAX_BODY_BYTES);
     let (client, url) = (srv.client.clone(), srv.url("/validate"));
     let holder = tokio::spawn(async move {
-        client
-            .post(url)
-            .header("content-type", "application/json")
-            .body(slow_body)
+        json_post(&client, url, slow_body)
             .send()
             .await
             .unwrap()
             .status()
     });
-    wait_for_metric(
-        &srv.client,
-        &srv.base,
-        "launchgate_admission_in_flight ",
-        "the slow request never held the slot",
-    )
+    srv.wait_for_metrics("the slow request never held the slot", |t| {
+        metric(t, "launchgate_admission_in_flight ") >= 1.0
+    })
     .await;
 
     // Meanwhile a normal request finds no free slot: a fast 503 with a JSON error, so the API
     // server applies failurePolicy now rather than after its own timeout.
-    let resp = srv.post("/mutate", fixture("create-job-demo.json")).await;
+    let resp = srv
+        .post("/mutate", fixture_bytes("create-job-demo.json"))
+        .await;
     let status = resp.status();
     let err: Value = resp.json().await.unwrap();
     assert_eq!(status, 503, "{err}");
@@ -570,12 +541,12 @@ async fn a_request_that_gets_no_slot_within_the_deadline_is_answered_503() {
     // The slot holder is still answered normally, and the server serves again afterwards.
     assert_eq!(holder.await.unwrap(), 200);
     assert_eq!(
-        srv.post("/mutate", fixture("create-job-demo.json"))
+        srv.post("/mutate", fixture_bytes("create-job-demo.json"))
             .await
             .status(),
         200
     );
-    let text = metrics_text(&srv.client, &srv.base).await;
+    let text = srv.metrics().await;
     assert!(
         metric(
             &text,

@@ -1,26 +1,12 @@
 //! `launchgate test`: the shipped example suites pass, a wrong expectation fails with a
 //! readable diff, the JUnit output is JUnit XML, bad input exits 2.
 
+mod common;
+
+use common::{launchgate, root, text};
 use quick_xml::events::Event;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn launchgate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("launchgate runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use std::path::Path;
 
 /// A suite in a temp dir with the built-in examples' 8-GPU job as its resource.
 fn suite_dir(suite: &str) -> tempfile::TempDir {

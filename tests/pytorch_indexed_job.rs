@@ -5,56 +5,25 @@
 //! * opt-in by queue or annotation; Jobs that can never rendezvous are denied or warned about;
 //! * PyTorchJobs: nothing the operator sets is duplicated.
 
+mod common;
+
+use common::{env_entry, env_value, fixture_request, mutated, pytorch_only, synthetic};
 use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
 use launchgate::cluster::NoCluster;
-use launchgate::review::{Decision, Endpoint, decide, parse_request};
+use launchgate::review::{Decision, Endpoint, decide};
 use serde_json::{Value, json};
-use std::path::PathBuf;
-
-fn fixture(name: &str) -> AdmissionRequest {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/admission")
-        .join(name);
-    parse_request(&std::fs::read(&path).unwrap()).unwrap()
-}
 
 fn run(policy: &Policy, endpoint: Endpoint, request: &AdmissionRequest) -> Decision {
     decide(policy, endpoint, request, &NoCluster)
 }
 
-fn mutated(policy: &Policy, request: &AdmissionRequest) -> (Value, Decision) {
-    let d = run(policy, Endpoint::Mutate, request);
-    assert!(d.response.allowed, "{:?}", d.response.status);
-    let mut object = request.object.clone().unwrap();
-    json_patch::patch(&mut object, &d.patch).unwrap();
-    (object, d)
-}
-
-fn env_entry<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
-    container["env"]
-        .as_array()?
-        .iter()
-        .find(|e| e["name"] == name)
-}
-
-fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
-    env_entry(container, name)?.get("value")?.as_str()
-}
-
 const INDEX_FIELD: &str = "metadata.annotations['batch.kubernetes.io/job-completion-index']";
-
-fn pytorch_only(pytorch: &str) -> Policy {
-    Policy::from_yaml(&format!(
-        "defaultQueue: q\nqueues:\n  q:\n    securityContext: {{enabled: false}}\n    jobDefaults: {{enabled: false}}\n    pytorch: {pytorch}\n"
-    ))
-    .unwrap()
-}
 
 #[test]
 fn recorded_indexed_job_ddp_is_wired_at_job_level() {
     let policy = Policy::embedded_default();
-    let (job, d) = mutated(&policy, &fixture("create-job-ddp.json"));
+    let (job, d) = mutated(&policy, &fixture_request("create-job-ddp.json"), &NoCluster);
     let c = &job["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(env_value(c, "WORLD_SIZE"), Some("3"));
     assert_eq!(env_value(c, "MASTER_ADDR"), Some("ddp-0.ddp"));
@@ -78,14 +47,18 @@ fn recorded_indexed_job_ddp_is_wired_at_job_level() {
         d.response.warnings
     );
     // Idempotent.
-    let mut again = fixture("create-job-ddp.json");
+    let mut again = fixture_request("create-job-ddp.json");
     again.object = Some(job.clone());
     assert!(run(&policy, Endpoint::Mutate, &again).patch.0.is_empty());
     // And the validating webhook admits it.
     assert!(
-        run(&policy, Endpoint::Validate, &fixture("create-job-ddp.json"))
-            .response
-            .allowed
+        run(
+            &policy,
+            Endpoint::Validate,
+            &fixture_request("create-job-ddp.json")
+        )
+        .response
+        .allowed
     );
 }
 
@@ -116,13 +89,13 @@ fn controller_pod(template: &Value, recorded_pod: &Value) -> Value {
 #[test]
 fn ddp_pods_inherit_the_wiring_and_need_no_further_pytorch_patch() {
     let policy = Policy::embedded_default();
-    let (job, _) = mutated(&policy, &fixture("create-job-ddp.json"));
+    let (job, _) = mutated(&policy, &fixture_request("create-job-ddp.json"), &NoCluster);
     for name in [
         "create-pod-ddp-0.json",
         "create-pod-ddp-1.json",
         "create-pod-ddp-2.json",
     ] {
-        let mut request = fixture(name);
+        let mut request = fixture_request(name);
         assert!(request.name.is_empty(), "{name}: generateName only");
         let pod = controller_pod(&job["spec"]["template"], request.object.as_ref().unwrap());
         request.object = Some(pod.clone());
@@ -143,8 +116,12 @@ fn ddp_pods_inherit_the_wiring_and_need_no_further_pytorch_patch() {
     }
     // The recorded pods as they are (their Job was never mutated): pods of an Indexed Job
     // carry no completions count, so launchgate does not guess.
-    let d = run(&policy, Endpoint::Mutate, &fixture("create-pod-ddp-1.json"));
-    let mut pod = fixture("create-pod-ddp-1.json").object.unwrap();
+    let d = run(
+        &policy,
+        Endpoint::Mutate,
+        &fixture_request("create-pod-ddp-1.json"),
+    );
+    let mut pod = fixture_request("create-pod-ddp-1.json").object.unwrap();
     json_patch::patch(&mut pod, &d.patch).unwrap();
     assert!(env_entry(&pod["spec"]["containers"][0], "WORLD_SIZE").is_none());
 }
@@ -164,17 +141,18 @@ fn indexed_job(annotations: Value, spec_patch: Value) -> AdmissionRequest {
         "metadata": {"name": "train", "namespace": "wandb", "labels": {"launchgate.io/queue": "q"},
                      "annotations": annotations},
         "spec": spec});
-    AdmissionRequest::synthetic_create(job, None).unwrap()
+    synthetic(job)
 }
 
 #[test]
 fn opt_in_by_annotation_and_opt_out() {
     let off = pytorch_only("{indexedJobs: false}");
-    let (job, _) = mutated(&off, &indexed_job(json!({}), json!({})));
+    let (job, _) = mutated(&off, &indexed_job(json!({}), json!({})), &NoCluster);
     assert!(env_entry(&job["spec"]["template"]["spec"]["containers"][0], "RANK").is_none());
     let (job, _) = mutated(
         &off,
         &indexed_job(json!({"launchgate.io/pytorch": "true"}), json!({})),
+        &NoCluster,
     );
     let c = &job["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(env_value(c, "MASTER_ADDR"), Some("train-0.svc"));
@@ -183,9 +161,10 @@ fn opt_in_by_annotation_and_opt_out() {
     let (job, _) = mutated(
         &on,
         &indexed_job(json!({"launchgate.io/pytorch": "false"}), json!({})),
+        &NoCluster,
     );
     assert!(env_entry(&job["spec"]["template"]["spec"]["containers"][0], "RANK").is_none());
-    let (job, _) = mutated(&on, &indexed_job(json!({}), json!({})));
+    let (job, _) = mutated(&on, &indexed_job(json!({}), json!({})), &NoCluster);
     let c = &job["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(env_value(c, "MASTER_PORT"), Some("29500"));
     assert_eq!(c["ports"][0]["containerPort"], 29500);
@@ -228,7 +207,7 @@ fn jobs_that_can_never_rendezvous_are_denied_or_warned() {
             run(&warn, Endpoint::Validate, &request).response.allowed,
             "{message}"
         );
-        let (job, d) = mutated(&warn, &request);
+        let (job, d) = mutated(&warn, &request, &NoCluster);
         assert!(
             d.response.warnings.iter().any(|w| w.contains(message)),
             "{message}: {:?}",
@@ -249,7 +228,7 @@ fn jobs_that_can_never_rendezvous_are_denied_or_warned() {
         json!({"completionMode": null, "completions": null}),
     );
     assert!(run(&deny, Endpoint::Validate, &request).response.allowed);
-    let (_, d) = mutated(&deny, &request);
+    let (_, d) = mutated(&deny, &request, &NoCluster);
     assert!(d.response.warnings.iter().all(|w| !w.contains("PyTorch")));
 }
 
@@ -261,7 +240,7 @@ fn generate_name_job_is_not_half_wired_and_records_the_decision() {
     let object = request.object.as_mut().unwrap();
     object["metadata"].as_object_mut().unwrap().remove("name");
     object["metadata"]["generateName"] = json!("train-");
-    let (job, _) = mutated(&policy, &request);
+    let (job, _) = mutated(&policy, &request, &NoCluster);
     let c = &job["spec"]["template"]["spec"]["containers"][0];
     for name in ["MASTER_ADDR", "WORLD_SIZE", "RANK", "PET_NNODES"] {
         assert!(env_entry(c, name).is_none(), "{name} must wait for the pod");
@@ -281,7 +260,7 @@ fn wait_for_master_on_a_shared_template_skips_rank_zero() {
     let policy = pytorch_only(
         "{indexedJobs: true, waitForMaster: {enabled: true, image: 'busybox:1.36.1', timeoutSeconds: 120}}",
     );
-    let (job, _) = mutated(&policy, &indexed_job(json!({}), json!({})));
+    let (job, _) = mutated(&policy, &indexed_job(json!({}), json!({})), &NoCluster);
     let init = &job["spec"]["template"]["spec"]["initContainers"][0];
     assert_eq!(init["name"], "wait-for-master");
     assert_eq!(env_value(init, "MASTER_ADDR"), Some("train-0.svc"));
@@ -303,7 +282,8 @@ fn recorded_pytorchjob_gets_no_duplicated_operator_env() {
     let policy = Policy::embedded_default();
     let (job, d) = mutated(
         &policy,
-        &fixture("create-pytorchjob-run42-pytorch-job.json"),
+        &fixture_request("create-pytorchjob-run42-pytorch-job.json"),
+        &NoCluster,
     );
     for rt in ["Master", "Worker"] {
         let c = &job["spec"]["pytorchReplicaSpecs"][rt]["template"]["spec"]["containers"][0];
@@ -339,11 +319,11 @@ fn recorded_pytorchjob_gets_no_duplicated_operator_env() {
 fn pytorchjob_gets_nproc_and_wait_for_master_and_warnings_about_shadowed_env() {
     let policy =
         pytorch_only("{nprocPerNode: 4, waitForMaster: {enabled: true, timeoutSeconds: 30}}");
-    let mut request = fixture("create-pytorchjob-run42-pytorch-job.json");
+    let mut request = fixture_request("create-pytorchjob-run42-pytorch-job.json");
     let obj = request.object.as_mut().unwrap();
     obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"] =
         json!([{"name": "MASTER_ADDR", "value": "localhost"}]);
-    let (job, d) = mutated(&policy, &request);
+    let (job, d) = mutated(&policy, &request, &NoCluster);
     assert_eq!(job["spec"]["nprocPerNode"], "4");
     let worker = &job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"];
     assert_eq!(worker["initContainers"][0]["name"], "wait-for-master");
@@ -372,7 +352,7 @@ fn pytorchjob_gets_nproc_and_wait_for_master_and_warnings_about_shadowed_env() {
 #[test]
 fn pytorchjob_with_two_masters_is_denied() {
     let policy = Policy::embedded_default();
-    let mut request = fixture("create-pytorchjob-run42-pytorch-job.json");
+    let mut request = fixture_request("create-pytorchjob-run42-pytorch-job.json");
     request.object.as_mut().unwrap()["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] =
         json!(2);
     let d = run(&policy, Endpoint::Validate, &request);
@@ -393,8 +373,8 @@ fn host_network_pods_declare_the_rendezvous_port_once() {
                  "template": {"spec": {"subdomain": "hn", "hostNetwork": true, "restartPolicy": "Never",
                      "containers": [{"name": "a", "image": "i"}, {"name": "b", "image": "i"}]}}}
     });
-    let request = AdmissionRequest::synthetic_create(job, None).unwrap();
-    let (job, _) = mutated(&policy, &request);
+    let request = synthetic(job);
+    let (job, _) = mutated(&policy, &request, &NoCluster);
     let containers = job["spec"]["template"]["spec"]["containers"]
         .as_array()
         .unwrap();
@@ -411,7 +391,7 @@ fn host_network_pods_declare_the_rendezvous_port_once() {
         );
     }
     // Reinvocation: nothing more.
-    let again = AdmissionRequest::synthetic_create(job.clone(), None).unwrap();
+    let again = synthetic(job.clone());
     assert!(run(&policy, Endpoint::Mutate, &again).patch.0.is_empty());
     // The result is a valid pod template for the API server: no duplicate host ports.
     let spec: k8s_openapi::api::core::v1::PodSpec =

@@ -9,26 +9,20 @@ use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use common::{
+    TestServer, env_value, fixture_bytes, fixture_json, kube_client, options, serve_http,
+};
 use launchgate::Policy;
 use launchgate::cluster::ClusterView;
 use launchgate::review::{Endpoint, review};
 use launchgate::server::owner_cache;
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-fn fixture_bytes(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/admission")
-        .join(name);
-    std::fs::read(&path).unwrap()
-}
-
 fn recorded_job() -> Value {
-    let review: Value =
-        serde_json::from_slice(&fixture_bytes("create-vcjob-wandb-job-run42.json")).unwrap();
+    let review = fixture_json("create-vcjob-wandb-job-run42.json");
     let mut job = review["request"]["object"].clone();
     job["metadata"]["resourceVersion"] = json!("7");
     job["metadata"]["uid"] = json!("0b6e2b7e-1c0c-4c5e-9a51-0c6d7b1d2f11");
@@ -75,29 +69,9 @@ async fn not_found(uri: Uri) -> Response {
         .into_response()
 }
 
-async fn fake_api() -> (String, Calls) {
-    let calls = Calls::default();
-    let app = Router::new()
-        .route(
-            "/apis/batch.volcano.sh/v1alpha1/jobs",
-            axum::routing::get(jobs),
-        )
-        .fallback(not_found)
-        .with_state(calls.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), calls)
-}
-
-fn env_of(container: &Value, name: &str) -> Option<String> {
-    container["env"]
-        .as_array()?
-        .iter()
-        .find(|e| e["name"] == name)?
-        .get("value")?
-        .as_str()
-        .map(str::to_string)
+/// Serves `routes` over loopback, answering 404 to everything else; its base URL.
+async fn fake_api<S: Clone + Send + Sync + 'static>(routes: Router<S>, state: S) -> String {
+    serve_http(routes.fallback(not_found).with_state(state)).await
 }
 
 /// The request object of the AdmissionReview `body` with the base64 patch of `response`
@@ -112,9 +86,12 @@ fn patched_object(body: &[u8], response: &Value) -> Value {
 
 #[tokio::test]
 async fn recorded_pods_are_wired_from_the_watched_owner_job() {
-    let (url, calls) = fake_api().await;
-    let config = kube::Config::new(url.parse().unwrap());
-    let client = kube::Client::try_from(config).unwrap();
+    let calls = Calls::default();
+    let routes = Router::new().route(
+        "/apis/batch.volcano.sh/v1alpha1/jobs",
+        axum::routing::get(jobs),
+    );
+    let client = kube_client(&fake_api(routes, calls.clone()).await);
     let cache = owner_cache::start(client, owner_cache::WatchScope::default()).await;
     assert!(
         cache.wait_until_ready(Duration::from_secs(10)).await,
@@ -142,13 +119,13 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
         let pod = patched_object(&body, response);
         let c = &pod["spec"]["containers"][0];
         assert_eq!(
-            env_of(c, "MASTER_ADDR").as_deref(),
+            env_value(c, "MASTER_ADDR"),
             Some("wandb-job-run42-master-0.wandb-job-run42"),
             "{name}"
         );
-        assert_eq!(env_of(c, "MASTER_PORT").as_deref(), Some("23456"), "{name}");
-        assert_eq!(env_of(c, "WORLD_SIZE").as_deref(), Some("3"), "{name}");
-        assert_eq!(env_of(c, "RANK").as_deref(), Some(rank), "{name}");
+        assert_eq!(env_value(c, "MASTER_PORT"), Some("23456"), "{name}");
+        assert_eq!(env_value(c, "WORLD_SIZE"), Some("3"), "{name}");
+        assert_eq!(env_value(c, "RANK"), Some(rank), "{name}");
         let ports: Vec<&Value> = c["ports"]
             .as_array()
             .unwrap()
@@ -168,44 +145,22 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
     // The same through the real HTTPS server, started with the watch cache as its cluster view
     // (what `serve --cluster-lookups` does).
     let dir = tempfile::tempdir().unwrap();
-    let opts = launchgate::server::ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        dev_cert_dir: dir.path().join("dev-certs"),
-        ..Default::default()
-    };
-    let server = launchgate::server::start(opts, Some(Arc::new(cache)))
+    let server = launchgate::server::start(options(dir.path()), Some(Arc::new(cache)))
         .await
         .expect("server starts");
-    let ca = server.dev_ca_pem.clone().unwrap();
-    let client = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
-        .tls_built_in_root_certs(false)
-        .build()
-        .unwrap();
+    let srv = TestServer::new(server, dir);
     let body = fixture_bytes("create-pod-wandb-job-run42-worker-1.json");
-    let answer: Value = client
-        .post(format!(
-            "https://localhost:{}/mutate",
-            server.local_addr.port()
-        ))
-        .header("content-type", "application/json")
-        .body(body.clone())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = srv.post_json("/mutate", body.clone()).await;
     let pod = patched_object(&body, &answer["response"]);
     let c = &pod["spec"]["containers"][0];
     assert_eq!(
-        env_of(c, "MASTER_ADDR").as_deref(),
+        env_value(c, "MASTER_ADDR"),
         Some("wandb-job-run42-master-0.wandb-job-run42")
     );
-    assert_eq!(env_of(c, "WORLD_SIZE").as_deref(), Some("3"));
-    assert_eq!(env_of(c, "RANK").as_deref(), Some("2"));
-    server.begin_shutdown();
-    server.wait().await.unwrap();
+    assert_eq!(env_value(c, "WORLD_SIZE"), Some("3"));
+    assert_eq!(env_value(c, "RANK"), Some("2"));
+    srv.server.begin_shutdown();
+    srv.server.wait().await.unwrap();
 }
 
 /// `GET /apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs`: records the namespace and
@@ -232,18 +187,11 @@ async fn namespaced_jobs(
 #[tokio::test]
 async fn the_watch_is_limited_to_the_given_namespaces_and_label_selector() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let app = Router::new()
-        .route(
-            "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs",
-            axum::routing::get(namespaced_jobs),
-        )
-        .fallback(not_found)
-        .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-    let client = kube::Client::try_from(config).unwrap();
+    let routes = Router::new().route(
+        "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs",
+        axum::routing::get(namespaced_jobs),
+    );
+    let client = kube_client(&fake_api(routes, seen.clone()).await);
     let scope = owner_cache::WatchScope {
         namespaces: vec!["wandb".into(), "team-a".into(), "wandb".into()],
         label_selector: "wandb.ai/monitor".into(),

@@ -7,28 +7,14 @@
 //!   the cluster view; offline: RANK and a warning);
 //! * extra tasks, two masters, user values, override, sidecars, idempotency.
 
+mod common;
+
+use common::{fixture_request, mutated, pytorch_only, synthetic};
 use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
 use launchgate::cluster::{ClusterView, NoCluster, StaticCluster};
-use launchgate::review::{Endpoint, decide, parse_request};
+use launchgate::review::{Endpoint, decide};
 use serde_json::{Map, Value, json};
-use std::path::PathBuf;
-
-fn fixture(name: &str) -> AdmissionRequest {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/admission")
-        .join(name);
-    parse_request(&std::fs::read(&path).unwrap()).unwrap()
-}
-
-/// A queue `q` with only the PyTorch wiring on (no security/cache/job defaults), so env and
-/// ports can be compared exactly.
-fn pytorch_only(pytorch: &str) -> Policy {
-    Policy::from_yaml(&format!(
-        "defaultQueue: q\nqueues:\n  q:\n    securityContext: {{enabled: false}}\n    jobDefaults: {{enabled: false}}\n    pytorch: {pytorch}\n"
-    ))
-    .unwrap()
-}
 
 struct Mutated {
     object: Value,
@@ -37,10 +23,7 @@ struct Mutated {
 }
 
 fn mutate(policy: &Policy, request: &AdmissionRequest, cluster: &dyn ClusterView) -> Mutated {
-    let d = decide(policy, Endpoint::Mutate, request, cluster);
-    assert!(d.response.allowed, "{:?}", d.response.status);
-    let mut object = request.object.clone().unwrap();
-    json_patch::patch(&mut object, &d.patch).unwrap();
+    let (object, d) = mutated(policy, request, cluster);
     Mutated {
         object,
         warnings: d.response.warnings,
@@ -49,10 +32,10 @@ fn mutate(policy: &Policy, request: &AdmissionRequest, cluster: &dyn ClusterView
 }
 
 fn mutate_object(policy: &Policy, object: Value, cluster: &dyn ClusterView) -> Mutated {
-    let request = AdmissionRequest::synthetic_create(object, None).unwrap();
+    let request = synthetic(object);
     let m = mutate(policy, &request, cluster);
     // Idempotency: a second pass over the result changes nothing.
-    let again = AdmissionRequest::synthetic_create(m.object.clone(), None).unwrap();
+    let again = synthetic(m.object.clone());
     let second = decide(policy, Endpoint::Mutate, &again, cluster);
     assert!(
         second.patch.0.is_empty(),
@@ -444,7 +427,7 @@ fn assert_run42_wired(name: &str, pod: &Value, rank: &str) {
 #[test]
 fn recorded_vcjob_then_controller_built_pods_are_fully_wired() {
     let policy = Policy::embedded_default();
-    let job_request = fixture("create-vcjob-wandb-job-run42.json");
+    let job_request = fixture_request("create-vcjob-wandb-job-run42.json");
     let job = mutate(&policy, &job_request, &NoCluster);
     assert!(
         job.warnings.iter().all(|w| !w.contains("PyTorch")),
@@ -467,7 +450,7 @@ fn recorded_vcjob_then_controller_built_pods_are_fully_wired() {
         assert_eq!(env_of(c, "RANK"), None, "RANK is per pod");
     }
     for (name, rank) in RUN42_PODS {
-        let recorded = fixture(name);
+        let recorded = fixture_request(name);
         let recorded_pod = recorded.object.as_ref().unwrap();
         let task = recorded_pod["metadata"]["annotations"]["volcano.sh/task-spec"]
             .as_str()
@@ -504,10 +487,12 @@ fn recorded_vcjob_then_controller_built_pods_are_fully_wired() {
 #[test]
 fn recorded_pods_of_an_unmutated_job_are_wired_from_the_owner_job() {
     let policy = Policy::embedded_default();
-    let job = fixture("create-vcjob-wandb-job-run42.json").object.unwrap();
+    let job = fixture_request("create-vcjob-wandb-job-run42.json")
+        .object
+        .unwrap();
     let cluster = StaticCluster::default().with_volcano_job(job);
     for (name, rank) in RUN42_PODS {
-        let request = fixture(name);
+        let request = fixture_request(name);
         let pod = mutate(&policy, &request, &cluster);
         assert_run42_wired(name, &pod.object, rank);
         let mut again = request.clone();
@@ -520,7 +505,7 @@ fn recorded_pods_of_an_unmutated_job_are_wired_from_the_owner_job() {
 fn recorded_pods_offline_get_rank_and_a_warning_about_the_rest() {
     let policy = Policy::embedded_default();
     for (name, rank) in RUN42_PODS {
-        let pod = mutate(&policy, &fixture(name), &NoCluster);
+        let pod = mutate(&policy, &fixture_request(name), &NoCluster);
         let c = &pod.object["spec"]["containers"][0];
         assert_eq!(env_of(c, "RANK").as_deref(), Some(rank), "{name}");
         assert_eq!(env_of(c, "PET_NODE_RANK").as_deref(), Some(rank), "{name}");
@@ -537,7 +522,7 @@ fn recorded_pods_offline_get_rank_and_a_warning_about_the_rest() {
     // Connected, but the Job is not (yet) known: same, with a different reason.
     let pod = mutate(
         &policy,
-        &fixture("create-pod-wandb-job-run42-worker-1.json"),
+        &fixture_request("create-pod-wandb-job-run42-worker-1.json"),
         &StaticCluster::default(),
     );
     assert!(
@@ -584,7 +569,7 @@ fn extra_task_pod_gets_job_values_but_no_rank_and_no_port() {
 fn two_master_replicas_are_denied_with_a_clear_message() {
     let policy = pytorch_only("{}");
     let job = upstream_job(&[("master", 2), ("worker", 2)]);
-    let request = AdmissionRequest::synthetic_create(job.clone(), None).unwrap();
+    let request = synthetic(job.clone());
     let d = decide(&policy, Endpoint::Validate, &request, &NoCluster);
     assert!(!d.response.allowed);
     let message = d.response.status.unwrap().message;
@@ -615,7 +600,7 @@ fn two_master_replicas_are_denied_with_a_clear_message() {
             .allowed
     );
     // A missing master task is denied too.
-    let request = AdmissionRequest::synthetic_create(upstream_job(&[("worker", 2)]), None).unwrap();
+    let request = synthetic(upstream_job(&[("worker", 2)]));
     let d = decide(&policy, Endpoint::Validate, &request, &NoCluster);
     let message = d.response.status.unwrap().message;
     assert!(

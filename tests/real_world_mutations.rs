@@ -16,9 +16,9 @@
 
 mod common;
 
+use common::{decode_patch, fixture_json, review_response};
 use launchgate::Policy;
-use launchgate::cluster::NoCluster;
-use launchgate::review::{Endpoint, review};
+use launchgate::review::Endpoint;
 use serde_json::{Value, json};
 
 /// One answer of the core: the patched object, the patch and the response.
@@ -55,17 +55,14 @@ impl Answer {
 
 /// A recorded AdmissionReview with its `request.object` edited by `edit`.
 fn recorded(name: &str, edit: impl FnOnce(&mut Value)) -> Value {
-    let mut review: Value = serde_json::from_slice(&common::fixture(name)).unwrap();
+    let mut review = fixture_json(name);
     edit(&mut review["request"]["object"]);
     review
 }
 
 fn call(policy: &Policy, endpoint: Endpoint, review_json: &Value) -> Answer {
-    let body = serde_json::to_vec(review_json).unwrap();
-    let out = review(policy, endpoint, &body, &NoCluster).expect("a valid AdmissionReview");
-    let answer: Value = serde_json::from_slice(&out.body).unwrap();
-    let response = answer["response"].clone();
-    let patch = common::decode_patch(&response).unwrap_or(json_patch::Patch(Vec::new()));
+    let response = review_response(policy, endpoint, review_json);
+    let patch = decode_patch(&response).unwrap_or(json_patch::Patch(Vec::new()));
     let mut object = review_json["request"]["object"].clone();
     json_patch::patch(&mut object, &patch).expect("the patch applies");
     Answer {

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{decode_patch, fixture, fixtures, metrics_text, start_default};
+use common::{decode_patch, fixture_bytes, fixture_json, fixtures, json_post, start_default};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -50,17 +50,11 @@ async fn dry_run_answers_exactly_like_a_real_create() {
     let srv = start_default().await;
     for path in ["/mutate", "/validate"] {
         let real: Value = srv
-            .post(path, fixture("create-job-demo.json"))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .post_json(path, fixture_bytes("create-job-demo.json"))
+            .await;
         let dry: Value = srv
-            .post(path, fixture("dryrun-create-job-demo.json"))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .post_json(path, fixture_bytes("dryrun-create-job-demo.json"))
+            .await;
         let strip = |mut v: Value| {
             v["response"].as_object_mut().unwrap().remove("uid");
             v
@@ -93,7 +87,7 @@ async fn bad_requests_get_readable_4xx_and_the_server_keeps_serving() {
         ),
         (
             "wrong content type",
-            fixture("create-job-demo.json"),
+            fixture_bytes("create-job-demo.json"),
             "text/plain",
         ),
     ];
@@ -123,7 +117,7 @@ async fn bad_requests_get_readable_4xx_and_the_server_keeps_serving() {
     // Still serving.
     assert_eq!(srv.get_status("/readyz").await, 200);
     assert_eq!(
-        srv.post("/mutate", fixture("create-job-demo.json"))
+        srv.post("/mutate", fixture_bytes("create-job-demo.json"))
             .await
             .status(),
         200
@@ -133,7 +127,7 @@ async fn bad_requests_get_readable_4xx_and_the_server_keeps_serving() {
 #[tokio::test]
 async fn accepts_a_seven_mib_update() {
     let srv = start_default().await;
-    let mut review: Value = serde_json::from_slice(&fixture("update-job-demo.json")).unwrap();
+    let mut review: Value = fixture_json("update-job-demo.json");
     let filler = "x".repeat(3 * 1024 * 1024 + 512 * 1024);
     review["request"]["object"]["metadata"]["annotations"]["filler"] =
         Value::String(filler.clone());
@@ -154,11 +148,14 @@ async fn health_readiness_and_metrics() {
         "create-pod-kaniko-build-abc.json",
         "update-job-demo.json",
     ] {
-        assert_eq!(srv.post("/mutate", fixture(name)).await.status(), 200);
-        assert_eq!(srv.post("/validate", fixture(name)).await.status(), 200);
+        assert_eq!(srv.post("/mutate", fixture_bytes(name)).await.status(), 200);
+        assert_eq!(
+            srv.post("/validate", fixture_bytes(name)).await.status(),
+            200
+        );
     }
     let _ = srv.post("/mutate", b"nope".to_vec()).await;
-    let text = metrics_text(&srv.client, &srv.base).await;
+    let text = srv.metrics().await;
     for needle in [
         r#"launchgate_admission_requests_total{endpoint="mutate",kind="Job",operation="CREATE",outcome="patched"} 1"#,
         r#"launchgate_admission_requests_total{endpoint="mutate",kind="Pod",operation="CREATE",outcome="skipped"} 1"#,
@@ -177,16 +174,13 @@ async fn health_readiness_and_metrics() {
 async fn sigterm_style_shutdown_finishes_in_flight_requests() {
     let srv = start_default().await;
     // A request whose body arrives slowly is in flight when shutdown begins.
-    let body = fixture("create-job-demo.json");
+    let body = fixture_bytes("create-job-demo.json");
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
     let stream = tokio_stream_from(rx);
     let client = srv.client.clone();
     let url = srv.url("/mutate");
     let in_flight = tokio::spawn(async move {
-        client
-            .post(url)
-            .header("content-type", "application/json")
-            .body(reqwest::Body::wrap_stream(stream))
+        json_post(&client, url, reqwest::Body::wrap_stream(stream))
             .send()
             .await
     });

@@ -5,27 +5,15 @@
 
 mod common;
 
+use common::{
+    check_config, launchgate, launchgate_command, manifest_json, queue_config, queue_config_path,
+    run_with_stdin, text,
+};
 use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
 use launchgate::cluster::NoCluster;
 use launchgate::review::{Endpoint, decide};
 use serde_json::{Value, json};
-use std::path::PathBuf;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn queue_config(name: &str) -> String {
-    std::fs::read_to_string(root().join("tests/fixtures/wandb-queues").join(name))
-        .expect("queue config fixture exists")
-}
-
-fn manifest(name: &str) -> Value {
-    let text = std::fs::read_to_string(root().join("tests/fixtures/manifests").join(name))
-        .expect("manifest exists");
-    serde_norway::from_str(&text).unwrap()
-}
 
 /// A policy whose only queue has `template` pasted as-is and `gpus` limited to 0..4, in W&B's
 /// list form (`[{name, description, schema}]`) or the `{name: schema}` map.
@@ -46,7 +34,7 @@ fn policy(template: &str, list_form: bool) -> Policy {
 
 /// The W&B launch Job (8 GPUs as recorded) with `gpus` GPUs.
 fn batch_job(gpus: &str) -> Value {
-    let mut job = manifest("wandb-job.yaml");
+    let mut job = manifest_json("wandb-job.yaml");
     job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
         json!(gpus);
     job
@@ -54,7 +42,7 @@ fn batch_job(gpus: &str) -> Value {
 
 /// The docs' Kubeflow PyTorchJob with `gpus` GPUs in every replica's container.
 fn pytorch_job(gpus: &str) -> Value {
-    let mut job = manifest("ptjob.yaml");
+    let mut job = manifest_json("ptjob.yaml");
     for replica in ["Master", "Worker"] {
         job["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["containers"][0]["resources"] =
             json!({"limits": {"nvidia.com/gpu": gpus}});
@@ -175,16 +163,6 @@ fn structured_template_mapping_works_like_the_text() {
     assert!(verdict(&policy, pytorch_job("2")).0);
 }
 
-fn check_config(config: &str) -> std::process::Output {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.yaml");
-    std::fs::write(&path, config).unwrap();
-    std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args(["check-config", path.to_str().unwrap()])
-        .output()
-        .expect("launchgate runs")
-}
-
 fn config_with_template(template: &str) -> String {
     let config = json!({
         "queues": {"team-a/k8s-gpu": {"limits": {"template": template,
@@ -199,9 +177,9 @@ fn check_config_rejects_a_template_of_unknown_kind_naming_queue_and_variable() {
         .replace("kind: PyTorchJob", "kind: TFJob")
         .replace("pytorchReplicaSpecs", "tfReplicaSpecs");
     let out = check_config(&config_with_template(&tfjob));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("ok"));
+    assert!(!text(&out.stdout).contains("ok"));
     assert!(
         err.contains(r#"queues.team-a/k8s-gpu.limits.template: kubernetes: kind "TFJob" of apiVersion "kubeflow.org/v1" is not a workload kind launchgate checks"#),
         "{err}"
@@ -218,7 +196,7 @@ fn check_config_rejects_a_variable_no_check_reads_naming_queue_and_variable() {
     // has it there, so `{{gpus}}` would limit nothing.
     let template = "spec:\n  template:\n    containers:\n      - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n";
     let out = check_config(&config_with_template(template));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains(r#"queues.team-a/k8s-gpu.limits.template: {{gpus}} at spec.template.containers[0].resources.limits["nvidia.com/gpu"]"#)
@@ -227,21 +205,16 @@ fn check_config_rejects_a_variable_no_check_reads_naming_queue_and_variable() {
     );
     // The same config written correctly is ok.
     let out = check_config(&config_with_template(&queue_config("minikube-gpu.yaml")));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 #[test]
 fn import_queue_turns_a_terraform_queue_into_a_snippet_that_enforces_the_limit() {
-    let fixture = root().join("tests/fixtures/wandb-queues/terraform-show.json");
-    let out = common::run_with_stdin(
-        std::process::Command::new(env!("CARGO_BIN_EXE_launchgate")).args(["import-queue", "-"]),
-        &std::fs::read(fixture).unwrap(),
+    let out = run_with_stdin(
+        launchgate_command().args(["import-queue", "-"]),
+        queue_config("terraform-show.json").as_bytes(),
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     // One line per limit, before anything is installed.
     let lines: Vec<&str> = stderr.lines().collect();
@@ -253,11 +226,7 @@ fn import_queue_turns_a_terraform_queue_into_a_snippet_that_enforces_the_limit()
     );
     let snippet = String::from_utf8(out.stdout).unwrap();
     let ok = check_config(&snippet);
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
     // The imported queue, selected by the agent's entity and queue env, denies 8 GPUs.
     let policy = Policy::from_yaml(&snippet).unwrap();
     let with_env = |gpus: &str| {
@@ -281,24 +250,20 @@ fn import_queue_turns_a_terraform_queue_into_a_snippet_that_enforces_the_limit()
 
 #[test]
 fn import_queue_of_a_ui_config_names_the_variable_that_needs_a_schema() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args([
-            "import-queue",
-            "tests/fixtures/wandb-queues/minikube-gpu.yaml",
-            "--name",
-            "gpu-queue",
-        ])
-        .current_dir(root())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = launchgate(&[
+        "import-queue",
+        &queue_config_path("minikube-gpu.yaml"),
+        "--name",
+        "gpu-queue",
+    ]);
+    let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("queues.gpu-queue.limits.variables.gpus.type: missing `type`"),
         "{stderr}"
     );
     // The template is the config as written.
-    let snippet: Value = serde_norway::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let snippet: Value = serde_norway::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(
         snippet["queues"]["gpu-queue"]["limits"]["template"],
         json!(queue_config("minikube-gpu.yaml"))

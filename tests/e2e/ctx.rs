@@ -9,7 +9,6 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -361,12 +360,7 @@ fn decode_warning(header: &str) -> String {
 
 /// A manifest from `tests/fixtures/manifests` as JSON, its namespace removed.
 pub fn manifest(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/manifests")
-        .join(name);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut value: Value =
-        serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut value = crate::common::manifest_json(name);
     if let Some(meta) = value["metadata"].as_object_mut() {
         meta.remove("namespace");
     }

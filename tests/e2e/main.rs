@@ -16,6 +16,8 @@
 
 mod audit;
 mod cluster;
+#[path = "../common/mod.rs"]
+mod common;
 mod ctx;
 mod observability;
 mod semantics;
@@ -169,10 +171,8 @@ async fn set_up(target: &Target) -> Result<Suite> {
 async fn install_crds(client: &kube::Client) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds");
     let mut names = Vec::new();
-    for entry in std::fs::read_dir(&dir)? {
-        let path = entry?.path();
+    for path in common::crd_paths() {
         let crd: CustomResourceDefinition =
             serde_norway::from_str(&std::fs::read_to_string(&path)?)
                 .with_context(|| path.display().to_string())?;

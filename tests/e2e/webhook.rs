@@ -170,7 +170,7 @@ impl Launchgate {
 /// The chart's MutatingWebhookConfiguration and ValidatingWebhookConfiguration, as rendered
 /// into `manifests/launchgate.yaml`.
 pub fn chart_webhook_configurations() -> Result<Vec<Value>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/launchgate.yaml");
+    let path = crate::common::root().join("manifests/launchgate.yaml");
     let text = std::fs::read_to_string(&path)?;
     let mut out = Vec::new();
     for doc in serde_norway::Deserializer::from_str(&text) {
@@ -199,11 +199,9 @@ fn suite_config() -> Result<String> {
     let mut deadline = config["queues"][&default_queue].clone();
     deadline["limits"]["maxActiveDeadlineSeconds"] = json!(86400);
     let mut kubeflow = config["queues"][&default_queue].clone();
-    let pasted = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/wandb-queues/kubeflow-pytorchjob-kubernetes.yaml");
     kubeflow["limits"] = json!({
         "enforcement": "deny",
-        "template": std::fs::read_to_string(pasted)?,
+        "template": crate::common::queue_config("kubeflow-pytorchjob-kubernetes.yaml"),
         "variables": {"gpus": {"type": "integer", "minimum": 0, "maximum": 4, "default": 1}},
     });
     config["queues"][WARN_QUEUE] = warn;

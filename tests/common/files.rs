@@ -1,0 +1,110 @@
+//! The files the tests read, by name: recorded AdmissionReviews (`tests/fixtures/admission`),
+//! manifests (`tests/fixtures/manifests`), W&B queue configs (`tests/fixtures/wandb-queues`),
+//! CRDs (`tests/fixtures/crds`) and golden results (`tests/golden`).
+
+use launchgate::admission::AdmissionRequest;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The repository root: where Cargo.toml is, and where [`super::launchgate`] runs.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn read_text(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// An absolute path as a string, ready for a command line as much as for `std::fs`.
+fn path_string(path: PathBuf) -> String {
+    path.into_os_string()
+        .into_string()
+        .expect("the repository path is UTF-8")
+}
+
+const ADMISSION: &str = "tests/fixtures/admission";
+
+/// The path of the recorded AdmissionReview `name`.
+pub fn fixture_path(name: &str) -> String {
+    path_string(root().join(ADMISSION).join(name))
+}
+
+/// The recorded AdmissionReview `name`, as the API server sent it.
+pub fn fixture_bytes(name: &str) -> Vec<u8> {
+    read(Path::new(&fixture_path(name)))
+}
+
+/// The recorded AdmissionReview `name` as JSON.
+pub fn fixture_json(name: &str) -> Value {
+    serde_json::from_slice(&fixture_bytes(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The request of the recorded AdmissionReview `name`, parsed as the server parses it.
+pub fn fixture_request(name: &str) -> AdmissionRequest {
+    launchgate::review::parse_request(&fixture_bytes(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Every recorded AdmissionReview, by file name.
+pub fn fixtures() -> Vec<(String, Vec<u8>)> {
+    let dir = root().join(ADMISSION);
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                read(&p),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The path of the manifest `name` (a workload as a user writes it).
+pub fn manifest_path(name: &str) -> String {
+    path_string(root().join("tests/fixtures/manifests").join(name))
+}
+
+/// The manifest `name` as JSON.
+pub fn manifest_json(name: &str) -> Value {
+    let text = read_text(Path::new(&manifest_path(name)));
+    serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The W&B queue config `name`, as written.
+pub fn queue_config(name: &str) -> String {
+    read_text(&root().join("tests/fixtures/wandb-queues").join(name))
+}
+
+/// The path of the W&B queue config `name`.
+pub fn queue_config_path(name: &str) -> String {
+    path_string(root().join("tests/fixtures/wandb-queues").join(name))
+}
+
+/// The CRD fixtures (the Volcano Job, the PyTorchJob, the PolicyReport), sorted.
+pub fn crd_paths() -> Vec<PathBuf> {
+    let dir = root().join("tests/fixtures/crds");
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The CRD fixture `name` as written.
+pub fn crd_text(name: &str) -> String {
+    read_text(&root().join("tests/fixtures/crds").join(name))
+}
+
+/// Where the golden result for the recorded AdmissionReview `name` lives.
+pub fn golden_path(name: &str) -> PathBuf {
+    root().join("tests/golden").join(name)
+}
