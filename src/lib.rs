@@ -29,7 +29,7 @@ pub mod review;
 pub mod server;
 pub(crate) mod topology;
 pub(crate) mod validate;
-pub mod workload;
+pub(crate) mod workload;
 
 pub use policy::Policy;
 pub use review::{Endpoint, RequestError, ReviewOutcome, ReviewSummary, review};

@@ -6,13 +6,12 @@
 
 mod common;
 
-use common::{fixture_request, fixtures, golden_path, mutated};
+use common::{Kind, fixture_request, fixtures, golden_path, kind_of, mutated, template_pointers, templates};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
 use launchgate::cluster::NoCluster;
-use launchgate::workload::{self, WorkloadKind};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 
@@ -165,14 +164,14 @@ fn acme_mnist_keeps_run_as_user_and_its_own_nfs_volume() {
 
 /// JSON-pointer prefixes a mutation may touch, per kind: pod templates and documented job
 /// fields only.
-fn allowed_prefixes(kind: WorkloadKind, object: &Value) -> Vec<String> {
+fn allowed_prefixes(kind: Kind, object: &Value) -> Vec<String> {
     let mut p = vec![
         "/metadata/labels".to_string(),
         "/metadata/annotations".to_string(),
     ];
     match kind {
-        WorkloadKind::Pod => p.push("/spec".into()),
-        WorkloadKind::BatchJob => p.extend(
+        Kind::Pod => p.push("/spec".into()),
+        Kind::BatchJob => p.extend(
             [
                 "/spec/template",
                 "/spec/backoffLimit",
@@ -180,19 +179,12 @@ fn allowed_prefixes(kind: WorkloadKind, object: &Value) -> Vec<String> {
             ]
             .map(String::from),
         ),
-        WorkloadKind::VolcanoJob => {
-            let n = object["spec"]["tasks"].as_array().map_or(0, Vec::len);
-            p.extend((0..n).map(|i| format!("/spec/tasks/{i}/template")));
+        Kind::VolcanoJob => {
+            p.extend(template_pointers(object));
             p.extend(["/spec/ttlSecondsAfterFinished", "/spec/maxRetry"].map(String::from));
         }
-        WorkloadKind::PyTorchJob => {
-            for rt in object["spec"]["pytorchReplicaSpecs"]
-                .as_object()
-                .unwrap()
-                .keys()
-            {
-                p.push(format!("/spec/pytorchReplicaSpecs/{rt}/template"));
-            }
+        Kind::PyTorchJob => {
+            p.extend(template_pointers(object));
             p.push("/spec/runPolicy".into());
         }
     }
@@ -208,21 +200,19 @@ fn volcano_and_pytorchjob_every_template_mutated_and_nothing_else() {
     ] {
         let m = mutate_fixture(&policy, name);
         let original = m.request.object.as_ref().unwrap();
-        let kind = WorkloadKind::of_object(original).unwrap();
-        let templates = workload::templates(kind, &m.object);
+        let kind = kind_of(original).unwrap();
+        let templates = templates(&m.object);
         assert_eq!(templates.len(), 2, "{name}");
-        for (info, t) in templates {
+        for (at, t) in templates {
             for c in t["spec"]["containers"].as_array().unwrap() {
                 assert_eq!(
                     c["securityContext"]["allowPrivilegeEscalation"], false,
-                    "{name} {}",
-                    info.path
+                    "{name} {at}"
                 );
                 let mounts = c["volumeMounts"].as_array().expect("cache mounted");
                 assert!(
                     mounts.iter().any(|m| m["name"] == "launchgate-cache"),
-                    "{name} {}",
-                    info.path
+                    "{name} {at}"
                 );
             }
             assert_eq!(t["metadata"]["labels"]["launchgate.io/queue"], "gpu-queue");
@@ -274,12 +264,11 @@ fn unknown_fields_survive_mutation() {
         let obj = request.object.as_mut().unwrap();
         obj["metadata"]["futureMeta"] = json!({"x": [1, 2]});
         obj["spec"]["futureSpecField"] = json!("from-k8s-1.40");
-        let kind = WorkloadKind::of_object(obj).unwrap();
-        workload::for_each_template_mut(kind, obj, |_, t| {
-            let spec = t.get_mut("spec").unwrap();
+        for at in template_pointers(obj) {
+            let spec = &mut obj.pointer_mut(&at).unwrap()["spec"];
             spec["futurePodField"] = json!({"enabled": true});
             spec["containers"][0]["futureContainerField"] = json!(42);
-        });
+        }
         let m = mutate_request(&policy, request);
         assert_eq!(
             m.object["metadata"]["futureMeta"],
@@ -290,7 +279,7 @@ fn unknown_fields_survive_mutation() {
             m.object["spec"]["futureSpecField"], "from-k8s-1.40",
             "{name}"
         );
-        for (_, t) in workload::templates(kind, &m.object) {
+        for (_, t) in templates(&m.object) {
             assert_eq!(
                 t["spec"]["futurePodField"],
                 json!({"enabled": true}),
@@ -321,21 +310,20 @@ fn mutated_objects_are_valid_kubernetes() {
     let policy = Policy::embedded_default();
     for (name, _) in fixtures() {
         let m = mutate_fixture(&policy, &name);
-        let kind = WorkloadKind::of_object(&m.object).unwrap();
-        match kind {
-            WorkloadKind::Pod => {
+        match kind_of(&m.object).unwrap() {
+            Kind::Pod => {
                 serde_json::from_value::<Pod>(m.object.clone())
                     .unwrap_or_else(|e| panic!("{name}: {e}"));
             }
-            WorkloadKind::BatchJob => {
+            Kind::BatchJob => {
                 serde_json::from_value::<Job>(m.object.clone())
                     .unwrap_or_else(|e| panic!("{name}: {e}"));
             }
             _ => {}
         }
-        for (info, t) in workload::templates(kind, &m.object) {
-            serde_json::from_value::<PodTemplateSpec>(Value::Object(t.clone()))
-                .unwrap_or_else(|e| panic!("{name} {}: {e}", info.path));
+        for (at, t) in templates(&m.object) {
+            serde_json::from_value::<PodTemplateSpec>(t.clone())
+                .unwrap_or_else(|e| panic!("{name} {at}: {e}"));
             let spec = &t["spec"];
             assert_unique_names(spec.get("volumes"), "volume");
             for list in ["containers", "initContainers"] {

@@ -9,10 +9,12 @@
 
 mod cli;
 mod files;
+mod objects;
 mod reviews;
 mod server;
 
 pub use cli::*;
 pub use files::*;
+pub use objects::*;
 pub use reviews::*;
 pub use server::*;
