@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{Kind, fixture_request, fixtures, golden_path, kind_of, mutated, template_pointers, templates};
+use common::{
+    Kind, fixture_request, fixtures, golden_path, kind_of, mutated, template_pointers, templates,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use launchgate::Policy;

@@ -30,7 +30,9 @@ pub fn template_pointers(object: &Value) -> Vec<String> {
         Some(Kind::BatchJob) => vec!["/spec/template".into()],
         Some(Kind::VolcanoJob) => {
             let n = object["spec"]["tasks"].as_array().map_or(0, Vec::len);
-            (0..n).map(|i| format!("/spec/tasks/{i}/template")).collect()
+            (0..n)
+                .map(|i| format!("/spec/tasks/{i}/template"))
+                .collect()
         }
         Some(Kind::PyTorchJob) => object["spec"]["pytorchReplicaSpecs"]
             .as_object()
