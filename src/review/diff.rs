@@ -1,0 +1,396 @@
+//! The JSON Patch from the object as the API server sent it (its JSON text) to the object the
+//! mutators left, computed while reading that text again: no second copy of the object.
+//!
+//! The mutators change the parsed object in place. Diffing needs the original, and a copy of
+//! a large object costs as much memory as parsing it; its text is already in memory (the
+//! request body), so the diff walks the text with a streaming parser, side by side with the
+//! mutated tree, and keeps only what differs. Equal subtrees are read and dropped as they
+//! stream by; the memory it needs is that of the operations plus one key list per open object.
+//!
+//! The operations are those `json_patch::diff` produces from the parsed original to the mutated
+//! object with every object's members visited in sorted key order: replace a changed scalar,
+//! descend into changed objects and arrays, add new members and trailing elements, remove
+//! missing members and trailing elements.
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use std::borrow::Cow;
+use std::fmt;
+
+/// The JSON Patch from `original` (JSON text) to `mutated`. Fails only when `original` is not
+/// JSON.
+pub(crate) fn diff(original: &[u8], mutated: &Value) -> Result<Patch, serde_json::Error> {
+    let mut ops = Vec::new();
+    let mut pointer = PointerBuf::new();
+    let mut de = serde_json::Deserializer::from_slice(original);
+    Side {
+        right: mutated,
+        pointer: &mut pointer,
+        ops: &mut ops,
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(Patch(ops))
+}
+
+/// One position of the walk: the mutated value at `pointer`, where its operations go.
+struct Side<'r, 'w> {
+    right: &'r Value,
+    pointer: &'w mut PointerBuf,
+    ops: &'w mut Vec<PatchOperation>,
+}
+
+impl Side<'_, '_> {
+    /// The original at this position is the scalar `left`.
+    fn scalar<E>(self, left: Value) -> Result<(), E> {
+        if left != *self.right {
+            self.replace();
+        }
+        Ok(())
+    }
+
+    fn replace(self) {
+        self.ops.push(PatchOperation::Replace(ReplaceOperation {
+            path: self.pointer.clone(),
+            value: self.right.clone(),
+        }));
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Side<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Side<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+        self.scalar(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+        self.scalar(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        self.scalar(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+        // As serde_json parses a float into a `Value`.
+        self.scalar(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        if self.right.as_str() != Some(v) {
+            self.replace();
+        }
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.scalar(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.scalar(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Value::Array(right) = self.right else {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            self.replace();
+            return Ok(());
+        };
+        let (pointer, ops) = (self.pointer, self.ops);
+        // Elements present on both sides are compared; trailing original elements are removed
+        // (each at the same index, as the ones before it are gone); trailing mutated ones added.
+        let mut len = 0;
+        loop {
+            let more = match right.get(len) {
+                Some(item) => {
+                    pointer.push_back(len);
+                    let side = Side {
+                        right: item,
+                        pointer: &mut *pointer,
+                        ops: &mut *ops,
+                    };
+                    let more = seq.next_element_seed(side)?.is_some();
+                    pointer.pop_back();
+                    more
+                }
+                None => {
+                    let more = seq.next_element::<IgnoredAny>()?.is_some();
+                    if more {
+                        pointer.push_back(right.len());
+                        ops.push(PatchOperation::Remove(RemoveOperation {
+                            path: pointer.clone(),
+                        }));
+                        pointer.pop_back();
+                    }
+                    more
+                }
+            };
+            if !more {
+                break;
+            }
+            len += 1;
+        }
+        for (index, item) in right.iter().enumerate().skip(len) {
+            pointer.push_back(index);
+            ops.push(PatchOperation::Add(AddOperation {
+                path: pointer.clone(),
+                value: item.clone(),
+            }));
+            pointer.pop_back();
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Value::Object(right) = self.right else {
+            while map.next_key::<IgnoredAny>()?.is_some() {
+                map.next_value::<IgnoredAny>()?;
+            }
+            self.replace();
+            return Ok(());
+        };
+        let (pointer, ops) = (self.pointer, self.ops);
+        // Members of both sides, with the operations below each; members only the original has.
+        let mut common: Vec<(&str, Vec<PatchOperation>)> = Vec::new();
+        let mut removed: Vec<String> = Vec::new();
+        while let Some(key) = map.next_key_seed(Key)? {
+            match right.get_key_value(key.as_ref()) {
+                Some((name, value)) => {
+                    let mut below = Vec::new();
+                    pointer.push_back(name.as_str());
+                    map.next_value_seed(Side {
+                        right: value,
+                        pointer: &mut *pointer,
+                        ops: &mut below,
+                    })?;
+                    pointer.pop_back();
+                    common.push((name.as_str(), below));
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                    removed.push(key.into_owned());
+                }
+            }
+        }
+        // A key written twice counts once, with its last value (as the parsed object has it).
+        common.reverse();
+        common.sort_by(|a, b| a.0.cmp(b.0));
+        common.dedup_by(|later, kept| later.0 == kept.0);
+        removed.sort();
+        removed.dedup();
+        let mut common = common.into_iter().peekable();
+        for (name, value) in sorted(right) {
+            match common.next_if(|(seen, _)| *seen == name) {
+                Some((_, below)) => ops.extend(below),
+                None => {
+                    pointer.push_back(name);
+                    ops.push(PatchOperation::Add(AddOperation {
+                        path: pointer.clone(),
+                        value: value.clone(),
+                    }));
+                    pointer.pop_back();
+                }
+            }
+        }
+        for name in removed {
+            pointer.push_back(name);
+            ops.push(PatchOperation::Remove(RemoveOperation {
+                path: pointer.clone(),
+            }));
+            pointer.pop_back();
+        }
+        Ok(())
+    }
+}
+
+/// The members of an object in sorted key order (the order the operations follow, whatever
+/// order the map keeps).
+fn sorted(map: &Map<String, Value>) -> Vec<(&str, &Value)> {
+    let mut members: Vec<(&str, &Value)> = map.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    members
+}
+
+/// An object key, borrowed from the text when it has no escapes.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::diff;
+    use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+
+    /// The oracle: `json_patch::diff` on copies whose objects hold their members in sorted
+    /// key order.
+    fn expected(left: &Value, right: &Value) -> json_patch::Patch {
+        fn sorted(v: &Value) -> Value {
+            match v {
+                Value::Object(m) => {
+                    let mut members: Vec<_> = m.iter().collect();
+                    members.sort_by(|a, b| a.0.cmp(b.0));
+                    Value::Object(
+                        members
+                            .into_iter()
+                            .map(|(k, v)| (k.clone(), sorted(v)))
+                            .collect::<Map<_, _>>(),
+                    )
+                }
+                Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+                other => other.clone(),
+            }
+        }
+        json_patch::diff(&sorted(left), &sorted(right))
+    }
+
+    fn streamed(left: &Value, right: &Value) -> json_patch::Patch {
+        diff(&serde_json::to_vec(left).unwrap(), right).unwrap()
+    }
+
+    fn small_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            (0i64..4).prop_map(Value::from),
+            (-2i64..0).prop_map(Value::from),
+            Just(json!(1.5)),
+            prop::sample::select(vec!["a", "b", "x/y", "m~n", "", "q\"uote"]).prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec(
+                    (
+                        prop::sample::select(vec!["a", "b", "c", "x/y", "m~n", "", "é\n"])
+                            .prop_map(str::to_string),
+                        inner
+                    ),
+                    0..5
+                )
+                .prop_map(|members| Value::Object(members.into_iter().collect())),
+            ]
+        })
+    }
+
+    #[test]
+    fn the_fixtures_patches_are_the_oracles_operations() {
+        let policy = crate::Policy::embedded_default();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission");
+        let mut patched = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let body = std::fs::read(entry.unwrap().path()).unwrap();
+            let request = crate::review::parse_request(&body).unwrap();
+            let Some(original) = request.object.as_ref() else {
+                continue;
+            };
+            let answer = crate::review(
+                &policy,
+                crate::Endpoint::Mutate,
+                &body,
+                &crate::cluster::NoCluster,
+            )
+            .unwrap();
+            let response: Value = serde_json::from_slice(&answer.body).unwrap();
+            let Some(b64) = response["response"]["patch"].as_str() else {
+                continue;
+            };
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap();
+            let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+            let mut mutated = original.clone();
+            json_patch::patch(&mut mutated, &patch).unwrap();
+            assert_eq!(patch, expected(original, &mutated));
+            patched += 1;
+        }
+        assert!(patched >= 5, "the fixtures exercise the diff");
+    }
+
+    #[test]
+    fn numbers_compare_as_parsed_values_do() {
+        // 1 and 1.0 are different JSON numbers to serde_json, so a float becoming an integer
+        // is a change; the same integer written again is not.
+        assert_eq!(streamed(&json!({"a": 1}), &json!({"a": 1})).0.len(), 0);
+        assert_eq!(streamed(&json!({"a": 1.0}), &json!({"a": 1})).0.len(), 1);
+        assert_eq!(streamed(&json!({"a": -1}), &json!({"a": -1})).0.len(), 0);
+    }
+
+    #[test]
+    fn escaped_keys_and_duplicate_keys_read_as_serde_json_reads_them() {
+        let right = json!({"a/b": 2, "k": 3});
+        let patch = diff(br#"{"a\/b": 1, "k": 1, "k": 3}"#, &right).unwrap();
+        assert_eq!(
+            serde_json::to_value(&patch).unwrap(),
+            json!([{"op": "replace", "path": "/a~1b", "value": 2}])
+        );
+    }
+
+    #[test]
+    fn not_json_is_an_error() {
+        assert!(diff(b"{\"a\":", &json!({})).is_err());
+        assert!(diff(b"{} trailing", &json!({})).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn same_operations_as_json_patch_diff(a in small_value(), b in small_value()) {
+            prop_assert_eq!(streamed(&a, &b), expected(&a, &b));
+        }
+
+        #[test]
+        fn same_operations_on_edits_of_one_document(a in small_value(), b in small_value()) {
+            // Mostly-equal documents: the case the streaming is for.
+            let left = json!({"keep": a.clone(), "edit": a.clone(), "list": [a.clone(), 1, a.clone()]});
+            let right = json!({"keep": a.clone(), "edit": b.clone(), "list": [a, b]});
+            prop_assert_eq!(streamed(&left, &right), expected(&left, &right));
+            prop_assert_eq!(streamed(&right, &left), expected(&right, &left));
+        }
+
+        #[test]
+        fn the_patch_turns_the_original_into_the_mutated(a in small_value(), b in small_value()) {
+            let mut patched = a.clone();
+            json_patch::patch(&mut patched, &streamed(&a, &b)).unwrap();
+            prop_assert_eq!(patched, b);
+        }
+    }
+}
