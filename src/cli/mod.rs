@@ -11,7 +11,7 @@ use crate::admission::AdmissionReviewResponse;
 use crate::cluster::NoCluster;
 use crate::policy::{DEFAULT_CONFIG_YAML, Policy};
 use crate::review::{Endpoint, decide};
-use crate::server::ServeOptions;
+use crate::server::{ServeOptions, load_policy};
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use inputs::describe;
@@ -225,17 +225,6 @@ pub struct CertsArgs {
     pub days: i64,
 }
 
-pub(crate) fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
-    match path {
-        None => Ok(Policy::embedded_default()),
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}:\n{e}", p.display()))
-        }
-    }
-}
-
 /// Every input document as an admission request.
 fn requests(args: &OfflineArgs) -> Result<Vec<inputs::Input>> {
     inputs::load(
@@ -261,7 +250,7 @@ fn print_values(values: &[Value], format: OutputFormat) -> Result<()> {
 }
 
 fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
-    let policy = load_policy(args.offline.config.as_ref())?;
+    let policy = load_policy(args.offline.config.as_deref())?;
     let mut denied = false;
     let mut outputs = Vec::new();
     for input in requests(&args.offline)? {
@@ -311,7 +300,7 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
 }
 
 fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
-    let policy = load_policy(args.offline.config.as_ref())?;
+    let policy = load_policy(args.offline.config.as_deref())?;
     let mut denied = false;
     let mut verdicts = Vec::new();
     for input in requests(&args.offline)? {

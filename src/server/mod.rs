@@ -31,7 +31,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use metrics::{EndpointLabels, ErrorLabels, Metrics, QueueLabels, RequestLabels};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -482,7 +482,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
+/// The policy of a config file, or the built-in example policy without one: the one loader of
+/// `serve` and of the offline commands (`mutate`, `validate`, `audit`, `test`). An unreadable
+/// file or one that fails a check is an error naming the file (and the offending key paths).
+pub fn load_policy(path: Option<&Path>) -> Result<Policy> {
     match path {
         None => Ok(Policy::embedded_default()),
         Some(p) => {
@@ -514,7 +517,7 @@ pub async fn start_with_event_sink(
     cluster: Option<Arc<dyn ClusterView>>,
     sink: Option<Arc<dyn events::EventSink>>,
 ) -> Result<RunningServer> {
-    let policy = load_policy(opts.config.as_ref())?;
+    let policy = load_policy(opts.config.as_deref())?;
     let (cert_source, dev_ca_pem) = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => (
             reload::CertSource::Files {
