@@ -11,6 +11,7 @@ pub mod budget;
 pub mod decision;
 pub mod events;
 pub mod metrics;
+mod options;
 pub mod owner_cache;
 mod reload;
 pub mod tls;
@@ -29,9 +30,11 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
+pub use options::{LogFormat, ServeOptions};
+
 use metrics::{EndpointLabels, ErrorLabels, Metrics, QueueLabels, RequestLabels};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -45,72 +48,6 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// Bodies from this size on are reviewed with `block_in_place` (see `admission`).
 const LARGE_BODY_BYTES: usize = 512 * 1024;
-
-/// Everything `serve` needs.
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    pub listen: SocketAddr,
-    /// Config file; `None` uses the built-in example policy.
-    pub config: Option<PathBuf>,
-    /// Serving certificate and key; `None` generates a self-signed development certificate.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    /// Where the development certificate's CA bundle is written.
-    pub dev_cert_dir: PathBuf,
-    /// Extra DNS names / IPs for the development certificate.
-    pub dev_cert_names: Vec<String>,
-    /// Require and verify client certificates signed by this CA (the API server's).
-    pub client_ca: Option<PathBuf>,
-    /// After SIGTERM: keep serving (unready) this long so endpoints propagate, then drain.
-    pub shutdown_delay: Duration,
-    /// Longest wait for in-flight requests to finish after the delay.
-    pub drain_timeout: Duration,
-    /// How often the certificate and config files are checked for changes.
-    pub reload_interval: Duration,
-    /// Longest time to receive a request's headers or body, and to finish the TLS handshake.
-    pub read_timeout: Duration,
-    /// Admission requests processed at once; more wait for a slot (never a 503).
-    pub max_concurrency: usize,
-    /// Budget from a request's arrival to its answer, below the API server's webhook timeout:
-    /// a request that cannot get a processing slot within it is answered 503 at once, so the
-    /// API server applies the webhook's failurePolicy now instead of after its own timeout.
-    pub request_deadline: Duration,
-    /// Bytes admission reviews may hold at once (`body × budget::COST_FACTOR` each); `None`:
-    /// derived from the container's memory limit (see [`budget`]).
-    pub memory_budget: Option<u64>,
-    /// Plain-HTTP address for `/healthz`, `/readyz` and `/metrics` (no TLS, no client
-    /// certificate): for the kubelet's probes and Prometheus. `None`: only on the HTTPS port.
-    pub admin_listen: Option<SocketAddr>,
-    /// Write Kubernetes Events about denied and warned workloads ([`events`]); the API client
-    /// is `kube::Client::try_default()` (service account, else `KUBECONFIG`).
-    pub events: bool,
-    /// `reportingInstance` of the Events (the pod name); `None`: the hostname.
-    pub pod_name: Option<String>,
-}
-
-impl Default for ServeOptions {
-    fn default() -> Self {
-        ServeOptions {
-            listen: "0.0.0.0:8443".parse().expect("valid address"),
-            config: None,
-            tls_cert: None,
-            tls_key: None,
-            dev_cert_dir: std::env::temp_dir().join("launchgate-dev-certs"),
-            dev_cert_names: Vec::new(),
-            client_ca: None,
-            shutdown_delay: Duration::ZERO,
-            drain_timeout: Duration::from_secs(10),
-            reload_interval: Duration::from_secs(2),
-            read_timeout: Duration::from_secs(3),
-            max_concurrency: 512,
-            request_deadline: Duration::from_secs(4),
-            memory_budget: None,
-            admin_listen: None,
-            events: false,
-            pod_name: None,
-        }
-    }
-}
 
 /// Shared state of the running server.
 pub struct AppState {
