@@ -7,8 +7,10 @@
 //! ([`events`]). `--admin-listen` serves `/healthz`, `/readyz` and `/metrics` over plain HTTP
 //! on a second port, so probes and Prometheus never need a client certificate.
 
+mod admission;
 pub mod budget;
 pub mod decision;
+mod error;
 pub mod events;
 pub mod metrics;
 mod options;
@@ -16,23 +18,24 @@ pub mod owner_cache;
 mod reload;
 pub mod tls;
 
+pub use error::AdmissionError;
+pub use options::{LogFormat, ServeOptions};
+
 use crate::cluster::{ClusterView, NoCluster};
 use crate::policy::Policy;
-use crate::review::{self, Endpoint, Outcome};
+use crate::review::Endpoint;
 use anyhow::{Context, Result};
 use arc_swap::ArcSwap;
 use axum::Router;
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
+use error::json_error;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-pub use options::{LogFormat, ServeOptions};
-
-use metrics::{EndpointLabels, ErrorLabels, Metrics, QueueLabels, RequestLabels};
+use metrics::Metrics;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -45,9 +48,6 @@ use tokio_rustls::TlsAcceptor;
 /// Largest accepted request body: an UPDATE carries the old and the new object, each up to the
 /// API server's 3 MiB limit, plus the envelope.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
-
-/// Bodies from this size on are reviewed with `block_in_place` (see `admission`).
-const LARGE_BODY_BYTES: usize = 512 * 1024;
 
 /// Shared state of the running server.
 pub struct AppState {
@@ -94,274 +94,6 @@ impl RunningServer {
     }
 }
 
-fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
-    let body = serde_json::json!({"error": message.into(), "code": status.as_u16()});
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body.to_string(),
-    )
-        .into_response()
-}
-
-async fn admission(
-    state: Arc<AppState>,
-    endpoint: Endpoint,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let started = Instant::now();
-    let reject = |reason: &'static str, status: StatusCode, message: String| {
-        state
-            .metrics
-            .request_errors
-            .get_or_create(&ErrorLabels {
-                endpoint: endpoint.as_str(),
-                reason,
-            })
-            .inc();
-        tracing::info!(endpoint = endpoint.as_str(), reason, %message, "rejected request");
-        json_error(status, message)
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let bytes = match tokio::time::timeout(
-        state.read_timeout,
-        read_body(body, MAX_BODY_BYTES, declared),
-    )
-    .await
-    {
-        Err(_) => {
-            return reject(
-                "read_timeout",
-                StatusCode::REQUEST_TIMEOUT,
-                format!("request body not received within {:?}", state.read_timeout),
-            );
-        }
-        Ok(Err(BodyError::TooLarge)) => {
-            return reject(
-                "too_large",
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body exceeds {MAX_BODY_BYTES} bytes"),
-            );
-        }
-        Ok(Err(BodyError::Read(e))) => {
-            return reject(
-                "read",
-                StatusCode::BAD_REQUEST,
-                format!("reading body: {e}"),
-            );
-        }
-        Ok(Ok(b)) => b,
-    };
-    // Checked after the body is read (within the size and time limits): answering before the
-    // body is consumed makes HTTP/2 reset the stream, and clients then lose the readable error.
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if !content_type
-        .split(';')
-        .next()
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-    {
-        return reject(
-            "content_type",
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("content type must be application/json, got {content_type:?}"),
-        );
-    }
-    // Memory first (a large review waits until its share fits), then a processing slot; both
-    // within the request deadline.
-    let remaining = state.request_deadline.saturating_sub(started.elapsed());
-    let _charge = match state.budget.charge(bytes.len(), remaining).await {
-        Ok(charge) => charge,
-        Err(budget::BudgetError::Closed) => {
-            return json_error(StatusCode::SERVICE_UNAVAILABLE, "server is stopping");
-        }
-        Err(budget::BudgetError::Deadline) => {
-            return reject(
-                "memory_budget",
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "the memory budget had no room for this {}-byte review within the {:?} request deadline",
-                    bytes.len(),
-                    state.request_deadline
-                ),
-            );
-        }
-    };
-    let budget = state.request_deadline.saturating_sub(started.elapsed());
-    let _slot = match tokio::time::timeout(budget, state.slots.acquire()).await {
-        Ok(Ok(slot)) => slot,
-        Ok(Err(_)) => return json_error(StatusCode::SERVICE_UNAVAILABLE, "server is stopping"),
-        Err(_) => {
-            return reject(
-                "deadline",
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "no processing slot within the {:?} request deadline (server overloaded)",
-                    state.request_deadline
-                ),
-            );
-        }
-    };
-    state.metrics.in_flight.inc();
-    let policy = state.policy.load();
-    // The core is fuzzed and must never panic; should a bug slip through anyway, this request
-    // gets a 500 (the API server applies failurePolicy) and the server keeps serving.
-    let run = || {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            review::review(&policy, endpoint, &bytes, state.cluster.as_ref())
-        }))
-    };
-    // A large object keeps the core busy for milliseconds; hand this worker's other tasks to
-    // another thread meanwhile so they are not stuck behind it. Small requests (the usual
-    // case, tens of microseconds) run inline.
-    let result = if bytes.len() >= LARGE_BODY_BYTES
-        && tokio::runtime::Handle::current().runtime_flavor()
-            == tokio::runtime::RuntimeFlavor::MultiThread
-    {
-        tokio::task::block_in_place(run)
-    } else {
-        run()
-    };
-    state.metrics.in_flight.dec();
-    let outcome = match result {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return reject("bad_request", StatusCode::BAD_REQUEST, e.0),
-        Err(_) => {
-            tracing::error!(
-                endpoint = endpoint.as_str(),
-                "BUG: the admission core panicked on a request; answered 500"
-            );
-            return reject(
-                "internal",
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal error while reviewing the request (a bug in launchgate; it was logged)"
-                    .to_string(),
-            );
-        }
-    };
-    let s = &outcome.summary;
-    let elapsed = started.elapsed();
-    state
-        .metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            endpoint: endpoint.as_str(),
-            kind: s.kind,
-            operation: s.operation,
-            outcome: s.outcome.as_str(),
-        })
-        .inc();
-    let ep = EndpointLabels {
-        endpoint: endpoint.as_str(),
-    };
-    state
-        .metrics
-        .latency
-        .get_or_create(&ep)
-        .observe(elapsed.as_secs_f64());
-    if s.patch_operations > 0 {
-        state
-            .metrics
-            .patch_operations
-            .get_or_create(&ep)
-            .inc_by(s.patch_operations as u64);
-    }
-    if !s.audit_violations.is_empty() {
-        let queue = s.queue.clone().unwrap_or_default();
-        state
-            .metrics
-            .audit_violations
-            .get_or_create(&QueueLabels { queue })
-            .inc_by(s.audit_violations.len() as u64);
-    }
-    decision::count_decision(&state.metrics.decisions, endpoint, s);
-    decision::log_decision(endpoint, s, elapsed);
-    if let Some(recorder) = &state.events
-        && s.outcome != Outcome::Skipped
-    {
-        recorder.record(s);
-    }
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        outcome.body,
-    )
-        .into_response()
-}
-
-/// Why a request body was not read.
-enum BodyError {
-    TooLarge,
-    Read(String),
-}
-
-/// A body over the limit is still read to its end (discarding it), up to this many bytes, so
-/// the client gets the readable 413: answering while the client is still sending makes
-/// HTTP/2 reset the stream and HTTP/1.1 close the connection under the client's feet, and the
-/// client then sees a reset instead of the answer.
-const DRAIN_LIMIT_BYTES: u64 = 4 * MAX_BODY_BYTES as u64;
-
-/// Reads the body, up to `limit` bytes; a larger one (declared or sent) is drained and
-/// answered [`BodyError::TooLarge`]. The caller bounds the time.
-async fn read_body(
-    body: Body,
-    limit: usize,
-    declared: Option<u64>,
-) -> Result<axum::body::Bytes, BodyError> {
-    use http_body_util::BodyExt as _;
-    let mut body = body;
-    let mut over = declared.is_some_and(|n| n > limit as u64);
-    if declared.is_some_and(|n| n > DRAIN_LIMIT_BYTES) {
-        return Err(BodyError::TooLarge);
-    }
-    let mut chunks: Vec<axum::body::Bytes> = Vec::new();
-    let mut total: u64 = 0;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        total += data.len() as u64;
-        if total > limit as u64 {
-            over = true;
-            chunks.clear();
-        }
-        if over {
-            if total > DRAIN_LIMIT_BYTES {
-                break;
-            }
-            continue;
-        }
-        chunks.push(data);
-    }
-    if over {
-        return Err(BodyError::TooLarge);
-    }
-    Ok(match chunks.len() {
-        0 => axum::body::Bytes::new(),
-        1 => chunks.pop().expect("one chunk"),
-        _ => {
-            let mut all = Vec::with_capacity(total as usize);
-            for c in &chunks {
-                all.extend_from_slice(c);
-            }
-            all.into()
-        }
-    })
-}
-
 async fn healthz() -> &'static str {
     "ok"
 }
@@ -387,35 +119,27 @@ async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-/// The plain-HTTP admin routes: `/healthz`, `/readyz`, `/metrics`; no admission endpoints.
-pub fn admin_router(state: Arc<AppState>) -> Router {
+/// `/healthz`, `/readyz`, `/metrics`, and a JSON 404 for any other route: both ports serve
+/// these.
+fn probe_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
-        .with_state(state)
 }
 
-/// The HTTP routes (also usable in-process by tests).
+/// The plain-HTTP admin routes: `/healthz`, `/readyz`, `/metrics`; no admission endpoints.
+pub fn admin_router(state: Arc<AppState>) -> Router {
+    probe_routes().with_state(state)
+}
+
+/// The HTTPS routes: `POST /mutate`, `POST /validate` and the probe routes (also usable
+/// in-process by tests).
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route(
-            "/mutate",
-            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| {
-                admission(s, Endpoint::Mutate, h, b)
-            }),
-        )
-        .route(
-            "/validate",
-            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| {
-                admission(s, Endpoint::Validate, h, b)
-            }),
-        )
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
+    probe_routes()
+        .route("/mutate", admission::route(Endpoint::Mutate))
+        .route("/validate", admission::route(Endpoint::Validate))
         .with_state(state)
 }
 
