@@ -3,7 +3,8 @@
 //! memory budget → take a processing slot → review → answer, log and count.
 //!
 //! Every way a request can fail is an [`AdmissionError`], which knows its HTTP status and its
-//! metric label; [`reject`] answers, counts and logs it.
+//! metric label; [`reject`] answers, counts and logs it. A panic is caught by tower-http's
+//! `CatchPanicLayer` around the handler ([`route`]).
 
 use super::error::AdmissionError;
 use super::{AppState, MAX_BODY_BYTES, decision};
@@ -14,9 +15,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, post};
 use prometheus_client::metrics::gauge::Gauge;
+use std::any::Any;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::SemaphorePermit;
+use tower_http::catch_panic::{CatchPanicLayer, ResponseForPanic};
 
 /// The log target of the request lines (`rejected request`, the `BUG:` line): the server
 /// module's, where they have always come from, so log filters and queries keep matching.
@@ -31,13 +34,20 @@ const LARGE_BODY_BYTES: usize = 512 * 1024;
 /// client then sees a reset instead of the answer.
 const DRAIN_LIMIT_BYTES: u64 = 4 * MAX_BODY_BYTES as u64;
 
-/// The route of one admission endpoint.
-pub(super) fn route(endpoint: Endpoint) -> MethodRouter<Arc<AppState>> {
+/// The route of one admission endpoint. A panic while answering (the core is fuzzed and must
+/// never panic, but should a bug slip through) becomes that request's 500 through tower-http's
+/// `CatchPanicLayer` and [`AnswerPanic`]: the API server gets an answer and applies the
+/// webhook's failurePolicy, and the server keeps serving.
+pub(super) fn route(state: &Arc<AppState>, endpoint: Endpoint) -> MethodRouter<Arc<AppState>> {
     post(
         move |State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body| {
             admission(state, endpoint, headers, body)
         },
     )
+    .layer(CatchPanicLayer::custom(AnswerPanic {
+        state: state.clone(),
+        endpoint,
+    }))
 }
 
 /// Answers one admission request on `endpoint`.
@@ -184,6 +194,7 @@ async fn processing_slot(
 }
 
 /// Runs the core on `body` with the policy in force, counted in `launchgate_admission_in_flight`.
+/// A panic unwinds out of it to [`AnswerPanic`].
 fn run_review(
     state: &AppState,
     endpoint: Endpoint,
@@ -191,17 +202,11 @@ fn run_review(
 ) -> Result<ReviewOutcome, AdmissionError> {
     let _in_flight = InFlight::enter(&state.metrics.in_flight);
     let policy = state.policy.load();
-    // The core is fuzzed and must never panic; should a bug slip through anyway, this request
-    // gets a 500 (the API server applies failurePolicy) and the server keeps serving.
-    let review = || {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            review::review(&policy, endpoint, body, state.cluster.as_ref())
-        }))
-    };
+    let review = || review::review(&policy, endpoint, body, state.cluster.as_ref());
     // A large object keeps the core busy for milliseconds; hand this worker's other tasks to
     // another thread meanwhile so they are not stuck behind it. Small requests (the usual
     // case, tens of microseconds) run inline.
-    let result = if body.len() >= LARGE_BODY_BYTES
+    let outcome = if body.len() >= LARGE_BODY_BYTES
         && tokio::runtime::Handle::current().runtime_flavor()
             == tokio::runtime::RuntimeFlavor::MultiThread
     {
@@ -209,16 +214,27 @@ fn run_review(
     } else {
         review()
     };
-    match result {
-        Ok(outcome) => Ok(outcome?),
-        Err(_) => {
-            tracing::error!(
-                target: LOG_TARGET,
-                endpoint = endpoint.as_str(),
-                "BUG: the admission core panicked on a request; answered 500"
-            );
-            Err(AdmissionError::Internal)
-        }
+    Ok(outcome?)
+}
+
+/// Answers a request whose handler panicked: logged as a bug, counted `internal`, a 500.
+/// The request's slot, memory charge and in-flight count are released as the panic unwinds.
+#[derive(Clone)]
+struct AnswerPanic {
+    state: Arc<AppState>,
+    endpoint: Endpoint,
+}
+
+impl ResponseForPanic for AnswerPanic {
+    type ResponseBody = Body;
+
+    fn response_for_panic(&mut self, _panic: Box<dyn Any + Send + 'static>) -> Response {
+        tracing::error!(
+            target: LOG_TARGET,
+            endpoint = self.endpoint.as_str(),
+            "BUG: the admission core panicked on a request; answered 500"
+        );
+        reject(&self.state, self.endpoint, AdmissionError::Internal)
     }
 }
 

@@ -44,6 +44,11 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
+use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
+use tower_http::trace::{
+    DefaultMakeSpan, DefaultOnFailure, DefaultOnRequest, DefaultOnResponse, TraceLayer,
+};
+use tracing::Level;
 
 /// Largest accepted request body: an UPDATE carries the old and the new object, each up to the
 /// API server's 3 MiB limit, plus the envelope.
@@ -129,17 +134,29 @@ fn probe_routes() -> Router<Arc<AppState>> {
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
 }
 
+/// Per-request tracing (tower-http's `TraceLayer`): a `request` span with method, URI and
+/// version, and the status and latency when answered. All at TRACE level, so the default and
+/// debug logs keep their lines and fields; `--log-level info,tower_http=trace` shows them.
+fn request_trace() -> TraceLayer<SharedClassifier<ServerErrorsAsFailures>> {
+    TraceLayer::new_for_http()
+        .make_span_with(DefaultMakeSpan::new().level(Level::TRACE))
+        .on_request(DefaultOnRequest::new().level(Level::TRACE))
+        .on_response(DefaultOnResponse::new().level(Level::TRACE))
+        .on_failure(DefaultOnFailure::new().level(Level::TRACE))
+}
+
 /// The plain-HTTP admin routes: `/healthz`, `/readyz`, `/metrics`; no admission endpoints.
 pub fn admin_router(state: Arc<AppState>) -> Router {
-    probe_routes().with_state(state)
+    probe_routes().layer(request_trace()).with_state(state)
 }
 
 /// The HTTPS routes: `POST /mutate`, `POST /validate` and the probe routes (also usable
 /// in-process by tests).
 pub fn router(state: Arc<AppState>) -> Router {
     probe_routes()
-        .route("/mutate", admission::route(Endpoint::Mutate))
-        .route("/validate", admission::route(Endpoint::Validate))
+        .route("/mutate", admission::route(&state, Endpoint::Mutate))
+        .route("/validate", admission::route(&state, Endpoint::Validate))
+        .layer(request_trace())
         .with_state(state)
 }
 
