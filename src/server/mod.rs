@@ -1,11 +1,18 @@
 //! `launchgate serve`: the HTTPS admission server.
 //!
-//! A thin shell around the pure core ([`crate::review`]): TLS (rustls, hot-reloaded
-//! certificates), routes, metrics, config hot reload, bounded concurrency, read timeouts and a
-//! graceful SIGTERM drain. Every decision on a launch workload is logged and counted
+//! A thin shell around the pure core ([`crate::review`](mod@crate::review)): TLS (rustls,
+//! hot-reloaded certificates), routes, metrics, config hot reload, bounded concurrency, read
+//! timeouts and a graceful SIGTERM drain. Every decision on a launch workload is logged and counted
 //! ([`decision`]) and, with `--events`, denials and warnings become Kubernetes Events
 //! ([`events`]). `--admin-listen` serves `/healthz`, `/readyz` and `/metrics` over plain HTTP
 //! on a second port, so probes and Prometheus never need a client certificate.
+//!
+//! The pieces: [`ServeOptions`] is `serve`'s flags and what [`start`] takes; the admission
+//! handler (`admission.rs`) reads as one request's flow — body (size and time bounded), content
+//! type, memory budget ([`budget`]), processing slot, review, answer, log and metrics — and
+//! every way it fails is an [`AdmissionError`] with its HTTP status and metric reason.
+//! tower-http layers wrap the routes: `CatchPanicLayer` answers a panicking admission request
+//! 500, `TraceLayer` gives every request a span at TRACE level.
 
 mod admission;
 pub mod budget;
