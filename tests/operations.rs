@@ -555,3 +555,56 @@ async fn a_request_that_gets_no_slot_within_the_deadline_is_answered_503() {
         "{text}"
     );
 }
+
+/// A cluster view that panics: stands in for a bug reached while reviewing.
+struct PanickingCluster;
+
+impl launchgate::cluster::ClusterView for PanickingCluster {
+    fn volcano_job(&self, _: &str, _: &str) -> Option<Arc<Value>> {
+        panic!("cluster view bug")
+    }
+    fn is_connected(&self) -> bool {
+        panic!("cluster view bug")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_while_reviewing_answers_that_request_500_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = launchgate::server::start(options(dir.path()), Some(Arc::new(PanickingCluster)))
+        .await
+        .expect("server starts");
+    let srv = common::TestServer::new(server, dir);
+    // A Volcano pod whose Job the review looks up in the cluster view; once small (reviewed
+    // inline), once over 512 KiB (reviewed on a blocking thread).
+    let small = fixture_bytes("create-pod-wandb-job-run42-worker-1.json");
+    let mut large = fixture_json("create-pod-wandb-job-run42-worker-1.json");
+    large["request"]["object"]["metadata"]["annotations"]["filler"] =
+        Value::String("x".repeat(600 * 1024));
+    for body in [small, serde_json::to_vec(&large).unwrap()] {
+        // `post` fails the test if the connection is dropped instead of answered.
+        let resp = srv.post("/mutate", body).await;
+        assert_eq!(resp.status(), 500);
+        let err: Value = resp.json().await.unwrap();
+        assert_eq!(err["code"], 500, "{err}");
+        assert_eq!(
+            err["error"],
+            "internal error while reviewing the request (a bug in launchgate; it was logged)"
+        );
+    }
+    // Other requests are served, and the failed ones hold no slot, memory or in-flight count.
+    let resp = srv
+        .post("/mutate", fixture_bytes("create-job-demo.json"))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let text = srv.metrics().await;
+    for line in [
+        r#"launchgate_admission_request_errors_total{endpoint="mutate",reason="internal"} 2"#,
+        "launchgate_admission_in_flight 0",
+        "launchgate_memory_in_flight_bytes 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}:\n{text}");
+    }
+    srv.server.begin_shutdown();
+    srv.server.wait().await.unwrap();
+}

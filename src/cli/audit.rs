@@ -39,7 +39,7 @@ pub struct AuditArgs {
 
 /// Connects with the kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster) and audits.
 pub fn run(args: &AuditArgs) -> Result<ExitCode> {
-    let policy = super::load_policy(args.config.as_ref())?;
+    let policy = crate::server::load_policy(args.config.as_deref())?;
     let opts = AuditOptions {
         namespace: args.namespace.clone(),
         page_size: args.page_size.max(1),

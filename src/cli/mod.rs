@@ -11,12 +11,11 @@ use crate::admission::AdmissionReviewResponse;
 use crate::cluster::NoCluster;
 use crate::policy::{DEFAULT_CONFIG_YAML, Policy};
 use crate::review::{Endpoint, decide};
-use crate::server::ServeOptions;
+use crate::server::{LogFormat, ServeOptions, load_policy};
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use inputs::describe;
 use serde_json::{Value, json};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,7 +34,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the HTTPS admission server.
-    Serve(Box<ServeArgs>),
+    Serve(Box<ServeOptions>),
     /// Show what the mutating webhook would do to manifests (no cluster needed).
     Mutate(MutateArgs),
     /// Judge manifests as the cluster would: launchgate's mutation first, then validation of
@@ -71,97 +70,6 @@ pub struct DeleteWebhooksArgs {
     /// ValidatingWebhookConfiguration to delete (repeatable).
     #[arg(long)]
     pub validating: Vec<String>,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-#[derive(Args, Debug)]
-pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "LAUNCHGATE_LISTEN", default_value = "0.0.0.0:8443")]
-    pub listen: SocketAddr,
-    /// Config file (YAML). Without it the built-in example policy is used.
-    #[arg(long, env = "LAUNCHGATE_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Serving certificate (PEM chain). Without it a self-signed dev certificate is generated.
-    #[arg(long, env = "LAUNCHGATE_TLS_CERT", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-    /// Serving private key (PEM).
-    #[arg(long, env = "LAUNCHGATE_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
-    /// Require client certificates signed by this CA (the API server's).
-    #[arg(long, env = "LAUNCHGATE_CLIENT_CA")]
-    pub client_ca: Option<PathBuf>,
-    /// Directory for the generated development certificate's CA bundle.
-    #[arg(long, env = "LAUNCHGATE_DEV_CERT_DIR")]
-    pub dev_cert_dir: Option<PathBuf>,
-    /// Extra DNS names or IPs for the development certificate (comma-separated).
-    #[arg(long, env = "LAUNCHGATE_DEV_CERT_NAMES", value_delimiter = ',')]
-    pub dev_cert_names: Vec<String>,
-    /// Log format.
-    #[arg(
-        long,
-        env = "LAUNCHGATE_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
-    pub log_format: LogFormat,
-    /// Log level filter (tracing EnvFilter syntax).
-    #[arg(long, env = "LAUNCHGATE_LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
-    /// Seconds to keep serving (unready) after SIGTERM before draining.
-    #[arg(long, env = "LAUNCHGATE_SHUTDOWN_DELAY", default_value_t = 0)]
-    pub shutdown_delay: u64,
-    /// Seconds to wait for in-flight requests when draining.
-    #[arg(long, env = "LAUNCHGATE_DRAIN_TIMEOUT", default_value_t = 10)]
-    pub drain_timeout: u64,
-    /// Milliseconds allowed for the TLS handshake, the headers and the body of a request.
-    #[arg(long, env = "LAUNCHGATE_READ_TIMEOUT_MS", default_value_t = 3000)]
-    pub read_timeout_ms: u64,
-    /// Seconds between checks of the certificate and config files for changes.
-    #[arg(long, env = "LAUNCHGATE_RELOAD_INTERVAL", default_value_t = 2)]
-    pub reload_interval: u64,
-    /// Admission requests processed at once; more wait (never rejected).
-    #[arg(long, env = "LAUNCHGATE_MAX_CONCURRENCY", default_value_t = 512)]
-    pub max_concurrency: usize,
-    /// Milliseconds from a request's arrival by which it must be answered; keep it below the
-    /// webhook's `timeoutSeconds` so the API server gets an answer instead of timing out.
-    #[arg(long, env = "LAUNCHGATE_REQUEST_DEADLINE_MS", default_value_t = 4000)]
-    pub request_deadline_ms: u64,
-    /// MiB that admission reviews may hold at once (each is charged its body size times a
-    /// measured cost factor; larger ones wait). Default: half of the container's memory limit
-    /// after 48 MiB for the process, or 512 MiB without a limit.
-    #[arg(long, env = "LAUNCHGATE_MEMORY_BUDGET_MIB")]
-    pub memory_budget_mib: Option<u64>,
-    /// Read owner Volcano Jobs through the Kubernetes API (cached watch).
-    #[arg(long, env = "LAUNCHGATE_CLUSTER_LOOKUPS", default_value_t = false, action = clap::ArgAction::Set)]
-    pub cluster_lookups: bool,
-    /// Tokio worker threads (default: number of cores).
-    #[arg(long, env = "LAUNCHGATE_WORKER_THREADS")]
-    pub worker_threads: Option<usize>,
-    /// Plain-HTTP address for /healthz, /readyz and /metrics (no TLS, no client certificate),
-    /// e.g. 0.0.0.0:8080 for the kubelet's probes and Prometheus.
-    #[arg(long, env = "LAUNCHGATE_ADMIN_LISTEN")]
-    pub admin_listen: Option<SocketAddr>,
-    /// Write a Kubernetes Event (in the object's namespace) for every denied or warned launch
-    /// workload; needs `create` on events.events.k8s.io.
-    #[arg(long, env = "LAUNCHGATE_EVENTS", default_value_t = false, action = clap::ArgAction::Set)]
-    pub events: bool,
-    /// The Events' reportingInstance (the chart passes the pod name); default: the hostname.
-    #[arg(long, env = "LAUNCHGATE_POD_NAME")]
-    pub pod_name: Option<String>,
-    /// With --cluster-lookups: watch Volcano Jobs only in these namespaces (comma-separated;
-    /// empty: all namespaces).
-    #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_NAMESPACES", value_delimiter = ',')]
-    pub owner_watch_namespaces: Vec<String>,
-    /// With --cluster-lookups: watch only Volcano Jobs matching this label selector
-    /// (e.g. wandb.ai/monitor; empty: every Job).
-    #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_SELECTOR", default_value = "")]
-    pub owner_watch_selector: String,
 }
 
 #[derive(Args, Debug)]
@@ -225,17 +133,6 @@ pub struct CertsArgs {
     pub days: i64,
 }
 
-pub(crate) fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
-    match path {
-        None => Ok(Policy::embedded_default()),
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{}:\n{e}", p.display()))
-        }
-    }
-}
-
 /// Every input document as an admission request.
 fn requests(args: &OfflineArgs) -> Result<Vec<inputs::Input>> {
     inputs::load(
@@ -261,7 +158,7 @@ fn print_values(values: &[Value], format: OutputFormat) -> Result<()> {
 }
 
 fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
-    let policy = load_policy(args.offline.config.as_ref())?;
+    let policy = load_policy(args.offline.config.as_deref())?;
     let mut denied = false;
     let mut outputs = Vec::new();
     for input in requests(&args.offline)? {
@@ -311,7 +208,7 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
 }
 
 fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
-    let policy = load_policy(args.offline.config.as_ref())?;
+    let policy = load_policy(args.offline.config.as_deref())?;
     let mut denied = false;
     let mut verdicts = Vec::new();
     for input in requests(&args.offline)? {
@@ -376,49 +273,18 @@ fn init_logging(format: LogFormat, level: &str) {
     }
 }
 
-fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
-    init_logging(args.log_format, &args.log_level);
-    let defaults = ServeOptions::default();
-    let opts = ServeOptions {
-        listen: args.listen,
-        config: args.config,
-        tls_cert: args.tls_cert,
-        tls_key: args.tls_key,
-        dev_cert_dir: args.dev_cert_dir.unwrap_or(defaults.dev_cert_dir),
-        dev_cert_names: args.dev_cert_names,
-        client_ca: args.client_ca,
-        shutdown_delay: Duration::from_secs(args.shutdown_delay),
-        drain_timeout: Duration::from_secs(args.drain_timeout),
-        reload_interval: Duration::from_secs(args.reload_interval.max(1)),
-        read_timeout: Duration::from_millis(args.read_timeout_ms.max(100)),
-        max_concurrency: args.max_concurrency,
-        request_deadline: Duration::from_millis(args.request_deadline_ms.max(100)),
-        memory_budget: args
-            .memory_budget_mib
-            .map(|mib| mib.saturating_mul(1 << 20)),
-        admin_listen: args.admin_listen,
-        events: args.events,
-        pod_name: args.pod_name.clone(),
-    };
-    let scope = crate::server::owner_cache::WatchScope {
-        namespaces: args
-            .owner_watch_namespaces
-            .iter()
-            .map(|n| n.trim().to_string())
-            .filter(|n| !n.is_empty())
-            .collect(),
-        label_selector: args.owner_watch_selector.clone(),
-    };
+fn serve_cmd(opts: ServeOptions) -> Result<ExitCode> {
+    init_logging(opts.log_format, &opts.log_level);
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all()
         .on_thread_park(crate::server::budget::on_worker_idle);
-    if let Some(n) = args.worker_threads {
+    if let Some(n) = opts.worker_threads {
         rt.worker_threads(n.max(1));
     }
     let rt = rt.build()?;
-    let cluster_lookups = args.cluster_lookups;
     rt.block_on(async move {
-        let cluster = if cluster_lookups {
+        let cluster = if opts.cluster_lookups {
+            let scope = opts.watch_scope();
             Some(crate::server::cluster_view(Duration::from_secs(10), scope).await?)
         } else {
             None
@@ -431,7 +297,7 @@ fn serve_cmd(args: ServeArgs) -> Result<ExitCode> {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve(args) => serve_cmd(*args),
+        Command::Serve(opts) => serve_cmd(*opts),
         Command::Mutate(args) => mutate_cmd(&args),
         Command::Validate(args) => validate_cmd(&args),
         Command::Test(args) => test_suite::run(&args),

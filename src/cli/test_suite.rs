@@ -30,6 +30,7 @@ use super::inputs::{Input, describe, read_input, requests_from_text};
 use crate::cluster::NoCluster;
 use crate::judge::{Judgement, judge};
 use crate::policy::Policy;
+use crate::server::load_policy;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
@@ -452,13 +453,8 @@ pub fn find_suites(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 
 fn load_suite_policy(suite_dir: &Path, config: Option<&str>) -> Result<Policy> {
     match config {
-        None | Some("builtin") => Ok(Policy::embedded_default()),
-        Some(rel) => {
-            let path = suite_dir.join(rel);
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("reading config {}", path.display()))?;
-            Policy::from_yaml(&text).map_err(|e| anyhow!("config {}:\n{e}", path.display()))
-        }
+        None | Some("builtin") => load_policy(None),
+        Some(rel) => load_policy(Some(&suite_dir.join(rel))),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Prometheus metrics (text exposition via `prometheus-client`).
 
+use crate::review::{Endpoint, ReviewSummary};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -7,6 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicI64;
+use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -168,6 +170,46 @@ impl Metrics {
         self.config_info
             .get_or_create(&ConfigLabels { hash })
             .set(1);
+    }
+
+    /// Counts an answered review: the request by endpoint, kind, operation and outcome, its
+    /// latency, its patch operations and its audit-mode limit violations.
+    pub fn count_review(&self, endpoint: Endpoint, s: &ReviewSummary, elapsed: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                endpoint: endpoint.as_str(),
+                kind: s.kind,
+                operation: s.operation,
+                outcome: s.outcome.as_str(),
+            })
+            .inc();
+        let ep = EndpointLabels {
+            endpoint: endpoint.as_str(),
+        };
+        self.latency
+            .get_or_create(&ep)
+            .observe(elapsed.as_secs_f64());
+        if s.patch_operations > 0 {
+            self.patch_operations
+                .get_or_create(&ep)
+                .inc_by(s.patch_operations as u64);
+        }
+        if !s.audit_violations.is_empty() {
+            let queue = s.queue.clone().unwrap_or_default();
+            self.audit_violations
+                .get_or_create(&QueueLabels { queue })
+                .inc_by(s.audit_violations.len() as u64);
+        }
+    }
+
+    /// Counts a request answered with an HTTP error, by its reason.
+    pub fn count_error(&self, endpoint: Endpoint, reason: &'static str) {
+        self.request_errors
+            .get_or_create(&ErrorLabels {
+                endpoint: endpoint.as_str(),
+                reason,
+            })
+            .inc();
     }
 
     pub fn encode(&self) -> String {

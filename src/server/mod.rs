@@ -1,116 +1,65 @@
 //! `launchgate serve`: the HTTPS admission server.
 //!
-//! A thin shell around the pure core ([`crate::review`]): TLS (rustls, hot-reloaded
-//! certificates), routes, metrics, config hot reload, bounded concurrency, read timeouts and a
-//! graceful SIGTERM drain. Every decision on a launch workload is logged and counted
+//! A thin shell around the pure core ([`crate::review`](mod@crate::review)): TLS (rustls,
+//! hot-reloaded certificates), routes, metrics, config hot reload, bounded concurrency, read
+//! timeouts and a graceful SIGTERM drain. Every decision on a launch workload is logged and counted
 //! ([`decision`]) and, with `--events`, denials and warnings become Kubernetes Events
 //! ([`events`]). `--admin-listen` serves `/healthz`, `/readyz` and `/metrics` over plain HTTP
 //! on a second port, so probes and Prometheus never need a client certificate.
+//!
+//! The pieces: [`ServeOptions`] is `serve`'s flags and what [`start`] takes; the admission
+//! handler (`admission.rs`) reads as one request's flow — body (size and time bounded), content
+//! type, memory budget ([`budget`]), processing slot, review, answer, log and metrics — and
+//! every way it fails is an [`AdmissionError`] with its HTTP status and metric reason.
+//! tower-http layers wrap the routes: `CatchPanicLayer` answers a panicking admission request
+//! 500, `TraceLayer` gives every request a span at TRACE level.
 
+mod admission;
 pub mod budget;
 pub mod decision;
+mod error;
 pub mod events;
 pub mod metrics;
+mod options;
 pub mod owner_cache;
 mod reload;
 pub mod tls;
 
+pub use error::AdmissionError;
+pub use options::{LogFormat, ServeOptions};
+
 use crate::cluster::{ClusterView, NoCluster};
 use crate::policy::Policy;
-use crate::review::{self, Endpoint, Outcome};
+use crate::review::Endpoint;
 use anyhow::{Context, Result};
 use arc_swap::ArcSwap;
 use axum::Router;
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
+use error::json_error;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use metrics::{EndpointLabels, ErrorLabels, Metrics, QueueLabels, RequestLabels};
+use metrics::Metrics;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
+use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
+use tower_http::trace::{
+    DefaultMakeSpan, DefaultOnFailure, DefaultOnRequest, DefaultOnResponse, TraceLayer,
+};
+use tracing::Level;
 
 /// Largest accepted request body: an UPDATE carries the old and the new object, each up to the
 /// API server's 3 MiB limit, plus the envelope.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
-
-/// Bodies from this size on are reviewed with `block_in_place` (see `admission`).
-const LARGE_BODY_BYTES: usize = 512 * 1024;
-
-/// Everything `serve` needs.
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    pub listen: SocketAddr,
-    /// Config file; `None` uses the built-in example policy.
-    pub config: Option<PathBuf>,
-    /// Serving certificate and key; `None` generates a self-signed development certificate.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    /// Where the development certificate's CA bundle is written.
-    pub dev_cert_dir: PathBuf,
-    /// Extra DNS names / IPs for the development certificate.
-    pub dev_cert_names: Vec<String>,
-    /// Require and verify client certificates signed by this CA (the API server's).
-    pub client_ca: Option<PathBuf>,
-    /// After SIGTERM: keep serving (unready) this long so endpoints propagate, then drain.
-    pub shutdown_delay: Duration,
-    /// Longest wait for in-flight requests to finish after the delay.
-    pub drain_timeout: Duration,
-    /// How often the certificate and config files are checked for changes.
-    pub reload_interval: Duration,
-    /// Longest time to receive a request's headers or body, and to finish the TLS handshake.
-    pub read_timeout: Duration,
-    /// Admission requests processed at once; more wait for a slot (never a 503).
-    pub max_concurrency: usize,
-    /// Budget from a request's arrival to its answer, below the API server's webhook timeout:
-    /// a request that cannot get a processing slot within it is answered 503 at once, so the
-    /// API server applies the webhook's failurePolicy now instead of after its own timeout.
-    pub request_deadline: Duration,
-    /// Bytes admission reviews may hold at once (`body × budget::COST_FACTOR` each); `None`:
-    /// derived from the container's memory limit (see [`budget`]).
-    pub memory_budget: Option<u64>,
-    /// Plain-HTTP address for `/healthz`, `/readyz` and `/metrics` (no TLS, no client
-    /// certificate): for the kubelet's probes and Prometheus. `None`: only on the HTTPS port.
-    pub admin_listen: Option<SocketAddr>,
-    /// Write Kubernetes Events about denied and warned workloads ([`events`]); the API client
-    /// is `kube::Client::try_default()` (service account, else `KUBECONFIG`).
-    pub events: bool,
-    /// `reportingInstance` of the Events (the pod name); `None`: the hostname.
-    pub pod_name: Option<String>,
-}
-
-impl Default for ServeOptions {
-    fn default() -> Self {
-        ServeOptions {
-            listen: "0.0.0.0:8443".parse().expect("valid address"),
-            config: None,
-            tls_cert: None,
-            tls_key: None,
-            dev_cert_dir: std::env::temp_dir().join("launchgate-dev-certs"),
-            dev_cert_names: Vec::new(),
-            client_ca: None,
-            shutdown_delay: Duration::ZERO,
-            drain_timeout: Duration::from_secs(10),
-            reload_interval: Duration::from_secs(2),
-            read_timeout: Duration::from_secs(3),
-            max_concurrency: 512,
-            request_deadline: Duration::from_secs(4),
-            memory_budget: None,
-            admin_listen: None,
-            events: false,
-            pod_name: None,
-        }
-    }
-}
 
 /// Shared state of the running server.
 pub struct AppState {
@@ -157,274 +106,6 @@ impl RunningServer {
     }
 }
 
-fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
-    let body = serde_json::json!({"error": message.into(), "code": status.as_u16()});
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body.to_string(),
-    )
-        .into_response()
-}
-
-async fn admission(
-    state: Arc<AppState>,
-    endpoint: Endpoint,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let started = Instant::now();
-    let reject = |reason: &'static str, status: StatusCode, message: String| {
-        state
-            .metrics
-            .request_errors
-            .get_or_create(&ErrorLabels {
-                endpoint: endpoint.as_str(),
-                reason,
-            })
-            .inc();
-        tracing::info!(endpoint = endpoint.as_str(), reason, %message, "rejected request");
-        json_error(status, message)
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let bytes = match tokio::time::timeout(
-        state.read_timeout,
-        read_body(body, MAX_BODY_BYTES, declared),
-    )
-    .await
-    {
-        Err(_) => {
-            return reject(
-                "read_timeout",
-                StatusCode::REQUEST_TIMEOUT,
-                format!("request body not received within {:?}", state.read_timeout),
-            );
-        }
-        Ok(Err(BodyError::TooLarge)) => {
-            return reject(
-                "too_large",
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body exceeds {MAX_BODY_BYTES} bytes"),
-            );
-        }
-        Ok(Err(BodyError::Read(e))) => {
-            return reject(
-                "read",
-                StatusCode::BAD_REQUEST,
-                format!("reading body: {e}"),
-            );
-        }
-        Ok(Ok(b)) => b,
-    };
-    // Checked after the body is read (within the size and time limits): answering before the
-    // body is consumed makes HTTP/2 reset the stream, and clients then lose the readable error.
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if !content_type
-        .split(';')
-        .next()
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-    {
-        return reject(
-            "content_type",
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("content type must be application/json, got {content_type:?}"),
-        );
-    }
-    // Memory first (a large review waits until its share fits), then a processing slot; both
-    // within the request deadline.
-    let remaining = state.request_deadline.saturating_sub(started.elapsed());
-    let _charge = match state.budget.charge(bytes.len(), remaining).await {
-        Ok(charge) => charge,
-        Err(budget::BudgetError::Closed) => {
-            return json_error(StatusCode::SERVICE_UNAVAILABLE, "server is stopping");
-        }
-        Err(budget::BudgetError::Deadline) => {
-            return reject(
-                "memory_budget",
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "the memory budget had no room for this {}-byte review within the {:?} request deadline",
-                    bytes.len(),
-                    state.request_deadline
-                ),
-            );
-        }
-    };
-    let budget = state.request_deadline.saturating_sub(started.elapsed());
-    let _slot = match tokio::time::timeout(budget, state.slots.acquire()).await {
-        Ok(Ok(slot)) => slot,
-        Ok(Err(_)) => return json_error(StatusCode::SERVICE_UNAVAILABLE, "server is stopping"),
-        Err(_) => {
-            return reject(
-                "deadline",
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "no processing slot within the {:?} request deadline (server overloaded)",
-                    state.request_deadline
-                ),
-            );
-        }
-    };
-    state.metrics.in_flight.inc();
-    let policy = state.policy.load();
-    // The core is fuzzed and must never panic; should a bug slip through anyway, this request
-    // gets a 500 (the API server applies failurePolicy) and the server keeps serving.
-    let run = || {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            review::review(&policy, endpoint, &bytes, state.cluster.as_ref())
-        }))
-    };
-    // A large object keeps the core busy for milliseconds; hand this worker's other tasks to
-    // another thread meanwhile so they are not stuck behind it. Small requests (the usual
-    // case, tens of microseconds) run inline.
-    let result = if bytes.len() >= LARGE_BODY_BYTES
-        && tokio::runtime::Handle::current().runtime_flavor()
-            == tokio::runtime::RuntimeFlavor::MultiThread
-    {
-        tokio::task::block_in_place(run)
-    } else {
-        run()
-    };
-    state.metrics.in_flight.dec();
-    let outcome = match result {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return reject("bad_request", StatusCode::BAD_REQUEST, e.0),
-        Err(_) => {
-            tracing::error!(
-                endpoint = endpoint.as_str(),
-                "BUG: the admission core panicked on a request; answered 500"
-            );
-            return reject(
-                "internal",
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal error while reviewing the request (a bug in launchgate; it was logged)"
-                    .to_string(),
-            );
-        }
-    };
-    let s = &outcome.summary;
-    let elapsed = started.elapsed();
-    state
-        .metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            endpoint: endpoint.as_str(),
-            kind: s.kind,
-            operation: s.operation,
-            outcome: s.outcome.as_str(),
-        })
-        .inc();
-    let ep = EndpointLabels {
-        endpoint: endpoint.as_str(),
-    };
-    state
-        .metrics
-        .latency
-        .get_or_create(&ep)
-        .observe(elapsed.as_secs_f64());
-    if s.patch_operations > 0 {
-        state
-            .metrics
-            .patch_operations
-            .get_or_create(&ep)
-            .inc_by(s.patch_operations as u64);
-    }
-    if !s.audit_violations.is_empty() {
-        let queue = s.queue.clone().unwrap_or_default();
-        state
-            .metrics
-            .audit_violations
-            .get_or_create(&QueueLabels { queue })
-            .inc_by(s.audit_violations.len() as u64);
-    }
-    decision::count_decision(&state.metrics.decisions, endpoint, s);
-    decision::log_decision(endpoint, s, elapsed);
-    if let Some(recorder) = &state.events
-        && s.outcome != Outcome::Skipped
-    {
-        recorder.record(s);
-    }
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        outcome.body,
-    )
-        .into_response()
-}
-
-/// Why a request body was not read.
-enum BodyError {
-    TooLarge,
-    Read(String),
-}
-
-/// A body over the limit is still read to its end (discarding it), up to this many bytes, so
-/// the client gets the readable 413: answering while the client is still sending makes
-/// HTTP/2 reset the stream and HTTP/1.1 close the connection under the client's feet, and the
-/// client then sees a reset instead of the answer.
-const DRAIN_LIMIT_BYTES: u64 = 4 * MAX_BODY_BYTES as u64;
-
-/// Reads the body, up to `limit` bytes; a larger one (declared or sent) is drained and
-/// answered [`BodyError::TooLarge`]. The caller bounds the time.
-async fn read_body(
-    body: Body,
-    limit: usize,
-    declared: Option<u64>,
-) -> Result<axum::body::Bytes, BodyError> {
-    use http_body_util::BodyExt as _;
-    let mut body = body;
-    let mut over = declared.is_some_and(|n| n > limit as u64);
-    if declared.is_some_and(|n| n > DRAIN_LIMIT_BYTES) {
-        return Err(BodyError::TooLarge);
-    }
-    let mut chunks: Vec<axum::body::Bytes> = Vec::new();
-    let mut total: u64 = 0;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        total += data.len() as u64;
-        if total > limit as u64 {
-            over = true;
-            chunks.clear();
-        }
-        if over {
-            if total > DRAIN_LIMIT_BYTES {
-                break;
-            }
-            continue;
-        }
-        chunks.push(data);
-    }
-    if over {
-        return Err(BodyError::TooLarge);
-    }
-    Ok(match chunks.len() {
-        0 => axum::body::Bytes::new(),
-        1 => chunks.pop().expect("one chunk"),
-        _ => {
-            let mut all = Vec::with_capacity(total as usize);
-            for c in &chunks {
-                all.extend_from_slice(c);
-            }
-            all.into()
-        }
-    })
-}
-
 async fn healthz() -> &'static str {
     "ok"
 }
@@ -450,39 +131,46 @@ async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+/// `/healthz`, `/readyz`, `/metrics`, and a JSON 404 for any other route: both ports serve
+/// these.
+fn probe_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
+}
+
+/// Per-request tracing (tower-http's `TraceLayer`): a `request` span with method, URI and
+/// version, and the status and latency when answered. All at TRACE level, so the default and
+/// debug logs keep their lines and fields; `--log-level info,tower_http=trace` shows them.
+fn request_trace() -> TraceLayer<SharedClassifier<ServerErrorsAsFailures>> {
+    TraceLayer::new_for_http()
+        .make_span_with(DefaultMakeSpan::new().level(Level::TRACE))
+        .on_request(DefaultOnRequest::new().level(Level::TRACE))
+        .on_response(DefaultOnResponse::new().level(Level::TRACE))
+        .on_failure(DefaultOnFailure::new().level(Level::TRACE))
+}
+
 /// The plain-HTTP admin routes: `/healthz`, `/readyz`, `/metrics`; no admission endpoints.
 pub fn admin_router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
-        .with_state(state)
+    probe_routes().layer(request_trace()).with_state(state)
 }
 
-/// The HTTP routes (also usable in-process by tests).
+/// The HTTPS routes: `POST /mutate`, `POST /validate` and the probe routes (also usable
+/// in-process by tests).
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route(
-            "/mutate",
-            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| {
-                admission(s, Endpoint::Mutate, h, b)
-            }),
-        )
-        .route(
-            "/validate",
-            post(|State(s): State<Arc<AppState>>, h: HeaderMap, b: Body| {
-                admission(s, Endpoint::Validate, h, b)
-            }),
-        )
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
+    probe_routes()
+        .route("/mutate", admission::route(&state, Endpoint::Mutate))
+        .route("/validate", admission::route(&state, Endpoint::Validate))
+        .layer(request_trace())
         .with_state(state)
 }
 
-fn load_policy(path: Option<&PathBuf>) -> Result<Policy> {
+/// The policy of a config file, or the built-in example policy without one: the one loader of
+/// `serve` and of the offline commands (`mutate`, `validate`, `audit`, `test`). An unreadable
+/// file or one that fails a check is an error naming the file (and the offending key paths).
+pub fn load_policy(path: Option<&Path>) -> Result<Policy> {
     match path {
         None => Ok(Policy::embedded_default()),
         Some(p) => {
@@ -514,7 +202,7 @@ pub async fn start_with_event_sink(
     cluster: Option<Arc<dyn ClusterView>>,
     sink: Option<Arc<dyn events::EventSink>>,
 ) -> Result<RunningServer> {
-    let policy = load_policy(opts.config.as_ref())?;
+    let policy = load_policy(opts.config.as_deref())?;
     let (cert_source, dev_ca_pem) = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => (
             reload::CertSource::Files {

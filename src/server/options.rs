@@ -1,0 +1,271 @@
+//! The options of `launchgate serve`: one struct that is both the command line (every flag also
+//! an env var) and what [`super::start`] takes, so a flag is declared once.
+
+use super::owner_cache::WatchScope;
+use clap::builder::TypedValueParser as _;
+use clap::{Args, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How `serve` writes its log lines (to stderr): `Text`, human-readable lines (coloured only on
+/// a terminal), or `Json`, one JSON object per line with the event's fields at the top level.
+// The variants carry no doc comments: clap would turn them into a second help layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Everything `serve` needs: the HTTPS server's options, read by [`super::start`], and the
+/// process settings `launchgate serve` applies before it (logging, runtime threads, the
+/// cluster view), which `start` ignores.
+///
+/// The field docs are the `--help` texts. In-process (tests, embedding) build it with
+/// `ServeOptions { listen, .., ..ServeOptions::default() }`: the defaults are the flags'
+/// defaults. Durations given on the command line in seconds or milliseconds are floored as the
+/// flags say (reload interval 1 s, read timeout and request deadline 100 ms); set in-process
+/// they are used as given.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct ServeOptions {
+    /// Address to listen on.
+    #[arg(long, env = "LAUNCHGATE_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Config file (YAML). Without it the built-in example policy is used.
+    #[arg(long, env = "LAUNCHGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Serving certificate (PEM chain). Without it a self-signed dev certificate is generated.
+    #[arg(long, env = "LAUNCHGATE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving private key (PEM).
+    #[arg(long, env = "LAUNCHGATE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (the API server's).
+    #[arg(long, env = "LAUNCHGATE_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+    /// Directory for the generated development certificate's CA bundle.
+    #[arg(
+        long,
+        env = "LAUNCHGATE_DEV_CERT_DIR",
+        default_value_os_t = default_dev_cert_dir(),
+        hide_default_value = true
+    )]
+    pub dev_cert_dir: PathBuf,
+    /// Extra DNS names or IPs for the development certificate (comma-separated).
+    #[arg(long, env = "LAUNCHGATE_DEV_CERT_NAMES", value_delimiter = ',')]
+    pub dev_cert_names: Vec<String>,
+    /// Log format.
+    #[arg(
+        long,
+        env = "LAUNCHGATE_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// Log level filter (tracing EnvFilter syntax).
+    #[arg(long, env = "LAUNCHGATE_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Seconds to keep serving (unready) after SIGTERM before draining.
+    #[arg(
+        long,
+        env = "LAUNCHGATE_SHUTDOWN_DELAY",
+        default_value = "0",
+        value_parser = clap::value_parser!(u64).map(Duration::from_secs)
+    )]
+    pub shutdown_delay: Duration,
+    /// Seconds to wait for in-flight requests when draining.
+    #[arg(
+        long,
+        env = "LAUNCHGATE_DRAIN_TIMEOUT",
+        default_value = "10",
+        value_parser = clap::value_parser!(u64).map(Duration::from_secs)
+    )]
+    pub drain_timeout: Duration,
+    /// Milliseconds allowed for the TLS handshake, the headers and the body of a request.
+    #[arg(
+        long = "read-timeout-ms",
+        value_name = "READ_TIMEOUT_MS",
+        env = "LAUNCHGATE_READ_TIMEOUT_MS",
+        default_value = "3000",
+        value_parser = clap::value_parser!(u64).map(millis_at_least_100)
+    )]
+    pub read_timeout: Duration,
+    /// Seconds between checks of the certificate and config files for changes.
+    #[arg(
+        long,
+        env = "LAUNCHGATE_RELOAD_INTERVAL",
+        default_value = "2",
+        value_parser = clap::value_parser!(u64).map(|s| Duration::from_secs(s.max(1)))
+    )]
+    pub reload_interval: Duration,
+    /// Admission requests processed at once; more wait (never rejected).
+    #[arg(long, env = "LAUNCHGATE_MAX_CONCURRENCY", default_value_t = 512)]
+    pub max_concurrency: usize,
+    /// Milliseconds from a request's arrival by which it must be answered; keep it below the
+    /// webhook's `timeoutSeconds` so the API server gets an answer instead of timing out.
+    #[arg(
+        long = "request-deadline-ms",
+        value_name = "REQUEST_DEADLINE_MS",
+        env = "LAUNCHGATE_REQUEST_DEADLINE_MS",
+        default_value = "4000",
+        value_parser = clap::value_parser!(u64).map(millis_at_least_100)
+    )]
+    pub request_deadline: Duration,
+    /// MiB that admission reviews may hold at once (each is charged its body size times a
+    /// measured cost factor; larger ones wait). Default: half of the container's memory limit
+    /// after 48 MiB for the process, or 512 MiB without a limit.
+    #[arg(
+        long = "memory-budget-mib",
+        value_name = "MEMORY_BUDGET_MIB",
+        env = "LAUNCHGATE_MEMORY_BUDGET_MIB",
+        value_parser = clap::value_parser!(u64).map(|mib| mib.saturating_mul(1 << 20))
+    )]
+    pub memory_budget: Option<u64>,
+    /// Read owner Volcano Jobs through the Kubernetes API (cached watch).
+    #[arg(long, env = "LAUNCHGATE_CLUSTER_LOOKUPS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub cluster_lookups: bool,
+    /// Tokio worker threads (default: number of cores).
+    #[arg(long, env = "LAUNCHGATE_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
+    /// Plain-HTTP address for /healthz, /readyz and /metrics (no TLS, no client certificate),
+    /// e.g. 0.0.0.0:8080 for the kubelet's probes and Prometheus.
+    #[arg(long, env = "LAUNCHGATE_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+    /// Write a Kubernetes Event (in the object's namespace) for every denied or warned launch
+    /// workload; needs `create` on events.events.k8s.io.
+    #[arg(long, env = "LAUNCHGATE_EVENTS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub events: bool,
+    /// The Events' reportingInstance (the chart passes the pod name); default: the hostname.
+    #[arg(long, env = "LAUNCHGATE_POD_NAME")]
+    pub pod_name: Option<String>,
+    /// With --cluster-lookups: watch Volcano Jobs only in these namespaces (comma-separated;
+    /// empty: all namespaces).
+    #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_NAMESPACES", value_delimiter = ',')]
+    pub owner_watch_namespaces: Vec<String>,
+    /// With --cluster-lookups: watch only Volcano Jobs matching this label selector
+    /// (e.g. wandb.ai/monitor; empty: every Job).
+    #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_SELECTOR", default_value = "")]
+    pub owner_watch_selector: String,
+}
+
+impl Default for ServeOptions {
+    /// The flags' defaults (pinned by a test against the command line).
+    fn default() -> Self {
+        ServeOptions {
+            listen: "0.0.0.0:8443".parse().expect("valid address"),
+            config: None,
+            tls_cert: None,
+            tls_key: None,
+            client_ca: None,
+            dev_cert_dir: default_dev_cert_dir(),
+            dev_cert_names: Vec::new(),
+            log_format: LogFormat::Text,
+            log_level: "info".into(),
+            shutdown_delay: Duration::ZERO,
+            drain_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(3),
+            reload_interval: Duration::from_secs(2),
+            max_concurrency: 512,
+            request_deadline: Duration::from_secs(4),
+            memory_budget: None,
+            cluster_lookups: false,
+            worker_threads: None,
+            admin_listen: None,
+            events: false,
+            pod_name: None,
+            owner_watch_namespaces: Vec::new(),
+            owner_watch_selector: String::new(),
+        }
+    }
+}
+
+impl ServeOptions {
+    /// The part of the cluster the owner Volcano Job watch covers (`--owner-watch-*`), blank
+    /// namespace names dropped.
+    pub fn watch_scope(&self) -> WatchScope {
+        WatchScope {
+            namespaces: self
+                .owner_watch_namespaces
+                .iter()
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect(),
+            label_selector: self.owner_watch_selector.clone(),
+        }
+    }
+}
+
+/// Where the development certificate's CA bundle goes without `--dev-cert-dir`.
+fn default_dev_cert_dir() -> PathBuf {
+    std::env::temp_dir().join("launchgate-dev-certs")
+}
+
+/// A millisecond flag, at least 100 ms (a shorter read timeout or deadline fails every request).
+fn millis_at_least_100(ms: u64) -> Duration {
+    Duration::from_millis(ms.max(100))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Serve {
+        #[command(flatten)]
+        options: ServeOptions,
+    }
+
+    fn parse(args: &[&str]) -> ServeOptions {
+        Serve::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+            .expect("valid flags")
+            .options
+    }
+
+    /// Run without `LAUNCHGATE_*` variables in the environment (they would be read as flags).
+    #[test]
+    fn the_in_process_default_is_the_command_line_default() {
+        assert_eq!(parse(&[]), ServeOptions::default());
+    }
+
+    #[test]
+    fn flags_in_seconds_milliseconds_and_mebibytes_become_durations_and_bytes() {
+        let o = parse(&[
+            "--shutdown-delay=5",
+            "--drain-timeout=20",
+            "--read-timeout-ms=1500",
+            "--reload-interval=7",
+            "--request-deadline-ms=2500",
+            "--memory-budget-mib=64",
+            "--owner-watch-namespaces=a, ,b",
+            "--owner-watch-selector=wandb.ai/monitor",
+        ]);
+        assert_eq!(o.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(o.drain_timeout, Duration::from_secs(20));
+        assert_eq!(o.read_timeout, Duration::from_millis(1500));
+        assert_eq!(o.reload_interval, Duration::from_secs(7));
+        assert_eq!(o.request_deadline, Duration::from_millis(2500));
+        assert_eq!(o.memory_budget, Some(64 << 20));
+        let scope = o.watch_scope();
+        assert_eq!(scope.namespaces, ["a", "b"]);
+        assert_eq!(scope.label_selector, "wandb.ai/monitor");
+    }
+
+    #[test]
+    fn too_small_intervals_on_the_command_line_are_floored() {
+        let o = parse(&[
+            "--reload-interval=0",
+            "--read-timeout-ms=5",
+            "--request-deadline-ms=0",
+        ]);
+        assert_eq!(o.reload_interval, Duration::from_secs(1));
+        assert_eq!(o.read_timeout, Duration::from_millis(100));
+        assert_eq!(o.request_deadline, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn the_certificate_flags_come_in_pairs() {
+        let err = Serve::try_parse_from(["serve", "--tls-cert=a.crt"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+    }
+}
