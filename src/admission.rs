@@ -23,10 +23,13 @@ pub const ADMISSION_KIND: &str = "AdmissionReview";
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionReviewRequest {
     #[serde(default)]
+    /// `apiVersion`: `admission.k8s.io/v1`.
     pub api_version: Option<String>,
     #[serde(default)]
+    /// `kind`: `AdmissionReview`.
     pub kind: Option<String>,
     #[serde(default)]
+    /// The request (absent in a malformed review).
     pub request: Option<AdmissionRequest>,
 }
 
@@ -34,19 +37,26 @@ pub struct AdmissionReviewRequest {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionRequest {
+    /// Identifies this request; echoed in the response.
     pub uid: String,
+    /// The kind of the object being admitted.
     pub kind: GroupVersionKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The subresource (`status`, `scale`, …), when the request is for one.
     pub sub_resource: Option<String>,
     /// Empty on a CREATE that relies on `generateName`.
     #[serde(default)]
     pub name: String,
     #[serde(default)]
+    /// The object's namespace (absent for cluster-scoped objects).
     pub namespace: Option<String>,
+    /// CREATE, UPDATE, DELETE or CONNECT.
     pub operation: Operation,
     #[serde(default)]
+    /// The object as it would be stored (after API-server defaulting).
     pub object: Option<Value>,
     #[serde(default)]
+    /// The object before an UPDATE.
     pub old_object: Option<Value>,
     /// `kubectl apply --dry-run=server`. Never changes the answer: we have no side effects.
     #[serde(default)]
@@ -133,9 +143,12 @@ impl AdmissionRequest {
 /// `response.status` on a denial.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResponseStatus {
+    /// HTTP-style status code of a denial (403).
     pub code: u16,
+    /// Why the request was denied, shown to the client.
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A machine-readable reason, when there is one.
     pub reason: Option<String>,
 }
 
@@ -143,22 +156,29 @@ pub struct ResponseStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionResponse {
+    /// The request's `uid`.
     pub uid: String,
+    /// Whether the request may proceed.
     pub allowed: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why it was denied.
     pub status: Option<ResponseStatus>,
     /// Base64 of the RFC 6902 JSON Patch, as the API documents it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patch: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `JSONPatch` when `patch` is set.
     pub patch_type: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Shown to the client as `Warning: …` (kubectl) even when allowed.
     pub warnings: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Written to the API server's audit log.
     pub audit_annotations: BTreeMap<String, String>,
 }
 
 impl AdmissionResponse {
+    /// Allows the request unchanged.
     pub fn allow(uid: &str) -> Self {
         AdmissionResponse {
             uid: uid.to_string(),
@@ -171,6 +191,7 @@ impl AdmissionResponse {
         }
     }
 
+    /// Denies the request with `message`.
     pub fn deny(uid: &str, message: String) -> Self {
         AdmissionResponse {
             allowed: false,
@@ -209,12 +230,16 @@ impl AdmissionResponse {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionReviewResponse {
+    /// `admission.k8s.io/v1`.
     pub api_version: String,
+    /// `AdmissionReview`.
     pub kind: String,
+    /// The answer.
     pub response: AdmissionResponse,
 }
 
 impl AdmissionReviewResponse {
+    /// Wraps a response in its AdmissionReview envelope.
     pub fn new(response: AdmissionResponse) -> Self {
         AdmissionReviewResponse {
             api_version: ADMISSION_API_VERSION.into(),

@@ -10,8 +10,11 @@ use std::path::{Path, PathBuf};
 
 /// PEM-encoded CA certificate, serving certificate and serving key.
 pub struct GeneratedCerts {
+    /// The CA certificate (PEM) that signed the serving certificate: the webhook's `caBundle`.
     pub ca_pem: String,
+    /// The serving certificate (PEM).
     pub cert_pem: String,
+    /// Its private key (PEM).
     pub key_pem: String,
 }
 
@@ -68,8 +71,11 @@ fn time_now() -> time::OffsetDateTime {
 
 /// Paths written by [`write_to_dir`].
 pub struct WrittenCerts {
+    /// Where the CA certificate was written.
     pub ca: PathBuf,
+    /// Where the serving certificate was written.
     pub cert: PathBuf,
+    /// Where its key was written.
     pub key: PathBuf,
 }
 

@@ -34,6 +34,7 @@ pub struct StaticCluster {
 }
 
 impl StaticCluster {
+    /// Adds a Volcano Job to the view.
     pub fn with_volcano_job(mut self, job: Value) -> Self {
         let ns = job
             .pointer("/metadata/namespace")

@@ -10,10 +10,12 @@ use std::fmt;
 pub struct ConfigError {
     /// Dotted key path, e.g. `queues.gpu-queue.limits.variables.gpus`.
     pub path: String,
+    /// What is wrong.
     pub message: String,
 }
 
 impl ConfigError {
+    /// An error at `path`.
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError {
             path: path.into(),

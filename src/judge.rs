@@ -116,11 +116,6 @@ impl Judgement {
                 .as_ref()
                 .is_none_or(|v| v.summary.outcome == Outcome::Skipped)
     }
-
-    /// The workload kind (`job`, `pod`, ... or `other`).
-    pub fn kind(&self) -> &'static str {
-        self.mutation.summary.kind
-    }
 }
 
 /// Runs the mutating webhook, applies its patch, and runs the validating webhook on the result,
@@ -228,7 +223,7 @@ mod tests {
         let j = judge(&Policy::embedded_default(), &req, &NoCluster);
         assert!(j.allowed() && j.skipped());
         assert!(j.warnings().is_empty());
-        assert_eq!(j.kind(), "Pod");
+        assert_eq!(j.mutation.summary.kind, "Pod");
     }
 
     #[test]

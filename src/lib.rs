@@ -14,6 +14,8 @@
 //! * [`audit`] — judging the workloads already in a cluster (PolicyReports).
 //! * [`server`], [`cli`], [`certs`] — the HTTPS server, the offline CLI and certificate tooling.
 
+#![deny(missing_docs)]
+
 pub mod admission;
 pub mod audit;
 pub mod certs;

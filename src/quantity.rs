@@ -38,10 +38,15 @@ pub struct Quantity {
 /// Why a string is not a quantity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QuantityError {
+    /// An empty string.
     Empty,
+    /// No digits before the suffix.
     NoDigits,
+    /// A suffix Kubernetes does not know.
     UnknownSuffix(String),
+    /// More significant digits than a quantity may carry.
     TooManyDigits,
+    /// An exponent too large or too small to compare.
     ExponentOutOfRange,
 }
 
@@ -139,6 +144,7 @@ fn decimal_digits(mut n: u128) -> u32 {
 }
 
 impl Quantity {
+    /// Zero.
     pub const ZERO: Quantity = Quantity {
         mantissa: 0,
         exponent: 0,
@@ -264,6 +270,7 @@ impl Quantity {
         self.exponent >= 0
     }
 
+    /// True below zero.
     pub fn is_negative(&self) -> bool {
         self.mantissa < 0
     }

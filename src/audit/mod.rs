@@ -17,29 +17,33 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
-pub use scan::{AuditOptions, run};
+pub(crate) use scan::{AuditOptions, run};
 
 /// Name of the PolicyReport written in each namespace.
-pub const POLICY_REPORT_NAME: &str = "launchgate";
+pub(crate) const POLICY_REPORT_NAME: &str = "launchgate";
 /// `source` of every PolicyReport result.
-pub const REPORT_SOURCE: &str = "launchgate";
+pub(crate) const REPORT_SOURCE: &str = "launchgate";
 /// `wgpolicyk8s.io/v1alpha2`
-pub const POLICY_REPORT_GROUP: &str = "wgpolicyk8s.io";
-pub const POLICY_REPORT_VERSION: &str = "v1alpha2";
+pub(crate) const POLICY_REPORT_GROUP: &str = "wgpolicyk8s.io";
+pub(crate) const POLICY_REPORT_VERSION: &str = "v1alpha2";
 
 /// A kind of launch workload the audit lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListedKind {
+    /// API group (empty for the core group).
     pub group: &'static str,
+    /// API version.
     pub version: &'static str,
+    /// Kind.
     pub kind: &'static str,
+    /// Resource name in URLs.
     pub plural: &'static str,
     /// Comes from a CRD that may not be installed (then it is skipped with a note).
     pub optional: bool,
 }
 
 impl ListedKind {
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.to_string()
         } else {
@@ -48,7 +52,7 @@ impl ListedKind {
     }
 
     /// `jobs.batch`, `pods`, `pytorchjobs.kubeflow.org`: the name kubectl knows it by.
-    pub fn resource_name(&self) -> String {
+    pub(crate) fn resource_name(&self) -> String {
         if self.group.is_empty() {
             self.plural.to_string()
         } else {
@@ -94,13 +98,16 @@ pub const LISTED_KINDS: [ListedKind; 4] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AuditResult {
+    /// Admitted as it is.
     Pass,
+    /// Admitted with warnings or violations under `warn`/`audit` enforcement.
     Warn,
+    /// Would be denied.
     Fail,
 }
 
 impl AuditResult {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             AuditResult::Pass => "pass",
             AuditResult::Warn => "warn",
@@ -113,20 +120,27 @@ impl AuditResult {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEntry {
+    /// `apiVersion` of the object.
     pub api_version: String,
+    /// Its kind.
     pub kind: String,
+    /// Its namespace.
     pub namespace: String,
+    /// Its name.
     pub name: String,
     #[serde(skip_serializing_if = "String::is_empty")]
+    /// Its `metadata.uid`.
     pub uid: String,
     /// The queue it was judged against (`None`: it names no configured queue and there is no
     /// default).
     pub queue: Option<String>,
+    /// What admission would say today.
     pub result: AuditResult,
     /// `mutate` or `validate`: the webhook that denies or warns; `admission` on a pass.
     pub rule: &'static str,
     /// The denial (fail), the violations or warnings (warn); empty on a pass.
     pub message: String,
+    /// The warnings admission would show.
     pub warnings: Vec<String>,
 }
 
@@ -148,14 +162,14 @@ pub struct AuditReport {
 
 /// Counts by result.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub pass: usize,
     pub warn: usize,
     pub fail: usize,
 }
 
 impl Counts {
-    pub fn of<'a>(entries: impl IntoIterator<Item = &'a AuditEntry>) -> Counts {
+    pub(crate) fn of<'a>(entries: impl IntoIterator<Item = &'a AuditEntry>) -> Counts {
         let mut c = Counts::default();
         for e in entries {
             match e.result {
@@ -169,14 +183,14 @@ impl Counts {
 }
 
 impl AuditReport {
-    pub fn counts(&self) -> Counts {
+    pub(crate) fn counts(&self) -> Counts {
         Counts::of(&self.entries)
     }
 }
 
 /// True when a pod belongs to a Job, a Volcano Job or a PyTorchJob: its launch owner is judged
 /// instead (as the webhook judged the owner when it was submitted).
-pub fn has_launch_owner(pod: &Value) -> bool {
+pub(crate) fn has_launch_owner(pod: &Value) -> bool {
     let Some(owners) = pod
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -263,7 +277,7 @@ pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Opti
 /// Most results one PolicyReport carries: an object must stay well below etcd's size limit
 /// (about 1.5 MiB). Failures come first, then warnings, then passes; the summary still counts
 /// every workload.
-pub const MAX_RESULTS_PER_REPORT: usize = 1000;
+pub(crate) const MAX_RESULTS_PER_REPORT: usize = 1000;
 
 fn report_result(e: &AuditEntry, timestamp: i64) -> Value {
     let mut resource = Map::new();
@@ -299,7 +313,7 @@ fn report_result(e: &AuditEntry, timestamp: i64) -> Value {
 /// (at most [`MAX_RESULTS_PER_REPORT`], the worst first) and the summary counts. With no
 /// entries it is the empty report that replaces one whose workloads are gone. `timestamp` is
 /// seconds since the epoch (the caller's clock: this function reads none).
-pub fn policy_report(namespace: &str, entries: &[&AuditEntry], timestamp: i64) -> Value {
+pub(crate) fn policy_report(namespace: &str, entries: &[&AuditEntry], timestamp: i64) -> Value {
     let counts = Counts::of(entries.iter().copied());
     let mut ordered: Vec<&AuditEntry> = entries.to_vec();
     // Stable: listing order within each result.
@@ -342,7 +356,7 @@ pub fn policy_reports(entries: &[AuditEntry], timestamp: i64) -> Vec<Value> {
 }
 
 /// The audit as a table (one line per workload, the first line of its message) and a summary.
-pub fn render_table(report: &AuditReport) -> String {
+pub(crate) fn render_table(report: &AuditReport) -> String {
     let header = ["NAMESPACE", "KIND", "NAME", "QUEUE", "RESULT", "MESSAGE"];
     let rows: Vec<[String; 6]> = report
         .entries

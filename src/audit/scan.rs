@@ -16,7 +16,7 @@ use serde_json::Value;
 use std::io::Write;
 
 /// Field manager of the PolicyReports launchgate applies.
-pub const FIELD_MANAGER: &str = "launchgate-audit";
+pub(crate) const FIELD_MANAGER: &str = "launchgate-audit";
 
 /// How to run an audit.
 #[derive(Debug, Clone)]

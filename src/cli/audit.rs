@@ -8,37 +8,37 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum AuditFormat {
+pub(crate) enum AuditFormat {
     Table,
     Json,
 }
 
 #[derive(Args, Debug)]
-pub struct AuditArgs {
+pub(crate) struct AuditArgs {
     /// Config to judge against, e.g. the one you are about to roll out ("what would this change
     /// break?"). Default: the built-in example policy.
     #[arg(long, env = "LAUNCHGATE_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Only this namespace (default: all namespaces).
     #[arg(long, short = 'n')]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
-    pub output: AuditFormat,
+    pub(crate) output: AuditFormat,
     /// Objects per list request; the rest is fetched page by page.
     #[arg(long, default_value_t = 500)]
-    pub page_size: u32,
+    pub(crate) page_size: u32,
     /// Also write one wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (named `launchgate`),
     /// when that CRD is installed.
     #[arg(long)]
-    pub policy_reports: bool,
+    pub(crate) policy_reports: bool,
     /// Exit 0 even when workloads would be denied (for a scheduled audit).
     #[arg(long)]
-    pub no_fail: bool,
+    pub(crate) no_fail: bool,
 }
 
 /// Connects with the kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster) and audits.
-pub fn run(args: &AuditArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: &AuditArgs) -> Result<ExitCode> {
     let policy = crate::server::load_policy(args.config.as_deref())?;
     let opts = AuditOptions {
         namespace: args.namespace.clone(),

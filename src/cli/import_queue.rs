@@ -13,26 +13,26 @@ use serde_json::{Map, Value, json};
 
 /// One W&B queue found in the input.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FoundQueue {
-    pub name: Option<String>,
-    pub entity: Option<String>,
+pub(crate) struct FoundQueue {
+    pub(crate) name: Option<String>,
+    pub(crate) entity: Option<String>,
     /// The resource config: the Kubernetes object, bare or wrapped.
-    pub config: Value,
+    pub(crate) config: Value,
     /// W&B's template variables (map or list), when the input has them.
-    pub variables: Option<Value>,
+    pub(crate) variables: Option<Value>,
     /// The config as the user wrote it, when the input is the config itself.
-    pub text: Option<String>,
+    pub(crate) text: Option<String>,
 }
 
 /// The result of an import.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Imported {
+pub(crate) struct Imported {
     /// The launchgate config snippet (YAML), `queues: {<key>: {limits: …}}`.
-    pub snippet: String,
+    pub(crate) snippet: String,
     /// What the queues enforce, one line per limit, each starting with the queue key.
-    pub enforces: Vec<String>,
+    pub(crate) enforces: Vec<String>,
     /// Why the snippet would not load (empty when it loads).
-    pub errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
 }
 
 const CONFIG_KEYS: [&str; 3] = ["resource_config", "resourceConfig", "config"];
@@ -94,7 +94,7 @@ fn queue_record(map: &Map<String, Value>) -> Option<FoundQueue> {
 }
 
 /// Every W&B queue in a document.
-pub fn find_queues(doc: &Value) -> Result<Vec<FoundQueue>, String> {
+pub(crate) fn find_queues(doc: &Value) -> Result<Vec<FoundQueue>, String> {
     let Some(map) = doc.as_object() else {
         return Err("expected a mapping: a W&B queue config, a queue export or a Terraform wandb_run_queue resource".into());
     };
@@ -168,7 +168,11 @@ fn variables_value(variables: &Value) -> Value {
 
 /// Converts the queues in `text` (YAML or JSON) into a launchgate snippet. `name`/`entity`
 /// name a queue the input does not name (a config pasted from the UI).
-pub fn import(text: &str, name: Option<&str>, entity: Option<&str>) -> Result<Imported, String> {
+pub(crate) fn import(
+    text: &str,
+    name: Option<&str>,
+    entity: Option<&str>,
+) -> Result<Imported, String> {
     let doc: Value = serde_norway::from_str(text).map_err(|e| {
         format!("not YAML or JSON: {e} (for a .tf file, use `terraform show -json`)")
     })?;
@@ -368,21 +372,21 @@ mod tests {
 
 /// `launchgate import-queue` arguments.
 #[derive(clap::Args, Debug)]
-pub struct ImportQueueArgs {
+pub(crate) struct ImportQueueArgs {
     /// The W&B queue: its config (YAML/JSON, as in the UI), a queue export, or Terraform JSON
     /// (`terraform show -json`, `.tf.json`) with wandb_run_queue resources; `-` for stdin.
-    pub file: std::path::PathBuf,
+    pub(crate) file: std::path::PathBuf,
     /// The W&B queue name, for a config that does not carry one.
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// The W&B entity the queue lives in (the queue is keyed `entity/name`).
     #[arg(long)]
-    pub entity: Option<String>,
+    pub(crate) entity: Option<String>,
 }
 
 /// Prints the snippet on stdout and what it enforces (or why it would not load) on stderr;
 /// exits 2 when the snippet would not load.
-pub fn run(args: &ImportQueueArgs) -> anyhow::Result<std::process::ExitCode> {
+pub(crate) fn run(args: &ImportQueueArgs) -> anyhow::Result<std::process::ExitCode> {
     let text = super::inputs::read_input(&args.file)?;
     let imported = import(&text, args.name.as_deref(), args.entity.as_deref())
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;

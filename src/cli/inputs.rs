@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 /// One input document as an admission request, with where it came from.
 #[derive(Debug, Clone)]
-pub struct Input {
+pub(crate) struct Input {
     /// `path` (or `-` for stdin), plus `#N` for the N-th document of a multi-document file.
-    pub source: String,
-    pub request: AdmissionRequest,
+    pub(crate) source: String,
+    pub(crate) request: AdmissionRequest,
 }
 
 /// File extensions read from a directory.
@@ -22,7 +22,7 @@ const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
 /// Expands directories (recursively, sorted, only `*.yaml|*.yml|*.json`, hidden entries
 /// skipped); files and `-` are kept as given.
-pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub(crate) fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.as_os_str() != "-" && p.is_dir() {
@@ -40,7 +40,7 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 
 /// The files under `dir` (recursively, sorted, hidden entries skipped) that `keep` accepts:
 /// the one directory walk of the CLI (manifest directories, test suites, resource globs).
-pub fn files_under(dir: &Path, keep: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>> {
+pub(crate) fn files_under(dir: &Path, keep: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>> {
     fn walk(dir: &Path, keep: &dyn Fn(&Path) -> bool, out: &mut Vec<PathBuf>) -> Result<()> {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
             .with_context(|| format!("reading directory {}", dir.display()))?
@@ -74,7 +74,7 @@ fn is_manifest(p: &Path) -> bool {
 }
 
 /// Reads a file, or stdin for `-`.
-pub fn read_input(path: &Path) -> Result<String> {
+pub(crate) fn read_input(path: &Path) -> Result<String> {
     if path.as_os_str() == "-" {
         let mut s = String::new();
         std::io::stdin()
@@ -88,7 +88,7 @@ pub fn read_input(path: &Path) -> Result<String> {
 
 /// One document as a request: an AdmissionReview as it is, a bare object as a CREATE
 /// (labelled with `queue` and placed in `namespace` when given).
-pub fn to_request(
+pub(crate) fn to_request(
     doc: InputDocument,
     queue: Option<&str>,
     namespace: Option<&str>,
@@ -108,7 +108,7 @@ pub fn to_request(
 }
 
 /// Parses one file's text into requests named after `shown` (the path as the user gave it).
-pub fn requests_from_text(
+pub(crate) fn requests_from_text(
     shown: &str,
     text: &str,
     queue: Option<&str>,
@@ -135,7 +135,11 @@ pub fn requests_from_text(
 }
 
 /// Every document of every path (files, directories, `-`).
-pub fn load(paths: &[PathBuf], queue: Option<&str>, namespace: Option<&str>) -> Result<Vec<Input>> {
+pub(crate) fn load(
+    paths: &[PathBuf],
+    queue: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<Vec<Input>> {
     let mut out = Vec::new();
     for path in expand_paths(paths)? {
         let text = read_input(&path)?;
@@ -150,7 +154,7 @@ pub fn load(paths: &[PathBuf], queue: Option<&str>, namespace: Option<&str>) -> 
 }
 
 /// `Kind name` of a request's object (`generateName*` when it has no name yet).
-pub fn describe(req: &AdmissionRequest) -> String {
+pub(crate) fn describe(req: &AdmissionRequest) -> String {
     let name = if req.name.is_empty() {
         req.object
             .as_ref()

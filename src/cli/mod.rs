@@ -2,10 +2,10 @@
 //! `audit` (judge what runs in a cluster), `check-config`, `print-default-config` and `certs`.
 //! Every flag can also be set from an env var.
 
-pub mod audit;
-pub mod import_queue;
-pub mod inputs;
-pub mod test_suite;
+pub(crate) mod audit;
+pub(crate) mod import_queue;
+pub(crate) mod inputs;
+pub(crate) mod test_suite;
 
 use crate::admission::AdmissionReviewResponse;
 use crate::cluster::NoCluster;
@@ -26,13 +26,14 @@ use std::time::Duration;
     version,
     about = "Admission webhook for ML launch workloads"
 )]
+/// The command line: `launchgate <command> …`.
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the HTTPS admission server.
     Serve(Box<ServeOptions>),
     /// Show what the mutating webhook would do to manifests (no cluster needed).
@@ -63,74 +64,74 @@ pub enum Command {
 }
 
 #[derive(Args, Debug)]
-pub struct DeleteWebhooksArgs {
+pub(crate) struct DeleteWebhooksArgs {
     /// MutatingWebhookConfiguration to delete (repeatable).
     #[arg(long)]
-    pub mutating: Vec<String>,
+    pub(crate) mutating: Vec<String>,
     /// ValidatingWebhookConfiguration to delete (repeatable).
     #[arg(long)]
-    pub validating: Vec<String>,
+    pub(crate) validating: Vec<String>,
 }
 
 #[derive(Args, Debug)]
-pub struct OfflineArgs {
+pub(crate) struct OfflineArgs {
     /// Manifest file (YAML or JSON, multi-document, objects or AdmissionReviews), directory
     /// (read recursively: *.yaml, *.yml, *.json) or `-` for stdin. Repeatable.
     #[arg(short = 'f', long = "filename", required = true)]
-    pub files: Vec<PathBuf>,
+    pub(crate) files: Vec<PathBuf>,
     /// Config file (default: the built-in example policy).
     #[arg(long, env = "LAUNCHGATE_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Treat bare objects as belonging to this queue (as if labelled launchgate.io/queue=Q).
     #[arg(long)]
-    pub queue: Option<String>,
+    pub(crate) queue: Option<String>,
     /// Namespace for bare objects without one.
     #[arg(long, short = 'n')]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
 }
 
 /// Output format of `mutate` and `validate`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     Yaml,
     Json,
 }
 
 #[derive(Args, Debug)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     #[command(flatten)]
-    pub offline: OfflineArgs,
+    pub(crate) offline: OfflineArgs,
     /// Print the verdicts as YAML or JSON (default: one readable line per object).
     #[arg(short = 'o', long = "output", value_enum)]
-    pub output: Option<OutputFormat>,
+    pub(crate) output: Option<OutputFormat>,
 }
 
 #[derive(Args, Debug)]
-pub struct MutateArgs {
+pub(crate) struct MutateArgs {
     #[command(flatten)]
-    pub offline: OfflineArgs,
+    pub(crate) offline: OfflineArgs,
     /// Output format (default: YAML for objects, JSON for --patch and --review).
     #[arg(short = 'o', long = "output", value_enum)]
-    pub output: Option<OutputFormat>,
+    pub(crate) output: Option<OutputFormat>,
     /// Print the JSON Patch instead of the mutated object.
     #[arg(long)]
-    pub patch: bool,
+    pub(crate) patch: bool,
     /// Print the AdmissionReview response the webhook would send.
     #[arg(long, conflicts_with = "patch")]
-    pub review: bool,
+    pub(crate) review: bool,
 }
 
 #[derive(Args, Debug)]
-pub struct CertsArgs {
+pub(crate) struct CertsArgs {
     /// DNS names (or IPs) of the Service, e.g. launchgate.launchgate.svc (repeatable).
     #[arg(long = "dns", required = true)]
-    pub dns: Vec<String>,
+    pub(crate) dns: Vec<String>,
     /// Output directory for ca.crt, tls.crt and tls.key.
     #[arg(long, default_value = "certs")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Validity of the serving certificate in days.
     #[arg(long, default_value_t = 365)]
-    pub days: i64,
+    pub(crate) days: i64,
 }
 
 /// Every input document as an admission request.

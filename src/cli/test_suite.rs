@@ -40,54 +40,54 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// File names recognised as suites when walking a directory.
-pub const SUITE_FILE_NAMES: [&str; 2] = ["launchgate-test.yaml", "launchgate-test.yml"];
+pub(crate) const SUITE_FILE_NAMES: [&str; 2] = ["launchgate-test.yaml", "launchgate-test.yml"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum TestFormat {
+pub(crate) enum TestFormat {
     Table,
     Json,
     Junit,
 }
 
 #[derive(Args, Debug)]
-pub struct TestArgs {
+pub(crate) struct TestArgs {
     /// Directories searched recursively for launchgate-test.yaml suites, or suite files.
     #[arg(required = true)]
-    pub paths: Vec<PathBuf>,
+    pub(crate) paths: Vec<PathBuf>,
     /// Output format: a table with a diff per failure, JSON, or JUnit XML for CI.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
-    pub output: TestFormat,
+    pub(crate) output: TestFormat,
 }
 
 /// A suite file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SuiteFile {
+pub(crate) struct SuiteFile {
     #[serde(default)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Config file relative to the suite file; omitted or `builtin`: the built-in policy.
     #[serde(default)]
-    pub config: Option<String>,
-    pub tests: Vec<TestCase>,
+    pub(crate) config: Option<String>,
+    pub(crate) tests: Vec<TestCase>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TestCase {
-    pub name: String,
+pub(crate) struct TestCase {
+    pub(crate) name: String,
     /// Files or globs (`*`, `?`, `**`) relative to the suite file.
-    pub resources: Vec<String>,
+    pub(crate) resources: Vec<String>,
     #[serde(default)]
-    pub queue: Option<String>,
+    pub(crate) queue: Option<String>,
     #[serde(default)]
-    pub namespace: Option<String>,
-    pub expect: Expectation,
+    pub(crate) namespace: Option<String>,
+    pub(crate) expect: Expectation,
 }
 
 /// One string or a list of them.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub enum OneOrMany {
+pub(crate) enum OneOrMany {
     One(String),
     Many(Vec<String>),
 }
@@ -103,7 +103,7 @@ impl OneOrMany {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ExpectedResult {
+pub(crate) enum ExpectedResult {
     Allowed,
     Denied,
     Skipped,
@@ -111,7 +111,7 @@ pub enum ExpectedResult {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum MatchMode {
+pub(crate) enum MatchMode {
     #[default]
     Subset,
     Full,
@@ -120,31 +120,31 @@ pub enum MatchMode {
 /// What a test expects of each of its documents.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Expectation {
-    pub result: ExpectedResult,
+pub(crate) struct Expectation {
+    pub(crate) result: ExpectedResult,
     /// Substring(s) the denial message must contain.
     #[serde(default)]
-    pub message: Option<OneOrMany>,
+    pub(crate) message: Option<OneOrMany>,
     /// Substring(s), each contained in some warning; an empty list: no warnings at all.
     #[serde(default)]
-    pub warnings: Option<OneOrMany>,
+    pub(crate) warnings: Option<OneOrMany>,
     /// The object after launchgate's mutation.
     #[serde(default)]
-    pub mutated: Option<Value>,
+    pub(crate) mutated: Option<Value>,
     #[serde(default)]
-    pub mutated_match: MatchMode,
+    pub(crate) mutated_match: MatchMode,
     /// The exact JSON Patch of the mutation.
     #[serde(default)]
-    pub patch: Option<Value>,
+    pub(crate) patch: Option<Value>,
 }
 
 /// One expectation that does not hold: what was expected, what came out.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Mismatch {
+pub(crate) struct Mismatch {
     /// `result`, `message`, `warnings`, `patch`, or `mutated <path>`.
-    pub field: String,
-    pub expected: String,
-    pub got: String,
+    pub(crate) field: String,
+    pub(crate) expected: String,
+    pub(crate) got: String,
 }
 
 fn got_result(j: &Judgement) -> String {
@@ -185,7 +185,7 @@ fn path_child(path: &str, key: &str) -> String {
 
 /// Differences between `expected` and `got`: under `Subset`, only what `expected` names must be
 /// there (objects by key, arrays element by element); under `Full`, everything must be equal.
-pub fn diff_values(
+pub(crate) fn diff_values(
     expected: &Value,
     got: Option<&Value>,
     mode: MatchMode,
@@ -233,7 +233,7 @@ pub fn diff_values(
 }
 
 /// Checks one judged document against an expectation. Empty: every expectation holds.
-pub fn check(expect: &Expectation, j: &Judgement) -> Vec<Mismatch> {
+pub(crate) fn check(expect: &Expectation, j: &Judgement) -> Vec<Mismatch> {
     let mut out = Vec::new();
     let result_ok = match expect.result {
         ExpectedResult::Denied => !j.allowed(),
@@ -326,32 +326,32 @@ pub fn check(expect: &Expectation, j: &Judgement) -> Vec<Mismatch> {
 
 /// The outcome of one document of one test.
 #[derive(Debug, Clone, Serialize)]
-pub struct CaseResult {
-    pub test: String,
+pub(crate) struct CaseResult {
+    pub(crate) test: String,
     /// The resource file (relative to the suite) and document, e.g. `resources/a.yaml#2`.
-    pub resource: String,
+    pub(crate) resource: String,
     /// `Kind name` of the object.
-    pub object: String,
-    pub passed: bool,
-    pub mismatches: Vec<Mismatch>,
+    pub(crate) object: String,
+    pub(crate) passed: bool,
+    pub(crate) mismatches: Vec<Mismatch>,
 }
 
 /// The outcome of one suite file.
 #[derive(Debug, Clone, Serialize)]
-pub struct SuiteResult {
-    pub file: String,
-    pub name: String,
-    pub cases: Vec<CaseResult>,
+pub(crate) struct SuiteResult {
+    pub(crate) file: String,
+    pub(crate) name: String,
+    pub(crate) cases: Vec<CaseResult>,
 }
 
 impl SuiteResult {
-    pub fn failures(&self) -> usize {
+    pub(crate) fn failures(&self) -> usize {
         self.cases.iter().filter(|c| !c.passed).count()
     }
 }
 
 /// `*` and `?` within one path segment, `**` any number of segments.
-pub fn glob_match(pattern: &str, path: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, path: &str) -> bool {
     fn segments(s: &str) -> Vec<&str> {
         s.split('/')
             .filter(|p| !p.is_empty() && *p != ".")
@@ -424,7 +424,7 @@ fn resolve_resources(suite_dir: &Path, pattern: &str) -> Result<Vec<String>> {
 }
 
 /// Finds the suite files: directories are walked recursively, files are taken as suites.
-pub fn find_suites(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub(crate) fn find_suites(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let is_suite = |p: &Path| {
         p.file_name()
             .and_then(|n| n.to_str())
@@ -459,7 +459,7 @@ fn load_suite_policy(suite_dir: &Path, config: Option<&str>) -> Result<Policy> {
 }
 
 /// Runs one suite file. Errors are bad input (unreadable suite, config or resource).
-pub fn run_suite(path: &Path) -> Result<SuiteResult> {
+pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult> {
     let text = read_input(path)?;
     let suite: SuiteFile = serde_norway::from_str(&text)
         .map_err(|e| anyhow!("{}: not a launchgate test suite: {e}", path.display()))?;
@@ -525,7 +525,7 @@ fn indent(text: &str, prefix: &str) -> String {
 }
 
 /// The readable diff of one failed case.
-pub fn render_failure(suite: &SuiteResult, case: &CaseResult) -> String {
+pub(crate) fn render_failure(suite: &SuiteResult, case: &CaseResult) -> String {
     let mut s = format!(
         "FAIL {} / {} / {} ({})\n",
         suite.name, case.test, case.resource, case.object
@@ -543,7 +543,7 @@ pub fn render_failure(suite: &SuiteResult, case: &CaseResult) -> String {
 }
 
 /// The default output: one row per case, then the diffs of the failures and the counts.
-pub fn render_table(suites: &[SuiteResult]) -> String {
+pub(crate) fn render_table(suites: &[SuiteResult]) -> String {
     let header = ["SUITE", "TEST", "RESOURCE", "RESULT"];
     let rows: Vec<[String; 4]> = suites
         .iter()
@@ -604,7 +604,7 @@ pub fn render_table(suites: &[SuiteResult]) -> String {
 }
 
 /// JSON: every suite and case, with the mismatches of failed cases.
-pub fn render_json(suites: &[SuiteResult]) -> Value {
+pub(crate) fn render_json(suites: &[SuiteResult]) -> Value {
     let total: usize = suites.iter().map(|s| s.cases.len()).sum();
     let failed: usize = suites.iter().map(SuiteResult::failures).sum();
     json!({"passed": total - failed, "failed": failed, "suites": suites})
@@ -629,7 +629,7 @@ fn xml_escape(s: &str) -> String {
 
 /// JUnit XML: one `<testsuite>` per suite file, one `<testcase>` per document of a test, a
 /// `<failure>` carrying the diff.
-pub fn render_junit(suites: &[SuiteResult]) -> String {
+pub(crate) fn render_junit(suites: &[SuiteResult]) -> String {
     let total: usize = suites.iter().map(|s| s.cases.len()).sum();
     let failed: usize = suites.iter().map(SuiteResult::failures).sum();
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -678,7 +678,7 @@ pub fn render_junit(suites: &[SuiteResult]) -> String {
 }
 
 /// `launchgate test`.
-pub fn run(args: &TestArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: &TestArgs) -> Result<ExitCode> {
     let mut suites = Vec::new();
     for path in find_suites(&args.paths)? {
         suites.push(run_suite(&path)?);

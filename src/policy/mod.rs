@@ -7,7 +7,7 @@ mod json_schema;
 mod resolve;
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
-pub use resolve::{QueueResolution, QueueSource, WorkloadMatch};
+pub(crate) use resolve::WorkloadMatch;
 
 pub use crate::error::{ConfigError, ConfigErrors};
 use crate::mutate::labels::queue_label_value;
@@ -37,6 +37,7 @@ pub fn config_hash(bytes: &[u8]) -> String {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
     #[serde(default, rename = "match")]
+    /// Which objects are launch workloads and how their queue is named (`match`).
     pub match_rules: MatchRules,
     /// Queue for workloads that name none, or name an unconfigured one.
     #[serde(default)]
@@ -45,6 +46,7 @@ pub struct Config {
     #[serde(default)]
     pub namespace_queues: BTreeMap<String, String>,
     #[serde(default)]
+    /// The queues, by name (`name` or `entity/name`).
     pub queues: BTreeMap<String, QueueConfig>,
 }
 
@@ -52,13 +54,18 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct MatchRules {
+    /// Labels (any one, any value) that mark a launch workload.
     pub launch_labels: Vec<String>,
+    /// Labels naming the workload's queue, in the order they are read.
     pub queue_labels: Vec<String>,
+    /// Container env var naming the queue (set by the W&B Launch agent).
     pub queue_env: Option<String>,
     /// Container env var naming the queue's W&B entity (set by the W&B Launch agent); a
     /// queue configured as `entity/name` is chosen over one configured as `name`.
     pub queue_entity_env: Option<String>,
+    /// Labels (with these values) that exclude an object.
     pub exclude_labels: BTreeMap<String, String>,
+    /// Container names that are sidecars, never the training container.
     pub sidecar_containers: Vec<String>,
 }
 
@@ -80,14 +87,19 @@ impl Default for MatchRules {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QueueConfig {
     #[serde(default)]
+    /// Safe container and pod security defaults.
     pub security_context: SecurityContextConfig,
     #[serde(default)]
+    /// batch/v1 and Volcano Job retry and cleanup defaults.
     pub job_defaults: JobDefaultsConfig,
     #[serde(default)]
+    /// The shared NFS or PVC cache, when configured.
     pub cache: Option<CacheConfig>,
     #[serde(default)]
+    /// PyTorch distributed wiring.
     pub pytorch: PytorchConfig,
     #[serde(default)]
+    /// The queue's W&B template limits.
     pub limits: LimitsConfig,
 }
 
@@ -101,7 +113,9 @@ pub struct Queue {
     pub entity: Option<String>,
     /// The config key (`gpu-queue` or `acme/gpu-queue`).
     pub key: String,
+    /// The queue's configuration as written.
     pub config: QueueConfig,
+    /// Its limits, compiled.
     pub limits: QueueLimits,
 }
 
@@ -120,7 +134,9 @@ impl Queue {
 /// The loaded, checked policy. Shared read-only (`Arc`) and swapped whole on reload.
 #[derive(Debug)]
 pub struct Policy {
+    /// The configuration as loaded.
     pub config: Config,
+    /// The configured queues, by config key.
     pub queues: BTreeMap<String, Queue>,
 }
 
@@ -227,6 +243,7 @@ impl Policy {
         Self::from_yaml(DEFAULT_CONFIG_YAML).expect("the embedded default config is valid")
     }
 
+    /// The queue configured under `name`.
     pub fn queue(&self, name: &str) -> Option<&Queue> {
         self.queues.get(name)
     }

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 /// How an object relates to launchgate.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WorkloadMatch {
+pub(crate) enum WorkloadMatch {
     /// A launch workload: mutate and validate it.
     Launch,
     /// Carries an exclude label (e.g. `wandb: launch` on a kaniko build pod): never touched.
@@ -15,29 +15,17 @@ pub enum WorkloadMatch {
     NotLaunch,
 }
 
-/// Where the queue name came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueSource {
-    Label,
-    ContainerEnv,
-    NamespaceDefault,
-    GlobalDefault,
-}
-
 /// The queue a workload belongs to.
 #[derive(Debug)]
-pub struct QueueResolution<'p> {
-    pub queue: &'p Queue,
-    /// The name the workload asked for, when it named one.
-    pub requested: Option<String>,
-    pub source: QueueSource,
+pub(crate) struct QueueResolution<'p> {
+    pub(crate) queue: &'p Queue,
     /// Set when the requested queue is not configured and a default was used instead.
-    pub warning: Option<String>,
+    pub(crate) warning: Option<String>,
 }
 
 impl Policy {
     /// Decides whether an object (or any of its pod templates) is a launch workload.
-    pub fn classify(&self, kind: WorkloadKind, object: &Value) -> WorkloadMatch {
+    pub(crate) fn classify(&self, kind: WorkloadKind, object: &Value) -> WorkloadMatch {
         let rules = &self.config.match_rules;
         let Some(obj) = object.as_object() else {
             return WorkloadMatch::NotLaunch;
@@ -77,7 +65,7 @@ impl Policy {
 
     /// The queue a launch workload belongs to: queue label, container env, namespace
     /// default, global default — in that order. `None` when nothing names a configured queue.
-    pub fn resolve_queue(
+    pub(crate) fn resolve_queue(
         &self,
         kind: WorkloadKind,
         object: &Value,
@@ -89,35 +77,24 @@ impl Policy {
             .queue_entity_env
             .as_deref()
             .and_then(|env| env_value(kind, object, env));
+        // The workload's own label, then its container env; else the namespace's default
+        // queue, then the global one.
         let requested = self
             .queue_from_labels(kind, object)
-            .map(|n| (n, QueueSource::Label))
-            .or_else(|| {
-                self.queue_from_env(kind, object)
-                    .map(|n| (n, QueueSource::ContainerEnv))
-            });
-        if let Some((name, source)) = &requested
+            .or_else(|| self.queue_from_env(kind, object));
+        if let Some(name) = &requested
             && let Some(queue) = self.lookup_queue(name, entity.as_deref())
         {
             return Some(QueueResolution {
                 queue,
-                requested: Some(name.clone()),
-                source: *source,
                 warning: None,
             });
         }
-        let fallback = namespace
+        let queue = namespace
             .and_then(|ns| self.config.namespace_queues.get(ns))
-            .map(|q| (q, QueueSource::NamespaceDefault))
-            .or_else(|| {
-                self.config
-                    .default_queue
-                    .as_ref()
-                    .map(|q| (q, QueueSource::GlobalDefault))
-            })
-            .and_then(|(name, source)| self.queue(name).map(|q| (q, source)));
-        let (queue, source) = fallback?;
-        let warning = requested.as_ref().map(|(name, _)| {
+            .or(self.config.default_queue.as_ref())
+            .and_then(|name| self.queue(name))?;
+        let warning = requested.as_ref().map(|name| {
             let asked = match &entity {
                 Some(entity) if !name.contains('/') => format!("{entity}/{name}"),
                 _ => name.clone(),
@@ -127,18 +104,13 @@ impl Policy {
                 queue.key
             )
         });
-        Some(QueueResolution {
-            queue,
-            requested: requested.map(|(n, _)| n),
-            source,
-            warning,
-        })
+        Some(QueueResolution { queue, warning })
     }
 
     /// The configured queue for a W&B queue `name` in `entity`: `entity/name`, else `name`;
     /// without an entity, `name`, else the one `<entity>/name` when exactly one is configured.
     /// A name already of the form `entity/name` is looked up as is.
-    pub fn lookup_queue(&self, name: &str, entity: Option<&str>) -> Option<&Queue> {
+    pub(crate) fn lookup_queue(&self, name: &str, entity: Option<&str>) -> Option<&Queue> {
         if name.contains('/') {
             return self.queue(name);
         }
@@ -309,15 +281,12 @@ mod tests {
                 None,
             )
             .unwrap();
-        assert_eq!((r.queue.name.as_str(), r.source), ("c", QueueSource::Label));
+        assert_eq!(r.queue.name, "c", "the label wins");
         let env = json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "b"}]);
         let r = p
             .resolve_queue(WorkloadKind::Pod, &with(json!({}), env), None)
             .unwrap();
-        assert_eq!(
-            (r.queue.name.as_str(), r.source),
-            ("b", QueueSource::ContainerEnv)
-        );
+        assert_eq!(r.queue.name, "b", "then the container env");
         let r = p
             .resolve_queue(
                 WorkloadKind::Pod,
@@ -325,7 +294,7 @@ mod tests {
                 Some("teamb"),
             )
             .unwrap();
-        assert_eq!(r.source, QueueSource::NamespaceDefault);
+        assert_eq!(r.queue.name, "b", "then the namespace default");
         let r = p
             .resolve_queue(
                 WorkloadKind::Pod,

@@ -5,7 +5,8 @@
 //! a large object costs as much memory as parsing it; its text is already in memory (the
 //! request body), so the diff walks the text with a streaming parser, side by side with the
 //! mutated tree, and keeps only what differs. Equal subtrees are read and dropped as they
-//! stream by; the memory it needs is that of the operations plus one key list per open object.
+//! stream by; the memory it needs is that of the operations plus one stack of the keys of the
+//! open objects, shared by all of them.
 //!
 //! The operations are those `json_patch::diff` produces from the parsed original to the mutated
 //! object with every object's members visited in sorted key order: replace a changed scalar,
@@ -22,24 +23,37 @@ use std::fmt;
 /// The JSON Patch from `original` (JSON text) to `mutated`. Fails only when `original` is not
 /// JSON.
 pub(crate) fn diff(original: &[u8], mutated: &Value) -> Result<Patch, serde_json::Error> {
-    let mut ops = Vec::new();
-    let mut pointer = PointerBuf::new();
+    let mut walk = Walk {
+        pointer: PointerBuf::new(),
+        ops: Vec::new(),
+        keys: Vec::new(),
+    };
     let mut de = serde_json::Deserializer::from_slice(original);
     Side {
         right: mutated,
-        pointer: &mut pointer,
-        ops: &mut ops,
+        walk: &mut walk,
     }
     .deserialize(&mut de)?;
     de.end()?;
-    Ok(Patch(ops))
+    Ok(Patch(walk.ops))
 }
 
-/// One position of the walk: the mutated value at `pointer`, where its operations go.
+/// What the walk carries from value to value.
+struct Walk<'r> {
+    /// Where the walk is.
+    pointer: PointerBuf,
+    /// The operations so far; those of an open object's members are put in order when the
+    /// object closes.
+    ops: Vec<PatchOperation>,
+    /// The members of the open objects that both sides have, innermost last: the mutated
+    /// member's key and where its operations start and end in `ops`.
+    keys: Vec<(&'r str, usize, usize)>,
+}
+
+/// One position of the walk: the mutated value there.
 struct Side<'r, 'w> {
     right: &'r Value,
-    pointer: &'w mut PointerBuf,
-    ops: &'w mut Vec<PatchOperation>,
+    walk: &'w mut Walk<'r>,
 }
 
 impl Side<'_, '_> {
@@ -52,10 +66,13 @@ impl Side<'_, '_> {
     }
 
     fn replace(self) {
-        self.ops.push(PatchOperation::Replace(ReplaceOperation {
-            path: self.pointer.clone(),
-            value: self.right.clone(),
-        }));
+        let path = self.walk.pointer.clone();
+        self.walk
+            .ops
+            .push(PatchOperation::Replace(ReplaceOperation {
+                path,
+                value: self.right.clone(),
+            }));
     }
 }
 
@@ -65,6 +82,18 @@ impl<'de> DeserializeSeed<'de> for Side<'_, '_> {
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         deserializer.deserialize_any(self)
     }
+}
+
+/// Records `op(path)` at `pointer` + `token`.
+fn push_at(
+    walk: &mut Walk<'_>,
+    token: impl Into<json_patch::jsonptr::Token<'static>>,
+    op: impl FnOnce(PointerBuf) -> PatchOperation,
+) {
+    walk.pointer.push_back(token);
+    let path = walk.pointer.clone();
+    walk.ops.push(op(path));
+    walk.pointer.pop_back();
 }
 
 impl<'de> Visitor<'de> for Side<'_, '_> {
@@ -112,31 +141,28 @@ impl<'de> Visitor<'de> for Side<'_, '_> {
             self.replace();
             return Ok(());
         };
-        let (pointer, ops) = (self.pointer, self.ops);
+        let walk = self.walk;
         // Elements present on both sides are compared; trailing original elements are removed
         // (each at the same index, as the ones before it are gone); trailing mutated ones added.
         let mut len = 0;
         loop {
             let more = match right.get(len) {
                 Some(item) => {
-                    pointer.push_back(len);
+                    walk.pointer.push_back(len);
                     let side = Side {
                         right: item,
-                        pointer: &mut *pointer,
-                        ops: &mut *ops,
+                        walk: &mut *walk,
                     };
                     let more = seq.next_element_seed(side)?.is_some();
-                    pointer.pop_back();
+                    walk.pointer.pop_back();
                     more
                 }
                 None => {
                     let more = seq.next_element::<IgnoredAny>()?.is_some();
                     if more {
-                        pointer.push_back(right.len());
-                        ops.push(PatchOperation::Remove(RemoveOperation {
-                            path: pointer.clone(),
-                        }));
-                        pointer.pop_back();
+                        push_at(walk, right.len(), |path| {
+                            PatchOperation::Remove(RemoveOperation { path })
+                        });
                     }
                     more
                 }
@@ -147,12 +173,12 @@ impl<'de> Visitor<'de> for Side<'_, '_> {
             len += 1;
         }
         for (index, item) in right.iter().enumerate().skip(len) {
-            pointer.push_back(index);
-            ops.push(PatchOperation::Add(AddOperation {
-                path: pointer.clone(),
-                value: item.clone(),
-            }));
-            pointer.pop_back();
+            push_at(walk, index, |path| {
+                PatchOperation::Add(AddOperation {
+                    path,
+                    value: item.clone(),
+                })
+            });
         }
         Ok(())
     }
@@ -165,22 +191,20 @@ impl<'de> Visitor<'de> for Side<'_, '_> {
             self.replace();
             return Ok(());
         };
-        let (pointer, ops) = (self.pointer, self.ops);
-        // Members of both sides, with the operations below each; members only the original has.
-        let mut common: Vec<(&str, Vec<PatchOperation>)> = Vec::new();
+        let walk = self.walk;
+        let (base_keys, base_ops) = (walk.keys.len(), walk.ops.len());
         let mut removed: Vec<String> = Vec::new();
         while let Some(key) = map.next_key_seed(Key)? {
             match right.get_key_value(key.as_ref()) {
                 Some((name, value)) => {
-                    let mut below = Vec::new();
-                    pointer.push_back(name.as_str());
+                    let start = walk.ops.len();
+                    walk.pointer.push_back(name.as_str());
                     map.next_value_seed(Side {
                         right: value,
-                        pointer: &mut *pointer,
-                        ops: &mut below,
+                        walk: &mut *walk,
                     })?;
-                    pointer.pop_back();
-                    common.push((name.as_str(), below));
+                    walk.pointer.pop_back();
+                    walk.keys.push((name.as_str(), start, walk.ops.len()));
                 }
                 None => {
                     map.next_value::<IgnoredAny>()?;
@@ -188,32 +212,63 @@ impl<'de> Visitor<'de> for Side<'_, '_> {
                 }
             }
         }
-        // A key written twice counts once, with its last value (as the parsed object has it).
-        common.reverse();
-        common.sort_by(|a, b| a.0.cmp(b.0));
-        common.dedup_by(|later, kept| later.0 == kept.0);
-        removed.sort();
-        removed.dedup();
-        let mut common = common.into_iter().peekable();
+        // The common case: the same members, and the operations below them (if any) already in
+        // sorted key order. Sorting the keys in place also tells a repeated key (the parsed
+        // object kept its last value) without allocating.
+        let shared = &mut walk.keys[base_keys..];
+        shared.sort_unstable();
+        let repeated = shared.windows(2).any(|w| w[0].0 == w[1].0);
+        let mut next_start = base_ops;
+        let in_order =
+            shared
+                .iter()
+                .filter(|(_, start, end)| start < end)
+                .all(|&(_, start, end)| {
+                    let ok = start >= next_start;
+                    next_start = end;
+                    ok
+                });
+        if in_order && !repeated && removed.is_empty() && shared.len() == right.len() {
+            walk.keys.truncate(base_keys);
+            return Ok(());
+        }
+        // Otherwise: each shared member's operations by key (the last of a repeated key wins),
+        // new members added, missing ones removed. The operations move; none is copied.
+        let mut below: Vec<Option<PatchOperation>> = walk.ops.drain(base_ops..).map(Some).collect();
+        let mut spans: Vec<(&str, usize, usize)> = shared
+            .iter()
+            .map(|&(name, start, end)| (name, start - base_ops, end - base_ops))
+            .collect();
+        spans.dedup_by(|later, kept| {
+            if later.0 == kept.0 {
+                *kept = *later;
+                true
+            } else {
+                false
+            }
+        });
+        walk.keys.truncate(base_keys);
         for (name, value) in sorted(right) {
-            match common.next_if(|(seen, _)| *seen == name) {
-                Some((_, below)) => ops.extend(below),
-                None => {
-                    pointer.push_back(name);
-                    ops.push(PatchOperation::Add(AddOperation {
-                        path: pointer.clone(),
-                        value: value.clone(),
-                    }));
-                    pointer.pop_back();
+            match spans.binary_search_by(|(key, _, _)| (*key).cmp(name)) {
+                Ok(i) => {
+                    let (_, from, to) = spans[i];
+                    walk.ops
+                        .extend(below[from..to].iter_mut().filter_map(Option::take));
                 }
+                Err(_) => push_at(walk, name.to_string(), |path| {
+                    PatchOperation::Add(AddOperation {
+                        path,
+                        value: value.clone(),
+                    })
+                }),
             }
         }
+        removed.sort();
+        removed.dedup();
         for name in removed {
-            pointer.push_back(name);
-            ops.push(PatchOperation::Remove(RemoveOperation {
-                path: pointer.clone(),
-            }));
-            pointer.pop_back();
+            push_at(walk, name, |path| {
+                PatchOperation::Remove(RemoveOperation { path })
+            });
         }
         Ok(())
     }

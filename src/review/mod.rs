@@ -20,11 +20,14 @@ mod diff;
 /// Which webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endpoint {
+    /// The mutating webhook (`/mutate`).
     Mutate,
+    /// The validating webhook (`/validate`).
     Validate,
 }
 
 impl Endpoint {
+    /// The endpoint's path name (`mutate`, `validate`), as in metrics.
     pub fn as_str(self) -> &'static str {
         match self {
             Endpoint::Mutate => "mutate",
@@ -57,10 +60,12 @@ pub enum Outcome {
     Patched,
     /// Allowed despite violations (warn or audit enforcement).
     AllowedWithViolations,
+    /// Denied.
     Denied,
 }
 
 impl Outcome {
+    /// The outcome as a metric label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Skipped => "skipped",
@@ -75,15 +80,21 @@ impl Outcome {
 /// A summary of one decision for metrics and logs.
 #[derive(Debug, Clone, Default)]
 pub struct ReviewSummary {
+    /// The workload kind (`Pod`, `Job`, `VolcanoJob`, `PyTorchJob`) or `other`.
     pub kind: &'static str,
+    /// The operation (`CREATE`, `UPDATE`, …).
     pub operation: &'static str,
+    /// How the request was answered.
     pub outcome: Outcome,
+    /// The queue the workload resolved to.
     pub queue: Option<String>,
+    /// Operations in the JSON Patch sent.
     pub patch_operations: usize,
     /// Size of the JSON Patch as sent (before base64), bytes.
     pub patch_bytes: usize,
     /// Violations found under `audit` enforcement (logged and counted, not shown).
     pub audit_violations: Vec<String>,
+    /// The request was a dry run.
     pub dry_run: bool,
     /// `request.uid`.
     pub uid: String,
@@ -116,17 +127,24 @@ pub struct ReviewSummary {
 /// The controller owning an object (for Events about a controller-made pod).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerRef {
+    /// Its `apiVersion`.
     pub api_version: String,
+    /// Its kind.
     pub kind: String,
+    /// Its name.
     pub name: String,
+    /// Its `metadata.uid`.
     pub uid: String,
 }
 
 /// The decision on one request: the response plus its summary.
 #[derive(Debug, Clone)]
 pub struct Decision {
+    /// The AdmissionReview response.
     pub response: AdmissionResponse,
+    /// The JSON Patch the response carries (empty when none).
     pub patch: json_patch::Patch,
+    /// What was decided, for logs and metrics.
     pub summary: ReviewSummary,
 }
 
@@ -135,6 +153,7 @@ pub struct Decision {
 pub struct ReviewOutcome {
     /// The AdmissionReview response JSON.
     pub body: Vec<u8>,
+    /// What was decided, for logs and metrics.
     pub summary: ReviewSummary,
 }
 

@@ -7,7 +7,7 @@
 //! `CatchPanicLayer` around the handler ([`route`]).
 
 use super::error::AdmissionError;
-use super::{AppState, MAX_BODY_BYTES, decision};
+use super::{AppState, MAX_BODY_BYTES, budget, decision};
 use crate::review::{self, Endpoint, Outcome, ReviewOutcome};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -210,7 +210,13 @@ fn run_review(
         && tokio::runtime::Handle::current().runtime_flavor()
             == tokio::runtime::RuntimeFlavor::MultiThread
     {
-        tokio::task::block_in_place(review)
+        tokio::task::block_in_place(|| {
+            let outcome = review();
+            // This thread may not run as a worker again soon (block_in_place handed its
+            // worker role on), so its idle hook would not give the review's memory back.
+            budget::release_thread_memory();
+            outcome
+        })
     } else {
         review()
     };

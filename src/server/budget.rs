@@ -1,7 +1,7 @@
 //! The memory budget: how many bytes admission reviews may hold at once.
 //!
-//! A review's memory is proportional to its body: the core's peak is about 18.5× the body for a
-//! mutation and 8.5× for a validation (`cargo bench --bench memory`), plus the body itself, the
+//! A review's memory is proportional to its body: the core's peak is about 7.6× the body for a
+//! mutation and 6.2× for a validation (`cargo bench --bench memory`), plus the body itself, the
 //! response and the HTTP buffers. Counting requests (`--max-concurrency`) cannot bound that: 16
 //! Pods of 1.5 MiB in flight need ~10× the memory of 16 small ones. So each review is charged
 //! `body × COST_FACTOR` against a budget of bytes and waits (queued, FIFO) until its charge fits;
@@ -22,22 +22,23 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-/// Bytes charged per body byte: the core's measured peak for a mutation (18.5×), the body, the
-/// response and HTTP/TLS buffers, with headroom for allocator fragmentation.
-pub const COST_FACTOR: u64 = 24;
+/// Bytes charged per body byte: the core's measured peak for a mutation (7.6×), the body, the
+/// response and HTTP/TLS buffers, with headroom for allocator fragmentation (a burst of 1.5 MiB
+/// Pods under a 256 MiB container's budget peaks near 180 MiB, `tests/memory.rs`).
+pub(crate) const COST_FACTOR: u64 = 16;
 
 /// Memory kept outside the budget for the process itself.
-pub const RESERVED_BYTES: u64 = 48 << 20;
+pub(crate) const RESERVED_BYTES: u64 = 48 << 20;
 
 /// Budget when no container memory limit is found.
-pub const UNLIMITED_DEFAULT_BYTES: u64 = 512 << 20;
+pub(crate) const UNLIMITED_DEFAULT_BYTES: u64 = 512 << 20;
 
 /// A review whose charge is at least this large makes the workers give memory back afterwards.
 const RELEASE_AFTER_BYTES: u64 = 8 << 20;
 
 /// Why a review could not be charged.
 #[derive(Debug, PartialEq, Eq)]
-pub enum BudgetError {
+pub(crate) enum BudgetError {
     /// The charge did not fit within the wait allowed.
     Deadline,
     /// The server is stopping.
@@ -45,7 +46,7 @@ pub enum BudgetError {
 }
 
 /// The budget and its gauges.
-pub struct MemoryBudget {
+pub(crate) struct MemoryBudget {
     permits: Semaphore,
     total_kib: u32,
     in_flight: Gauge,
@@ -56,7 +57,7 @@ pub struct MemoryBudget {
 
 impl MemoryBudget {
     /// A budget of `bytes` (at least 1 MiB).
-    pub fn new(bytes: u64) -> Self {
+    pub(crate) fn new(bytes: u64) -> Self {
         let total_kib = (bytes / 1024).clamp(1024, u32::MAX as u64 / 2) as u32;
         let budget = Gauge::default();
         budget.set(total_kib as i64 * 1024);
@@ -71,17 +72,17 @@ impl MemoryBudget {
     }
 
     /// The budget from the container's memory limit, or the default when there is none.
-    pub fn from_environment() -> Self {
+    pub(crate) fn from_environment() -> Self {
         Self::new(default_budget(cgroup_memory_limit()))
     }
 
     /// The budget in bytes.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.total_kib as u64 * 1024
     }
 
     /// Adds the gauges to the server's registry.
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "memory_budget_bytes",
             "Bytes admission reviews may hold at once (body size x cost factor)",
@@ -113,7 +114,11 @@ impl MemoryBudget {
 
     /// Waits (at most `wait`) until a review of `body_len` bytes fits, and charges it until the
     /// returned [`Charge`] is dropped.
-    pub async fn charge(&self, body_len: usize, wait: Duration) -> Result<Charge<'_>, BudgetError> {
+    pub(crate) async fn charge(
+        &self,
+        body_len: usize,
+        wait: Duration,
+    ) -> Result<Charge<'_>, BudgetError> {
         let kib = self.cost_kib(body_len);
         self.queued.inc();
         let acquired = tokio::time::timeout(wait, self.permits.acquire_many(kib)).await;
@@ -137,7 +142,7 @@ impl MemoryBudget {
 }
 
 /// A review's share of the budget, returned on drop.
-pub struct Charge<'a> {
+pub(crate) struct Charge<'a> {
     budget: &'a MemoryBudget,
     bytes: i64,
     _permit: SemaphorePermit<'a>,
@@ -163,7 +168,7 @@ pub fn default_budget(limit: Option<u64>) -> u64 {
 }
 
 /// The memory limit of this process's cgroup (v2, then v1), if it has one.
-pub fn cgroup_memory_limit() -> Option<u64> {
+pub(crate) fn cgroup_memory_limit() -> Option<u64> {
     let read = |path: &str| std::fs::read_to_string(path).ok();
     if let Some(v2) = read("/sys/fs/cgroup/memory.max") {
         return parse_limit(&v2);
@@ -185,7 +190,7 @@ thread_local! {
 
 /// For the runtime's `on_thread_park`: when a large review has finished since this worker last
 /// looked, give this thread's freed allocator memory back to the operating system (once).
-pub fn on_worker_idle() {
+pub(crate) fn on_worker_idle() {
     let epoch = RELEASE_EPOCH.load(Relaxed);
     if RELEASED_EPOCH.with(|seen| seen.replace(epoch)) != epoch {
         release_thread_memory();
@@ -194,7 +199,7 @@ pub fn on_worker_idle() {
 
 /// Returns this thread's free mimalloc pages to the OS (a no-op for memory of another
 /// allocator: mimalloc then holds nothing).
-fn release_thread_memory() {
+pub(crate) fn release_thread_memory() {
     // SAFETY: mi_collect only walks and frees mimalloc's own bookkeeping for this thread; it
     // takes no pointers from us and is safe to call at any time from any thread.
     unsafe { libmimalloc_sys::mi_collect(true) }
@@ -230,13 +235,14 @@ mod tests {
 
     #[tokio::test]
     async fn reviews_queue_until_their_charge_fits_and_time_out_at_the_deadline() {
-        // 4 MiB budget: a 100 KiB body costs 2.4 MiB, so only one fits at a time.
-        let b = MemoryBudget::new(4 << 20);
+        // A 100 KiB body costs 100 KiB × COST_FACTOR; the budget holds one and a half.
+        let cost = 100 * 1024 * COST_FACTOR as i64;
+        let b = MemoryBudget::new(cost as u64 * 3 / 2);
         let first = b
             .charge(100 << 10, Duration::from_millis(10))
             .await
             .unwrap();
-        assert_eq!(b.in_flight.get(), 2400 * 1024);
+        assert_eq!(b.in_flight.get(), cost);
         assert_eq!(
             b.charge(100 << 10, Duration::from_millis(20)).await.err(),
             Some(BudgetError::Deadline)
@@ -246,7 +252,7 @@ mod tests {
         assert_eq!(b.in_flight.get(), 0);
         let second = b.charge(100 << 10, Duration::from_millis(10)).await;
         assert!(second.is_ok());
-        assert_eq!(b.peak.get(), 2400 * 1024);
+        assert_eq!(b.peak.get(), cost);
     }
 
     #[tokio::test]

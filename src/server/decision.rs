@@ -14,7 +14,7 @@ use std::time::Duration;
 ///
 /// `denied`; else `warned` when the client got warnings or the queue's limits were violated
 /// (warn or audit enforcement); else `patched` when a patch was returned; else `allowed`.
-pub fn outcome_label(s: &ReviewSummary) -> &'static str {
+pub(crate) fn outcome_label(s: &ReviewSummary) -> &'static str {
     match s.outcome {
         Outcome::Denied => "denied",
         Outcome::AllowedWithViolations => "warned",
@@ -32,7 +32,7 @@ pub fn outcome_label(s: &ReviewSummary) -> &'static str {
 /// `(allowedRegistries: ...)`); the last marker in the message wins, so a user's value that
 /// happens to contain such text cannot choose the label. Names are limited to config-like
 /// characters and 64 bytes, so the label set stays as small as the config.
-pub fn violation_rule(message: &str) -> String {
+pub(crate) fn violation_rule(message: &str) -> String {
     const MARKERS: [(&str, &str); 7] = [
         (" (variable \"", "variable"),
         (" (field \"", "field"),
@@ -76,7 +76,7 @@ fn one_line(items: &[String]) -> String {
 }
 
 /// Logs the decision line (nothing for skipped requests).
-pub fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Duration) {
+pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Duration) {
     if s.outcome == Outcome::Skipped {
         return;
     }
@@ -115,7 +115,7 @@ pub fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Duration) {
 }
 
 /// Counts the decision (nothing for skipped requests).
-pub fn count_decision(metrics: &DecisionMetrics, endpoint: Endpoint, s: &ReviewSummary) {
+pub(crate) fn count_decision(metrics: &DecisionMetrics, endpoint: Endpoint, s: &ReviewSummary) {
     if s.outcome == Outcome::Skipped {
         return;
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// The reason labels are a contract: the PrometheusRule alerts, the dashboard and
 /// docs/operations.md select on them.
 #[derive(Debug, thiserror::Error)]
-pub enum AdmissionError {
+pub(crate) enum AdmissionError {
     /// The body did not arrive within the read timeout (408, `read_timeout`).
     #[error("request body not received within {0:?}")]
     ReadTimeout(Duration),
@@ -55,7 +55,7 @@ pub enum AdmissionError {
 
 impl AdmissionError {
     /// The HTTP status of the answer.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             AdmissionError::ReadTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             AdmissionError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -70,7 +70,7 @@ impl AdmissionError {
 
     /// The `reason` label of `launchgate_admission_request_errors_total`; `None` for what is
     /// not counted (the server stopping).
-    pub fn reason(&self) -> Option<&'static str> {
+    pub(crate) fn reason(&self) -> Option<&'static str> {
         Some(match self {
             AdmissionError::ReadTimeout(_) => "read_timeout",
             AdmissionError::TooLarge => "too_large",
@@ -92,7 +92,7 @@ impl IntoResponse for AdmissionError {
 }
 
 /// An HTTP error as launchgate answers every one: `{"error": message, "code": status}`.
-pub fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(crate) fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = serde_json::json!({"error": message.into(), "code": status.as_u16()});
     (
         status,

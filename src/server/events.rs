@@ -35,43 +35,44 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Events waiting to be created; more are dropped (and counted).
-pub const QUEUE_CAPACITY: usize = 256;
+pub(crate) const QUEUE_CAPACITY: usize = 256;
 /// The same reason and message about the same object is emitted once per window.
-pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
+pub(crate) const DEDUP_WINDOW: Duration = Duration::from_secs(300);
 /// Sustained Events per second.
-pub const RATE_PER_SECOND: f64 = 5.0;
+pub(crate) const RATE_PER_SECOND: f64 = 5.0;
 /// Events allowed at once after a quiet period.
-pub const BURST: f64 = 20.0;
+pub(crate) const BURST: f64 = 20.0;
 /// The API's limit on `note` (bytes).
-pub const NOTE_LIMIT: usize = 1024;
+pub(crate) const NOTE_LIMIT: usize = 1024;
 /// `reportingController` of every Event.
-pub const REPORTING_CONTROLLER: &str = "launchgate";
+pub(crate) const REPORTING_CONTROLLER: &str = "launchgate";
 /// Longest wait for the API server to create one Event.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `Warning` Event reasons.
 pub const REASON_DENIED: &str = "LaunchgateDenied";
-pub const REASON_WARNING: &str = "LaunchgateWarning";
+pub(crate) const REASON_WARNING: &str = "LaunchgateWarning";
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Where Events go: the Kubernetes API, or a test's list.
 pub trait EventSink: Send + Sync + 'static {
+    /// Creates one Event in the cluster.
     fn create<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// Creates Events through the Kubernetes API.
-pub struct KubeEventSink {
+pub(crate) struct KubeEventSink {
     client: kube::Client,
 }
 
 impl KubeEventSink {
-    pub fn new(client: kube::Client) -> Self {
+    pub(crate) fn new(client: kube::Client) -> Self {
         KubeEventSink { client }
     }
 
     /// The in-cluster service account, else `KUBECONFIG` / `~/.kube/config`.
-    pub async fn try_default() -> anyhow::Result<Self> {
+    pub(crate) async fn try_default() -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let client = kube::Client::try_default()
             .await
@@ -95,20 +96,20 @@ impl EventSink for KubeEventSink {
 
 /// What one Event says, before the background task stamps and names it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PendingEvent {
-    pub namespace: String,
-    pub regarding: ObjectReference,
-    pub related: Option<ObjectReference>,
-    pub reason: &'static str,
-    pub note: String,
+pub(crate) struct PendingEvent {
+    pub(crate) namespace: String,
+    pub(crate) regarding: ObjectReference,
+    pub(crate) related: Option<ObjectReference>,
+    pub(crate) reason: &'static str,
+    pub(crate) note: String,
     /// Base of the Event's name: the object's name or generateName.
-    pub name_base: String,
+    pub(crate) name_base: String,
 }
 
 impl PendingEvent {
     /// The Event a decision calls for: denials and warnings of non-dry-run requests about
     /// namespaced objects; `None` otherwise.
-    pub fn for_decision(s: &ReviewSummary) -> Option<Self> {
+    pub(crate) fn for_decision(s: &ReviewSummary) -> Option<Self> {
         if s.dry_run || s.outcome == Outcome::Skipped || s.namespace.is_empty() {
             return None;
         }
@@ -150,7 +151,7 @@ impl PendingEvent {
     }
 
     /// The events.k8s.io/v1 Event, created at `now` by `instance`.
-    pub fn to_event(&self, instance: &str, now: k8s_openapi::jiff::Timestamp) -> Event {
+    pub(crate) fn to_event(&self, instance: &str, now: k8s_openapi::jiff::Timestamp) -> Event {
         Event {
             metadata: ObjectMeta {
                 name: Some(event_name(&self.name_base, now.as_nanosecond())),
@@ -193,7 +194,7 @@ impl PendingEvent {
 }
 
 /// The note cut to the API's limit at a character boundary (with `…` when cut).
-pub fn truncate_note(note: &str) -> String {
+pub(crate) fn truncate_note(note: &str) -> String {
     if note.len() <= NOTE_LIMIT {
         return note.to_string();
     }
@@ -207,7 +208,7 @@ pub fn truncate_note(note: &str) -> String {
 /// `<base>.<nanoseconds in hex>`, a valid DNS subdomain whatever the base holds (at the
 /// mutating webhook the API server has not validated the object's name yet): lower-case
 /// letters and digits, any other run of characters one `-`, at most 200 of them.
-pub fn event_name(base: &str, nanos: i128) -> String {
+pub(crate) fn event_name(base: &str, nanos: i128) -> String {
     let mut clean = String::new();
     for c in base.chars().flat_map(char::to_lowercase) {
         if c.is_ascii_alphanumeric() {
@@ -230,7 +231,7 @@ pub fn event_name(base: &str, nanos: i128) -> String {
 
 /// The request path's handle: hands Events to the background task without waiting.
 #[derive(Clone)]
-pub struct EventRecorder {
+pub(crate) struct EventRecorder {
     tx: mpsc::Sender<PendingEvent>,
     metrics: DecisionMetrics,
 }
@@ -238,14 +239,18 @@ pub struct EventRecorder {
 impl EventRecorder {
     /// Starts the background task that creates Events through `sink`, as `instance`
     /// (the Event's `reportingInstance`: the pod name).
-    pub fn start(sink: Arc<dyn EventSink>, instance: String, metrics: DecisionMetrics) -> Self {
+    pub(crate) fn start(
+        sink: Arc<dyn EventSink>,
+        instance: String,
+        metrics: DecisionMetrics,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         tokio::spawn(run(rx, sink, instance, metrics.clone()));
         EventRecorder { tx, metrics }
     }
 
     /// Queues the Event this decision calls for, if any. Never blocks.
-    pub fn record(&self, s: &ReviewSummary) {
+    pub(crate) fn record(&self, s: &ReviewSummary) {
         let Some(event) = PendingEvent::for_decision(s) else {
             return;
         };
@@ -257,7 +262,7 @@ impl EventRecorder {
 
 /// The `reportingInstance` when no pod name is given (`--pod-name`, which the chart sets from
 /// the downward API): `HOSTNAME` (the pod name in a pod), else `launchgate`.
-pub fn default_instance() -> String {
+pub(crate) fn default_instance() -> String {
     std::env::var("HOSTNAME")
         .ok()
         .filter(|v| !v.is_empty())
@@ -331,6 +336,7 @@ async fn run(
 /// An [`EventSink`] that keeps what it is given (tests, and a stand-in for the API).
 #[derive(Default)]
 pub struct MemoryEventSink {
+    /// The Events created, in order.
     pub events: std::sync::Mutex<Vec<Event>>,
 }
 

@@ -11,56 +11,56 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    pub endpoint: &'static str,
-    pub kind: &'static str,
-    pub operation: &'static str,
-    pub outcome: &'static str,
+pub(crate) struct RequestLabels {
+    pub(crate) endpoint: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) operation: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EndpointLabels {
-    pub endpoint: &'static str,
+pub(crate) struct EndpointLabels {
+    pub(crate) endpoint: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
-    pub endpoint: &'static str,
-    pub reason: &'static str,
+pub(crate) struct ErrorLabels {
+    pub(crate) endpoint: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: &'static str,
+pub(crate) struct ResultLabels {
+    pub(crate) result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConfigLabels {
+pub(crate) struct ConfigLabels {
     /// sha256 of the loaded config file (of the built-in policy without one).
-    pub hash: String,
+    pub(crate) hash: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
-    pub queue: String,
+pub(crate) struct QueueLabels {
+    pub(crate) queue: String,
 }
 
 /// All metrics of the server.
-pub struct Metrics {
-    pub registry: Registry,
-    pub requests: Family<RequestLabels, Counter>,
-    pub request_errors: Family<ErrorLabels, Counter>,
-    pub latency: Family<EndpointLabels, Histogram>,
-    pub patch_operations: Family<EndpointLabels, Counter>,
-    pub audit_violations: Family<QueueLabels, Counter>,
-    pub in_flight: Gauge,
-    pub config_reloads: Family<ResultLabels, Counter>,
-    pub config_last_reload_successful: Gauge,
-    pub config_info: Family<ConfigLabels, Gauge>,
-    pub cert_reloads: Family<ResultLabels, Counter>,
-    pub cert_not_after: Gauge<i64, AtomicI64>,
+pub(crate) struct Metrics {
+    pub(crate) registry: Registry,
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) request_errors: Family<ErrorLabels, Counter>,
+    pub(crate) latency: Family<EndpointLabels, Histogram>,
+    pub(crate) patch_operations: Family<EndpointLabels, Counter>,
+    pub(crate) audit_violations: Family<QueueLabels, Counter>,
+    pub(crate) in_flight: Gauge,
+    pub(crate) config_reloads: Family<ResultLabels, Counter>,
+    pub(crate) config_last_reload_successful: Gauge,
+    pub(crate) config_info: Family<ConfigLabels, Gauge>,
+    pub(crate) cert_reloads: Family<ResultLabels, Counter>,
+    pub(crate) cert_not_after: Gauge<i64, AtomicI64>,
     /// Decisions by queue and outcome, violations by rule, build info, Events.
-    pub decisions: DecisionMetrics,
+    pub(crate) decisions: DecisionMetrics,
 }
 
 impl Default for Metrics {
@@ -70,7 +70,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("launchgate");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -164,7 +164,7 @@ impl Metrics {
     }
 
     /// Records the config in force (its hash) after a successful load or reload.
-    pub fn config_loaded(&self, hash: String) {
+    pub(crate) fn config_loaded(&self, hash: String) {
         self.config_last_reload_successful.set(1);
         self.config_info.clear();
         self.config_info
@@ -174,7 +174,7 @@ impl Metrics {
 
     /// Counts an answered review: the request by endpoint, kind, operation and outcome, its
     /// latency, its patch operations and its audit-mode limit violations.
-    pub fn count_review(&self, endpoint: Endpoint, s: &ReviewSummary, elapsed: Duration) {
+    pub(crate) fn count_review(&self, endpoint: Endpoint, s: &ReviewSummary, elapsed: Duration) {
         self.requests
             .get_or_create(&RequestLabels {
                 endpoint: endpoint.as_str(),
@@ -203,7 +203,7 @@ impl Metrics {
     }
 
     /// Counts a request answered with an HTTP error, by its reason.
-    pub fn count_error(&self, endpoint: Endpoint, reason: &'static str) {
+    pub(crate) fn count_error(&self, endpoint: Endpoint, reason: &'static str) {
         self.request_errors
             .get_or_create(&ErrorLabels {
                 endpoint: endpoint.as_str(),
@@ -212,7 +212,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
@@ -224,39 +224,38 @@ impl Metrics {
 // Decisions (what the decision log says, as numbers), build info and Kubernetes Events.
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    pub endpoint: &'static str,
-    pub queue: String,
+pub(crate) struct DecisionLabels {
+    pub(crate) endpoint: &'static str,
+    pub(crate) queue: String,
     /// `denied`, `warned`, `patched` or `allowed` (see [`super::decision::outcome_label`]).
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ViolationLabels {
-    pub queue: String,
+pub(crate) struct ViolationLabels {
+    pub(crate) queue: String,
     /// The config key the violated limit comes from, e.g. `variable:gpus`, `allowedRegistries`.
-    pub rule: String,
-    pub enforcement: &'static str,
+    pub(crate) rule: String,
+    pub(crate) enforcement: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
-    pub version: &'static str,
+pub(crate) struct BuildLabels {
+    pub(crate) version: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EventLabels {
+pub(crate) struct EventLabels {
     /// `created`, `failed`, `dropped` (queue full), `deduplicated`, `rate_limited`.
-    pub result: &'static str,
+    pub(crate) result: &'static str,
 }
 
 /// Metrics of each non-skipped decision and of the Events emitted about them.
 #[derive(Clone)]
-pub struct DecisionMetrics {
-    pub decisions: Family<DecisionLabels, Counter>,
-    pub violations: Family<ViolationLabels, Counter>,
-    pub events: Family<EventLabels, Counter>,
-    pub build_info: Family<BuildLabels, Gauge>,
+pub(crate) struct DecisionMetrics {
+    pub(crate) decisions: Family<DecisionLabels, Counter>,
+    pub(crate) violations: Family<ViolationLabels, Counter>,
+    pub(crate) events: Family<EventLabels, Counter>,
 }
 
 impl DecisionMetrics {
@@ -279,6 +278,7 @@ impl DecisionMetrics {
             "Kubernetes Events about denied and warned workloads, by result",
             events.clone(),
         );
+        // Registered once and set; the registry keeps it.
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -294,12 +294,11 @@ impl DecisionMetrics {
             decisions,
             violations,
             events,
-            build_info,
         }
     }
 
     /// Counts one Event outcome.
-    pub fn event(&self, result: &'static str) {
+    pub(crate) fn event(&self, result: &'static str) {
         self.events.get_or_create(&EventLabels { result }).inc();
     }
 }

@@ -19,13 +19,12 @@ pub mod budget;
 pub mod decision;
 mod error;
 pub mod events;
-pub mod metrics;
+pub(crate) mod metrics;
 mod options;
 pub mod owner_cache;
 mod reload;
-pub mod tls;
+pub(crate) mod tls;
 
-pub use error::AdmissionError;
 pub use options::{LogFormat, ServeOptions};
 
 use crate::cluster::{ClusterView, NoCluster};
@@ -62,12 +61,12 @@ use tracing::Level;
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// Shared state of the running server.
-pub struct AppState {
-    pub policy: ArcSwap<Policy>,
-    pub metrics: Metrics,
-    pub cluster: Arc<dyn ClusterView>,
-    pub shutting_down: AtomicBool,
-    pub cert_valid: AtomicBool,
+pub(crate) struct AppState {
+    pub(crate) policy: ArcSwap<Policy>,
+    pub(crate) metrics: Metrics,
+    pub(crate) cluster: Arc<dyn ClusterView>,
+    pub(crate) shutting_down: AtomicBool,
+    pub(crate) cert_valid: AtomicBool,
     slots: Semaphore,
     budget: budget::MemoryBudget,
     read_timeout: Duration,
@@ -84,12 +83,12 @@ impl AppState {
 
 /// A started server.
 pub struct RunningServer {
+    /// The HTTPS address the server listens on.
     pub local_addr: SocketAddr,
     /// The plain-HTTP admin address (`--admin-listen`), when serving one.
     pub admin_addr: Option<SocketAddr>,
     /// PEM of the development CA, when a self-signed certificate was generated.
     pub dev_ca_pem: Option<String>,
-    pub state: Arc<AppState>,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<()>>,
 }
@@ -153,13 +152,13 @@ fn request_trace() -> TraceLayer<SharedClassifier<ServerErrorsAsFailures>> {
 }
 
 /// The plain-HTTP admin routes: `/healthz`, `/readyz`, `/metrics`; no admission endpoints.
-pub fn admin_router(state: Arc<AppState>) -> Router {
+pub(crate) fn admin_router(state: Arc<AppState>) -> Router {
     probe_routes().layer(request_trace()).with_state(state)
 }
 
 /// The HTTPS routes: `POST /mutate`, `POST /validate` and the probe routes (also usable
 /// in-process by tests).
-pub fn router(state: Arc<AppState>) -> Router {
+pub(crate) fn router(state: Arc<AppState>) -> Router {
     probe_routes()
         .route("/mutate", admission::route(&state, Endpoint::Mutate))
         .route("/validate", admission::route(&state, Endpoint::Validate))
@@ -320,7 +319,6 @@ pub async fn start_with_event_sink(
         local_addr,
         admin_addr,
         dev_ca_pem,
-        state,
         shutdown: shutdown_tx,
         task,
     })

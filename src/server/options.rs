@@ -13,7 +13,9 @@ use std::time::Duration;
 // The variants carry no doc comments: clap would turn them into a second help layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object a line.
     Json,
 }
 

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The watched resource: Volcano Jobs.
-pub fn volcano_job_resource() -> ApiResource {
+pub(crate) fn volcano_job_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("batch.volcano.sh", "v1alpha1", "Job"),
         "jobs",
@@ -67,12 +67,8 @@ impl VolcanoJobCache {
     }
 
     /// Number of cached Jobs.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.stores.iter().map(|(_, s)| s.state().len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

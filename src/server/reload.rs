@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 /// Where the serving certificate comes from.
-pub enum CertSource {
+pub(crate) enum CertSource {
     Files { cert: PathBuf, key: PathBuf },
     Generated(GeneratedCerts),
 }
@@ -39,14 +39,14 @@ impl CertSource {
         }
     }
 
-    pub fn load(&self) -> Result<LoadedCert> {
+    pub(crate) fn load(&self) -> Result<LoadedCert> {
         let (cert, key) = self.read()?;
         load_pem(&cert, &key)
     }
 }
 
 /// True while `not_after_unix` lies in the future.
-pub fn not_expired(not_after_unix: i64) -> bool {
+pub(crate) fn not_expired(not_after_unix: i64) -> bool {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -54,7 +54,7 @@ pub fn not_expired(not_after_unix: i64) -> bool {
     not_after_unix > now
 }
 
-pub fn spawn(
+pub(crate) fn spawn(
     state: Arc<AppState>,
     resolver: Arc<SwappableCert>,
     cert_source: CertSource,

@@ -11,19 +11,19 @@ use rustls::sign::CertifiedKey;
 use std::sync::Arc;
 
 /// The process-wide crypto provider (ring).
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// A loaded serving certificate.
-pub struct LoadedCert {
-    pub key: Arc<CertifiedKey>,
+pub(crate) struct LoadedCert {
+    pub(crate) key: Arc<CertifiedKey>,
     /// `notAfter` of the leaf, seconds since the epoch.
-    pub not_after_unix: i64,
+    pub(crate) not_after_unix: i64,
 }
 
 /// Parses a PEM certificate chain and private key and checks that they belong together.
-pub fn load_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<LoadedCert> {
+pub(crate) fn load_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<LoadedCert> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
         .context("reading certificate PEM")?;
@@ -54,17 +54,17 @@ pub fn load_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<LoadedCert> {
 
 /// A certificate resolver whose key can be replaced while connections are being accepted.
 #[derive(Debug)]
-pub struct SwappableCert {
+pub(crate) struct SwappableCert {
     current: ArcSwap<CertifiedKey>,
 }
 
 impl SwappableCert {
-    pub fn new(key: Arc<CertifiedKey>) -> Arc<Self> {
+    pub(crate) fn new(key: Arc<CertifiedKey>) -> Arc<Self> {
         Arc::new(SwappableCert {
             current: ArcSwap::new(key),
         })
     }
-    pub fn swap(&self, key: Arc<CertifiedKey>) {
+    pub(crate) fn swap(&self, key: Arc<CertifiedKey>) {
         self.current.store(key);
     }
 }
@@ -76,7 +76,7 @@ impl ResolvesServerCert for SwappableCert {
 }
 
 /// Builds the rustls server config: TLS 1.2+, ALPN h2 and http/1.1, optional client CA.
-pub fn server_config(
+pub(crate) fn server_config(
     resolver: Arc<SwappableCert>,
     client_ca_pem: Option<&[u8]>,
 ) -> Result<rustls::ServerConfig> {
