@@ -13,6 +13,7 @@ use crate::policy::{Policy, Queue, WorkloadMatch};
 use crate::validate::{self, Enforcement};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::fmt;
 
 mod diff;
@@ -208,7 +209,7 @@ pub fn review(
         endpoint,
         &request,
         object,
-        object_text(body),
+        Original::Body(body),
         cluster,
     );
     let body = serde_json::to_vec(&AdmissionReviewResponse::new(decision.response))
@@ -247,19 +248,41 @@ pub fn decide(
         endpoint,
         request,
         request.object.clone(),
-        None,
+        Original::Tree(request.object.as_ref()),
         cluster,
     )
 }
 
+/// Where the object as received can be read again, to diff the mutated one against.
+#[derive(Clone, Copy)]
+enum Original<'a> {
+    /// The AdmissionReview body it was parsed from.
+    Body(&'a [u8]),
+    /// An untouched copy.
+    Tree(Option<&'a Value>),
+}
+
+/// The object as received, read again after mutating.
+enum Untouched<'a> {
+    /// Its JSON text in the request body.
+    Text(&'a [u8]),
+    /// A tree: the caller's, or a copy made before mutating.
+    Tree(Cow<'a, Value>),
+}
+
+/// From this body size on, the patch is diffed against the object's text in the body (no copy
+/// of the object: memory is what a large review is short of); below it, against a copy made
+/// before mutating (cheaper in time than reading the text again).
+const DIFF_TEXT_FROM_BYTES: usize = 64 << 10;
+
 /// Decides on `object` (the request's object, held apart so it can be mutated in place);
-/// `original` is its JSON text as received, when at hand.
+/// `original` is where the object as received can be read again.
 fn decide_object(
     policy: &Policy,
     endpoint: Endpoint,
     request: &AdmissionRequest,
     object: Option<Value>,
-    original: Option<&[u8]>,
+    original: Original<'_>,
     cluster: &dyn ClusterView,
 ) -> Decision {
     let kind = WorkloadKind::from_gvk(
@@ -382,7 +405,7 @@ fn finish(
 fn mutate_decision(
     ctx: &MutationContext<'_>,
     object: &mut Value,
-    original: Option<&[u8]>,
+    original: Original<'_>,
     mut findings: Findings,
     mut summary: ReviewSummary,
 ) -> Decision {
@@ -396,16 +419,21 @@ fn mutate_decision(
             summary,
         );
     }
-    let serialised;
-    let original = match original {
-        Some(text) => text,
-        None => {
-            serialised = serde_json::to_vec(object).expect("a JSON value always serialises");
-            &serialised
+    let untouched = match original {
+        Original::Body(body) if body.len() >= DIFF_TEXT_FROM_BYTES => {
+            object_text(body).map(Untouched::Text)
         }
-    };
+        Original::Tree(Some(object)) => Some(Untouched::Tree(Cow::Borrowed(object))),
+        _ => None,
+    }
+    .unwrap_or_else(|| Untouched::Tree(Cow::Owned(object.clone())));
     mutate::apply_all(ctx, object, &mut findings);
-    let patch = diff::diff(original, object).expect("the object's text was parsed before");
+    let patch = match &untouched {
+        Untouched::Text(text) => {
+            diff::diff(text, object).expect("the object's text was parsed before")
+        }
+        Untouched::Tree(copy) => diff::diff_tree(copy, object),
+    };
     summary.outcome = if patch.0.is_empty() {
         Outcome::Allowed
     } else {
@@ -482,4 +510,58 @@ fn validate_decision(
             .insert("limit-violations".into(), audit);
     }
     decision
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_object_text_is_found_in_the_body() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let body = std::fs::read(entry.unwrap().path()).unwrap();
+            let request = super::parse_request(&body).unwrap();
+            let text = super::object_text(&body);
+            match (&request.object, text) {
+                (Some(object), Some(text)) => {
+                    let parsed: serde_json::Value = serde_json::from_slice(text).unwrap();
+                    assert_eq!(&parsed, object);
+                }
+                (None, None) => {}
+                (o, t) => panic!("object {:?} but text {:?}", o.is_some(), t.is_some()),
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_object_is_diffed_against_its_text_with_the_same_operations() {
+        use base64::Engine;
+        let body = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/admission/create-pod-launch-acme-mnist-mzxkz.json"),
+        )
+        .unwrap();
+        let mut review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let containers = &mut review["request"]["object"]["spec"]["containers"];
+        let first = containers[0].clone();
+        for i in 0..200 {
+            let mut c = first.clone();
+            c["name"] = serde_json::json!(format!("worker-{i}"));
+            containers.as_array_mut().unwrap().push(c);
+        }
+        let body = serde_json::to_vec(&review).unwrap();
+        assert!(body.len() >= super::DIFF_TEXT_FROM_BYTES, "{}", body.len());
+        let policy = crate::Policy::embedded_default();
+        let cluster = &crate::cluster::NoCluster;
+        let answer = super::review(&policy, super::Endpoint::Mutate, &body, cluster).unwrap();
+        let response: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+        let b64 = response["response"]["patch"].as_str().expect("patched");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let from_text: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        let request = super::parse_request(&body).unwrap();
+        let from_tree = super::decide(&policy, super::Endpoint::Mutate, &request, cluster).patch;
+        assert_eq!(from_text, from_tree);
+        assert!(from_text.0.len() > 200, "every container was mutated");
+    }
 }
