@@ -29,13 +29,90 @@ pub(crate) fn diff(original: &[u8], mutated: &Value) -> Result<Patch, serde_json
     Ok(patch)
 }
 
-/// The same, from the original as a tree (a small object's copy: cheaper in time than reading
-/// its text again, and the walk is the same).
+/// The same operations from the original as a tree (a small object's copy: cheaper in time
+/// than reading its text again). Equal subtrees are skipped after one comparison, so pointers
+/// are built only along the paths that changed.
 pub(crate) fn diff_tree(original: &Value, mutated: &Value) -> Patch {
-    walk(original, mutated).expect("a JSON value reads as itself")
+    let mut ops = Vec::new();
+    diff_values(original, mutated, &mut PointerBuf::new(), &mut ops);
+    Patch(ops)
 }
 
-/// Walks `original` (any serde source of JSON) next to `mutated`.
+/// Records `op(path)` at `pointer` + `step`.
+fn record(
+    ops: &mut Vec<PatchOperation>,
+    pointer: &mut PointerBuf,
+    step: Step<'_>,
+    op: impl FnOnce(PointerBuf) -> PatchOperation,
+) {
+    step.push(pointer);
+    ops.push(op(pointer.clone()));
+    pointer.pop_back();
+}
+
+fn diff_values(
+    left: &Value,
+    right: &Value,
+    pointer: &mut PointerBuf,
+    ops: &mut Vec<PatchOperation>,
+) {
+    match (left, right) {
+        (Value::Object(l), Value::Object(r)) => {
+            for (key, r_value) in sorted(r) {
+                match l.get(key) {
+                    Some(l_value) if l_value == r_value => {}
+                    Some(l_value) => {
+                        pointer.push_back(key);
+                        diff_values(l_value, r_value, pointer, ops);
+                        pointer.pop_back();
+                    }
+                    None => record(ops, pointer, Step::Key(key), |path| {
+                        PatchOperation::Add(AddOperation {
+                            path,
+                            value: r_value.clone(),
+                        })
+                    }),
+                }
+            }
+            for (key, _) in sorted(l) {
+                if !r.contains_key(key) {
+                    record(ops, pointer, Step::Key(key), |path| {
+                        PatchOperation::Remove(RemoveOperation { path })
+                    });
+                }
+            }
+        }
+        (Value::Array(l), Value::Array(r)) => {
+            for (index, (l_item, r_item)) in l.iter().zip(r).enumerate() {
+                if l_item != r_item {
+                    pointer.push_back(index);
+                    diff_values(l_item, r_item, pointer, ops);
+                    pointer.pop_back();
+                }
+            }
+            for _ in r.len()..l.len() {
+                record(ops, pointer, Step::Index(r.len()), |path| {
+                    PatchOperation::Remove(RemoveOperation { path })
+                });
+            }
+            for (index, item) in r.iter().enumerate().skip(l.len()) {
+                record(ops, pointer, Step::Index(index), |path| {
+                    PatchOperation::Add(AddOperation {
+                        path,
+                        value: item.clone(),
+                    })
+                });
+            }
+        }
+        _ if left == right => {}
+        _ => ops.push(PatchOperation::Replace(ReplaceOperation {
+            path: pointer.clone(),
+            value: right.clone(),
+        })),
+    }
+}
+
+/// Walks the original's text next to `mutated`.
 fn walk<'de, D: Deserializer<'de>>(original: D, mutated: &Value) -> Result<Patch, D::Error> {
     let mut walk = Walk {
         path: Vec::new(),
@@ -69,15 +146,21 @@ enum Step<'r> {
     Index(usize),
 }
 
+impl Step<'_> {
+    fn push(self, pointer: &mut PointerBuf) {
+        match self {
+            Step::Key(key) => pointer.push_back(key),
+            Step::Index(index) => pointer.push_back(index),
+        }
+    }
+}
+
 impl Walk<'_> {
     /// The JSON Pointer of where the walk is.
     fn pointer(&self) -> PointerBuf {
         let mut pointer = PointerBuf::new();
         for step in &self.path {
-            match *step {
-                Step::Key(key) => pointer.push_back(key),
-                Step::Index(index) => pointer.push_back(index),
-            }
+            step.push(&mut pointer);
         }
         pointer
     }
