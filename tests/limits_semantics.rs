@@ -183,7 +183,7 @@ fn a_queue_name_that_is_no_label_value_is_labelled_validly_and_still_resolves() 
 }
 
 /// The W&B minikube queue: `gpus` on the template's (unnamed) container, cpu/memory as fields.
-const SEED_QUEUE: &str = r#"
+const MINIKUBE_QUEUE: &str = r#"
 template: |
   spec:
     template:
@@ -219,7 +219,7 @@ fn container(name: &str, limits: Value) -> Value {
 
 #[test]
 fn every_container_in_every_role_is_held_to_the_limits() {
-    let policy = limits_policy("gpu-queue", SEED_QUEUE);
+    let policy = limits_policy("gpu-queue", MINIKUBE_QUEUE);
     let base = launch_job_with("containers", vec![]);
     assert_eq!(validate_response(&policy, &base)["allowed"], true);
     let sidecar = |limits: Value| {
@@ -261,7 +261,7 @@ fn every_container_in_every_role_is_held_to_the_limits() {
 
 #[test]
 fn the_template_container_is_the_training_container_wherever_a_sidecar_sits() {
-    let policy = limits_policy("gpu-queue", SEED_QUEUE);
+    let policy = limits_policy("gpu-queue", MINIKUBE_QUEUE);
     // A mesh injector put its proxy first; the training container is second.
     let mut job = launch_job_with("containers", vec![]);
     let spec = &mut job["request"]["object"]["spec"]["template"]["spec"];

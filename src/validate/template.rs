@@ -549,7 +549,7 @@ mod tests {
     }
     use serde_json::json;
 
-    const SEED_YAML: &str = "spec:
+    const MINIKUBE_TEMPLATE: &str = "spec:
   template:
     spec:
       containers:
@@ -572,7 +572,7 @@ mod tests {
 
     #[test]
     fn seed_template_yields_pod_relative_variable_location() {
-        let t = parse(&json!(SEED_YAML)).unwrap();
+        let t = parse(&json!(MINIKUBE_TEMPLATE)).unwrap();
         assert_eq!(t.kind, WorkloadKind::BatchJob);
         let gpus = leaf(
             &t,
@@ -599,8 +599,8 @@ mod tests {
         let json_text = r#"{"spec":{"template":{"spec":{"containers":[{"image":"${image_uri}",
             "resources":{"limits":{"cpu":4,"memory":"12Gi","nvidia.com/gpu":"{{gpus}}"}}}],
             "restartPolicy":"Never"}},"backoffLimit":0}}"#;
-        let unquoted = SEED_YAML.replace("'{{gpus}}'", "{{ gpus }}");
-        let a = parse(&json!(SEED_YAML)).unwrap().leaves;
+        let unquoted = MINIKUBE_TEMPLATE.replace("'{{gpus}}'", "{{ gpus }}");
+        let a = parse(&json!(MINIKUBE_TEMPLATE)).unwrap().leaves;
         assert_eq!(a, parse(&json!(json_text)).unwrap().leaves);
         assert_eq!(a, parse(&json!(unquoted)).unwrap().leaves);
     }
