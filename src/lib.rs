@@ -22,6 +22,7 @@ pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod error;
+pub(crate) mod json;
 pub(crate) mod judge;
 pub(crate) mod manifest;
 pub(crate) mod mutate;

@@ -241,7 +241,7 @@ fn add_to_pod_spec(
         .get("volumes")
         .and_then(Value::as_array)
         .and_then(|vols| vols.iter().find(|v| cfg.backs(v)))
-        .and_then(|v| v.get("name").and_then(Value::as_str))
+        .and_then(|v| workload::name_of(v))
         .map(str::to_string);
     let new_volume = existing.is_none();
     let volume_name = match existing {
@@ -252,7 +252,7 @@ fn add_to_pod_spec(
                 .and_then(Value::as_array)
                 .is_some_and(|v| {
                     v.iter()
-                        .any(|v| v.get("name").and_then(Value::as_str) == Some(&cfg.volume_name))
+                        .any(|v| workload::name_of(v) == Some(&cfg.volume_name))
                 });
             if taken {
                 findings.warn(format!(
@@ -272,7 +272,7 @@ fn add_to_pod_spec(
         let of_volume: Vec<&Value> = mounts
             .into_iter()
             .flatten()
-            .filter(|m| m.get("name").and_then(Value::as_str) == Some(&volume_name))
+            .filter(|m| workload::name_of(m) == Some(&volume_name))
             .collect();
         let own_mount = of_volume
             .iter()

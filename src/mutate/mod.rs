@@ -54,7 +54,7 @@ impl MutationContext<'_> {
     ) {
         crate::workload::for_each_container_mut(pod_spec, self.sidecars, |slot, c| {
             if slot.role == ContainerRole::App {
-                let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+                let name = crate::workload::name_in(c).unwrap_or_default();
                 f(&format!("{} ({name})", slot.path(spec_path)), c);
             }
         });

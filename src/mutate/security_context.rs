@@ -172,7 +172,7 @@ fn root_containers(pod_spec: &Map<String, Value>, spec_path: &str) -> Vec<String
             .and_then(|s| s.get("runAsNonRoot"))
             .is_some_and(|v| !v.is_null());
         if !own_non_root && uid(sc).or(pod_uid) == Some(0) {
-            let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+            let name = workload::name_in(c).unwrap_or_default();
             out.push(format!("{} ({name})", slot.path(spec_path)));
         }
     }

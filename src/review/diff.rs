@@ -13,6 +13,7 @@
 //! descend into changed objects and arrays, add new members and trailing elements, remove
 //! missing members and trailing elements.
 
+use crate::json;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -60,7 +61,7 @@ fn diff_values(
         (Value::Object(l), Value::Object(r)) => {
             for (key, r_value) in sorted(r) {
                 match l.get(key) {
-                    Some(l_value) if l_value == r_value => {}
+                    Some(l_value) if json::same(l_value, r_value) => {}
                     Some(l_value) => {
                         pointer.push_back(key);
                         diff_values(l_value, r_value, pointer, ops);
@@ -84,7 +85,7 @@ fn diff_values(
         }
         (Value::Array(l), Value::Array(r)) => {
             for (index, (l_item, r_item)) in l.iter().zip(r).enumerate() {
-                if l_item != r_item {
+                if !json::same(l_item, r_item) {
                     pointer.push_back(index);
                     diff_values(l_item, r_item, pointer, ops);
                     pointer.pop_back();
@@ -104,7 +105,7 @@ fn diff_values(
                 });
             }
         }
-        _ if left == right => {}
+        _ if json::same(left, right) => {}
         _ => ops.push(PatchOperation::Replace(ReplaceOperation {
             path: pointer.clone(),
             value: right.clone(),

@@ -206,7 +206,7 @@ impl TemplateShape {
                 .and_then(Value::as_array)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let name_of = |c: &Value| c.get("name").and_then(Value::as_str).map(str::to_string);
+            let name_of = |c: &Value| crate::workload::name_of(c).map(str::to_string);
             let found = match name {
                 Some(name) => items.iter().position(|c| name_of(c).as_ref() == Some(name)),
                 None if list == CONTAINER_LISTS[0] => template

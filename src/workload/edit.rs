@@ -1,6 +1,8 @@
 //! Upserts by name for env vars, ports, volumes and volume mounts: never a duplicate name,
 //! never a second append on reinvocation.
 
+use super::name_of;
+use crate::json;
 use serde_json::{Map, Value};
 
 /// What happened to an upserted item.
@@ -27,10 +29,6 @@ pub fn array_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<
     v.as_array_mut().expect("just made an array")
 }
 
-fn name_of(item: &Value) -> Option<&str> {
-    item.get("name").and_then(Value::as_str)
-}
-
 /// Upserts `item` (which has a `name`) into `map[list]`. An existing entry with that name is
 /// kept unless `replace` is set, in which case it is replaced in place.
 ///
@@ -49,7 +47,7 @@ pub fn upsert_named(
         .rev()
         .find(|e| name_of(e) == Some(name.as_str()))
     {
-        Some(existing) if *existing == item => Upsert::Unchanged,
+        Some(existing) if json::same(existing, &item) => Upsert::Unchanged,
         Some(existing) if replace => {
             *existing = item;
             Upsert::Replaced

@@ -8,6 +8,7 @@
 pub mod edit;
 pub mod intent;
 
+use crate::json;
 use serde_json::{Map, Value};
 
 /// The workload kinds launchgate understands.
@@ -97,76 +98,111 @@ fn int_at(v: Option<&Value>, default: i64) -> i64 {
     v.and_then(Value::as_i64).unwrap_or(default)
 }
 
-/// A JSON Pointer reference token (`~` → `~0`, `/` → `~1`).
-fn pointer_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
-/// The one template walk: where every pod template of the workload sits (with the JSON
-/// Pointer to it) and how many pods it stands for. Malformed shapes are skipped, never a panic.
-fn template_places(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, String)> {
+/// The one template walk: every pod template of the workload and how many pods it stands
+/// for. Malformed shapes are skipped, never a panic.
+fn template_places(kind: WorkloadKind, object: &Value) -> Vec<TemplateInfo> {
     let mut out = Vec::new();
     let has_template = |holder: &Value| holder.get("template").is_some_and(Value::is_object);
     match kind {
         WorkloadKind::Pod => {
             if object.is_object() {
-                let info = TemplateInfo {
+                out.push(TemplateInfo {
                     role: TemplateRole::Pod,
                     path: String::new(),
                     replicas: 1,
-                };
-                out.push((info, String::new()));
+                });
             }
         }
         WorkloadKind::BatchJob => {
             if let Some(spec) = object.get("spec").filter(|s| has_template(s)) {
-                let info = TemplateInfo {
+                out.push(TemplateInfo {
                     role: TemplateRole::JobTemplate,
                     path: "spec.template".into(),
                     replicas: int_at(spec.get("parallelism"), 1),
-                };
-                out.push((info, "/spec/template".into()));
+                });
             }
         }
         WorkloadKind::VolcanoJob => {
-            let tasks = object.pointer("/spec/tasks").and_then(Value::as_array);
+            let tasks = object
+                .get("spec")
+                .and_then(|s| s.get("tasks"))
+                .and_then(Value::as_array);
             for (index, task) in tasks.into_iter().flatten().enumerate() {
                 if !task.is_object() || !has_template(task) {
                     continue;
                 }
-                let name = task.get("name").and_then(Value::as_str).unwrap_or_default();
-                let info = TemplateInfo {
+                let name = name_of(task).unwrap_or_default();
+                out.push(TemplateInfo {
                     role: TemplateRole::VolcanoTask {
                         index,
                         name: name.to_string(),
                     },
                     path: format!("spec.tasks[{index}].template"),
                     replicas: int_at(task.get("replicas"), 1),
-                };
-                out.push((info, format!("/spec/tasks/{index}/template")));
+                });
             }
         }
         WorkloadKind::PyTorchJob => {
             let specs = object
-                .pointer("/spec/pytorchReplicaSpecs")
+                .get("spec")
+                .and_then(|s| s.get("pytorchReplicaSpecs"))
                 .and_then(Value::as_object);
             for (replica_type, rs) in specs.into_iter().flatten() {
                 if !rs.is_object() || !has_template(rs) {
                     continue;
                 }
-                let info = TemplateInfo {
+                out.push(TemplateInfo {
                     role: TemplateRole::PyTorchReplica {
                         replica_type: replica_type.clone(),
                     },
                     path: format!("spec.pytorchReplicaSpecs.{replica_type}.template"),
                     replicas: int_at(rs.get("replicas"), 1),
-                };
-                let token = pointer_token(replica_type);
-                out.push((info, format!("/spec/pytorchReplicaSpecs/{token}/template")));
+                });
             }
         }
     }
     out
+}
+
+/// The template a role names, in `object`.
+fn template_at<'a>(object: &'a Value, role: &TemplateRole) -> Option<&'a Map<String, Value>> {
+    let template = match role {
+        TemplateRole::Pod => object,
+        TemplateRole::JobTemplate => object.get("spec")?.get("template")?,
+        TemplateRole::VolcanoTask { index, .. } => object
+            .get("spec")?
+            .get("tasks")?
+            .get(*index)?
+            .get("template")?,
+        TemplateRole::PyTorchReplica { replica_type } => object
+            .get("spec")?
+            .get("pytorchReplicaSpecs")?
+            .get(replica_type)?
+            .get("template")?,
+    };
+    template.as_object()
+}
+
+/// [`template_at`], writable.
+fn template_at_mut<'a>(
+    object: &'a mut Value,
+    role: &TemplateRole,
+) -> Option<&'a mut Map<String, Value>> {
+    let template = match role {
+        TemplateRole::Pod => object,
+        TemplateRole::JobTemplate => object.get_mut("spec")?.get_mut("template")?,
+        TemplateRole::VolcanoTask { index, .. } => object
+            .get_mut("spec")?
+            .get_mut("tasks")?
+            .get_mut(*index)?
+            .get_mut("template")?,
+        TemplateRole::PyTorchReplica { replica_type } => object
+            .get_mut("spec")?
+            .get_mut("pytorchReplicaSpecs")?
+            .get_mut(replica_type)?
+            .get_mut("template")?,
+    };
+    template.as_object_mut()
 }
 
 /// Calls `f` for every pod template of the workload with the template object
@@ -176,8 +212,8 @@ pub fn for_each_template_mut(
     object: &mut Value,
     mut f: impl FnMut(&TemplateInfo, &mut Map<String, Value>),
 ) {
-    for (info, pointer) in template_places(kind, object) {
-        if let Some(template) = object.pointer_mut(&pointer).and_then(Value::as_object_mut) {
+    for info in template_places(kind, object) {
+        if let Some(template) = template_at_mut(object, &info.role) {
             f(&info, template);
         }
     }
@@ -187,7 +223,10 @@ pub fn for_each_template_mut(
 pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<String, Value>)> {
     template_places(kind, object)
         .into_iter()
-        .filter_map(|(info, pointer)| Some((info, object.pointer(&pointer)?.as_object()?)))
+        .filter_map(|info| {
+            let template = template_at(object, &info.role)?;
+            Some((info, template))
+        })
         .collect()
 }
 
@@ -235,7 +274,7 @@ fn container_slots(pod_spec: &Map<String, Value>, sidecars: &[String]) -> Vec<Co
         for (index, c) in items.into_iter().flatten().enumerate() {
             let Some(c) = c.as_object() else { continue };
             let role = if list == CONTAINER_LISTS[0] {
-                let name = c.get("name").and_then(Value::as_str);
+                let name = name_in(c);
                 if name.is_some_and(|n| sidecars.iter().any(|s| s == n)) {
                     ContainerRole::ConfiguredSidecar
                 } else {
@@ -287,6 +326,16 @@ pub fn pod_spec_mut(template: &mut Map<String, Value>) -> Option<&mut Map<String
     template.get_mut("spec").and_then(Value::as_object_mut)
 }
 
+/// The `name` of an entry of a named list (containers, env, ports, volumes, volumeMounts).
+pub fn name_of(item: &Value) -> Option<&str> {
+    name_in(item.as_object()?)
+}
+
+/// [`name_of`] for an entry already known to be an object.
+pub fn name_in(item: &Map<String, Value>) -> Option<&str> {
+    json::member(item, "name")?.as_str()
+}
+
 /// The env entry the container will see for `name`.
 ///
 /// The one env reader. When a name appears more than once in `env` (the W&B agent and
@@ -298,12 +347,12 @@ pub fn effective_env<'a>(container: &'a Map<String, Value>, name: &str) -> Optio
         .as_array()?
         .iter()
         .rev()
-        .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
+        .find(|e| name_of(e) == Some(name))
 }
 
 /// The literal `value` the container will see for `name` (`None` when unset or `valueFrom`).
 pub fn effective_env_value<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
-    effective_env(container, name)?.get("value")?.as_str()
+    json::get(effective_env(container, name)?, "value")?.as_str()
 }
 
 /// True when `name` appears more than once in the container's `env` (so the earlier entries
@@ -314,7 +363,7 @@ pub fn env_is_shadowed(container: &Map<String, Value>, name: &str) -> bool {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter(|e| e.get("name").and_then(Value::as_str) == Some(name))
+        .filter(|e| name_of(e) == Some(name))
         .nth(1)
         .is_some()
 }

@@ -198,7 +198,7 @@ pub fn follow_shadowed_twins(container: &mut Map<String, Value>) -> bool {
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter(|e| e.get("name").and_then(Value::as_str) == Some(env_name))
+            .filter(|e| workload::name_of(e) == Some(env_name))
             .any(|e| renamed(e, pet_name) == *pet);
         if mirrors_shadowed {
             changed |= edit::upsert_named(container, "env", wanted, true).changed();
@@ -220,7 +220,7 @@ pub fn write_port(
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .find(|p| p.get("name").and_then(Value::as_str) == Some(PORT_NAME))
+        .find(|p| workload::name_of(p) == Some(PORT_NAME))
         .and_then(|p| p.get("containerPort"))
         .filter(|n| n.as_i64() != Some(i64::from(port)))
         .cloned();
@@ -324,7 +324,7 @@ pub fn write_wait_for_master(
         .and_then(Value::as_array)
         .is_some_and(|list| {
             list.iter()
-                .any(|c| c.get("name").and_then(Value::as_str) == Some(WAIT_FOR_MASTER))
+                .any(|c| workload::name_of(c) == Some(WAIT_FOR_MASTER))
         });
     if exists {
         return false;

@@ -196,7 +196,7 @@ pub fn mutate_pod(
                             .and_then(Value::as_array)
                             .into_iter()
                             .flatten()
-                            .find(|t| t.get("name").and_then(Value::as_str) == Some(&place.task))
+                            .find(|t| workload::name_of(t) == Some(&place.task))
                             .and_then(|t| t.pointer("/template/spec/dnsPolicy"))
                             .is_some();
                         dns_wrote = Some(
