@@ -59,10 +59,16 @@ fn diff_values(
 ) {
     match (left, right) {
         (Value::Object(l), Value::Object(r)) => {
+            // Both sides in sorted key order, walked together: no key lookups.
+            let mut left = sorted(l).into_iter().peekable();
+            let mut removed = Vec::new();
             for (key, r_value) in sorted(r) {
-                match l.get(key) {
-                    Some(l_value) if json::same(l_value, r_value) => {}
-                    Some(l_value) => {
+                while let Some((l_key, _)) = left.next_if(|(l_key, _)| *l_key < key) {
+                    removed.push(l_key);
+                }
+                match left.next_if(|(l_key, _)| *l_key == key) {
+                    Some((_, l_value)) if json::same(l_value, r_value) => {}
+                    Some((_, l_value)) => {
                         pointer.push_back(key);
                         diff_values(l_value, r_value, pointer, ops);
                         pointer.pop_back();
@@ -75,12 +81,11 @@ fn diff_values(
                     }),
                 }
             }
-            for (key, _) in sorted(l) {
-                if !r.contains_key(key) {
-                    record(ops, pointer, Step::Key(key), |path| {
-                        PatchOperation::Remove(RemoveOperation { path })
-                    });
-                }
+            removed.extend(left.map(|(l_key, _)| l_key));
+            for key in removed {
+                record(ops, pointer, Step::Key(key), |path| {
+                    PatchOperation::Remove(RemoveOperation { path })
+                });
             }
         }
         (Value::Array(l), Value::Array(r)) => {
