@@ -71,17 +71,17 @@ impl Policy {
         object: &Value,
         namespace: Option<&str>,
     ) -> Option<QueueResolution<'_>> {
-        let entity = self
-            .config
-            .match_rules
-            .queue_entity_env
-            .as_deref()
-            .and_then(|env| env_value(kind, object, env));
         // The workload's own label, then its container env; else the namespace's default
         // queue, then the global one.
         let requested = self
             .queue_from_labels(kind, object)
             .or_else(|| self.queue_from_env(kind, object));
+        // The entity only qualifies a requested name (read only then: it is a walk over every
+        // container's env).
+        let entity = requested.as_ref().and_then(|_| {
+            let env = self.config.match_rules.queue_entity_env.as_deref()?;
+            env_value(kind, object, env)
+        });
         if let Some(name) = &requested
             && let Some(queue) = self.lookup_queue(name, entity.as_deref())
         {

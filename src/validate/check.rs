@@ -261,6 +261,14 @@ impl<'a> Evaluation<'a> {
             let spec = template.get("spec").and_then(Value::as_object);
             for (c, container) in spec.into_iter().flat_map(|s| workload::containers(s, &[])) {
                 for ceiling in envelope {
+                    let value = container
+                        .get("resources")
+                        .and_then(|r| r.get(&ceiling.kind))
+                        .and_then(|r| r.get(&ceiling.resource))
+                        .filter(|v| !v.is_null());
+                    // Most containers set few of the ceilings' resources: the place is named
+                    // only for a value that is there.
+                    let Some(value) = value else { continue };
                     let mut place = info.spec_path();
                     for segment in [
                         Segment::Key(c.list.to_string()),
@@ -274,13 +282,7 @@ impl<'a> Evaluation<'a> {
                     if self.reached.contains(&place) {
                         continue;
                     }
-                    let value = container
-                        .get("resources")
-                        .and_then(|r| r.get(&ceiling.kind))
-                        .and_then(|r| r.get(&ceiling.resource));
-                    if let Some(value) = value.filter(|v| !v.is_null())
-                        && let Some(problem) = ceiling.schema.problem(value)
-                    {
+                    if let Some(problem) = ceiling.schema.problem(value) {
                         let shown = display_value(value, Some(ValueType::Quantity));
                         found.push(format!(
                             "{place}={shown} {problem} ({}, which holds every container)",
