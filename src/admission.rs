@@ -52,10 +52,10 @@ pub struct AdmissionRequest {
     pub namespace: Option<String>,
     /// CREATE, UPDATE, DELETE or CONNECT.
     pub operation: Operation,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::json::parse_optional")]
     /// The object as it would be stored (after API-server defaulting).
     pub object: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::json::parse_optional")]
     /// The object before an UPDATE.
     pub old_object: Option<Value>,
     /// `kubectl apply --dry-run=server`. Never changes the answer: we have no side effects.

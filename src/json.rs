@@ -5,8 +5,13 @@
 //! of one in the other. Kubernetes objects are mostly small maps (an env entry has two
 //! members), where a scan is cheaper than a hash, and a copy keeps its members' order, so an
 //! in-order comparison needs no lookup at all.
+//!
+//! The object of a request is parsed by [`parse`]: the same tree as serde_json's own parse, with
+//! every object and array allocated once at its exact size.
 
-use serde_json::{Map, Value};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use std::fmt;
 
 /// Maps up to this many members are scanned instead of hashed.
 const SCAN_UP_TO: usize = 8;
@@ -48,6 +53,111 @@ pub(crate) fn same(left: &Value, right: &Value) -> bool {
             l.len() == r.len() && l.iter().zip(r).all(|(l, r)| same(l, r))
         }
         _ => left == right,
+    }
+}
+
+/// Parses a JSON value as `serde_json::Value`'s own `Deserialize` does (same members, same
+/// order, the last of a repeated key wins), but builds every object and array at its exact
+/// size: members are gathered on one stack shared by the whole parse and moved into a map or
+/// list allocated once. serde_json grows each map from empty, re-hashing and copying at every
+/// doubling and leaving up to half of the last allocation unused.
+pub(crate) fn parse<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+    ValueSeed {
+        stacks: &mut Stacks::default(),
+    }
+    .deserialize(deserializer)
+}
+
+/// [`parse`] for an optional field: `null` or absent is `None`, as serde reads an `Option`.
+pub(crate) fn parse_optional<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Value>, D::Error> {
+    Ok(Some(parse(deserializer)?).filter(|v| !v.is_null()))
+}
+
+/// The members and items of the objects and arrays still open, innermost last.
+#[derive(Default)]
+struct Stacks {
+    members: Vec<(String, Value)>,
+    items: Vec<Value>,
+}
+
+struct ValueSeed<'s> {
+    stacks: &'s mut Stacks,
+}
+
+impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        self.deserialize(deserializer)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let stacks = self.stacks;
+        let start = stacks.items.len();
+        while let Some(item) = seq.next_element_seed(ValueSeed {
+            stacks: &mut *stacks,
+        })? {
+            stacks.items.push(item);
+        }
+        Ok(Value::Array(stacks.items.drain(start..).collect()))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let stacks = self.stacks;
+        let start = stacks.members.len();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(ValueSeed {
+                stacks: &mut *stacks,
+            })?;
+            stacks.members.push((key, value));
+        }
+        Ok(Value::Object(stacks.members.drain(start..).collect()))
     }
 }
 
@@ -94,7 +204,64 @@ mod tests {
         })
     }
 
+    fn parsed(text: &str) -> Result<Value, serde_json::Error> {
+        parse(&mut serde_json::Deserializer::from_str(text))
+    }
+
+    #[test]
+    fn the_fixtures_parse_to_serde_jsons_tree_in_the_same_order() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            let ours = parsed(&text).unwrap();
+            let theirs: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(ours, theirs);
+            assert_eq!(ours.to_string(), theirs.to_string(), "member order");
+        }
+    }
+
+    #[test]
+    fn numbers_repeated_keys_and_errors_read_as_serde_json_reads_them() {
+        for text in [
+            r#"{"a": 1, "b": -2, "c": 1.5, "d": 18446744073709551615, "e": 1e400}"#,
+            r#"{"a": 1, "b": 2, "a": 3}"#,
+            r#"{"k\u00e9y": "v\n", "n": null, "t": [true, false, [], {}]}"#,
+            r#"{"a": [1, 2"#,
+            r#"{"a" 1}"#,
+            "",
+        ] {
+            let theirs = serde_json::from_str::<Value>(text);
+            match parsed(text) {
+                Ok(ours) => {
+                    let theirs = theirs.unwrap();
+                    assert_eq!(ours.to_string(), theirs.to_string(), "{text}");
+                }
+                Err(e) => assert!(theirs.is_err(), "{text}: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let text = "[".repeat(100_000);
+        assert!(parsed(&text).is_err());
+    }
+
+    #[test]
+    fn an_optional_null_is_none() {
+        let read = |text: &str| parse_optional(&mut serde_json::Deserializer::from_str(text));
+        assert_eq!(read("null").unwrap(), None);
+        assert_eq!(read("{}").unwrap(), Some(json!({})));
+    }
+
     proptest! {
+        #[test]
+        fn parsing_gives_serde_jsons_tree(v in value()) {
+            let text = v.to_string();
+            let ours = parsed(&text).unwrap();
+            prop_assert_eq!(ours.to_string(), text);
+        }
+
         #[test]
         fn same_is_serde_json_equality(a in value(), b in value()) {
             prop_assert_eq!(same(&a, &b), a == b);

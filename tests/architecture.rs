@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first. A module may use its own layer's leaves only when listed in
 /// `SAME_LAYER_USES`; otherwise only lower layers.
 const LAYERS: &[&[&str]] = &[
-    // Leaves: wire types, the cluster view, config errors, quantities, certificates, cheap
-    // JSON reads.
-    &["admission", "cluster", "error", "quantity", "certs", "json"],
+    // Parsing and reading `serde_json` values cheaply.
+    &["json"],
+    // Leaves: wire types, the cluster view, config errors, quantities, certificates.
+    &["admission", "cluster", "error", "quantity", "certs"],
     // The object view: where pod specs live, the one container walk, env reads, edits.
     &["workload"],
     // What a distributed job looks like (both paths read it).

@@ -167,12 +167,7 @@ pub fn analyse(job: &Value, job_name: &str) -> Result<Option<VolcanoPytorchJob>,
         .and_then(Value::as_array)
         .map(|t| t.iter().collect())
         .unwrap_or_default();
-    let task_name = |t: &Value| {
-        t.get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
+    let task_name = |t: &Value| workload::name_of(t).unwrap_or_default().to_string();
     let Some((master_index, master)) = tasks
         .iter()
         .enumerate()
