@@ -12,6 +12,8 @@ fn main() -> ExitCode {
     let cli = launchgate::cli::Cli::parse();
     match launchgate::cli::run(cli) {
         Ok(code) => code,
+        // The reader of stdout went away (`| head`): the output it wanted was written.
+        Err(e) if launchgate::cli::stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("launchgate: {e:#}");
             ExitCode::from(2)

@@ -64,6 +64,22 @@ fn mutate_prints_the_mutated_object_as_yaml() {
 }
 
 #[test]
+fn output_into_a_closed_pipe_ends_the_run_quietly() {
+    // `launchgate mutate -f job.yaml | head -0`: the reader is gone before anything is written.
+    let mut child = launchgate_command()
+        .args(["mutate", "-f", &manifest_path("job-demo.yaml")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("launchgate starts");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
 fn mutate_reads_stdin_and_multi_document_yaml() {
     let a = std::fs::read_to_string(manifest_path("job-demo.yaml")).unwrap();
     let b = std::fs::read_to_string(manifest_path("kaniko-pod.yaml")).unwrap();

@@ -56,11 +56,11 @@ pub(crate) fn run(args: &AuditArgs) -> Result<ExitCode> {
         crate::audit::run(client, &policy, &opts).await
     })?;
     match args.output {
-        AuditFormat::Table => print!("{}", render_table(&report)),
+        AuditFormat::Table => out!("{}", render_table(&report))?,
         AuditFormat::Json => {
             let mut v = serde_json::to_value(&report)?;
             v["counts"] = serde_json::to_value(report.counts())?;
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            outln!("{}", serde_json::to_string_pretty(&v)?)?;
         }
     }
     let failed = report.entries.iter().any(|e| e.result == AuditResult::Fail);

@@ -390,7 +390,7 @@ pub(crate) fn run(args: &ImportQueueArgs) -> anyhow::Result<std::process::ExitCo
     let text = super::inputs::read_input(&args.file)?;
     let imported = import(&text, args.name.as_deref(), args.entity.as_deref())
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
-    print!("{}", imported.snippet);
+    out!("{}", imported.snippet)?;
     for line in &imported.enforces {
         eprintln!("enforces {line}");
     }

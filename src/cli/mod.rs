@@ -2,6 +2,23 @@
 //! `audit` (judge what runs in a cluster), `check-config`, `print-default-config` and `certs`.
 //! Every flag can also be set from an env var.
 
+/// `print!` to stdout that returns an error instead of panicking when the reader has gone
+/// (`launchgate mutate -f job.yaml | head`): see [`stdout_closed`].
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*).map_err($crate::cli::StdoutClosed::check)
+    }};
+}
+
+/// `println!` to stdout, as [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::cli::StdoutClosed::check)
+    }};
+}
+
 pub(crate) mod audit;
 pub(crate) mod import_queue;
 pub(crate) mod inputs;
@@ -146,12 +163,12 @@ fn requests(args: &OfflineArgs) -> Result<Vec<inputs::Input>> {
 fn print_values(values: &[Value], format: OutputFormat) -> Result<()> {
     for (i, v) in values.iter().enumerate() {
         match format {
-            OutputFormat::Json => println!("{}", serde_json::to_string_pretty(v)?),
+            OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(v)?)?,
             OutputFormat::Yaml => {
                 if i > 0 {
-                    println!("---");
+                    outln!("---")?;
                 }
-                print!("{}", serde_norway::to_string(v)?);
+                out!("{}", serde_norway::to_string(v)?)?;
             }
         }
     }
@@ -233,18 +250,18 @@ fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
             continue;
         }
         if j.allowed() {
-            println!("ALLOWED {}", describe(req));
+            outln!("ALLOWED {}", describe(req))?;
         } else {
-            println!("DENIED {}:", describe(req));
+            outln!("DENIED {}:", describe(req))?;
             for line in j.message().lines() {
-                println!("  {line}");
+                outln!("  {line}")?;
             }
         }
         for w in j.warnings() {
-            println!("  warning: {w}");
+            outln!("  warning: {w}")?;
         }
         for v in j.audit_violations() {
-            println!("  audit: {v}");
+            outln!("  audit: {v}")?;
         }
     }
     if let Some(format) = args.output {
@@ -296,6 +313,36 @@ fn serve_cmd(opts: ServeOptions) -> Result<ExitCode> {
 }
 
 /// Runs a parsed command line.
+/// Standard output was closed by its reader (a pipe into `head`): there is nobody left to
+/// print for, so the run ends quietly instead of panicking.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("standard output was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+impl StdoutClosed {
+    /// A write error to stdout as the CLI reports it: [`StdoutClosed`] for a broken pipe.
+    fn check(e: std::io::Error) -> anyhow::Error {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            anyhow::Error::new(StdoutClosed)
+        } else {
+            anyhow::Error::new(e).context("writing to standard output")
+        }
+    }
+}
+
+/// True when a run ended because its reader closed standard output (see [`StdoutClosed`]).
+pub fn stdout_closed(e: &anyhow::Error) -> bool {
+    e.is::<StdoutClosed>()
+}
+
+/// Runs one command; `Ok` carries the exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Serve(opts) => serve_cmd(*opts),
@@ -308,7 +355,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 .with_context(|| format!("reading {}", file.display()))?;
             match Policy::from_yaml(&text) {
                 Ok(p) => {
-                    println!("{}: ok ({} queue(s))", file.display(), p.queues.len());
+                    outln!("{}: ok ({} queue(s))", file.display(), p.queues.len())?;
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
@@ -322,7 +369,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::ImportQueue(args) => import_queue::run(&args),
         Command::PrintDefaultConfig => {
-            print!("{DEFAULT_CONFIG_YAML}");
+            out!("{DEFAULT_CONFIG_YAML}")?;
             Ok(ExitCode::SUCCESS)
         }
         Command::DeleteWebhooks(args) => {
@@ -337,7 +384,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     crate::server::delete_webhooks(client, &args.mutating, &args.validating)
                         .await?;
                 for line in report {
-                    println!("{line}");
+                    outln!("{line}")?;
                 }
                 Ok::<_, anyhow::Error>(())
             })?;
@@ -346,18 +393,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Certs(args) => {
             let generated = crate::certs::generate(&args.dns, args.days)?;
             let w = crate::certs::write_to_dir(&generated, &args.out)?;
-            println!(
+            outln!(
                 "wrote {}, {}, {}",
                 w.ca.display(),
                 w.cert.display(),
                 w.key.display()
-            );
-            println!("caBundle (base64 of ca.crt) for the webhook configurations:");
+            )?;
+            outln!("caBundle (base64 of ca.crt) for the webhook configurations:")?;
             use base64::Engine as _;
-            println!(
+            outln!(
                 "{}",
                 base64::engine::general_purpose::STANDARD.encode(generated.ca_pem)
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -684,9 +684,9 @@ pub(crate) fn run(args: &TestArgs) -> Result<ExitCode> {
         suites.push(run_suite(&path)?);
     }
     match args.output {
-        TestFormat::Table => print!("{}", render_table(&suites)),
-        TestFormat::Json => println!("{}", serde_json::to_string_pretty(&render_json(&suites))?),
-        TestFormat::Junit => print!("{}", render_junit(&suites)),
+        TestFormat::Table => out!("{}", render_table(&suites))?,
+        TestFormat::Json => outln!("{}", serde_json::to_string_pretty(&render_json(&suites))?)?,
+        TestFormat::Junit => out!("{}", render_junit(&suites))?,
     }
     let failed = suites.iter().any(|s| s.failures() > 0);
     Ok(if failed {

@@ -1,7 +1,7 @@
 //! The memory budget: how many bytes admission reviews may hold at once.
 //!
-//! A review's memory is proportional to its body: the core's peak is about 7.6× the body for a
-//! mutation and 6.2× for a validation (`cargo bench --bench memory`), plus the body itself, the
+//! A review's memory is proportional to its body: the core's peak is about 6.8× the body for a
+//! mutation and 4.7× for a validation (`cargo bench --bench memory`), plus the body itself, the
 //! response and the HTTP buffers. Counting requests (`--max-concurrency`) cannot bound that: 16
 //! Pods of 1.5 MiB in flight need ~10× the memory of 16 small ones. So each review is charged
 //! `body × COST_FACTOR` against a budget of bytes and waits (queued, FIFO) until its charge fits;
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-/// Bytes charged per body byte: the core's measured peak for a mutation (7.6×), the body, the
+/// Bytes charged per body byte: the core's measured peak for a mutation (6.8×), the body, the
 /// response and HTTP/TLS buffers, with headroom for allocator fragmentation (a burst of 1.5 MiB
 /// Pods under a 256 MiB container's budget peaks near 180 MiB, `tests/memory.rs`).
 pub(crate) const COST_FACTOR: u64 = 16;
