@@ -76,15 +76,17 @@ pub fn denial_message(response: &Value) -> &str {
         .expect("a denial carries a message")
 }
 
-/// The first env entry of `container` named `name`.
+/// The env entry of `container` named `name` that the container sees: the last one of that
+/// name, as the kubelet reads it.
 pub fn env_entry<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
     container["env"]
         .as_array()?
         .iter()
+        .rev()
         .find(|e| e["name"] == name)
 }
 
-/// The literal value of the first env entry of `container` named `name`.
+/// The literal value the container sees for env var `name` ([`env_entry`]).
 pub fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
     env_entry(container, name)?.get("value")?.as_str()
 }

@@ -367,15 +367,6 @@ pub fn manifest(name: &str) -> Value {
     value
 }
 
-/// The value of env var `name` in container `c` (the last entry wins, as in the kubelet).
-pub fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
-    container["env"]
-        .as_array()?
-        .iter()
-        .rev()
-        .find(|e| e["name"] == name)
-}
-
 /// The `launchgate.io/mutations` annotation of an object, if launchgate mutated it.
 pub fn mutations(obj: &Value) -> Option<&str> {
     obj.pointer("/metadata/annotations/launchgate.io~1mutations")

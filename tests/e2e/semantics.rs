@@ -1,7 +1,8 @@
 //! Where a correct-looking webhook breaks real launch workloads: each class of breakage seen on
 //! a real control plane, as the API server, the Job controller and the user's client see it.
 
-use crate::ctx::{Ctx, env_value, manifest};
+use crate::common::env_entry;
+use crate::ctx::{Ctx, manifest};
 use crate::webhook::DEADLINE_QUEUE;
 use crate::workloads::volcano_pod;
 use anyhow::{Context, Result, ensure};
@@ -9,7 +10,7 @@ use serde_json::{Value, json};
 
 /// The effective (last) value of env var `name` in a container, as the kubelet reads it.
 fn effective<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
-    env_value(container, name).and_then(|e| e["value"].as_str())
+    env_entry(container, name).and_then(|e| e["value"].as_str())
 }
 
 /// The recorded Indexed PyTorch Job as `name`, with `pods` pods and its own subdomain.
@@ -156,7 +157,7 @@ pub async fn only_pytorch_workloads_get_pytorch_env(ctx: &Ctx) -> Result<()> {
     for task in job["spec"]["tasks"].as_array().context("tasks")? {
         let c = &task["template"]["spec"]["containers"][0];
         ensure!(
-            env_value(c, "WORLD_SIZE").is_none() && env_value(c, "MASTER_ADDR").is_none(),
+            env_entry(c, "WORLD_SIZE").is_none() && env_entry(c, "MASTER_ADDR").is_none(),
             "task {} of an MPI job got PyTorch env: {}",
             task["name"],
             c["env"]
@@ -175,7 +176,7 @@ pub async fn only_pytorch_workloads_get_pytorch_env(ctx: &Ctx) -> Result<()> {
             "PET_NNODES",
         ] {
             ensure!(
-                env_value(c, var).is_none(),
+                env_entry(c, var).is_none(),
                 "{task}-{index} of an MPI job got {var}: {}",
                 c["env"]
             );

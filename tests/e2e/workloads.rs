@@ -1,7 +1,8 @@
 //! Launch workloads created for real: what the API server, launchgate and the Job controller
 //! make of them together.
 
-use crate::ctx::{CONTROLLER_WAIT, Ctx, env_value, manifest, mutations};
+use crate::common::env_entry;
+use crate::ctx::{CONTROLLER_WAIT, Ctx, manifest, mutations};
 use crate::webhook::{KUBEFLOW_QUEUE, WARN_QUEUE};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
@@ -145,18 +146,18 @@ pub async fn indexed_job_pods_get_their_ranks(ctx: &Ctx) -> Result<()> {
         let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
         let trainer = &pod["spec"]["containers"][0];
         ensure!(
-            env_value(trainer, "MASTER_ADDR").map(|e| &e["value"])
+            env_entry(trainer, "MASTER_ADDR").map(|e| &e["value"])
                 == Some(&json!(format!("{name}-0.{name}"))),
             "{pod_name}: MASTER_ADDR is {:?}",
-            env_value(trainer, "MASTER_ADDR")
+            env_entry(trainer, "MASTER_ADDR")
         );
         ensure!(
-            env_value(trainer, "WORLD_SIZE").map(|e| &e["value"]) == Some(&json!("3")),
+            env_entry(trainer, "WORLD_SIZE").map(|e| &e["value"]) == Some(&json!("3")),
             "{pod_name}: WORLD_SIZE is {:?}",
-            env_value(trainer, "WORLD_SIZE")
+            env_entry(trainer, "WORLD_SIZE")
         );
         // RANK is a downward-API reference; resolve it as the kubelet will.
-        let rank = env_value(trainer, "RANK").context("no RANK")?;
+        let rank = env_entry(trainer, "RANK").context("no RANK")?;
         let path = rank
             .pointer("/valueFrom/fieldRef/fieldPath")
             .and_then(Value::as_str)
@@ -245,7 +246,7 @@ pub fn volcano_pod(job: &Value, task: &str, index: usize) -> Result<Value> {
 fn torch_env(pod: &Value) -> (Option<String>, Option<String>, Option<String>) {
     let c = &pod["spec"]["containers"][0];
     let get = |n: &str| {
-        env_value(c, n)
+        env_entry(c, n)
             .and_then(|e| e["value"].as_str())
             .map(str::to_string)
     };
@@ -276,7 +277,7 @@ pub async fn volcano_job_and_its_pods_are_wired(ctx: &Ctx) -> Result<()> {
     for task in job["spec"]["tasks"].as_array().context("tasks")? {
         let c = &task["template"]["spec"]["containers"][0];
         ensure!(
-            env_value(c, "WORLD_SIZE").is_some() && env_value(c, "MASTER_ADDR").is_some(),
+            env_entry(c, "WORLD_SIZE").is_some() && env_entry(c, "MASTER_ADDR").is_some(),
             "task {} not wired: {}",
             task["name"],
             c["env"]
