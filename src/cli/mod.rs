@@ -312,7 +312,6 @@ fn serve_cmd(opts: ServeOptions) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a parsed command line.
 /// Standard output was closed by its reader (a pipe into `head`): there is nobody left to
 /// print for, so the run ends quietly instead of panicking.
 #[derive(Debug)]
@@ -342,7 +341,7 @@ pub fn stdout_closed(e: &anyhow::Error) -> bool {
     e.is::<StdoutClosed>()
 }
 
-/// Runs one command; `Ok` carries the exit code.
+/// Runs a parsed command line; `Ok` carries the exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Serve(opts) => serve_cmd(*opts),
