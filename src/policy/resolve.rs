@@ -165,7 +165,7 @@ impl Policy {
 fn env_value(kind: WorkloadKind, object: &Value, env_name: &str) -> Option<String> {
     workload::templates(kind, object)
         .into_iter()
-        .filter_map(|(_, template)| template.get("spec").and_then(Value::as_object))
+        .filter_map(|(_, template)| workload::pod_spec(template))
         .flat_map(|spec| workload::containers(spec, &[]))
         .find_map(|(_, c)| workload::effective_env_value(c, env_name).filter(|v| !v.is_empty()))
         .map(str::to_string)

@@ -62,7 +62,7 @@ pub fn dns_problems(job: &Value) -> Vec<String> {
     workload::templates(WorkloadKind::PyTorchJob, job)
         .into_iter()
         .filter_map(|(info, template)| {
-            let spec = template.get("spec")?.as_object()?;
+            let spec = workload::pod_spec(template)?;
             host_network_dns_problem(spec, &info.spec_path(), spec.contains_key("dnsPolicy"))
         })
         .map(|p| format!("PyTorchJob {name:?}: {p}"))

@@ -252,7 +252,7 @@ pub fn job_problems(object: &Value, object_name: &str) -> Vec<String> {
             matches!(&info.role, TemplateRole::VolcanoTask { name, .. } if job.rank_offset(name).is_some())
         })
         .filter_map(|(info, template)| {
-            let spec = template.get("spec")?.as_object()?;
+            let spec = workload::pod_spec(template)?;
             host_network_dns_problem(spec, &info.spec_path(), spec.contains_key("dnsPolicy"))
         })
         .map(|p| format!("Volcano Job {object_name:?}: {p}"))

@@ -258,7 +258,7 @@ impl<'a> Evaluation<'a> {
     fn check_envelope(&mut self, envelope: &[Ceiling]) {
         let mut found = Vec::new();
         for (info, template) in &self.templates {
-            let spec = template.get("spec").and_then(Value::as_object);
+            let spec = workload::pod_spec(template);
             for (c, container) in spec.into_iter().flat_map(|s| workload::containers(s, &[])) {
                 for ceiling in envelope {
                     let value = container
@@ -368,7 +368,7 @@ impl<'a> Evaluation<'a> {
         let mut app = Quantity::ZERO;
         let mut sidecars = Quantity::ZERO;
         let mut init_peak = Quantity::ZERO;
-        let spec = template.get("spec").and_then(Value::as_object)?;
+        let spec = workload::pod_spec(template)?;
         for (slot, container) in workload::containers(spec, &[]) {
             let own = amount(container);
             match slot.role {

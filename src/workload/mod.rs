@@ -321,6 +321,11 @@ pub fn for_each_container_mut(
     }
 }
 
+/// `template.spec` (the pod spec) as a map, if present.
+pub fn pod_spec(template: &Map<String, Value>) -> Option<&Map<String, Value>> {
+    template.get("spec").and_then(Value::as_object)
+}
+
 /// `template.spec` as a mutable map, if present.
 pub fn pod_spec_mut(template: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
     template.get_mut("spec").and_then(Value::as_object_mut)
