@@ -24,7 +24,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// Bytes charged per body byte: the core's measured peak for a mutation (6.8×), the body, the
 /// response and HTTP/TLS buffers, with headroom for allocator fragmentation (a burst of 1.5 MiB
-/// Pods under a 256 MiB container's budget peaks near 165 MiB, `tests/memory.rs`).
+/// Pods under a 256 MiB container's budget peaks at 162–182 MiB, `tests/memory.rs`).
 pub(crate) const COST_FACTOR: u64 = 16;
 
 /// Memory kept outside the budget for the process itself.
