@@ -110,8 +110,9 @@ enum Marking {
     Launch,
     /// No launch or queue label anywhere (other labels and the queue env may still be there).
     NotLaunch,
-    /// `wandb: launch` on the object or a template (plus whatever launch labels).
-    Excluded,
+    /// A launch workload that also carries the image-build label `wandb: launch` on the object
+    /// or a template, sent by a user (not the W&B agent): judged like any launch workload.
+    ImageBuildLabel,
 }
 
 #[derive(Debug, Clone)]
@@ -192,10 +193,11 @@ impl LabelPlan {
 }
 
 /// Applies the marking over all label carriers (object first, then templates):
-/// `Launch` guarantees one launch label somewhere, `Excluded` adds `wandb: launch` to one.
+/// `Launch` guarantees one launch label somewhere, `ImageBuildLabel` also adds `wandb: launch`
+/// to one.
 fn apply_marking(carriers: &mut [Map<String, Value>], marking: Marking, pick: usize) {
     match marking {
-        Marking::Launch => {
+        Marking::Launch | Marking::ImageBuildLabel => {
             let marked = carriers
                 .iter()
                 .any(|c| LAUNCH_KEYS.iter().any(|k| c.contains_key(*k)));
@@ -204,11 +206,11 @@ fn apply_marking(carriers: &mut [Map<String, Value>], marking: Marking, pick: us
                 carriers[pick % n].insert("wandb.ai/monitor".into(), json!("true"));
             }
         }
-        Marking::Excluded => {
-            let n = carriers.len();
-            carriers[pick % n].insert("wandb".into(), json!("launch"));
-        }
         Marking::NotLaunch => {}
+    }
+    if marking == Marking::ImageBuildLabel {
+        let n = carriers.len();
+        carriers[(pick + 1) % n].insert("wandb".into(), json!("launch"));
     }
 }
 
@@ -216,7 +218,7 @@ fn marking() -> impl Strategy<Value = Marking> {
     prop_oneof![
         8 => Just(Marking::Launch),
         1 => Just(Marking::NotLaunch),
-        1 => Just(Marking::Excluded),
+        1 => Just(Marking::ImageBuildLabel),
     ]
 }
 
@@ -1327,12 +1329,12 @@ fn pytorchjob_case() -> impl Strategy<Value = Case> {
 // ----- pods made by controllers ---------------------------------------------------------------
 
 fn marking_of(labels: &Map<String, Value>) -> Marking {
-    if labels.get("wandb").and_then(Value::as_str) == Some("launch") {
-        Marking::Excluded
-    } else if LAUNCH_KEYS.iter().any(|k| labels.contains_key(*k)) {
-        Marking::Launch
-    } else {
+    if !LAUNCH_KEYS.iter().any(|k| labels.contains_key(*k)) {
         Marking::NotLaunch
+    } else if labels.get("wandb").and_then(Value::as_str) == Some("launch") {
+        Marking::ImageBuildLabel
+    } else {
+        Marking::Launch
     }
 }
 
@@ -2042,11 +2044,11 @@ fn check_untouched_unless_launch(case: &Case) -> Result<(), TestCaseError> {
     // The validating endpoint never patches, and denies (without a patch) only launch workloads.
     let validated = ask(Endpoint::Validate, case.kind, &case.object)?;
     prop_assert!(validated.patch.is_none(), "the validating webhook patched");
-    if case.marking != Marking::Launch {
+    if case.marking == Marking::NotLaunch {
         prop_assert!(validated.response.allowed);
     }
     let answer = mutate(case.kind, &case.object)?;
-    if case.marking != Marking::Launch {
+    if case.marking == Marking::NotLaunch {
         prop_assert!(answer.response.allowed);
         prop_assert!(
             answer.patch.is_none(),
@@ -2091,8 +2093,8 @@ proptest! {
         check_no_duplicates(&case)?;
     }
 
-    /// Objects that are not launch workloads, or are excluded, pass untouched; no denial (of
-    /// either endpoint) carries a patch.
+    /// Objects that are not launch workloads pass untouched (a label never exempts one); no
+    /// denial (of either endpoint) carries a patch.
     #[test]
     fn only_launch_workloads_are_patched(case in any_case()) {
         check_untouched_unless_launch(&case)?;

@@ -3,8 +3,11 @@
 //! A config file is parsed once (unknown keys and bad values are rejected with the path of the
 //! offending key), checked, compiled into a [`Policy`] and then shared read-only.
 
+mod exemption;
 mod json_schema;
 mod resolve;
+
+pub use exemption::{Exemption, Requester};
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
 pub(crate) use resolve::WorkloadMatch;
@@ -63,8 +66,13 @@ pub struct MatchRules {
     /// Container env var naming the queue's W&B entity (set by the W&B Launch agent); a
     /// queue configured as `entity/name` is chosen over one configured as `name`.
     pub queue_entity_env: Option<String>,
-    /// Labels (with these values) that exclude an object.
-    pub exclude_labels: BTreeMap<String, String>,
+    /// Requests launchgate leaves alone, decided by who sends them and where (labels only
+    /// narrow an exemption down); every queue's own `exemptions` are checked after these.
+    pub exemptions: Vec<Exemption>,
+    /// The removed label-only exclusion: reported as a config error that shows the new form.
+    #[serde(rename = "excludeLabels", skip_serializing)]
+    #[schemars(skip)]
+    pub exclude_labels: Option<serde_json::Value>,
     /// Container names that are sidecars, never the training container.
     pub sidecar_containers: Vec<String>,
 }
@@ -76,7 +84,13 @@ impl Default for MatchRules {
             queue_labels: vec!["launchgate.io/queue".into(), "queue".into()],
             queue_env: Some("WANDB_LAUNCH_QUEUE_NAME".into()),
             queue_entity_env: Some("WANDB_LAUNCH_QUEUE_ENTITY".into()),
-            exclude_labels: BTreeMap::from([("wandb".into(), "launch".into())]),
+            exemptions: vec![Exemption {
+                name: "wandb-image-builds".into(),
+                labels: BTreeMap::from([("wandb".into(), "launch".into())]),
+                service_accounts: vec!["wandb/wandb-launch-serviceaccount-*".into()],
+                ..Exemption::default()
+            }],
+            exclude_labels: None,
             sidecar_containers: vec!["istio-proxy".into(), "linkerd-proxy".into()],
         }
     }
@@ -101,6 +115,9 @@ pub struct QueueConfig {
     #[serde(default)]
     /// The queue's W&B template limits.
     pub limits: LimitsConfig,
+    #[serde(default)]
+    /// Requests of this queue launchgate leaves alone (after `match.exemptions`).
+    pub exemptions: Vec<Exemption>,
 }
 
 /// A configured queue, compiled.
@@ -177,9 +194,23 @@ impl Policy {
         for (ns, name) in &config.namespace_queues {
             check_queue_ref(format!("namespaceQueues.{ns}"), name);
         }
+        if config.match_rules.exclude_labels.is_some() {
+            errors.push(ConfigError::new(
+                "match.excludeLabels",
+                "removed: a label alone no longer exempts an object (whoever creates it writes its labels); \
+                 write `match.exemptions: [{name: image-builds, labels: {wandb: launch}, serviceAccounts: [<namespace>/<agent service account>]}]` \
+                 (see docs/exemptions.md)",
+            ));
+        }
+        exemption::check_all(
+            &config.match_rules.exemptions,
+            "match.exemptions",
+            &mut errors,
+        );
         let mut queues = BTreeMap::new();
         for (name, qc) in &config.queues {
             let at = format!("queues.{name}");
+            exemption::check_all(&qc.exemptions, &format!("{at}.exemptions"), &mut errors);
             qc.security_context
                 .check(&format!("{at}.securityContext"), &mut errors);
             qc.job_defaults

@@ -1,5 +1,6 @@
 //! Is this object a launch workload, and which queue does it belong to?
 
+use super::exemption::{Exemption, ExemptionCheck, Requester, check_request};
 use super::{Policy, Queue};
 use crate::workload::{self, WorkloadKind};
 use serde_json::{Map, Value};
@@ -7,10 +8,8 @@ use serde_json::{Map, Value};
 /// How an object relates to launchgate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum WorkloadMatch {
-    /// A launch workload: mutate and validate it.
+    /// A launch workload: mutate and validate it (unless an exemption covers the request).
     Launch,
-    /// Carries an exclude label (e.g. `wandb: launch` on a kaniko build pod): never touched.
-    Excluded { label: String },
     /// Not a launch workload: passes through untouched.
     NotLaunch,
 }
@@ -23,31 +22,29 @@ pub(crate) struct QueueResolution<'p> {
     pub(crate) warning: Option<String>,
 }
 
+/// The object and, for the kinds that have them, its pod templates: where launch labels and
+/// exemption labels are read.
+fn label_carriers(kind: WorkloadKind, object: &Value) -> Vec<&Map<String, Value>> {
+    let Some(obj) = object.as_object() else {
+        return Vec::new();
+    };
+    let mut carriers = vec![obj];
+    if kind.is_job() {
+        carriers.extend(
+            workload::templates(kind, object)
+                .into_iter()
+                .map(|(_, t)| t),
+        );
+    }
+    carriers
+}
+
 impl Policy {
-    /// Decides whether an object (or any of its pod templates) is a launch workload.
+    /// Decides whether an object (or any of its pod templates) is a launch workload. Labels
+    /// only mark a launch workload: they never take one out of policy (see [`Exemption`]).
     pub(crate) fn classify(&self, kind: WorkloadKind, object: &Value) -> WorkloadMatch {
         let rules = &self.config.match_rules;
-        let Some(obj) = object.as_object() else {
-            return WorkloadMatch::NotLaunch;
-        };
-        let mut carriers: Vec<&Map<String, Value>> = vec![obj];
-        if kind.is_job() {
-            carriers.extend(
-                workload::templates(kind, object)
-                    .into_iter()
-                    .map(|(_, t)| t),
-            );
-        }
-        for c in &carriers {
-            for (key, value) in &rules.exclude_labels {
-                if workload::label(c, key) == Some(value.as_str()) {
-                    return WorkloadMatch::Excluded {
-                        label: format!("{key}={value}"),
-                    };
-                }
-            }
-        }
-        let marked = carriers.iter().any(|c| {
+        let marked = label_carriers(kind, object).iter().any(|c| {
             workload::labels(c).is_some_and(|l| {
                 rules
                     .launch_labels
@@ -61,6 +58,21 @@ impl Policy {
         } else {
             WorkloadMatch::NotLaunch
         }
+    }
+
+    /// What `exemptions` (the global list or a queue's) say about a request from `who` for
+    /// `object`.
+    pub(crate) fn exemptions_for<'e>(
+        &self,
+        exemptions: &'e [Exemption],
+        kind: WorkloadKind,
+        object: &Value,
+        who: &Requester<'_>,
+    ) -> ExemptionCheck<'e> {
+        if exemptions.is_empty() {
+            return ExemptionCheck::default();
+        }
+        check_request(exemptions, who, &label_carriers(kind, object))
     }
 
     /// The queue a launch workload belongs to: queue label, container env, namespace
@@ -184,7 +196,7 @@ mod tests {
     }
 
     #[test]
-    fn classify_by_labels_and_exclusion() {
+    fn classify_by_labels_alone() {
         let p = policy();
         let pod = |labels: Value| json!({"metadata": {"labels": labels}, "spec": {}});
         assert_eq!(
@@ -195,13 +207,14 @@ mod tests {
             p.classify(WorkloadKind::Pod, &pod(json!({"queue": "x"}))),
             WorkloadMatch::Launch
         );
-        assert!(matches!(
+        // The image-build label does not take a launch workload out of policy.
+        assert_eq!(
             p.classify(
                 WorkloadKind::Pod,
                 &pod(json!({"wandb": "launch", "queue": "x"}))
             ),
-            WorkloadMatch::Excluded { .. }
-        ));
+            WorkloadMatch::Launch
+        );
         assert_eq!(
             p.classify(WorkloadKind::Pod, &pod(json!({"app": "web"}))),
             WorkloadMatch::NotLaunch

@@ -9,7 +9,7 @@ use crate::admission::{
 };
 use crate::cluster::ClusterView;
 use crate::mutate::{self, Findings, MutationContext};
-use crate::policy::{Policy, Queue, WorkloadMatch};
+use crate::policy::{Exemption, Policy, Queue, Requester, WorkloadMatch};
 use crate::validate::{self, Enforcement};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
@@ -52,7 +52,7 @@ impl std::error::Error for RequestError {}
 /// How a request was answered (for metrics and logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Outcome {
-    /// Not ours (kind, operation, not a launch workload, excluded): allowed untouched.
+    /// Not ours (kind, operation, not a launch workload, exempt): allowed untouched.
     #[default]
     Skipped,
     /// Allowed with no change.
@@ -89,6 +89,8 @@ pub struct ReviewSummary {
     pub outcome: Outcome,
     /// The queue the workload resolved to.
     pub queue: Option<String>,
+    /// The exemption that left the request alone, when one did.
+    pub exempted_by: Option<String>,
     /// Operations in the JSON Patch sent.
     pub patch_operations: usize,
     /// Size of the JSON Patch as sent (before base64), bytes.
@@ -316,6 +318,11 @@ fn decide_object(
     if policy.classify(kind, &object) != WorkloadMatch::Launch {
         return skip(summary);
     }
+    let who = Requester::of(request);
+    let global = policy.exemptions_for(&policy.config.match_rules.exemptions, kind, &object, &who);
+    if let Some(exemption) = global.exempt_by {
+        return exempted(skip(summary), exemption);
+    }
     let Some(resolution) = policy.resolve_queue(kind, &object, request.namespace.as_deref()) else {
         let mut d = skip(summary);
         d.response.warnings.push(
@@ -323,9 +330,19 @@ fn decide_object(
         );
         return d;
     };
-    summary.queue = Some(resolution.queue.name.clone());
-    describe_request(&mut summary, request, &object);
     let queue = resolution.queue;
+    let own = policy.exemptions_for(&queue.config.exemptions, kind, &object, &who);
+    if let Some(exemption) = own.exempt_by {
+        summary.queue = Some(queue.name.clone());
+        return exempted(skip(summary), exemption);
+    }
+    summary.queue = Some(queue.name.clone());
+    describe_request(&mut summary, request, &object);
+    let not_applied: Vec<String> = global
+        .not_applied
+        .into_iter()
+        .chain(own.not_applied)
+        .collect();
     let ctx = MutationContext {
         kind,
         queue_name: &queue.name,
@@ -336,10 +353,33 @@ fn decide_object(
     };
     let mut findings = Findings::default();
     findings.warnings.extend(resolution.warning.clone());
-    match endpoint {
+    findings.warnings.extend(not_applied.iter().cloned());
+    let mut decision = match endpoint {
         Endpoint::Mutate => mutate_decision(&ctx, &mut object, original, findings, summary),
         Endpoint::Validate => validate_decision(&ctx, queue, &object, findings, summary),
+    };
+    // A denial says why an exemption the object looks like it has did not apply.
+    if !not_applied.is_empty()
+        && let Some(status) = decision.response.status.as_mut()
+    {
+        for why in &not_applied {
+            status.message.push('\n');
+            status.message.push_str(why);
+        }
+        decision.summary.message = Some(status.message.clone());
     }
+    decision
+}
+
+/// A request an exemption covers: allowed untouched, the exemption named in the API server's
+/// audit log.
+fn exempted(mut decision: Decision, exemption: &Exemption) -> Decision {
+    decision
+        .response
+        .audit_annotations
+        .insert("exempted-by".into(), exemption.name.clone());
+    decision.summary.exempted_by = Some(exemption.name.clone());
+    decision
 }
 
 /// Fills in who and what the request is about (only for launch workloads: skipped requests are

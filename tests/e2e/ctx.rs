@@ -152,6 +152,17 @@ impl Ctx {
         obj: &Value,
         dry_run: bool,
     ) -> Result<(u16, Value, Vec<String>)> {
+        self.create_raw_as(obj, dry_run, None).await
+    }
+
+    /// [`Ctx::create_raw`] as another user (`Impersonate-User`, as `kubectl --as` sends it):
+    /// the request's `userInfo` is that user's, and RBAC authorises that user.
+    pub async fn create_raw_as(
+        &self,
+        obj: &Value,
+        dry_run: bool,
+        user: Option<&str>,
+    ) -> Result<(u16, Value, Vec<String>)> {
         let mut obj = obj.clone();
         obj["metadata"]["namespace"] = json!(self.ns);
         let resource = resource_for(&obj)?;
@@ -166,9 +177,11 @@ impl Ctx {
             resource.plural,
             if dry_run { "?dryRun=All" } else { "" }
         );
-        let request = http::Request::post(url)
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(&obj)?)?;
+        let mut request = http::Request::post(url).header("content-type", "application/json");
+        if let Some(user) = user {
+            request = request.header("impersonate-user", user);
+        }
+        let request = request.body(serde_json::to_vec(&obj)?)?;
         let response = self
             .client
             .send(request.map(kube::client::Body::from))

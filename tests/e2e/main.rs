@@ -21,6 +21,7 @@ mod common;
 mod ctx;
 mod observability;
 mod semantics;
+mod trust;
 mod webhook;
 mod workloads;
 
@@ -89,6 +90,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(semantics::host_network_pods_can_resolve_the_master),
         e2e!(semantics::torchrun_twins_follow_the_effective_env),
         e2e!(semantics::only_pytorch_workloads_get_pytorch_env),
+        e2e!(trust::a_label_exempts_only_with_its_requester),
     ]
 }
 

@@ -110,18 +110,6 @@ Arguments: list of path segments after the root, the root variable, and the key 
 {{- join " || " $parts }}
 {{- end }}
 
-{{/* CEL: the object carries none of config.match.excludeLabels (default wandb: launch, image builds). */}}
-{{- define "launchgate.celExcluded" -}}
-{{- $match := default dict .Values.config.match }}
-{{- $exclude := dict "wandb" "launch" }}
-{{- if hasKey $match "excludeLabels" }}{{ $exclude = default dict $match.excludeLabels }}{{ end }}
-{{- $tests := list }}
-{{- range $k, $v := $exclude }}
-{{- $tests = append $tests (printf "(has(object.metadata.labels) && '%s' in object.metadata.labels && object.metadata.labels['%s'] == '%s')" $k $k $v) }}
-{{- end }}
-{{- if $tests }}{{ printf "!(%s)" (join " || " $tests) }}{{ end }}
-{{- end }}
-
 {{/* Shared parts of both webhooks (namespaceSelector, objectSelector, matchConditions). */}}
 {{- define "launchgate.webhookSelectors" -}}
 namespaceSelector:
@@ -145,10 +133,6 @@ objectSelector:
 matchConditions:
   - name: launch-workload
     expression: {{ include "launchgate.celLaunchWorkload" . | quote }}
-  {{- with include "launchgate.celExcluded" . }}
-  - name: not-excluded
-    expression: {{ . | quote }}
-  {{- end }}
   {{- with .Values.webhook.matchConditions.extra }}
   {{- toYaml . | nindent 2 }}
   {{- end }}

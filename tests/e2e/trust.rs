@@ -1,0 +1,113 @@
+//! Nothing a tenant writes into an object takes it out of policy: exemptions go by who sends
+//! the request, as the API server authenticated it.
+
+use crate::ctx::{Ctx, manifest};
+use anyhow::{Result, ensure};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The W&B agent's service account as the default config's image-build exemption names it.
+const AGENT: &str = "system:serviceaccount:wandb:wandb-launch-serviceaccount-e2e";
+
+/// The recorded 8-GPU launch Job (over the queue's 4), labelled like an image build.
+fn labelled_job(name: &str) -> Value {
+    let mut job = manifest("wandb-job.yaml");
+    job["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("generateName");
+    job["metadata"]["name"] = json!(name);
+    job["metadata"]["labels"]["wandb"] = json!("launch");
+    job["spec"]["template"]["metadata"]["labels"]["wandb"] = json!("launch");
+    job
+}
+
+/// Lets the agent's service account create workloads in the test's namespace.
+async fn grant_agent(ctx: &Ctx) -> Result<()> {
+    let roles: Api<Role> = ctx.api();
+    let role = serde_json::from_value(json!({
+        "metadata": {"name": "wandb-agent"},
+        "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}],
+    }))?;
+    roles.create(&PostParams::default(), &role).await?;
+    let bindings: Api<RoleBinding> = ctx.api();
+    let binding = serde_json::from_value(json!({
+        "metadata": {"name": "wandb-agent"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "wandb-agent"},
+        "subjects": [{"kind": "ServiceAccount", "name": "wandb-launch-serviceaccount-e2e", "namespace": "wandb"}],
+    }))?;
+    bindings.create(&PostParams::default(), &binding).await?;
+    // The authorizer reads bindings from an informer: wait until the agent may create a Job.
+    let probe = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "rbac-probe"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox"}]}}},
+    });
+    ctx.wait_for(
+        "the agent's RoleBinding to take effect",
+        Duration::from_secs(20),
+        || async {
+            let (status, _, _) = ctx.create_raw_as(&probe, true, Some(AGENT)).await?;
+            Ok(status != 403)
+        },
+    )
+    .await
+}
+
+/// The image-build label on an over-limit Job: denied when a user sends it (with the reason the
+/// exemption did not apply), admitted untouched only when the agent's service account sends
+/// it, and the agent without the label is judged like anyone.
+pub async fn a_label_exempts_only_with_its_requester(ctx: &Ctx) -> Result<()> {
+    let job = labelled_job("disguised");
+    let (status, body, _) = ctx.create_raw(&job, false).await?;
+    ensure!(
+        status == 403,
+        "a user's labelled 8-GPU Job: status {status}: {body}"
+    );
+    let message = body["message"].as_str().unwrap_or_default();
+    for part in [
+        "maximum 4",
+        "exemption \"wandb-image-builds\" does not apply",
+        "a label alone exempts nothing",
+    ] {
+        ensure!(message.contains(part), "message {message:?} lacks {part:?}");
+    }
+    ensure!(
+        ctx.get(&job, "disguised").await?.is_none(),
+        "the denied Job was stored"
+    );
+
+    grant_agent(ctx).await?;
+    let (status, body, warnings) = ctx
+        .create_raw_as(&labelled_job("image-build"), false, Some(AGENT))
+        .await?;
+    ensure!(
+        status == 201,
+        "the agent's image build: status {status}: {body}"
+    );
+    ensure!(
+        body.pointer("/metadata/annotations/launchgate.io~1mutations")
+            .is_none(),
+        "the exempt image build was mutated: {body}"
+    );
+    ensure!(warnings.is_empty(), "warnings {warnings:?}");
+
+    let mut unlabelled = labelled_job("agent-over-limit");
+    unlabelled["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("wandb");
+    unlabelled["spec"]["template"]["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("wandb");
+    let (status, body, _) = ctx.create_raw_as(&unlabelled, true, Some(AGENT)).await?;
+    ensure!(
+        status == 403,
+        "the agent's over-limit Job without the label: status {status}: {body}"
+    );
+    Ok(())
+}
