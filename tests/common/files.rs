@@ -88,7 +88,7 @@ pub fn queue_config_path(name: &str) -> String {
     path_string(root().join("tests/fixtures/wandb-queues").join(name))
 }
 
-/// The CRD fixtures (the Volcano Job, the PyTorchJob, the PolicyReport), sorted.
+/// The CRD fixtures of `tests/fixtures/crds` (the PolicyReport the audit writes), sorted.
 pub fn crd_paths() -> Vec<PathBuf> {
     let dir = root().join("tests/fixtures/crds");
     let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -97,6 +97,62 @@ pub fn crd_paths() -> Vec<PathBuf> {
         .collect();
     out.sort();
     out
+}
+
+/// Where the real upstream CRDs are (Volcano, PyTorchJob v1, Trainer v2, JobSet, Kueue, with
+/// their full schemas, so the API server prunes as in production): `$LAUNCHGATE_E2E_CRDS`, else
+/// `../shared/k8s/crds` next to the repository.
+pub fn upstream_crd_dir() -> PathBuf {
+    std::env::var_os("LAUNCHGATE_E2E_CRDS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/k8s/crds"))
+}
+
+/// The upstream CRDs of [`upstream_crd_dir`] as text (`*.yaml`, or `*.yaml.xz` unpacked with
+/// `xz -dc`), sorted by file name.
+pub fn upstream_crds() -> Result<Vec<(String, String)>, String> {
+    let dir = upstream_crd_dir();
+    let entries = std::fs::read_dir(&dir).map_err(|e| {
+        format!(
+            "{}: {e} (the real upstream CRDs; set LAUNCHGATE_E2E_CRDS)",
+            dir.display()
+        )
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.to_string_lossy();
+            name.ends_with(".yaml") || name.ends_with(".yaml.xz")
+        })
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = if name.ends_with(".xz") {
+            let unpacked = std::process::Command::new("xz")
+                .arg("-dc")
+                .arg(&path)
+                .output()
+                .map_err(|e| format!("xz -dc {}: {e}", path.display()))?;
+            if !unpacked.status.success() {
+                return Err(format!(
+                    "xz -dc {}: {}",
+                    path.display(),
+                    String::from_utf8_lossy(&unpacked.stderr)
+                ));
+            }
+            String::from_utf8(unpacked.stdout).map_err(|e| format!("{name}: {e}"))?
+        } else {
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?
+        };
+        out.push((name, text));
+    }
+    if out.is_empty() {
+        return Err(format!("{}: no CRDs", dir.display()));
+    }
+    Ok(out)
 }
 
 /// The CRD fixture `name` as written.

@@ -167,17 +167,20 @@ async fn set_up(target: &Target) -> Result<Suite> {
     })
 }
 
-/// The CRDs of `tests/fixtures/crds`: the Volcano Job and the PyTorchJob, minimal and
-/// schemaless (no Volcano or training-operator controller runs: the suite creates their pods as
-/// they would), and the wgpolicyk8s.io PolicyReport the audit writes.
+/// The real upstream CRDs (Volcano Job, PyTorchJob v1, Trainer v2, JobSet, Kueue; full schemas,
+/// so the API server defaults and prunes as in production — no controller of theirs runs: the
+/// tests create their pods as they would) and the wgpolicyk8s.io PolicyReport the audit writes.
 async fn install_crds(client: &kube::Client) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    let mut names = Vec::new();
+    let mut texts = common::upstream_crds().map_err(anyhow::Error::msg)?;
     for path in common::crd_paths() {
+        texts.push((path.display().to_string(), std::fs::read_to_string(&path)?));
+    }
+    let mut names = Vec::new();
+    for (file, text) in texts {
         let crd: CustomResourceDefinition =
-            serde_norway::from_str(&std::fs::read_to_string(&path)?)
-                .with_context(|| path.display().to_string())?;
+            serde_norway::from_str(&text).with_context(|| file.clone())?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         if api.get_opt(&name).await?.is_none() {
             api.create(&Default::default(), &crd).await?;
