@@ -53,14 +53,33 @@ fn pods_made_by_a_validated_job_are_not_re_judged_on_workload_rules() {
         "the Job is valid"
     );
 
-    // Its pod as the Job controller creates it: generateName, no name, the owner reference,
-    // no pod-level deadline, 1 GPU.
+    // Its pod as the Job controller creates it: sent by the controller's identity,
+    // generateName, no name, the owner reference and the Job's controller-uid label, no
+    // pod-level deadline, 1 GPU.
     let mut pod = fixture_json("create-pod-launch-acme-mnist-mzxkz.json");
+    pod["request"]["userInfo"] =
+        json!({"username": "system:serviceaccount:kube-system:job-controller"});
     pod["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
         json!("1");
     assert!(pod["request"]["object"]["metadata"].get("name").is_none());
     let response = validate_response(&policy, &pod);
     assert_eq!(response["allowed"], true, "{response}");
+
+    // The same pod, owner reference and labels included, sent by a user: the claim is not
+    // verifiable, so every rule applies, and the denial says why.
+    let mut claimed = pod.clone();
+    claimed["request"]["userInfo"] = json!({"username": "alice", "groups": ["team-a"]});
+    let response = validate_response(&policy, &claimed);
+    let lines = denial(&response);
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(
+        lines[1].contains("activeDeadlineSeconds is not set"),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[2].contains("names Job") && lines[2].contains(r#"sent by "alice""#),
+        "{lines:#?}"
+    );
 
     // The same pod created by hand is a workload of its own: every rule applies.
     let mut bare = pod.clone();
@@ -91,11 +110,23 @@ fn pods_made_by_a_validated_job_are_not_re_judged_on_workload_rules() {
 #[test]
 fn pods_of_volcano_and_pytorch_jobs_are_per_pod_checked_too() {
     let policy = limits_policy("gpu-queue", WORKLOAD_RULES);
-    for (api_version, kind) in [
-        ("batch.volcano.sh/v1alpha1", "Job"),
-        ("kubeflow.org/v1", "PyTorchJob"),
+    for (api_version, kind, controller, label) in [
+        (
+            "batch.volcano.sh/v1alpha1",
+            "Job",
+            "system:serviceaccount:volcano-system:volcano-controllers",
+            "volcano.sh/job-name",
+        ),
+        (
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "system:serviceaccount:kubeflow:training-operator",
+            "training.kubeflow.org/job-name",
+        ),
     ] {
         let mut pod = fixture_json("create-pod-wandb-job-run42-worker-0.json");
+        pod["request"]["userInfo"] = json!({"username": controller});
+        pod["request"]["object"]["metadata"]["labels"][label] = json!("wandb-job-run42");
         pod["request"]["object"]["metadata"]["ownerReferences"] = json!([{
             "apiVersion": api_version, "kind": kind, "name": "wandb-job-run42",
             "uid": "0b6e2b7e-1c0c-4c5e-9a51-0c6d7b1d2f11", "controller": true,
@@ -105,7 +136,9 @@ fn pods_of_volcano_and_pytorch_jobs_are_per_pod_checked_too() {
         assert_eq!(response["allowed"], true, "{kind}: {response}");
         // An UPDATE of such a pod (a controller removing a finalizer) is not re-judged either.
         let mut update = fixture_json("update-pod-wandb-job-run42-worker-0.json");
+        update["request"]["userInfo"] = json!({"username": controller});
         for object in ["object", "oldObject"] {
+            update["request"][object]["metadata"]["labels"][label] = json!("wandb-job-run42");
             update["request"][object]["metadata"]["ownerReferences"] =
                 pod["request"]["object"]["metadata"]["ownerReferences"].clone();
         }

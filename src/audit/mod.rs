@@ -188,8 +188,10 @@ impl AuditReport {
     }
 }
 
-/// True when a pod belongs to a Job, a Volcano Job or a PyTorchJob: its launch owner is judged
-/// instead (as the webhook judged the owner when it was submitted).
+/// True when a pod's controller (the owner reference with `controller: true`) is a Job, a
+/// Volcano Job or a PyTorchJob: its launch owner is judged instead (as the webhook judged the
+/// owner when it was submitted). An owner reference without `controller: true` makes no pod
+/// its workload's, for the webhook as here: such a pod is judged on its own.
 pub(crate) fn has_launch_owner(pod: &Value) -> bool {
     let Some(owners) = pod
         .pointer("/metadata/ownerReferences")
@@ -198,6 +200,9 @@ pub(crate) fn has_launch_owner(pod: &Value) -> bool {
         return false;
     };
     owners.iter().any(|o| {
+        if o.get("controller").and_then(Value::as_bool) != Some(true) {
+            return false;
+        }
         let api_version = o.get("apiVersion").and_then(Value::as_str).unwrap_or("");
         let kind = o.get("kind").and_then(Value::as_str).unwrap_or("");
         let group = api_version.split_once('/').map_or("", |(g, _)| g);
@@ -221,15 +226,13 @@ fn meta_str(object: &Value, key: &str) -> String {
 /// `None` when it is not a launch workload (or a pod with a launch owner).
 ///
 /// List responses leave `apiVersion`/`kind` off their items; they are filled in from `listed`.
-/// `status` and `managedFields` are dropped first: the webhook never sees them on a CREATE.
+/// `status` is dropped first: the webhook never sees it on a CREATE. `managedFields` stay: they
+/// record what a server-side apply wrote, which the webhook reads as the user's intent.
 pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Option<AuditEntry> {
     let map = object.as_object_mut()?;
     map.insert("apiVersion".into(), Value::String(listed.api_version()));
     map.insert("kind".into(), Value::String(listed.kind.into()));
     map.remove("status");
-    if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
     if listed.kind == "Pod" && listed.group.is_empty() && has_launch_owner(&object) {
         return None;
     }
@@ -497,14 +500,47 @@ mod tests {
     }
 
     #[test]
+    fn server_side_apply_intent_is_judged_as_the_webhook_judges_it() {
+        let strict = Policy::from_yaml(
+            &crate::policy::DEFAULT_CONFIG_YAML.replace("strict: false", "strict: true"),
+        )
+        .unwrap();
+        // backoffLimit 6 as a server-side apply wrote it: the webhook kept it (the user's), so
+        // the strict template (backoffLimit 0) is broken.
+        let mut applied = listed_job("applied", "2");
+        applied["spec"]["backoffLimit"] = json!(6);
+        let limits =
+            &mut applied["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"];
+        limits["cpu"] = json!("4");
+        limits["memory"] = json!("12Gi");
+        applied["metadata"]["managedFields"] = json!([{"manager": "argocd", "operation": "Apply",
+            "apiVersion": "batch/v1", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {"f:backoffLimit": {}}}}]);
+        let e = evaluate(&strict, &JOB, applied.clone()).unwrap();
+        assert_eq!(e.result, AuditResult::Fail, "{e:?}");
+        assert!(e.message.contains("backoffLimit"), "{}", e.message);
+        // The same value recorded only by an Update (the API server's default): replaced, so
+        // the contract holds.
+        applied["metadata"]["managedFields"][0]["operation"] = json!("Update");
+        let e = evaluate(&strict, &JOB, applied).unwrap();
+        assert_eq!(e.result, AuditResult::Pass, "{e:?}");
+    }
+
+    #[test]
     fn pods_of_a_launch_owner_and_other_objects_are_not_judged() {
         let policy = Policy::embedded_default();
         let mut pod = json!({"metadata": {"name": "p", "namespace": "wandb",
                 "labels": {"wandb.ai/monitor": "true"},
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}]},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u",
+                    "controller": true}]},
             "spec": {"containers": [{"name": "main", "image": "acme/train:1"}]}});
         assert!(has_launch_owner(&pod));
         assert!(evaluate(&policy, &POD, pod.clone()).is_none());
+        // An owner that is not its controller does not make it the Job's pod.
+        let mut not_controlled = pod.clone();
+        not_controlled["metadata"]["ownerReferences"][0]["controller"] = json!(false);
+        assert!(!has_launch_owner(&not_controlled));
+        assert!(evaluate(&policy, &POD, not_controlled).is_some());
         // The same pod without an owner is judged.
         pod["metadata"]
             .as_object_mut()

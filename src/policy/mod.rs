@@ -5,9 +5,11 @@
 
 mod exemption;
 mod json_schema;
+mod owner;
 mod resolve;
 
 pub use exemption::{Exemption, Requester};
+pub use owner::{OwnerClaim, owner_claim};
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
 pub(crate) use resolve::WorkloadMatch;
@@ -75,6 +77,11 @@ pub struct MatchRules {
     pub exclude_labels: Option<serde_json::Value>,
     /// Container names that are sidecars, never the training container.
     pub sidecar_containers: Vec<String>,
+    /// Who creates the pods of each workload kind (`Job`, `VolcanoJob`, `PyTorchJob`: the
+    /// usernames the controllers run as; `*` and `?` are wildcards). A pod naming such an
+    /// owner as its controller is judged as that workload's pod only when one of these sends
+    /// it.
+    pub pod_creators: BTreeMap<String, Vec<String>>,
 }
 
 impl Default for MatchRules {
@@ -91,6 +98,7 @@ impl Default for MatchRules {
                 ..Exemption::default()
             }],
             exclude_labels: None,
+            pod_creators: owner::default_pod_creators(),
             sidecar_containers: vec!["istio-proxy".into(), "linkerd-proxy".into()],
         }
     }
@@ -205,6 +213,11 @@ impl Policy {
         exemption::check_all(
             &config.match_rules.exemptions,
             "match.exemptions",
+            &mut errors,
+        );
+        owner::check_pod_creators(
+            &config.match_rules.pod_creators,
+            "match.podCreators",
             &mut errors,
         );
         let mut queues = BTreeMap::new();

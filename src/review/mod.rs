@@ -9,8 +9,8 @@ use crate::admission::{
 };
 use crate::cluster::ClusterView;
 use crate::mutate::{self, Findings, MutationContext};
-use crate::policy::{Exemption, Policy, Queue, Requester, WorkloadMatch};
-use crate::validate::{self, Enforcement};
+use crate::policy::{Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch, owner_claim};
+use crate::validate::{self, Enforcement, Scope};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -338,7 +338,9 @@ fn decide_object(
     }
     summary.queue = Some(queue.name.clone());
     describe_request(&mut summary, request, &object);
-    let not_applied: Vec<String> = global
+    // Why something that looks like it takes the object out of a rule does not: shown as
+    // warnings, and under a denial's violations.
+    let mut notes: Vec<String> = global
         .not_applied
         .into_iter()
         .chain(own.not_applied)
@@ -353,16 +355,29 @@ fn decide_object(
     };
     let mut findings = Findings::default();
     findings.warnings.extend(resolution.warning.clone());
-    findings.warnings.extend(not_applied.iter().cloned());
     let mut decision = match endpoint {
-        Endpoint::Mutate => mutate_decision(&ctx, &mut object, original, findings, summary),
-        Endpoint::Validate => validate_decision(&ctx, queue, &object, findings, summary),
+        Endpoint::Mutate => {
+            findings.warnings.extend(notes.iter().cloned());
+            mutate_decision(&ctx, &mut object, original, findings, summary)
+        }
+        Endpoint::Validate => {
+            let creators = &policy.config.match_rules.pod_creators;
+            let scope = match owner_claim(kind, &object, &who, creators) {
+                OwnerClaim::Verified(_) => Scope::PerPod,
+                OwnerClaim::None => Scope::Workload,
+                OwnerClaim::Unverified(why) => {
+                    notes.push(why);
+                    Scope::Workload
+                }
+            };
+            findings.warnings.extend(notes.iter().cloned());
+            validate_decision(&ctx, queue, &object, scope, findings, summary)
+        }
     };
-    // A denial says why an exemption the object looks like it has did not apply.
-    if !not_applied.is_empty()
+    if !notes.is_empty()
         && let Some(status) = decision.response.status.as_mut()
     {
-        for why in &not_applied {
+        for why in &notes {
             status.message.push('\n');
             status.message.push_str(why);
         }
@@ -492,6 +507,7 @@ fn validate_decision(
     ctx: &MutationContext<'_>,
     queue: &Queue,
     object: &Value,
+    scope: Scope,
     mut findings: Findings,
     mut summary: ReviewSummary,
 ) -> Decision {
@@ -512,6 +528,7 @@ fn validate_decision(
             old_object: ctx.request.old_object.as_ref(),
             namespace: ctx.request.namespace.as_deref(),
             operation: &ctx.request.operation,
+            scope,
         },
         ctx.sidecars,
     );

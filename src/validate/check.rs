@@ -21,8 +21,8 @@ use std::collections::{BTreeSet, HashSet};
 /// block: it becomes a warning, so labels and finalizers of an already-violating object
 /// can still be changed. Other operations are not checked.
 ///
-/// A Pod made by a controller launchgate validates (see [`validated_owner`]) is checked on
-/// the per-pod rules only ([`Scope::PerPod`]). `sidecars` are the container names that are
+/// A Pod its workload's controller made (the caller verified it: `candidate.scope`) is checked
+/// on the per-pod rules only ([`Scope::PerPod`]). `sidecars` are the container names that are
 /// never "the training container" (`match.sidecarContainers`).
 pub fn check_limits(
     queue_name: &str,
@@ -36,6 +36,7 @@ pub fn check_limits(
         old_object,
         namespace,
         operation,
+        scope,
     } = *candidate;
     let mut report = LimitReport {
         enforcement: limits.enforcement,
@@ -44,10 +45,6 @@ pub fn check_limits(
     if !matches!(operation, Operation::Create | Operation::Update) || limits.is_empty() {
         return report;
     }
-    let scope = match validated_owner(kind, object) {
-        Some(_) => Scope::PerPod,
-        None => Scope::Workload,
-    };
     let found = limits.violations(
         queue_name,
         Subject {
@@ -99,6 +96,8 @@ pub struct Candidate<'a> {
     pub old_object: Option<&'a Value>,
     pub namespace: Option<&'a str>,
     pub operation: &'a Operation,
+    /// Which rules apply: [`Scope::PerPod`] only for a pod verified as its workload's.
+    pub scope: Scope,
 }
 
 /// What is checked, and how.
@@ -113,37 +112,14 @@ struct Subject<'a> {
 /// Which of the queue's rules an object is checked on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
-    /// Every rule: a workload (Job, Volcano Job, PyTorchJob) or a Pod made by a person.
+    /// Every rule: a workload (Job, Volcano Job, PyTorchJob), or a Pod not verified as made
+    /// by its workload's controller.
     Workload,
     /// The per-pod rules only — template variables and `fields` inside the pod template,
     /// the envelope on every container, registries, namespaces — for a Pod whose workload
     /// was already checked on the workload rules (deadline, totals, the strict template
     /// contract, everything at the object's root).
     PerPod,
-}
-
-/// The kind of the controller that made `object`, when `object` is a Pod whose controller
-/// owner reference (`controller: true`) names a kind launchgate's validating webhook is
-/// registered for: batch/v1 Job, `batch.volcano.sh/v1alpha1` Job or `kubeflow.org/v1`
-/// PyTorchJob.
-///
-/// The core has no cluster access, so "its workload was already validated" means: the owner
-/// is of a kind whose CREATE went through this same webhook (`failurePolicy: Fail`), where
-/// the workload rules were checked on the pod template the controller copies. A Pod that
-/// only pretends to have such an owner gains nothing lasting: the garbage collector deletes
-/// a pod whose owner does not exist, and the per-pod rules still apply to it. The owner
-/// name is not needed (controller-made pods arrive with `generateName` and no name).
-pub fn validated_owner(kind: WorkloadKind, object: &Value) -> Option<WorkloadKind> {
-    if kind != WorkloadKind::Pod {
-        return None;
-    }
-    object
-        .pointer("/metadata/ownerReferences")?
-        .as_array()?
-        .iter()
-        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-        .find_map(WorkloadKind::of_object)
-        .filter(|k| k.is_job())
 }
 
 /// Most lines reported per kind; an object with thousands of violating containers gets a
@@ -693,6 +669,16 @@ mod tests {
         kind: WorkloadKind,
         object: &Value,
     ) -> Vec<String> {
+        violations_in_scope(limits_yaml, kind, object, Scope::Workload)
+    }
+
+    /// [`violations_of`] on the rules of `scope`.
+    pub(crate) fn violations_in_scope(
+        limits_yaml: &str,
+        kind: WorkloadKind,
+        object: &Value,
+        scope: Scope,
+    ) -> Vec<String> {
         let limits: String = limits_yaml
             .lines()
             .map(|l| format!("      {l}\n"))
@@ -706,6 +692,7 @@ mod tests {
             old_object: None,
             namespace: Some("ns"),
             operation: &Operation::Create,
+            scope,
         };
         check_limits(
             &queue.name,
@@ -830,63 +817,44 @@ totals:
   nvidia.com/gpu: {minimum: 2}
 maxActiveDeadlineSeconds: 3600
 allowedRegistries: [ghcr.io/acme]"#;
-        let pod = |gpus: i64, owner: Value| {
+        let pod = |gpus: i64| {
             json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"generateName": "train-", "ownerReferences": owner},
+                "metadata": {"generateName": "train-"},
                 "spec": {"restartPolicy": "Never", "containers": [{"name": "c",
                     "image": "ghcr.io/acme/train:1",
                     "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
         };
-        let owned_by = |api_version: &str, kind: &str, controller: bool| {
-            json!([{"apiVersion": api_version, "kind": kind, "name": "train", "uid": "u",
-                "controller": controller}])
-        };
-        // A pod of a Job (its parallelism, totals, deadline and contract were checked on the
-        // Job): allowed.
-        for (api_version, kind) in [
-            ("batch/v1", "Job"),
-            ("batch.volcano.sh/v1alpha1", "Job"),
-            ("kubeflow.org/v1", "PyTorchJob"),
-        ] {
-            let owner = owned_by(api_version, kind, true);
-            assert_eq!(
-                violations_of(limits, WorkloadKind::Pod, &pod(1, owner)),
-                Vec::<String>::new(),
-                "{api_version} {kind}"
-            );
-        }
+        // A pod verified as its Job's (its parallelism, totals, deadline and contract were
+        // checked on the Job): allowed.
+        assert_eq!(
+            violations_in_scope(limits, WorkloadKind::Pod, &pod(1), Scope::PerPod),
+            Vec::<String>::new(),
+        );
         // Per-pod rules still hold for it.
-        let mut over = pod(8, owned_by("batch/v1", "Job", true));
+        let mut over = pod(8);
         over["spec"]["containers"][0]["image"] = json!("docker.io/evil/x");
         assert_eq!(
-            violations_of(limits, WorkloadKind::Pod, &over),
+            violations_in_scope(limits, WorkloadKind::Pod, &over, Scope::PerPod),
             vec![
                 r#"queue "q": spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#,
                 r#"queue "q": spec.containers[0].image="docker.io/evil/x" is not from an allowed registry (allowedRegistries: ghcr.io/acme)"#,
             ]
         );
-        // Not made by a controller launchgate validates: every rule.
-        for owner in [
-            json!(null),
-            owned_by("batch/v1", "Job", false),
-            owned_by("apps/v1", "ReplicaSet", true),
-            owned_by("batch/v2", "Job", true),
-        ] {
-            let found = violations_of(limits, WorkloadKind::Pod, &pod(1, owner.clone()));
-            assert_eq!(found.len(), 4, "{owner}: {found:#?}");
-            assert!(
-                found
-                    .iter()
-                    .any(|v| v.contains("spec.parallelism is missing"))
-            );
-            assert!(found.iter().any(|v| v.contains("metadata.name is missing")));
-            assert!(found.iter().any(|v| v.contains("(totals)")));
-            assert!(
-                found
-                    .iter()
-                    .any(|v| v.contains("activeDeadlineSeconds is not set"))
-            );
-        }
+        // Any other pod: every rule.
+        let found = violations_of(limits, WorkloadKind::Pod, &pod(1));
+        assert_eq!(found.len(), 4, "{found:#?}");
+        assert!(
+            found
+                .iter()
+                .any(|v| v.contains("spec.parallelism is missing"))
+        );
+        assert!(found.iter().any(|v| v.contains("metadata.name is missing")));
+        assert!(found.iter().any(|v| v.contains("(totals)")));
+        assert!(
+            found
+                .iter()
+                .any(|v| v.contains("activeDeadlineSeconds is not set"))
+        );
     }
 
     #[test]

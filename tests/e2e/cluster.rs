@@ -214,7 +214,9 @@ impl ControlPlane {
                     pki.sa_key.display()
                 ),
                 format!("--root-ca-file={}", pki.ca.display()),
-                "--use-service-account-credentials=false".into(),
+                // Each controller acts as its own service account, as on kubeadm clusters: the
+                // Job controller's pods come from system:serviceaccount:kube-system:job-controller.
+                "--use-service-account-credentials=true".into(),
                 "--secure-port=0".into(),
                 "--bind-address=127.0.0.1".into(),
                 // The Job controller creates a burst of pods quickly (its own rate, not the

@@ -91,6 +91,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(semantics::torchrun_twins_follow_the_effective_env),
         e2e!(semantics::only_pytorch_workloads_get_pytorch_env),
         e2e!(trust::a_label_exempts_only_with_its_requester),
+        e2e!(trust::a_claimed_owner_is_not_trusted),
     ]
 }
 

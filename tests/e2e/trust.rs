@@ -2,6 +2,7 @@
 //! the request, as the API server authenticated it.
 
 use crate::ctx::{Ctx, manifest};
+use crate::webhook::DEADLINE_QUEUE;
 use anyhow::{Result, ensure};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, PostParams};
@@ -109,5 +110,41 @@ pub async fn a_label_exempts_only_with_its_requester(ctx: &Ctx) -> Result<()> {
         status == 403,
         "the agent's over-limit Job without the label: status {status}: {body}"
     );
+    Ok(())
+}
+
+/// A bare Pod that names an existing (suspended, decoy) Job as its controller, with the Job's
+/// labels copied, is judged on every rule of its queue: only the Job controller's pods are
+/// judged as the Job's.
+pub async fn a_claimed_owner_is_not_trusted(ctx: &Ctx) -> Result<()> {
+    let mut job = manifest("job-demo.yaml");
+    job["metadata"]["name"] = json!("decoy");
+    job["metadata"]["labels"]["queue"] = json!(DEADLINE_QUEUE);
+    job["spec"]["activeDeadlineSeconds"] = json!(3600);
+    job["spec"]["suspend"] = json!(true);
+    let job = ctx.create(&job, false).await?;
+    let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
+    let mut pod = ctx.launch_pod("claims-decoy");
+    pod["metadata"]["labels"]["queue"] = json!(DEADLINE_QUEUE);
+    for key in ["batch.kubernetes.io/controller-uid", "controller-uid"] {
+        pod["metadata"]["labels"][key] = json!(uid);
+    }
+    pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] = json!("decoy");
+    pod["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "batch/v1", "kind": "Job", "name": "decoy", "uid": uid,
+        "controller": true, "blockOwnerDeletion": true,
+    }]);
+    let (status, body, _) = ctx.create_raw(&pod, false).await?;
+    ensure!(
+        status == 403,
+        "a bare pod claiming a Job owner skipped the deadline rule: status {status}: {body}"
+    );
+    let message = body["message"].as_str().unwrap_or_default();
+    for part in [
+        "activeDeadlineSeconds",
+        "names Job \"decoy\" as its controller",
+    ] {
+        ensure!(message.contains(part), "message {message:?} lacks {part:?}");
+    }
     Ok(())
 }

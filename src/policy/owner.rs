@@ -1,0 +1,277 @@
+//! Is a pod its workload's, made by that workload's controller?
+//!
+//! Whoever creates a pod writes its owner references and labels: a bare Pod can name any Job
+//! (a suspended decoy) as its controller. A pod is judged as controller-made — on the per-pod
+//! rules only, its workload having been judged on the workload rules — only when the claim is
+//! verifiable: the request comes from the controller of the owner's kind (`match.podCreators`,
+//! an identity a tenant cannot take) and the pod carries the labels that controller writes for
+//! that very owner. Anything else is judged on every rule.
+
+use super::exemption::Requester;
+use crate::error::ConfigError;
+use crate::workload::{self, WorkloadKind};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use wildmatch::WildMatch;
+
+/// The kinds whose pods a controller creates, as `match.podCreators` names them.
+pub const OWNER_KINDS: [WorkloadKind; 3] = [
+    WorkloadKind::BatchJob,
+    WorkloadKind::VolcanoJob,
+    WorkloadKind::PyTorchJob,
+];
+
+/// The default `match.podCreators`: the identities the upstream controllers run as.
+pub fn default_pod_creators() -> BTreeMap<String, Vec<String>> {
+    BTreeMap::from([
+        (
+            WorkloadKind::BatchJob.as_str().to_string(),
+            vec![
+                // kube-controller-manager with --use-service-account-credentials (kubeadm,
+                // most distributions), and without it.
+                "system:serviceaccount:kube-system:job-controller".to_string(),
+                "system:kube-controller-manager".to_string(),
+            ],
+        ),
+        (
+            WorkloadKind::VolcanoJob.as_str().to_string(),
+            vec!["system:serviceaccount:volcano-system:volcano-controllers".to_string()],
+        ),
+        (
+            WorkloadKind::PyTorchJob.as_str().to_string(),
+            vec!["system:serviceaccount:kubeflow:training-operator".to_string()],
+        ),
+    ])
+}
+
+/// Checks `match.podCreators` at `at`.
+pub fn check_pod_creators(
+    creators: &BTreeMap<String, Vec<String>>,
+    at: &str,
+    errors: &mut Vec<ConfigError>,
+) {
+    for (kind, users) in creators {
+        let here = format!("{at}.{kind}");
+        if !OWNER_KINDS.iter().any(|k| k.as_str() == kind) {
+            let known: Vec<&str> = OWNER_KINDS.iter().map(|k| k.as_str()).collect();
+            errors.push(ConfigError::new(
+                here.clone(),
+                format!("unknown workload kind; one of {}", known.join(", ")),
+            ));
+        }
+        for (i, user) in users.iter().enumerate() {
+            if user.is_empty() || user.chars().all(|c| c == '*') {
+                errors.push(ConfigError::new(
+                    format!("{here}[{i}]"),
+                    "a pod creator names the controller's user; this matches everyone, so any pod could claim an owner",
+                ));
+            }
+        }
+    }
+}
+
+/// What a pod's controller owner reference is worth.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerClaim {
+    /// No controller owner of a launch kind (a bare pod, or another controller's): every rule.
+    None,
+    /// Verified: the owner's controller sent it, with the owner's labels. Per-pod rules only.
+    Verified(WorkloadKind),
+    /// Claimed but not verifiable: every rule, and why in a warning.
+    Unverified(String),
+}
+
+/// The pod label (or annotation) the owner's controller sets to the owner's identity, and which
+/// field of the owner reference it must equal.
+fn owner_mark(kind: WorkloadKind) -> (&'static [&'static str], &'static str) {
+    match kind {
+        // The Job's generated selector: every pod it selects carries the Job's uid.
+        WorkloadKind::BatchJob => (
+            &["batch.kubernetes.io/controller-uid", "controller-uid"],
+            "uid",
+        ),
+        WorkloadKind::VolcanoJob => (&["volcano.sh/job-name"], "name"),
+        WorkloadKind::PyTorchJob => (&["training.kubeflow.org/job-name"], "name"),
+        WorkloadKind::Pod => (&[], "uid"),
+    }
+}
+
+/// Judges the controller owner reference of `object` (a `kind`) for a request from `who`,
+/// with the configured pod creators.
+pub fn owner_claim(
+    kind: WorkloadKind,
+    object: &Value,
+    who: &Requester<'_>,
+    creators: &BTreeMap<String, Vec<String>>,
+) -> OwnerClaim {
+    if kind != WorkloadKind::Pod {
+        return OwnerClaim::None;
+    }
+    let Some((owner_kind, owner)) = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .find_map(|r| Some((WorkloadKind::of_object(r)?, r)))
+        .filter(|(k, _)| k.is_job())
+    else {
+        return OwnerClaim::None;
+    };
+    fn text(v: Option<&Value>) -> &str {
+        v.and_then(Value::as_str).unwrap_or_default()
+    }
+    let owner_name = text(owner.get("name"));
+    let claimed = format!("{} {owner_name:?}", owner_kind.as_str());
+    let allowed = creators
+        .get(owner_kind.as_str())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if !allowed
+        .iter()
+        .any(|p| WildMatch::new(p).matches(who.username))
+    {
+        let sender = if who.username.is_empty() {
+            "a request with no user".to_string()
+        } else {
+            format!("{:?}", who.username)
+        };
+        return OwnerClaim::Unverified(format!(
+            "launchgate: the pod names {claimed} as its controller but is sent by {sender}, not by that kind's controller ({}); it is judged on every rule of its queue",
+            if allowed.is_empty() {
+                "none configured in match.podCreators".to_string()
+            } else {
+                allowed.join(", ")
+            }
+        ));
+    }
+    let (keys, field) = owner_mark(owner_kind);
+    let expected = text(owner.get(field));
+    let marked = !expected.is_empty()
+        && object.as_object().is_some_and(|pod| {
+            keys.iter().any(|k| {
+                workload::label(pod, k) == Some(expected)
+                    || workload::annotation(pod, k) == Some(expected)
+            })
+        });
+    if marked {
+        OwnerClaim::Verified(owner_kind)
+    } else {
+        OwnerClaim::Unverified(format!(
+            "launchgate: the pod names {claimed} as its controller but does not carry {} = the owner's {field}; it is judged on every rule of its queue",
+            keys.join(" or ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const JOB_CONTROLLER: &str = "system:serviceaccount:kube-system:job-controller";
+
+    fn pod(owner_kind: &str, api_version: &str, labels: Value) -> Value {
+        json!({"metadata": {"generateName": "train-", "labels": labels,
+            "ownerReferences": [{"apiVersion": api_version, "kind": owner_kind, "name": "train",
+                "uid": "u-1", "controller": true}]}})
+    }
+
+    fn claim(object: &Value, user: &str) -> OwnerClaim {
+        let who = Requester {
+            username: user,
+            groups: &[],
+            namespace: "ns",
+        };
+        owner_claim(WorkloadKind::Pod, object, &who, &default_pod_creators())
+    }
+
+    #[test]
+    fn the_controller_with_the_owners_labels_is_verified() {
+        let job_pod = pod(
+            "Job",
+            "batch/v1",
+            json!({"batch.kubernetes.io/controller-uid": "u-1"}),
+        );
+        assert_eq!(
+            claim(&job_pod, JOB_CONTROLLER),
+            OwnerClaim::Verified(WorkloadKind::BatchJob)
+        );
+        assert_eq!(
+            claim(&job_pod, "system:kube-controller-manager"),
+            OwnerClaim::Verified(WorkloadKind::BatchJob)
+        );
+        let vc_pod = pod(
+            "Job",
+            "batch.volcano.sh/v1alpha1",
+            json!({"volcano.sh/job-name": "train"}),
+        );
+        assert_eq!(
+            claim(
+                &vc_pod,
+                "system:serviceaccount:volcano-system:volcano-controllers"
+            ),
+            OwnerClaim::Verified(WorkloadKind::VolcanoJob)
+        );
+    }
+
+    #[test]
+    fn a_claim_from_anyone_else_or_without_the_labels_is_not() {
+        // A tenant's bare pod naming a (decoy) Job, with labels copied from it.
+        let decoy = pod(
+            "Job",
+            "batch/v1",
+            json!({"batch.kubernetes.io/controller-uid": "u-1"}),
+        );
+        let OwnerClaim::Unverified(why) = claim(&decoy, "alice") else {
+            panic!("verified")
+        };
+        assert!(
+            why.contains(r#"Job "train""#) && why.contains(r#""alice""#),
+            "{why}"
+        );
+        assert!(why.contains(JOB_CONTROLLER), "{why}");
+        // The Volcano controller cannot vouch for a batch/v1 Job's pod.
+        assert!(matches!(
+            claim(
+                &decoy,
+                "system:serviceaccount:volcano-system:volcano-controllers"
+            ),
+            OwnerClaim::Unverified(_)
+        ));
+        // The controller's pod must carry the owner's uid.
+        let other = pod(
+            "Job",
+            "batch/v1",
+            json!({"batch.kubernetes.io/controller-uid": "u-2"}),
+        );
+        let OwnerClaim::Unverified(why) = claim(&other, JOB_CONTROLLER) else {
+            panic!("verified")
+        };
+        assert!(why.contains("controller-uid"), "{why}");
+        // Offline (no requester): never verified.
+        assert!(matches!(claim(&decoy, ""), OwnerClaim::Unverified(_)));
+        // No controller owner of a launch kind: no claim at all.
+        let mut plain = decoy.clone();
+        plain["metadata"]["ownerReferences"][0]["controller"] = json!(false);
+        assert_eq!(claim(&plain, "alice"), OwnerClaim::None);
+        plain["metadata"]["ownerReferences"][0]["controller"] = json!(true);
+        plain["metadata"]["ownerReferences"][0]["apiVersion"] = json!("apps/v1");
+        plain["metadata"]["ownerReferences"][0]["kind"] = json!("ReplicaSet");
+        assert_eq!(claim(&plain, "alice"), OwnerClaim::None);
+    }
+
+    #[test]
+    fn pod_creators_are_checked() {
+        let mut errors = Vec::new();
+        let creators = BTreeMap::from([
+            ("Deployment".to_string(), vec!["x".to_string()]),
+            ("Job".to_string(), vec!["*".to_string()]),
+        ]);
+        check_pod_creators(&creators, "match.podCreators", &mut errors);
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert!(text[0].starts_with("match.podCreators.Deployment: unknown workload kind"));
+        assert!(text[1].starts_with("match.podCreators.Job[0]:"));
+    }
+}
