@@ -110,6 +110,10 @@ impl Progress {
     }
 }
 
+/// How often one kind's list is read again after its continue token expired, before the
+/// audit gives up (a cluster compacting faster than a page can be judged).
+const MAX_LIST_RESTARTS: usize = 3;
+
 /// Lists one kind page by page, judging each page before fetching the next.
 async fn audit_kind(
     client: &kube::Client,
@@ -121,16 +125,33 @@ async fn audit_kind(
 ) -> Result<()> {
     let request = kube::core::Request::new(collection_path(kind, opts.namespace.as_deref()));
     let mut continue_token: Option<String> = None;
+    // Where this kind's results start, to list it again from the start when its continue
+    // token expires (410 Gone: the snapshot it paged through was compacted away).
+    let start = (report.entries.len(), report.listed, report.skipped);
+    let mut restarts = 0;
     loop {
         let mut lp = ListParams::default().limit(opts.page_size.max(1));
+        let paging = continue_token.is_some();
         if let Some(token) = continue_token.take() {
             lp = lp.continue_token(&token);
         }
         let req = request.list(&lp)?;
-        let mut page: Value = client
-            .request(req)
-            .await
-            .with_context(|| format!("listing {}", kind.resource_name()))?;
+        let mut page: Value = match client.request(req).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(s)) if s.code == 410 && paging && restarts < MAX_LIST_RESTARTS => {
+                restarts += 1;
+                report.entries.truncate(start.0);
+                (report.listed, report.skipped) = (start.1, start.2);
+                report.notes.push(format!(
+                    "the list of {} expired while paging (410 Gone) and was read again from the start",
+                    kind.resource_name()
+                ));
+                continue;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("listing {}", kind.resource_name()));
+            }
+        };
         let items = match page.get_mut("items").map(Value::take) {
             Some(Value::Array(items)) => items,
             _ => Vec::new(),
@@ -317,10 +338,22 @@ mod tests {
     /// An in-process stand-in for the API server: answers discovery, paginated lists of Jobs
     /// (3 pages), an empty Pod list, 404 for Kubeflow, and records every request.
     fn fake_api(volcano: bool, policy_reports_crd: bool) -> (kube::Client, Seen) {
+        fake_api_expiring(volcano, policy_reports_crd, 0)
+    }
+
+    /// [`fake_api`] whose Job list answers the last page's continue token with 410 Gone the
+    /// first `expirations` times (the token expired between two pages).
+    fn fake_api_expiring(
+        volcano: bool,
+        policy_reports_crd: bool,
+        expirations: usize,
+    ) -> (kube::Client, Seen) {
         let seen: Seen = Arc::default();
         let log = seen.clone();
+        let expired = Arc::new(Mutex::new(0usize));
         let svc = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
             let log = log.clone();
+            let expired = expired.clone();
             async move {
                 let method = req.method().to_string();
                 let uri = req.uri().to_string();
@@ -348,6 +381,18 @@ mod tests {
                         200,
                         json!({"kind": "APIResourceList", "resources": [{"name": "policyreports"}, {"name": "policyreports/status"}]}),
                     ),
+                    ("GET", "/apis/batch/v1/jobs")
+                        if query.contains("continue=p3")
+                            && *expired.lock().unwrap() < expirations =>
+                    {
+                        *expired.lock().unwrap() += 1;
+                        (
+                            410,
+                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                "message": "The provided continue parameter is too old to display a consistent list result.",
+                                "reason": "Expired", "code": 410}),
+                        )
+                    }
                     ("GET", "/apis/batch/v1/jobs") => {
                         let (items, next) = if query.contains("continue=p2") {
                             (vec![job("j2", "8")], "p3")
@@ -454,6 +499,42 @@ mod tests {
             "read-only without --policy-reports CRD"
         );
         assert!(!seen.iter().any(|(_, u, _)| u.contains("pytorchjobs")));
+    }
+
+    #[tokio::test]
+    async fn an_expired_continue_token_restarts_the_list() {
+        let opts = AuditOptions {
+            page_size: 1,
+            ..AuditOptions::default()
+        };
+        let (client, seen) = fake_api_expiring(false, false, 1);
+        let report = run(client, &Policy::embedded_default(), &opts)
+            .await
+            .unwrap();
+        let names: Vec<&str> = report.entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["j1", "j2", "j3"], "each Job once");
+        assert_eq!((report.listed, report.skipped), (4, 1));
+        assert!(
+            report.notes.iter().any(|n| n.contains("410 Gone")),
+            "{:?}",
+            report.notes
+        );
+        let job_lists = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, u, _)| u.starts_with("/apis/batch/v1/jobs"))
+            .count();
+        assert_eq!(
+            job_lists, 6,
+            "three pages, the last expired, then three again"
+        );
+        // A cluster that expires every token: a clear error, not an endless loop.
+        let (client, _) = fake_api_expiring(false, false, usize::MAX);
+        let err = run(client, &Policy::embedded_default(), &opts)
+            .await
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("listing jobs.batch"), "{err:#}");
     }
 
     #[tokio::test]

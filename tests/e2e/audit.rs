@@ -103,3 +103,57 @@ pub async fn audit_reports_what_a_new_config_would_break(ctx: &Ctx) -> Result<()
     );
     Ok(())
 }
+
+/// `audit` judges as the webhook does: a server-side-applied `backoffLimit: 6` is the user's
+/// (kept at admission, so a strict template is broken), and a pod whose owner reference is not
+/// its controller is judged on its own.
+pub async fn audit_judges_as_the_webhook_does(ctx: &Ctx) -> Result<()> {
+    let mut applied = gpu_job("applied", 1);
+    applied["spec"]["backoffLimit"] = json!(6);
+    let stored = ctx.apply(&applied, "argocd").await?;
+    ensure!(
+        stored["spec"]["backoffLimit"] == 6,
+        "the applied backoffLimit was not kept: {}",
+        stored["spec"]
+    );
+    let mut pod = ctx.launch_pod("linked");
+    pod["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "3"}});
+    pod["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "batch/v1", "kind": "Job", "name": "applied",
+        "uid": stored["metadata"]["uid"], "controller": false,
+    }]);
+    ctx.create(&pod, false)
+        .await
+        .context("a 3-GPU pod within today's limit of 4")?;
+
+    let stricter = launchgate::policy::DEFAULT_CONFIG_YAML
+        .replace("strict: false", "strict: true")
+        .replace(
+            "gpus: {type: integer, minimum: 0, maximum: 4, default: 1}",
+            "gpus: {type: integer, minimum: 0, maximum: 2, default: 1}",
+        );
+    let policy = Policy::from_yaml(&stricter).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let opts = AuditOptions {
+        namespace: Some(ctx.ns.clone()),
+        ..AuditOptions::default()
+    };
+    let report = run(ctx.client.clone(), &policy, &opts).await?;
+    let entry = |kind: &str, name: &str| {
+        report
+            .entries
+            .iter()
+            .find(|e| e.name == name && e.kind == kind)
+            .with_context(|| format!("no entry for {kind} {name}: {:?}", report.entries))
+    };
+    let job = entry("Job", "applied")?;
+    ensure!(
+        job.result == AuditResult::Fail && job.message.contains("backoffLimit"),
+        "the applied Job: {job:?}"
+    );
+    let linked = entry("Pod", "linked")?;
+    ensure!(
+        linked.result == AuditResult::Fail && linked.message.contains("exceeds maximum 2"),
+        "the pod with a non-controller owner: {linked:?}"
+    );
+    Ok(())
+}
