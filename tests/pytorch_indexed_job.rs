@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{env_entry, env_value, fixture_request, mutated, pytorch_only, synthetic};
+use common::{
+    env_entry, env_value, fixture_request, indexed_pytorch_queue, mutated, pytorch_only, synthetic,
+};
 use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
 use launchgate::cluster::NoCluster;
@@ -22,7 +24,7 @@ const INDEX_FIELD: &str = "metadata.annotations['batch.kubernetes.io/job-complet
 
 #[test]
 fn recorded_indexed_job_ddp_is_wired_at_job_level() {
-    let policy = Policy::embedded_default();
+    let policy = indexed_pytorch_queue();
     let (job, d) = mutated(&policy, &fixture_request("create-job-ddp.json"), &NoCluster);
     let c = &job["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(env_value(c, "WORLD_SIZE"), Some("3"));
@@ -88,7 +90,7 @@ fn controller_pod(template: &Value, recorded_pod: &Value) -> Value {
 
 #[test]
 fn ddp_pods_inherit_the_wiring_and_need_no_further_pytorch_patch() {
-    let policy = Policy::embedded_default();
+    let policy = indexed_pytorch_queue();
     let (job, _) = mutated(&policy, &fixture_request("create-job-ddp.json"), &NoCluster);
     for name in [
         "create-pod-ddp-0.json",
@@ -402,4 +404,41 @@ fn host_network_pods_declare_the_rendezvous_port_once() {
         .map(|c| c.ports.as_ref().map_or(0, Vec::len))
         .sum();
     assert_eq!(declared, 1);
+}
+
+/// The built-in policy treats an Indexed Job as distributed training only on positive evidence:
+/// a sharded evaluation (64 shards, one at a time, `parallelism: 1` written by the user) is
+/// neither rewritten to 64 pods at once nor denied as "can never rendezvous"; the same Job
+/// started with torchrun is wired, and its explicit parallelism is still never changed.
+#[test]
+fn the_default_policy_leaves_a_sharded_evaluation_alone() {
+    let policy = Policy::embedded_default();
+    let eval = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "eval", "namespace": "wandb", "labels": {"queue": "gpu-queue"}},
+        "spec": {"completionMode": "Indexed", "completions": 64, "parallelism": 1,
+            "template": {"spec": {"restartPolicy": "Never", "subdomain": "eval",
+                "containers": [{"name": "eval", "image": "acme/eval:1",
+                    "command": ["python", "eval.py"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}});
+    let request = synthetic(eval.clone());
+    let (job, d) = mutated(&policy, &request, &NoCluster);
+    assert_eq!(job["spec"]["parallelism"], 1);
+    let c = &job["spec"]["template"]["spec"]["containers"][0];
+    assert!(env_entry(c, "WORLD_SIZE").is_none(), "{c}");
+    assert!(d.response.warnings.is_empty(), "{:?}", d.response.warnings);
+    assert!(run(&policy, Endpoint::Validate, &request).response.allowed);
+
+    let mut ddp = eval;
+    ddp["spec"]["template"]["spec"]["containers"][0]["command"] =
+        json!(["torchrun", "--nnodes=64", "train.py"]);
+    let request = synthetic(ddp);
+    let (job, d) = mutated(&policy, &request, &NoCluster);
+    assert_eq!(job["spec"]["parallelism"], 1, "never the user's parallelism");
+    assert!(
+        d.response.warnings.iter().any(|w| w.contains("set spec.parallelism: 64")),
+        "{:?}",
+        d.response.warnings
+    );
+    let v = run(&policy, Endpoint::Validate, &request);
+    assert!(!v.response.allowed, "a torchrun job that can never rendezvous is denied");
 }

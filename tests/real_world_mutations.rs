@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{decode_patch, fixture_json, review_response};
+use common::{decode_patch, fixture_json, indexed_pytorch_queue, review_response};
 use launchgate::Policy;
 use launchgate::review::Endpoint;
 use serde_json::{Value, json};
@@ -263,7 +263,7 @@ fn backoff_limit_six_owned_by_a_server_side_apply_manager_is_kept() {
 
 #[test]
 fn host_network_indexed_job_gets_cluster_first_with_host_net() {
-    let policy = Policy::embedded_default();
+    let policy = indexed_pytorch_queue();
     // As the API server sends it: dnsPolicy already defaulted to ClusterFirst.
     let review_json = recorded("create-job-ddp.json", |job| {
         job["spec"]["template"]["spec"]["hostNetwork"] = json!(true);
@@ -284,7 +284,7 @@ fn host_network_indexed_job_gets_cluster_first_with_host_net() {
 
 #[test]
 fn host_network_job_whose_user_wrote_cluster_first_is_denied_with_the_reason() {
-    let policy = Policy::embedded_default();
+    let policy = indexed_pytorch_queue();
     let review_json = recorded("create-job-ddp.json", |job| {
         job["spec"]["template"]["spec"]["hostNetwork"] = json!(true);
         server_side_applied(
@@ -385,7 +385,7 @@ fn copy_template_metadata(pod: &mut Value, template: &Value) {
 
 #[test]
 fn generate_name_indexed_job_is_wired_at_pod_admission() {
-    let policy = Policy::embedded_default();
+    let policy = indexed_pytorch_queue();
     let mut job_review = recorded("create-job-ddp.json", |_| {});
     generate_name(&mut job_review, "ddp-");
     let job = mutate(&policy, &job_review);
@@ -635,7 +635,7 @@ fn pytorchjob_nproc_per_node_replaces_the_operators_auto_default() {
 
 #[test]
 fn indexed_job_with_api_defaulted_parallelism_runs_all_ranks_at_once() {
-    let policy = Policy::embedded_default();
+    let policy = indexed_pytorch_queue();
     // `kubectl apply` of completions: 3 without parallelism: the API server stored 1 (the
     // recorded last-applied configuration has parallelism; drop it as the user left it out).
     let review_json = recorded("create-job-ddp.json", |job| {

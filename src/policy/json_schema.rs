@@ -6,7 +6,7 @@
 //! `check-config`.)
 
 use super::Config;
-use crate::topology::{NprocPerNode, QuantityText};
+use crate::topology::{IndexedJobs, NprocPerNode, QuantityText};
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::Value;
@@ -66,6 +66,19 @@ impl JsonSchema for NprocPerNode {
                 {"type": "integer", "minimum": 1, "maximum": u32::MAX},
                 {"type": "string", "pattern": "^(auto|[1-9][0-9]*)$"}
             ]
+        })
+    }
+}
+
+impl JsonSchema for IndexedJobs {
+    fn schema_name() -> Cow<'static, str> {
+        "IndexedJobs".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "false (annotated Jobs only), \"auto\" (Indexed Jobs that show they are PyTorch training) or true (every Indexed Job).",
+            "anyOf": [{"type": "boolean"}, {"type": "string", "enum": ["auto"]}]
         })
     }
 }

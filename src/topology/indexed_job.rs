@@ -1,11 +1,14 @@
-//! A batch/v1 Indexed Job opted in to PyTorch wiring (the Kubernetes "Job with Pod-to-Pod
-//! Communication" pattern): the annotation `launchgate.io/pytorch: "true"` (or `"false"` to opt
-//! out), else the queue's `indexedJobs: true`. Its world size is `completions`, its master
+//! A batch/v1 Indexed Job wired for PyTorch (the Kubernetes "Job with Pod-to-Pod
+//! Communication" pattern) — only on positive evidence that it is distributed training: the
+//! annotation `launchgate.io/pytorch: "true"` (`"false"` opts out), the queue's
+//! `indexedJobs: true` (every Indexed Job of the queue), or with `indexedJobs: auto` a launcher
+//! (torchrun, `python -m torch.distributed.run`, accelerate, deepspeed) in a container's command
+//! or PyTorch env the user set. Its world size is `completions`, its master
 //! `<job>-0.<subdomain>`; it can never rendezvous when it is not Indexed (explicit opt-in only),
 //! has no `completions`, no `subdomain`, or runs fewer pods at once than it has ranks.
 
-use super::{OPT_IN_ANNOTATION, PytorchConfig, host_network_dns_problem, string_at};
-use crate::workload::intent::UserIntent;
+use super::{IndexedJobs, OPT_IN_ANNOTATION, PytorchConfig, host_network_dns_problem, string_at};
+use crate::workload::{self, ContainerRole, intent::UserIntent};
 use serde_json::Value;
 
 /// How a Job came to be wired.
@@ -15,6 +18,8 @@ pub enum OptIn {
     Annotation,
     /// The queue's `indexedJobs: true`.
     Queue,
+    /// The queue's `indexedJobs: auto`, and this evidence that the Job is PyTorch training.
+    Evidence(&'static str),
 }
 
 /// Whether (and how) a batch/v1 Job is opted in.
@@ -26,9 +31,64 @@ pub fn opt_in(cfg: &PytorchConfig, job: &Value) -> Option<OptIn> {
     match annotation.map(str::trim) {
         Some(v) if v.eq_ignore_ascii_case("true") => Some(OptIn::Annotation),
         Some(v) if v.eq_ignore_ascii_case("false") => None,
-        _ if cfg.indexed_jobs => Some(OptIn::Queue),
-        _ => None,
+        _ => match cfg.indexed_jobs {
+            IndexedJobs::All => Some(OptIn::Queue),
+            IndexedJobs::Auto => pytorch_evidence(job).map(OptIn::Evidence),
+            IndexedJobs::Off => None,
+        },
     }
+}
+
+/// Env a PyTorch distributed program reads: set by the user, it says the job is one.
+const PYTORCH_ENV: [&str; 8] = [
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_MASTER_ADDR",
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_BACKEND",
+];
+
+/// What shows that a Job's training containers run PyTorch distributed: a launcher in a
+/// command (`torchrun`, `python -m torch.distributed.run|launch`, `accelerate launch`,
+/// `deepspeed`), else PyTorch rendezvous env. `None`: nothing does.
+pub fn pytorch_evidence(job: &Value) -> Option<&'static str> {
+    let spec = job.pointer("/spec/template/spec")?.as_object()?;
+    let apps =
+        || workload::containers(spec, &[]).filter(|(slot, _)| slot.role == ContainerRole::App);
+    for (_, c) in apps() {
+        let words: Vec<&str> = ["command", "args"]
+            .into_iter()
+            .filter_map(|k| c.get(k).and_then(Value::as_array))
+            .flatten()
+            .filter_map(Value::as_str)
+            .flat_map(|s| s.split(|ch: char| ch.is_whitespace() || ";&|'\"()`".contains(ch)))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for (i, word) in words.iter().enumerate() {
+            let base = word.rsplit('/').next().unwrap_or(word);
+            match base {
+                "torchrun" => return Some("torchrun in a container's command"),
+                "torch.distributed.run" | "torch.distributed.launch" => {
+                    return Some("python -m torch.distributed.run in a container's command");
+                }
+                "deepspeed" => return Some("deepspeed in a container's command"),
+                "accelerate" if words.get(i + 1) == Some(&"launch") => {
+                    return Some("accelerate launch in a container's command");
+                }
+                _ => {}
+            }
+        }
+    }
+    apps()
+        .any(|(_, c)| {
+            PYTORCH_ENV
+                .iter()
+                .any(|n| workload::effective_env(c, n).is_some())
+        })
+        .then_some("PyTorch rendezvous env in a container")
 }
 
 /// What an opted-in Job looks like, or why it cannot be wired.
@@ -48,12 +108,13 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
     let display = display_name(job_name);
     let why_opted = match how {
         OptIn::Annotation => format!("{OPT_IN_ANNOTATION}: \"true\""),
-        OptIn::Queue => "the queue's pytorch.indexedJobs".to_string(),
+        OptIn::Queue => "the queue's pytorch.indexedJobs: true".to_string(),
+        OptIn::Evidence(evidence) => format!("{evidence}, pytorch.indexedJobs: auto"),
     };
     let indexed = job.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
     if !indexed {
         return match how {
-            OptIn::Queue => Shape::NotDistributed,
+            OptIn::Queue | OptIn::Evidence(_) => Shape::NotDistributed,
             OptIn::Annotation => Shape::Unwirable(vec![format!(
                 "{display} asks for PyTorch wiring ({why_opted}) but is not an Indexed Job: set spec.completionMode: Indexed so every pod has a rank"
             )]),
@@ -69,7 +130,7 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
         Some(c) if c >= 1 => {
             if parallelism < c {
                 problems.push(format!(
-                    "{display} (PyTorch wiring via {why_opted}): spec.parallelism {parallelism} < spec.completions {c}, so not all {c} ranks run at once and the job can never rendezvous"
+                    "{display}: spec.parallelism {parallelism} < spec.completions {c}: set spec.parallelism: {c}; not all {c} ranks run at once, so the job can never rendezvous (PyTorch wiring via {why_opted}; launchgate never changes a parallelism you may have written)"
                 ));
             }
         }
@@ -124,16 +185,20 @@ fn display_name(job_name: &str) -> String {
 }
 
 /// The API server defaults an unset `spec.parallelism` to 1 before admission, which would run
-/// the ranks one at a time (never a rendezvous). When the user did not write `parallelism`
-/// ([`UserIntent`]), an opted-in Indexed Job runs all ranks at once: this is the
-/// `parallelism` (= `completions`) the mutation writes, `None` when it writes none.
+/// the ranks one at a time (never a rendezvous). Only when an apply record ([`UserIntent`])
+/// shows the user did not write `parallelism` does an opted-in Indexed Job run all ranks at
+/// once: this is the `parallelism` (= `completions`) the mutation writes, `None` when it writes
+/// none. Without a record an explicit `parallelism: 1` looks exactly like the default, so it is
+/// never changed (a sharded job must not become `completions` pods at once).
 pub fn parallelism_to_write(job: &Value) -> Option<i64> {
     let indexed = job.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
     let completions = job.pointer("/spec/completions").and_then(Value::as_i64);
     let parallelism = job.pointer("/spec/parallelism").and_then(Value::as_i64);
     let completions = completions.filter(|c| *c > 1)?;
+    let intent = UserIntent::of(job);
     let defaulted = indexed
         && matches!(parallelism, None | Some(1))
-        && !UserIntent::of(job).wrote(&["spec", "parallelism"]);
+        && intent.has_records()
+        && !intent.wrote(&["spec", "parallelism"]);
     defaulted.then_some(completions)
 }

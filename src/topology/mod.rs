@@ -106,6 +106,60 @@ impl<'de> Deserialize<'de> for NprocPerNode {
     }
 }
 
+/// `indexedJobs`: which Indexed batch/v1 Jobs of a queue are distributed PyTorch training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndexedJobs {
+    /// `false`: only a Job annotated `launchgate.io/pytorch: "true"`.
+    #[default]
+    Off,
+    /// `auto`: an Indexed Job that shows it is PyTorch training (a launcher such as torchrun,
+    /// accelerate or deepspeed in a container's command, or PyTorch env the user set), or is
+    /// annotated. A sharded evaluation or any other Indexed Job is left alone.
+    Auto,
+    /// `true`: every Indexed Job of the queue (the queue says so explicitly).
+    All,
+}
+
+impl Serialize for IndexedJobs {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            IndexedJobs::Off => s.serialize_bool(false),
+            IndexedJobs::All => s.serialize_bool(true),
+            IndexedJobs::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for IndexedJobs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ModeVisitor;
+        impl Visitor<'_> for ModeVisitor {
+            type Value = IndexedJobs;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(if v {
+                    IndexedJobs::All
+                } else {
+                    IndexedJobs::Off
+                })
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                match v {
+                    "auto" => Ok(IndexedJobs::Auto),
+                    "true" => Ok(IndexedJobs::All),
+                    "false" => Ok(IndexedJobs::Off),
+                    _ => Err(E::custom(format!(
+                        "{v:?} is not one of true, false, \"auto\""
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(ModeVisitor)
+    }
+}
+
 /// A resource quantity written as a YAML string or number (`100m`, `1`, `0.5`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
@@ -237,9 +291,10 @@ pub struct PytorchConfig {
     pub override_user_values: bool,
     /// Also write the torchrun `PET_*` variables.
     pub torchrun: bool,
-    /// Wire every Indexed Job of this queue (a Job can also opt in or out with the
-    /// `launchgate.io/pytorch` annotation).
-    pub indexed_jobs: bool,
+    /// Which Indexed Jobs of this queue are wired: `false` (only annotated ones), `auto` (those
+    /// that show they are PyTorch training), `true` (all). A Job opts in or out with the
+    /// `launchgate.io/pytorch` annotation either way.
+    pub indexed_jobs: IndexedJobs,
     pub on_unwirable: OnUnwirable,
     /// `PET_NPROC_PER_NODE` (needs `torchrun`); PyTorchJobs get `spec.nprocPerNode`.
     pub nproc_per_node: Option<NprocPerNode>,
@@ -253,7 +308,7 @@ impl Default for PytorchConfig {
             port: DEFAULT_PORT,
             override_user_values: false,
             torchrun: true,
-            indexed_jobs: false,
+            indexed_jobs: IndexedJobs::Off,
             on_unwirable: OnUnwirable::Deny,
             nproc_per_node: None,
             wait_for_master: WaitForMasterConfig::default(),

@@ -57,6 +57,12 @@ impl UserIntent {
         }
     }
 
+    /// True when the object carries a record of what the user wrote (a client-side or
+    /// server-side apply). Without one, nothing can be told apart from an API default.
+    pub fn has_records(&self) -> bool {
+        self.last_applied.is_some() || !self.applied_fields.is_empty()
+    }
+
     /// True when a record shows the user wrote the field at `path` (field names from the
     /// object root, e.g. `["spec", "template", "spec", "dnsPolicy"]`).
     pub fn wrote(&self, path: &[&str]) -> bool {

@@ -59,6 +59,20 @@ pub fn limits_policy(queue: &str, limits_yaml: &str) -> Policy {
     Policy::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
 }
 
+/// The built-in policy with its queue saying every Indexed Job is PyTorch training
+/// (`indexedJobs: true`), as a queue of DDP jobs that start `python train.py` (no launcher to
+/// see) says it.
+pub fn indexed_pytorch_queue() -> Policy {
+    let yaml =
+        launchgate::policy::DEFAULT_CONFIG_YAML.replace("indexedJobs: auto", "indexedJobs: true");
+    assert_ne!(
+        yaml,
+        launchgate::policy::DEFAULT_CONFIG_YAML,
+        "the built-in indexedJobs moved"
+    );
+    Policy::from_yaml(&yaml).unwrap()
+}
+
 /// A queue `q` with only the PyTorch wiring on (`pytorch` is its `pytorch:` value; no
 /// security, cache or Job defaults), so env and ports can be compared exactly.
 pub fn pytorch_only(pytorch: &str) -> Policy {

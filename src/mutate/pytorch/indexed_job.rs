@@ -138,32 +138,34 @@ mod tests {
         let mut cfg = PytorchConfig::default();
         let j = job(good_spec(), json!({}));
         assert_eq!(opt_in(&cfg, &j), None);
-        cfg.indexed_jobs = true;
+        cfg.indexed_jobs = crate::topology::IndexedJobs::All;
         assert_eq!(opt_in(&cfg, &j), Some(OptIn::Queue));
         let out = job(good_spec(), json!({OPT_IN_ANNOTATION: "false"}));
         assert_eq!(opt_in(&cfg, &out), None);
-        cfg.indexed_jobs = false;
+        cfg.indexed_jobs = crate::topology::IndexedJobs::Off;
         let inn = job(good_spec(), json!({OPT_IN_ANNOTATION: "true"}));
         assert_eq!(opt_in(&cfg, &inn), Some(OptIn::Annotation));
         assert_eq!(opt_in(&cfg, &json!({"metadata": 3})), None);
     }
 
     #[test]
-    fn api_defaulted_parallelism_runs_all_ranks_at_once() {
+    fn parallelism_is_raised_only_when_a_record_shows_the_api_defaulted_it() {
         use crate::mutate::pytorch::MUTATOR;
         use crate::mutate::test_support::mutate_with;
-        // completions 3 without parallelism: the API server stored parallelism 1.
         let mut spec = good_spec();
         spec["parallelism"] = json!(1);
+        // kubectl apply without parallelism: last-applied says the API server set the 1.
+        let applied = json!({"kubectl.kubernetes.io/last-applied-configuration":
+            r#"{"spec":{"completionMode":"Indexed","completions":3}}"#});
         let (out, f) = mutate_with(
             &MUTATOR,
             "pytorch: {indexedJobs: true}",
-            job(spec.clone(), json!({})),
+            job(spec.clone(), applied),
         );
         assert_eq!(out["spec"]["parallelism"], 3);
         assert!(f.warnings.is_empty(), "{:?}", f.warnings);
         // Written by the user (server-side apply owns it): kept, and unwirable.
-        let mut j = job(spec, json!({}));
+        let mut j = job(spec.clone(), json!({}));
         j["metadata"]["managedFields"] = json!([{"operation": "Apply", "manager": "kubectl",
             "fieldsV1": {"f:spec": {"f:parallelism": {}}}}]);
         let (out, f) = mutate_with(&MUTATOR, "pytorch: {indexedJobs: true}", j);
@@ -173,6 +175,84 @@ mod tests {
             "{:?}",
             f.warnings
         );
+        // No record (kubectl create, the W&B agent): a 1 may be the user's, so it is kept and
+        // the message says how to run every rank at once.
+        let (out, f) = mutate_with(
+            &MUTATOR,
+            "pytorch: {indexedJobs: true}",
+            job(spec, json!({})),
+        );
+        assert_eq!(out["spec"]["parallelism"], 1);
+        assert!(
+            f.warnings[0].contains("set spec.parallelism: 3"),
+            "{:?}",
+            f.warnings
+        );
+    }
+
+    #[test]
+    fn auto_wires_only_jobs_that_show_they_are_pytorch() {
+        use crate::topology::IndexedJobs;
+        let cfg = PytorchConfig {
+            indexed_jobs: IndexedJobs::Auto,
+            ..PytorchConfig::default()
+        };
+        let with = |container: Value| {
+            let mut spec = good_spec();
+            spec["template"]["spec"]["containers"] = json!([container]);
+            job(spec, json!({}))
+        };
+        // A sharded evaluation: an Indexed Job, nothing PyTorch-distributed about it.
+        let eval = with(
+            json!({"name": "eval", "command": ["python", "eval.py", "--shard=$(JOB_COMPLETION_INDEX)"]}),
+        );
+        assert_eq!(opt_in(&cfg, &eval), None);
+        for (container, evidence) in [
+            (
+                json!({"name": "t", "command": ["torchrun", "--nproc-per-node=8", "train.py"]}),
+                "torchrun",
+            ),
+            (
+                json!({"name": "t", "command": ["/opt/conda/bin/torchrun"]}),
+                "torchrun",
+            ),
+            (
+                json!({"name": "t", "command": ["python", "-m", "torch.distributed.run", "t.py"]}),
+                "torch.distributed.run",
+            ),
+            (
+                json!({"name": "t", "command": ["bash", "-c"], "args": ["pip install -e . && accelerate launch train.py"]}),
+                "accelerate launch",
+            ),
+            (
+                json!({"name": "t", "args": ["deepspeed", "train.py"]}),
+                "deepspeed",
+            ),
+            (
+                json!({"name": "t", "env": [{"name": "WORLD_SIZE", "value": "4"}]}),
+                "env",
+            ),
+        ] {
+            match opt_in(&cfg, &with(container.clone())) {
+                Some(OptIn::Evidence(why)) => {
+                    assert!(why.contains(evidence), "{why} for {container}")
+                }
+                other => panic!("{container}: {other:?}"),
+            }
+        }
+        // "accelerate" alone (e.g. a config step) is no launcher; an init container's command
+        // says nothing about the training container.
+        assert_eq!(
+            opt_in(
+                &cfg,
+                &with(json!({"name": "t", "command": ["accelerate", "config"]}))
+            ),
+            None
+        );
+        let mut init_only = eval.clone();
+        init_only["spec"]["template"]["spec"]["initContainers"] =
+            json!([{"name": "prep", "command": ["torchrun", "--help"]}]);
+        assert_eq!(opt_in(&cfg, &init_only), None);
     }
 
     #[test]
