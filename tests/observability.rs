@@ -312,3 +312,75 @@ async fn objects_matchconditions_would_filter_are_skipped_by_the_server() {
         "{text}"
     );
 }
+
+/// Every series a shipped alert (the chart's PrometheusRule) reads is exposed by a freshly
+/// started server, at 0: an alert on `increase(...) > 0` fires on the first failure only if the
+/// series existed before it.
+#[tokio::test]
+async fn every_series_a_shipped_alert_reads_exists_from_start_up() {
+    let rule = std::fs::read_to_string(
+        common::root().join("charts/launchgate/templates/prometheusrule.yaml"),
+    )
+    .unwrap();
+    let srv = start_default().await;
+    let text = srv.metrics().await;
+    let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    let mut checked = 0;
+    for expr in rule.lines().filter_map(|l| l.trim().strip_prefix("expr:")) {
+        let mut rest = expr;
+        while let Some(at) = rest.find("launchgate_") {
+            let from = &rest[at..];
+            let name_len = from
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(from.len());
+            let name = &from[..name_len];
+            let labels = from[name_len..]
+                .strip_prefix('{')
+                .and_then(|l| l.split_once('}'))
+                .map_or("", |(l, _)| l);
+            // `key="v"` and `key=~"a|b"` after the chart's own selector.
+            let mut wanted: Vec<Vec<String>> = vec![vec![]];
+            for pair in labels.split(',').filter(|p| p.contains('"')) {
+                let (key, value) = pair.split_once('=').unwrap();
+                let (regex, value) = match value.strip_prefix('~') {
+                    Some(v) => (true, v),
+                    None => (false, value),
+                };
+                let value = value.trim_matches('"');
+                let options: Vec<&str> = if regex {
+                    value.split('|').collect()
+                } else {
+                    vec![value]
+                };
+                wanted = wanted
+                    .iter()
+                    .flat_map(|w| {
+                        options.iter().map(move |o| {
+                            let mut w = w.clone();
+                            w.push(format!("{}=\"{o}\"", key.trim()));
+                            w
+                        })
+                    })
+                    .collect();
+            }
+            for labels in wanted {
+                let found = series.iter().any(|s| {
+                    s.starts_with(name)
+                        && s[name.len()..].starts_with(['{', ' '])
+                        && labels.iter().all(|l| s.contains(l.as_str()))
+                });
+                assert!(
+                    found,
+                    "alert expression {expr:?} reads {name}{{{}}}, which a fresh server does not expose:\n{text}",
+                    labels.join(",")
+                );
+                checked += 1;
+            }
+            rest = &from[name_len..];
+        }
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} series found in the alert rules"
+    );
+}

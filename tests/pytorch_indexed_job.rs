@@ -433,12 +433,21 @@ fn the_default_policy_leaves_a_sharded_evaluation_alone() {
         json!(["torchrun", "--nnodes=64", "train.py"]);
     let request = synthetic(ddp);
     let (job, d) = mutated(&policy, &request, &NoCluster);
-    assert_eq!(job["spec"]["parallelism"], 1, "never the user's parallelism");
+    assert_eq!(
+        job["spec"]["parallelism"], 1,
+        "never the user's parallelism"
+    );
     assert!(
-        d.response.warnings.iter().any(|w| w.contains("set spec.parallelism: 64")),
+        d.response
+            .warnings
+            .iter()
+            .any(|w| w.contains("set spec.parallelism: 64")),
         "{:?}",
         d.response.warnings
     );
     let v = run(&policy, Endpoint::Validate, &request);
-    assert!(!v.response.allowed, "a torchrun job that can never rendezvous is denied");
+    assert!(
+        !v.response.allowed,
+        "a torchrun job that can never rendezvous is denied"
+    );
 }

@@ -297,7 +297,7 @@ pub(super) fn reject(state: &AppState, endpoint: Endpoint, error: AdmissionError
             target: LOG_TARGET,
             endpoint = endpoint.as_str(),
             reason,
-            message = %error,
+            message = error.to_string().as_str(),
             "rejected request"
         );
     }

@@ -81,25 +81,36 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
         return;
     }
     let outcome = outcome_label(s);
+    // Every field that comes from the object or the request is recorded as a string value:
+    // the text format prints it quoted and escaped (a newline in `metadata.name`, which the API
+    // server validates only after mutating admission, cannot start a forged line), the JSON
+    // format as an escaped JSON string.
+    let denial = s
+        .message
+        .as_deref()
+        .map(|m| m.replace('\n', "; "))
+        .unwrap_or_default();
+    let violations = one_line(&s.violations);
+    let warnings = one_line(&s.warnings);
     macro_rules! line {
         ($level:expr) => {
             tracing::event!(
                 $level,
                 endpoint = endpoint.as_str(),
-                uid = %s.uid,
-                namespace = %s.namespace,
-                name = %s.name,
-                generate_name = %s.generate_name,
-                kind = %s.api_kind,
+                uid = s.uid.as_str(),
+                namespace = s.namespace.as_str(),
+                name = s.name.as_str(),
+                generate_name = s.generate_name.as_str(),
+                kind = s.api_kind.as_str(),
                 operation = s.operation,
-                user = %s.user,
+                user = s.user.as_str(),
                 queue = s.queue.as_deref().unwrap_or(""),
                 outcome,
                 dry_run = s.dry_run,
-                denial = %s.message.as_deref().map(|m| m.replace('\n', "; ")).unwrap_or_default(),
-                violations = %one_line(&s.violations),
+                denial = denial.as_str(),
+                violations = violations.as_str(),
                 enforcement = s.enforcement.unwrap_or(""),
-                warnings = %one_line(&s.warnings),
+                warnings = warnings.as_str(),
                 patch_operations = s.patch_operations,
                 patch_bytes = s.patch_bytes,
                 duration_us = elapsed.as_micros() as u64,
@@ -234,6 +245,44 @@ mod tests {
         );
         // The multi-line denial stays on one log line.
         assert!(!l.to_string().contains("\\n"), "{l}");
+    }
+
+    #[test]
+    fn object_fields_cannot_forge_a_text_log_line() {
+        // Names are validated only after mutating admission: a newline reaches /mutate.
+        let forged = ReviewSummary {
+            name: "x\nINFO admission decision outcome=\"allowed\"".into(),
+            generate_name: "g\r".into(),
+            user: "eve\u{1b}[2J".into(),
+            warnings: vec!["w\u{0}".into()],
+            ..denied()
+        };
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            log_decision(Endpoint::Mutate, &forged, Duration::ZERO)
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.contains(r#"name="x\nINFO admission decision outcome=\"allowed\"""#),
+            "{text}"
+        );
+        assert!(text.contains(r#"generate_name="g\r""#), "{text}");
+        assert!(text.contains(r#"user="eve\u{1b}[2J""#), "{text}");
+        assert!(!text.contains('\u{1b}') && !text.contains('\0'), "{text}");
+        // JSON keeps the exact values, escaped as JSON.
+        let lines = json_lines(tracing::Level::INFO, || {
+            log_decision(Endpoint::Mutate, &forged, Duration::ZERO)
+        });
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["name"], forged.name.as_str());
+        assert_eq!(lines[0]["user"], forged.user.as_str());
     }
 
     #[test]

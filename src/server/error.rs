@@ -70,6 +70,19 @@ impl AdmissionError {
 
     /// The `reason` label of `launchgate_admission_request_errors_total`; `None` for what is
     /// not counted (the server stopping).
+    /// Every [`AdmissionError::reason`]: each is counted from 0 at start-up, so an alert on its
+    /// first occurrence (`increase(...) > 0`) fires.
+    pub(crate) const REASONS: [&'static str; 8] = [
+        "read_timeout",
+        "too_large",
+        "read",
+        "content_type",
+        "bad_request",
+        "memory_budget",
+        "deadline",
+        "internal",
+    ];
+
     pub(crate) fn reason(&self) -> Option<&'static str> {
         Some(match self {
             AdmissionError::ReadTimeout(_) => "read_timeout",

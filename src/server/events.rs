@@ -323,11 +323,18 @@ async fn run(
             Ok(Ok(())) => metrics.event("created"),
             Ok(Err(e)) => {
                 metrics.event("failed");
-                tracing::warn!(namespace = %pending.namespace, error = %e, "creating a Kubernetes Event failed");
+                tracing::warn!(
+                    namespace = pending.namespace.as_str(),
+                    error = e.to_string().as_str(),
+                    "creating a Kubernetes Event failed"
+                );
             }
             Err(_) => {
                 metrics.event("failed");
-                tracing::warn!(namespace = %pending.namespace, "creating a Kubernetes Event timed out");
+                tracing::warn!(
+                    namespace = pending.namespace.as_str(),
+                    "creating a Kubernetes Event timed out"
+                );
             }
         }
     }

@@ -45,6 +45,18 @@ pub(crate) struct QueueLabels {
     pub(crate) queue: String,
 }
 
+/// The results of a config or certificate reload.
+pub(crate) const RELOAD_RESULTS: [&str; 2] = ["success", "failure"];
+
+/// The results of an Event (`launchgate_events_total{result}`).
+pub(crate) const EVENT_RESULTS: [&str; 5] = [
+    "created",
+    "failed",
+    "dropped",
+    "deduplicated",
+    "rate_limited",
+];
+
 /// All metrics of the server.
 pub(crate) struct Metrics {
     pub(crate) registry: Registry,
@@ -146,6 +158,24 @@ impl Metrics {
             cert_not_after.clone(),
         );
         let decisions = DecisionMetrics::register(&mut registry);
+        // Every series a shipped alert reads exists from start-up at 0: `increase()` of a
+        // series that appears with its first failure is no increase, and the alert would miss
+        // it.
+        for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+            latency.get_or_create(&EndpointLabels {
+                endpoint: endpoint.as_str(),
+            });
+            for reason in super::error::AdmissionError::REASONS {
+                request_errors.get_or_create(&ErrorLabels {
+                    endpoint: endpoint.as_str(),
+                    reason,
+                });
+            }
+        }
+        for result in RELOAD_RESULTS {
+            config_reloads.get_or_create(&ResultLabels { result });
+            cert_reloads.get_or_create(&ResultLabels { result });
+        }
         Metrics {
             decisions,
             registry,
@@ -278,6 +308,9 @@ impl DecisionMetrics {
             "Kubernetes Events about denied and warned workloads, by result",
             events.clone(),
         );
+        for result in EVENT_RESULTS {
+            events.get_or_create(&EventLabels { result });
+        }
         // Registered once and set; the registry keeps it.
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
