@@ -162,19 +162,19 @@ impl Metrics {
         // series that appears with its first failure is no increase, and the alert would miss
         // it.
         for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
-            latency.get_or_create(&EndpointLabels {
+            drop(latency.get_or_create(&EndpointLabels {
                 endpoint: endpoint.as_str(),
-            });
+            }));
             for reason in super::error::AdmissionError::REASONS {
-                request_errors.get_or_create(&ErrorLabels {
+                drop(request_errors.get_or_create(&ErrorLabels {
                     endpoint: endpoint.as_str(),
                     reason,
-                });
+                }));
             }
         }
         for result in RELOAD_RESULTS {
-            config_reloads.get_or_create(&ResultLabels { result });
-            cert_reloads.get_or_create(&ResultLabels { result });
+            drop(config_reloads.get_or_create(&ResultLabels { result }));
+            drop(cert_reloads.get_or_create(&ResultLabels { result }));
         }
         Metrics {
             decisions,
@@ -309,7 +309,7 @@ impl DecisionMetrics {
             events.clone(),
         );
         for result in EVENT_RESULTS {
-            events.get_or_create(&EventLabels { result });
+            drop(events.get_or_create(&EventLabels { result }));
         }
         // Registered once and set; the registry keeps it.
         let build_info = Family::<BuildLabels, Gauge>::default();
