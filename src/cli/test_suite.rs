@@ -15,7 +15,7 @@
 //!     namespace: wandb              # optional: namespace of bare objects
 //!     expect:
 //!       result: denied              # allowed | denied | skipped (not a launch workload)
-//!       message: exceeds maximum 4  # substring(s) of the denial message
+//!       message: exceeds maximum 4  # substring(s) of the denial message; [] = no denial
 //!       warnings: [not configured]  # substring(s), each of some warning; [] = no warnings
 //!       mutated: {spec: {backoffLimit: 0}}   # the object after launchgate's mutation
 //!       mutatedMatch: subset        # subset (default) | full
@@ -122,7 +122,7 @@ pub(crate) enum MatchMode {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct Expectation {
     pub(crate) result: ExpectedResult,
-    /// Substring(s) the denial message must contain.
+    /// Substring(s) the denial message must contain; an empty list: no denial message.
     #[serde(default)]
     pub(crate) message: Option<OneOrMany>,
     /// Substring(s), each contained in some warning; an empty list: no warnings at all.
@@ -254,6 +254,14 @@ pub(crate) fn check(expect: &Expectation, j: &Judgement) -> Vec<Mismatch> {
     }
     if let Some(m) = &expect.message {
         let message = j.message();
+        if m.items().is_empty() && !message.is_empty() {
+            // `message: []`, like `warnings: []`: none at all.
+            out.push(Mismatch {
+                field: "message".into(),
+                expected: "no denial message".into(),
+                got: message.clone(),
+            });
+        }
         for want in m.items() {
             if !message.contains(want) {
                 out.push(Mismatch {
@@ -413,9 +421,14 @@ fn resolve_resources(suite_dir: &Path, pattern: &str) -> Result<Vec<String>> {
     if start.is_dir() {
         files.extend(relative_files(suite_dir, &start)?);
     }
+    // A suite file is never a resource of a glob (`*.yaml` next to launchgate-test.yaml).
+    let is_suite = |f: &str| {
+        let name = f.rsplit('/').next().unwrap_or(f);
+        SUITE_FILE_NAMES.contains(&name)
+    };
     let matched: Vec<String> = files
         .into_iter()
-        .filter(|f| glob_match(pattern, f))
+        .filter(|f| glob_match(pattern, f) && !is_suite(f))
         .collect();
     if matched.is_empty() {
         bail!("resource pattern {pattern:?} matches no file");
@@ -619,8 +632,11 @@ fn xml_escape(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
-            // Characters XML 1.0 cannot carry at all.
+            // Characters XML 1.0 cannot carry at all (Char ::= #x9 | #xA | #xD |
+            // [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]; a Rust string holds no
+            // surrogates).
             c if (c as u32) < 0x20 && !matches!(c, '\n' | '\r' | '\t') => {}
+            '\u{FFFE}' | '\u{FFFF}' => {}
             c => out.push(c),
         }
     }
@@ -825,5 +841,84 @@ mod tests {
             "{xml}"
         );
         assert!(!xml.contains('\u{1}'));
+    }
+
+    #[test]
+    fn junit_is_well_formed_xml_for_any_text() {
+        let nasty = "a\u{0}b\u{8}c\u{b}\u{c}\u{1f}\u{7f}\u{fffe}\u{ffff}\u{d7ff}\u{e000}\u{10ffff} <&>\"' ]]> \r\n\t end";
+        let suite = SuiteResult {
+            file: nasty.into(),
+            name: nasty.into(),
+            cases: vec![CaseResult {
+                test: nasty.into(),
+                resource: nasty.into(),
+                object: nasty.into(),
+                passed: false,
+                mismatches: vec![Mismatch {
+                    field: nasty.into(),
+                    expected: nasty.into(),
+                    got: nasty.into(),
+                }],
+            }],
+        };
+        let xml = render_junit(&[suite]);
+        let mut reader = quick_xml::Reader::from_str(&xml);
+        loop {
+            match reader.read_event() {
+                Ok(quick_xml::events::Event::Eof) => break,
+                Ok(_) => {}
+                Err(e) => panic!(
+                    "not well-formed at {}: {e}\n{xml}",
+                    reader.buffer_position()
+                ),
+            }
+        }
+        for c in xml.chars() {
+            let ok = matches!(c as u32, 0x9 | 0xA | 0xD | 0x20..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10FFFF);
+            assert!(ok, "U+{:04X} is not an XML 1.0 character", c as u32);
+        }
+        assert!(xml.contains("end"));
+    }
+
+    #[test]
+    fn a_glob_never_picks_up_a_suite_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in [
+            "launchgate-test.yaml",
+            "job.yaml",
+            "sub/launchgate-test.yml",
+            "sub/pod.yaml",
+        ] {
+            let p = dir.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "kind: Pod\n").unwrap();
+        }
+        assert_eq!(
+            resolve_resources(dir.path(), "*.yaml").unwrap(),
+            ["job.yaml"]
+        );
+        let mut deep = resolve_resources(dir.path(), "**/*.y*ml").unwrap();
+        deep.sort();
+        assert_eq!(deep, ["job.yaml", "sub/pod.yaml"]);
+    }
+
+    #[test]
+    fn an_empty_message_list_means_no_denial() {
+        let denied = crate::judge::judge(
+            &Policy::embedded_default(),
+            &crate::admission::AdmissionRequest::synthetic_create(
+                serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "p", "namespace": "wandb", "labels": {"queue": "gpu-queue"}},
+                    "spec": {"containers": [{"name": "c", "image": "acme/x:1",
+                        "resources": {"limits": {"nvidia.com/gpu": "9"}}}]}}),
+                None,
+            )
+            .unwrap(),
+            &NoCluster,
+        );
+        assert!(!denied.allowed());
+        let m = check(&expect("{result: denied, message: []}"), &denied);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(m[0].expected, "no denial message");
     }
 }
