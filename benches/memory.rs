@@ -89,7 +89,7 @@ fn main() {
         .collect();
     let policy = Policy::embedded_default();
     println!(
-        "| case | endpoint | body | allocated | ×body | peak live | ×body | allocations |\n|---|---|---:|---:|---:|---:|---:|---:|"
+        "| case | endpoint | body | allocated | ×body | peak live | ×body | allocations | charged | peak/charged |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for case in cases::cases() {
         if !filters.is_empty() && !filters.iter().any(|f| case.name.contains(f.as_str())) {
@@ -106,14 +106,17 @@ fn main() {
             run();
             let (bytes, count, peak) = measure(run);
             let body = case.body.len();
+            let charged = launchgate::server::budget::review_cost(&case.body).charge;
             println!(
-                "| {} | {label} | {} | {} | {:.1} | {} | {:.1} | {count} |",
+                "| {} | {label} | {} | {} | {:.1} | {} | {:.1} | {count} | {} | {:.2} |",
                 case.name,
                 human(body),
                 human(bytes),
                 bytes as f64 / body as f64,
                 human(peak),
                 peak as f64 / body as f64,
+                human(charged as usize),
+                peak as f64 / charged as f64,
             );
         }
     }

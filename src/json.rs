@@ -274,3 +274,179 @@ mod tests {
         }
     }
 }
+
+/// What parsing a JSON text will build, counted without building anything: the number of values
+/// (objects, arrays, strings, numbers, booleans, nulls), of object members, of containers (the
+/// objects in a `containers`, `initContainers` or `ephemeralContainers` list, whatever their
+/// depth) and the bytes of every string (keys included).
+///
+/// One pass over the bytes with no allocation. What a text costs in memory depends on its
+/// shape, not its length: `[0,0,0]` is a 32-byte value per 2 bytes of text, and the API server
+/// defaults every container of a Pod, which launchgate then mutates, so a dense object costs
+/// many times its body. The server charges its memory budget from this (see
+/// `server::budget`). The text is not validated: a malformed one gives some count, and the
+/// parse that follows reports the error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shape {
+    pub values: u64,
+    pub members: u64,
+    pub containers: u64,
+    pub string_bytes: u64,
+}
+
+/// Keys whose array holds containers.
+const CONTAINER_LISTS: [&[u8]; 3] = [b"containers", b"initContainers", b"ephemeralContainers"];
+
+/// Counts the [`Shape`] of a JSON text.
+pub fn shape(text: &[u8]) -> Shape {
+    let mut s = Shape::default();
+    let mut depth = 0usize;
+    // The depth inside a container list (its elements open at this depth), and whether the
+    // last key named one.
+    let mut list_depth: Option<usize> = None;
+    let mut key_names_list = false;
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                // The string's end: the next quote not escaped by a backslash.
+                let start = i + 1;
+                let mut j = start;
+                while j < text.len() {
+                    match memchr::memchr2(b'"', b'\\', &text[j..]) {
+                        Some(k) if text[j + k] == b'\\' => j += k + 2,
+                        Some(k) => {
+                            j += k;
+                            break;
+                        }
+                        None => j = text.len(),
+                    }
+                }
+                let end = j.min(text.len());
+                s.string_bytes += (end.saturating_sub(start)) as u64;
+                let next = text
+                    .get(end + 1..)
+                    .and_then(|rest| rest.iter().find(|b| !b.is_ascii_whitespace()));
+                // A string followed by ':' is a member's key, else a value.
+                if next == Some(&b':') {
+                    s.members += 1;
+                    key_names_list = CONTAINER_LISTS.contains(&&text[start..end]);
+                } else {
+                    s.values += 1;
+                    key_names_list = false;
+                }
+                i = end + 1;
+                continue;
+            }
+            b'{' => {
+                s.values += 1;
+                if list_depth == Some(depth) {
+                    s.containers += 1;
+                }
+                depth += 1;
+                key_names_list = false;
+            }
+            b'[' => {
+                s.values += 1;
+                depth += 1;
+                if key_names_list && list_depth.is_none() {
+                    list_depth = Some(depth);
+                }
+                key_names_list = false;
+            }
+            b'}' | b']' => {
+                if list_depth == Some(depth) {
+                    list_depth = None;
+                }
+                depth = depth.saturating_sub(1);
+            }
+            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
+                s.values += 1;
+                key_names_list = false;
+                // Skip the rest of the scalar.
+                while i + 1 < text.len()
+                    && !matches!(
+                        text[i + 1],
+                        b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t'
+                    )
+                {
+                    i += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    s
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::{Shape, shape};
+
+    #[test]
+    fn values_members_and_string_bytes_are_counted() {
+        assert_eq!(
+            shape(br#"{"a": [1, -2.5e3, true, null], "bc": "x\"y", "d": {}}"#),
+            Shape {
+                values: 8,
+                members: 3,
+                containers: 0,
+                string_bytes: 1 + 2 + 4 + 1,
+            }
+        );
+        let pod =
+            br#"{"spec": {"containers": [{"name": "a", "env": [{"name": "x"}]}, {"name": "b"}],
+            "initContainers": [{"name": "i"}], "volumes": [{"name": "v"}]},
+            "ephemeralContainers": [], "x": {"containers": [{}]}}"#;
+        assert_eq!(shape(pod).containers, 4);
+        assert_eq!(shape(b"[0,0,0]").values, 4);
+        assert_eq!(shape(br#"["a\\", "b"]"#).values, 3);
+        // Malformed text: some count, never a panic.
+        for bad in [
+            &b"\"abc"[..],
+            b"{\"a\":",
+            b"\\",
+            b"\"\\",
+            b"tru",
+            b"",
+            b"}}]]",
+        ] {
+            let _ = shape(bad);
+        }
+    }
+
+    #[test]
+    fn a_review_counts_like_its_parse() {
+        let text = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/admission/create-pod-launch-acme-mnist-mzxkz.json"),
+        )
+        .unwrap();
+        fn count(v: &serde_json::Value, s: &mut Shape) {
+            s.values += 1;
+            match v {
+                serde_json::Value::String(t) => s.string_bytes += t.len() as u64,
+                serde_json::Value::Array(a) => a.iter().for_each(|v| count(v, s)),
+                serde_json::Value::Object(m) => {
+                    for (k, v) in m {
+                        s.members += 1;
+                        s.string_bytes += k.len() as u64;
+                        count(v, s);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut expected = Shape::default();
+        count(&serde_json::from_slice(&text).unwrap(), &mut expected);
+        let got = shape(&text);
+        assert_eq!(
+            (got.values, got.members),
+            (expected.values, expected.members)
+        );
+        assert_eq!(got.containers, 1);
+        // Escapes are counted as written (a little more than the decoded string).
+        assert!(got.string_bytes >= expected.string_bytes);
+    }
+}

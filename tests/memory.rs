@@ -35,8 +35,8 @@ impl Drop for Server {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_large_reviews_stays_within_a_256_mib_limit() {
+/// The server binary with the budget a 256 MiB container gets, ready, and a client for it.
+async fn start_server() -> (Server, tempfile::TempDir, reqwest::Client, String) {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -58,7 +58,6 @@ async fn a_burst_of_large_reviews_stays_within_a_256_mib_limit() {
             .spawn()
             .unwrap(),
     );
-    let pid = server.0.id();
     let base = format!("https://127.0.0.1:{port}");
     let until = Instant::now() + Duration::from_secs(30);
     let client = loop {
@@ -69,7 +68,7 @@ async fn a_burst_of_large_reviews_stays_within_a_256_mib_limit() {
                 .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
                 .tls_built_in_root_certs(false)
                 .http1_only()
-                .timeout(Duration::from_secs(30))
+                .timeout(Duration::from_secs(60))
                 .build()
                 .unwrap();
             if client
@@ -84,6 +83,86 @@ async fn a_burst_of_large_reviews_stays_within_a_256_mib_limit() {
         assert!(Instant::now() < until, "server not ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    (server, dir, client, base)
+}
+
+/// Sends `body` to `/mutate` `n` times at once; the HTTP statuses and the answers.
+async fn burst(
+    client: &reqwest::Client,
+    base: &str,
+    body: bytes::Bytes,
+    n: usize,
+) -> Vec<Result<(u16, serde_json::Value), String>> {
+    let mut requests = Vec::new();
+    for _ in 0..n {
+        let (client, url, body) = (client.clone(), format!("{base}/mutate"), body.clone());
+        requests.push(tokio::spawn(async move {
+            let r = client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = r.status().as_u16();
+            let answer = r.json().await.unwrap_or(serde_json::Value::Null);
+            Ok((status, answer))
+        }));
+    }
+    let mut out = Vec::new();
+    for r in requests {
+        out.push(r.await.unwrap());
+    }
+    out
+}
+
+/// The API server defaults every container, so a Pod of many tiny containers costs ~65× its
+/// body to review: memory is charged by shape. One that could never fit the budget (50k
+/// containers, 7.6 MiB reviewed, ~500 MiB to mutate) is denied unreviewed with the reason, and
+/// a burst of dense Pods that do fit is reviewed within the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dense_reviews_are_charged_by_shape_and_stay_within_a_256_mib_limit() {
+    let (server, _dir, client, base) = start_server().await;
+    let pid = server.0.id();
+    let huge = bytes::Bytes::from(cases::dense_pod(50_000));
+    let answers = burst(&client, &base, huge, 2).await;
+    for a in &answers {
+        let (status, answer) = a.as_ref().unwrap();
+        assert_eq!(*status, 200, "{answer}");
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+        let message = answer["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("too large to review") && message.contains("50000 containers"),
+            "{message}"
+        );
+    }
+    // Dense Pods that fit (5k containers, ~50 MiB to mutate each): all reviewed, in turn.
+    let dense = bytes::Bytes::from(cases::dense_pod(5_000));
+    let answers = burst(&client, &base, dense, 8).await;
+    let reviewed = answers
+        .iter()
+        .filter(|a| matches!(a, Ok((200, v)) if v["response"]["allowed"] == true))
+        .count();
+    for a in &answers {
+        assert!(
+            matches!(a, Ok((200, _)) | Ok((503, _))),
+            "answered (200, or 503 past the deadline): {a:?}"
+        );
+    }
+    assert!(reviewed > 0, "{answers:?}");
+    let peak = status_bytes(pid, "VmHWM:");
+    eprintln!(
+        "memory: dense burst: {reviewed}/8 reviewed, peak (VmHWM) {} MiB",
+        peak >> 20
+    );
+    assert!(peak < LIMIT, "peak RSS {} MiB", peak >> 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_large_reviews_stays_within_a_256_mib_limit() {
+    let (server, _dir, client, base) = start_server().await;
+    let pid = server.0.id();
+    let budget_mib = default_budget(Some(LIMIT)) >> 20;
     let idle_rss = status_bytes(pid, "VmRSS:");
 
     // 16 launch Pods of ~1.5 MiB (300 containers of ~5 KiB), all at once.

@@ -41,6 +41,25 @@ pub fn generated_pod(n: usize, container_bytes: usize) -> Vec<u8> {
     serde_json::to_vec(&review).unwrap()
 }
 
+/// A launch Pod CREATE with `n` tiny containers as the API server defaults them (image pull
+/// policy, termination message path and policy, empty resources): the shape that costs the most
+/// memory per body byte.
+pub fn dense_pod(n: usize) -> Vec<u8> {
+    let mut review: Value =
+        serde_json::from_slice(&fixture("create-pod-launch-acme-mnist-mzxkz.json")).unwrap();
+    let object = &mut review["request"]["object"];
+    object["metadata"]["labels"]["wandb.ai/monitor"] = json!("true");
+    let containers: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"name": format!("c{i}"), "image": "busybox", "resources": {},
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File", "imagePullPolicy": "Always"})
+        })
+        .collect();
+    object["spec"]["containers"] = Value::Array(containers);
+    serde_json::to_vec(&review).unwrap()
+}
+
 pub struct Case {
     pub name: String,
     pub body: Vec<u8>,
@@ -64,6 +83,12 @@ pub fn cases() -> Vec<Case> {
         name: "pod-200c-1MiB".into(),
         body: generated_pod(200, 5 * 1024),
     });
+    for n in [1_000, 10_000, 50_000] {
+        out.push(Case {
+            name: format!("pod-dense-{n}c"),
+            body: dense_pod(n),
+        });
+    }
     for n in [1, 10, 100, 1000] {
         out.push(Case {
             name: format!("curve-{n}c"),

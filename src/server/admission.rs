@@ -64,11 +64,17 @@ async fn admission(
         // the body is consumed makes HTTP/2 reset the stream, and clients then lose the
         // readable error.
         require_json(&headers)?;
+        // What the review will hold in memory follows the body's shape, not its length: one
+        // that could never fit the budget is denied unreviewed.
+        let cost = budget::review_cost(&body);
+        if cost.by_shape > state.budget.bytes() {
+            return too_dense(&state, endpoint, &body, cost);
+        }
         // Memory first (a large review waits until its share fits), then a processing slot;
         // both within the request deadline.
         let _charge = state
             .budget
-            .charge(body.len(), time_left(&state, started))
+            .charge(cost.charge, time_left(&state, started))
             .await
             .map_err(|e| match e {
                 super::budget::BudgetError::Closed => AdmissionError::Stopping,
@@ -83,6 +89,68 @@ async fn admission(
     }
     .await;
     answered.unwrap_or_else(|error| reject(&state, endpoint, error))
+}
+
+/// Denies, without reviewing it, a request whose object would need more memory than the whole
+/// budget (tens of thousands of containers): answering it would take the replica down, and
+/// admitting it unreviewed would let a workload skip every rule. Only the request's `uid` is
+/// read (the rest of the body is skipped, nothing is built). Counted and logged as
+/// `too_dense`; a body without a readable `uid` is a bad request.
+fn too_dense(
+    state: &AppState,
+    endpoint: Endpoint,
+    body: &[u8],
+    cost: budget::ReviewCost,
+) -> Result<Response, AdmissionError> {
+    #[derive(serde::Deserialize)]
+    struct Review {
+        request: Request,
+    }
+    #[derive(serde::Deserialize)]
+    struct Request {
+        uid: String,
+    }
+    let uid = serde_json::from_slice::<Review>(body)
+        .map_err(|e| {
+            AdmissionError::BadRequest(crate::review::RequestError(format!(
+                "not an AdmissionReview: {e}"
+            )))
+        })?
+        .request
+        .uid;
+    let mib = |bytes: u64| bytes.div_ceil(1 << 20);
+    let message = format!(
+        "launchgate: the object is too large to review: {} containers and {} JSON values need about {} MiB, more than launchgate's memory budget of {} MiB; it is denied unreviewed (split the workload, or raise the webhook's memory limit)",
+        cost.containers,
+        cost.values,
+        mib(cost.by_shape),
+        mib(state.budget.bytes())
+    );
+    state.metrics.count_error(endpoint, "too_dense");
+    tracing::info!(
+        target: LOG_TARGET,
+        endpoint = endpoint.as_str(),
+        reason = "too_dense",
+        uid = uid.as_str(),
+        containers = cost.containers,
+        values = cost.values,
+        estimate_bytes = cost.by_shape,
+        budget_bytes = state.budget.bytes(),
+        "denied unreviewed"
+    );
+    let review = crate::admission::AdmissionReviewResponse::new(
+        crate::admission::AdmissionResponse::deny(&uid, message),
+    );
+    let body = serde_json::to_vec(&review).map_err(|_| AdmissionError::Internal)?;
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response())
 }
 
 /// What is left of the request deadline.

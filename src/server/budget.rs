@@ -1,12 +1,16 @@
 //! The memory budget: how many bytes admission reviews may hold at once.
 //!
-//! A review's memory is proportional to its body: the core's peak is about 6.8× the body for a
-//! mutation and 4.7× for a validation (`cargo bench --bench memory`), plus the body itself, the
-//! response and the HTTP buffers. Counting requests (`--max-concurrency`) cannot bound that: 16
-//! Pods of 1.5 MiB in flight need ~10× the memory of 16 small ones. So each review is charged
-//! `body × COST_FACTOR` against a budget of bytes and waits (queued, FIFO) until its charge fits;
-//! one review larger than the whole budget runs alone. A review that cannot start within the
-//! request deadline is answered 503, as when no processing slot frees up.
+//! What a review holds follows its body's **shape**, not its length: a launch Pod's core peak is
+//! about 6.8× its body for a mutation and 4.7× for a validation, but the API server defaults
+//! every container, and launchgate then writes into each, so a Pod of thousands of tiny
+//! containers peaks at ~65× its body (`cargo bench --bench memory`). Counting requests
+//! (`--max-concurrency`) cannot bound that. So each review is charged [`review_cost`] — the
+//! larger of `body × COST_FACTOR` and an estimate from a one-pass scan of the body's values,
+//! members, strings and containers (no allocation) — against a budget of bytes, and waits
+//! (queued, FIFO) until its charge fits. A review whose shape alone needs more than the whole
+//! budget is denied unreviewed with the reason (`too_dense`); one whose length-based charge is
+//! larger runs alone. A review that cannot start within the request deadline is answered 503,
+//! as when no processing slot frees up.
 //!
 //! The default budget comes from the container's memory limit (cgroup v2 `memory.max` or v1
 //! `memory.limit_in_bytes`): half of what is left after [`RESERVED_BYTES`] for the process
@@ -26,6 +30,62 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 /// response and HTTP/TLS buffers, with headroom for allocator fragmentation (a burst of 1.5 MiB
 /// Pods under a 256 MiB container's budget peaks at 162–182 MiB, `tests/memory.rs`).
 pub(crate) const COST_FACTOR: u64 = 16;
+
+/// Bodies from this size on are charged by their shape ([`crate::json::shape`]); smaller ones
+/// at [`SMALL_BODY_FACTOR`] per byte without a scan (the common launch Pod is ~7 KiB).
+pub(crate) const SCAN_FROM_BYTES: usize = 16 << 10;
+
+/// Bytes charged per body byte below [`SCAN_FROM_BYTES`]: more than the densest shape costs,
+/// so a small review is never under-charged (16 KiB × 128 = 2 MiB at most).
+pub(crate) const SMALL_BODY_FACTOR: u64 = 128;
+
+/// Bytes charged per JSON value, object member, string byte and container of a review's body:
+/// the parse (a value is 32 bytes, a member's map entry ~80), the mutation's writes (each
+/// container gets its securityContext, mounts and env: ~9 KiB at the peak with the patch that
+/// records them) and headroom for fragmentation. Measured with `cargo bench --bench memory`:
+/// a defaulted Pod of 50k tiny containers peaks at 10.4 KiB per container (65× its body),
+/// generated launch Pods at ~35 KiB per 5 KiB container; the charge is 1.3× and 1.6× that.
+pub(crate) const PER_VALUE: u64 = 120;
+pub(crate) const PER_MEMBER: u64 = 120;
+pub(crate) const PER_STRING_BYTE: u64 = 2;
+pub(crate) const PER_CONTAINER: u64 = 12 << 10;
+
+/// What reviewing a body costs in memory, estimated before it is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReviewCost {
+    /// Bytes charged against the budget: the larger of `body × COST_FACTOR` and the shape's
+    /// estimate (`body × SMALL_BODY_FACTOR` for a small body).
+    pub charge: u64,
+    /// The shape's estimate alone (0 for a small body, which is never scanned).
+    pub by_shape: u64,
+    /// Containers counted in the body (0 for a small body).
+    pub containers: u64,
+    /// JSON values counted in the body (0 for a small body).
+    pub values: u64,
+}
+
+/// The [`ReviewCost`] of a review's body: one pass over the bytes, no allocation.
+pub fn review_cost(body: &[u8]) -> ReviewCost {
+    if body.len() < SCAN_FROM_BYTES {
+        return ReviewCost {
+            charge: body.len() as u64 * SMALL_BODY_FACTOR,
+            by_shape: 0,
+            containers: 0,
+            values: 0,
+        };
+    }
+    let s = crate::json::shape(body);
+    let by_shape = s.values * PER_VALUE
+        + s.members * PER_MEMBER
+        + s.string_bytes * PER_STRING_BYTE
+        + s.containers * PER_CONTAINER;
+    ReviewCost {
+        charge: (body.len() as u64 * COST_FACTOR).max(by_shape),
+        by_shape,
+        containers: s.containers,
+        values: s.values,
+    }
+}
 
 /// Memory kept outside the budget for the process itself.
 pub(crate) const RESERVED_BYTES: u64 = 48 << 20;
@@ -85,7 +145,7 @@ impl MemoryBudget {
     pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "memory_budget_bytes",
-            "Bytes admission reviews may hold at once (body size x cost factor)",
+            "Bytes admission reviews may hold at once (each charged by its body's size and shape)",
             self.budget.clone(),
         );
         registry.register(
@@ -105,21 +165,21 @@ impl MemoryBudget {
         );
     }
 
-    /// What a body of `body_len` bytes is charged, in KiB (never more than the whole budget,
-    /// so one huge review runs alone instead of never).
-    fn cost_kib(&self, body_len: usize) -> u32 {
-        let bytes = (body_len as u64).saturating_mul(COST_FACTOR);
+    /// A charge of `bytes` in KiB (never more than the whole budget, so one review whose
+    /// length-based charge is larger runs alone instead of never; one whose *shape* does not
+    /// fit is refused before, see [`ReviewCost::by_shape`]).
+    fn cost_kib(&self, bytes: u64) -> u32 {
         (bytes.div_ceil(1024).max(1)).min(self.total_kib as u64) as u32
     }
 
-    /// Waits (at most `wait`) until a review of `body_len` bytes fits, and charges it until the
-    /// returned [`Charge`] is dropped.
+    /// Waits (at most `wait`) until a review charged `bytes` ([`review_cost`]) fits, and
+    /// charges it until the returned [`Charge`] is dropped.
     pub(crate) async fn charge(
         &self,
-        body_len: usize,
+        bytes: u64,
         wait: Duration,
     ) -> Result<Charge<'_>, BudgetError> {
-        let kib = self.cost_kib(body_len);
+        let kib = self.cost_kib(bytes);
         self.queued.inc();
         let acquired = tokio::time::timeout(wait, self.permits.acquire_many(kib)).await;
         self.queued.dec();
@@ -226,37 +286,74 @@ mod tests {
     }
 
     #[test]
-    fn cost_is_the_body_times_the_factor_capped_at_the_budget() {
+    fn a_charge_is_capped_at_the_budget() {
         let b = MemoryBudget::new(100 << 20);
-        assert_eq!(b.cost_kib(1024), COST_FACTOR as u32);
+        assert_eq!(b.cost_kib(16 << 10), 16);
         assert_eq!(b.cost_kib(0), 1);
-        assert_eq!(b.cost_kib(50 << 20), 100 * 1024);
+        assert_eq!(b.cost_kib(500 << 20), 100 * 1024);
+    }
+
+    #[test]
+    fn the_cost_follows_the_shape_not_the_length() {
+        let fixture = |name: &str| {
+            std::fs::read(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/admission")
+                    .join(name),
+            )
+            .unwrap()
+        };
+        // A small body is charged by its length at the densest shape's rate.
+        let small = fixture("create-pod-launch-acme-mnist-mzxkz.json");
+        assert_eq!(
+            review_cost(&small).charge,
+            small.len() as u64 * SMALL_BODY_FACTOR
+        );
+        // Two bodies of the same length: sparse (long strings) and dense (tiny containers).
+        let container = r#"{"name":"c","image":"busybox","resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"Always"}"#;
+        let n = 2000;
+        let dense = format!(
+            r#"{{"request":{{"object":{{"spec":{{"containers":[{}]}}}}}}}}"#,
+            vec![container; n].join(",")
+        );
+        let sparse = format!(
+            r#"{{"request":{{"object":{{"spec":{{"containers":[{{"name":"c","image":"{}"}}]}}}}}}}}"#,
+            "x".repeat(dense.len() - 70)
+        );
+        let (dense, sparse) = (
+            review_cost(dense.as_bytes()),
+            review_cost(sparse.as_bytes()),
+        );
+        assert_eq!(dense.containers, n as u64);
+        assert!(dense.by_shape >= n as u64 * PER_CONTAINER, "{dense:?}");
+        assert!(dense.charge > 4 * sparse.charge, "{dense:?} {sparse:?}");
+        assert_eq!(sparse.charge, sparse.charge.max(sparse.by_shape));
     }
 
     #[tokio::test]
     async fn reviews_queue_until_their_charge_fits_and_time_out_at_the_deadline() {
-        // A 100 KiB body costs 100 KiB × COST_FACTOR; the budget holds one and a half.
-        let cost = 100 * 1024 * COST_FACTOR as i64;
+        // The budget holds one and a half charges.
+        let cost = 1600 * 1024;
         let b = MemoryBudget::new(cost as u64 * 3 / 2);
         let first = b
-            .charge(100 << 10, Duration::from_millis(10))
+            .charge(cost as u64, Duration::from_millis(10))
             .await
             .unwrap();
         assert_eq!(b.in_flight.get(), cost);
         assert_eq!(
-            b.charge(100 << 10, Duration::from_millis(20)).await.err(),
+            b.charge(cost as u64, Duration::from_millis(20)).await.err(),
             Some(BudgetError::Deadline)
         );
         assert_eq!(b.queued.get(), 0);
         drop(first);
         assert_eq!(b.in_flight.get(), 0);
-        let second = b.charge(100 << 10, Duration::from_millis(10)).await;
+        let second = b.charge(cost as u64, Duration::from_millis(10)).await;
         assert!(second.is_ok());
         assert_eq!(b.peak.get(), cost);
     }
 
     #[tokio::test]
-    async fn a_review_larger_than_the_budget_runs_alone() {
+    async fn a_charge_larger_than_the_budget_runs_alone() {
         let b = MemoryBudget::new(2 << 20);
         let huge = b.charge(10 << 20, Duration::from_millis(10)).await.unwrap();
         assert_eq!(b.in_flight.get(), 2 << 20);

@@ -93,7 +93,7 @@ impl Metrics {
         let request_errors = Family::<ErrorLabels, Counter>::default();
         registry.register(
             "admission_request_errors",
-            "Requests answered with an HTTP error (bad body, wrong content type, too large, timeout)",
+            "Requests not reviewed: answered with an HTTP error (bad body, wrong content type, too large, timeout), or denied unreviewed (too_dense: the object could never fit the memory budget)",
             request_errors.clone(),
         );
         let latency = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {

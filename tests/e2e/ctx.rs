@@ -19,6 +19,8 @@ pub struct Env {
     pub launchgate_log: std::path::PathBuf,
     /// launchgate's base URL, and a client trusting its CA (for its /metrics).
     pub launchgate_base: String,
+    /// launchgate's process (its `/proc/<pid>/status` tells its memory).
+    pub launchgate_pid: Option<u32>,
     pub launchgate_client: reqwest::Client,
 }
 

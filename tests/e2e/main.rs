@@ -20,6 +20,7 @@ mod cluster;
 mod common;
 mod ctx;
 mod observability;
+mod safety;
 mod semantics;
 mod trust;
 mod webhook;
@@ -93,6 +94,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(semantics::only_pytorch_workloads_get_pytorch_env),
         e2e!(trust::a_label_exempts_only_with_its_requester),
         e2e!(trust::a_claimed_owner_is_not_trusted),
+        e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit),
     ]
 }
 
@@ -152,6 +154,7 @@ async fn set_up(target: &Target) -> Result<Suite> {
         client,
         launchgate_log: dir.path().join("launchgate.log"),
         launchgate_base: launchgate.base.clone(),
+        launchgate_pid: launchgate.pid(),
         launchgate_client: reqwest::Client::builder()
             .add_root_certificate(reqwest::Certificate::from_pem(
                 launchgate.ca_pem.as_bytes(),

@@ -56,6 +56,11 @@ impl Launchgate {
             "--log-format=json".into(),
             "--log-level=launchgate=debug,info".into(),
             "--reload-interval=1".into(),
+            // The budget the chart's default 256 MiB memory limit gives.
+            format!(
+                "--memory-budget-mib={}",
+                launchgate::server::budget::default_budget(Some(SUITE_MEMORY_LIMIT)) >> 20
+            ),
         ];
         // LAUNCHGATE_E2E_BIN: another build of launchgate (e.g. target/release/launchgate, to
         // measure the API server's view of an optimised binary).
@@ -166,6 +171,9 @@ impl Launchgate {
         }
     }
 }
+
+/// The memory limit the suite's launchgate is budgeted for (the chart's default).
+pub const SUITE_MEMORY_LIMIT: u64 = 256 << 20;
 
 /// The chart's MutatingWebhookConfiguration and ValidatingWebhookConfiguration, as rendered
 /// into `manifests/launchgate.yaml`.
