@@ -50,6 +50,10 @@ struct PodTemplateShape {
 #[derive(Debug, Clone, Default)]
 pub(super) struct TemplateShape {
     pod_templates: Vec<PodTemplateShape>,
+    /// A Volcano template's task names by their position in its `spec.tasks`.
+    task_names: BTreeMap<usize, String>,
+    /// A PyTorchJob template's replica types (`spec.pytorchReplicaSpecs` keys).
+    replica_types: Vec<String>,
 }
 
 /// The role of a pod template of the workload: the Volcano task name,
@@ -149,7 +153,130 @@ impl TemplateShape {
                 pod_templates[at].names.insert((list, index), name.clone());
             }
         }
-        TemplateShape { pod_templates }
+        let mut task_names = BTreeMap::new();
+        let mut replica_types: Vec<String> = Vec::new();
+        for leaf in leaves.iter().filter(|l| l.anchor == Anchor::Root) {
+            match leaf.path.0.as_slice() {
+                [
+                    Segment::Key(spec),
+                    Segment::Key(tasks),
+                    Segment::Index(i),
+                    Segment::Key(name),
+                ] if spec == "spec" && tasks == "tasks" && name == "name" => {
+                    if let LeafContent::Literal(Value::String(n)) = &leaf.content {
+                        task_names.insert(*i, n.clone());
+                    }
+                }
+                [Segment::Key(spec), Segment::Key(specs), Segment::Key(t), ..]
+                    if spec == "spec" && specs == "pytorchReplicaSpecs" =>
+                {
+                    if !replica_types.iter().any(|r| r.eq_ignore_ascii_case(t)) {
+                        replica_types.push(t.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        for t in &pod_templates {
+            if kind == Some(WorkloadKind::PyTorchJob)
+                && let Some(role) = &t.role
+                && !replica_types.iter().any(|r| r.eq_ignore_ascii_case(role))
+            {
+                replica_types.push(role.clone());
+            }
+        }
+        TemplateShape {
+            pod_templates,
+            task_names,
+            replica_types,
+        }
+    }
+
+    /// Every place of the workload (of `kind`) that the root-anchored template position `path`
+    /// designates, with its value (`None` when absent), bound to what runs rather than to a
+    /// list position:
+    ///
+    /// * a Volcano task's position (`spec.tasks[i].replicas`) is the workload's task of the
+    ///   same name, wherever it is in the list; a task the template does not name (an extra
+    ///   task) is held to every task's positions, so it cannot escape them;
+    /// * a PyTorchJob replica type's position is the workload's replica type of the same name
+    ///   compared case-insensitively (the training operator normalises `worker` to `Worker`),
+    ///   and a type the template does not name is held to every type's positions; the Worker
+    ///   replicas of an elastic job also reach `spec.elasticPolicy.maxReplicas`.
+    pub(super) fn root_places<'a>(
+        &self,
+        kind: WorkloadKind,
+        object: &'a Value,
+        path: &FieldPath,
+    ) -> Vec<(String, Option<&'a Value>)> {
+        let key = |s: &Segment, k: &str| matches!(s, Segment::Key(x) if x == k);
+        match (kind, path.0.as_slice()) {
+            (WorkloadKind::VolcanoJob, [spec, tasks, Segment::Index(i), rest @ ..])
+                if key(spec, "spec") && key(tasks, "tasks") =>
+            {
+                let want = self.task_names.get(i).map(String::as_str);
+                let items = object
+                    .get("spec")
+                    .and_then(|s| s.get("tasks"))
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let named =
+                    |n: Option<&str>| n.is_some_and(|n| self.task_names.values().any(|t| t == n));
+                // The task's name is what binds it: an extra task is not held to another's.
+                let is_name = matches!(rest, [Segment::Key(k)] if k == "name");
+                let mut out = Vec::new();
+                for (j, task) in items.iter().enumerate() {
+                    let name = workload::name_of(task);
+                    if want.is_none() || name == want || (!named(name) && !is_name) {
+                        out.extend(path::resolve(task, &format!("spec.tasks[{j}]"), rest));
+                    }
+                }
+                if let Some(want) = want
+                    && !items.iter().any(|t| workload::name_of(t) == Some(want))
+                {
+                    out.extend(path::resolve(
+                        &ABSENT,
+                        &format!("spec.tasks[name={want}]"),
+                        rest,
+                    ));
+                }
+                out
+            }
+            (WorkloadKind::PyTorchJob, [spec, specs, Segment::Key(want), rest @ ..])
+                if key(spec, "spec") && key(specs, "pytorchReplicaSpecs") =>
+            {
+                let replicas = object
+                    .get("spec")
+                    .and_then(|s| s.get("pytorchReplicaSpecs"))
+                    .and_then(Value::as_object);
+                let mut out = Vec::new();
+                let mut found = false;
+                for (t, holder) in replicas.into_iter().flatten() {
+                    let same = t.eq_ignore_ascii_case(want);
+                    found |= same;
+                    let described = self.replica_types.iter().any(|r| r.eq_ignore_ascii_case(t));
+                    if same || !described {
+                        let mut at = "spec.pytorchReplicaSpecs".to_string();
+                        path::push_segment(&mut at, &Segment::Key(t.clone()));
+                        out.extend(path::resolve(holder, &at, rest));
+                    }
+                }
+                if !found {
+                    let mut at = "spec.pytorchReplicaSpecs".to_string();
+                    path::push_segment(&mut at, &Segment::Key(want.clone()));
+                    out.extend(path::resolve(&ABSENT, &at, rest));
+                }
+                if want.eq_ignore_ascii_case("worker")
+                    && matches!(rest, [Segment::Key(r)] if r == "replicas")
+                    && let Some(max) = object.pointer("/spec/elasticPolicy/maxReplicas")
+                {
+                    out.push(("spec.elasticPolicy.maxReplicas".into(), Some(max)));
+                }
+                out
+            }
+            _ => path::resolve(object, "", &path.0),
+        }
     }
 
     /// True when the template's pod template `source` applies to the workload's `template`.

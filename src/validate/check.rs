@@ -222,7 +222,7 @@ impl<'a> Evaluation<'a> {
         path: &FieldPath,
     ) -> Vec<(String, Option<&'a Value>)> {
         match anchor {
-            Anchor::Root => path::resolve(self.object, "", &path.0),
+            Anchor::Root => self.shape.root_places(self.kind, self.object, path),
             Anchor::PodTemplate => {
                 self.shape
                     .places(&self.templates, self.sidecars, template_path, path)
@@ -792,6 +792,90 @@ mod tests {
         assert_eq!(
             gpus(json!({"containers": [c(2)], "initContainers": [c(4), sidecar(1)]})).as_deref(),
             Some("4")
+        );
+    }
+
+    #[test]
+    fn volcano_task_limits_bind_by_name_not_position() {
+        use serde_json::json;
+        let limits = r#"template: |
+  apiVersion: batch.volcano.sh/v1alpha1
+  kind: Job
+  spec:
+    tasks:
+      - name: master
+        replicas: 1
+        template: {spec: {containers: [{image: x}]}}
+      - name: worker
+        replicas: '{{workers}}'
+        template: {spec: {containers: [{image: x}]}}
+variables:
+  workers: {type: integer, minimum: 1, maximum: 4}"#;
+        let task = |name: &str, replicas: i64| {
+            json!({"name": name, "replicas": replicas,
+                "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}})
+        };
+        let vc = |tasks: Vec<Value>| {
+            json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                "spec": {"tasks": tasks}})
+        };
+        let ok = vc(vec![task("master", 1), task("worker", 4)]);
+        assert!(violations_of(limits, WorkloadKind::VolcanoJob, &ok).is_empty());
+        // Reordered: the worker task is first. Its 16 replicas are the workers variable.
+        let reordered = vc(vec![task("worker", 16), task("master", 1)]);
+        assert_eq!(
+            violations_of(limits, WorkloadKind::VolcanoJob, &reordered),
+            vec![r#"queue "q": spec.tasks[0].replicas=16 exceeds maximum 4 (variable "workers")"#]
+        );
+        // An extra task the template does not name is held to every task's limits.
+        let extra = vc(vec![
+            task("master", 1),
+            task("worker", 2),
+            task("worker2", 64),
+        ]);
+        assert_eq!(
+            violations_of(limits, WorkloadKind::VolcanoJob, &extra),
+            vec![r#"queue "q": spec.tasks[2].replicas=64 exceeds maximum 4 (variable "workers")"#]
+        );
+    }
+
+    #[test]
+    fn pytorchjob_replica_limits_bind_case_insensitively_and_reach_elastic_max() {
+        use serde_json::json;
+        let limits = r#"template: |
+  apiVersion: kubeflow.org/v1
+  kind: PyTorchJob
+  spec:
+    pytorchReplicaSpecs:
+      Master:
+        replicas: 1
+        template: {spec: {containers: [{name: pytorch, image: x}]}}
+      Worker:
+        replicas: '{{workers}}'
+        template: {spec: {containers: [{name: pytorch, image: x}]}}
+variables:
+  workers: {type: integer, maximum: 4}"#;
+        let replica = |n: i64| json!({"replicas": n, "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}});
+        let job = |worker_key: &str, n: i64| {
+            json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                "spec": {"pytorchReplicaSpecs": {"Master": replica(1), worker_key: replica(n)}}})
+        };
+        assert!(violations_of(limits, WorkloadKind::PyTorchJob, &job("Worker", 4)).is_empty());
+        // `worker` is the Worker replica type for the training operator.
+        assert_eq!(
+            violations_of(limits, WorkloadKind::PyTorchJob, &job("worker", 32)),
+            vec![
+                r#"queue "q": spec.pytorchReplicaSpecs.worker.replicas=32 exceeds maximum 4 (variable "workers")"#
+            ]
+        );
+        // An elastic job scales its workers up to maxReplicas.
+        let mut elastic = job("Worker", 2);
+        elastic["spec"]["elasticPolicy"] = json!({"minReplicas": 1, "maxReplicas": 32});
+        assert_eq!(
+            violations_of(limits, WorkloadKind::PyTorchJob, &elastic),
+            vec![
+                r#"queue "q": spec.elasticPolicy.maxReplicas=32 exceeds maximum 4 (variable "workers")"#
+            ]
         );
     }
 
