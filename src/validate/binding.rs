@@ -168,11 +168,11 @@ impl TemplateShape {
                     }
                 }
                 [Segment::Key(spec), Segment::Key(specs), Segment::Key(t), ..]
-                    if spec == "spec" && specs == "pytorchReplicaSpecs" =>
+                    if spec == "spec"
+                        && specs == "pytorchReplicaSpecs"
+                        && !replica_types.iter().any(|r| r.eq_ignore_ascii_case(t)) =>
                 {
-                    if !replica_types.iter().any(|r| r.eq_ignore_ascii_case(t)) {
-                        replica_types.push(t.clone());
-                    }
+                    replica_types.push(t.clone());
                 }
                 _ => {}
             }
