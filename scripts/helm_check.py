@@ -381,7 +381,8 @@ def cmd_cel(args) -> int:
                     if not obj:
                         continue
                     try:
-                        sent = all(cel.evaluate(c["expression"], {"object": obj}) for c in conds)
+                        context = {"object": obj, "request": {"subResource": ""}}
+                        sent = all(cel.evaluate(c["expression"], context) for c in conds)
                     except Exception as e:  # noqa: BLE001
                         print(f"ERROR {hook['name']} {f.name}: {e}")
                         ok = False

@@ -44,6 +44,10 @@ pub struct AdmissionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// The subresource (`status`, `scale`, …), when the request is for one.
     pub sub_resource: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The resource asked about (`pytorchjobs` for a `pytorchjobs/scale` request, whose `kind`
+    /// is `autoscaling/v1 Scale`).
+    pub resource: Option<Resource>,
     /// Empty on a CREATE that relies on `generateName`.
     #[serde(default)]
     pub name: String,
@@ -64,6 +68,20 @@ pub struct AdmissionRequest {
     /// Who sent the request (`username`, `groups`, ...): only logged, never decides anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_info: Option<Value>,
+}
+
+/// `request.resource`: the group, version and plural name of the resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Resource {
+    /// API group (empty for the core group).
+    #[serde(default)]
+    pub group: String,
+    /// API version.
+    #[serde(default)]
+    pub version: String,
+    /// Plural resource name (`pods`, `pytorchjobs`).
+    #[serde(default)]
+    pub resource: String,
 }
 
 impl AdmissionRequest {
@@ -111,6 +129,7 @@ impl AdmissionRequest {
                 kind: kind.to_string(),
             },
             sub_resource: None,
+            resource: None,
             name,
             namespace,
             operation: Operation::Create,

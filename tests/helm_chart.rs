@@ -307,7 +307,13 @@ fn rule_targets(rules: &[RuleWithOperations]) -> Vec<(String, String, String)> {
         for g in r.api_groups.iter().flatten() {
             for v in r.api_versions.iter().flatten() {
                 for res in r.resources.iter().flatten() {
-                    assert!(!res.contains('/'), "no subresources: {res}");
+                    // Only the subresources that change what the limits cover.
+                    if let Some((_, sub)) = res.split_once('/') {
+                        assert!(
+                            ["ephemeralcontainers", "resize", "scale"].contains(&sub),
+                            "a subresource launchgate does not judge: {res}"
+                        );
+                    }
                     out.push((g.clone(), v.clone(), res.clone()));
                 }
             }
@@ -429,9 +435,12 @@ fn default_render_is_a_safe_webhook() {
     );
     let expected = vec![
         gvr("", "v1", "pods"),
+        gvr("", "v1", "pods/ephemeralcontainers"),
+        gvr("", "v1", "pods/resize"),
         gvr("batch", "v1", "jobs"),
         gvr("batch.volcano.sh", "v1alpha1", "jobs"),
         gvr("kubeflow.org", "v1", "pytorchjobs"),
+        gvr("kubeflow.org", "v1", "pytorchjobs/scale"),
     ];
     let mut expected_sorted = expected.clone();
     expected_sorted.sort();
@@ -601,7 +610,12 @@ fn cert_manager_mode_with_crd_rules_off() {
     let (m, v) = hooks_of(&objs);
     check_hook(&m, "/mutate", "launchgate");
     check_hook(&v, "/validate", "launchgate");
-    let core = vec![gvr("", "v1", "pods"), gvr("batch", "v1", "jobs")];
+    let core = vec![
+        gvr("", "v1", "pods"),
+        gvr("", "v1", "pods/ephemeralcontainers"),
+        gvr("", "v1", "pods/resize"),
+        gvr("batch", "v1", "jobs"),
+    ];
     assert_eq!(rule_targets(&m.rules), core);
     assert_eq!(rule_targets(&v.rules), core);
     assert!(

@@ -246,6 +246,51 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     changed
 }
 
+/// `kubectl debug` adds an ephemeral container through the `pods/ephemeralcontainers`
+/// subresource (an UPDATE): the new ones (names not in `old_object`) get the same container
+/// defaults. Existing ephemeral containers cannot change, so they are left as they are.
+pub fn mutate_ephemeral(
+    ctx: &MutationContext<'_>,
+    object: &mut Value,
+    old_object: Option<&Value>,
+    findings: &mut Findings,
+) -> bool {
+    let cfg = ctx.settings.security_context;
+    if !cfg.enabled {
+        return false;
+    }
+    let existing: Vec<&str> = old_object
+        .and_then(|o| o.pointer("/spec/ephemeralContainers"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(workload::name_of)
+        .collect();
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    if workload::is_windows(spec) {
+        return false;
+    }
+    let pod_sets_seccomp = spec
+        .get("securityContext")
+        .and_then(|s| s.get("seccompProfile"))
+        .is_some_and(|v| !v.is_null());
+    let mut changed = false;
+    let items = spec
+        .get_mut("ephemeralContainers")
+        .and_then(Value::as_array_mut);
+    for (i, c) in items.into_iter().flatten().enumerate() {
+        let Some(c) = c.as_object_mut() else { continue };
+        if workload::name_in(c).is_some_and(|n| existing.contains(&n)) {
+            continue;
+        }
+        let where_ = format!("spec.ephemeralContainers[{i}]");
+        changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
+    }
+    changed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

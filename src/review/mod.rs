@@ -272,6 +272,11 @@ enum Untouched<'a> {
     Tree(Cow<'a, Value>),
 }
 
+/// `pods/ephemeralcontainers`: `kubectl debug` adding a container to a running pod.
+const EPHEMERAL_CONTAINERS: &str = "ephemeralcontainers";
+/// `pods/resize`: changing a running pod's container resources in place.
+const RESIZE: &str = "resize";
+
 /// From this body size on, the patch is diffed against the object's text in the body (no copy
 /// of the object: memory is what a large review is short of); below it, against a copy made
 /// before mutating (cheaper in time than reading the text again).
@@ -303,17 +308,25 @@ fn decide_object(
         patch: json_patch::Patch(Vec::new()),
         summary,
     };
+    if request.sub_resource.as_deref() == Some("scale")
+        && request
+            .resource
+            .as_ref()
+            .is_some_and(|r| r.group == "kubeflow.org" && r.resource == "pytorchjobs")
+    {
+        return scale_decision(endpoint, request, object.as_ref(), summary);
+    }
     let (Some(kind), Some(mut object)) = (kind, object) else {
         return skip(summary);
     };
-    if !matches!(request.operation, Operation::Create | Operation::Update)
-        || request
-            .sub_resource
-            .as_deref()
-            .is_some_and(|s| !s.is_empty())
-        || !object.is_object()
-    {
+    if !matches!(request.operation, Operation::Create | Operation::Update) || !object.is_object() {
         return skip(summary);
+    }
+    // Subresources that change what the queue's limits cover are judged (docs/queue-limits.md
+    // lists them); every other subresource (status, binding, eviction, …) is not.
+    match (kind, request.sub_resource.as_deref().unwrap_or_default()) {
+        (_, "") | (WorkloadKind::Pod, EPHEMERAL_CONTAINERS | RESIZE) => {}
+        _ => return skip(summary),
     }
     if policy.classify(kind, &object) != WorkloadMatch::Launch {
         return skip(summary);
@@ -382,6 +395,47 @@ fn decide_object(
             status.message.push_str(why);
         }
         decision.summary.message = Some(status.message.clone());
+    }
+    decision
+}
+
+/// `pytorchjobs/scale`: the training operator's CRD scales `Worker.replicas` through a
+/// `autoscaling/v1` Scale, which carries neither labels nor pod templates, so neither the
+/// PyTorchJob's queue nor its limits can be judged from it. A scale-up is denied with the way
+/// that is judged (changing `Worker.replicas` on the PyTorchJob itself); a scale-down, or a
+/// Scale that keeps the count, is allowed.
+fn scale_decision(
+    endpoint: Endpoint,
+    request: &AdmissionRequest,
+    object: Option<&Value>,
+    mut summary: ReviewSummary,
+) -> Decision {
+    summary.kind = WorkloadKind::PyTorchJob.as_str();
+    if let Some(scale) = object {
+        describe_request(&mut summary, request, scale);
+    }
+    let replicas = |v: Option<&Value>| {
+        v.and_then(|o| o.pointer("/spec/replicas"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    let (new, old) = (replicas(object), replicas(request.old_object.as_ref()));
+    let mut findings = Findings::default();
+    if endpoint == Endpoint::Validate && matches!(request.operation, Operation::Update) && new > old
+    {
+        findings.denials.push(format!(
+            "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels, so the queue's limits cannot be checked; change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
+            request.name
+        ));
+    }
+    let mut decision = finish(
+        &request.uid,
+        findings,
+        json_patch::Patch(Vec::new()),
+        summary,
+    );
+    if decision.response.allowed {
+        decision.summary.outcome = Outcome::Skipped;
     }
     decision
 }
@@ -464,6 +518,23 @@ fn mutate_decision(
     mut findings: Findings,
     mut summary: ReviewSummary,
 ) -> Decision {
+    // `kubectl debug`: the new ephemeral containers get the container defaults.
+    if ctx.request.sub_resource.as_deref() == Some(EPHEMERAL_CONTAINERS) {
+        let before = object.clone();
+        mutate::security_context::mutate_ephemeral(
+            ctx,
+            object,
+            ctx.request.old_object.as_ref(),
+            &mut findings,
+        );
+        let patch = diff::diff_tree(&before, object);
+        summary.outcome = if patch.0.is_empty() {
+            Outcome::Allowed
+        } else {
+            Outcome::Patched
+        };
+        return finish(&ctx.request.uid, findings, patch, summary);
+    }
     // Pod specs and Job templates are immutable after CREATE: only CREATE is mutated.
     if !matches!(ctx.request.operation, Operation::Create) {
         summary.outcome = Outcome::Allowed;
@@ -620,5 +691,47 @@ mod tests {
         let from_tree = super::decide(&policy, super::Endpoint::Mutate, &request, cluster).patch;
         assert_eq!(from_text, from_tree);
         assert!(from_text.0.len() > 200, "every container was mutated");
+    }
+}
+
+#[cfg(test)]
+mod subresource_tests {
+    use super::*;
+    use crate::cluster::NoCluster;
+    use serde_json::json;
+
+    fn scale_review(old: i64, new: i64) -> Vec<u8> {
+        serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                "resource": {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"},
+                "subResource": "scale", "name": "ddp", "namespace": "wandb", "operation": "UPDATE",
+                "object": {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                    "metadata": {"name": "ddp", "namespace": "wandb"}, "spec": {"replicas": new}},
+                "oldObject": {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                    "metadata": {"name": "ddp", "namespace": "wandb"}, "spec": {"replicas": old}},
+                "userInfo": {"username": "alice"}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pytorchjob_scale_up_is_denied_and_a_scale_down_allowed() {
+        let policy = Policy::embedded_default();
+        let answer = |body: Vec<u8>| {
+            let out = review(&policy, Endpoint::Validate, &body, &NoCluster).unwrap();
+            serde_json::from_slice::<Value>(&out.body).unwrap()["response"].clone()
+        };
+        let up = answer(scale_review(2, 64));
+        assert_eq!(up["allowed"], false, "{up}");
+        assert!(
+            up["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("from 2 to 64 Worker replicas"),
+            "{up}"
+        );
+        assert_eq!(answer(scale_review(2, 1))["allowed"], true);
+        let mutate = review(&policy, Endpoint::Mutate, &scale_review(2, 64), &NoCluster).unwrap();
+        let mutate: Value = serde_json::from_slice(&mutate.body).unwrap();
+        assert_eq!(mutate["response"]["allowed"], true);
     }
 }

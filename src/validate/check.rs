@@ -463,7 +463,8 @@ impl<'a> Evaluation<'a> {
             let Some(spec) = template.get("spec") else {
                 continue;
             };
-            for list in CONTAINER_LISTS {
+            // `kubectl debug` adds ephemeral containers to a running pod: their images too.
+            for list in CONTAINER_LISTS.into_iter().chain(["ephemeralContainers"]) {
                 let Some(containers) = spec.get(list).and_then(Value::as_array) else {
                     continue;
                 };

@@ -22,6 +22,7 @@ mod ctx;
 mod observability;
 mod safety;
 mod semantics;
+mod subresources;
 mod trust;
 mod webhook;
 mod workloads;
@@ -95,6 +96,8 @@ fn tests() -> Vec<E2eTest> {
         e2e!(trust::a_label_exempts_only_with_its_requester),
         e2e!(trust::a_claimed_owner_is_not_trusted),
         e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit),
+        e2e!(subresources::ephemeral_containers_are_judged),
+        e2e!(subresources::pytorchjob_scale_up_is_denied),
     ]
 }
 

@@ -26,6 +26,8 @@ pub const DEADLINE_QUEUE: &str = "deadline-queue";
 /// Queue whose limits are the W&B docs' Kubeflow queue config, pasted as-is (the PyTorchJob
 /// under `kubernetes:`), with `gpus` 0..4.
 pub const KUBEFLOW_QUEUE: &str = "kubeflow-queue";
+/// The built-in queue, with images only from `docker.io/acme`.
+pub const REGISTRY_QUEUE: &str = "acme-images-queue";
 
 /// The running launchgate binary.
 pub struct Launchgate {
@@ -212,6 +214,9 @@ fn suite_config() -> Result<String> {
         "template": crate::common::queue_config("kubeflow-pytorchjob-kubernetes.yaml"),
         "variables": {"gpus": {"type": "integer", "minimum": 0, "maximum": 4, "default": 1}},
     });
+    let mut registries = config["queues"][&default_queue].clone();
+    registries["limits"]["allowedRegistries"] = json!(["docker.io/acme"]);
+    config["queues"][REGISTRY_QUEUE] = registries;
     config["queues"][WARN_QUEUE] = warn;
     config["queues"][DEADLINE_QUEUE] = deadline;
     config["queues"][KUBEFLOW_QUEUE] = kubeflow;

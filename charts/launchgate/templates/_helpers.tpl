@@ -103,6 +103,8 @@ Arguments: list of path segments after the root, the root variable, and the key 
 {{- define "launchgate.celLaunchWorkload" -}}
 {{- $keys := include "launchgate.launchLabelKeys" . | fromJsonArray }}
 {{- $parts := list }}
+{{- /* A PyTorchJob's Scale carries no labels: every pytorchjobs/scale request is sent. */}}
+{{- $parts = append $parts "request.subResource == 'scale'" }}
 {{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "metadata" "labels") $keys)) }}
 {{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "spec" "template" "metadata" "labels") $keys)) }}
 {{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.tasks) && object.spec.tasks.exists(t, %s))" (include "launchgate.celHasLabel" (list "t" (list "template" "metadata" "labels") $keys))) }}
@@ -145,7 +147,9 @@ rules:
   {{- if .Values.webhook.rules.pods }}
   - apiGroups: [""]
     apiVersions: ["v1"]
-    resources: ["pods"]
+    # pods/ephemeralcontainers (kubectl debug: registries, securityContext defaults) and
+    # pods/resize (in-place resource changes: field limits) change what the limits cover.
+    resources: ["pods", "pods/ephemeralcontainers", "pods/resize"]
     operations: ["CREATE", "UPDATE"]
     scope: Namespaced
   {{- end }}
@@ -166,7 +170,8 @@ rules:
   {{- if .Values.webhook.rules.pytorchjob }}
   - apiGroups: ["kubeflow.org"]
     apiVersions: ["v1"]
-    resources: ["pytorchjobs"]
+    # pytorchjobs/scale sets Worker.replicas through a label-less Scale: a scale-up is denied.
+    resources: ["pytorchjobs", "pytorchjobs/scale"]
     operations: ["CREATE", "UPDATE"]
     scope: Namespaced
   {{- end }}
