@@ -381,7 +381,8 @@ def cmd_cel(args) -> int:
                     if not obj:
                         continue
                     try:
-                        context = {"object": obj, "request": {"subResource": ""}}
+                        # A request that is not for a subresource has no subResource key.
+                        context = {"object": obj, "request": {}}
                         sent = all(cel.evaluate(c["expression"], context) for c in conds)
                     except Exception as e:  # noqa: BLE001
                         print(f"ERROR {hook['name']} {f.name}: {e}")

@@ -20,6 +20,7 @@ mod cluster;
 mod common;
 mod ctx;
 mod observability;
+mod pytorch_guarantees;
 mod safety;
 mod semantics;
 mod subresources;
@@ -98,6 +99,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit),
         e2e!(subresources::ephemeral_containers_are_judged),
         e2e!(subresources::pytorchjob_scale_up_is_denied),
+        e2e!(pytorch_guarantees::volcano_pods_see_the_rendezvous_size_despite_the_plugin),
     ]
 }
 

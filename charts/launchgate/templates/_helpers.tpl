@@ -104,7 +104,7 @@ Arguments: list of path segments after the root, the root variable, and the key 
 {{- $keys := include "launchgate.launchLabelKeys" . | fromJsonArray }}
 {{- $parts := list }}
 {{- /* A PyTorchJob's Scale carries no labels: every pytorchjobs/scale request is sent. */}}
-{{- $parts = append $parts "request.subResource == 'scale'" }}
+{{- $parts = append $parts "(has(request.subResource) && request.subResource == 'scale')" }}
 {{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "metadata" "labels") $keys)) }}
 {{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "spec" "template" "metadata" "labels") $keys)) }}
 {{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.tasks) && object.spec.tasks.exists(t, %s))" (include "launchgate.celHasLabel" (list "t" (list "template" "metadata" "labels") $keys))) }}

@@ -172,6 +172,45 @@ pub fn write_env(
     changed
 }
 
+/// Volcano's pytorch plugin appends `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE` (and `RANK` on
+/// master and worker pods) to every container of every pod, after the template's entries;
+/// before Volcano v1.12 its `WORLD_SIZE` is the sum of *every* task's replicas, a tensorboard
+/// task included. The kubelet uses the last entry, so that sum would be the world size the
+/// program sees. When the env ends with the plugin's block and the template (launchgate's
+/// wiring, or the user) set a `WORLD_SIZE` before it, the block's `WORLD_SIZE` is set to the
+/// template's: the rendezvous size. Idempotent (a second pass finds them equal).
+pub fn keep_template_world_size(container: &mut Map<String, Value>) -> bool {
+    let Some(env) = container.get_mut("env").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    let names: Vec<Option<&str>> = env.iter().map(workload::name_of).collect();
+    let ends_with = |tail: &[&str]| {
+        names.len() >= tail.len()
+            && names[names.len() - tail.len()..]
+                .iter()
+                .zip(tail)
+                .all(|(n, t)| *n == Some(*t))
+    };
+    let block_ws = if ends_with(&[MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK]) {
+        names.len() - 2
+    } else if ends_with(&[MASTER_ADDR, MASTER_PORT, WORLD_SIZE]) {
+        names.len() - 1
+    } else {
+        return false;
+    };
+    let Some(template) = names[..block_ws - 2]
+        .iter()
+        .rposition(|n| *n == Some(WORLD_SIZE))
+    else {
+        return false;
+    };
+    if env[block_ws] == env[template] {
+        return false;
+    }
+    env[block_ws] = env[template].clone();
+    true
+}
+
 /// Makes each `PET_*` variable that mirrors a *shadowed* entry of its env:// twin follow the
 /// entry the container actually sees. When a controller appends its own value after the pod
 /// template's (Volcano's pytorch plugin appends `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE` and
@@ -368,6 +407,33 @@ pub fn write_wait_for_master(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_plugins_appended_world_size_is_the_rendezvous_size() {
+        let e = |n: &str, v: &str| json!({"name": n, "value": v});
+        // The template (launchgate's wiring: master + 2 workers), then the plugin's block
+        // counting a tensorboard task too, with RANK on a worker pod.
+        let mut c = json!({"env": [e("HF_HOME", "/c"), e("MASTER_ADDR", "j-master-0.j"),
+            e("MASTER_PORT", "23456"), e("WORLD_SIZE", "3"), e("PET_NNODES", "3"),
+            e("MASTER_ADDR", "j-master-0.j"), e("MASTER_PORT", "23456"), e("WORLD_SIZE", "4"),
+            e("RANK", "2")]});
+        let c = c.as_object_mut().unwrap();
+        assert!(keep_template_world_size(c));
+        assert_eq!(workload::effective_env_value(c, "WORLD_SIZE"), Some("3"));
+        assert!(!keep_template_world_size(c), "idempotent");
+        // A tensorboard pod: no RANK in the block.
+        let mut t = json!({"env": [e("WORLD_SIZE", "3"), e("MASTER_ADDR", "a"),
+            e("MASTER_PORT", "1"), e("WORLD_SIZE", "4")]});
+        assert!(keep_template_world_size(t.as_object_mut().unwrap()));
+        assert_eq!(t["env"][3]["value"], "3");
+        // No template WORLD_SIZE (nothing wired): the plugin's value stays.
+        let mut plain = json!({"env": [e("MASTER_ADDR", "a"), e("MASTER_PORT", "1"),
+            e("WORLD_SIZE", "4"), e("RANK", "0")]});
+        assert!(!keep_template_world_size(plain.as_object_mut().unwrap()));
+        // Not the plugin's block (the user's own duplicates): untouched.
+        let mut user = json!({"env": [e("WORLD_SIZE", "8"), e("WORLD_SIZE", "2")]});
+        assert!(!keep_template_world_size(user.as_object_mut().unwrap()));
+    }
+
     use super::*;
     use crate::topology::NprocPerNode;
 

@@ -162,6 +162,17 @@ pub fn mutate_pod(
     let Some(place) = object.as_object().and_then(pod_place) else {
         return false;
     };
+    // The plugin's appended WORLD_SIZE is the effective one: keep it the rendezvous size in
+    // every container it wrote into (all of them, in every task's pods, tensorboard's too),
+    // before anything reads it and before the PET_* twins follow it.
+    let mut changed = false;
+    if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+        workload::for_each_container_mut(spec, &[], |slot, c| {
+            if slot.list == workload::CONTAINER_LISTS[0] {
+                changed |= env::keep_template_world_size(c);
+            }
+        });
+    }
     let mut vars = Vec::new();
     let mut port = None;
     let mut wait_for = None;
@@ -174,17 +185,17 @@ pub fn mutate_pod(
                 vars = env::rank_vars(cfg, rank);
             }
         }
-        Some(None) => return false,
+        Some(None) => return changed,
         None => {
             let namespace = ctx.request.namespace.as_deref().unwrap_or("default");
             match ctx.cluster.volcano_job(namespace, &place.job_name) {
                 Some(job_object) => {
                     let job = match analyse(&job_object, &place.job_name) {
                         Ok(Some(job)) => job,
-                        Ok(None) => return false,
+                        Ok(None) => return changed,
                         Err(problems) => {
                             warn_unwirable(findings, &problems);
-                            return false;
+                            return changed;
                         }
                     };
                     vars = env::job_vars(cfg, &job.wiring);
@@ -218,7 +229,7 @@ pub fn mutate_pod(
                             "launchgate: this Volcano pod carries {var} (another framework's plugin) and its Job {namespace}/{} was never seen by launchgate; no PyTorch env was written",
                             place.job_name
                         ));
-                        return false;
+                        return changed;
                     }
                     let defaults = PluginArgs::default();
                     let offset = if place.task == defaults.master {
@@ -228,7 +239,7 @@ pub fn mutate_pod(
                     } else {
                         None
                     };
-                    let Some(offset) = offset else { return false };
+                    let Some(offset) = offset else { return changed };
                     let why = if ctx.cluster.is_connected() {
                         "was not found"
                     } else {
@@ -246,9 +257,9 @@ pub fn mutate_pod(
         }
     }
     let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
-        return false;
+        return changed;
     };
-    let mut changed = env::wire_pod_spec(ctx, spec, "spec", &vars, port, findings);
+    changed |= env::wire_pod_spec(ctx, spec, "spec", &vars, port, findings);
     if let Some(wrote) = dns_wrote {
         changed |= env::ensure_host_network_dns(spec, "spec", wrote, findings);
     }
