@@ -328,8 +328,17 @@ fn add_to_pod_spec(
         if cfg.read_only {
             return;
         }
+        let mut from_env_from = Vec::new();
         for (name, sub) in &cfg.env {
+            // A value the container may get from envFrom is not overridden behind its back.
+            if let Some(source) = workload::env_from_source(c, name) {
+                from_env_from.push((name.as_str(), source));
+                continue;
+            }
             changed |= edit::upsert_env(c, name, &join(&mount_path, sub), false) == Upsert::Added;
+        }
+        if !from_env_from.is_empty() {
+            findings.warn(super::env_from_warning(&where_, &from_env_from));
         }
     });
     // 3. The volume, only when something mounts it.
@@ -437,6 +446,25 @@ mod tests {
         assert_eq!(f.warnings.len(), 1);
         assert!(
             f.warnings[0].contains("spec.containers[0]"),
+            "{:?}",
+            f.warnings
+        );
+    }
+
+    #[test]
+    fn env_that_env_from_may_set_is_left_alone_with_a_warning() {
+        let (out, f) = mutate_with(
+            &MUTATOR,
+            PVC,
+            pod(json!({"containers": [{"name": "a",
+                "envFrom": [{"configMapRef": {"name": "hf-settings"}}]}]})),
+        );
+        let c = &out["spec"]["containers"][0];
+        assert!(c.get("env").is_none(), "{c}");
+        assert_eq!(c["volumeMounts"][0]["mountPath"], "/root/.cache");
+        assert!(
+            f.warnings[0].contains("from envFrom (configMapRef \"hf-settings\")")
+                && f.warnings[0].contains("HF_HOME"),
             "{:?}",
             f.warnings
         );

@@ -77,6 +77,18 @@ impl Findings {
     }
 }
 
+/// The warning for variables left unset because `envFrom` may set them.
+pub(crate) fn env_from_warning(where_: &str, vars: &[(&str, String)]) -> String {
+    let names: Vec<&str> = vars.iter().map(|(n, _)| *n).collect();
+    let mut sources: Vec<&str> = vars.iter().map(|(_, s)| s.as_str()).collect();
+    sources.dedup();
+    format!(
+        "launchgate: {where_} may receive {} from envFrom ({}), whose keys launchgate cannot see: left unset, since an env entry would override that value; set them in env to have launchgate's values",
+        names.join(", "),
+        sources.join(", ")
+    )
+}
+
 /// Applies a mutation in place; returns true when it changed the object. Must be idempotent:
 /// a second call on its own output changes nothing.
 pub type MutateFn = fn(&MutationContext<'_>, &mut Value, &mut Findings) -> bool;

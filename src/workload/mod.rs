@@ -360,6 +360,31 @@ pub fn effective_env_value<'a>(container: &'a Map<String, Value>, name: &str) ->
     json::get(effective_env(container, name)?, "value")?.as_str()
 }
 
+/// The `envFrom` source that may give the container the variable `name`, described for a
+/// message (`configMapRef "settings"`), when `env` does not set it: a ConfigMap or Secret whose
+/// keys are not known here, with no `prefix` or one that `name` starts with. An `env` entry
+/// written for `name` would silently override that source's value.
+pub fn env_from_source(container: &Map<String, Value>, name: &str) -> Option<String> {
+    if effective_env(container, name).is_some() {
+        return None;
+    }
+    container
+        .get("envFrom")?
+        .as_array()?
+        .iter()
+        .filter(|source| {
+            let prefix = source.get("prefix").and_then(Value::as_str).unwrap_or("");
+            name.starts_with(prefix)
+        })
+        .find_map(|source| {
+            ["configMapRef", "secretRef"].into_iter().find_map(|kind| {
+                let r = source.get(kind)?;
+                let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+                Some(format!("{kind} {name:?}"))
+            })
+        })
+}
+
 /// True when `name` appears more than once in the container's `env` (so the earlier entries
 /// are shadowed by the last).
 pub fn env_is_shadowed(container: &Map<String, Value>, name: &str) -> bool {
@@ -549,6 +574,28 @@ mod tests {
         assert!(effective_env(c, "C").is_none());
         let garbage = json!({"env": "x"});
         assert!(effective_env(garbage.as_object().unwrap(), "A").is_none());
+    }
+
+    #[test]
+    fn env_from_may_give_a_variable_unless_env_or_the_prefix_says_otherwise() {
+        let c = json!({"envFrom": [{"prefix": "APP_", "secretRef": {"name": "s"}},
+                                   {"configMapRef": {"name": "settings"}}],
+                       "env": [{"name": "HF_HOME", "value": "/x"}]});
+        let c = c.as_object().unwrap();
+        assert_eq!(
+            env_from_source(c, "TORCH_HOME").as_deref(),
+            Some(r#"configMapRef "settings""#)
+        );
+        // Set in env: env wins over envFrom.
+        assert_eq!(env_from_source(c, "HF_HOME"), None);
+        let prefixed = json!({"envFrom": [{"prefix": "APP_", "secretRef": {"name": "s"}}]});
+        let prefixed = prefixed.as_object().unwrap();
+        assert_eq!(env_from_source(prefixed, "MASTER_ADDR"), None);
+        assert_eq!(
+            env_from_source(prefixed, "APP_MODE").as_deref(),
+            Some(r#"secretRef "s""#)
+        );
+        assert_eq!(env_from_source(json!({}).as_object().unwrap(), "X"), None);
     }
 
     #[test]

@@ -142,14 +142,23 @@ pub fn write_env(
     findings: &mut Findings,
 ) -> bool {
     let mut changed = false;
+    let mut from_env_from = Vec::new();
     for (name, ours) in vars {
         let our_entry = ours.entry(name);
+        // A value the container may get from envFrom is not overridden behind its back.
+        if let Some(source) = workload::env_from_source(container, name) {
+            from_env_from.push((*name, source));
+            continue;
+        }
         if cfg.override_user_values {
             changed |= edit::upsert_named(container, "env", our_entry, true).changed();
             continue;
         }
-        let twin_entry =
-            twin_of(name).and_then(|t| env_entry(container, t).map(|e| renamed(e, name)));
+        // A pair mirrors the value you set on its twin, except PET_NNODES: a WORLD_SIZE you
+        // wrote may count processes (nodes × GPUs), while torchrun's --nnodes counts pods.
+        let twin_entry = twin_of(name)
+            .filter(|_| *name != PET_NNODES)
+            .and_then(|t| env_entry(container, t).map(|e| renamed(e, name)));
         match env_entry(container, name) {
             // A torchrun twin mirroring the user's env:// value is not worth a second warning.
             Some(existing)
@@ -165,6 +174,9 @@ pub fn write_env(
                 changed |= edit::upsert_named(container, "env", desired, false).changed();
             }
         }
+    }
+    if !from_env_from.is_empty() {
+        findings.warn(crate::mutate::env_from_warning(where_, &from_env_from));
     }
     if cfg.torchrun {
         changed |= follow_shadowed_twins(container);
@@ -297,6 +309,13 @@ pub fn wire_pod_spec(
     let mut changed = false;
     ctx.for_each_training_container(pod_spec, spec_path, |where_, c| {
         changed |= write_env(c, vars, cfg, where_, findings);
+        // The port is the one the container rendezvous on: a MASTER_PORT you kept wins.
+        let port = port.map(|p| {
+            workload::effective_env_value(c, MASTER_PORT)
+                .and_then(|v| v.parse::<u16>().ok())
+                .filter(|v| *v != 0)
+                .unwrap_or(p)
+        });
         if let Some(port) = port
             && !host_port_taken
         {

@@ -191,6 +191,39 @@ mod tests {
     }
 
     #[test]
+    fn pytorch_env_stays_coherent_with_what_the_user_kept() {
+        use crate::mutate::pytorch::MUTATOR;
+        use crate::mutate::test_support::mutate_with;
+        let mut spec = good_spec();
+        // WORLD_SIZE as a process count (3 pods × 8 GPUs) and a rendezvous port of their own.
+        spec["template"]["spec"]["containers"][0]["env"] = json!([
+            {"name": "WORLD_SIZE", "value": "24"},
+            {"name": "MASTER_PORT", "value": "29500"}
+        ]);
+        let (out, f) = mutate_with(
+            &MUTATOR,
+            "pytorch: {indexedJobs: true}",
+            job(spec, json!({})),
+        );
+        let c = &out["spec"]["template"]["spec"]["containers"][0];
+        let value = |n: &str| crate::workload::effective_env_value(c.as_object().unwrap(), n);
+        // torchrun's --nnodes counts pods, never the user's process count.
+        assert_eq!(value("PET_NNODES"), Some("3"));
+        assert_eq!(value("WORLD_SIZE"), Some("24"));
+        // The port the containers rendezvous on is the MASTER_PORT they use.
+        assert_eq!(value("MASTER_PORT"), Some("29500"));
+        assert_eq!(value("PET_MASTER_PORT"), Some("29500"));
+        assert_eq!(c["ports"][0]["containerPort"], 29500, "{}", c["ports"]);
+        assert!(
+            f.warnings
+                .iter()
+                .any(|w| w.contains("keeps its WORLD_SIZE")),
+            "{:?}",
+            f.warnings
+        );
+    }
+
+    #[test]
     fn auto_wires_only_jobs_that_show_they_are_pytorch() {
         use crate::topology::IndexedJobs;
         let cfg = PytorchConfig {
