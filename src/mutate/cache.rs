@@ -338,7 +338,7 @@ fn add_to_pod_spec(
             changed |= edit::upsert_env(c, name, &join(&mount_path, sub), false) == Upsert::Added;
         }
         if !from_env_from.is_empty() {
-            findings.warn(super::env_from_warning(&where_, &from_env_from));
+            findings.warn(super::env_from_warning(where_, &from_env_from));
         }
     });
     // 3. The volume, only when something mounts it.
