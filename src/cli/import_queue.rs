@@ -173,7 +173,8 @@ pub(crate) fn import(
     name: Option<&str>,
     entity: Option<&str>,
 ) -> Result<Imported, String> {
-    let doc: Value = serde_norway::from_str(text).map_err(|e| {
+    // Parsed as the limits parse a template, so `{{gpus}}` quoted or not is accepted alike.
+    let doc: Value = crate::validate::template::parse_text(text).map_err(|e| {
         format!("not YAML or JSON: {e} (for a .tf file, use `terraform show -json`)")
     })?;
     let mut queues = find_queues(&doc)?;
@@ -348,6 +349,25 @@ mod tests {
                 r#"team/q: variable "mem" (string, one of "8Gi", "16Gi"): spec.containers[0].resources.limits.memory of every pod template"#
             ]
         );
+    }
+
+    #[test]
+    fn placeholders_quoted_or_not_import_as_check_config_reads_them() {
+        let quoted = "spec:\n  template:\n    spec:\n      containers:\n        - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n";
+        let bare = quoted.replace("'{{gpus}}'", "{{gpus}}");
+        for text in [quoted, bare.as_str()] {
+            let out = import(text, Some("q"), None).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(
+                out.errors,
+                [
+                    "queues.q.limits.variables.gpus.type: missing `type` (one of integer, number, string, quantity)"
+                ],
+                "{text}"
+            );
+            // The template as imported is the text as written: check-config reads it the same.
+            let snippet: serde_json::Value = serde_norway::from_str(&out.snippet).unwrap();
+            assert_eq!(snippet["queues"]["q"]["limits"]["template"], text);
+        }
     }
 
     #[test]

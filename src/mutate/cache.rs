@@ -105,6 +105,17 @@ impl CacheConfig {
                 ),
             ));
         }
+        // Kubernetes names the service-account token volume kube-api-access-<random>: a cache
+        // volume of that form would collide with (or be mistaken for) it.
+        if self.volume_name.starts_with("kube-api-access-") {
+            errors.push(ConfigError::new(
+                format!("{at}.volumeName"),
+                format!(
+                    "{:?} is reserved: Kubernetes names the service-account token volume kube-api-access-*",
+                    self.volume_name
+                ),
+            ));
+        }
         for (key, p) in [
             ("mountPath", &self.mount_path),
             ("nonRootMountPath", &self.non_root_mount_path),
@@ -113,6 +124,27 @@ impl CacheConfig {
                 errors.push(ConfigError::new(
                     format!("{at}.{key}"),
                     format!("{p:?} must be an absolute path"),
+                ));
+            } else if p.split('/').all(str::is_empty) {
+                errors.push(ConfigError::new(
+                    format!("{at}.{key}"),
+                    "the cache cannot be mounted at / (it would hide the container's whole file system)",
+                ));
+            } else if p.split('/').any(|part| part == ".." || part == ".") {
+                errors.push(ConfigError::new(
+                    format!("{at}.{key}"),
+                    format!("{p:?} must not contain . or .. segments"),
+                ));
+            }
+        }
+        // Each env var points below the mount: a sub-directory, never out of it.
+        for (name, sub) in &self.env {
+            if sub.starts_with('/') || sub.split('/').any(|part| part == ".." || part == ".") {
+                errors.push(ConfigError::new(
+                    format!("{at}.env.{name}"),
+                    format!(
+                        "{sub:?} must be a relative sub-directory of the cache (no leading /, no . or .. segments)"
+                    ),
                 ));
             }
         }
@@ -449,6 +481,31 @@ mod tests {
             "{:?}",
             f.warnings
         );
+    }
+
+    #[test]
+    fn a_cache_that_cannot_work_is_a_config_error() {
+        let errors = |yaml: &str| {
+            let cfg: CacheConfig = serde_norway::from_str(yaml).unwrap();
+            let mut errors = Vec::new();
+            cfg.check("c", &mut errors);
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        let base = "persistentVolumeClaim: {claimName: nfs}";
+        assert!(errors(base).is_empty());
+        let e = errors(&format!("{{{base}, mountPath: /}}"));
+        assert!(
+            e[0].starts_with("c.mountPath: the cache cannot be mounted at /"),
+            "{e:?}"
+        );
+        let e = errors(&format!("{{{base}, nonRootMountPath: /data/../etc}}"));
+        assert!(e[0].starts_with("c.nonRootMountPath:"), "{e:?}");
+        let e = errors(&format!("{{{base}, env: {{HF_HOME: ../../etc}}}}"));
+        assert!(e[0].starts_with("c.env.HF_HOME:"), "{e:?}");
+        let e = errors(&format!("{{{base}, env: {{HF_HOME: /etc}}}}"));
+        assert!(e[0].starts_with("c.env.HF_HOME:"), "{e:?}");
+        let e = errors(&format!("{{{base}, volumeName: kube-api-access-abcde}}"));
+        assert!(e[0].contains("reserved"), "{e:?}");
     }
 
     #[test]

@@ -386,15 +386,22 @@ pub fn infer_kind(object: &Value) -> Result<WorkloadKind, String> {
     }
 }
 
+/// A W&B template's text (YAML or JSON) as a tree, with its `{{variable}}` placeholders kept
+/// whether they are quoted or not (`gpus: {{gpus}}` is not YAML on its own). Every reader of
+/// a queue's template text (the limits, `import-queue`) parses it here, so they accept the same
+/// forms.
+pub(crate) fn parse_text(text: &str) -> Result<Value, serde_norway::Error> {
+    let (protected, names) = protect_placeholders(text);
+    let mut doc: Value = serde_norway::from_str(&protected)?;
+    restore_tree(&mut doc, &names);
+    Ok(doc)
+}
+
 /// Parses the template (a string of YAML/JSON, or an already structured value).
 pub fn parse(source: &Value) -> Result<Template, String> {
     let doc = match source {
         Value::String(text) => {
-            let (protected, names) = protect_placeholders(text);
-            let mut doc: Value = serde_norway::from_str(&protected)
-                .map_err(|e| format!("template is not valid YAML or JSON: {e}"))?;
-            restore_tree(&mut doc, &names);
-            doc
+            parse_text(text).map_err(|e| format!("template is not valid YAML or JSON: {e}"))?
         }
         other => other.clone(),
     };
