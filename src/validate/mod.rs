@@ -19,6 +19,7 @@
 mod binding;
 mod check;
 pub mod distributed;
+mod known_fields;
 pub mod path;
 pub mod schema;
 pub mod template;
@@ -495,6 +496,16 @@ impl QueueLimits {
             let schema = Schema::compile(&keys, &field_at, &mut errors);
             if let (Some(path), Some(schema)) = (path, schema) {
                 let (anchor, path) = field_anchor(path);
+                if let Some(why) = unknown_field(limits.template_kind, anchor, &path) {
+                    errors.push(ConfigError::new(
+                        format!("{field_at}.path"),
+                        format!(
+                            "{:?}: {why}, so this limit would never be checked",
+                            field.path
+                        ),
+                    ));
+                    continue;
+                }
                 limits.fields.push(FieldLimit {
                     written: field.path.clone(),
                     anchor,
@@ -677,6 +688,26 @@ fn unread_position(leaf: &TemplateLeaf, kind: WorkloadKind) -> Option<String> {
             kind.as_str()
         )),
     }
+    .or_else(|| unknown_field(Some(kind), leaf.anchor, &leaf.path))
+}
+
+/// Why `path` (at `anchor`, in a workload of `kind`) designates no field of the kind's
+/// Kubernetes type, when it does not (see [`known_fields`]).
+fn unknown_field(kind: Option<WorkloadKind>, anchor: Anchor, path: &FieldPath) -> Option<String> {
+    let in_pod_template = anchor == Anchor::PodTemplate;
+    let at = known_fields::unknown_from(kind, in_pod_template, &path.0)?;
+    let known = FieldPath(path.0[..at].to_vec());
+    let unknown = FieldPath(path.0[..=at.min(path.0.len() - 1)].to_vec());
+    let whose = match (in_pod_template, kind) {
+        (true, _) => "a pod template".to_string(),
+        (false, Some(kind)) => format!("a {}", kind.as_str()),
+        (false, None) => "the workload".to_string(),
+    };
+    Some(if known.0.is_empty() {
+        format!("`{unknown}` is not a field of {whose}")
+    } else {
+        format!("`{unknown}` is not a field of {whose} (`{known}` is)")
+    })
 }
 
 /// A `fields` path: absolute when it starts at `spec`/`metadata`, else relative to each pod
@@ -773,7 +804,7 @@ mod tests {
         .unwrap();
         assert_eq!(limits.variables.len(), 1);
         let errors = errors_of(
-            "template: \"spec: {a: '{{cpu}}'}\"\nvariables:\n  cpu: {schema: {type: integer, minimum: 5, maximum: 4}}\n",
+            "template: \"spec: {parallelism: '{{cpu}}'}\"\nvariables:\n  cpu: {schema: {type: integer, minimum: 5, maximum: 4}}\n",
         );
         assert_eq!(
             errors,
@@ -784,10 +815,42 @@ mod tests {
     }
 
     #[test]
+    fn a_path_that_is_no_field_of_the_kind_is_a_config_error() {
+        let errors = errors_of(
+            r#"
+template: |
+  apiVersion: batch/v1
+  kind: Job
+  spec:
+    replicas: '{{workers}}'
+    template:
+      spec:
+        containers:
+          - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}
+variables:
+  workers: {type: integer, maximum: 4}
+  gpus: {type: integer, maximum: 4}
+fields:
+  - {path: "containers[*].resources.limit.cpu", type: quantity, maximum: "4"}
+  - {path: "containers[*].resources.limits.cpu", type: quantity, maximum: "4"}
+"#,
+        );
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(
+            errors[0].starts_with("queues.q.limits.template: {{workers}} at spec.replicas: `spec.replicas` is not a field of a Job"),
+            "{errors:#?}"
+        );
+        assert!(
+            errors[1].starts_with(r#"queues.q.limits.fields[0].path: "containers[*].resources.limit.cpu": `spec.containers[*].resources.limit` is not a field of a pod template"#),
+            "{errors:#?}"
+        );
+    }
+
+    #[test]
     fn every_config_problem_is_reported_with_its_path() {
         let errors = errors_of(
             r#"
-template: "spec: {a: '{{known}}'}"
+template: "spec: {parallelism: '{{known}}'}"
 strict: false
 variables:
   known: {type: quantity, maximum: lots}

@@ -1,0 +1,217 @@
+//! Does a path name a field the workload kind really has?
+//!
+//! A `fields` path or template position with a typo (`resources.limit.cpu`) or a field of
+//! another kind (`spec.replicas` on a batch/v1 Job) designates nothing in any workload, so its
+//! limit would never be checked — the config would say `ok` and enforce nothing. Such paths
+//! are config errors. The truth is the Kubernetes API types launchgate already depends on
+//! (k8s-openapi, through their JSON schemas): a Pod template for positions inside a pod
+//! template, a Pod or a batch/v1 Job for positions at a workload's root. Volcano Jobs and
+//! PyTorchJobs have no typed schema here: their root positions are not checked.
+
+use super::path::Segment;
+use crate::workload::WorkloadKind;
+use serde_json::Value;
+use std::sync::OnceLock;
+
+fn schema_of<T: schemars::JsonSchema>() -> Value {
+    serde_json::to_value(schemars::SchemaGenerator::default().into_root_schema_for::<T>())
+        .unwrap_or(Value::Null)
+}
+
+fn pod_template() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(schema_of::<k8s_openapi::api::core::v1::PodTemplateSpec>)
+}
+
+fn pod() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(schema_of::<k8s_openapi::api::core::v1::Pod>)
+}
+
+fn job() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(schema_of::<k8s_openapi::api::batch::v1::Job>)
+}
+
+/// What a walk down a schema found.
+#[derive(Debug, PartialEq, Eq)]
+enum Walk {
+    /// Every segment is a field (or the schema cannot tell, e.g. a free-form object).
+    Known,
+    /// The segment at this index is not a field where it stands.
+    UnknownAt(usize),
+}
+
+/// Follows `$ref`s into the root's definitions.
+fn resolve<'a>(root: &'a Value, mut schema: &'a Value) -> &'a Value {
+    for _ in 0..32 {
+        let Some(r) = schema.get("$ref").and_then(Value::as_str) else {
+            break;
+        };
+        let name = r.rsplit('/').next().unwrap_or_default();
+        match root
+            .get("$defs")
+            .or_else(|| root.get("definitions"))
+            .and_then(|d| d.get(name))
+        {
+            Some(next) => schema = next,
+            None => break,
+        }
+    }
+    schema
+}
+
+fn walk(root: &Value, schema: &Value, path: &[Segment], at: usize) -> Walk {
+    let schema = resolve(root, schema);
+    let Some((first, rest)) = path.split_first() else {
+        return Walk::Known;
+    };
+    // Alternatives (`Option<T>` is `anyOf [T, null]`): known if any alternative knows it.
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(alternatives) = schema.get(key).and_then(Value::as_array) {
+            let walks: Vec<Walk> = alternatives
+                .iter()
+                .filter(|a| a.get("type").and_then(Value::as_str) != Some("null"))
+                .map(|a| walk(root, a, path, at))
+                .collect();
+            return if walks.contains(&Walk::Known) || walks.is_empty() {
+                Walk::Known
+            } else {
+                walks
+                    .into_iter()
+                    .max_by_key(|w| match w {
+                        Walk::UnknownAt(i) => *i,
+                        Walk::Known => usize::MAX,
+                    })
+                    .unwrap_or(Walk::Known)
+            };
+        }
+    }
+    match first {
+        Segment::Key(k) => {
+            if let Some(field) = schema.get("properties").and_then(|p| p.get(k)) {
+                return walk(root, field, rest, at + 1);
+            }
+            match schema.get("additionalProperties") {
+                Some(Value::Object(_)) => walk(root, &schema["additionalProperties"], rest, at + 1),
+                Some(Value::Bool(true)) => Walk::Known,
+                _ if schema.get("properties").is_some() => Walk::UnknownAt(at),
+                // A scalar (string, number, quantity…) has no fields; a schema without a
+                // shape cannot tell.
+                _ if has_scalar_type(schema) => Walk::UnknownAt(at),
+                _ => Walk::Known,
+            }
+        }
+        Segment::Index(_) | Segment::AnyIndex => match schema.get("items") {
+            Some(items) => walk(root, items, rest, at + 1),
+            None if has_scalar_type(schema) || schema.get("properties").is_some() => {
+                Walk::UnknownAt(at)
+            }
+            None => Walk::Known,
+        },
+    }
+}
+
+fn has_scalar_type(schema: &Value) -> bool {
+    let scalar = |t: &str| matches!(t, "string" | "integer" | "number" | "boolean");
+    match schema.get("type") {
+        Some(Value::String(t)) => scalar(t),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .all(|t| scalar(t) || t == "null"),
+        _ => false,
+    }
+}
+
+/// The typed schema a path is checked against: a pod template for `in_pod_template`, else the
+/// root of `kind` (`None` when launchgate has no typed schema for it).
+fn schema_for(kind: Option<WorkloadKind>, in_pod_template: bool) -> Option<&'static Value> {
+    if in_pod_template {
+        return Some(pod_template());
+    }
+    match kind? {
+        WorkloadKind::Pod => Some(pod()),
+        WorkloadKind::BatchJob => Some(job()),
+        WorkloadKind::VolcanoJob | WorkloadKind::PyTorchJob => None,
+    }
+}
+
+/// `None` when `path` names a field (inside a pod template when `in_pod_template`, else at the
+/// root of a `kind`), or cannot be checked; else the number of leading segments that are
+/// fields: the segment after them is unknown.
+pub(super) fn unknown_from(
+    kind: Option<WorkloadKind>,
+    in_pod_template: bool,
+    path: &[Segment],
+) -> Option<usize> {
+    let root = schema_for(kind, in_pod_template)?;
+    match walk(root, root, path, 0) {
+        Walk::Known => None,
+        Walk::UnknownAt(i) => Some(i),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::path::FieldPath;
+
+    fn unknown(kind: Option<WorkloadKind>, in_template: bool, path: &str) -> Option<usize> {
+        unknown_from(kind, in_template, &FieldPath::parse(path).unwrap().0)
+    }
+
+    #[test]
+    fn pod_template_paths_follow_the_pod_schema() {
+        for ok in [
+            "spec.containers[*].resources.limits.cpu",
+            "spec.containers[0].resources.limits[\"nvidia.com/gpu\"]",
+            "spec.containers[*].image",
+            "spec.initContainers[*].env[*].value",
+            "spec.nodeSelector.pool",
+            "metadata.labels.team",
+            "spec.activeDeadlineSeconds",
+            "spec.restartPolicy",
+        ] {
+            assert_eq!(unknown(None, true, ok), None, "{ok}");
+        }
+        // `limit` for `limits`: the fifth segment is unknown.
+        assert_eq!(
+            unknown(None, true, "spec.containers[*].resources.limit.cpu"),
+            Some(4)
+        );
+        assert_eq!(unknown(None, true, "spec.container[*].image"), Some(1));
+        // Below a scalar: nothing.
+        assert_eq!(unknown(None, true, "spec.containers[*].image.tag"), Some(4));
+    }
+
+    #[test]
+    fn root_paths_follow_the_kind() {
+        assert_eq!(
+            unknown(Some(WorkloadKind::BatchJob), false, "spec.parallelism"),
+            None
+        );
+        assert_eq!(
+            unknown(Some(WorkloadKind::BatchJob), false, "spec.replicas"),
+            Some(1)
+        );
+        assert_eq!(
+            unknown(
+                Some(WorkloadKind::BatchJob),
+                false,
+                "spec.activeDeadlineSeconds"
+            ),
+            None
+        );
+        assert_eq!(
+            unknown(Some(WorkloadKind::Pod), false, "spec.nodeName"),
+            None
+        );
+        // No typed schema for custom resources: not checked.
+        assert_eq!(
+            unknown(Some(WorkloadKind::VolcanoJob), false, "spec.whatever"),
+            None
+        );
+        assert_eq!(unknown(None, false, "spec.whatever"), None);
+    }
+}
