@@ -77,7 +77,7 @@ fn pods_made_by_a_validated_job_are_not_re_judged_on_workload_rules() {
         "{lines:#?}"
     );
     assert!(
-        lines[2].contains("names Job") && lines[2].contains(r#"sent by "alice""#),
+        lines[2].contains("names Job") && lines[2].contains(r#"sent by user "alice""#),
         "{lines:#?}"
     );
 

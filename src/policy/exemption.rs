@@ -92,16 +92,18 @@ impl<'a> Requester<'a> {
         Some(format!("{namespace}/{name}"))
     }
 
-    fn describe(&self) -> String {
+    /// Who sends the request, for a message: `service account "ns/name"`, `user "alice"`.
+    pub(crate) fn describe(&self) -> String {
         match (self.username, self.service_account()) {
-            ("", _) => "a request with no user".to_string(),
+            ("", _) => "an unidentified requester (no userInfo, as offline)".to_string(),
             (_, Some(sa)) => format!("service account {sa:?}"),
             (user, None) => format!("user {user:?}"),
         }
     }
 }
 
-fn any_match(patterns: &[String], value: &str) -> bool {
+/// True when `value` matches one of `patterns` (`*` and `?` are wildcards).
+pub(super) fn any_match(patterns: &[String], value: &str) -> bool {
     patterns.iter().any(|p| WildMatch::new(p).matches(value))
 }
 
@@ -427,6 +429,6 @@ mod tests {
         let labelled = json!({"metadata": {"labels": {"wandb": "launch"}}});
         let found = check_request(&e, &who("", &[], ""), &[labelled.as_object().unwrap()]);
         assert!(found.exempt_by.is_none());
-        assert!(found.not_applied[0].contains("a request with no user"));
+        assert!(found.not_applied[0].contains("an unidentified requester"));
     }
 }

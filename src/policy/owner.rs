@@ -7,12 +7,11 @@
 //! an identity a tenant cannot take) and the pod carries the labels that controller writes for
 //! that very owner. Anything else is judged on every rule.
 
-use super::exemption::Requester;
+use super::exemption::{Requester, any_match};
 use crate::error::ConfigError;
 use crate::workload::{self, WorkloadKind};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use wildmatch::WildMatch;
 
 /// The kinds whose pods a controller creates, as `match.podCreators` names them.
 pub const OWNER_KINDS: [WorkloadKind; 3] = [
@@ -127,17 +126,10 @@ pub fn owner_claim(
         .get(owner_kind.as_str())
         .map(Vec::as_slice)
         .unwrap_or_default();
-    if !allowed
-        .iter()
-        .any(|p| WildMatch::new(p).matches(who.username))
-    {
-        let sender = if who.username.is_empty() {
-            "a request with no user".to_string()
-        } else {
-            format!("{:?}", who.username)
-        };
+    if !any_match(allowed, who.username) {
         return OwnerClaim::Unverified(format!(
-            "launchgate: the pod names {claimed} as its controller but is sent by {sender}, not by that kind's controller ({}); it is judged on every rule of its queue",
+            "launchgate: the pod names {claimed} as its controller but is sent by {}, not by that kind's controller ({}); it is judged on every rule of its queue",
+            who.describe(),
             if allowed.is_empty() {
                 "none configured in match.podCreators".to_string()
             } else {
