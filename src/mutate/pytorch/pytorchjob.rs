@@ -99,6 +99,11 @@ pub fn mutate(
         }
     }
 
+    if cfg.wait_for_master.enabled && has_master && job_name.is_empty() {
+        findings.warn(
+            "launchgate: this PyTorchJob has only a generateName, so its master's address (<name>-master-0) is not known at admission and its workers get no wait-for-master init container; give the PyTorchJob a name to have it",
+        );
+    }
     workload::for_each_template_mut(WorkloadKind::PyTorchJob, object, |info, template| {
         let TemplateRole::PyTorchReplica { replica_type } = &info.role else {
             return;
@@ -162,6 +167,33 @@ mod tests {
         elastic["spec"]["elasticPolicy"] = json!({"minReplicas": 1});
         assert!(problems(&elastic).is_empty());
         assert!(problems(&json!({"spec": 1})).is_empty());
+    }
+
+    #[test]
+    fn a_generate_name_job_in_a_wait_for_master_queue_is_told_why_it_gets_no_init_container() {
+        use crate::mutate::pytorch::MUTATOR;
+        use crate::mutate::test_support::mutate_with;
+        let q = "pytorch: {waitForMaster: {enabled: true}}";
+        let replica =
+            json!({"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch"}]}}});
+        let mut j = job(json!({"Master": replica.clone(), "Worker": replica}));
+        let (named, f) = mutate_with(&MUTATOR, q, j.clone());
+        assert!(
+            named["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["initContainers"]
+                .is_array()
+        );
+        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        let meta = j["metadata"].as_object_mut().unwrap();
+        meta.remove("name");
+        meta.insert("generateName".into(), json!("pt-"));
+        let (_, f) = mutate_with(&MUTATOR, q, j);
+        assert!(
+            f.warnings
+                .iter()
+                .any(|w| w.contains("no wait-for-master init container")),
+            "{:?}",
+            f.warnings
+        );
     }
 
     #[test]
