@@ -14,10 +14,10 @@
 //! * NFS paths compare normalised; the volume is added only when some container mounts it;
 //!   Windows pods get nothing.
 
-use super::{Findings, MutationContext, Mutator};
+use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
-use crate::workload;
 use crate::workload::edit::{self, Upsert};
+use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -387,6 +387,11 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     let Some(cfg) = ctx.settings.cache.filter(|c| c.enabled) else {
         return false;
     };
+    if ctx.kind == WorkloadKind::TrainJob {
+        return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| {
+            add_to_pod_spec(ctx, cfg, spec, spec_path, findings)
+        });
+    }
     let mut changed = false;
     workload::for_each_template_mut(ctx.kind, object, |info, template| {
         if let Some(spec) = workload::pod_spec_mut(template) {

@@ -1,6 +1,12 @@
 //! Job-level defaults: batch/v1 Job `backoffLimit`, `ttlSecondsAfterFinished` and the pod
 //! template's `restartPolicy`; Volcano Job `ttlSecondsAfterFinished` and `maxRetry`;
-//! PyTorchJob `runPolicy.backoffLimit` and `runPolicy.ttlSecondsAfterFinished`.
+//! PyTorchJob `runPolicy.backoffLimit` and `runPolicy.ttlSecondsAfterFinished`; JobSet
+//! `failurePolicy.maxRestarts` (from `backoffLimit`: how often the whole JobSet is restarted
+//! after a Job fails) and `ttlSecondsAfterFinished`. A JobSet's pod `restartPolicy` is left to
+//! JobSet's webhook (it defaults OnFailure, before or after launchgate: writing one here would
+//! make the outcome depend on the order). A TrainJob has none of these: they come from its
+//! runtime. The Jobs a JobSet makes, and a TrainJob's JobSet, get none either (see
+//! [`MutationContext::child`]).
 //!
 //! **The backoffLimit rule.** The API server defaults a batch/v1 Job's `backoffLimit` to 6
 //! *before* mutating admission, so "unset" cannot be read off the object. launchgate treats a
@@ -199,13 +205,32 @@ fn pytorch_job(cfg: &JobDefaultsConfig, job: &mut Value, findings: &mut Findings
     changed
 }
 
+fn jobset(cfg: &JobDefaultsConfig, jobset: &mut Value) -> bool {
+    let Some(spec) = jobset.get_mut("spec").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    let mut changed = set_if_absent(
+        spec,
+        "ttlSecondsAfterFinished",
+        cfg.ttl_seconds_after_finished,
+    );
+    if let Some(limit) = cfg.backoff_limit {
+        let policy = spec.entry("failurePolicy").or_insert_with(|| json!({}));
+        if let Some(policy) = policy.as_object_mut() {
+            changed |= set_if_absent(policy, "maxRestarts", Some(limit));
+        }
+    }
+    changed
+}
+
 pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
     let cfg = ctx.settings.job_defaults;
-    if !cfg.enabled {
+    if !cfg.enabled || ctx.child {
         return false;
     }
     match ctx.kind {
-        WorkloadKind::Pod => false,
+        WorkloadKind::Pod | WorkloadKind::TrainJob => false,
+        WorkloadKind::JobSet => jobset(cfg, object),
         WorkloadKind::BatchJob => batch_job(cfg, object),
         WorkloadKind::VolcanoJob => volcano_job(cfg, object),
         WorkloadKind::PyTorchJob => pytorch_job(cfg, object, findings),
@@ -323,6 +348,27 @@ mod tests {
             "unknown fields survive"
         );
         assert_eq!(f.warnings.len(), 1);
+    }
+
+    #[test]
+    fn jobset_fields() {
+        let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
+                        "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": template()}}}]}});
+        let (out, _) = mutate_with(&MUTATOR, "{}", js.clone());
+        assert_eq!(out["spec"]["ttlSecondsAfterFinished"], 60);
+        assert_eq!(out["spec"]["failurePolicy"], json!({"maxRestarts": 0}));
+        assert_eq!(
+            out["spec"]["replicatedJobs"], js["spec"]["replicatedJobs"],
+            "the pod templates' restartPolicy is JobSet's to default"
+        );
+        let mut own = js.clone();
+        own["spec"]["failurePolicy"] = json!({"maxRestarts": 3, "restartStrategy": "Recreate"});
+        own["spec"]["ttlSecondsAfterFinished"] = json!(5);
+        let (out, _) = mutate_with(&MUTATOR, "{}", own.clone());
+        assert_eq!(out, own);
+        let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "t"}, "spec": {}});
+        let (out, _) = mutate_with(&MUTATOR, "{}", tj.clone());
+        assert_eq!(out, tj);
     }
 
     #[test]

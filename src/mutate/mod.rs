@@ -3,8 +3,10 @@
 
 pub mod cache;
 pub mod job_defaults;
+pub mod kueue;
 pub mod labels;
 pub mod pytorch;
+pub mod runtime_patch;
 pub mod security_context;
 
 use crate::admission::AdmissionRequest;
@@ -23,6 +25,7 @@ pub struct Settings<'a> {
     pub job_defaults: &'a JobDefaultsConfig,
     pub cache: Option<&'a CacheConfig>,
     pub pytorch: &'a PytorchConfig,
+    pub kueue: Option<&'a kueue::KueueConfig>,
 }
 
 /// What a mutator sees besides the object.
@@ -36,6 +39,10 @@ pub struct MutationContext<'a> {
     pub request: &'a AdmissionRequest,
     /// Read-only snapshot of cluster state (owner Jobs); empty offline.
     pub cluster: &'a dyn ClusterView,
+    /// The object was made by its launch workload's controller (verified: the Jobs of a JobSet,
+    /// a TrainJob's JobSet, a Job's pods): its root got the workload-level mutations, so only
+    /// what applies to every pod template is done again.
+    pub child: bool,
 }
 
 impl MutationContext<'_> {
@@ -107,6 +114,7 @@ pub static MUTATORS: &[Mutator] = &[
     security_context::MUTATOR,
     cache::MUTATOR,
     pytorch::MUTATOR,
+    kueue::MUTATOR,
 ];
 
 /// Runs every mutator on `object`, then records the queue label and applied mutations.
@@ -159,6 +167,7 @@ pub(crate) mod test_support {
             sidecars: &policy.config.match_rules.sidecar_containers,
             request: &request,
             cluster: &NoCluster,
+            child: false,
         };
         let mut out = object.clone();
         let mut findings = Findings::default();

@@ -3,10 +3,11 @@
 //! `seccompProfile.type: RuntimeDefault`; optional pod-level `runAsNonRoot`, `runAsUser`,
 //! `fsGroup`. Applied to `containers` and `initContainers` of every pod spec. Pod-level
 //! `runAsNonRoot` is never added where a container (or the pod) explicitly runs as UID 0.
+//! A TrainJob's trainer pods get them through launchgate's runtime patch ([`runtime_patch`]).
 
-use super::{Findings, MutationContext, Mutator};
+use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
-use crate::workload;
+use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -223,25 +224,40 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     if !cfg.enabled {
         return false;
     }
+    if ctx.kind == WorkloadKind::TrainJob {
+        return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| {
+            harden_pod_spec(ctx, cfg, spec, spec_path, findings)
+        });
+    }
     let mut changed = false;
     workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        let Some(spec) = workload::pod_spec_mut(template) else {
-            return;
-        };
-        // Windows pods cannot take Linux security options.
-        if workload::is_windows(spec) {
-            return;
+        if let Some(spec) = workload::pod_spec_mut(template) {
+            changed |= harden_pod_spec(ctx, cfg, spec, &info.spec_path(), findings);
         }
-        let spec_path = info.spec_path();
-        changed |= default_pod(cfg, spec, &spec_path, findings);
-        let pod_sets_seccomp = spec
-            .get("securityContext")
-            .and_then(|s| s.get("seccompProfile"))
-            .is_some_and(|v| !v.is_null());
-        workload::for_each_container_mut(spec, ctx.sidecars, |slot, c| {
-            let where_ = slot.path(&spec_path);
-            changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
-        });
+    });
+    changed
+}
+
+/// The defaults for one pod spec and its containers.
+fn harden_pod_spec(
+    ctx: &MutationContext<'_>,
+    cfg: &SecurityContextConfig,
+    spec: &mut Map<String, Value>,
+    spec_path: &str,
+    findings: &mut Findings,
+) -> bool {
+    // Windows pods cannot take Linux security options.
+    if workload::is_windows(spec) {
+        return false;
+    }
+    let mut changed = default_pod(cfg, spec, spec_path, findings);
+    let pod_sets_seccomp = spec
+        .get("securityContext")
+        .and_then(|s| s.get("seccompProfile"))
+        .is_some_and(|v| !v.is_null());
+    workload::for_each_container_mut(spec, ctx.sidecars, |slot, c| {
+        let where_ = slot.path(spec_path);
+        changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
     });
     changed
 }

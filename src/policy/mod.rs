@@ -121,6 +121,9 @@ pub struct QueueConfig {
     /// PyTorch distributed wiring.
     pub pytorch: PytorchConfig,
     #[serde(default)]
+    /// The Kueue LocalQueue, priority class and run-time bound this queue's runs get.
+    pub kueue: Option<crate::mutate::kueue::KueueConfig>,
+    #[serde(default)]
     /// The queue's W&B template limits.
     pub limits: LimitsConfig,
     #[serde(default)]
@@ -152,6 +155,7 @@ impl Queue {
             job_defaults: &self.config.job_defaults,
             cache: self.config.cache.as_ref(),
             pytorch: &self.config.pytorch,
+            kueue: self.config.kueue.as_ref(),
         }
     }
 }
@@ -232,6 +236,9 @@ impl Policy {
                 cache.check(&format!("{at}.cache"), &mut errors);
             }
             qc.pytorch.check(&format!("{at}.pytorch"), &mut errors);
+            if let Some(kueue) = &qc.kueue {
+                kueue.check(&format!("{at}.kueue"), &mut errors);
+            }
             let (entity, short) = match name.split_once('/') {
                 Some((entity, short)) => (Some(entity.to_string()), short.to_string()),
                 None => (None, name.clone()),

@@ -1,4 +1,4 @@
-//! Is a pod its workload's, made by that workload's controller?
+//! Is a pod (or a child workload) its workload's, made by that workload's controller?
 //!
 //! Whoever creates a pod writes its owner references and labels: a bare Pod can name any Job
 //! (a suspended decoy) as its controller. A pod is judged as controller-made — on the per-pod
@@ -6,6 +6,12 @@
 //! verifiable: the request comes from the controller of the owner's kind (`match.podCreators`,
 //! an identity a tenant cannot take) and the pod carries the labels that controller writes for
 //! that very owner. Anything else is judged on every rule.
+//!
+//! The same holds one level up for the workloads other launch workloads make: the Jobs a
+//! JobSet's controller creates (carrying `jobset.sigs.k8s.io/jobset-uid`), and the JobSet
+//! Kubeflow Trainer creates for a TrainJob (named after it). A verified child is judged on the
+//! per-pod rules and gets no workload-level mutation (job defaults, PyTorch wiring, queue
+//! hand-off): its root was given those, and a denial would only make its controller retry.
 
 use super::exemption::{Requester, any_match};
 use crate::error::ConfigError;
@@ -13,12 +19,29 @@ use crate::workload::{self, WorkloadKind};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// The kinds whose pods a controller creates, as `match.podCreators` names them.
-pub const OWNER_KINDS: [WorkloadKind; 3] = [
+/// The kinds whose pods (or child workloads) a controller creates, as `match.podCreators`
+/// names them.
+pub const OWNER_KINDS: [WorkloadKind; 5] = [
     WorkloadKind::BatchJob,
     WorkloadKind::VolcanoJob,
     WorkloadKind::PyTorchJob,
+    WorkloadKind::JobSet,
+    WorkloadKind::TrainJob,
 ];
+
+/// The owner kinds whose controller makes objects of `kind`.
+fn owner_kinds_of(kind: WorkloadKind) -> &'static [WorkloadKind] {
+    match kind {
+        WorkloadKind::Pod => &[
+            WorkloadKind::BatchJob,
+            WorkloadKind::VolcanoJob,
+            WorkloadKind::PyTorchJob,
+        ],
+        WorkloadKind::BatchJob => &[WorkloadKind::JobSet],
+        WorkloadKind::JobSet => &[WorkloadKind::TrainJob],
+        WorkloadKind::VolcanoJob | WorkloadKind::PyTorchJob | WorkloadKind::TrainJob => &[],
+    }
+}
 
 /// The default `match.podCreators`: the identities the upstream controllers run as.
 pub fn default_pod_creators() -> BTreeMap<String, Vec<String>> {
@@ -39,6 +62,17 @@ pub fn default_pod_creators() -> BTreeMap<String, Vec<String>> {
         (
             WorkloadKind::PyTorchJob.as_str().to_string(),
             vec!["system:serviceaccount:kubeflow:training-operator".to_string()],
+        ),
+        (
+            WorkloadKind::JobSet.as_str().to_string(),
+            vec!["system:serviceaccount:jobset-system:jobset-controller-manager".to_string()],
+        ),
+        (
+            WorkloadKind::TrainJob.as_str().to_string(),
+            vec![
+                "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
+                    .to_string(),
+            ],
         ),
     ])
 }
@@ -72,7 +106,8 @@ pub fn check_pod_creators(
 /// What a pod's controller owner reference is worth.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnerClaim {
-    /// No controller owner of a launch kind (a bare pod, or another controller's): every rule.
+    /// No controller owner of a launch kind (a bare pod, a top-level workload, or another
+    /// controller's): every rule.
     None,
     /// Verified: the owner's controller sent it, with the owner's labels. Per-pod rules only.
     Verified(WorkloadKind),
@@ -80,8 +115,11 @@ pub enum OwnerClaim {
     Unverified(String),
 }
 
-/// The pod label (or annotation) the owner's controller sets to the owner's identity, and which
-/// field of the owner reference it must equal.
+/// Stands for the object's own `metadata.name` in [`owner_mark`]'s keys.
+const OWN_NAME: &str = "metadata.name";
+
+/// The label (or annotation) the owner's controller sets to the owner's identity on what it
+/// makes, and which field of the owner reference it must equal.
 fn owner_mark(kind: WorkloadKind) -> (&'static [&'static str], &'static str) {
     match kind {
         // The Job's generated selector: every pod it selects carries the Job's uid.
@@ -91,6 +129,9 @@ fn owner_mark(kind: WorkloadKind) -> (&'static [&'static str], &'static str) {
         ),
         WorkloadKind::VolcanoJob => (&["volcano.sh/job-name"], "name"),
         WorkloadKind::PyTorchJob => (&["training.kubeflow.org/job-name"], "name"),
+        WorkloadKind::JobSet => (&["jobset.sigs.k8s.io/jobset-uid"], "uid"),
+        // Trainer names a TrainJob's JobSet after the TrainJob.
+        WorkloadKind::TrainJob => (&[OWN_NAME], "name"),
         WorkloadKind::Pod => (&[], "uid"),
     }
 }
@@ -103,9 +144,15 @@ pub fn owner_claim(
     who: &Requester<'_>,
     creators: &BTreeMap<String, Vec<String>>,
 ) -> OwnerClaim {
-    if kind != WorkloadKind::Pod {
+    let owners = owner_kinds_of(kind);
+    if owners.is_empty() {
         return OwnerClaim::None;
     }
+    let what = if kind == WorkloadKind::Pod {
+        "pod".to_string()
+    } else {
+        kind.as_str().to_string()
+    };
     let Some((owner_kind, owner)) = object
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -113,7 +160,7 @@ pub fn owner_claim(
         .flatten()
         .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
         .find_map(|r| Some((WorkloadKind::of_object(r)?, r)))
-        .filter(|(k, _)| k.is_job())
+        .filter(|(k, _)| owners.contains(k))
     else {
         return OwnerClaim::None;
     };
@@ -128,7 +175,7 @@ pub fn owner_claim(
         .unwrap_or_default();
     if !any_match(allowed, who.username) {
         return OwnerClaim::Unverified(format!(
-            "launchgate: the pod names {claimed} as its controller but is sent by {}, not by that kind's controller ({}); it is judged on every rule of its queue",
+            "launchgate: the {what} names {claimed} as its controller but is sent by {}, not by that kind's controller ({}); it is judged on every rule of its queue",
             who.describe(),
             if allowed.is_empty() {
                 "none configured in match.podCreators".to_string()
@@ -140,17 +187,24 @@ pub fn owner_claim(
     let (keys, field) = owner_mark(owner_kind);
     let expected = text(owner.get(field));
     let marked = !expected.is_empty()
-        && object.as_object().is_some_and(|pod| {
-            keys.iter().any(|k| {
-                workload::label(pod, k) == Some(expected)
-                    || workload::annotation(pod, k) == Some(expected)
+        && object.as_object().is_some_and(|made| {
+            keys.iter().any(|&k| {
+                if k == OWN_NAME {
+                    return made
+                        .get("metadata")
+                        .and_then(|m| m.get("name"))
+                        .and_then(Value::as_str)
+                        == Some(expected);
+                }
+                workload::label(made, k) == Some(expected)
+                    || workload::annotation(made, k) == Some(expected)
             })
         });
     if marked {
         OwnerClaim::Verified(owner_kind)
     } else {
         OwnerClaim::Unverified(format!(
-            "launchgate: the pod names {claimed} as its controller but does not carry {} = the owner's {field}; it is judged on every rule of its queue",
+            "launchgate: the {what} names {claimed} as its controller but does not carry {} = the owner's {field}; it is judged on every rule of its queue",
             keys.join(" or ")
         ))
     }
@@ -251,6 +305,75 @@ mod tests {
         plain["metadata"]["ownerReferences"][0]["apiVersion"] = json!("apps/v1");
         plain["metadata"]["ownerReferences"][0]["kind"] = json!("ReplicaSet");
         assert_eq!(claim(&plain, "alice"), OwnerClaim::None);
+    }
+
+    #[test]
+    fn child_workloads_of_jobsets_and_trainjobs_are_verified_the_same_way() {
+        let creators = default_pod_creators();
+        let as_user = |user: &'static str| Requester {
+            username: user,
+            groups: &[],
+            namespace: "ns",
+        };
+        const JOBSET: &str = "system:serviceaccount:jobset-system:jobset-controller-manager";
+        const TRAINER: &str =
+            "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager";
+        let child_job = json!({"metadata": {"name": "ddp-node-0",
+            "labels": {"jobset.sigs.k8s.io/jobset-uid": "js-1"},
+            "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "name": "ddp", "uid": "js-1", "controller": true}]}});
+        assert_eq!(
+            owner_claim(
+                WorkloadKind::BatchJob,
+                &child_job,
+                &as_user(JOBSET),
+                &creators
+            ),
+            OwnerClaim::Verified(WorkloadKind::JobSet)
+        );
+        let claimed = owner_claim(
+            WorkloadKind::BatchJob,
+            &child_job,
+            &as_user("alice"),
+            &creators,
+        );
+        assert!(
+            matches!(&claimed, OwnerClaim::Unverified(why) if why.contains("the Job names JobSet \"ddp\"")),
+            "{claimed:?}"
+        );
+        let trainer_jobset = json!({"metadata": {"name": "run",
+            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "name": "run", "uid": "t-1", "controller": true}]}});
+        assert_eq!(
+            owner_claim(
+                WorkloadKind::JobSet,
+                &trainer_jobset,
+                &as_user(TRAINER),
+                &creators
+            ),
+            OwnerClaim::Verified(WorkloadKind::TrainJob)
+        );
+        let mut renamed = trainer_jobset.clone();
+        renamed["metadata"]["name"] = json!("other");
+        assert!(matches!(
+            owner_claim(WorkloadKind::JobSet, &renamed, &as_user(TRAINER), &creators),
+            OwnerClaim::Unverified(_)
+        ));
+        // A top-level Job names no JobSet; a Volcano Job has no launch owner kind.
+        let top = json!({"metadata": {"name": "j"}});
+        assert_eq!(
+            owner_claim(WorkloadKind::BatchJob, &top, &as_user(JOBSET), &creators),
+            OwnerClaim::None
+        );
+        assert_eq!(
+            owner_claim(
+                WorkloadKind::VolcanoJob,
+                &child_job,
+                &as_user(JOBSET),
+                &creators
+            ),
+            OwnerClaim::None
+        );
     }
 
     #[test]

@@ -175,11 +175,14 @@ impl Policy {
 /// The value of env var `env_name` as the first container that sets it non-empty sees it (the
 /// last entry of that name, as the kubelet reads it).
 fn env_value(kind: WorkloadKind, object: &Value, env_name: &str) -> Option<String> {
+    // A TrainJob's trainer env goes into its `node` container.
+    let trainer = workload::trainer(object).filter(|_| kind == WorkloadKind::TrainJob);
     workload::templates(kind, object)
         .into_iter()
         .filter_map(|(_, template)| workload::pod_spec(template))
-        .flat_map(|spec| workload::containers(spec, &[]))
-        .find_map(|(_, c)| workload::effective_env_value(c, env_name).filter(|v| !v.is_empty()))
+        .flat_map(|spec| workload::containers(spec, &[]).map(|(_, c)| c))
+        .chain(trainer)
+        .find_map(|c| workload::effective_env_value(c, env_name).filter(|v| !v.is_empty()))
         .map(str::to_string)
 }
 
@@ -193,6 +196,18 @@ mod tests {
             "defaultQueue: a\nnamespaceQueues: {teamb: b}\nqueues:\n  a: {}\n  b: {}\n  c: {}\n",
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_trainjob_names_its_queue_in_its_trainer_env() {
+        let p = Policy::from_yaml(
+            "defaultQueue: a\nmatch: {queueEnv: WANDB_LAUNCH_QUEUE_NAME}\nqueues:\n  a: {}\n  c: {}\n",
+        )
+        .unwrap();
+        let tj = json!({"metadata": {"labels": {"wandb.ai/agent": "x"}},
+            "spec": {"trainer": {"env": [{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "c"}]}}});
+        let r = p.resolve_queue(WorkloadKind::TrainJob, &tj, None).unwrap();
+        assert_eq!(r.queue.name, "c");
     }
 
     #[test]

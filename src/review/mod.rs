@@ -358,6 +358,18 @@ fn decide_object(
         .into_iter()
         .chain(own.not_applied)
         .collect();
+    // Made by its launch workload's controller (verified), or not.
+    let creators = &policy.config.match_rules.pod_creators;
+    let scope = match owner_claim(kind, &object, &who, creators) {
+        OwnerClaim::Verified(_) => Scope::PerPod,
+        OwnerClaim::None => Scope::Workload,
+        OwnerClaim::Unverified(why) => {
+            if endpoint == Endpoint::Validate {
+                notes.push(why);
+            }
+            Scope::Workload
+        }
+    };
     let ctx = MutationContext {
         kind,
         queue_name: &queue.name,
@@ -365,6 +377,7 @@ fn decide_object(
         sidecars: &policy.config.match_rules.sidecar_containers,
         request,
         cluster,
+        child: scope == Scope::PerPod,
     };
     let mut findings = Findings::default();
     findings.warnings.extend(resolution.warning.clone());
@@ -374,15 +387,6 @@ fn decide_object(
             mutate_decision(&ctx, &mut object, original, findings, summary)
         }
         Endpoint::Validate => {
-            let creators = &policy.config.match_rules.pod_creators;
-            let scope = match owner_claim(kind, &object, &who, creators) {
-                OwnerClaim::Verified(_) => Scope::PerPod,
-                OwnerClaim::None => Scope::Workload,
-                OwnerClaim::Unverified(why) => {
-                    notes.push(why);
-                    Scope::Workload
-                }
-            };
             findings.warnings.extend(notes.iter().cloned());
             validate_decision(&ctx, queue, &object, scope, findings, summary)
         }

@@ -5,7 +5,9 @@
 //! (torchrun, `python -m torch.distributed.run`, accelerate, deepspeed) in a container's command
 //! or PyTorch env the user set. Its world size is `completions`, its master
 //! `<job>-0.<subdomain>`; it can never rendezvous when it is not Indexed (explicit opt-in only),
-//! has no `completions`, no `subdomain`, or runs fewer pods at once than it has ranks.
+//! has no `completions`, no `subdomain`, runs fewer pods at once than it has ranks, or lets
+//! Kueue admit it with fewer pods ([`KUEUE_MIN_PARALLELISM`]): its rendezvous size is written at
+//! creation and a partial admission would leave every pod waiting for ranks that never start.
 
 use super::{IndexedJobs, OPT_IN_ANNOTATION, PytorchConfig, host_network_dns_problem, string_at};
 use crate::workload::{self, ContainerRole, intent::UserIntent};
@@ -55,7 +57,11 @@ const PYTORCH_ENV: [&str; 8] = [
 /// command (`torchrun`, `python -m torch.distributed.run|launch`, `accelerate launch`,
 /// `deepspeed`), else PyTorch rendezvous env. `None`: nothing does.
 pub fn pytorch_evidence(job: &Value) -> Option<&'static str> {
-    let spec = job.pointer("/spec/template/spec")?.as_object()?;
+    pod_spec_evidence(job.pointer("/spec/template/spec")?.as_object()?)
+}
+
+/// [`pytorch_evidence`] in one pod spec.
+pub fn pod_spec_evidence(spec: &serde_json::Map<String, Value>) -> Option<&'static str> {
     let apps =
         || workload::containers(spec, &[]).filter(|(slot, _)| slot.role == ContainerRole::App);
     for (_, c) in apps() {
@@ -138,6 +144,15 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
             "{display} (PyTorch wiring via {why_opted}): spec.completions must be set (>= 1); it is the world size"
         )),
     }
+    if let Some(min) = job
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(KUEUE_MIN_PARALLELISM))
+        .and_then(Value::as_str)
+    {
+        problems.push(format!(
+            "{display} (PyTorch wiring via {why_opted}) allows Kueue a partial admission ({KUEUE_MIN_PARALLELISM}: {min:?}): admitted with fewer pods, its ranks would wait for a world size written at creation that never arrives; remove the annotation so Kueue admits the job whole"
+        ));
+    }
     if subdomain.is_none() {
         problems.push(format!(
             "{display} (PyTorch wiring via {why_opted}): spec.template.spec.subdomain is not set, so its pods get no DNS name and MASTER_ADDR cannot resolve; create a headless Service and set subdomain to its name"
@@ -151,6 +166,11 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
         _ => Shape::Unwirable(problems),
     }
 }
+
+/// Kueue's annotation allowing it to admit a Job with fewer pods (down to this parallelism).
+/// Kueue itself rejects a value of `parallelism` or more, so a job is kept whole only by not
+/// carrying it.
+pub const KUEUE_MIN_PARALLELISM: &str = "kueue.x-k8s.io/job-min-parallelism";
 
 /// Path of the Job's pod spec, for messages.
 pub const SPEC_PATH: &str = "spec.template.spec";

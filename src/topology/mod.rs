@@ -8,11 +8,15 @@
 //!
 //! * [`volcano`] — a Volcano Job with the `pytorch` plugin, and a Volcano pod's place in it;
 //! * [`indexed_job`] — an opted-in batch/v1 Indexed Job;
-//! * [`pytorchjob`] — a Kubeflow PyTorchJob, wired by the training operator.
+//! * [`pytorchjob`] — a Kubeflow PyTorchJob, wired by the training operator;
+//! * [`jobset`] — a JobSet opted in like an Indexed Job.
+//!
+//! A Trainer v2 TrainJob is never wired: Trainer's torch plugin owns the torchrun env.
 //!
 //! The queue's PyTorch settings ([`PytorchConfig`]) live here too: both paths read them.
 
 pub mod indexed_job;
+pub mod jobset;
 pub mod pytorchjob;
 pub mod volcano;
 
@@ -401,7 +405,8 @@ pub fn problems(
             problems.extend(pytorchjob::dns_problems(object));
             problems
         }
-        WorkloadKind::Pod => Vec::new(),
+        WorkloadKind::JobSet => jobset::problems(cfg, object, object_name),
+        WorkloadKind::Pod | WorkloadKind::TrainJob => Vec::new(),
     }
 }
 

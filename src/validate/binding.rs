@@ -34,6 +34,8 @@ use std::collections::{BTreeMap, HashMap};
 const VOLCANO_TASK_KEY: &str = "volcano.sh/task-spec";
 /// Pod label naming a PyTorchJob pod's replica type (lowercase).
 const PYTORCH_REPLICA_KEY: &str = "training.kubeflow.org/replica-type";
+/// The replicated job a JobSet's pod belongs to (label set by JobSet's controller).
+const REPLICATED_JOB_KEY: &str = "jobset.sigs.k8s.io/replicatedjob-name";
 
 /// One pod template of the queue template.
 #[derive(Debug, Clone, Default)]
@@ -62,10 +64,12 @@ fn role_of(info: &TemplateInfo, template: &Map<String, Value>) -> Option<String>
     let role = match &info.role {
         TemplateRole::VolcanoTask { name, .. } => Some(name.clone()),
         TemplateRole::PyTorchReplica { replica_type } => Some(replica_type.clone()),
+        TemplateRole::ReplicatedJob { name, .. } => Some(name.clone()),
         TemplateRole::JobTemplate => None,
         TemplateRole::Pod => workload::label(template, VOLCANO_TASK_KEY)
             .or_else(|| workload::annotation(template, VOLCANO_TASK_KEY))
             .or_else(|| workload::label(template, PYTORCH_REPLICA_KEY))
+            .or_else(|| workload::label(template, REPLICATED_JOB_KEY))
             .map(str::to_string),
     };
     role.filter(|r| !r.is_empty())
@@ -80,6 +84,28 @@ fn template_role(
     prefix: &[Segment],
     leaves: &[TemplateLeaf],
 ) -> Option<String> {
+    // A JobSet's pod template: spec.replicatedJobs[i].template.spec.template, named by the
+    // replicated job's `name`.
+    if kind == Some(WorkloadKind::JobSet) {
+        let [spec, jobs, index @ Segment::Index(_), ..] = prefix else {
+            return None;
+        };
+        let name_at = [
+            spec.clone(),
+            jobs.clone(),
+            index.clone(),
+            Segment::Key("name".into()),
+        ];
+        return leaves
+            .iter()
+            .find_map(|l| match &l.content {
+                LeafContent::Literal(Value::String(name)) if l.template_path.0 == name_at => {
+                    Some(name.clone())
+                }
+                _ => None,
+            })
+            .filter(|r| !r.is_empty());
+    }
     let [parent @ .., holder, Segment::Key(template)] = prefix else {
         return None;
     };
@@ -102,7 +128,10 @@ fn template_role(
             Segment::Key(replica_type) => Some(replica_type.clone()),
             _ => None,
         },
-        WorkloadKind::BatchJob | WorkloadKind::Pod => None,
+        WorkloadKind::BatchJob
+        | WorkloadKind::Pod
+        | WorkloadKind::JobSet
+        | WorkloadKind::TrainJob => None,
     }
     .filter(|r| !r.is_empty())
 }

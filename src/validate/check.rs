@@ -268,9 +268,45 @@ impl<'a> Evaluation<'a> {
                 }
             }
         }
+        // A TrainJob's `resourcesPerNode` is the `node` container's resources on every node.
+        if let Some(resources) = self.trainer_resources() {
+            for ceiling in envelope {
+                let Some(value) = resources
+                    .get(&ceiling.kind)
+                    .and_then(|r| r.get(&ceiling.resource))
+                    .filter(|v| !v.is_null())
+                else {
+                    continue;
+                };
+                let mut place = format!("{}.resourcesPerNode", workload::TRAINER_PATH);
+                for key in [&ceiling.kind, &ceiling.resource] {
+                    path::push_segment(&mut place, &Segment::Key(key.clone()));
+                }
+                if self.reached.contains(&place) {
+                    continue;
+                }
+                if let Some(problem) = ceiling.schema.problem(value) {
+                    let shown = display_value(value, Some(ValueType::Quantity));
+                    found.push(format!(
+                        "{place}={shown} {problem} ({}, which holds every container)",
+                        ceiling.source
+                    ));
+                }
+            }
+        }
         for line in found {
             self.report(line);
         }
+    }
+
+    /// A TrainJob's `spec.trainer.resourcesPerNode`.
+    fn trainer_resources(&self) -> Option<&'a Map<String, Value>> {
+        if self.kind != WorkloadKind::TrainJob {
+            return None;
+        }
+        workload::trainer(self.object)?
+            .get("resourcesPerNode")?
+            .as_object()
     }
 
     /// Root-level template positions only mean something for the template's own kind.
@@ -330,16 +366,9 @@ impl<'a> Evaluation<'a> {
     /// `None` when the sum does not fit.
     fn per_pod(template: &Map<String, Value>, resource: &str) -> Option<Quantity> {
         let amount = |container: &Map<String, Value>| -> Quantity {
-            let Some(resources) = container.get("resources") else {
-                return Quantity::ZERO;
-            };
-            resources
-                .get("limits")
-                .and_then(|l| l.get(resource))
-                .or_else(|| resources.get("requests").and_then(|r| r.get(resource)))
-                .and_then(Quantity::from_json)
-                .and_then(Result::ok)
-                .unwrap_or(Quantity::ZERO)
+            container
+                .get("resources")
+                .map_or(Quantity::ZERO, |r| Self::amount(r, resource))
         };
         let mut app = Quantity::ZERO;
         let mut sidecars = Quantity::ZERO;
@@ -360,6 +389,17 @@ impl<'a> Evaluation<'a> {
         }
         app = app.checked_add(&sidecars)?;
         Some(app.max(init_peak))
+    }
+
+    /// What a `resources` block counts of `resource`: its limit, else its request.
+    fn amount(resources: &Value, resource: &str) -> Quantity {
+        resources
+            .get("limits")
+            .and_then(|l| l.get(resource))
+            .or_else(|| resources.get("requests").and_then(|r| r.get(resource)))
+            .and_then(Quantity::from_json)
+            .and_then(Result::ok)
+            .unwrap_or(Quantity::ZERO)
     }
 
     /// How many pods of one pod template can run at the same time: a batch/v1 Job runs
@@ -383,6 +423,16 @@ impl<'a> Evaluation<'a> {
                     .and_then(|e| e.get("maxReplicas")));
                 max_replicas.map_or(info.replicas, |m| m.max(info.replicas))
             }
+            (TemplateRole::ReplicatedJob { index, .. }, WorkloadKind::JobSet) => {
+                let rjob = spec
+                    .and_then(|s| s.get("replicatedJobs"))
+                    .and_then(|r| r.get(*index));
+                let job = rjob.and_then(|r| r.pointer("/template/spec"));
+                let replicas = int(rjob.and_then(|r| r.get("replicas"))).unwrap_or(1);
+                let parallelism = int(job.and_then(|s| s.get("parallelism"))).unwrap_or(1);
+                let completions = int(job.and_then(|s| s.get("completions")));
+                replicas.saturating_mul(completions.map_or(parallelism, |c| parallelism.min(c)))
+            }
             _ => info.replicas,
         }
         .max(0)
@@ -404,6 +454,24 @@ impl<'a> Evaluation<'a> {
                     .checked_mul_int(replicas)
                     .and_then(|p| total.checked_add(&p))
             });
+        }
+        // A TrainJob: `numNodes` pods, each with `resourcesPerNode` (numNodes unset: the
+        // runtime's, counted as 1).
+        if let Some(resources) = self.trainer_resources() {
+            let per_node = Self::amount(&Value::Object(resources.clone()), resource);
+            if per_node != Quantity::ZERO {
+                let nodes = workload::trainer_num_nodes(self.object);
+                let shown = match nodes {
+                    Some(n) => n.to_string(),
+                    None => "1 (numNodes unset)".into(),
+                };
+                parts.push(format!("{}: {shown} × {per_node}", workload::TRAINER_PATH));
+                total = total.and_then(|total| {
+                    per_node
+                        .checked_mul_int(nodes.unwrap_or(1).max(0))
+                        .and_then(|p| total.checked_add(&p))
+                });
+            }
         }
         let parts = parts.join(", ");
         let Some(total) = total else {
@@ -481,6 +549,17 @@ impl<'a> Evaluation<'a> {
                     }
                 }
             }
+        }
+        // A TrainJob's image (unset: the runtime's, which the platform team wrote).
+        if self.kind == WorkloadKind::TrainJob
+            && let Some(image) = workload::trainer(self.object)
+                .and_then(|t| t.get("image"))
+                .and_then(Value::as_str)
+            && !allowed
+                .iter()
+                .any(|p| image_allowed_by(&normalized_image(image), p))
+        {
+            bad.push(format!("{}.image={image:?}", workload::TRAINER_PATH));
         }
         for item in bad {
             self.report(format!(
@@ -702,6 +781,83 @@ mod tests {
             &["istio-proxy".to_string()],
         )
         .violations
+    }
+
+    #[test]
+    fn a_trainjob_queue_limits_its_nodes_resources_image_and_total() {
+        use serde_json::json;
+        let limits = r#"template: |
+  apiVersion: trainer.kubeflow.org/v1alpha1
+  kind: TrainJob
+  spec:
+    runtimeRef: {name: torch-distributed}
+    trainer:
+      image: "{{image}}"
+      numNodes: "{{nodes}}"
+      resourcesPerNode: {limits: {nvidia.com/gpu: "{{gpus}}"}}
+variables:
+  nodes: {type: integer, minimum: 1, maximum: 4}
+  gpus: {type: integer, maximum: 8}
+  image: {type: string, enum: ["acme/train:1"]}
+totals:
+  nvidia.com/gpu: {maximum: 16}
+allowedRegistries: [docker.io/acme]"#;
+        let tj = |nodes: i64, gpus: i64, image: &str| {
+            json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "run"},
+                "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {
+                    "image": image, "numNodes": nodes,
+                    "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}}}})
+        };
+        assert!(
+            violations_of(limits, WorkloadKind::TrainJob, &tj(2, 8, "acme/train:1")).is_empty()
+        );
+        let found = violations_of(limits, WorkloadKind::TrainJob, &tj(8, 16, "evil/x:1"));
+        let text = found.join("\n");
+        for expected in [
+            r#"queue "q": spec.trainer.numNodes=8 exceeds maximum 4 (variable "nodes")"#,
+            r#"queue "q": spec.trainer.resourcesPerNode.limits["nvidia.com/gpu"]=16 exceeds maximum 8 (variable "gpus")"#,
+            r#"queue "q": spec.trainer.image="evil/x:1" is not one of"#,
+            "total nvidia.com/gpu over all pods=128 exceeds maximum 16 (totals) (spec.trainer: 8 × 16)",
+            r#"spec.trainer.image="evil/x:1" is not from an allowed registry"#,
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+        // numNodes left to the runtime: counted once, and said so.
+        let mut unset = tj(1, 16, "acme/train:1");
+        unset["spec"]["trainer"]
+            .as_object_mut()
+            .unwrap()
+            .remove("numNodes");
+        let text = violations_of(
+            "totals:\n  nvidia.com/gpu: {maximum: 8}",
+            WorkloadKind::TrainJob,
+            &unset,
+        )
+        .join("\n");
+        assert!(
+            text.contains("(spec.trainer: 1 (numNodes unset) × 16)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_jobset_total_counts_replicas_times_pods_at_once() {
+        use serde_json::json;
+        let js = json!({"spec": {"replicatedJobs": [
+            {"name": "w", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 4,
+                "template": {"spec": {"containers": [gpu_container(8)]}}}}}]}});
+        let found = violations_of(
+            "totals:\n  nvidia.com/gpu: {maximum: 32}",
+            WorkloadKind::JobSet,
+            &js,
+        );
+        assert_eq!(
+            found,
+            [
+                r#"queue "q": total nvidia.com/gpu over all pods=64 exceeds maximum 32 (totals) (spec.replicatedJobs[0].template.spec.template: 8 × 8)"#
+            ]
+        );
     }
 
     fn gpu_container(gpus: i64) -> Value {

@@ -51,4 +51,27 @@ mod tests {
             assert!(denials(WorkloadKind::VolcanoJob, cfg, &vcjob(1), "j").is_empty());
         }
     }
+
+    #[test]
+    fn a_kueue_partial_admission_of_a_wired_job_is_denied_and_a_broken_jobset_too() {
+        let policy = Policy::from_yaml("queues:\n  q: {pytorch: {indexedJobs: true}}\n").unwrap();
+        let cfg = &policy.queue("q").unwrap().config.pytorch;
+        let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "ddp", "annotations": {}},
+            "spec": {"completionMode": "Indexed", "completions": 4, "parallelism": 4,
+                     "template": {"spec": {"subdomain": "ddp", "containers": [{"name": "t"}]}}}});
+        assert!(denials(WorkloadKind::BatchJob, cfg, &job, "ddp").is_empty());
+        job["metadata"]["annotations"]["kueue.x-k8s.io/job-min-parallelism"] = json!("2");
+        let d = denials(WorkloadKind::BatchJob, cfg, &job, "ddp");
+        assert!(
+            d[0].contains("partial admission") && d[0].contains("\"2\""),
+            "{d:?}"
+        );
+        let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "s"}, "spec": {"network": {"enableDNSHostnames": false},
+            "replicatedJobs": [{"name": "w", "template": {"spec": {"completions": 2, "parallelism": 2,
+                "template": {"spec": {"containers": [{"name": "t"}]}}}}}]}});
+        let d = denials(WorkloadKind::JobSet, cfg, &js, "s");
+        assert!(d[0].contains("enableDNSHostnames is false"), "{d:?}");
+    }
 }

@@ -133,7 +133,10 @@ fn schema_for(kind: Option<WorkloadKind>, in_pod_template: bool) -> Option<&'sta
     match kind? {
         WorkloadKind::Pod => Some(pod()),
         WorkloadKind::BatchJob => Some(job()),
-        WorkloadKind::VolcanoJob | WorkloadKind::PyTorchJob => None,
+        WorkloadKind::VolcanoJob
+        | WorkloadKind::PyTorchJob
+        | WorkloadKind::JobSet
+        | WorkloadKind::TrainJob => None,
     }
 }
 

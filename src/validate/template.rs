@@ -296,8 +296,7 @@ pub fn match_pattern<'v>(pattern: &[Piece], value: &'v str) -> Option<Vec<&'v st
 }
 
 /// The kinds a template can describe, for messages.
-pub const KNOWN_KINDS: &str =
-    "Pod (v1), Job (batch/v1), Job (batch.volcano.sh/v1alpha1), PyTorchJob (kubeflow.org/v1)";
+pub const KNOWN_KINDS: &str = "Pod (v1), Job (batch/v1), Job (batch.volcano.sh/v1alpha1), PyTorchJob (kubeflow.org/v1), JobSet (jobset.x-k8s.io/v1alpha2), TrainJob (trainer.kubeflow.org/v1alpha1)";
 
 /// Finds the Kubernetes object in a queue config: bare, under `kubernetes:`, or under
 /// `resource_args.kubernetes`.
@@ -369,6 +368,8 @@ pub fn infer_kind(object: &Value) -> Result<WorkloadKind, String> {
         (None, Some(kind)) => match kind {
             "Pod" => Ok(WorkloadKind::Pod),
             "PyTorchJob" => Ok(WorkloadKind::PyTorchJob),
+            "JobSet" => Ok(WorkloadKind::JobSet),
+            "TrainJob" => Ok(WorkloadKind::TrainJob),
             "Job" if has("tasks") => Ok(WorkloadKind::VolcanoJob),
             "Job" => Ok(WorkloadKind::BatchJob),
             other => unknown(format!("kind {other:?}")),
@@ -378,9 +379,13 @@ pub fn infer_kind(object: &Value) -> Result<WorkloadKind, String> {
             "batch/v1" => Ok(WorkloadKind::BatchJob),
             "batch.volcano.sh/v1alpha1" => Ok(WorkloadKind::VolcanoJob),
             "kubeflow.org/v1" if has("pytorchReplicaSpecs") => Ok(WorkloadKind::PyTorchJob),
+            "jobset.x-k8s.io/v1alpha2" => Ok(WorkloadKind::JobSet),
+            "trainer.kubeflow.org/v1alpha1" => Ok(WorkloadKind::TrainJob),
             other => unknown(format!("apiVersion {other:?} without a `kind`")),
         },
         (None, None) if has("pytorchReplicaSpecs") => Ok(WorkloadKind::PyTorchJob),
+        (None, None) if has("replicatedJobs") => Ok(WorkloadKind::JobSet),
+        (None, None) if has("runtimeRef") || has("trainer") => Ok(WorkloadKind::TrainJob),
         (None, None) if has("tasks") && !has("template") => Ok(WorkloadKind::VolcanoJob),
         (None, None) => Ok(WorkloadKind::BatchJob),
     }

@@ -2,8 +2,11 @@
 //!
 //! A bare Pod *is* its own template (`metadata` + `spec`); a batch/v1 Job has
 //! `spec.template`; a Volcano Job has `spec.tasks[*].template`; a PyTorchJob has
-//! `spec.pytorchReplicaSpecs.<Type>.template`. Mutators and limit checks ask this module for
-//! templates and never match on kinds themselves.
+//! `spec.pytorchReplicaSpecs.<Type>.template`; a JobSet has
+//! `spec.replicatedJobs[*].template.spec.template`. A Trainer v2 TrainJob has **no** pod
+//! template (its pods come from the referenced runtime): its one trainer node is described by
+//! `spec.trainer` ([`trainer_node`]). Mutators and limit checks ask this module for templates
+//! and never match on kinds themselves.
 
 pub mod edit;
 pub mod intent;
@@ -20,8 +23,12 @@ pub enum WorkloadKind {
     BatchJob,
     /// batch.volcano.sh/v1alpha1 Job
     VolcanoJob,
-    /// kubeflow.org/v1 PyTorchJob
+    /// kubeflow.org/v1 PyTorchJob (legacy: training-operator v1)
     PyTorchJob,
+    /// jobset.x-k8s.io/v1alpha2 JobSet
+    JobSet,
+    /// trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2)
+    TrainJob,
 }
 
 impl WorkloadKind {
@@ -32,6 +39,8 @@ impl WorkloadKind {
             ("batch", "v1", "Job") => Some(Self::BatchJob),
             ("batch.volcano.sh", "v1alpha1", "Job") => Some(Self::VolcanoJob),
             ("kubeflow.org", "v1", "PyTorchJob") => Some(Self::PyTorchJob),
+            ("jobset.x-k8s.io", "v1alpha2", "JobSet") => Some(Self::JobSet),
+            ("trainer.kubeflow.org", "v1alpha1", "TrainJob") => Some(Self::TrainJob),
             _ => None,
         }
     }
@@ -51,6 +60,8 @@ impl WorkloadKind {
             Self::BatchJob => "Job",
             Self::VolcanoJob => "VolcanoJob",
             Self::PyTorchJob => "PyTorchJob",
+            Self::JobSet => "JobSet",
+            Self::TrainJob => "TrainJob",
         }
     }
 
@@ -71,6 +82,8 @@ pub enum TemplateRole {
     VolcanoTask { index: usize, name: String },
     /// `spec.pytorchReplicaSpecs.<replica_type>.template` of a PyTorchJob.
     PyTorchReplica { replica_type: String },
+    /// `spec.replicatedJobs[index].template.spec.template` of a JobSet.
+    ReplicatedJob { index: usize, name: String },
 }
 
 /// Where a template sits and how many pods it stands for.
@@ -79,7 +92,8 @@ pub struct TemplateInfo {
     pub role: TemplateRole,
     /// Dotted path of the template, e.g. `spec.tasks[1].template` (empty for a Pod).
     pub path: String,
-    /// How many pods run from this template (`replicas`, `parallelism`; 1 for a Pod).
+    /// How many pods run from this template (`replicas`, `parallelism`, a JobSet's
+    /// `replicas × parallelism`; 1 for a Pod).
     pub replicas: i64,
 }
 
@@ -142,6 +156,30 @@ fn template_places(kind: WorkloadKind, object: &Value) -> Vec<TemplateInfo> {
                 });
             }
         }
+        WorkloadKind::JobSet => {
+            let jobs = object
+                .get("spec")
+                .and_then(|s| s.get("replicatedJobs"))
+                .and_then(Value::as_array);
+            for (index, rj) in jobs.into_iter().flatten().enumerate() {
+                let Some(job_spec) = rj.get("template").and_then(|t| t.get("spec")) else {
+                    continue;
+                };
+                if !has_template(job_spec) {
+                    continue;
+                }
+                let parallelism = int_at(job_spec.get("parallelism"), 1);
+                out.push(TemplateInfo {
+                    role: TemplateRole::ReplicatedJob {
+                        index,
+                        name: name_of(rj).unwrap_or_default().to_string(),
+                    },
+                    path: format!("spec.replicatedJobs[{index}].template.spec.template"),
+                    replicas: int_at(rj.get("replicas"), 1).saturating_mul(parallelism),
+                });
+            }
+        }
+        WorkloadKind::TrainJob => {}
         WorkloadKind::PyTorchJob => {
             let specs = object
                 .get("spec")
@@ -179,6 +217,13 @@ fn template_at<'a>(object: &'a Value, role: &TemplateRole) -> Option<&'a Map<Str
             .get("pytorchReplicaSpecs")?
             .get(replica_type)?
             .get("template")?,
+        TemplateRole::ReplicatedJob { index, .. } => object
+            .get("spec")?
+            .get("replicatedJobs")?
+            .get(*index)?
+            .get("template")?
+            .get("spec")?
+            .get("template")?,
     };
     template.as_object()
 }
@@ -200,6 +245,13 @@ fn template_at_mut<'a>(
             .get_mut("spec")?
             .get_mut("pytorchReplicaSpecs")?
             .get_mut(replica_type)?
+            .get_mut("template")?,
+        TemplateRole::ReplicatedJob { index, .. } => object
+            .get_mut("spec")?
+            .get_mut("replicatedJobs")?
+            .get_mut(*index)?
+            .get_mut("template")?
+            .get_mut("spec")?
             .get_mut("template")?,
     };
     template.as_object_mut()
@@ -228,6 +280,23 @@ pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<
             Some((info, template))
         })
         .collect()
+}
+
+/// Path of a TrainJob's trainer settings.
+pub const TRAINER_PATH: &str = "spec.trainer";
+/// The replicated job and container of a Trainer v2 runtime that run the trainer (Trainer's
+/// `constants.Node`): `spec.trainer` is applied to them, and so are runtime patches.
+pub const TRAINER_NODE: &str = "node";
+
+/// A TrainJob's `spec.trainer`: the image, command, env and `resourcesPerNode` of the `node`
+/// container of each of its `numNodes` pods.
+pub fn trainer(object: &Value) -> Option<&Map<String, Value>> {
+    object.get("spec")?.get("trainer")?.as_object()
+}
+
+/// A TrainJob's `spec.trainer.numNodes`, when set (else the runtime's `mlPolicy.numNodes`).
+pub fn trainer_num_nodes(object: &Value) -> Option<i64> {
+    trainer(object)?.get("numNodes")?.as_i64()
 }
 
 /// The container lists of a pod spec that launchgate treats as "containers".

@@ -11,12 +11,18 @@
 //! the wiring is completed in full: `MASTER_ADDR`/`PET_MASTER_ADDR` naming the rank-0 pod,
 //! `MASTER_PORT`, `WORLD_SIZE`, `RANK` and their twins, and the port.
 //!
+//! A JobSet's pods are always wired this way, named or not: a pod's rank is
+//! `base + completions × job-index + completion-index` ([`JobSetRank`]), which no downward-API
+//! field gives, and every pod carries `jobset.sigs.k8s.io/jobset-name` and
+//! `jobset.sigs.k8s.io/job-index` from JobSet's controller.
+//!
 //! A pod with the record but no Job name (never made by those controllers) gets nothing and a
 //! warning; it is never denied (its controller would retry the pod forever).
 
 use super::env::{self, EnvValue};
 use super::volcano;
 use crate::mutate::{Findings, MutationContext};
+use crate::topology::jobset::{JOB_INDEX_KEY, JOBSET_NAME_KEY};
 use crate::topology::volcano::{self as volcano_job, RANK_OFFSET_ANNOTATION};
 use crate::topology::{JOB_PLACEHOLDER, JobWiring, PytorchConfig};
 use crate::workload;
@@ -26,8 +32,10 @@ use serde_json::{Map, Value, json};
 /// Template (and so pod) annotation: the wiring launchgate decided at Job admission, to be
 /// completed when the pod (and so the Job's name) is known.
 pub const DEFERRED_ANNOTATION: &str = "launchgate.io/pytorch-wiring";
-/// Labels/annotations naming a pod's Job, in the order they are tried.
-const JOB_NAME_KEYS: [&str; 3] = [
+/// Labels/annotations naming a pod's Job, in the order they are tried (a JobSet's pods also
+/// carry their child Job's `job-name`: the JobSet's name comes first).
+const JOB_NAME_KEYS: [&str; 4] = [
+    JOBSET_NAME_KEY,
     "volcano.sh/job-name",
     "batch.kubernetes.io/job-name",
     "job-name",
@@ -46,6 +54,40 @@ pub struct Deferred {
     pub ranked: bool,
     /// This template's pods wait for the master (when the queue enables `waitForMaster`).
     pub wait_for_master: bool,
+    /// A JobSet's replicated job: where its pods' ranks start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobset_rank: Option<JobSetRank>,
+}
+
+/// The ranks of one replicated job of a JobSet: pod `p` of Job `j` has rank
+/// `base + stride × j + p`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSetRank {
+    pub base: i64,
+    pub stride: i64,
+}
+
+/// The completion index of a Job's pod (label or annotation).
+const COMPLETION_INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
+
+impl JobSetRank {
+    /// The rank of a JobSet pod, from its job index and completion index; `None` (and why)
+    /// when the pod does not carry them.
+    fn of(&self, pod: &Map<String, Value>) -> Result<i64, String> {
+        let read = |key: &str| {
+            workload::label(pod, key)
+                .or_else(|| workload::annotation(pod, key))
+                .and_then(|v| v.parse::<i64>().ok())
+                .ok_or_else(|| format!("no numeric {key}"))
+        };
+        let job = read(JOB_INDEX_KEY)?;
+        let index = read(COMPLETION_INDEX_KEY)?;
+        self.stride
+            .checked_mul(job)
+            .and_then(|r| r.checked_add(self.base))
+            .and_then(|r| r.checked_add(index))
+            .ok_or_else(|| "a rank that does not fit".to_string())
+    }
 }
 
 impl Deferred {
@@ -118,9 +160,23 @@ pub fn mutate_pod(
     let mut node_rank = None;
     let mut port = None;
     if deferred.ranked {
-        let rank = match volcano_job::pod_place(pod) {
+        let rank = match (deferred.jobset_rank, volcano_job::pod_place(pod)) {
+            // A JobSet pod: its replicated job's base + its Job's and its own index.
+            (Some(ranks), _) => match ranks.of(pod) {
+                Ok(rank) => {
+                    let rank = EnvValue::Literal(rank.to_string());
+                    node_rank = Some(rank.clone());
+                    Some(rank)
+                }
+                Err(why) => {
+                    findings.warn(format!(
+                        "launchgate: this JobSet pod has {why}; RANK was not set"
+                    ));
+                    None
+                }
+            },
             // A Volcano pod: offset of its task + its task index.
-            Some(place) => match place.rank_offset {
+            (None, Some(place)) => match place.rank_offset {
                 Some(Some(offset)) => volcano::rank_value(&place, offset, findings),
                 _ => {
                     findings.warn(format!(
@@ -130,7 +186,7 @@ pub fn mutate_pod(
                 }
             },
             // A batch/v1 Indexed Job pod: the completion index, as for named Jobs.
-            None => {
+            (None, None) => {
                 let rank = EnvValue::FieldRef(env::COMPLETION_INDEX_FIELD.into());
                 node_rank = Some(rank.clone());
                 Some(rank)
@@ -169,14 +225,34 @@ mod tests {
             nnodes: 3,
             ranked: true,
             wait_for_master: true,
+            jobset_rank: None,
         };
         let text = d.to_annotation();
+        assert!(!text.contains("jobsetRank"), "{text}");
         assert_eq!(serde_json::from_str::<Deferred>(&text).unwrap(), d);
         assert!(text.contains("\"masterAddr\":\"{job}-0.ddp\""), "{text}");
         let mut template = Map::new();
         assert!(record(&mut template, &d));
         assert!(!record(&mut template, &d));
         assert!(is_deferred(&Value::Object(template)));
+    }
+
+    #[test]
+    fn a_jobset_pods_rank_comes_from_its_job_and_completion_index() {
+        let ranks = JobSetRank { base: 1, stride: 4 };
+        let pod = json!({"metadata": {
+            "labels": {JOB_INDEX_KEY: "1", COMPLETION_INDEX_KEY: "2",
+                       JOBSET_NAME_KEY: "ddp", "batch.kubernetes.io/job-name": "ddp-workers-1"}}});
+        let pod = pod.as_object().unwrap();
+        assert_eq!(ranks.of(pod), Ok(7));
+        assert_eq!(job_name(pod), Some("ddp"));
+        let bare = json!({"metadata": {"labels": {JOB_INDEX_KEY: "x"}}});
+        assert!(ranks.of(bare.as_object().unwrap()).is_err());
+        let huge = JobSetRank {
+            base: i64::MAX,
+            stride: 1,
+        };
+        assert!(huge.of(pod).is_err());
     }
 
     #[test]

@@ -81,6 +81,7 @@ pub fn mutate(
                 nnodes: completions,
                 ranked: true,
                 wait_for_master: true,
+                jobset_rank: None,
             },
         );
         if let Some(spec) = workload::pod_spec_mut(template) {

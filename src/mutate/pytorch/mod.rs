@@ -13,8 +13,16 @@
 //!   as a downward-API `fieldRef` on the completion-index annotation.
 //! * [`pytorchjob`] — a Kubeflow PyTorchJob: the operator sets the env itself; only what it
 //!   lacks is added.
+//! * [`jobset`] — a JobSet opted in like an Indexed Job: its templates record the decision and
+//!   each pod is wired in full at pod admission, its rank from its job and completion index.
 //! * [`deferred`] — a Job with only a `generateName`: the decision is recorded on its
 //!   templates and each pod is wired in full at pod admission (never half-wired).
+//!
+//! A Trainer v2 TrainJob is never given PyTorch env: Trainer's torch plugin sets `PET_NNODES`,
+//! `PET_NPROC_PER_NODE`, `PET_NODE_RANK` and `PET_MASTER_ADDR/PORT` itself and rejects them
+//! from anyone else. A queue's `nprocPerNode` becomes the TrainJob's
+//! `spec.trainer.numProcPerNode` when that is unset; a TrainJob that asks for wiring is told why
+//! it gets none.
 //!
 //! hostNetwork pods get `dnsPolicy: ClusterFirstWithHostNet` unless the user wrote a
 //! `dnsPolicy` ([`crate::workload::intent`]); every env read and write follows the last entry of
@@ -33,12 +41,14 @@
 pub mod deferred;
 pub mod env;
 pub mod indexed_job;
+pub mod jobset;
 pub mod pytorchjob;
 pub mod volcano;
 
 use super::{Findings, MutationContext, Mutator};
-use crate::workload::WorkloadKind;
-use serde_json::Value;
+use crate::topology::{IndexedJobs, NprocPerNode, OPT_IN_ANNOTATION, PytorchConfig};
+use crate::workload::{self, WorkloadKind};
+use serde_json::{Value, json};
 
 /// The pytorch mutator.
 pub const MUTATOR: Mutator = Mutator {
@@ -48,7 +58,7 @@ pub const MUTATOR: Mutator = Mutator {
 
 pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, f: &mut Findings) -> bool {
     let cfg = ctx.settings.pytorch;
-    if !cfg.enabled || !object.is_object() {
+    if !cfg.enabled || !object.is_object() || (ctx.child && ctx.kind != WorkloadKind::Pod) {
         return false;
     }
     match ctx.kind {
@@ -59,6 +69,37 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, f: &mut Findings) -
         WorkloadKind::Pod => volcano::mutate_pod(ctx, cfg, object, f),
         WorkloadKind::BatchJob => indexed_job::mutate(ctx, cfg, object, f),
         WorkloadKind::PyTorchJob => pytorchjob::mutate(ctx, cfg, object, f),
+        WorkloadKind::JobSet => jobset::mutate(ctx, cfg, object, f),
+        WorkloadKind::TrainJob => trainjob(cfg, object, f),
+    }
+}
+
+/// A TrainJob: never env (Trainer owns it); the queue's process count as
+/// `spec.trainer.numProcPerNode` when unset; a word when the TrainJob or queue asks for wiring.
+fn trainjob(cfg: &PytorchConfig, object: &mut Value, findings: &mut Findings) -> bool {
+    let asked = object
+        .as_object()
+        .and_then(|o| workload::annotation(o, OPT_IN_ANNOTATION))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        || cfg.indexed_jobs == IndexedJobs::All;
+    if asked {
+        findings.warn(
+            "launchgate: a TrainJob gets no PyTorch env from launchgate: Kubeflow Trainer sets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT from spec.trainer.numNodes and numProcPerNode and rejects them from anyone else",
+        );
+    }
+    let Some(NprocPerNode::Count(n)) = cfg.nproc_per_node else {
+        return false;
+    };
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    let trainer = spec.entry("trainer").or_insert_with(|| json!({}));
+    match trainer.as_object_mut() {
+        Some(t) if t.get("numProcPerNode").is_none_or(Value::is_null) => {
+            t.insert("numProcPerNode".into(), json!(n));
+            true
+        }
+        _ => false,
     }
 }
 
@@ -166,6 +207,30 @@ mod mutator_tests {
         assert_eq!(init["env"][0]["value"], "j-master-0.j");
         assert_eq!(init["env"][1]["value"], "5000");
         assert_eq!(init["env"][2]["value"], "60");
+    }
+
+    #[test]
+    fn a_trainjob_gets_no_env_and_the_queues_process_count() {
+        let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "run", "annotations": {OPT_IN_ANNOTATION: "true"}},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 2}}});
+        let (out, f) = mutate_with(&MUTATOR, "{pytorch: {nprocPerNode: 8}}", tj.clone());
+        assert_eq!(
+            out["spec"]["trainer"],
+            json!({"numNodes": 2, "numProcPerNode": 8})
+        );
+        assert!(
+            f.warnings[0].contains("rejects them from anyone else"),
+            "{:?}",
+            f.warnings
+        );
+        assert!(!serde_json::to_string(&out).unwrap().contains("PET_"));
+        let mut own = tj.clone();
+        own["spec"]["trainer"]["numProcPerNode"] = json!(4);
+        let (out, _) = mutate_with(&MUTATOR, "{pytorch: {nprocPerNode: 8}}", own.clone());
+        assert_eq!(out, own);
+        let (out, _) = mutate_with(&MUTATOR, "{pytorch: {nprocPerNode: auto}}", tj.clone());
+        assert_eq!(out, tj);
     }
 
     #[test]

@@ -90,6 +90,7 @@ pub fn mutate_job(
                     nnodes: job.wiring.nnodes,
                     ranked: offset.is_some(),
                     wait_for_master: *name == job.args.worker,
+                    jobset_rank: None,
                 },
             );
         }
