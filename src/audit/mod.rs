@@ -61,9 +61,10 @@ impl ListedKind {
     }
 }
 
-/// What the audit lists, in this order. Pods come last and only those without a launch owner
-/// are judged (a Job's pods are covered by the Job).
-pub const LISTED_KINDS: [ListedKind; 4] = [
+/// What the audit lists, in this order. Only objects without a launch owner are judged: a
+/// Job's pods are covered by the Job, a JobSet's Jobs by the JobSet, a TrainJob's JobSet by the
+/// TrainJob.
+pub const LISTED_KINDS: [ListedKind; 6] = [
     ListedKind {
         group: "batch",
         version: "v1",
@@ -83,6 +84,20 @@ pub const LISTED_KINDS: [ListedKind; 4] = [
         version: "v1",
         kind: "PyTorchJob",
         plural: "pytorchjobs",
+        optional: true,
+    },
+    ListedKind {
+        group: "trainer.kubeflow.org",
+        version: "v1alpha1",
+        kind: "TrainJob",
+        plural: "trainjobs",
+        optional: true,
+    },
+    ListedKind {
+        group: "jobset.x-k8s.io",
+        version: "v1alpha2",
+        kind: "JobSet",
+        plural: "jobsets",
         optional: true,
     },
     ListedKind {
@@ -208,7 +223,11 @@ pub(crate) fn has_launch_owner(pod: &Value) -> bool {
         let group = api_version.split_once('/').map_or("", |(g, _)| g);
         matches!(
             (group, kind),
-            ("batch", "Job") | ("batch.volcano.sh", "Job") | ("kubeflow.org", "PyTorchJob")
+            ("batch", "Job")
+                | ("batch.volcano.sh", "Job")
+                | ("kubeflow.org", "PyTorchJob")
+                | ("jobset.x-k8s.io", "JobSet")
+                | ("trainer.kubeflow.org", "TrainJob")
         )
     })
 }
@@ -233,7 +252,7 @@ pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Opti
     map.insert("apiVersion".into(), Value::String(listed.api_version()));
     map.insert("kind".into(), Value::String(listed.kind.into()));
     map.remove("status");
-    if listed.kind == "Pod" && listed.group.is_empty() && has_launch_owner(&object) {
+    if has_launch_owner(&object) {
         return None;
     }
     let namespace = meta_str(&object, "namespace");
@@ -431,7 +450,7 @@ mod tests {
     use super::*;
 
     const JOB: ListedKind = LISTED_KINDS[0];
-    const POD: ListedKind = LISTED_KINDS[3];
+    const POD: ListedKind = LISTED_KINDS[5];
 
     /// A Job as a list response returns it: no apiVersion/kind, with status and managedFields,
     /// already mutated by launchgate when it was created.

@@ -102,6 +102,10 @@ pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static
             changed |= add_label(template);
         }
     });
+    // A TrainJob's pods come from its runtime: the label goes into launchgate's runtime patch.
+    if ctx.kind == workload::WorkloadKind::TrainJob {
+        changed |= super::runtime_patch::with_trainer_pod_template(object, add_label);
+    }
     if applied.is_empty() {
         return changed;
     }

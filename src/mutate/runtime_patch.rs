@@ -1,10 +1,11 @@
 //! A TrainJob's hardening: a TrainJob has no pod template (its pods come from the referenced
 //! TrainingRuntime), but Kubeflow Trainer merges `spec.runtimePatches[]` entries, keyed by
 //! `manager`, into the runtime's JobSet template (a strategic merge, in list order). The
-//! mutators that apply to every pod template (container `securityContext`, the shared cache)
-//! write into launchgate's own entry, [`MANAGER`], on the runtime's trainer replicated job and
-//! container ([`workload::TRAINER_NODE`], Trainer's convention), exactly as they would into a
-//! pod template that had only that container.
+//! mutators that apply to every pod template (container `securityContext`, the shared cache,
+//! the queue label that makes the pods known as the queue's) write into launchgate's own
+//! entry, [`MANAGER`], on the runtime's trainer replicated job and container
+//! ([`workload::TRAINER_NODE`], Trainer's convention), exactly as they would into a pod
+//! template that had only that container.
 //!
 //! What Trainer does not take in a patch is moved where it does: env for the `node` container
 //! (Trainer rejects it in patches) goes into `spec.trainer.env`, where you did not set it. The
@@ -26,8 +27,8 @@ pub fn spec_path() -> String {
     )
 }
 
-/// The pod spec of launchgate's entry in `runtime_patches`, if present.
-fn entry_spec(object: &Value) -> Option<&Map<String, Value>> {
+/// The pod template of launchgate's entry in `runtimePatches`, if present.
+fn entry_template(object: &Value) -> Option<&Map<String, Value>> {
     let entry = object
         .pointer("/spec/runtimePatches")?
         .as_array()?
@@ -38,32 +39,45 @@ fn entry_spec(object: &Value) -> Option<&Map<String, Value>> {
         .as_array()?
         .iter()
         .find(|j| workload::name_of(j) == Some(workload::TRAINER_NODE))?
-        .pointer("/template/spec/template/spec")?
+        .pointer("/template/spec/template")?
         .as_object()
 }
 
-/// Runs `f` on the pod spec of launchgate's runtime patch of a TrainJob (starting from what
-/// the entry holds, or from a pod spec with only the trainer's `node` container) and writes
-/// the entry back when `f` changed it. Returns true when the TrainJob changed.
+/// [`with_trainer_pod_template`] on the template's pod spec.
 pub fn with_trainer_pod_spec(
     object: &mut Value,
     f: impl FnOnce(&mut Map<String, Value>, &str) -> bool,
 ) -> bool {
+    with_trainer_pod_template(object, |template| {
+        workload::pod_spec_mut(template).is_some_and(|spec| f(spec, &spec_path()))
+    })
+}
+
+/// Runs `f` on the pod template (`metadata`, `spec`) of launchgate's runtime patch of a
+/// TrainJob (starting from what the entry holds, or from a template with only the trainer's
+/// `node` container) and writes the entry back when `f` changed it. Returns true when the
+/// TrainJob changed.
+pub fn with_trainer_pod_template(
+    object: &mut Value,
+    f: impl FnOnce(&mut Map<String, Value>) -> bool,
+) -> bool {
     if !object.is_object() || object.get("spec").is_some_and(|s| !s.is_object()) {
         return false;
     }
-    let mut spec = entry_spec(object).cloned().unwrap_or_else(|| {
+    let mut template = entry_template(object).cloned().unwrap_or_else(|| {
         let mut skeleton = Map::new();
         skeleton.insert(
-            "containers".into(),
-            json!([{"name": workload::TRAINER_NODE}]),
+            "spec".into(),
+            json!({"containers": [{"name": workload::TRAINER_NODE}]}),
         );
         skeleton
     });
-    if !f(&mut spec, &spec_path()) {
+    if !f(&mut template) {
         return false;
     }
-    let env = take_node_env(&mut spec);
+    let env = workload::pod_spec_mut(&mut template)
+        .map(take_node_env)
+        .unwrap_or_default();
     let mut changed = false;
     let Some(root) = object.as_object_mut() else {
         return false;
@@ -85,7 +99,7 @@ pub fn with_trainer_pod_spec(
         "manager": MANAGER,
         "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{
             "name": workload::TRAINER_NODE,
-            "template": {"spec": {"template": {"spec": spec}}}
+            "template": {"spec": {"template": template}}
         }]}}}
     });
     let patches = root_spec

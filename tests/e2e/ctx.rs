@@ -193,7 +193,7 @@ impl Ctx {
             .headers()
             .get_all("warning")
             .iter()
-            .map(|v| decode_warning(v.to_str().unwrap_or_default()))
+            .map(|v| decode_warning(&String::from_utf8_lossy(v.as_bytes())))
             .collect();
         let body = http_body_util::BodyExt::collect(response.into_body())
             .await?

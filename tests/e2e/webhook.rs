@@ -28,6 +28,11 @@ pub const DEADLINE_QUEUE: &str = "deadline-queue";
 pub const KUBEFLOW_QUEUE: &str = "kubeflow-queue";
 /// The built-in queue, with images only from `docker.io/acme`.
 pub const REGISTRY_QUEUE: &str = "acme-images-queue";
+/// A queue whose template is a Trainer v2 TrainJob (nodes 1..4, 8 GPUs a node, 16 in all).
+pub const TRAINJOB_QUEUE: &str = "trainjob-queue";
+/// The built-in queue handing off to the Kueue LocalQueue `team-a`, wiring every Indexed Job,
+/// warning about jobs it cannot wire, with at most 4 GPUs per Job in all.
+pub const KUEUE_QUEUE: &str = "kueue-queue";
 
 /// The running launchgate binary.
 pub struct Launchgate {
@@ -217,6 +222,22 @@ fn suite_config() -> Result<String> {
     let mut registries = config["queues"][&default_queue].clone();
     registries["limits"]["allowedRegistries"] = json!(["docker.io/acme"]);
     config["queues"][REGISTRY_QUEUE] = registries;
+    let mut trainjob = config["queues"][&default_queue].clone();
+    trainjob["limits"] = json!({
+        "enforcement": "deny",
+        "template": "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nspec:\n  runtimeRef: {name: torch-distributed}\n  trainer:\n    numNodes: '{{nodes}}'\n    resourcesPerNode: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n",
+        "variables": {"nodes": {"type": "integer", "minimum": 1, "maximum": 4},
+                      "gpus": {"type": "integer", "minimum": 0, "maximum": 8}},
+        "totals": {"nvidia.com/gpu": {"maximum": 16}},
+    });
+    config["queues"][TRAINJOB_QUEUE] = trainjob;
+    let mut kueue = config["queues"][&default_queue].clone();
+    kueue["kueue"] =
+        json!({"localQueue": "team-a", "priorityClass": "research", "maxExecutionSeconds": 3600});
+    kueue["pytorch"]["indexedJobs"] = json!(true);
+    kueue["pytorch"]["onUnwirable"] = json!("warn");
+    kueue["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 4}});
+    config["queues"][KUEUE_QUEUE] = kueue;
     config["queues"][WARN_QUEUE] = warn;
     config["queues"][DEADLINE_QUEUE] = deadline;
     config["queues"][KUBEFLOW_QUEUE] = kubeflow;

@@ -109,6 +109,7 @@ Arguments: list of path segments after the root, the root variable, and the key 
 {{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "spec" "template" "metadata" "labels") $keys)) }}
 {{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.tasks) && object.spec.tasks.exists(t, %s))" (include "launchgate.celHasLabel" (list "t" (list "template" "metadata" "labels") $keys))) }}
 {{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.pytorchReplicaSpecs) && object.spec.pytorchReplicaSpecs.exists(r, %s))" (include "launchgate.celHasLabel" (list "object.spec.pytorchReplicaSpecs[r]" (list "template" "metadata" "labels") $keys))) }}
+{{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.replicatedJobs) && object.spec.replicatedJobs.exists(j, %s))" (include "launchgate.celHasLabel" (list "j" (list "template" "spec" "template" "metadata" "labels") $keys))) }}
 {{- join " || " $parts }}
 {{- end }}
 
@@ -172,6 +173,20 @@ rules:
     apiVersions: ["v1"]
     # pytorchjobs/scale sets Worker.replicas through a label-less Scale: a scale-up is denied.
     resources: ["pytorchjobs", "pytorchjobs/scale"]
+    operations: ["CREATE", "UPDATE"]
+    scope: Namespaced
+  {{- end }}
+  {{- if .Values.webhook.rules.jobset }}
+  - apiGroups: ["jobset.x-k8s.io"]
+    apiVersions: ["v1alpha2"]
+    resources: ["jobsets"]
+    operations: ["CREATE", "UPDATE"]
+    scope: Namespaced
+  {{- end }}
+  {{- if .Values.webhook.rules.trainjob }}
+  - apiGroups: ["trainer.kubeflow.org"]
+    apiVersions: ["v1alpha1"]
+    resources: ["trainjobs"]
     operations: ["CREATE", "UPDATE"]
     scope: Namespaced
   {{- end }}

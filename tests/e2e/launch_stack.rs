@@ -1,0 +1,376 @@
+//! Today's launch stack on the real control plane with the upstream CRDs: JobSets, Trainer v2
+//! TrainJobs, and the UPDATE by which Kueue admits a workload. No JobSet, Trainer or Kueue
+//! controller runs here: a test plays their part (it creates the Jobs a JobSet's controller
+//! would, as that controller's service account; it sends Kueue's admission UPDATE).
+
+use crate::common::env_entry;
+use crate::ctx::{Ctx, mutations};
+use crate::webhook::{KUEUE_QUEUE, TRAINJOB_QUEUE};
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const JOBSET_CONTROLLER: &str = "system:serviceaccount:jobset-system:jobset-controller-manager";
+
+fn gpu_container(gpus: i64) -> Value {
+    json!({"name": "train", "image": "acme/train:1", "command": ["torchrun", "train.py"],
+           "resources": {"limits": {"nvidia.com/gpu": gpus}}})
+}
+
+/// A launch JobSet: one replicated job of `replicas` Jobs with `pods` Indexed pods each.
+fn jobset(name: &str, replicas: i64, pods: i64, gpus: i64) -> Value {
+    json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": name, "labels": {"wandb.ai/monitor": "true"},
+                     "annotations": {"launchgate.io/pytorch": "true"}},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas, "template": {"spec": {
+            "completionMode": "Indexed", "parallelism": pods, "completions": pods,
+            "template": {"spec": {"restartPolicy": "OnFailure", "containers": [gpu_container(gpus)]}}}}}]}})
+}
+
+/// Lets `user` (a controller's service account) create Jobs in the test's namespace.
+async fn grant_jobs(ctx: &Ctx, user: &str) -> Result<()> {
+    let (sa_ns, sa) = user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|s| s.split_once(':'))
+        .context("a service account")?;
+    let roles: Api<Role> = ctx.api();
+    roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "controller"},
+                "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]}))?,
+        )
+        .await?;
+    let bindings: Api<RoleBinding> = ctx.api();
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "controller"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "controller"},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": sa_ns}]}))?,
+        )
+        .await?;
+    let probe = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rbac-probe"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}});
+    ctx.wait_for(
+        "the controller's RoleBinding",
+        Duration::from_secs(20),
+        || async {
+            let (status, _, _) = ctx.create_raw_as(&probe, true, Some(user)).await?;
+            Ok(status != 403)
+        },
+    )
+    .await
+}
+
+/// Job `index` of replicated job `rj` as JobSet's controller makes it from the stored JobSet.
+fn child_job(js: &Value, rj: usize, index: usize) -> Result<Value> {
+    let name = js["metadata"]["name"].as_str().context("name")?;
+    let uid = js["metadata"]["uid"].as_str().context("uid")?;
+    let rjob = &js["spec"]["replicatedJobs"][rj];
+    let rj_name = rjob["name"].as_str().context("replicated job name")?;
+    let labels = json!({"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/jobset-uid": uid,
+        "jobset.sigs.k8s.io/replicatedjob-name": rj_name,
+        "jobset.sigs.k8s.io/job-index": index.to_string(),
+        "jobset.sigs.k8s.io/replicatedjob-replicas": rjob["replicas"].to_string()});
+    let mut spec = rjob["template"]["spec"].clone();
+    let template = &mut spec["template"];
+    for (k, v) in labels.as_object().unwrap() {
+        template["metadata"]["labels"][k] = v.clone();
+        template["metadata"]["annotations"][k] = v.clone();
+    }
+    template["spec"]["subdomain"] = json!(name);
+    spec["suspend"] = json!(false);
+    Ok(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": format!("{name}-{rj_name}-{index}"), "labels": labels,
+            "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+        "spec": spec}))
+}
+
+/// Reads the stored `name`, changes it with `change` and sends it back as an UPDATE, again on a
+/// conflict (the Job controller writes the Job's status meanwhile).
+async fn update(
+    api: &Api<kube::api::DynamicObject>,
+    name: &str,
+    change: impl Fn(&mut Value),
+) -> Result<Value, kube::Error> {
+    let mut attempt = 0;
+    loop {
+        let mut current =
+            serde_json::to_value(api.get(name).await?).map_err(kube::Error::SerdeError)?;
+        change(&mut current);
+        let object = serde_json::from_value(current).map_err(kube::Error::SerdeError)?;
+        match api.replace(name, &PostParams::default(), &object).await {
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 10 => attempt += 1,
+            other => {
+                return other.and_then(|o| serde_json::to_value(o).map_err(kube::Error::SerdeError));
+            }
+        }
+    }
+}
+
+fn value<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
+    env_entry(container, name).and_then(|e| e["value"].as_str())
+}
+
+/// A launch JobSet comes back hardened, with Job defaults in JobSet's terms and its wiring
+/// recorded; an over-limit one is denied with the queue, field, value and limit; the Jobs its
+/// controller makes (sent as that controller) are judged per pod and left unwired, and the pods
+/// the real Job controller makes from them see one coherent rendezvous.
+pub async fn jobset_is_hardened_limited_and_wired(ctx: &Ctx) -> Result<()> {
+    let (status, body, _) = ctx.create_raw(&jobset("too-big", 1, 2, 8), false).await?;
+    let message = body["message"].as_str().unwrap_or_default();
+    ensure!(status == 403, "an 8-GPU JobSet: {status} {body}");
+    for part in [
+        "queue \"gpu-queue\"",
+        "spec.replicatedJobs[0].template.spec.template.spec.containers[0].resources.limits[\"nvidia.com/gpu\"]=8",
+        "exceeds maximum 4",
+    ] {
+        ensure!(message.contains(part), "{message:?} lacks {part:?}");
+    }
+
+    let js = ctx.create(&jobset("ddp", 2, 2, 1), false).await?;
+    let rjob = &js["spec"]["replicatedJobs"][0]["template"]["spec"];
+    let train = &rjob["template"]["spec"]["containers"][0];
+    ensure!(
+        train["securityContext"]["allowPrivilegeEscalation"] == false
+            && train["securityContext"]["capabilities"]["drop"] == json!(["ALL"]),
+        "stored JobSet container not hardened: {train}"
+    );
+    ensure!(
+        js["spec"]["failurePolicy"]["maxRestarts"] == 0
+            && js["spec"]["ttlSecondsAfterFinished"] == 60,
+        "JobSet defaults: {}",
+        js["spec"]
+    );
+    let record = rjob["template"]["metadata"]["annotations"]["launchgate.io/pytorch-wiring"]
+        .as_str()
+        .context("no wiring record on the JobSet's pod template (pruned?)")?;
+    ensure!(record.contains("\"jobsetRank\""), "record {record}");
+    ensure!(
+        mutations(&js).is_some_and(|m| m.contains("pytorch") && m.contains("security-context")),
+        "mutations {:?}",
+        mutations(&js)
+    );
+
+    grant_jobs(ctx, JOBSET_CONTROLLER).await?;
+    for index in 0..2 {
+        let job = child_job(&js, 0, index)?;
+        let (status, created, _) = ctx
+            .create_raw_as(&job, false, Some(JOBSET_CONTROLLER))
+            .await?;
+        ensure!(status == 201, "child Job {index}: {status} {created}");
+        let spec = &created["spec"];
+        ensure!(
+            spec["backoffLimit"] == 6,
+            "a JobSet's Job gets no job defaults of its own: {spec}"
+        );
+    }
+    let pods = ctx
+        .wait_for_pods("jobset.sigs.k8s.io/jobset-name=ddp", 4)
+        .await?;
+    let mut ranks = BTreeSet::new();
+    for pod in &pods {
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        let c = &pod["spec"]["containers"][0];
+        ensure!(
+            value(c, "MASTER_ADDR") == Some("ddp-workers-0-0.ddp"),
+            "{name}: {c}"
+        );
+        ensure!(value(c, "WORLD_SIZE") == Some("4"), "{name}: {c}");
+        ensure!(value(c, "PET_NNODES") == Some("4"), "{name}: {c}");
+        let rank = value(c, "RANK").with_context(|| format!("{name}: no RANK"))?;
+        ensure!(value(c, "PET_NODE_RANK") == Some(rank), "{name}: {c}");
+        let expected = pod["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]
+            .as_str()
+            .and_then(|j| j.parse::<i64>().ok())
+            .zip(
+                pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+                    .as_str()
+                    .and_then(|i| i.parse::<i64>().ok()),
+            )
+            .map(|(j, i)| (2 * j + i).to_string());
+        ensure!(
+            expected.as_deref() == Some(rank),
+            "{name}: RANK {rank}, expected {expected:?}"
+        );
+        ranks.insert(rank.to_string());
+    }
+    ensure!(ranks.len() == 4, "ranks {ranks:?}");
+    Ok(())
+}
+
+fn trainjob(name: &str, nodes: i64, gpus: i64) -> Value {
+    json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": TRAINJOB_QUEUE}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"image": "acme/train:1", "numNodes": nodes,
+                             "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}}}})
+}
+
+/// A launch TrainJob is hardened through launchgate's runtime patch, which the real TrainJob
+/// schema keeps whole; it gets no PyTorch env; over its queue's limits it is denied.
+pub async fn trainjob_is_hardened_through_a_runtime_patch_and_limited(ctx: &Ctx) -> Result<()> {
+    let (status, body, _) = ctx.create_raw(&trainjob("too-big", 8, 8), false).await?;
+    let message = body["message"].as_str().unwrap_or_default();
+    ensure!(status == 403, "an 8-node TrainJob: {status} {body}");
+    for part in [
+        format!("queue {TRAINJOB_QUEUE:?}"),
+        "spec.trainer.numNodes=8 exceeds maximum 4 (variable \"nodes\")".to_string(),
+        "total nvidia.com/gpu over all pods=64 exceeds maximum 16 (totals)".to_string(),
+    ] {
+        ensure!(message.contains(&part), "{message:?} lacks {part:?}");
+    }
+    // What launchgate writes (a dry run answers it) is what the API server stores: nothing of
+    // the runtime patch is pruned by the real schema.
+    let (status, dry, warnings) = ctx.create_raw(&trainjob("run", 2, 4), true).await?;
+    ensure!(status == 201, "dry run: {status} {dry}");
+    let stored = ctx.create(&trainjob("run", 2, 4), false).await?;
+    let patches = stored["spec"]["runtimePatches"]
+        .as_array()
+        .context("no runtimePatches stored")?;
+    let ours = patches
+        .iter()
+        .find(|p| p["manager"] == "launchgate.io/admission")
+        .with_context(|| format!("no launchgate runtime patch: {patches:?}"))?;
+    let node = &ours["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0];
+    ensure!(node["name"] == "node", "{node}");
+    let template = &node["template"]["spec"]["template"];
+    let c = &template["spec"]["containers"][0];
+    ensure!(
+        c["name"] == "node"
+            && c["securityContext"]["allowPrivilegeEscalation"] == false
+            && c["securityContext"]["capabilities"]["drop"] == json!(["ALL"])
+            && c["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault",
+        "node container: {c}"
+    );
+    ensure!(
+        c["volumeMounts"].as_array().is_some_and(|m| !m.is_empty())
+            && template["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "nfs-pvc",
+        "cache: {template}"
+    );
+    ensure!(
+        template["metadata"]["labels"]["launchgate.io/queue"] == TRAINJOB_QUEUE,
+        "queue label for the runtime's pods: {template}"
+    );
+    ensure!(
+        dry["spec"]["runtimePatches"] == stored["spec"]["runtimePatches"],
+        "stored patch differs from the written one:\n{}\n{}",
+        dry["spec"]["runtimePatches"],
+        stored["spec"]["runtimePatches"]
+    );
+    let text = serde_json::to_string(&stored)?;
+    ensure!(
+        !text.contains("PET_"),
+        "a TrainJob got torchrun env: {text}"
+    );
+    ensure!(
+        stored["spec"]["trainer"]["env"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|v| v["name"] == "HF_HOME")),
+        "the cache env goes to spec.trainer.env: {}",
+        stored["spec"]["trainer"]
+    );
+    let _ = warnings;
+    Ok(())
+}
+
+/// An Indexed PyTorch Job of a queue that hands off to Kueue: the hand-off labels appear at
+/// CREATE; Kueue's admission UPDATE (suspend false, flavor nodeSelector) gets no patch and the
+/// pods the Job controller then makes see the rendezvous size; any UPDATE is re-validated; a
+/// Job that allows a partial admission is never wired, so Kueue's shrinking UPDATE yields pods
+/// without a WORLD_SIZE rather than with a wrong one.
+pub async fn kueue_admission_is_left_alone_and_revalidated(ctx: &Ctx) -> Result<()> {
+    let job = |name: &str, annotations: Value| {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "annotations": annotations,
+                         "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": KUEUE_QUEUE}},
+            "spec": {"suspend": true, "completionMode": "Indexed", "completions": 4, "parallelism": 4,
+                     "template": {"spec": {"subdomain": name, "restartPolicy": "Never",
+                         "containers": [gpu_container(1)]}}}})
+    };
+    let created = ctx.create(&job("ddp", json!({})), false).await?;
+    let labels = &created["metadata"]["labels"];
+    ensure!(
+        labels["kueue.x-k8s.io/queue-name"] == "team-a"
+            && labels["kueue.x-k8s.io/priority-class"] == "research"
+            && labels["kueue.x-k8s.io/max-exec-time-seconds"] == "3600",
+        "hand-off labels: {labels}"
+    );
+    ensure!(
+        created["spec"]["suspend"] == true,
+        "suspend is Kueue's: {}",
+        created["spec"]
+    );
+    let api = ctx.api_for(&created)?;
+    // A change Kueue never makes, to show that UPDATEs are judged: over the queue's GPU total
+    // (a suspended Job's pod resources may change).
+    let denied = update(&api, "ddp", |job| {
+        job["spec"]["parallelism"] = json!(2);
+        job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
+            json!(4);
+    })
+    .await;
+    ensure!(
+        matches!(&denied, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("total nvidia.com/gpu over all pods=8 exceeds maximum 4")),
+        "an over-limit UPDATE was not refused by the queue's totals: {denied:?}"
+    );
+    // Kueue admits it: suspend false and the flavor's nodeSelector, in one UPDATE.
+    let admit = |job: &mut Value| {
+        job["spec"]["suspend"] = json!(false);
+        job["spec"]["template"]["spec"]["nodeSelector"] = json!({"cloud.example.com/gpu": "a100"});
+    };
+    let mut sent_template = created["spec"]["template"].clone();
+    sent_template["spec"]["nodeSelector"] = json!({"cloud.example.com/gpu": "a100"});
+    let stored = update(&api, "ddp", admit).await?;
+    ensure!(
+        stored["spec"]["template"] == sent_template
+            && stored["metadata"]["annotations"] == created["metadata"]["annotations"],
+        "Kueue's admission UPDATE was patched:\nsent {sent_template}\nstored {}",
+        stored["spec"]["template"]
+    );
+    let pods = ctx
+        .wait_for_pods("batch.kubernetes.io/job-name=ddp", 4)
+        .await?;
+    for pod in &pods {
+        let c = &pod["spec"]["containers"][0];
+        ensure!(value(c, "WORLD_SIZE") == Some("4"), "pod env: {c}");
+    }
+
+    // Partial admission allowed: admitted (the queue only warns) but never wired.
+    let (status, partial, warnings) = ctx
+        .create_raw(
+            &job(
+                "elastic",
+                json!({"kueue.x-k8s.io/job-min-parallelism": "2"}),
+            ),
+            false,
+        )
+        .await?;
+    ensure!(status == 201, "{status} {partial}");
+    ensure!(
+        warnings.iter().any(|w| w.contains("partial admission")),
+        "warnings {warnings:?}"
+    );
+    update(&api, "elastic", |job| {
+        job["spec"]["suspend"] = json!(false);
+        job["spec"]["parallelism"] = json!(2);
+        job["spec"]["completions"] = json!(2);
+    })
+    .await?;
+    let pods = ctx
+        .wait_for_pods("batch.kubernetes.io/job-name=elastic", 2)
+        .await?;
+    for pod in &pods {
+        let c = &pod["spec"]["containers"][0];
+        ensure!(
+            env_entry(c, "WORLD_SIZE").is_none(),
+            "a wrong WORLD_SIZE: {c}"
+        );
+    }
+    Ok(())
+}
