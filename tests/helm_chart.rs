@@ -441,6 +441,8 @@ fn default_render_is_a_safe_webhook() {
         gvr("batch.volcano.sh", "v1alpha1", "jobs"),
         gvr("kubeflow.org", "v1", "pytorchjobs"),
         gvr("kubeflow.org", "v1", "pytorchjobs/scale"),
+        gvr("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+        gvr("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
     ];
     let mut expected_sorted = expected.clone();
     expected_sorted.sort();
