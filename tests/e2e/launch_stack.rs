@@ -107,7 +107,8 @@ async fn update(
         match api.replace(name, &PostParams::default(), &object).await {
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < 10 => attempt += 1,
             other => {
-                return other.and_then(|o| serde_json::to_value(o).map_err(kube::Error::SerdeError));
+                return other
+                    .and_then(|o| serde_json::to_value(o).map_err(kube::Error::SerdeError));
             }
         }
     }

@@ -19,6 +19,7 @@ mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod ctx;
+mod jobset_order;
 mod launch_stack;
 mod observability;
 mod pytorch_guarantees;
@@ -102,6 +103,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(subresources::pytorchjob_scale_up_is_denied),
         e2e!(pytorch_guarantees::volcano_pods_see_the_rendezvous_size_despite_the_plugin),
         e2e!(launch_stack::jobset_is_hardened_limited_and_wired),
+        e2e!(jobset_order::jobset_defaults_before_or_after_launchgate_give_the_same_jobset),
         e2e!(launch_stack::trainjob_is_hardened_through_a_runtime_patch_and_limited),
         e2e!(launch_stack::kueue_admission_is_left_alone_and_revalidated),
     ]
