@@ -189,22 +189,30 @@ fn allowed_prefixes(kind: Kind, object: &Value) -> Vec<String> {
             p.extend(template_pointers(object));
             p.push("/spec/runPolicy".into());
         }
+        Kind::JobSet => {
+            p.extend(template_pointers(object));
+            p.extend(["/spec/ttlSecondsAfterFinished", "/spec/failurePolicy"].map(String::from));
+        }
+        // Only launchgate's own runtime patch, and env the trainer takes.
+        Kind::TrainJob => p.extend(["/spec/runtimePatches", "/spec/trainer/env"].map(String::from)),
     }
     p
 }
 
 #[test]
-fn volcano_and_pytorchjob_every_template_mutated_and_nothing_else() {
+fn every_template_of_every_kind_is_mutated_and_nothing_else() {
     let policy = Policy::embedded_default();
-    for name in [
-        "create-vcjob-wandb-job-run42.json",
-        "create-pytorchjob-run42-pytorch-job.json",
+    for (name, count) in [
+        ("create-vcjob-wandb-job-run42.json", 2),
+        ("create-pytorchjob-run42-pytorch-job.json", 2),
+        ("create-jobset-ddp.json", 1),
+        ("create-trainjob-llama-ft.json", 1),
     ] {
         let m = mutate_fixture(&policy, name);
         let original = m.request.object.as_ref().unwrap();
         let kind = kind_of(original).unwrap();
         let templates = templates(&m.object);
-        assert_eq!(templates.len(), 2, "{name}");
+        assert_eq!(templates.len(), count, "{name}");
         for (at, t) in templates {
             for c in t["spec"]["containers"].as_array().unwrap() {
                 assert_eq!(
@@ -260,6 +268,7 @@ fn unknown_fields_survive_mutation() {
         "create-job-demo.json",
         "create-vcjob-wandb-job-run42.json",
         "create-pytorchjob-run42-pytorch-job.json",
+        "create-jobset-ddp.json",
         "create-pod-wandb-job-run42-master-0.json",
     ] {
         let mut request = fixture_request(name);

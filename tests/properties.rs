@@ -77,18 +77,24 @@ enum Kind {
     VolcanoJob,
     PyTorchJob,
     /// A pod made by a controller from a (launchgate-mutated) Job, Volcano or PyTorchJob
+    /// A JobSet: replicated jobs of Indexed Jobs.
+    JobSet,
+    /// A Trainer v2 TrainJob: no pod template, `spec.trainer` and runtime patches.
+    TrainJob,
     /// template.
     ControllerPod,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 9] = [
         Kind::Pod,
         Kind::VolcanoPod,
         Kind::BatchJob,
         Kind::IndexedJob,
         Kind::VolcanoJob,
         Kind::PyTorchJob,
+        Kind::JobSet,
+        Kind::TrainJob,
         Kind::ControllerPod,
     ];
 
@@ -99,6 +105,8 @@ impl Kind {
             Kind::BatchJob | Kind::IndexedJob => ("batch", "v1", "Job", "jobs"),
             Kind::VolcanoJob => ("batch.volcano.sh", "v1alpha1", "Job", "jobs"),
             Kind::PyTorchJob => ("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
+            Kind::JobSet => ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+            Kind::TrainJob => ("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs"),
         }
     }
 }
@@ -1326,6 +1334,143 @@ fn pytorchjob_case() -> impl Strategy<Value = Case> {
         )
 }
 
+// ----- JobSets and TrainJobs ------------------------------------------------------------------
+
+fn jobset_case() -> impl Strategy<Value = Case> {
+    (
+        marking(),
+        (label_plan(), label_plan()),
+        prop::collection::vec(
+            (
+                select(vec!["driver", "workers", "tensorboard"]),
+                1i64..3,
+                1i64..4,
+                0usize..3,
+                prop::option::weighted(0.2, select(vec!["true", "false"])),
+                pod_plan(),
+                prop::bool::weighted(0.3),
+            ),
+            1..3,
+        ),
+        prop::option::weighted(0.85, select(vec!["ddp", "sweep"])),
+        prop::option::weighted(0.5, select(vec!["true", "false"])),
+        prop::option::weighted(0.3, select(vec![json!({}), json!({"enableDNSHostnames": false}), json!({"subdomain": "svc"})])),
+        (prop::option::weighted(0.3, select(vec![0i64, 3])), prop::option::weighted(0.3, select(vec![0i64, 600]))),
+        0usize..2,
+        (any::<bool>(), any::<bool>()),
+    )
+        .prop_map(
+            |(marking, (top, tmpl), jobs, name, opt_in, network, (max_restarts, ttl), pick, (unknown_root, unknown_spec))| {
+                let mut carriers = [top.labels(marking), tmpl.labels(marking)];
+                apply_marking(&mut carriers, marking, pick);
+                let [top_labels, template_labels] = carriers;
+                let mut seen = HashSet::new();
+                let mut replicated = Vec::new();
+                for (i, (rj, replicas, pods, mode, rj_opt_in, plan, unknown)) in jobs.into_iter().enumerate() {
+                    if !seen.insert(rj) {
+                        continue;
+                    }
+                    let extras = PodSpecExtras {
+                        restart_policy: "OnFailure",
+                        hostname: None,
+                        subdomain: None,
+                        scheduler: "default-scheduler",
+                        first_container: None,
+                    };
+                    let labels = if i == 0 { template_labels.clone() } else { Map::new() };
+                    let mut job = json!({"parallelism": pods, "completions": pods,
+                        "template": template(labels, build_pod_spec(&plan, &extras), unknown, false)});
+                    match mode {
+                        1 => job["completionMode"] = json!("Indexed"),
+                        2 => job["completionMode"] = json!("NonIndexed"),
+                        _ => {}
+                    }
+                    let mut rjob = json!({"name": rj, "replicas": replicas, "template": {"spec": job}});
+                    if let Some(v) = rj_opt_in {
+                        rjob["template"]["metadata"] = json!({"annotations": {"launchgate.io/pytorch": v}});
+                    }
+                    replicated.push(rjob);
+                }
+                let mut annotations = Map::new();
+                if let Some(v) = opt_in {
+                    annotations.insert("launchgate.io/pytorch".into(), json!(v));
+                }
+                let mut spec = json!({"replicatedJobs": replicated});
+                if let Some(n) = network {
+                    spec["network"] = n;
+                }
+                if let Some(m) = max_restarts {
+                    spec["failurePolicy"] = json!({"maxRestarts": m, "restartStrategy": "Recreate"});
+                }
+                if let Some(t) = ttl {
+                    spec["ttlSecondsAfterFinished"] = json!(t);
+                }
+                let mut object = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                    "metadata": metadata(name, "jobset", top_labels, annotations), "spec": spec});
+                plant_top_level(&mut object, unknown_root, unknown_spec, top.recorded);
+                Case { kind: Kind::JobSet, marking, object }
+            },
+        )
+}
+
+fn trainjob_case() -> impl Strategy<Value = Case> {
+    (
+        marking(),
+        label_plan(),
+        prop::collection::vec((0..ENV_NAMES.len(), 0..ENV_VARIANTS), 0..4),
+        0usize..4,
+        prop::option::weighted(0.8, 1i64..6),
+        prop::option::weighted(0.3, 1i64..9),
+        prop::bool::weighted(0.3),
+        prop::option::weighted(0.3, select(vec!["true", "false"])),
+        (any::<bool>(), any::<bool>()),
+    )
+        .prop_map(
+            |(marking, top, env, resources_variant, nodes, procs, other_patch, opt_in, (unknown_root, unknown_spec))| {
+                let mut carriers = [top.labels(marking)];
+                apply_marking(&mut carriers, marking, 0);
+                let [top_labels] = carriers;
+                let mut trainer = json!({"image": "acme/train:1", "command": ["torchrun", "train.py"]});
+                let mut names = HashSet::new();
+                let env: Vec<Value> = env
+                    .into_iter()
+                    .filter(|(n, _)| names.insert(*n))
+                    .map(|(n, v)| env_entry(ENV_NAMES[n], v))
+                    .collect();
+                if !env.is_empty() {
+                    trainer["env"] = json!(env);
+                }
+                let resources = resources(resources_variant);
+                if resources != json!({}) {
+                    trainer["resourcesPerNode"] = resources;
+                }
+                if let Some(n) = nodes {
+                    trainer["numNodes"] = json!(n);
+                }
+                if let Some(p) = procs {
+                    trainer["numProcPerNode"] = json!(p);
+                }
+                let mut spec = json!({"runtimeRef": {"apiGroup": "trainer.kubeflow.org",
+                    "kind": "ClusterTrainingRuntime", "name": "torch-distributed"},
+                    "suspend": false, "managedBy": "trainer.kubeflow.org/trainjob-controller",
+                    "trainer": trainer});
+                if other_patch {
+                    spec["runtimePatches"] = json!([{"manager": "kueue.x-k8s.io/kueue",
+                        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node",
+                            "template": {"spec": {"template": {"spec": {"nodeSelector": {"gpu": "a100"}}}}}}]}}}}]);
+                }
+                let mut annotations = Map::new();
+                if let Some(v) = opt_in {
+                    annotations.insert("launchgate.io/pytorch".into(), json!(v));
+                }
+                let mut object = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                    "metadata": metadata(Some("llama-ft"), "trainjob", top_labels, annotations), "spec": spec});
+                plant_top_level(&mut object, unknown_root, unknown_spec, top.recorded);
+                Case { kind: Kind::TrainJob, marking, object }
+            },
+        )
+}
+
 // ----- pods made by controllers ---------------------------------------------------------------
 
 fn marking_of(labels: &Map<String, Value>) -> Marking {
@@ -1645,6 +1790,8 @@ fn any_case() -> impl Strategy<Value = Case> {
         job_case(true).boxed(),
         volcano_job_case().boxed(),
         pytorchjob_case().boxed(),
+        jobset_case().boxed(),
+        trainjob_case().boxed(),
         controller_pod_case().boxed(),
     ]
 }
@@ -1764,6 +1911,34 @@ fn pod_templates(kind: Kind, object: &Value) -> Vec<(String, Value)> {
                 (
                     format!("/spec/pytorchReplicaSpecs/{rt}/template"),
                     rs["template"].clone(),
+                )
+            })
+            .collect(),
+        Kind::JobSet => object["spec"]["replicatedJobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, rj)| {
+                (
+                    format!("/spec/replicatedJobs/{i}/template/spec/template"),
+                    rj["template"]["spec"]["template"].clone(),
+                )
+            })
+            .collect(),
+        // launchgate's runtime patch holds the only pod template launchgate writes.
+        Kind::TrainJob => object["spec"]["runtimePatches"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, p)| p["manager"] == "launchgate.io/admission")
+            .map(|(i, p)| {
+                let at =
+                    "trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template";
+                (
+                    format!("/spec/runtimePatches/{i}/{at}"),
+                    p.pointer(&format!("/{at}")).cloned().unwrap_or_default(),
                 )
             })
             .collect(),
@@ -2009,10 +2184,10 @@ fn check_typed(case: &Case) -> Result<(), TestCaseError> {
             serde_json::from_value::<Job>(after.clone())
                 .map_err(|e| TestCaseError::fail(format!("not a Job: {e}")))?;
         }
-        Kind::VolcanoJob | Kind::PyTorchJob => {}
+        Kind::VolcanoJob | Kind::PyTorchJob | Kind::JobSet | Kind::TrainJob => {}
     }
     let templates = pod_templates(case.kind, &after);
-    prop_assert!(!templates.is_empty());
+    prop_assert!(!templates.is_empty() || case.kind == Kind::TrainJob);
     for (at, t) in templates {
         serde_json::from_value::<PodTemplateSpec>(t)
             .map_err(|e| TestCaseError::fail(format!("{at} is not a PodTemplateSpec: {e}")))?;

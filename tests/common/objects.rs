@@ -10,6 +10,9 @@ pub enum Kind {
     BatchJob,
     VolcanoJob,
     PyTorchJob,
+    JobSet,
+    /// Its pods' template is the runtime's; launchgate's runtime patch holds what it adds.
+    TrainJob,
 }
 
 /// The kind of an object, from its `apiVersion` and `kind`.
@@ -19,6 +22,8 @@ pub fn kind_of(object: &Value) -> Option<Kind> {
         ("batch/v1", "Job") => Some(Kind::BatchJob),
         ("batch.volcano.sh/v1alpha1", "Job") => Some(Kind::VolcanoJob),
         ("kubeflow.org/v1", "PyTorchJob") => Some(Kind::PyTorchJob),
+        ("jobset.x-k8s.io/v1alpha2", "JobSet") => Some(Kind::JobSet),
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob") => Some(Kind::TrainJob),
         _ => None,
     }
 }
@@ -39,6 +44,25 @@ pub fn template_pointers(object: &Value) -> Vec<String> {
             .into_iter()
             .flat_map(|specs| specs.keys())
             .map(|t| format!("/spec/pytorchReplicaSpecs/{t}/template"))
+            .collect(),
+        Some(Kind::JobSet) => {
+            let n = object["spec"]["replicatedJobs"].as_array().map_or(0, Vec::len);
+            (0..n)
+                .map(|i| format!("/spec/replicatedJobs/{i}/template/spec/template"))
+                .collect()
+        }
+        // launchgate's runtime patch, on the runtime's `node` replicated job (once written).
+        Some(Kind::TrainJob) => object["spec"]["runtimePatches"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .position(|p| p["manager"] == "launchgate.io/admission")
+            .map(|i| {
+                format!(
+                    "/spec/runtimePatches/{i}/trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template"
+                )
+            })
+            .into_iter()
             .collect(),
         None => Vec::new(),
     }
