@@ -25,6 +25,7 @@ fixtures!(
     "create-job-ddp.json",
     "create-job-demo.json",
     "create-job-launch-acme-mnist.json",
+    "create-jobset-ddp.json",
     "create-pod-ddp-0.json",
     "create-pod-ddp-1.json",
     "create-pod-ddp-2.json",
@@ -35,6 +36,7 @@ fixtures!(
     "create-pod-wandb-job-run42-worker-0.json",
     "create-pod-wandb-job-run42-worker-1.json",
     "create-pytorchjob-run42-pytorch-job.json",
+    "create-trainjob-llama-ft.json",
     "create-vcjob-wandb-job-run42.json",
     "dryrun-create-job-demo.json",
     "update-job-demo.json",
@@ -221,6 +223,18 @@ pub const WORDS: &[&str] = &[
     "batch/v1",
     "batch.volcano.sh/v1alpha1",
     "kubeflow.org/v1",
+    "jobset.x-k8s.io/v1alpha2",
+    "trainer.kubeflow.org/v1alpha1",
+    "JobSet",
+    "TrainJob",
+    "replicatedJobs",
+    "runtimePatches",
+    "launchgate.io/admission",
+    "resourcesPerNode",
+    "numNodes",
+    "jobset.sigs.k8s.io/jobset-name",
+    "jobset.sigs.k8s.io/job-index",
+    "kueue.x-k8s.io/job-min-parallelism",
     "gpu-queue",
     "queue-b",
     "nope",
@@ -556,12 +570,14 @@ pub fn keys(keys: &[&str]) -> Vec<Step> {
 // ---------------------------------------------------------------------------------------------
 // Edited AdmissionReviews (review_structured).
 
-/// Group/version/kind combinations: the four workload kinds and near misses.
+/// Group/version/kind combinations: the workload kinds and near misses.
 const GVKS: &[(&str, &str, &str)] = &[
     ("", "v1", "Pod"),
     ("batch", "v1", "Job"),
     ("batch.volcano.sh", "v1alpha1", "Job"),
     ("kubeflow.org", "v1", "PyTorchJob"),
+    ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+    ("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
     ("apps", "v1", "Deployment"),
     ("batch", "v2", "Job"),
 ];
