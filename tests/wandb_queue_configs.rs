@@ -1,7 +1,8 @@
 //! "Paste your W&B queue config as-is": the W&B docs' minikube GPU queue and Kubeflow
 //! PyTorchJob queue, in every shape W&B keeps a queue config in (the object itself, under
 //! `kubernetes:`, under `resource_args.kubernetes`, YAML and JSON), limit `{{gpus}}` to 0..4:
-//! an 8-GPU workload is denied and a 2-GPU one allowed, for every shape.
+//! an 8-GPU workload is denied and a 2-GPU one allowed, for every shape. Queues whose template
+//! is a Trainer v2 TrainJob or a JobSet (with or without `apiVersion`) do the same for theirs.
 
 mod common;
 
@@ -147,6 +148,70 @@ fn kubeflow_queue_without_api_version() {
         .collect();
     assert_ne!(text, without);
     assert_kubeflow_queue_enforces(&without, true);
+}
+
+fn trainjob(gpus: &str) -> Value {
+    json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "run-1", "labels": {"wandb.ai/monitor": "true"}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"image": "acme/train:1", "numNodes": 2,
+                             "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}}}})
+}
+
+fn jobset(gpus: &str) -> Value {
+    json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "run-1", "labels": {"wandb.ai/monitor": "true"}},
+        "spec": {"replicatedJobs": [{"name": "workers", "template": {"spec": {
+            "parallelism": 2, "completions": 2, "template": {"spec": {"containers": [
+                {"name": "train", "image": "acme/train:1",
+                 "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}}]}})
+}
+
+/// `apiVersion` lines removed: the kind is told by the spec (`trainer`, `replicatedJobs`).
+fn without_api_version(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.contains("apiVersion"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn trainjob_queue_limits_the_trainer_resources() {
+    let text = queue_config("trainer-trainjob-kubernetes.yaml");
+    for template in [text.clone(), without_api_version(&text)] {
+        let policy = policy(&template, true);
+        let (allowed, message) = verdict(&policy, trainjob("8"));
+        assert!(!allowed);
+        assert_eq!(
+            message,
+            r#"queue "gpu-queue": spec.trainer.resourcesPerNode.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#
+        );
+        assert_eq!(verdict(&policy, trainjob("2")), (true, String::new()));
+        // Other kinds are held to the same ceiling through the envelope.
+        let (allowed, message) = verdict(&policy, batch_job("8"));
+        assert!(
+            !allowed && message.contains("which holds every container"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn jobset_queue_limits_every_replicated_job() {
+    let text = queue_config("jobset-kubernetes.yaml");
+    for template in [text.clone(), without_api_version(&text)] {
+        let policy = policy(&template, false);
+        let (allowed, message) = verdict(&policy, jobset("8"));
+        assert!(!allowed);
+        assert_eq!(
+            message,
+            r#"queue "gpu-queue": spec.replicatedJobs[0].template.spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#
+        );
+        assert_eq!(verdict(&policy, jobset("2")), (true, String::new()));
+        // Its pod-template position limits every kind's pod templates, and the TrainJob's node.
+        assert!(!verdict(&policy, pytorch_job("8")).0);
+        assert!(!verdict(&policy, trainjob("8")).0);
+    }
 }
 
 #[test]

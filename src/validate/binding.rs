@@ -430,6 +430,36 @@ fn resource_of(path: &FieldPath) -> Option<(String, String)> {
     }
 }
 
+/// `spec.trainer.resourcesPerNode.<limits|requests>.<resource>` at a TrainJob's root: what
+/// Trainer gives the `node` container of every node, so a container position too.
+fn trainer_resource_of(path: &FieldPath) -> Option<(String, String)> {
+    match path.0.as_slice() {
+        [
+            Segment::Key(spec),
+            Segment::Key(trainer),
+            Segment::Key(per_node),
+            Segment::Key(kind),
+            Segment::Key(resource),
+        ] if spec == "spec"
+            && trainer == "trainer"
+            && per_node == "resourcesPerNode"
+            && (kind == "limits" || kind == "requests") =>
+        {
+            Some((kind.clone(), resource.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// The resource a limit position bounds per container: in a pod template, or a TrainJob's
+/// per-node resources.
+fn container_resource_of(anchor: Anchor, path: &FieldPath) -> Option<(String, String)> {
+    match anchor {
+        Anchor::PodTemplate => resource_of(path),
+        Anchor::Root => trainer_resource_of(path),
+    }
+}
+
 /// The envelope of a queue: per resource, the largest maximum any container position has.
 pub(super) fn envelope(variables: &[VariableLimit], fields: &[FieldLimit]) -> Vec<Ceiling> {
     // None: some position leaves the resource unbounded.
@@ -454,10 +484,7 @@ pub(super) fn envelope(variables: &[VariableLimit], fields: &[FieldLimit]) -> Ve
     for variable in variables {
         for location in &variable.locations {
             let whole = matches!(location.pattern.as_slice(), [Piece::Variable(_)]);
-            if location.anchor == Anchor::PodTemplate
-                && whole
-                && let Some(key) = resource_of(&location.path)
-            {
+            if whole && let Some(key) = container_resource_of(location.anchor, &location.path) {
                 add(
                     key,
                     &variable.schema,
@@ -467,9 +494,7 @@ pub(super) fn envelope(variables: &[VariableLimit], fields: &[FieldLimit]) -> Ve
         }
     }
     for field in fields {
-        if field.anchor == Anchor::PodTemplate
-            && let Some(key) = resource_of(&field.path)
-        {
+        if let Some(key) = container_resource_of(field.anchor, &field.path) {
             add(key, &field.schema, format!("field {:?}", field.written));
         }
     }
