@@ -52,7 +52,8 @@ struct PodTemplateShape {
 #[derive(Debug, Clone, Default)]
 pub(super) struct TemplateShape {
     pod_templates: Vec<PodTemplateShape>,
-    /// A Volcano template's task names by their position in its `spec.tasks`.
+    /// A Volcano template's task names by their position in its `spec.tasks` (a JobSet
+    /// template's replicated job names by their position in `spec.replicatedJobs`).
     task_names: BTreeMap<usize, String>,
     /// A PyTorchJob template's replica types (`spec.pytorchReplicaSpecs` keys).
     replica_types: Vec<String>,
@@ -136,6 +137,15 @@ fn template_role(
     .filter(|r| !r.is_empty())
 }
 
+/// The list of a kind whose entries are bound by `name` (Volcano tasks, JobSet replicated jobs).
+fn named_list(kind: Option<WorkloadKind>) -> Option<&'static str> {
+    match kind? {
+        WorkloadKind::VolcanoJob => Some("tasks"),
+        WorkloadKind::JobSet => Some("replicatedJobs"),
+        _ => None,
+    }
+}
+
 /// `spec.<list>[i]` at the start of a pod-template-relative path: (list, i, the rest).
 fn container_of(path: &FieldPath) -> Option<(&'static str, usize, &[Segment])> {
     match path.0.as_slice() {
@@ -191,7 +201,10 @@ impl TemplateShape {
                     Segment::Key(tasks),
                     Segment::Index(i),
                     Segment::Key(name),
-                ] if spec == "spec" && tasks == "tasks" && name == "name" => {
+                ] if spec == "spec"
+                    && Some(tasks.as_str()) == named_list(kind)
+                    && name == "name" =>
+                {
                     if let LeafContent::Literal(Value::String(n)) = &leaf.content {
                         task_names.insert(*i, n.clone());
                     }
@@ -225,7 +238,8 @@ impl TemplateShape {
     /// designates, with its value (`None` when absent), bound to what runs rather than to a
     /// list position:
     ///
-    /// * a Volcano task's position (`spec.tasks[i].replicas`) is the workload's task of the
+    /// * a Volcano task's position (`spec.tasks[i].replicas`), or a JobSet replicated job's
+    ///   (`spec.replicatedJobs[i].replicas`), is the workload's task of the
     ///   same name, wherever it is in the list; a task the template does not name (an extra
     ///   task) is held to every task's positions, so it cannot escape them;
     /// * a PyTorchJob replica type's position is the workload's replica type of the same name
@@ -240,13 +254,15 @@ impl TemplateShape {
     ) -> Vec<(String, Option<&'a Value>)> {
         let key = |s: &Segment, k: &str| matches!(s, Segment::Key(x) if x == k);
         match (kind, path.0.as_slice()) {
-            (WorkloadKind::VolcanoJob, [spec, tasks, Segment::Index(i), rest @ ..])
-                if key(spec, "spec") && key(tasks, "tasks") =>
-            {
+            (
+                WorkloadKind::VolcanoJob | WorkloadKind::JobSet,
+                [spec, tasks, Segment::Index(i), rest @ ..],
+            ) if key(spec, "spec") && named_list(Some(kind)).is_some_and(|l| key(tasks, l)) => {
+                let list = named_list(Some(kind)).unwrap_or_default();
                 let want = self.task_names.get(i).map(String::as_str);
                 let items = object
                     .get("spec")
-                    .and_then(|s| s.get("tasks"))
+                    .and_then(|s| s.get(list))
                     .and_then(Value::as_array)
                     .map(Vec::as_slice)
                     .unwrap_or_default();
@@ -258,7 +274,7 @@ impl TemplateShape {
                 for (j, task) in items.iter().enumerate() {
                     let name = workload::name_of(task);
                     if want.is_none() || name == want || (!named(name) && !is_name) {
-                        out.extend(path::resolve(task, &format!("spec.tasks[{j}]"), rest));
+                        out.extend(path::resolve(task, &format!("spec.{list}[{j}]"), rest));
                     }
                 }
                 if let Some(want) = want
@@ -266,7 +282,7 @@ impl TemplateShape {
                 {
                     out.extend(path::resolve(
                         &ABSENT,
-                        &format!("spec.tasks[name={want}]"),
+                        &format!("spec.{list}[name={want}]"),
                         rest,
                     ));
                 }

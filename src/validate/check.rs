@@ -842,6 +842,47 @@ allowedRegistries: [docker.io/acme]"#;
     }
 
     #[test]
+    fn a_jobsets_replicated_jobs_are_bound_by_name_not_position() {
+        use serde_json::json;
+        let limits = r#"template: |
+  apiVersion: jobset.x-k8s.io/v1alpha2
+  kind: JobSet
+  spec:
+    replicatedJobs:
+      - name: driver
+        replicas: 1
+        template: {spec: {template: {spec: {containers: [{name: d, resources: {limits: {nvidia.com/gpu: "{{driver_gpus}}"}}}]}}}}
+      - name: workers
+        replicas: "{{workers}}"
+        template: {spec: {template: {spec: {containers: [{name: w, resources: {limits: {nvidia.com/gpu: "{{gpus}}"}}}]}}}}
+variables:
+  workers: {type: integer, maximum: 4}
+  gpus: {type: integer, maximum: 8}
+  driver_gpus: {type: integer, maximum: 0}"#;
+        let rjob = |name: &str, replicas: i64, container: &str, gpus: i64| {
+            json!({"name": name, "replicas": replicas, "template": {"spec": {"template": {"spec": {
+                "containers": [{"name": container, "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}})
+        };
+        // The workers first: still the workers' limits, not the driver's.
+        let js = json!({"spec": {"replicatedJobs": [rjob("workers", 16, "w", 8), rjob("driver", 1, "d", 0)]}});
+        let found = violations_of(limits, WorkloadKind::JobSet, &js);
+        assert_eq!(
+            found,
+            [
+                r#"queue "q": spec.replicatedJobs[0].replicas=16 exceeds maximum 4 (variable "workers")"#
+            ],
+        );
+        // A replicated job the template does not name is held to every one's positions.
+        let extra = json!({"spec": {"replicatedJobs": [rjob("driver", 1, "d", 0), rjob("workers", 2, "w", 8),
+            rjob("sneaky", 64, "w", 8)]}});
+        let text = violations_of(limits, WorkloadKind::JobSet, &extra).join("\n");
+        assert!(
+            text.contains("spec.replicatedJobs[2].replicas=64 exceeds maximum 4"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_jobset_total_counts_replicas_times_pods_at_once() {
         use serde_json::json;
         let js = json!({"spec": {"replicatedJobs": [
