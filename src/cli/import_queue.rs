@@ -352,6 +352,30 @@ mod tests {
     }
 
     #[test]
+    fn a_trainjob_or_jobset_queue_imports_with_what_it_enforces() {
+        let trainjob = r#"{"name": "llm", "entityName": "team", "defaultResourceConfig": {
+            "resource": "kubernetes",
+            "config": {"resource_args": {"kubernetes": {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": "{{nodes}}",
+                    "resourcesPerNode": {"limits": {"nvidia.com/gpu": "{{gpus}}"}}}}}}},
+            "templateVariables": [{"name": "nodes", "schema": "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 4}"},
+                                  {"name": "gpus", "schema": "{\"type\": \"integer\", \"maximum\": 8}"}]}}"#;
+        let out = import(trainjob, None, None).unwrap();
+        assert_eq!(out.errors, Vec::<String>::new());
+        let text = out.enforces.join("\n");
+        assert!(text.contains("spec.trainer.numNodes"), "{text}");
+        assert!(text.contains("spec.trainer.resourcesPerNode"), "{text}");
+        let jobset = "kubernetes:\n  kind: JobSet\n  spec:\n    replicatedJobs:\n      - name: workers\n        replicas: '{{workers}}'\n        template: {spec: {template: {spec: {containers: [{name: t}]}}}}\n";
+        let out = import(jobset, Some("q"), None).unwrap();
+        assert_eq!(
+            out.errors,
+            [
+                "queues.q.limits.variables.workers.type: missing `type` (one of integer, number, string, quantity)"
+            ]
+        );
+    }
+
+    #[test]
     fn placeholders_quoted_or_not_import_as_check_config_reads_them() {
         let quoted = "spec:\n  template:\n    spec:\n      containers:\n        - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n";
         let bare = quoted.replace("'{{gpus}}'", "{{gpus}}");
