@@ -718,6 +718,88 @@ mod subresource_tests {
     }
 
     #[test]
+    fn a_jobsets_job_from_its_controller_is_a_child_and_from_anyone_else_a_workload() {
+        use crate::cluster::NoCluster;
+        let policy = Policy::from_yaml(
+            "defaultQueue: q\nqueues:\n  q:\n    pytorch: {indexedJobs: true}\n    kueue: {localQueue: team-a}\n    limits: {totals: {nvidia.com/gpu: {maximum: 4}}}\n",
+        )
+        .unwrap();
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "ddp-workers-0", "namespace": "wandb",
+                "labels": {"jobset.sigs.k8s.io/jobset-uid": "js-1", "wandb.ai/monitor": "true"},
+                "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                    "name": "ddp", "uid": "js-1", "controller": true}]},
+            "spec": {"backoffLimit": 6, "completionMode": "Indexed", "completions": 4, "parallelism": 4,
+                "template": {"spec": {"restartPolicy": "OnFailure", "subdomain": "ddp",
+                    "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}}});
+        let ask = |endpoint: Endpoint, user: &str| {
+            let mut request =
+                AdmissionRequest::synthetic_create(job.clone(), Some("wandb")).unwrap();
+            request.user_info = Some(json!({"username": user}));
+            decide(&policy, endpoint, &request, &NoCluster)
+        };
+        let paths = |d: &Decision| -> Vec<String> {
+            d.patch
+                .0
+                .iter()
+                .map(|op| {
+                    serde_json::to_value(op).unwrap()["path"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect()
+        };
+        let jobset = "system:serviceaccount:jobset-system:jobset-controller-manager";
+        // From JobSet's controller: hardened like any pod template, no Job defaults, no wiring
+        // (the JobSet's own), no Kueue label (Kueue admits the JobSet); per-pod rules only.
+        let child = ask(Endpoint::Mutate, jobset);
+        let touched = paths(&child);
+        assert!(
+            touched.iter().all(|p| !p.starts_with("/spec/backoffLimit")),
+            "{touched:?}"
+        );
+        assert!(
+            !serde_json::to_string(&child.patch)
+                .unwrap()
+                .contains("MASTER_ADDR")
+        );
+        assert!(
+            !serde_json::to_string(&child.patch)
+                .unwrap()
+                .contains("kueue.x-k8s.io")
+        );
+        assert!(
+            touched.iter().any(|p| p.contains("securityContext")),
+            "{touched:?}"
+        );
+        assert!(
+            ask(Endpoint::Validate, jobset).response.allowed,
+            "totals are the JobSet's rule"
+        );
+        // The same Job from a user: a workload of its own, on every rule.
+        let user = ask(Endpoint::Mutate, "alice");
+        let text = serde_json::to_string(&user.patch).unwrap();
+        assert!(
+            text.contains("/spec/backoffLimit")
+                && text.contains("MASTER_ADDR")
+                && text.contains("team-a"),
+            "{text}"
+        );
+        let denied = ask(Endpoint::Validate, "alice");
+        assert!(!denied.response.allowed);
+        let message = &denied.response.status.as_ref().unwrap().message;
+        assert!(
+            message.contains("total nvidia.com/gpu over all pods=8 exceeds maximum 4"),
+            "{message}"
+        );
+        assert!(
+            message.contains("names JobSet \"ddp\" as its controller but is sent by"),
+            "{message}"
+        );
+    }
+
+    #[test]
     fn a_pytorchjob_scale_up_is_denied_and_a_scale_down_allowed() {
         let policy = Policy::embedded_default();
         let answer = |body: Vec<u8>| {
