@@ -265,6 +265,11 @@ impl Quantity {
         }
     }
 
+    /// The value as a float (rounded where it has more digits than an `f64` holds).
+    pub fn to_f64(&self) -> f64 {
+        self.mantissa as f64 * 10f64.powi(self.exponent)
+    }
+
     /// True when the value has no fractional part.
     pub fn is_integer(&self) -> bool {
         self.exponent >= 0

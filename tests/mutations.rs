@@ -144,13 +144,16 @@ fn acme_mnist_keeps_run_as_user_and_its_own_nfs_volume() {
     let c = &spec["containers"][0];
     assert_eq!(c["securityContext"]["runAsUser"], 1000);
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    // Its own NFS volume is the cache (no second one); /dev/shm is the queue's guardrail.
     assert_eq!(
         spec["volumes"],
-        json!([{"name": "nfs-storage", "persistentVolumeClaim": {"claimName": "nfs-pvc"}}])
+        json!([{"name": "nfs-storage", "persistentVolumeClaim": {"claimName": "nfs-pvc"}},
+               {"name": "launchgate-shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}])
     );
     assert_eq!(
         c["volumeMounts"],
-        json!([{"name": "nfs-storage", "mountPath": "/root/.cache"}])
+        json!([{"name": "nfs-storage", "mountPath": "/root/.cache"},
+               {"name": "launchgate-shm", "mountPath": "/dev/shm"}])
     );
     let env: Vec<&str> = c["env"]
         .as_array()
@@ -178,12 +181,20 @@ fn allowed_prefixes(kind: Kind, object: &Value) -> Vec<String> {
                 "/spec/template",
                 "/spec/backoffLimit",
                 "/spec/ttlSecondsAfterFinished",
+                "/spec/podFailurePolicy",
             ]
             .map(String::from),
         ),
         Kind::VolcanoJob => {
             p.extend(template_pointers(object));
-            p.extend(["/spec/ttlSecondsAfterFinished", "/spec/maxRetry"].map(String::from));
+            p.extend(
+                [
+                    "/spec/ttlSecondsAfterFinished",
+                    "/spec/maxRetry",
+                    "/spec/minAvailable",
+                ]
+                .map(String::from),
+            );
         }
         Kind::PyTorchJob => {
             p.extend(template_pointers(object));

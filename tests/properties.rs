@@ -2014,6 +2014,13 @@ fn replaceable(kind: Kind) -> Vec<String> {
         r.push("/spec/backoffLimit".into());
         r.push("/spec/template/spec/restartPolicy".into());
     }
+    // A gang minimum below the rendezvous size is raised (guardrails.gang: raise).
+    if kind == Kind::VolcanoJob {
+        r.push("/spec/minAvailable".into());
+    }
+    if kind == Kind::PyTorchJob {
+        r.push("/spec/runPolicy/schedulingPolicy/minAvailable".into());
+    }
     r
 }
 

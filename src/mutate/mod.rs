@@ -2,6 +2,7 @@
 //! `serde_json::Value` copy of the object. The JSON Patch is the diff of before and after.
 
 pub mod cache;
+pub mod guardrails;
 pub mod job_defaults;
 pub mod kueue;
 pub mod labels;
@@ -26,6 +27,7 @@ pub struct Settings<'a> {
     pub cache: Option<&'a CacheConfig>,
     pub pytorch: &'a PytorchConfig,
     pub kueue: Option<&'a kueue::KueueConfig>,
+    pub guardrails: &'a crate::topology::guardrails::GuardrailsConfig,
 }
 
 /// What a mutator sees besides the object.
@@ -115,6 +117,12 @@ pub static MUTATORS: &[Mutator] = &[
     cache::MUTATOR,
     pytorch::MUTATOR,
     kueue::MUTATOR,
+    guardrails::GANG,
+    guardrails::PREEMPTION,
+    guardrails::SUCCESS_POLICY,
+    guardrails::SHARED_MEMORY,
+    guardrails::DEADLINE,
+    guardrails::MULTI_GPU,
 ];
 
 /// Runs every mutator on `object`, then records the queue label and applied mutations.

@@ -121,6 +121,9 @@ pub struct QueueConfig {
     /// PyTorch distributed wiring.
     pub pytorch: PytorchConfig,
     #[serde(default)]
+    /// Launch guardrails: whole gangs, preemption, rank 0, /dev/shm, a cost ceiling.
+    pub guardrails: crate::topology::guardrails::GuardrailsConfig,
+    #[serde(default)]
     /// The Kueue LocalQueue, priority class and run-time bound this queue's runs get.
     pub kueue: Option<crate::mutate::kueue::KueueConfig>,
     #[serde(default)]
@@ -156,6 +159,7 @@ impl Queue {
             cache: self.config.cache.as_ref(),
             pytorch: &self.config.pytorch,
             kueue: self.config.kueue.as_ref(),
+            guardrails: &self.config.guardrails,
         }
     }
 }
@@ -236,6 +240,8 @@ impl Policy {
                 cache.check(&format!("{at}.cache"), &mut errors);
             }
             qc.pytorch.check(&format!("{at}.pytorch"), &mut errors);
+            qc.guardrails
+                .check(&format!("{at}.guardrails"), &mut errors);
             if let Some(kueue) = &qc.kueue {
                 kueue.check(&format!("{at}.kueue"), &mut errors);
             }

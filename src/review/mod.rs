@@ -594,6 +594,16 @@ fn validate_decision(
             ctx.object_name(object),
         ));
     }
+    // Workload-level guardrails: a controller's pod or a child workload has its root's verdict.
+    if scope == Scope::Workload {
+        findings.denials.extend(validate::guardrails::denials(
+            &queue.name,
+            ctx.kind,
+            &queue.config.guardrails,
+            object,
+            ctx.object_name(object),
+        ));
+    }
     let report = validate::check_limits(
         &queue.name,
         &queue.limits,

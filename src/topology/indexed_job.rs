@@ -64,7 +64,22 @@ pub fn pytorch_evidence(job: &Value) -> Option<&'static str> {
 pub fn pod_spec_evidence(spec: &serde_json::Map<String, Value>) -> Option<&'static str> {
     let apps =
         || workload::containers(spec, &[]).filter(|(slot, _)| slot.role == ContainerRole::App);
-    for (_, c) in apps() {
+    if let Some(found) = apps().find_map(|(_, c)| launcher_of(c)) {
+        return Some(found);
+    }
+    apps()
+        .any(|(_, c)| {
+            PYTORCH_ENV
+                .iter()
+                .any(|n| workload::effective_env(c, n).is_some())
+        })
+        .then_some("PyTorch rendezvous env in a container")
+}
+
+/// The multi-process launcher a container's command starts (torchrun,
+/// `python -m torch.distributed.run|launch`, `accelerate launch`, `deepspeed`), described.
+pub fn launcher_of(c: &serde_json::Map<String, Value>) -> Option<&'static str> {
+    {
         let words: Vec<&str> = ["command", "args"]
             .into_iter()
             .filter_map(|k| c.get(k).and_then(Value::as_array))
@@ -88,13 +103,7 @@ pub fn pod_spec_evidence(spec: &serde_json::Map<String, Value>) -> Option<&'stat
             }
         }
     }
-    apps()
-        .any(|(_, c)| {
-            PYTORCH_ENV
-                .iter()
-                .any(|n| workload::effective_env(c, n).is_some())
-        })
-        .then_some("PyTorch rendezvous env in a container")
+    None
 }
 
 /// What an opted-in Job looks like, or why it cannot be wired.

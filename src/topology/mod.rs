@@ -13,8 +13,10 @@
 //!
 //! A Trainer v2 TrainJob is never wired: Trainer's torch plugin owns the torchrun env.
 //!
-//! The queue's PyTorch settings ([`PytorchConfig`]) live here too: both paths read them.
+//! The queue's PyTorch settings ([`PytorchConfig`]) and launch guardrails ([`guardrails`]) live
+//! here too: both paths read them.
 
+pub mod guardrails;
 pub mod indexed_job;
 pub mod jobset;
 pub mod pytorchjob;

@@ -439,6 +439,29 @@ impl<'a> Evaluation<'a> {
     }
 
     fn check_total(&mut self, resource: &str, schema: &Schema) {
+        let (total, parts) = self.total(resource);
+        let parts = parts.join(", ");
+        let Some(total) = total else {
+            self.report(format!(
+                "total {resource} over all pods is too large to count (totals) ({parts})"
+            ));
+            return;
+        };
+        if let Some(problem) = schema.problem(&Value::String(total.to_string())) {
+            let detail = if parts.is_empty() {
+                String::new()
+            } else {
+                format!(" ({parts})")
+            };
+            self.report(format!(
+                "total {resource} over all pods={total} {problem} (totals){detail}"
+            ));
+        }
+    }
+
+    /// How much of `resource` the workload can use at once (`None`: too much to count), and the
+    /// parts of the sum (`spec.template: 4 × 2`).
+    fn total(&self, resource: &str) -> (Option<Quantity>, Vec<String>) {
         let mut total = Some(Quantity::ZERO);
         let mut parts = Vec::new();
         for (info, template) in &self.templates {
@@ -473,23 +496,7 @@ impl<'a> Evaluation<'a> {
                 });
             }
         }
-        let parts = parts.join(", ");
-        let Some(total) = total else {
-            self.report(format!(
-                "total {resource} over all pods is too large to count (totals) ({parts})"
-            ));
-            return;
-        };
-        if let Some(problem) = schema.problem(&Value::String(total.to_string())) {
-            let detail = if parts.is_empty() {
-                String::new()
-            } else {
-                format!(" ({parts})")
-            };
-            self.report(format!(
-                "total {resource} over all pods={total} {problem} (totals){detail}"
-            ));
-        }
+        (total, parts)
     }
 
     fn check_deadline(&mut self, maximum: i64) {
@@ -568,6 +575,57 @@ impl<'a> Evaluation<'a> {
             ));
         }
     }
+}
+
+/// The GPUs (every `*/gpu` resource) a workload can use at once, by the totals arithmetic, with
+/// the parts of the sum; `None` when the sum does not fit.
+pub fn gpus_at_once(kind: WorkloadKind, object: &Value) -> Option<(Quantity, Vec<String>)> {
+    let shape = TemplateShape::default();
+    let eval = Evaluation {
+        queue: "",
+        kind,
+        object,
+        templates: workload::templates(kind, object),
+        shape: &shape,
+        sidecars: &[],
+        reached: HashSet::new(),
+        violations: Vec::new(),
+        seen: HashSet::new(),
+    };
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    let mut collect = |resources: Option<&Value>| {
+        for kind in ["limits", "requests"] {
+            let keys = resources
+                .and_then(|r| r.get(kind))
+                .and_then(Value::as_object);
+            names.extend(
+                keys.into_iter()
+                    .flatten()
+                    .map(|(k, _)| k)
+                    .filter(|k| k.ends_with("/gpu"))
+                    .cloned(),
+            );
+        }
+    };
+    for (_, template) in &eval.templates {
+        for (_, c) in workload::pod_spec(template)
+            .into_iter()
+            .flat_map(|s| workload::containers(s, &[]))
+        {
+            collect(c.get("resources"));
+        }
+    }
+    if let Some(r) = eval.trainer_resources() {
+        collect(Some(&Value::Object(r.clone())));
+    }
+    let mut total = Quantity::ZERO;
+    let mut parts = Vec::new();
+    for name in names {
+        let (sum, p) = eval.total(&name);
+        total = total.checked_add(&sum?)?;
+        parts.extend(p.into_iter().map(|p| format!("{name} {p}")));
+    }
+    Some((total, parts))
 }
 
 /// True for a location checked on a controller-made Pod: inside the pod template, except the

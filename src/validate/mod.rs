@@ -19,6 +19,7 @@
 mod binding;
 mod check;
 pub mod distributed;
+pub mod guardrails;
 mod known_fields;
 pub mod path;
 pub mod schema;

@@ -1,0 +1,550 @@
+//! Launch guardrails ([`crate::topology::guardrails`]), the mutating half:
+//!
+//! * `gang` — a distributed Volcano Job or PyTorchJob whose `minAvailable` is below its
+//!   rendezvous size gets it raised (`gang: raise`), so the gang scheduler starts it whole;
+//! * `preemption` — a batch/v1 Job (and each Job of a JobSet whose pods say
+//!   `restartPolicy: Never`) without a `podFailurePolicy` gets one that ignores pods failed by a
+//!   disruption (`DisruptionTarget`: preemption, node drain, eviction) and the queue's retriable
+//!   exit codes: with `backoffLimit: 0` such a pod would otherwise fail the run. Kubernetes allows
+//!   a `podFailurePolicy` only with `restartPolicy: Never`;
+//! * `success-policy` — a distributed Indexed Job (`endWithRankZero`) completes when index 0
+//!   succeeds, as a PyTorchJob or Volcano Job ends with its master;
+//! * `shared-memory` — every training container gets a memory-backed `emptyDir` at `/dev/shm`
+//!   of the queue's size, unless it mounts something there or its memory limit is below it;
+//! * `deadline` — a run without `activeDeadlineSeconds` gets the queue's default;
+//! * a warning for a container that asks for several GPUs but starts no launcher.
+//!
+//! All write only what is absent, so a second pass changes nothing.
+
+use super::{Findings, MutationContext, Mutator};
+use crate::quantity::Quantity;
+use crate::topology::guardrails::{GangAction, GuardrailsConfig, gang_shortfalls};
+use crate::topology::indexed_job::{self, launcher_of};
+use crate::workload::{self, ContainerRole, WorkloadKind, edit};
+use serde_json::{Map, Value, json};
+
+/// The volume launchgate mounts at `/dev/shm`.
+pub const SHM_VOLUME: &str = "launchgate-shm";
+const SHM_PATH: &str = "/dev/shm";
+
+pub const GANG: Mutator = Mutator {
+    name: "gang",
+    run: gang,
+};
+pub const PREEMPTION: Mutator = Mutator {
+    name: "preemption",
+    run: preemption,
+};
+pub const SUCCESS_POLICY: Mutator = Mutator {
+    name: "success-policy",
+    run: success_policy,
+};
+pub const SHARED_MEMORY: Mutator = Mutator {
+    name: "shared-memory",
+    run: shared_memory,
+};
+pub const DEADLINE: Mutator = Mutator {
+    name: "deadline",
+    run: deadline,
+};
+pub const MULTI_GPU: Mutator = Mutator {
+    name: "multi-gpu",
+    run: multi_gpu,
+};
+
+fn cfg<'a>(ctx: &MutationContext<'a>) -> &'a GuardrailsConfig {
+    ctx.settings.guardrails
+}
+
+fn gang(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    if cfg(ctx).gang != GangAction::Raise || ctx.child {
+        return false;
+    }
+    let name = ctx.object_name(object).to_string();
+    let mut changed = false;
+    for short in gang_shortfalls(ctx.kind, object, &name) {
+        if let Some(slot) = object.pointer_mut(&short.pointer) {
+            *slot = json!(short.needed);
+            changed = true;
+            findings.warn(format!(
+                "launchgate: {}; raised to {} so it starts whole (guardrails.gang: raise)",
+                short.explain(ctx.kind),
+                short.needed
+            ));
+        }
+    }
+    changed
+}
+
+/// The `podFailurePolicy` launchgate writes.
+fn pod_failure_policy(codes: &[i32]) -> Value {
+    let mut rules = vec![json!({"action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})];
+    if !codes.is_empty() {
+        let mut values = codes.to_vec();
+        values.sort_unstable();
+        values.dedup();
+        rules
+            .push(json!({"action": "Ignore", "onExitCodes": {"operator": "In", "values": values}}));
+    }
+    json!({"rules": rules})
+}
+
+/// Adds the policy to one Job spec (`spec` of a Job, or of a JobSet's Job template).
+fn add_pod_failure_policy(
+    job_spec: &mut Map<String, Value>,
+    at: &str,
+    codes: &[i32],
+    findings: &mut Findings,
+) -> bool {
+    if job_spec
+        .get("podFailurePolicy")
+        .is_some_and(|v| !v.is_null())
+    {
+        return false;
+    }
+    let restart = job_spec
+        .get("template")
+        .and_then(|t| t.get("spec"))
+        .and_then(|s| s.get("restartPolicy"))
+        .and_then(Value::as_str);
+    if restart != Some("Never") {
+        findings.warn(format!(
+            "launchgate: {at} has restartPolicy {}, so no podFailurePolicy can be added (Kubernetes allows one only with restartPolicy: Never): a preemption or node drain counts as a failure of this run",
+            restart.unwrap_or("unset")
+        ));
+        return false;
+    }
+    job_spec.insert("podFailurePolicy".into(), pod_failure_policy(codes));
+    true
+}
+
+fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    let cfg = &cfg(ctx).preemption;
+    if !cfg.enabled || ctx.child {
+        return false;
+    }
+    let codes = &cfg.retriable_exit_codes;
+    match ctx.kind {
+        WorkloadKind::BatchJob => object
+            .get_mut("spec")
+            .and_then(Value::as_object_mut)
+            .is_some_and(|spec| {
+                add_pod_failure_policy(spec, "spec.template.spec", codes, findings)
+            }),
+        WorkloadKind::JobSet => {
+            let mut changed = false;
+            let jobs = object
+                .pointer_mut("/spec/replicatedJobs")
+                .and_then(Value::as_array_mut);
+            for (i, rjob) in jobs.into_iter().flatten().enumerate() {
+                let Some(spec) = rjob
+                    .pointer_mut("/template/spec")
+                    .and_then(Value::as_object_mut)
+                else {
+                    continue;
+                };
+                // JobSet's webhook defaults an unset restartPolicy to OnFailure, before or after
+                // launchgate: only a Never written in the JobSet takes a policy.
+                let never = spec
+                    .get("template")
+                    .and_then(|t| t.pointer("/spec/restartPolicy"))
+                    .and_then(Value::as_str)
+                    == Some("Never");
+                if never {
+                    let at = format!("spec.replicatedJobs[{i}].template.spec.template.spec");
+                    changed |= add_pod_failure_policy(spec, &at, codes, findings);
+                }
+            }
+            changed
+        }
+        _ => false,
+    }
+}
+
+fn success_policy(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> bool {
+    if !cfg(ctx).end_with_rank_zero || ctx.child || ctx.kind != WorkloadKind::BatchJob {
+        return false;
+    }
+    let indexed = object
+        .pointer("/spec/completionMode")
+        .and_then(Value::as_str)
+        == Some("Indexed");
+    let distributed = indexed_job::opt_in(ctx.settings.pytorch, object).is_some();
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    if !indexed || !distributed || spec.get("successPolicy").is_some_and(|v| !v.is_null()) {
+        return false;
+    }
+    spec.insert(
+        "successPolicy".into(),
+        json!({"rules": [{"succeededIndexes": "0"}]}),
+    );
+    true
+}
+
+/// A container's memory limit, if it sets one.
+fn memory_limit(c: &Map<String, Value>) -> Option<Quantity> {
+    Quantity::from_json(c.get("resources")?.get("limits")?.get("memory")?)?.ok()
+}
+
+fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    let Some(size) = cfg(ctx).shm_size() else {
+        return false;
+    };
+    let size_text = cfg(ctx)
+        .shared_memory
+        .as_ref()
+        .map(|s| s.size_limit.clone())
+        .unwrap_or_default();
+    let mut changed = false;
+    let sidecars = ctx.sidecars;
+    let add = |spec: &mut Map<String, Value>, spec_path: &str, findings: &mut Findings| {
+        if workload::is_windows(spec) {
+            return false;
+        }
+        let ours = spec
+            .get("volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|v| workload::name_of(v) == Some(SHM_VOLUME))
+            .map(|v| v.get("emptyDir").is_some());
+        if ours == Some(false) {
+            findings.warn(format!(
+                "launchgate: {spec_path}.volumes has a volume named {SHM_VOLUME} that is no emptyDir; /dev/shm was not added"
+            ));
+            return false;
+        }
+        let mut mounted = false;
+        let mut changed = false;
+        workload::for_each_container_mut(spec, sidecars, |slot, c| {
+            if slot.role != ContainerRole::App {
+                return;
+            }
+            let mounts_shm = c
+                .get("volumeMounts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|m| {
+                    m.get("mountPath")
+                        .and_then(Value::as_str)
+                        .is_some_and(|p| p.trim_end_matches('/') == SHM_PATH)
+                });
+            if mounts_shm {
+                mounted |= c
+                    .get("volumeMounts")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|m| workload::name_of(m) == Some(SHM_VOLUME));
+                return;
+            }
+            if memory_limit(c).is_some_and(|limit| limit < size) {
+                findings.warn(format!(
+                    "launchgate: {} has a memory limit below the queue's /dev/shm size {size_text} (guardrails.sharedMemory; it counts against that limit); /dev/shm was not added",
+                    slot.path(spec_path)
+                ));
+                return;
+            }
+            let mount = json!({"name": SHM_VOLUME, "mountPath": SHM_PATH});
+            changed |= edit::upsert_named(c, "volumeMounts", mount, false).changed();
+            mounted = true;
+        });
+        if mounted && ours.is_none() {
+            let volume = json!({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": size_text}});
+            changed |= edit::upsert_named(spec, "volumes", volume, false).changed();
+        }
+        changed
+    };
+    if ctx.kind == WorkloadKind::TrainJob {
+        return super::runtime_patch::with_trainer_pod_spec(object, |spec, path| {
+            add(spec, path, findings)
+        });
+    }
+    workload::for_each_template_mut(ctx.kind, object, |info, template| {
+        if let Some(spec) = workload::pod_spec_mut(template) {
+            changed |= add(spec, &info.spec_path(), findings);
+        }
+    });
+    changed
+}
+
+/// Where a kind keeps its run's deadline: (JSON Pointer of the holder, key).
+fn deadline_place(kind: WorkloadKind) -> Option<(&'static str, &'static str)> {
+    match kind {
+        WorkloadKind::BatchJob | WorkloadKind::TrainJob => Some(("/spec", "activeDeadlineSeconds")),
+        WorkloadKind::PyTorchJob => Some(("/spec/runPolicy", "activeDeadlineSeconds")),
+        // No run-level deadline: every pod template's `activeDeadlineSeconds`.
+        WorkloadKind::VolcanoJob | WorkloadKind::JobSet => None,
+        WorkloadKind::Pod => Some(("/spec", "activeDeadlineSeconds")),
+    }
+}
+
+/// The run's deadline as written: the run's own, else one every pod template sets.
+pub fn has_deadline(kind: WorkloadKind, object: &Value) -> bool {
+    if let Some((holder, key)) = deadline_place(kind)
+        && object
+            .pointer(holder)
+            .and_then(|h| h.get(key))
+            .is_some_and(|v| !v.is_null())
+    {
+        return true;
+    }
+    let templates = workload::templates(kind, object);
+    !templates.is_empty()
+        && templates.iter().all(|(_, t)| {
+            t.get("spec")
+                .and_then(|s| s.get("activeDeadlineSeconds"))
+                .is_some_and(|v| !v.is_null())
+        })
+}
+
+fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> bool {
+    let Some(seconds) = cfg(ctx).cost_ceiling.default_deadline_seconds else {
+        return false;
+    };
+    // A controller's pod carries its workload's deadline; a child workload, its root's.
+    if ctx.child || has_deadline(ctx.kind, object) {
+        return false;
+    }
+    match deadline_place(ctx.kind) {
+        Some((holder, key)) => {
+            let Some(root) = object.as_object_mut() else {
+                return false;
+            };
+            let mut at: &mut Map<String, Value> = root;
+            for part in holder.trim_start_matches('/').split('/') {
+                let next = at.entry(part).or_insert_with(|| json!({}));
+                let Some(map) = next.as_object_mut() else {
+                    return false;
+                };
+                at = map;
+            }
+            at.insert(key.into(), json!(seconds));
+            true
+        }
+        None => {
+            let mut changed = false;
+            workload::for_each_template_mut(ctx.kind, object, |_, template| {
+                if let Some(spec) = workload::pod_spec_mut(template)
+                    && spec.get("activeDeadlineSeconds").is_none_or(Value::is_null)
+                {
+                    spec.insert("activeDeadlineSeconds".into(), json!(seconds));
+                    changed = true;
+                }
+            });
+            changed
+        }
+    }
+}
+
+/// GPUs a container asks for (any `*/gpu` resource, limit else request).
+pub fn container_gpus(c: &Map<String, Value>) -> i64 {
+    let Some(resources) = c.get("resources") else {
+        return 0;
+    };
+    ["limits", "requests"]
+        .into_iter()
+        .find_map(|kind| {
+            let map = resources.get(kind)?.as_object()?;
+            let gpus: i64 = map
+                .iter()
+                .filter(|(k, _)| k.ends_with("/gpu"))
+                .filter_map(|(_, v)| Quantity::from_json(v)?.ok())
+                .map(|q| q.to_f64().ceil() as i64)
+                .sum();
+            (gpus > 0).then_some(gpus)
+        })
+        .unwrap_or(0)
+}
+
+fn multi_gpu(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+    if !cfg(ctx).multi_gpu_warning || ctx.child {
+        return false;
+    }
+    // A queue or job that sets processes per node has said how the GPUs are used.
+    let nproc = ctx.settings.pytorch.nproc_per_node.is_some()
+        || object.pointer("/spec/nprocPerNode").is_some();
+    if nproc {
+        return false;
+    }
+    for (info, template) in workload::templates(ctx.kind, object) {
+        let Some(spec) = workload::pod_spec(template) else {
+            continue;
+        };
+        for (slot, c) in workload::containers(spec, ctx.sidecars) {
+            let gpus = container_gpus(c);
+            let sets_nproc = workload::effective_env(c, "PET_NPROC_PER_NODE").is_some();
+            if slot.role == ContainerRole::App
+                && gpus > 1
+                && launcher_of(c).is_none()
+                && !sets_nproc
+            {
+                findings.warn(format!(
+                    "launchgate: {} asks for {gpus} GPUs but starts no multi-process launcher (torchrun, python -m torch.distributed.run, accelerate launch, deepspeed) and sets no processes per node: a plain `python train.py` uses one GPU and leaves the others idle",
+                    slot.path(&info.spec_path())
+                ));
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mutate::test_support::mutate_with;
+
+    fn job(spec: Value) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ddp"}, "spec": spec})
+    }
+
+    fn container(gpus: i64, command: Value) -> Value {
+        json!({"name": "t", "command": command, "resources": {"limits": {"nvidia.com/gpu": gpus, "memory": "16Gi"}}})
+    }
+
+    #[test]
+    fn a_job_ignores_disruptions_and_retriable_exit_codes() {
+        let j = job(
+            json!({"template": {"spec": {"restartPolicy": "Never", "containers": [container(1, json!(["python"]))]}}}),
+        );
+        let q = "guardrails: {preemption: {enabled: true, retriableExitCodes: [137, 42, 137]}}";
+        let (out, f) = mutate_with(&PREEMPTION, q, j.clone());
+        assert!(f.warnings.is_empty());
+        assert_eq!(
+            out["spec"]["podFailurePolicy"],
+            json!({"rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42, 137]}}]})
+        );
+        let (again, _) = mutate_with(&PREEMPTION, q, out.clone());
+        assert_eq!(again, out);
+        let mut on_failure = j.clone();
+        on_failure["spec"]["template"]["spec"]["restartPolicy"] = json!("OnFailure");
+        let (out, f) = mutate_with(&PREEMPTION, q, on_failure.clone());
+        assert_eq!(out, on_failure);
+        assert!(f.warnings[0].contains("allows one only with restartPolicy: Never"));
+        let mut own = j.clone();
+        own["spec"]["podFailurePolicy"] = json!({"rules": []});
+        assert_eq!(mutate_with(&PREEMPTION, q, own.clone()).0, own);
+    }
+
+    #[test]
+    fn a_distributed_indexed_job_ends_with_index_zero() {
+        let j = job(
+            json!({"completionMode": "Indexed", "completions": 2, "parallelism": 2,
+            "template": {"spec": {"subdomain": "ddp", "containers": [container(1, json!(["torchrun", "t.py"]))]}}}),
+        );
+        let q = "{guardrails: {endWithRankZero: true}, pytorch: {indexedJobs: auto}}";
+        let (out, _) = mutate_with(&SUCCESS_POLICY, q, j.clone());
+        assert_eq!(
+            out["spec"]["successPolicy"],
+            json!({"rules": [{"succeededIndexes": "0"}]})
+        );
+        // A sharded (not distributed) Indexed Job keeps running to its last index.
+        let mut sharded = j.clone();
+        sharded["spec"]["template"]["spec"]["containers"][0]["command"] =
+            json!(["python", "eval.py"]);
+        assert_eq!(mutate_with(&SUCCESS_POLICY, q, sharded.clone()).0, sharded);
+    }
+
+    #[test]
+    fn shared_memory_fits_the_memory_limit_or_is_left_out() {
+        let q = "guardrails: {sharedMemory: {sizeLimit: 8Gi}}";
+        let j =
+            job(json!({"template": {"spec": {"containers": [container(1, json!(["python"]))]}}}));
+        let (out, f) = mutate_with(&SHARED_MEMORY, q, j);
+        assert!(f.warnings.is_empty());
+        let spec = &out["spec"]["template"]["spec"];
+        assert_eq!(
+            spec["volumes"][0],
+            json!({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}})
+        );
+        assert_eq!(
+            spec["containers"][0]["volumeMounts"][0],
+            json!({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+        );
+        let (again, _) = mutate_with(&SHARED_MEMORY, q, out.clone());
+        assert_eq!(again, out);
+        let mut small = container(1, json!(["python"]));
+        small["resources"]["limits"]["memory"] = json!("4Gi");
+        let j = job(json!({"template": {"spec": {"containers": [small]}}}));
+        let (out, f) = mutate_with(&SHARED_MEMORY, q, j.clone());
+        assert_eq!(out, j);
+        assert!(f.warnings[0].contains("memory limit below the queue's /dev/shm size 8Gi"));
+        let mut own = container(1, json!(["python"]));
+        own["volumeMounts"] = json!([{"name": "dshm", "mountPath": "/dev/shm/"}]);
+        let j = job(
+            json!({"template": {"spec": {"volumes": [{"name": "dshm", "emptyDir": {}}], "containers": [own]}}}),
+        );
+        assert_eq!(mutate_with(&SHARED_MEMORY, q, j.clone()).0, j);
+    }
+
+    #[test]
+    fn a_run_without_a_deadline_gets_the_queues() {
+        let q = "guardrails: {costCeiling: {defaultDeadlineSeconds: 86400}}";
+        let j = job(json!({"template": {"spec": {"containers": []}}}));
+        let (out, _) = mutate_with(&DEADLINE, q, j);
+        assert_eq!(out["spec"]["activeDeadlineSeconds"], 86400);
+        let pt = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {}, "spec": {"pytorchReplicaSpecs": {}}});
+        let (out, _) = mutate_with(&DEADLINE, q, pt);
+        assert_eq!(out["spec"]["runPolicy"]["activeDeadlineSeconds"], 86400);
+        let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {},
+            "spec": {"tasks": [{"name": "a", "template": {"spec": {"activeDeadlineSeconds": 5}}},
+                               {"name": "b", "template": {"spec": {}}}]}});
+        let (out, _) = mutate_with(&DEADLINE, q, vc);
+        assert_eq!(
+            out["spec"]["tasks"][0]["template"]["spec"]["activeDeadlineSeconds"],
+            5
+        );
+        assert_eq!(
+            out["spec"]["tasks"][1]["template"]["spec"]["activeDeadlineSeconds"],
+            86400
+        );
+        let mut own = job(json!({"activeDeadlineSeconds": 60, "template": {"spec": {}}}));
+        own["metadata"]["name"] = json!("x");
+        assert_eq!(mutate_with(&DEADLINE, q, own.clone()).0, own);
+    }
+
+    #[test]
+    fn a_volcano_gang_is_raised_to_its_rendezvous_size() {
+        let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j"},
+            "spec": {"minAvailable": 1, "plugins": {"pytorch": []}, "tasks": [
+                {"name": "master", "replicas": 1, "template": {}}, {"name": "worker", "replicas": 2, "template": {}}]}});
+        let (out, f) = mutate_with(&GANG, "guardrails: {gang: raise}", vc.clone());
+        assert_eq!(out["spec"]["minAvailable"], 3);
+        assert!(f.warnings[0].contains("raised to 3"), "{:?}", f.warnings);
+        assert_eq!(
+            mutate_with(&GANG, "guardrails: {gang: deny}", vc.clone()).0,
+            vc
+        );
+    }
+
+    #[test]
+    fn several_gpus_without_a_launcher_are_warned_about() {
+        let q = "guardrails: {multiGpuWarning: true}";
+        let j = job(
+            json!({"template": {"spec": {"containers": [container(4, json!(["python", "train.py"]))]}}}),
+        );
+        let (out, f) = mutate_with(&MULTI_GPU, q, j.clone());
+        assert_eq!(out, j);
+        assert!(
+            f.warnings[0].contains("asks for 4 GPUs but starts no multi-process launcher"),
+            "{:?}",
+            f.warnings
+        );
+        for quiet in [
+            job(
+                json!({"template": {"spec": {"containers": [container(4, json!(["torchrun", "--nproc-per-node=4", "train.py"]))]}}}),
+            ),
+            job(
+                json!({"template": {"spec": {"containers": [container(1, json!(["python", "train.py"]))]}}}),
+            ),
+        ] {
+            assert!(mutate_with(&MULTI_GPU, q, quiet).1.warnings.is_empty());
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Launch guardrails: what keeps a run from starting half, dying on a preemption or running
+//! unattended for days. Both paths read them: the mutating webhook fixes what it can (raises a
+//! gang's `minAvailable`, adds a `podFailurePolicy`, a `successPolicy`, `/dev/shm`, a default
+//! deadline); the validating webhook denies what the queue says to deny (a gang that can start
+//! half, a run over its GPU-hour cap). Each is per queue (`queues.<name>.guardrails`).
+
+use super::volcano;
+use crate::error::ConfigError;
+use crate::quantity::Quantity;
+use crate::workload::WorkloadKind;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What to do with a gang that could start with fewer pods than it has ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GangAction {
+    /// Leave it alone.
+    Off,
+    /// Raise `minAvailable` to the rendezvous size (mutating webhook).
+    Raise,
+    /// Deny it, saying the rendezvous size (validating webhook).
+    Deny,
+}
+
+/// `guardrails.preemption`: a pod evicted by a preemption or a node drain does not fail the run.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct PreemptionConfig {
+    pub enabled: bool,
+    /// Container exit codes that are retried without counting as a failure (1..=255).
+    pub retriable_exit_codes: Vec<i32>,
+}
+
+impl Default for PreemptionConfig {
+    fn default() -> Self {
+        PreemptionConfig {
+            enabled: false,
+            retriable_exit_codes: Vec::new(),
+        }
+    }
+}
+
+/// `guardrails.sharedMemory`: a memory-backed `/dev/shm` for DataLoader workers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SharedMemoryConfig {
+    /// The `emptyDir.sizeLimit` (a quantity, e.g. `8Gi`); it counts against the container's
+    /// memory limit.
+    pub size_limit: String,
+}
+
+/// `guardrails.costCeiling`: every run has a deadline, and no run can use more GPU-hours.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct CostCeilingConfig {
+    /// `activeDeadlineSeconds` for a run that sets none.
+    pub default_deadline_seconds: Option<i64>,
+    /// Most GPU-hours one run may use: GPUs that can run at once × its deadline in hours.
+    pub max_gpu_hours: Option<f64>,
+}
+
+/// `queues.<name>.guardrails`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct GuardrailsConfig {
+    /// A distributed job whose gang could start with fewer pods than its world size.
+    pub gang: GangAction,
+    pub preemption: PreemptionConfig,
+    /// Indexed launches complete when index 0 (rank 0) succeeds.
+    pub end_with_rank_zero: bool,
+    /// Warn about a container that asks for several GPUs but starts no launcher.
+    pub multi_gpu_warning: bool,
+    pub shared_memory: Option<SharedMemoryConfig>,
+    pub cost_ceiling: CostCeilingConfig,
+}
+
+impl Default for GuardrailsConfig {
+    fn default() -> Self {
+        GuardrailsConfig {
+            gang: GangAction::Off,
+            preemption: PreemptionConfig::default(),
+            end_with_rank_zero: false,
+            multi_gpu_warning: false,
+            shared_memory: None,
+            cost_ceiling: CostCeilingConfig::default(),
+        }
+    }
+}
+
+impl GuardrailsConfig {
+    pub fn check(&self, at: &str, errors: &mut Vec<ConfigError>) {
+        for (i, code) in self.preemption.retriable_exit_codes.iter().enumerate() {
+            if !(1..=255).contains(code) {
+                errors.push(ConfigError::new(
+                    format!("{at}.preemption.retriableExitCodes[{i}]"),
+                    format!("{code} is not a failure exit code (1..=255)"),
+                ));
+            }
+        }
+        if let Some(shm) = &self.shared_memory {
+            match Quantity::parse(&shm.size_limit) {
+                Ok(q) if q > Quantity::ZERO => {}
+                Ok(_) => errors.push(ConfigError::new(
+                    format!("{at}.sharedMemory.sizeLimit"),
+                    "must be more than 0",
+                )),
+                Err(e) => errors.push(ConfigError::new(
+                    format!("{at}.sharedMemory.sizeLimit"),
+                    format!("{:?} is not a quantity: {e}", shm.size_limit),
+                )),
+            }
+        }
+        let cost = &self.cost_ceiling;
+        if cost
+            .default_deadline_seconds
+            .is_some_and(|s| !(1..=i64::from(i32::MAX)).contains(&s))
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.costCeiling.defaultDeadlineSeconds"),
+                "must be between 1 and 2147483647",
+            ));
+        }
+        if cost
+            .max_gpu_hours
+            .is_some_and(|h| !h.is_finite() || h <= 0.0)
+        {
+            errors.push(ConfigError::new(
+                format!("{at}.costCeiling.maxGpuHours"),
+                "must be a number above 0",
+            ));
+        }
+    }
+
+    /// The shared-memory size, parsed (checked at load).
+    pub fn shm_size(&self) -> Option<Quantity> {
+        Quantity::parse(&self.shared_memory.as_ref()?.size_limit).ok()
+    }
+}
+
+/// Where a gang's minimum sits and what it must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GangShortfall {
+    /// Dotted path, e.g. `spec.minAvailable`.
+    pub path: String,
+    /// JSON Pointer of the same place.
+    pub pointer: String,
+    pub current: i64,
+    /// The rendezvous size (pods that must all run for the job to start).
+    pub needed: i64,
+}
+
+/// The gang minimums of a distributed job that are below its rendezvous size: a Volcano Job
+/// with the pytorch plugin (`spec.minAvailable`, the least the gang scheduler starts), a
+/// PyTorchJob with a gang scheduler (`spec.runPolicy.schedulingPolicy.minAvailable`). An unset
+/// minimum is the operator's (Volcano and the training operator default it to every replica).
+pub fn gang_shortfalls(kind: WorkloadKind, object: &Value, name: &str) -> Vec<GangShortfall> {
+    let (needed, path) = match kind {
+        WorkloadKind::VolcanoJob => match volcano::analyse(object, name) {
+            Ok(Some(job)) => (job.wiring.nnodes, "spec.minAvailable"),
+            _ => return Vec::new(),
+        },
+        WorkloadKind::PyTorchJob => {
+            let specs = super::pytorchjob::replica_specs(object);
+            let master = super::pytorchjob::replicas_of(&specs, "Master").unwrap_or(0);
+            let workers = super::pytorchjob::replicas_of(&specs, "Worker").unwrap_or(0);
+            (
+                master.saturating_add(workers),
+                "spec.runPolicy.schedulingPolicy.minAvailable",
+            )
+        }
+        _ => return Vec::new(),
+    };
+    let pointer = format!("/{}", path.replace('.', "/"));
+    match object.pointer(&pointer).and_then(Value::as_i64) {
+        Some(current) if current < needed => vec![GangShortfall {
+            path: path.to_string(),
+            pointer,
+            current,
+            needed,
+        }],
+        _ => Vec::new(),
+    }
+}
+
+impl GangShortfall {
+    /// Why it matters, for a warning or a denial.
+    pub fn explain(&self, kind: WorkloadKind) -> String {
+        format!(
+            "{} {}={} is below the job's rendezvous size {}: the gang scheduler may start {} of its {} pods, which then wait at rendezvous for the others while holding their GPUs",
+            kind.as_str(),
+            self.path,
+            self.current,
+            self.needed,
+            self.current,
+            self.needed
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_volcano_gang_below_its_rendezvous_size_is_found() {
+        let vc = json!({"metadata": {"name": "j"}, "spec": {"minAvailable": 1, "plugins": {"pytorch": []},
+            "tasks": [{"name": "master", "replicas": 1, "template": {}},
+                      {"name": "worker", "replicas": 2, "template": {}}]}});
+        let found = gang_shortfalls(WorkloadKind::VolcanoJob, &vc, "j");
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].current, found[0].needed), (1, 3));
+        assert!(
+            found[0]
+                .explain(WorkloadKind::VolcanoJob)
+                .contains("spec.minAvailable=1 is below the job's rendezvous size 3")
+        );
+        let mut whole = vc.clone();
+        whole["spec"]["minAvailable"] = json!(3);
+        assert!(gang_shortfalls(WorkloadKind::VolcanoJob, &whole, "j").is_empty());
+        let mut unset = vc.clone();
+        unset["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("minAvailable");
+        assert!(gang_shortfalls(WorkloadKind::VolcanoJob, &unset, "j").is_empty());
+        let pt = json!({"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 2}},
+            "pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 3}}}});
+        assert_eq!(
+            gang_shortfalls(WorkloadKind::PyTorchJob, &pt, "p")[0].needed,
+            4
+        );
+    }
+
+    #[test]
+    fn config_is_checked() {
+        let mut errors = Vec::new();
+        let cfg = GuardrailsConfig {
+            preemption: PreemptionConfig {
+                enabled: true,
+                retriable_exit_codes: vec![0, 137],
+            },
+            shared_memory: Some(SharedMemoryConfig {
+                size_limit: "lots".into(),
+            }),
+            cost_ceiling: CostCeilingConfig {
+                default_deadline_seconds: Some(0),
+                max_gpu_hours: Some(-1.0),
+            },
+            ..GuardrailsConfig::default()
+        };
+        cfg.check("g", &mut errors);
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 4, "{text:?}");
+        assert!(text[0].starts_with("g.preemption.retriableExitCodes[0]"));
+    }
+}

@@ -1,0 +1,138 @@
+//! Launch guardrails ([`crate::topology::guardrails`]), the validating half: a gang that could
+//! start half (`gang: deny`), and a run over the queue's GPU-hour cap
+//! (`costCeiling.maxGpuHours`), denied with the arithmetic.
+
+use super::check::gpus_at_once;
+use crate::topology::guardrails::{GangAction, GuardrailsConfig, gang_shortfalls};
+use crate::workload::{self, WorkloadKind};
+use serde_json::Value;
+
+/// The run's deadline in seconds: its own (`spec.activeDeadlineSeconds`,
+/// `spec.runPolicy.activeDeadlineSeconds`), else the longest of its pod templates' when every
+/// one sets one.
+pub fn run_deadline(kind: WorkloadKind, object: &Value) -> Option<i64> {
+    let own = [
+        "/spec/activeDeadlineSeconds",
+        "/spec/runPolicy/activeDeadlineSeconds",
+    ]
+    .into_iter()
+    .find_map(|p| object.pointer(p).and_then(Value::as_i64));
+    if own.is_some() {
+        return own;
+    }
+    let templates = workload::templates(kind, object);
+    if templates.is_empty() {
+        return None;
+    }
+    templates
+        .iter()
+        .map(|(_, t)| t.get("spec")?.get("activeDeadlineSeconds")?.as_i64())
+        .try_fold(0, |longest, d| d.map(|d| longest.max(d)))
+}
+
+/// Why the workload breaks the queue's guardrails (empty when it does not).
+pub fn denials(
+    queue: &str,
+    kind: WorkloadKind,
+    cfg: &GuardrailsConfig,
+    object: &Value,
+    object_name: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if cfg.gang == GangAction::Deny {
+        for short in gang_shortfalls(kind, object, object_name) {
+            out.push(format!(
+                "queue {queue:?}: {}; set it to {} (guardrails.gang: deny)",
+                short.explain(kind),
+                short.needed
+            ));
+        }
+    }
+    if let Some(max) = cfg.cost_ceiling.max_gpu_hours {
+        out.extend(gpu_hours_problem(queue, kind, object, max));
+    }
+    out
+}
+
+fn gpu_hours_problem(queue: &str, kind: WorkloadKind, object: &Value, max: f64) -> Option<String> {
+    let Some((gpus, parts)) = gpus_at_once(kind, object) else {
+        return Some(format!(
+            "queue {queue:?}: the GPUs this run can use at once are too many to count (guardrails.costCeiling.maxGpuHours {max})"
+        ));
+    };
+    let gpus = gpus.to_f64();
+    if gpus <= 0.0 {
+        return None;
+    }
+    let parts = parts.join(", ");
+    let longest = (max / gpus * 3600.0).floor();
+    let Some(deadline) = run_deadline(kind, object) else {
+        return Some(format!(
+            "queue {queue:?}: this run has no activeDeadlineSeconds, so its {gpus} GPUs ({parts}) could run without end; the queue allows at most {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set activeDeadlineSeconds to at most {longest}"
+        ));
+    };
+    let hours = gpus * deadline as f64 / 3600.0;
+    (hours > max).then(|| {
+        format!(
+            "queue {queue:?}: {gpus} GPUs at once ({parts}) × activeDeadlineSeconds {deadline} ({:.2} h) = {hours:.2} GPU-hours exceeds the queue's maximum {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set activeDeadlineSeconds to at most {longest} or use fewer GPUs",
+            deadline as f64 / 3600.0
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::guardrails::CostCeilingConfig;
+    use serde_json::json;
+
+    fn job(deadline: Option<i64>) -> Value {
+        let mut j = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+            "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": [
+                {"name": "t", "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}});
+        if let Some(d) = deadline {
+            j["spec"]["activeDeadlineSeconds"] = json!(d);
+        }
+        j
+    }
+
+    #[test]
+    fn a_run_over_its_gpu_hours_is_denied_with_the_arithmetic() {
+        let cfg = GuardrailsConfig {
+            cost_ceiling: CostCeilingConfig {
+                default_deadline_seconds: None,
+                max_gpu_hours: Some(64.0),
+            },
+            ..GuardrailsConfig::default()
+        };
+        // 8 GPUs × 8 h = 64: at the cap.
+        assert!(denials("q", WorkloadKind::BatchJob, &cfg, &job(Some(8 * 3600)), "j").is_empty());
+        let d = denials("q", WorkloadKind::BatchJob, &cfg, &job(Some(86400)), "j");
+        assert_eq!(
+            d,
+            [
+                r#"queue "q": 8 GPUs at once (nvidia.com/gpu spec.template: 2 × 4) × activeDeadlineSeconds 86400 (24.00 h) = 192.00 GPU-hours exceeds the queue's maximum 64 GPU-hours per run (guardrails.costCeiling.maxGpuHours): set activeDeadlineSeconds to at most 28800 or use fewer GPUs"#
+            ]
+        );
+        let d = denials("q", WorkloadKind::BatchJob, &cfg, &job(None), "j");
+        assert!(
+            d[0].contains("no activeDeadlineSeconds") && d[0].contains("at most 28800"),
+            "{d:?}"
+        );
+        let cpu_only = json!({"spec": {"template": {"spec": {"containers": [{"name": "t"}]}}}});
+        assert!(denials("q", WorkloadKind::BatchJob, &cfg, &cpu_only, "j").is_empty());
+    }
+
+    #[test]
+    fn deadlines_come_from_the_run_or_every_pod_template() {
+        let vc = json!({"spec": {"tasks": [
+            {"name": "a", "template": {"spec": {"activeDeadlineSeconds": 60}}},
+            {"name": "b", "template": {"spec": {"activeDeadlineSeconds": 90}}}]}});
+        assert_eq!(run_deadline(WorkloadKind::VolcanoJob, &vc), Some(90));
+        let mut half = vc.clone();
+        half["spec"]["tasks"][1]["template"]["spec"] = json!({});
+        assert_eq!(run_deadline(WorkloadKind::VolcanoJob, &half), None);
+        let pt = json!({"spec": {"runPolicy": {"activeDeadlineSeconds": 5}}});
+        assert_eq!(run_deadline(WorkloadKind::PyTorchJob, &pt), Some(5));
+    }
+}
