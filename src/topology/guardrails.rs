@@ -24,21 +24,12 @@ pub enum GangAction {
 }
 
 /// `guardrails.preemption`: a pod evicted by a preemption or a node drain does not fail the run.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PreemptionConfig {
     pub enabled: bool,
     /// Container exit codes that are retried without counting as a failure (1..=255).
     pub retriable_exit_codes: Vec<i32>,
-}
-
-impl Default for PreemptionConfig {
-    fn default() -> Self {
-        PreemptionConfig {
-            enabled: false,
-            retriable_exit_codes: Vec::new(),
-        }
-    }
 }
 
 /// `guardrails.sharedMemory`: a memory-backed `/dev/shm` for DataLoader workers.
