@@ -2013,6 +2013,8 @@ fn replaceable(kind: Kind) -> Vec<String> {
         // The API default 6 (and the invalid pod default Always) are replaced.
         r.push("/spec/backoffLimit".into());
         r.push("/spec/template/spec/restartPolicy".into());
+        // The API's podReplacementPolicy gives way to the one a podFailurePolicy needs.
+        r.push("/spec/podReplacementPolicy".into());
     }
     // A gang minimum below the rendezvous size is raised (guardrails.gang: raise).
     if kind == Kind::VolcanoJob {

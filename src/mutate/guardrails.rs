@@ -6,7 +6,9 @@
 //!   `restartPolicy: Never`) without a `podFailurePolicy` gets one that ignores pods failed by a
 //!   disruption (`DisruptionTarget`: preemption, node drain, eviction) and the queue's retriable
 //!   exit codes: with `backoffLimit: 0` such a pod would otherwise fail the run. Kubernetes allows
-//!   a `podFailurePolicy` only with `restartPolicy: Never`;
+//!   a `podFailurePolicy` only with `restartPolicy: Never` and `podReplacementPolicy: Failed`
+//!   (the API server defaults it to `TerminatingOrFailed` before admission: that default is
+//!   replaced, a value the user wrote is kept and the policy left out);
 //! * `success-policy` — a distributed Indexed Job (`endWithRankZero`) completes when index 0
 //!   succeeds, as a PyTorchJob or Volcano Job ends with its master;
 //! * `shared-memory` — every training container gets a memory-backed `emptyDir` at `/dev/shm`
@@ -20,6 +22,7 @@ use super::{Findings, MutationContext, Mutator};
 use crate::quantity::Quantity;
 use crate::topology::guardrails::{GangAction, GuardrailsConfig, gang_shortfalls};
 use crate::topology::indexed_job::{self, launcher_of};
+use crate::workload::intent::UserIntent;
 use crate::workload::{self, ContainerRole, WorkloadKind, edit};
 use serde_json::{Map, Value, json};
 
@@ -91,16 +94,30 @@ fn pod_failure_policy(codes: &[i32]) -> Value {
 }
 
 /// Adds the policy to one Job spec (`spec` of a Job, or of a JobSet's Job template).
+/// `wrote_replacement`: the user wrote `podReplacementPolicy` (a batch/v1 Job's is defaulted
+/// by the API server; a JobSet's Job template is not).
 fn add_pod_failure_policy(
     job_spec: &mut Map<String, Value>,
     at: &str,
     codes: &[i32],
+    wrote_replacement: bool,
     findings: &mut Findings,
 ) -> bool {
     if job_spec
         .get("podFailurePolicy")
         .is_some_and(|v| !v.is_null())
     {
+        return false;
+    }
+    let replacement = job_spec
+        .get("podReplacementPolicy")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if replacement.as_deref().is_some_and(|r| r != "Failed") && wrote_replacement {
+        findings.warn(format!(
+            "launchgate: the Job of {at} sets podReplacementPolicy {}, so no podFailurePolicy can be added (Kubernetes allows one only with podReplacementPolicy: Failed): a preemption or node drain counts as a failure of this run",
+            replacement.unwrap_or_default()
+        ));
         return false;
     }
     let restart = job_spec
@@ -116,6 +133,9 @@ fn add_pod_failure_policy(
         return false;
     }
     job_spec.insert("podFailurePolicy".into(), pod_failure_policy(codes));
+    if replacement.is_some() {
+        job_spec.insert("podReplacementPolicy".into(), json!("Failed"));
+    }
     true
 }
 
@@ -126,12 +146,15 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     }
     let codes = &cfg.retriable_exit_codes;
     match ctx.kind {
-        WorkloadKind::BatchJob => object
-            .get_mut("spec")
-            .and_then(Value::as_object_mut)
-            .is_some_and(|spec| {
-                add_pod_failure_policy(spec, "spec.template.spec", codes, findings)
-            }),
+        WorkloadKind::BatchJob => {
+            let wrote = UserIntent::of(object).wrote(&["spec", "podReplacementPolicy"]);
+            object
+                .get_mut("spec")
+                .and_then(Value::as_object_mut)
+                .is_some_and(|spec| {
+                    add_pod_failure_policy(spec, "spec.template.spec", codes, wrote, findings)
+                })
+        }
         WorkloadKind::JobSet => {
             let mut changed = false;
             let jobs = object
@@ -153,7 +176,7 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
                     == Some("Never");
                 if never {
                     let at = format!("spec.replicatedJobs[{i}].template.spec.template.spec");
-                    changed |= add_pod_failure_policy(spec, &at, codes, findings);
+                    changed |= add_pod_failure_policy(spec, &at, codes, true, findings);
                 }
             }
             changed
@@ -430,6 +453,22 @@ mod tests {
         let mut own = j.clone();
         own["spec"]["podFailurePolicy"] = json!({"rules": []});
         assert_eq!(mutate_with(&PREEMPTION, q, own.clone()).0, own);
+        // The API server's default podReplacementPolicy becomes the one a policy needs; one
+        // the user wrote (server-side apply owns it) is kept, and no policy added.
+        let mut defaulted = j.clone();
+        defaulted["spec"]["podReplacementPolicy"] = json!("TerminatingOrFailed");
+        let (out, _) = mutate_with(&PREEMPTION, q, defaulted.clone());
+        assert_eq!(out["spec"]["podReplacementPolicy"], "Failed");
+        let mut written = defaulted.clone();
+        written["metadata"]["managedFields"] = json!([{"operation": "Apply", "manager": "kubectl",
+            "fieldsV1": {"f:spec": {"f:podReplacementPolicy": {}}}}]);
+        let (out, f) = mutate_with(&PREEMPTION, q, written.clone());
+        assert_eq!(out, written);
+        assert!(
+            f.warnings[0].contains("podReplacementPolicy TerminatingOrFailed"),
+            "{:?}",
+            f.warnings
+        );
     }
 
     #[test]
