@@ -28,6 +28,10 @@ pub const DEADLINE_QUEUE: &str = "deadline-queue";
 pub const KUBEFLOW_QUEUE: &str = "kubeflow-queue";
 /// The built-in queue, with images only from `docker.io/acme`.
 pub const REGISTRY_QUEUE: &str = "acme-images-queue";
+/// The built-in queue with the strict guardrails: a gang below its rendezvous size is denied,
+/// a distributed Indexed Job ends with index 0, every run gets a 1 h deadline and at most 8
+/// GPU-hours, and every Indexed Job is wired.
+pub const GUARDRAILS_QUEUE: &str = "guardrails-queue";
 /// A queue whose template is a Trainer v2 TrainJob (nodes 1..4, 8 GPUs a node, 16 in all).
 pub const TRAINJOB_QUEUE: &str = "trainjob-queue";
 /// The built-in queue handing off to the Kueue LocalQueue `team-a`, wiring every Indexed Job,
@@ -238,6 +242,13 @@ fn suite_config() -> Result<String> {
     kueue["pytorch"]["onUnwirable"] = json!("warn");
     kueue["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 4}});
     config["queues"][KUEUE_QUEUE] = kueue;
+    let mut guarded = config["queues"][&default_queue].clone();
+    guarded["pytorch"]["indexedJobs"] = json!(true);
+    guarded["guardrails"]["gang"] = json!("deny");
+    guarded["guardrails"]["endWithRankZero"] = json!(true);
+    guarded["guardrails"]["costCeiling"] =
+        json!({"defaultDeadlineSeconds": 3600, "maxGpuHours": 8});
+    config["queues"][GUARDRAILS_QUEUE] = guarded;
     config["queues"][WARN_QUEUE] = warn;
     config["queues"][DEADLINE_QUEUE] = deadline;
     config["queues"][KUBEFLOW_QUEUE] = kubeflow;
