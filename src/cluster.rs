@@ -7,10 +7,15 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Lookups the core may need for a pod whose owner was never mutated.
+/// Lookups the core may need: a pod's owner that was never mutated, the Service a distributed
+/// job's pods rendezvous through.
 pub trait ClusterView: Send + Sync {
     /// The Volcano Job `namespace/name` (`batch.volcano.sh/v1alpha1`), if known.
     fn volcano_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
+    /// The Service `namespace/name`, if known (`None` also when this view holds no Services).
+    fn service(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
+        None
+    }
     /// True when this view is backed by a live cluster (false offline).
     fn is_connected(&self) -> bool;
 }
@@ -31,22 +36,28 @@ impl ClusterView for NoCluster {
 #[derive(Default)]
 pub struct StaticCluster {
     volcano_jobs: HashMap<(String, String), Arc<Value>>,
+    services: HashMap<(String, String), Arc<Value>>,
+}
+
+/// `(namespace, name)` of an object (namespace `default` when unset).
+fn key_of(object: &Value) -> (String, String) {
+    let text = |p: &str| object.pointer(p).and_then(Value::as_str);
+    (
+        text("/metadata/namespace").unwrap_or("default").to_string(),
+        text("/metadata/name").unwrap_or_default().to_string(),
+    )
 }
 
 impl StaticCluster {
     /// Adds a Volcano Job to the view.
     pub fn with_volcano_job(mut self, job: Value) -> Self {
-        let ns = job
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("default")
-            .to_string();
-        let name = job
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        self.volcano_jobs.insert((ns, name), Arc::new(job));
+        self.volcano_jobs.insert(key_of(&job), Arc::new(job));
+        self
+    }
+
+    /// Adds a Service to the view.
+    pub fn with_service(mut self, service: Value) -> Self {
+        self.services.insert(key_of(&service), Arc::new(service));
         self
     }
 }
@@ -54,6 +65,11 @@ impl StaticCluster {
 impl ClusterView for StaticCluster {
     fn volcano_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.volcano_jobs
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+    fn service(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.services
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }

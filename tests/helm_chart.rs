@@ -686,12 +686,18 @@ fn cert_manager_mode_with_crd_rules_off() {
         .map(typed)
         .expect("the owner-watch ClusterRole");
     let rules = role.rules.unwrap();
-    assert_eq!(rules.len(), 1);
+    assert_eq!(rules.len(), 2);
     assert_eq!(
         rules[0].api_groups.as_deref(),
         Some(&["batch.volcano.sh".to_string()][..])
     );
-    assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
+    assert_eq!(
+        rules[1].resources.as_deref(),
+        Some(&["services".to_string()][..])
+    );
+    for rule in &rules {
+        assert_eq!(rule.verbs, ["get", "list", "watch"], "read-only");
+    }
     let sm = of_kind(&objs, "ServiceMonitor");
     assert_eq!(sm.len(), 1);
     assert_eq!(sm[0]["spec"]["endpoints"][0]["scheme"], "https");

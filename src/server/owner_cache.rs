@@ -1,4 +1,4 @@
-//! Owner lookups for the pure core: a cached watch of Volcano Jobs.
+//! Cluster lookups for the pure core: cached watches of Volcano Jobs and of Services.
 //!
 //! A Volcano pod whose Job launchgate never mutated (the Job was created before launchgate was
 //! installed, or its webhook was not registered for `batch.volcano.sh` jobs) lacks
@@ -15,6 +15,10 @@
 //!
 //! The store is read-only here and only `metadata.name`, `spec.plugins` and `spec.tasks` are
 //! read, so each lookup converts one `DynamicObject` to a `serde_json::Value`.
+//!
+//! Services (core/v1, the same namespaces, no label selector: a headless Service carries no
+//! launch labels) answer [`ClusterView::service`] for the rendezvous preflight
+//! (`guardrails.rendezvousPreflight`). RBAC: `get`, `list`, `watch` on `services`.
 
 use crate::cluster::ClusterView;
 use kube::api::{Api, DynamicObject};
@@ -43,12 +47,35 @@ pub struct WatchScope {
     pub label_selector: String,
 }
 
-/// A [`ClusterView`] backed by a watch cache of Volcano Jobs.
+/// The watched Services.
+fn service_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Service"), "services")
+}
+
+/// One store per watched namespace, or one store under `None` for all namespaces.
+type Stores = Vec<(Option<String>, Store<DynamicObject>)>;
+
+/// A [`ClusterView`] backed by watch caches of Volcano Jobs and Services.
 #[derive(Clone)]
 pub struct VolcanoJobCache {
-    /// One store per watched namespace, or one store under `None` for all namespaces.
-    stores: Vec<(Option<String>, Store<DynamicObject>)>,
+    stores: Stores,
     resource: ApiResource,
+    services: Stores,
+}
+
+/// `namespace/name` in `stores`, as a JSON value.
+fn lookup(
+    stores: &Stores,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+) -> Option<Arc<Value>> {
+    let key = ObjectRef::new_with(name, resource.clone()).within(namespace);
+    let (_, store) = stores
+        .iter()
+        .find(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace))?;
+    let object = store.get(&key)?;
+    serde_json::to_value(object.as_ref()).ok().map(Arc::new)
 }
 
 impl VolcanoJobCache {
@@ -56,7 +83,7 @@ impl VolcanoJobCache {
     /// when ready.
     pub async fn wait_until_ready(&self, timeout: Duration) -> bool {
         let all = async {
-            for (_, store) in &self.stores {
+            for (_, store) in self.stores.iter().chain(&self.services) {
                 if store.wait_until_ready().await.is_err() {
                     return false;
                 }
@@ -74,13 +101,11 @@ impl VolcanoJobCache {
 
 impl ClusterView for VolcanoJobCache {
     fn volcano_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
-        let (_, store) = self
-            .stores
-            .iter()
-            .find(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace))?;
-        let job = store.get(&key)?;
-        serde_json::to_value(job.as_ref()).ok().map(Arc::new)
+        lookup(&self.stores, &self.resource, namespace, name)
+    }
+
+    fn service(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        lookup(&self.services, &service_resource(), namespace, name)
     }
 
     fn is_connected(&self) -> bool {
@@ -90,17 +115,17 @@ impl ClusterView for VolcanoJobCache {
 
 /// Polls the reflector stream until it ends, logging watch errors (the default backoff
 /// retries them).
-async fn drive<S>(stream: S)
+async fn drive<S>(what: &'static str, stream: S)
 where
     S: WatchStreamExt<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
 {
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
         if let Err(e) = item {
-            tracing::warn!(error = %e, "watching Volcano Jobs failed; retrying");
+            tracing::warn!(error = %e, watched = what, "watch failed; retrying");
         }
     }
-    tracing::warn!("the Volcano Job watch ended");
+    tracing::warn!(watched = what, "the watch ended");
 }
 
 /// Starts the list+watch of the Volcano Jobs in `scope` on background tasks and returns the
@@ -119,20 +144,29 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> VolcanoJobCache {
         ns.dedup();
         ns.into_iter().map(Some).collect()
     };
-    let mut stores = Vec::new();
-    for ns in namespaces {
-        let api: Api<DynamicObject> = match &ns {
-            None => Api::all_with(client.clone(), &resource),
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        };
-        let writer = reflector::store::Writer::new(resource.clone());
-        stores.push((ns, writer.as_reader()));
-        let stream = watcher(api, config.clone())
-            .default_backoff()
-            .reflect(writer);
-        tokio::spawn(drive(stream));
+    let watch = |resource: &ApiResource, config: watcher::Config, what: &'static str| {
+        let mut stores = Vec::new();
+        for ns in &namespaces {
+            let api: Api<DynamicObject> = match ns {
+                None => Api::all_with(client.clone(), resource),
+                Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+            };
+            let writer = reflector::store::Writer::new(resource.clone());
+            stores.push((ns.clone(), writer.as_reader()));
+            let stream = watcher(api, config.clone())
+                .default_backoff()
+                .reflect(writer);
+            tokio::spawn(drive(what, stream));
+        }
+        stores
+    };
+    let stores = watch(&resource, config, "Volcano Jobs");
+    let services = watch(&service_resource(), watcher::Config::default(), "Services");
+    VolcanoJobCache {
+        stores,
+        resource,
+        services,
     }
-    VolcanoJobCache { stores, resource }
 }
 
 #[cfg(test)]

@@ -64,6 +64,9 @@ pub struct GuardrailsConfig {
     pub multi_gpu_warning: bool,
     pub shared_memory: Option<SharedMemoryConfig>,
     pub cost_ceiling: CostCeilingConfig,
+    /// With `--cluster-lookups`: warn when the Service a wired Indexed Job's pods rendezvous
+    /// through is missing or cannot give them DNS names in time.
+    pub rendezvous_preflight: bool,
 }
 
 impl Default for GuardrailsConfig {
@@ -75,6 +78,7 @@ impl Default for GuardrailsConfig {
             multi_gpu_warning: false,
             shared_memory: None,
             cost_ceiling: CostCeilingConfig::default(),
+            rendezvous_preflight: false,
         }
     }
 }
@@ -189,6 +193,94 @@ impl GangShortfall {
     }
 }
 
+/// Labels the Job controller gives every pod of Job `job` (beside its template's), and whether
+/// a key's value is unknown at admission (the Job's uid).
+fn controller_label(key: &str, job: &str) -> Option<Option<String>> {
+    match key {
+        "batch.kubernetes.io/job-name" | "job-name" => {
+            Some((!job.is_empty()).then(|| job.to_string()))
+        }
+        "batch.kubernetes.io/controller-uid" | "controller-uid" => Some(None),
+        _ => None,
+    }
+}
+
+/// Why the Service `subdomain` cannot give the pods of a wired Indexed Job the DNS names their
+/// rendezvous needs (`service`: the Service as the cluster has it, `None` when it has none).
+/// `template_labels` are the pod template's labels, `job` the Job's name (empty with
+/// `generateName`), `port` the rendezvous port.
+pub fn rendezvous_service_problems(
+    service: Option<&Value>,
+    namespace: &str,
+    subdomain: &str,
+    template_labels: Option<&serde_json::Map<String, Value>>,
+    job: &str,
+    port: u16,
+) -> Vec<String> {
+    let at = format!("Service {namespace}/{subdomain}");
+    let Some(service) = service else {
+        return vec![format!(
+            "{at} does not exist (yet): the pods' subdomain names no headless Service, so their DNS names (MASTER_ADDR) never resolve and rendezvous hangs; create it (clusterIP: None, a selector on the Job's pods, publishNotReadyAddresses: true)"
+        )];
+    };
+    let spec = service.get("spec");
+    let field = |k: &str| spec.and_then(|s| s.get(k));
+    let mut out = Vec::new();
+    if field("clusterIP").and_then(Value::as_str) != Some("None") {
+        out.push(format!(
+            "{at} is not headless (clusterIP: None): pods get no per-pod DNS names through it, so MASTER_ADDR never resolves"
+        ));
+    }
+    let selector = field("selector").and_then(Value::as_object);
+    match selector {
+        None => out.push(format!(
+            "{at} has no selector: it lists none of the Job's pods, so their DNS names never resolve"
+        )),
+        Some(selector) if selector.is_empty() => out.push(format!(
+            "{at} has no selector: it lists none of the Job's pods, so their DNS names never resolve"
+        )),
+        Some(selector) => {
+            let missing: Vec<String> = selector
+                .iter()
+                .filter(|(k, v)| {
+                    let want = v.as_str().unwrap_or_default();
+                    match controller_label(k, job) {
+                        Some(Some(value)) => value != want,
+                        Some(None) => false,
+                        None => template_labels
+                            .and_then(|l| l.get(k.as_str()))
+                            .and_then(Value::as_str)
+                            != Some(want),
+                    }
+                })
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            if !missing.is_empty() {
+                out.push(format!(
+                    "{at} selects {} which the Job's pods do not carry: it lists none of them, so their DNS names never resolve",
+                    missing.join(", ")
+                ));
+            }
+        }
+    }
+    let ports = field("ports").and_then(Value::as_array);
+    if let Some(ports) = ports.filter(|p| !p.is_empty())
+        && !ports
+            .iter()
+            .any(|p| p.get("port").and_then(Value::as_i64) == Some(i64::from(port)))
+    {
+        out.push(format!(
+            "{at} does not list the rendezvous port {port} among its ports"
+        ));
+    }
+    if field("publishNotReadyAddresses").and_then(Value::as_bool) != Some(true) {
+        out.push(format!(
+            "{at} does not publish not-ready addresses (publishNotReadyAddresses: true): a pod's DNS name then resolves only once it is ready, which a rank waiting at rendezvous never is"
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +313,39 @@ mod tests {
         assert_eq!(
             gang_shortfalls(WorkloadKind::PyTorchJob, &pt, "p")[0].needed,
             4
+        );
+    }
+
+    #[test]
+    fn the_rendezvous_service_is_checked() {
+        let labels = json!({"app": "ddp"});
+        let labels = labels.as_object();
+        let problems = |svc: Option<Value>| {
+            rendezvous_service_problems(svc.as_ref(), "ns", "ddp", labels, "ddp", 23456).join("\n")
+        };
+        assert!(problems(None).contains("Service ns/ddp does not exist (yet)"));
+        let good = json!({"spec": {"clusterIP": "None", "selector": {"batch.kubernetes.io/job-name": "ddp"},
+            "ports": [{"port": 23456}], "publishNotReadyAddresses": true}});
+        assert_eq!(problems(Some(good.clone())), "");
+        let mut by_label = good.clone();
+        by_label["spec"]["selector"] = json!({"app": "ddp"});
+        assert_eq!(problems(Some(by_label)), "");
+        let bad = json!({"spec": {"clusterIP": "10.0.0.1", "selector": {"app": "other"},
+            "ports": [{"port": 80}]}});
+        let text = problems(Some(bad));
+        for part in [
+            "is not headless",
+            "selects app=other",
+            "rendezvous port 23456",
+            "publishNotReadyAddresses",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        assert!(
+            problems(Some(
+                json!({"spec": {"clusterIP": "None", "publishNotReadyAddresses": true}})
+            ))
+            .contains("has no selector")
         );
     }
 

@@ -6,9 +6,10 @@ use crate::ctx::{CONTROLLER_WAIT, Ctx, manifest};
 use crate::webhook::GUARDRAILS_QUEUE;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 fn launch_job(name: &str, queue: Option<&str>, spec: Value) -> Value {
     let mut labels = json!({"wandb.ai/monitor": "true"});
@@ -208,4 +209,67 @@ pub async fn a_run_gets_a_deadline_and_an_over_cap_run_is_denied(ctx: &Ctx) -> R
         "{message}"
     );
     Ok(())
+}
+
+/// (7) With cluster lookups, a wired Indexed Job is told when the headless Service its pods
+/// rendezvous through is missing or cannot give them DNS names in time, and not once it can.
+pub async fn the_rendezvous_service_is_preflighted(ctx: &Ctx) -> Result<()> {
+    let job = launch_job(
+        "ddp",
+        Some(GUARDRAILS_QUEUE),
+        json!({
+        "completionMode": "Indexed", "completions": 2, "parallelism": 2,
+        "template": {"metadata": {"labels": {"app": "ddp"}}, "spec": {"subdomain": "ddp",
+            "restartPolicy": "Never", "containers": [container(1, &["torchrun", "train.py"])]}}}),
+    );
+    let preflight = || async {
+        let (status, body, warnings) = ctx.create_raw(&job, true).await?;
+        ensure!(status == 201, "{status} {body}");
+        Ok::<_, anyhow::Error>(
+            warnings
+                .into_iter()
+                .filter(|w| w.contains("rendezvous preflight"))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let missing = preflight().await?;
+    ensure!(
+        missing.len() == 1
+            && missing[0].contains(&format!("Service {}/ddp does not exist (yet)", ctx.ns)),
+        "{missing:?}"
+    );
+    let services: Api<Service> = ctx.api();
+    let wrong = json!({"metadata": {"name": "ddp"}, "spec": {"clusterIP": "None",
+        "selector": {"app": "other"}, "ports": [{"name": "http", "port": 80}]}});
+    services
+        .create(&PostParams::default(), &serde_json::from_value(wrong)?)
+        .await?;
+    let found = ctx
+        .poll(
+            "the Service in launchgate's cache",
+            Duration::from_secs(30),
+            || async {
+                let w = preflight().await?;
+                Ok((!w.iter().any(|w| w.contains("does not exist"))).then_some(w))
+            },
+        )
+        .await?;
+    let text = found.join("\n");
+    for part in [
+        "selects app=other",
+        "rendezvous port 23456",
+        "publishNotReadyAddresses",
+    ] {
+        ensure!(text.contains(part), "{part}: {text}");
+    }
+    let right = json!({"metadata": {"name": "ddp"}, "spec": {"clusterIP": "None",
+        "selector": {"app": null, "batch.kubernetes.io/job-name": "ddp"}, "publishNotReadyAddresses": true,
+        "ports": [{"name": "rendezvous", "port": 23456}]}});
+    services
+        .patch("ddp", &PatchParams::default(), &Patch::Merge(&right))
+        .await?;
+    ctx.wait_for("the preflight to pass", Duration::from_secs(30), || async {
+        Ok(preflight().await?.is_empty())
+    })
+    .await
 }

@@ -111,6 +111,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(guardrails::a_preempted_pod_is_replaced_and_a_failure_still_fails),
         e2e!(guardrails::a_run_ends_when_rank_zero_ends),
         e2e!(guardrails::a_run_gets_a_deadline_and_an_over_cap_run_is_denied),
+        e2e!(guardrails::the_rendezvous_service_is_preflighted),
     ]
 }
 

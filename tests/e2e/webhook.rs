@@ -30,7 +30,8 @@ pub const KUBEFLOW_QUEUE: &str = "kubeflow-queue";
 pub const REGISTRY_QUEUE: &str = "acme-images-queue";
 /// The built-in queue with the strict guardrails: a gang below its rendezvous size is denied,
 /// a distributed Indexed Job ends with index 0, every run gets a 1 h deadline and at most 8
-/// GPU-hours, and every Indexed Job is wired.
+/// GPU-hours, a wired Indexed Job's rendezvous Service is preflighted, and every Indexed Job is
+/// wired.
 pub const GUARDRAILS_QUEUE: &str = "guardrails-queue";
 /// A queue whose template is a Trainer v2 TrainJob (nodes 1..4, 8 GPUs a node, 16 in all).
 pub const TRAINJOB_QUEUE: &str = "trainjob-queue";
@@ -248,6 +249,7 @@ fn suite_config() -> Result<String> {
     guarded["guardrails"]["endWithRankZero"] = json!(true);
     guarded["guardrails"]["costCeiling"] =
         json!({"defaultDeadlineSeconds": 3600, "maxGpuHours": 8});
+    guarded["guardrails"]["rendezvousPreflight"] = json!(true);
     config["queues"][GUARDRAILS_QUEUE] = guarded;
     config["queues"][WARN_QUEUE] = warn;
     config["queues"][DEADLINE_QUEUE] = deadline;

@@ -18,6 +18,7 @@ use super::deferred::{self, Deferred};
 use super::env::{self, EnvValue};
 use super::warn_unwirable;
 use crate::mutate::{Findings, MutationContext};
+use crate::topology::guardrails::rendezvous_service_problems;
 use crate::topology::indexed_job::{
     SPEC_PATH, Shape, opt_in, parallelism_to_write, shape, user_wrote_dns,
 };
@@ -64,6 +65,7 @@ pub fn mutate(
         } => (completions, subdomain),
     };
     let wrote_dns = user_wrote_dns(object);
+    preflight(ctx, object, &job_name, &subdomain, cfg.port, findings);
     if job_name.is_empty() {
         // No name yet (generateName): nothing half-wired in the template; each pod carries
         // the Job's name and gets everything at pod admission.
@@ -115,6 +117,39 @@ pub fn mutate(
             env::write_wait_for_master(&cfg.wait_for_master, spec, addr, cfg.port, Some(rank));
     }
     changed
+}
+
+/// The rendezvous preflight (`guardrails.rendezvousPreflight`, with cluster lookups): the
+/// headless Service the pods' subdomain names, as the cluster has it now.
+fn preflight(
+    ctx: &MutationContext<'_>,
+    job: &Value,
+    job_name: &str,
+    subdomain: &str,
+    port: u16,
+    findings: &mut Findings,
+) {
+    if !ctx.settings.guardrails.rendezvous_preflight || !ctx.cluster.is_connected() {
+        return;
+    }
+    let Some(namespace) = ctx.request.namespace.as_deref() else {
+        return;
+    };
+    let service = ctx.cluster.service(namespace, subdomain);
+    let labels = job
+        .pointer("/spec/template/metadata/labels")
+        .and_then(Value::as_object);
+    for problem in rendezvous_service_problems(
+        service.as_deref(),
+        namespace,
+        subdomain,
+        labels,
+        job_name,
+        port,
+    ) {
+        // The API server cuts long warnings: what and why first.
+        findings.warn(format!("launchgate: rendezvous preflight: {problem}"));
+    }
 }
 
 #[cfg(test)]
