@@ -261,6 +261,22 @@ impl Policy {
             }
             match QueueLimits::compile(&qc.limits, &format!("{at}.limits")) {
                 Ok(limits) => {
+                    // /dev/shm counts against the container's memory limit: a size above what
+                    // the queue lets any container have could never be mounted.
+                    if let (Some(shm), Some((most, source)), Some(written)) = (
+                        qc.guardrails.shm_size(),
+                        limits.container_ceiling("limits", "memory"),
+                        qc.guardrails.shared_memory.as_ref(),
+                    ) && shm > most
+                    {
+                        errors.push(ConfigError::new(
+                            format!("{at}.guardrails.sharedMemory.sizeLimit"),
+                            format!(
+                                "{} is more memory than a container of this queue may have ({source}); /dev/shm counts against the memory limit, so it could never be mounted",
+                                written.size_limit
+                            ),
+                        ));
+                    }
                     queues.insert(
                         name.clone(),
                         Queue {

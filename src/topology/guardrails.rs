@@ -350,6 +350,23 @@ mod tests {
     }
 
     #[test]
+    fn shared_memory_above_the_queues_memory_ceiling_is_a_config_error() {
+        let e = crate::Policy::from_yaml(
+            "queues:\n  q:\n    guardrails: {sharedMemory: {sizeLimit: 16Gi}}\n    limits:\n      fields:\n        - {path: 'containers[*].resources.limits.memory', type: quantity, maximum: 12Gi}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("queues.q.guardrails.sharedMemory.sizeLimit: 16Gi is more memory than a container of this queue may have (field \"containers[*].resources.limits.memory\")"),
+            "{e}"
+        );
+        assert!(crate::Policy::from_yaml(
+            "queues:\n  q:\n    guardrails: {sharedMemory: {sizeLimit: 2Gi}}\n    limits:\n      fields:\n        - {path: 'containers[*].resources.limits.memory', type: quantity, maximum: 12Gi}\n",
+        )
+        .is_ok());
+    }
+
+    #[test]
     fn config_is_checked() {
         let mut errors = Vec::new();
         let cfg = GuardrailsConfig {

@@ -278,6 +278,19 @@ pub struct QueueLimits {
 }
 
 impl QueueLimits {
+    /// The most of `resource` (`limits`: `kind`) any container of this queue may have, with the
+    /// limit it comes from, when the queue bounds it for every container.
+    pub fn container_ceiling(
+        &self,
+        kind: &str,
+        resource: &str,
+    ) -> Option<(crate::quantity::Quantity, &str)> {
+        self.envelope
+            .iter()
+            .find(|c| c.kind == kind && c.resource == resource)
+            .map(|c| (c.value, c.source.as_str()))
+    }
+
     /// Checks and compiles `cfg`, found at `at` (e.g. `queues.gpu-queue.limits`). Every
     /// problem is reported, each with the key path it concerns.
     pub fn compile(cfg: &LimitsConfig, at: &str) -> Result<Self, Vec<ConfigError>> {
