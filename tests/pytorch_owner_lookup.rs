@@ -1,7 +1,7 @@
 //! A recorded Volcano pod whose Job was never mutated is fully wired by reading the owner Job
 //! through the watch cache (`server::owner_cache`), here against a fake Kubernetes API served
 //! in-process: it answers the list and watch of `batch.volcano.sh/v1alpha1` jobs with the
-//! recorded Job.
+//! recorded Job, and the Services (a rendezvous Service) the same cache watches.
 
 mod common;
 
@@ -61,6 +61,25 @@ async fn jobs(State(calls): State<Calls>, RawQuery(query): RawQuery) -> Response
     ([("content-type", "application/json")], list.to_string()).into_response()
 }
 
+/// `GET /api/v1/services` (or one namespace's): the headless Service `wandb/ddp`, or a quiet
+/// watch.
+async fn services(RawQuery(query): RawQuery) -> Response {
+    let query = query.unwrap_or_default();
+    if query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1")
+    {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        return ([("content-type", "application/json")], String::new()).into_response();
+    }
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "ddp", "namespace": "wandb", "resourceVersion": "3"},
+        "spec": {"clusterIP": "None", "selector": {"batch.kubernetes.io/job-name": "ddp"}}});
+    let list = json!({"apiVersion": "v1", "kind": "ServiceList",
+                      "metadata": {"resourceVersion": "3"}, "items": [service]});
+    ([("content-type", "application/json")], list.to_string()).into_response()
+}
+
 async fn not_found(uri: Uri) -> Response {
     (
         StatusCode::NOT_FOUND,
@@ -87,10 +106,12 @@ fn patched_object(body: &[u8], response: &Value) -> Value {
 #[tokio::test]
 async fn recorded_pods_are_wired_from_the_watched_owner_job() {
     let calls = Calls::default();
-    let routes = Router::new().route(
-        "/apis/batch.volcano.sh/v1alpha1/jobs",
-        axum::routing::get(jobs),
-    );
+    let routes = Router::new()
+        .route(
+            "/apis/batch.volcano.sh/v1alpha1/jobs",
+            axum::routing::get(jobs),
+        )
+        .route("/api/v1/services", axum::routing::get(services));
     let client = kube_client(&fake_api(routes, calls.clone()).await);
     let cache = owner_cache::start(client, owner_cache::WatchScope::default()).await;
     assert!(
@@ -98,6 +119,11 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
         "the cache never listed the jobs"
     );
     assert!(cache.is_connected());
+    let service = cache
+        .service("wandb", "ddp")
+        .expect("the Service is cached");
+    assert_eq!(service["spec"]["clusterIP"], "None");
+    assert!(cache.service("other", "ddp").is_none());
     let job = cache
         .volcano_job("wandb", "wandb-job-run42")
         .expect("the recorded Job is cached");
@@ -187,10 +213,15 @@ async fn namespaced_jobs(
 #[tokio::test]
 async fn the_watch_is_limited_to_the_given_namespaces_and_label_selector() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let routes = Router::new().route(
-        "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs",
-        axum::routing::get(namespaced_jobs),
-    );
+    let routes = Router::new()
+        .route(
+            "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs",
+            axum::routing::get(namespaced_jobs),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/services",
+            axum::routing::get(services),
+        );
     let client = kube_client(&fake_api(routes, seen.clone()).await);
     let scope = owner_cache::WatchScope {
         namespaces: vec!["wandb".into(), "team-a".into(), "wandb".into()],
