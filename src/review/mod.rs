@@ -596,13 +596,15 @@ fn validate_decision(
     }
     // Workload-level guardrails: a controller's pod or a child workload has its root's verdict.
     if scope == Scope::Workload {
-        findings.denials.extend(validate::guardrails::denials(
+        let report = validate::guardrails::check(
             &queue.name,
             ctx.kind,
             &queue.config.guardrails,
             object,
             ctx.object_name(object),
-        ));
+        );
+        findings.denials.extend(report.denials);
+        findings.warnings.extend(report.warnings);
     }
     let report = validate::check_limits(
         &queue.name,

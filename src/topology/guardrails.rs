@@ -41,6 +41,19 @@ pub struct SharedMemoryConfig {
     pub size_limit: String,
 }
 
+/// What a broken guardrail that can deny does.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum GuardrailEnforcement {
+    /// The validating webhook denies the run.
+    #[default]
+    Deny,
+    /// The run is admitted with a warning.
+    Warn,
+}
+
 /// `guardrails.costCeiling`: every run has a deadline, and no run can use more GPU-hours.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -49,6 +62,8 @@ pub struct CostCeilingConfig {
     pub default_deadline_seconds: Option<i64>,
     /// Most GPU-hours one run may use: GPUs that can run at once × its deadline in hours.
     pub max_gpu_hours: Option<f64>,
+    /// A run over `maxGpuHours` is denied (`deny`) or only warned about (`warn`).
+    pub enforcement: GuardrailEnforcement,
 }
 
 /// `queues.<name>.guardrails`.
@@ -380,6 +395,7 @@ mod tests {
             cost_ceiling: CostCeilingConfig {
                 default_deadline_seconds: Some(0),
                 max_gpu_hours: Some(-1.0),
+                ..CostCeilingConfig::default()
             },
             ..GuardrailsConfig::default()
         };

@@ -3,7 +3,9 @@
 //! (`costCeiling.maxGpuHours`), denied with the arithmetic.
 
 use super::check::gpus_at_once;
-use crate::topology::guardrails::{GangAction, GuardrailsConfig, gang_shortfalls};
+use crate::topology::guardrails::{
+    GangAction, GuardrailEnforcement, GuardrailsConfig, gang_shortfalls,
+};
 use crate::workload::{self, WorkloadKind};
 use serde_json::Value;
 
@@ -30,28 +32,41 @@ pub fn run_deadline(kind: WorkloadKind, object: &Value) -> Option<i64> {
         .try_fold(0, |longest, d| d.map(|d| longest.max(d)))
 }
 
-/// Why the workload breaks the queue's guardrails (empty when it does not).
-pub fn denials(
+/// How a workload breaks the queue's guardrails.
+#[derive(Debug, Default, PartialEq)]
+pub struct GuardrailReport {
+    pub denials: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Why the workload breaks the queue's guardrails: denials, and what a guardrail set to `warn`
+/// only warns about.
+pub fn check(
     queue: &str,
     kind: WorkloadKind,
     cfg: &GuardrailsConfig,
     object: &Value,
     object_name: &str,
-) -> Vec<String> {
-    let mut out = Vec::new();
+) -> GuardrailReport {
+    let mut report = GuardrailReport::default();
     if cfg.gang == GangAction::Deny {
         for short in gang_shortfalls(kind, object, object_name) {
-            out.push(format!(
+            report.denials.push(format!(
                 "queue {queue:?}: {}; set it to {} (guardrails.gang: deny)",
                 short.explain(kind),
                 short.needed
             ));
         }
     }
-    if let Some(max) = cfg.cost_ceiling.max_gpu_hours {
-        out.extend(gpu_hours_problem(queue, kind, object, max));
+    if let Some(max) = cfg.cost_ceiling.max_gpu_hours
+        && let Some(problem) = gpu_hours_problem(queue, kind, object, max)
+    {
+        match cfg.cost_ceiling.enforcement {
+            GuardrailEnforcement::Deny => report.denials.push(problem),
+            GuardrailEnforcement::Warn => report.warnings.push(problem),
+        }
     }
-    out
+    report
 }
 
 fn gpu_hours_problem(queue: &str, kind: WorkloadKind, object: &Value, max: f64) -> Option<String> {
@@ -98,29 +113,40 @@ mod tests {
 
     #[test]
     fn a_run_over_its_gpu_hours_is_denied_with_the_arithmetic() {
-        let cfg = GuardrailsConfig {
+        let mut cfg = GuardrailsConfig {
             cost_ceiling: CostCeilingConfig {
-                default_deadline_seconds: None,
                 max_gpu_hours: Some(64.0),
+                ..CostCeilingConfig::default()
             },
             ..GuardrailsConfig::default()
         };
+        let denials = |cfg: &GuardrailsConfig, job: &Value| {
+            check("q", WorkloadKind::BatchJob, cfg, job, "j").denials
+        };
         // 8 GPUs × 8 h = 64: at the cap.
-        assert!(denials("q", WorkloadKind::BatchJob, &cfg, &job(Some(8 * 3600)), "j").is_empty());
-        let d = denials("q", WorkloadKind::BatchJob, &cfg, &job(Some(86400)), "j");
+        assert!(denials(&cfg, &job(Some(8 * 3600))).is_empty());
+        let d = denials(&cfg, &job(Some(86400)));
         assert_eq!(
             d,
             [
                 r#"queue "q": 8 GPUs at once (nvidia.com/gpu spec.template: 2 × 4) × activeDeadlineSeconds 86400 (24.00 h) = 192.00 GPU-hours exceeds the queue's maximum 64 GPU-hours per run (guardrails.costCeiling.maxGpuHours): set activeDeadlineSeconds to at most 28800 or use fewer GPUs"#
             ]
         );
-        let d = denials("q", WorkloadKind::BatchJob, &cfg, &job(None), "j");
+        let d = denials(&cfg, &job(None));
         assert!(
             d[0].contains("no activeDeadlineSeconds") && d[0].contains("at most 28800"),
             "{d:?}"
         );
         let cpu_only = json!({"spec": {"template": {"spec": {"containers": [{"name": "t"}]}}}});
-        assert!(denials("q", WorkloadKind::BatchJob, &cfg, &cpu_only, "j").is_empty());
+        assert!(denials(&cfg, &cpu_only).is_empty());
+        // `warn`: the same words, as a warning.
+        cfg.cost_ceiling.enforcement = GuardrailEnforcement::Warn;
+        let report = check("q", WorkloadKind::BatchJob, &cfg, &job(Some(86400)), "j");
+        assert!(report.denials.is_empty());
+        assert!(
+            report.warnings[0].contains("192.00 GPU-hours"),
+            "{report:?}"
+        );
     }
 
     #[test]
