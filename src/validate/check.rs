@@ -255,16 +255,7 @@ impl<'a> Evaluation<'a> {
                     ] {
                         path::push_segment(&mut place, &segment);
                     }
-                    if self.reached.contains(&place) {
-                        continue;
-                    }
-                    if let Some(problem) = ceiling.schema.problem(value) {
-                        let shown = display_value(value, Some(ValueType::Quantity));
-                        found.push(format!(
-                            "{place}={shown} {problem} ({}, which holds every container)",
-                            ceiling.source
-                        ));
-                    }
+                    found.extend(self.over_ceiling(ceiling, value, &place));
                 }
             }
         }
@@ -282,21 +273,26 @@ impl<'a> Evaluation<'a> {
                 for key in [&ceiling.kind, &ceiling.resource] {
                     path::push_segment(&mut place, &Segment::Key(key.clone()));
                 }
-                if self.reached.contains(&place) {
-                    continue;
-                }
-                if let Some(problem) = ceiling.schema.problem(value) {
-                    let shown = display_value(value, Some(ValueType::Quantity));
-                    found.push(format!(
-                        "{place}={shown} {problem} ({}, which holds every container)",
-                        ceiling.source
-                    ));
-                }
+                found.extend(self.over_ceiling(ceiling, value, &place));
             }
         }
         for line in found {
             self.report(line);
         }
+    }
+
+    /// The envelope's verdict on `value` at `place`; none where a variable or field limit
+    /// looked (the place is theirs).
+    fn over_ceiling(&self, ceiling: &Ceiling, value: &Value, place: &str) -> Option<String> {
+        if self.reached.contains(place) {
+            return None;
+        }
+        let problem = ceiling.schema.problem(value)?;
+        let shown = display_value(value, Some(ValueType::Quantity));
+        Some(format!(
+            "{place}={shown} {problem} ({}, which holds every container)",
+            ceiling.source
+        ))
     }
 
     /// A TrainJob's `spec.trainer.resourcesPerNode`.

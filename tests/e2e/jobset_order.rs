@@ -115,18 +115,9 @@ fn jobset() -> Value {
 
 /// The JobSet as stored, without what differs between two creates (namespace, uid, times).
 fn comparable(stored: &Value) -> Value {
-    let mut v = stored.clone();
+    let mut v = crate::workloads::comparable(stored);
     if let Some(meta) = v["metadata"].as_object_mut() {
-        for key in [
-            "namespace",
-            "uid",
-            "creationTimestamp",
-            "resourceVersion",
-            "managedFields",
-            "generation",
-        ] {
-            meta.remove(key);
-        }
+        meta.remove("namespace");
     }
     v
 }

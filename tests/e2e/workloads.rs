@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 /// `obj` with everything the API server derives from one particular create (uid, times,
 /// versions, the uid-derived selector labels) replaced, so a dry run and a real create compare.
-fn comparable(obj: &Value) -> Value {
+pub fn comparable(obj: &Value) -> Value {
     let uid = obj["metadata"]["uid"]
         .as_str()
         .unwrap_or("<none>")
