@@ -107,6 +107,30 @@ impl Judgement {
         self.mutation.summary.queue.as_deref()
     }
 
+    /// Why launchgate left the object alone, when it did ([`Judgement::skipped`]).
+    pub fn skip_reason(&self) -> Option<String> {
+        if !self.skipped() {
+            return None;
+        }
+        let summary = &self.mutation.summary;
+        Some(if let Some(exemption) = &summary.exempted_by {
+            format!("exempted by {exemption:?}")
+        } else if summary.kind == "other" {
+            "not a kind launchgate judges".to_string()
+        } else if summary.queue.is_none()
+            && self
+                .mutation
+                .response
+                .warnings
+                .iter()
+                .any(|w| w.contains("no default queue"))
+        {
+            "names no configured queue and no default queue is set".to_string()
+        } else {
+            "not a launch workload: no launch or queue label on it or a pod template".to_string()
+        })
+    }
+
     /// True when launchgate leaves the object alone (not a launch workload, excluded, another
     /// kind or operation).
     pub fn skipped(&self) -> bool {

@@ -116,6 +116,73 @@ fn check_config_names_a_misspelled_key() {
 }
 
 #[test]
+fn check_config_reads_stdin_like_every_other_command() {
+    let default = launchgate(&["print-default-config"]);
+    let out = run_with_stdin(
+        launchgate_command().args(["check-config", "-"]),
+        &default.stdout,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("<stdin>: ok"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run_with_stdin(
+        launchgate_command().args(["check-config", "-"]),
+        b"queues: {q: {jobDefaults: {ttl: 1}}}\n",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).starts_with("<stdin>: invalid config"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn completions_are_generated_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "_launchgate()"),
+        ("zsh", "#compdef launchgate"),
+        ("fish", "complete -c launchgate"),
+    ] {
+        let out = launchgate(&["completion", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(
+            script.contains("check-config") && script.contains("import-queue"),
+            "{shell}"
+        );
+    }
+    assert!(!launchgate(&["completion", "tcsh"]).status.success());
+}
+
+#[test]
+fn validate_says_skipped_and_why_for_what_it_does_not_judge() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("objects.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec: {}\n---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: plain, namespace: default}\nspec: {template: {spec: {containers: [{name: c, image: busybox}]}}}\n",
+    )
+    .unwrap();
+    let out = launchgate(&["validate", "-f", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("SKIPPED Deployment web (not a kind launchgate judges)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("SKIPPED Job plain (not a launch workload"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("ALLOWED"), "{stdout}");
+}
+
+#[test]
 fn default_config_round_trips_through_check_config() {
     let out = launchgate(&["print-default-config"]);
     assert!(out.status.success());

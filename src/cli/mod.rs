@@ -66,8 +66,13 @@ pub(crate) enum Command {
     Audit(audit::AuditArgs),
     /// Check a config file; exits non-zero with the offending key path.
     CheckConfig {
-        /// The config file.
+        /// The config file; `-` for stdin.
         file: PathBuf,
+    },
+    /// Print a shell completion script (`source <(launchgate completion bash)`).
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
     },
     /// Print the built-in example config, a starting point for your own.
     PrintDefaultConfig,
@@ -249,7 +254,9 @@ fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
             }));
             continue;
         }
-        if j.allowed() {
+        if let Some(why) = j.skip_reason() {
+            outln!("SKIPPED {} ({why})", describe(req))?;
+        } else if j.allowed() {
             outln!("ALLOWED {}", describe(req))?;
         } else {
             outln!("DENIED {}:", describe(req))?;
@@ -350,15 +357,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Test(args) => test_suite::run(&args),
         Command::Audit(args) => audit::run(&args),
         Command::CheckConfig { file } => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
+            let text = inputs::read_input(&file)?;
+            let shown = if file.as_os_str() == "-" {
+                "<stdin>".to_string()
+            } else {
+                file.display().to_string()
+            };
             match Policy::from_yaml(&text) {
                 Ok(p) => {
-                    outln!("{}: ok ({} queue(s))", file.display(), p.queues.len())?;
+                    outln!("{shown}: ok ({} queue(s))", p.queues.len())?;
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("{}: invalid config", file.display());
+                    eprintln!("{shown}: invalid config");
                     for err in &e.0 {
                         eprintln!("  {err}");
                     }
@@ -367,6 +378,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::ImportQueue(args) => import_queue::run(&args),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "launchgate", &mut script);
+            out!("{}", String::from_utf8_lossy(&script))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::PrintDefaultConfig => {
             out!("{DEFAULT_CONFIG_YAML}")?;
             Ok(ExitCode::SUCCESS)
