@@ -15,7 +15,7 @@ fn main() -> ExitCode {
         // The reader of stdout went away (`| head`): the output it wanted was written.
         Err(e) if launchgate::cli::stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("launchgate: {e:#}");
+            eprintln!("launchgate: {}", launchgate::cli::error_text(&e));
             ExitCode::from(2)
         }
     }

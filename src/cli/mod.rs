@@ -348,6 +348,24 @@ pub fn stdout_closed(e: &anyhow::Error) -> bool {
     e.is::<StdoutClosed>()
 }
 
+/// An error as one line for the user: its context, then each cause not already said (a client
+/// library's error often repeats its own sources in its message, so the plain `{:#}` chain
+/// would say the same failure three times).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if part.is_empty() || text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 /// Runs a parsed command line; `Ok` carries the exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
@@ -424,5 +442,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    #[test]
+    fn an_error_says_each_cause_once() {
+        let inner = anyhow::anyhow!("no such file");
+        let middle = inner.context("failed to read kubeconfig: no such file");
+        let outer = middle.context("connecting to the cluster");
+        assert_eq!(
+            super::error_text(&outer),
+            "connecting to the cluster: failed to read kubeconfig: no such file"
+        );
     }
 }
