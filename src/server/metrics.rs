@@ -57,9 +57,78 @@ pub(crate) const EVENT_RESULTS: [&str; 5] = [
     "rate_limited",
 ];
 
+/// The standard `process_*` metrics every Prometheus exporter has (CPU, memory, file
+/// descriptors, threads, start time), read from the OS on each scrape by the maintained
+/// `metrics-process` collector.
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl prometheus_client::collector::Collector for ProcessCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let m = metrics_process::collector::collect();
+        if let Some(cpu) = m.cpu_seconds_total {
+            let counter = ConstCounter::new(cpu);
+            counter.encode(encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        let gauges = [
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                m.open_fds,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                m.max_fds,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                m.virtual_memory_bytes,
+            ),
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                m.resident_memory_bytes,
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                m.start_time_seconds,
+            ),
+            (
+                "process_threads",
+                "Number of OS threads in the process.",
+                m.threads,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let Some(value) = value.and_then(|v| i64::try_from(v).ok()) else {
+                continue;
+            };
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
 /// All metrics of the server.
 pub(crate) struct Metrics {
     pub(crate) registry: Registry,
+    /// The `process_*` metrics, unprefixed as every exporter names them.
+    process: Registry,
     pub(crate) requests: Family<RequestLabels, Counter>,
     pub(crate) request_errors: Family<ErrorLabels, Counter>,
     pub(crate) latency: Family<EndpointLabels, Histogram>,
@@ -176,9 +245,12 @@ impl Metrics {
             drop(config_reloads.get_or_create(&ResultLabels { result }));
             drop(cert_reloads.get_or_create(&ResultLabels { result }));
         }
+        let mut process = Registry::default();
+        process.register_collector(Box::new(ProcessCollector));
         Metrics {
             decisions,
             registry,
+            process,
             requests,
             request_errors,
             latency,
@@ -243,8 +315,11 @@ impl Metrics {
     }
 
     pub(crate) fn encode(&self) -> String {
+        use prometheus_client::encoding::text;
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+        text::encode_registry(&mut out, &self.registry)
+            .and_then(|()| text::encode_registry(&mut out, &self.process))
+            .and_then(|()| text::encode_eof(&mut out))
             .expect("writing to a String cannot fail");
         out
     }
@@ -333,5 +408,34 @@ impl DecisionMetrics {
     /// Counts one Event outcome.
     pub(crate) fn event(&self, result: &'static str) {
         self.events.get_or_create(&EventLabels { result }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_metrics_are_exported_unprefixed_after_the_servers_own() {
+        let text = Metrics::new().encode();
+        for line in [
+            "# TYPE process_cpu_seconds counter",
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_start_time_seconds ",
+        ] {
+            assert!(text.contains(line), "missing {line:?}");
+        }
+        assert!(text.contains("launchgate_admission_in_flight "));
+        assert!(!text.contains("launchgate_process_"));
+        assert!(text.trim_end().ends_with("# EOF"));
+        assert_eq!(text.matches("# EOF").count(), 1);
+        let rss: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("an RSS figure");
+        assert!(rss > 1 << 20, "{rss}");
     }
 }
