@@ -24,7 +24,7 @@ pub fn parse_documents(text: &str) -> Result<Vec<InputDocument>, String> {
             values.push(v.map_err(|e| format!("invalid JSON: {e}"))?);
         }
     } else {
-        for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
+        for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let v = Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
             values.push(v);
         }

@@ -260,7 +260,7 @@ async fn an_unreachable_cluster_is_a_clear_error() {
 fn policy_reports_fit_the_crd_fixture() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crd: CustomResourceDefinition =
-        serde_norway::from_str(&crd_text("wgpolicyk8s.io_policyreports.yaml")).unwrap();
+        serde_yaml::from_str(&crd_text("wgpolicyk8s.io_policyreports.yaml")).unwrap();
     assert_eq!(crd.spec.group, "wgpolicyk8s.io");
     assert_eq!(crd.spec.names.kind, "PolicyReport");
     let version = &crd.spec.versions[0];

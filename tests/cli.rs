@@ -54,7 +54,7 @@ async fn cli_review_output_equals_server_answer_for_a_recorded_review() {
 fn mutate_prints_the_mutated_object_as_yaml() {
     let out = launchgate(&["mutate", "-f", &manifest_path("job-demo.yaml")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let obj: Value = serde_norway::from_str(&text(&out.stdout)).unwrap();
+    let obj: Value = serde_yaml::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(obj["spec"]["backoffLimit"], 0);
     assert_eq!(obj["spec"]["ttlSecondsAfterFinished"], 60);
     assert_eq!(
@@ -239,7 +239,7 @@ fn validate_judges_the_object_after_launchgates_mutation_like_the_cluster() {
 
     // Validation alone, on the object as submitted, would deny it.
     let object: Value =
-        serde_norway::from_str(&std::fs::read_to_string(root().join(API_DEFAULT_JOB)).unwrap())
+        serde_yaml::from_str(&std::fs::read_to_string(root().join(API_DEFAULT_JOB)).unwrap())
             .unwrap();
     let policy = launchgate::Policy::from_yaml(
         &std::fs::read_to_string(root().join(STRICT_CONFIG)).unwrap(),
@@ -326,7 +326,7 @@ fn validate_reads_several_files_directories_and_stdin() {
         "yaml",
     ]);
     assert!(out.status.success());
-    let verdicts: Value = serde_norway::from_str(&text(&out.stdout)).unwrap();
+    let verdicts: Value = serde_yaml::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(verdicts[0]["allowed"], true);
     assert!(
         verdicts[0]["warnings"][0]
@@ -363,7 +363,7 @@ fn mutate_prints_json_and_a_list_for_several_objects() {
     std::fs::copy(manifest_path("ptjob.yaml"), dir.path().join("2.yaml")).unwrap();
     let out = launchgate(&["mutate", "-f", dir.path().to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&text(&out.stdout))
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text(&out.stdout))
         .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
         .collect();
     assert_eq!(docs.len(), 2);
@@ -372,7 +372,7 @@ fn mutate_prints_json_and_a_list_for_several_objects() {
     // --patch as YAML.
     let out = launchgate(&["mutate", "-f", &job_demo, "--patch", "-o", "yaml"]);
     assert!(out.status.success());
-    let patch: Value = serde_norway::from_str(&text(&out.stdout)).unwrap();
+    let patch: Value = serde_yaml::from_str(&text(&out.stdout)).unwrap();
     assert!(
         patch
             .as_array()

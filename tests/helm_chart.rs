@@ -115,7 +115,7 @@ impl Helm {
 }
 
 fn parse_docs(text: &str) -> Vec<Value> {
-    serde_norway::Deserializer::from_str(text)
+    serde_yaml::Deserializer::from_str(text)
         .map(|doc| Value::deserialize(doc).expect("valid YAML document"))
         .filter(|v| !v.is_null())
         .collect()
@@ -600,7 +600,7 @@ fn default_render_is_a_safe_webhook() {
     assert!(env.contains(&("LAUNCHGATE_ADMIN_LISTEN".into(), "0.0.0.0:8080".into())));
     // The config map carries the values' config.
     let cm: ConfigMap = one(&objs, "ConfigMap");
-    let cfg: Value = serde_norway::from_str(&cm.data.unwrap()["config.yaml"]).unwrap();
+    let cfg: Value = serde_yaml::from_str(&cm.data.unwrap()["config.yaml"]).unwrap();
     assert_eq!(cfg["defaultQueue"], "gpu-queue");
 }
 
@@ -940,7 +940,7 @@ fn chart_readme_documents_install_dry_run_bypass_and_every_value() {
     }
     assert!(readme.contains("kubectl delete validatingwebhookconfiguration"));
     // Every leaf value of values.yaml appears in the README's values table.
-    let values: Value = serde_norway::from_str(
+    let values: Value = serde_yaml::from_str(
         &std::fs::read_to_string(root().join("charts/launchgate/values.yaml")).unwrap(),
     )
     .unwrap();
@@ -1237,15 +1237,15 @@ fn misspelled_config_key_fails_at_install_time() {
     }
     let dir = tempfile::tempdir().unwrap();
     let values = dir.path().join("values.yaml");
-    let config: Value = serde_norway::from_str(launchgate::policy::DEFAULT_CONFIG_YAML).unwrap();
+    let config: Value = serde_yaml::from_str(launchgate::policy::DEFAULT_CONFIG_YAML).unwrap();
     std::fs::write(
         &values,
-        serde_norway::to_string(&serde_json::json!({ "config": config })).unwrap(),
+        serde_yaml::to_string(&serde_json::json!({ "config": config })).unwrap(),
     )
     .unwrap();
     let objs = helm.render(&["-f", values.to_str().unwrap()]);
     let cm: ConfigMap = one(&objs, "ConfigMap");
-    let rendered: Value = serde_norway::from_str(&cm.data.unwrap()["config.yaml"]).unwrap();
+    let rendered: Value = serde_yaml::from_str(&cm.data.unwrap()["config.yaml"]).unwrap();
     assert_eq!(rendered, config);
     // The pods roll on a config change by default.
     let d: Deployment = one(&objs, "Deployment");

@@ -402,7 +402,7 @@ fn the_cli_queue_flag_with_such_a_name_writes_the_valid_label_too() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let job: Value = serde_norway::from_slice(&out.stdout).unwrap();
+    let job: Value = serde_yaml::from_slice(&out.stdout).unwrap();
     for meta in [&job["metadata"], &job["spec"]["template"]["metadata"]] {
         let label = meta["labels"]["launchgate.io/queue"].as_str().unwrap();
         assert!(is_valid_label_value(label), "{label:?}");

@@ -47,7 +47,7 @@ fn the_example_suites_pass() {
     assert_eq!(names, ["built-in policy", "strict queue template"]);
     // Every test of every suite judged at least one document.
     for s in suites {
-        let suite: Value = serde_norway::from_str(
+        let suite: Value = serde_yaml::from_str(
             &std::fs::read_to_string(root().join(s["file"].as_str().unwrap())).unwrap(),
         )
         .unwrap();

@@ -93,9 +93,8 @@ fn validate(policy: &Policy, review_json: &Value) -> Answer {
 
 /// The built-in policy with `queue_yaml` merged over queue gpu-queue's keys.
 fn policy_with(queue_overrides: &str) -> Policy {
-    let mut config: Value =
-        serde_norway::from_str(launchgate::policy::DEFAULT_CONFIG_YAML).unwrap();
-    let overrides: Value = serde_norway::from_str(queue_overrides).unwrap();
+    let mut config: Value = serde_yaml::from_str(launchgate::policy::DEFAULT_CONFIG_YAML).unwrap();
+    let overrides: Value = serde_yaml::from_str(queue_overrides).unwrap();
     for (k, v) in overrides.as_object().unwrap() {
         let queue = &mut config["queues"]["gpu-queue"];
         match (queue.get_mut(k), v) {

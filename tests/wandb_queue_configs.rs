@@ -29,7 +29,7 @@ fn policy(template: &str, list_form: bool) -> Policy {
         "defaultQueue": "gpu-queue",
         "queues": {"gpu-queue": {"limits": {"template": template, "variables": variables}}}
     });
-    Policy::from_yaml(&serde_norway::to_string(&config).unwrap())
+    Policy::from_yaml(&serde_yaml::to_string(&config).unwrap())
         .unwrap_or_else(|e| panic!("config is accepted:\n{e}"))
 }
 
@@ -217,13 +217,13 @@ fn jobset_queue_limits_every_replicated_job() {
 #[test]
 fn structured_template_mapping_works_like_the_text() {
     let text = queue_config("kubeflow-pytorchjob-kubernetes.yaml");
-    let mapping: Value = serde_norway::from_str(&text).unwrap();
+    let mapping: Value = serde_yaml::from_str(&text).unwrap();
     let config = json!({
         "defaultQueue": "gpu-queue",
         "queues": {"gpu-queue": {"limits": {"template": mapping,
             "variables": {"gpus": {"type": "integer", "maximum": 4}}}}}
     });
-    let policy = Policy::from_yaml(&serde_norway::to_string(&config).unwrap()).unwrap();
+    let policy = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
     assert!(!verdict(&policy, pytorch_job("8")).0);
     assert!(verdict(&policy, pytorch_job("2")).0);
 }
@@ -233,7 +233,7 @@ fn config_with_template(template: &str) -> String {
         "queues": {"team-a/k8s-gpu": {"limits": {"template": template,
             "variables": [{"name": "gpus", "schema": {"type": "integer", "maximum": 4}}]}}}
     });
-    serde_norway::to_string(&config).unwrap()
+    serde_yaml::to_string(&config).unwrap()
 }
 
 #[test]
@@ -328,7 +328,7 @@ fn import_queue_of_a_ui_config_names_the_variable_that_needs_a_schema() {
         "{stderr}"
     );
     // The template is the config as written.
-    let snippet: Value = serde_norway::from_str(&text(&out.stdout)).unwrap();
+    let snippet: Value = serde_yaml::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(
         snippet["queues"]["gpu-queue"]["limits"]["template"],
         json!(queue_config("minikube-gpu.yaml"))

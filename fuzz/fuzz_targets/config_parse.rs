@@ -157,7 +157,7 @@ const CONFIG_WORDS: &[&str] = &[
 
 static BASES: LazyLock<[Value; 2]> = LazyLock::new(|| {
     [DEFAULT_CONFIG_YAML, WIDE_CONFIG_YAML]
-        .map(|text| serde_norway::from_str(text).expect("the base configs are YAML"))
+        .map(|text| serde_yaml::from_str(text).expect("the base configs are YAML"))
 });
 
 /// Checks a config text: errors render; a policy that loads round-trips and reviews.
@@ -173,7 +173,7 @@ fn check(text: &str, fixture: usize) {
     if let Err(e) = Policy::from_config(policy.config.clone()) {
         panic!("a loaded config does not compile again: {e}");
     }
-    let yaml = serde_norway::to_string(&policy.config).expect("a config serialises");
+    let yaml = serde_yaml::to_string(&policy.config).expect("a config serialises");
     if let Err(e) = Policy::from_yaml(&yaml) {
         panic!("a loaded config does not load from its own YAML: {e}\n{yaml}");
     }
@@ -192,7 +192,7 @@ fn structured(u: &mut Unstructured) -> Result<()> {
     let text = if u.arbitrary()? {
         serde_json::to_string(&config).expect("serialises")
     } else {
-        serde_norway::to_string(&config).expect("serialises")
+        serde_yaml::to_string(&config).expect("serialises")
     };
     let fixture = u.arbitrary::<u8>()?;
     check(&text, usize::from(fixture));

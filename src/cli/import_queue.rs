@@ -41,7 +41,7 @@ const VARIABLE_KEYS: [&str; 2] = ["template_variables", "templateVariables"];
 /// A JSON string value (Terraform and GraphQL carry configs as JSON text) parsed, else as is.
 fn decoded(value: &Value) -> Value {
     match value {
-        Value::String(text) => serde_norway::from_str::<Value>(text)
+        Value::String(text) => serde_yaml::from_str::<Value>(text)
             .ok()
             .filter(|v| v.is_object() || v.is_array())
             .unwrap_or_else(|| value.clone()),
@@ -205,7 +205,7 @@ pub(crate) fn import(
         };
         let template = match &queue.text {
             Some(text) => text.clone(),
-            None => serde_norway::to_string(&queue.config).map_err(|e| e.to_string())?,
+            None => serde_yaml::to_string(&queue.config).map_err(|e| e.to_string())?,
         };
         let mut limits = json!({"enforcement": "deny", "template": template});
         let variables = match &queue.variables {
@@ -266,7 +266,7 @@ pub(crate) fn import(
         );
     }
     imported.snippet =
-        serde_norway::to_string(&json!({"queues": snippet_queues})).map_err(|e| e.to_string())?;
+        serde_yaml::to_string(&json!({"queues": snippet_queues})).map_err(|e| e.to_string())?;
     match Policy::from_config(config) {
         Ok(policy) => {
             for queue in policy.queues.values() {
@@ -308,7 +308,7 @@ mod tests {
                 r#"acme/gpu-queue: variable "gpus" (integer 0..4): spec.containers[0].resources.limits["nvidia.com/gpu"] of every pod template"#
             ]
         );
-        let snippet: Value = serde_norway::from_str(&out.snippet).unwrap();
+        let snippet: Value = serde_yaml::from_str(&out.snippet).unwrap();
         let limits = &snippet["queues"]["acme/gpu-queue"]["limits"];
         assert_eq!(limits["variables"]["gpus"]["schema"]["maximum"], 4);
         assert!(
@@ -389,7 +389,7 @@ mod tests {
                 "{text}"
             );
             // The template as imported is the text as written: check-config reads it the same.
-            let snippet: serde_json::Value = serde_norway::from_str(&out.snippet).unwrap();
+            let snippet: serde_json::Value = serde_yaml::from_str(&out.snippet).unwrap();
             assert_eq!(snippet["queues"]["q"]["limits"]["template"], text);
         }
     }

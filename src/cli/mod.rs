@@ -173,7 +173,7 @@ fn print_values(values: &[Value], format: OutputFormat) -> Result<()> {
                 if i > 0 {
                     outln!("---")?;
                 }
-                out!("{}", serde_norway::to_string(v)?)?;
+                out!("{}", serde_yaml::to_string(v)?)?;
             }
         }
     }

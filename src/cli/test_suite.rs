@@ -474,7 +474,7 @@ fn load_suite_policy(suite_dir: &Path, config: Option<&str>) -> Result<Policy> {
 /// Runs one suite file. Errors are bad input (unreadable suite, config or resource).
 pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult> {
     let text = read_input(path)?;
-    let suite: SuiteFile = serde_norway::from_str(&text)
+    let suite: SuiteFile = serde_yaml::from_str(&text)
         .map_err(|e| anyhow!("{}: not a launchgate test suite: {e}", path.display()))?;
     if suite.tests.is_empty() {
         bail!("{}: no tests", path.display());
@@ -734,7 +734,7 @@ mod tests {
     }
 
     fn expect(yaml: &str) -> Expectation {
-        serde_norway::from_str(yaml).unwrap()
+        serde_yaml::from_str(yaml).unwrap()
     }
 
     #[test]

@@ -491,7 +491,7 @@ mod tests {
     #[test]
     fn a_cache_that_cannot_work_is_a_config_error() {
         let errors = |yaml: &str| {
-            let cfg: CacheConfig = serde_norway::from_str(yaml).unwrap();
+            let cfg: CacheConfig = serde_yaml::from_str(yaml).unwrap();
             let mut errors = Vec::new();
             cfg.check("c", &mut errors);
             errors.iter().map(ToString::to_string).collect::<Vec<_>>()

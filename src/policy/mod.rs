@@ -176,11 +176,11 @@ pub struct Policy {
 impl Policy {
     /// Parses, checks and compiles a YAML (or JSON) config.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigErrors> {
-        let de = serde_norway::Deserializer::from_str(text);
+        let de = serde_yaml::Deserializer::from_str(text);
         let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let message = e.into_inner().to_string();
-            // serde_norway already prefixes some messages with the path (or, for an unknown
+            // serde_yaml already prefixes some messages with the path (or, for an unknown
             // field, with the path of the mapping holding it).
             let message = match message.split_once(": ") {
                 Some((prefix, rest)) if !prefix.is_empty() && path.starts_with(prefix) => {

@@ -765,7 +765,7 @@ mod tests {
     use super::*;
 
     fn compile_yaml(yaml: &str) -> Result<QueueLimits, Vec<ConfigError>> {
-        let cfg: LimitsConfig = serde_norway::from_str(yaml).expect("valid LimitsConfig YAML");
+        let cfg: LimitsConfig = serde_yaml::from_str(yaml).expect("valid LimitsConfig YAML");
         QueueLimits::compile(&cfg, "queues.q.limits")
     }
 
@@ -920,13 +920,13 @@ allowedRegistries: [""]
             assert_eq!(limits.variables.len(), 1, "{variables}");
             assert_eq!(limits.variables[0].name, "gpus");
         }
-        let dup = serde_norway::from_str::<LimitsConfig>(
+        let dup = serde_yaml::from_str::<LimitsConfig>(
             "variables: [{name: a, schema: {type: integer}}, {name: a, schema: {type: integer}}]",
         )
         .unwrap_err();
         assert!(dup.to_string().contains("defined twice"), "{dup}");
         let unnamed =
-            serde_norway::from_str::<LimitsConfig>("variables: [{schema: {type: integer}}]")
+            serde_yaml::from_str::<LimitsConfig>("variables: [{schema: {type: integer}}]")
                 .unwrap_err();
         assert!(unnamed.to_string().contains("no `name`"), "{unnamed}");
     }
@@ -985,10 +985,10 @@ allowedRegistries: [""]
 
     #[test]
     fn unknown_keys_and_types_are_rejected_by_the_parser() {
-        assert!(serde_norway::from_str::<LimitsConfig>("variables: {g: {type: float}}").is_ok());
-        assert!(serde_norway::from_str::<LimitsConfig>("variables: {g: {type: bool}}").is_err());
-        assert!(serde_norway::from_str::<LimitsConfig>("variables: {g: {maximim: 1}}").is_err());
-        assert!(serde_norway::from_str::<LimitsConfig>("enforcement: block").is_err());
-        assert!(serde_norway::from_str::<LimitsConfig>("maxDeadline: 1").is_err());
+        assert!(serde_yaml::from_str::<LimitsConfig>("variables: {g: {type: float}}").is_ok());
+        assert!(serde_yaml::from_str::<LimitsConfig>("variables: {g: {type: bool}}").is_err());
+        assert!(serde_yaml::from_str::<LimitsConfig>("variables: {g: {maximim: 1}}").is_err());
+        assert!(serde_yaml::from_str::<LimitsConfig>("enforcement: block").is_err());
+        assert!(serde_yaml::from_str::<LimitsConfig>("maxDeadline: 1").is_err());
     }
 }

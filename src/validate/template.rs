@@ -395,9 +395,9 @@ pub fn infer_kind(object: &Value) -> Result<WorkloadKind, String> {
 /// whether they are quoted or not (`gpus: {{gpus}}` is not YAML on its own). Every reader of
 /// a queue's template text (the limits, `import-queue`) parses it here, so they accept the same
 /// forms.
-pub(crate) fn parse_text(text: &str) -> Result<Value, serde_norway::Error> {
+pub(crate) fn parse_text(text: &str) -> Result<Value, serde_yaml::Error> {
     let (protected, names) = protect_placeholders(text);
-    let mut doc: Value = serde_norway::from_str(&protected)?;
+    let mut doc: Value = serde_yaml::from_str(&protected)?;
     restore_tree(&mut doc, &names);
     Ok(doc)
 }

@@ -75,7 +75,7 @@ pub fn manifest_path(name: &str) -> String {
 /// The manifest `name` as JSON.
 pub fn manifest_json(name: &str) -> Value {
     let text = read_text(Path::new(&manifest_path(name)));
-    serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// The W&B queue config `name`, as written.

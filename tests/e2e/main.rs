@@ -202,7 +202,7 @@ async fn install_crds(client: &kube::Client) -> Result<()> {
     let mut names = Vec::new();
     for (file, text) in texts {
         let crd: CustomResourceDefinition =
-            serde_norway::from_str(&text).with_context(|| file.clone())?;
+            serde_yaml::from_str(&text).with_context(|| file.clone())?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         if api.get_opt(&name).await?.is_none() {
             api.create(&Default::default(), &crd).await?;

@@ -193,7 +193,7 @@ pub fn chart_webhook_configurations() -> Result<Vec<Value>> {
     let path = crate::common::root().join("manifests/launchgate.yaml");
     let text = std::fs::read_to_string(&path)?;
     let mut out = Vec::new();
-    for doc in serde_norway::Deserializer::from_str(&text) {
+    for doc in serde_yaml::Deserializer::from_str(&text) {
         let value: Value = serde::Deserialize::deserialize(doc)?;
         let kind = value["kind"].as_str().unwrap_or_default();
         if kind == "MutatingWebhookConfiguration" || kind == "ValidatingWebhookConfiguration" {
@@ -209,7 +209,7 @@ pub fn chart_webhook_configurations() -> Result<Vec<Value>> {
 /// The built-in policy plus variants of its queue (one that only warns, one with a deadline
 /// cap) and a queue made from the W&B docs' Kubeflow queue config.
 fn suite_config() -> Result<String> {
-    let mut config: Value = serde_norway::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
+    let mut config: Value = serde_yaml::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
     let default_queue = config["defaultQueue"]
         .as_str()
         .context("built-in config without defaultQueue")?
@@ -254,5 +254,5 @@ fn suite_config() -> Result<String> {
     config["queues"][WARN_QUEUE] = warn;
     config["queues"][DEADLINE_QUEUE] = deadline;
     config["queues"][KUBEFLOW_QUEUE] = kubeflow;
-    Ok(serde_norway::to_string(&config)?)
+    Ok(serde_yaml::to_string(&config)?)
 }
