@@ -1191,6 +1191,30 @@ fn scheduled_audit_renders_a_cronjob_with_read_only_rbac() {
             .iter()
             .any(|a| a == "--policy-reports")
     );
+
+    // OpenReports: the flag, and write access to openreports.io Reports instead of PolicyReports.
+    let objs = helm.render(&[
+        "--set-json",
+        r#"{"audit":{"enabled":true,"reportFormat":"openreports"}}"#,
+    ]);
+    let cron = of_kind(&objs, "CronJob");
+    let args = &cron[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--report-format=openreports"),
+        "{args}"
+    );
+    let role = audit_objects(&objs)
+        .into_iter()
+        .find(|o| kind(o) == "ClusterRole")
+        .expect("audit ClusterRole")
+        .to_string();
+    assert!(
+        role.contains("openreports.io") && !role.contains("wgpolicyk8s.io"),
+        "{role}"
+    );
 }
 
 #[test]
@@ -1200,6 +1224,7 @@ fn bad_audit_values_fail_at_install_time() {
         r#"{"audit":{"enabeld":true}}"#,
         r#"{"audit":{"enabled":true,"pageSize":0}}"#,
         r#"{"audit":{"enabled":true,"schedule":""}}"#,
+        r#"{"audit":{"enabled":true,"reportFormat":"openreport"}}"#,
     ] {
         let (ok, _, stderr) = helm.check(&["render", "--set-json", bad]);
         assert!(!ok, "values {bad} were accepted");

@@ -19,13 +19,57 @@ use std::collections::BTreeMap;
 
 pub(crate) use scan::{AuditOptions, run};
 
-/// Name of the PolicyReport written in each namespace.
+/// Name of the report written in each namespace.
 pub(crate) const POLICY_REPORT_NAME: &str = "launchgate";
-/// `source` of every PolicyReport result.
+/// `source` of every report result.
 pub(crate) const REPORT_SOURCE: &str = "launchgate";
-/// `wgpolicyk8s.io/v1alpha2`
-pub(crate) const POLICY_REPORT_GROUP: &str = "wgpolicyk8s.io";
-pub(crate) const POLICY_REPORT_VERSION: &str = "v1alpha2";
+
+/// Which report API the audit writes: the Policy WG's `wgpolicyk8s.io/v1alpha2` PolicyReport,
+/// or its successor `openreports.io/v1alpha1` Report (what Kyverno and Kubewarden moved to). The
+/// two carry the same results and summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReportFormat {
+    /// `wgpolicyk8s.io/v1alpha2` PolicyReport.
+    #[default]
+    PolicyReport,
+    /// `openreports.io/v1alpha1` Report.
+    OpenReports,
+}
+
+impl ReportFormat {
+    /// The API group.
+    pub fn group(self) -> &'static str {
+        match self {
+            ReportFormat::PolicyReport => "wgpolicyk8s.io",
+            ReportFormat::OpenReports => "openreports.io",
+        }
+    }
+    /// The API version.
+    pub fn version(self) -> &'static str {
+        match self {
+            ReportFormat::PolicyReport => "v1alpha2",
+            ReportFormat::OpenReports => "v1alpha1",
+        }
+    }
+    /// The kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            ReportFormat::PolicyReport => "PolicyReport",
+            ReportFormat::OpenReports => "Report",
+        }
+    }
+    /// The resource (plural).
+    pub fn plural(self) -> &'static str {
+        match self {
+            ReportFormat::PolicyReport => "policyreports",
+            ReportFormat::OpenReports => "reports",
+        }
+    }
+    /// `policyreports.wgpolicyk8s.io/v1alpha2`, for messages.
+    pub fn resource_name(self) -> String {
+        format!("{}.{}/{}", self.plural(), self.group(), self.version())
+    }
+}
 
 /// A kind of launch workload the audit lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,7 +379,12 @@ fn report_result(e: &AuditEntry, timestamp: i64) -> Value {
 /// (at most [`MAX_RESULTS_PER_REPORT`], the worst first) and the summary counts. With no
 /// entries it is the empty report that replaces one whose workloads are gone. `timestamp` is
 /// seconds since the epoch (the caller's clock: this function reads none).
-pub(crate) fn policy_report(namespace: &str, entries: &[&AuditEntry], timestamp: i64) -> Value {
+pub(crate) fn policy_report(
+    format: ReportFormat,
+    namespace: &str,
+    entries: &[&AuditEntry],
+    timestamp: i64,
+) -> Value {
     let counts = Counts::of(entries.iter().copied());
     let mut ordered: Vec<&AuditEntry> = entries.to_vec();
     // Stable: listing order within each result.
@@ -345,9 +394,9 @@ pub(crate) fn policy_report(namespace: &str, entries: &[&AuditEntry], timestamp:
         .take(MAX_RESULTS_PER_REPORT)
         .map(|e| report_result(e, timestamp))
         .collect();
-    json!({
-        "apiVersion": format!("{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}"),
-        "kind": "PolicyReport",
+    let mut report = json!({
+        "apiVersion": format!("{}/{}", format.group(), format.version()),
+        "kind": format.kind(),
         "metadata": {
             "name": POLICY_REPORT_NAME,
             "namespace": namespace,
@@ -362,18 +411,23 @@ pub(crate) fn policy_report(namespace: &str, entries: &[&AuditEntry], timestamp:
             "skip": 0,
         },
         "results": results,
-    })
+    });
+    // A Report names the engine that made it (PolicyReport results do, one by one).
+    if format == ReportFormat::OpenReports {
+        report["source"] = json!(REPORT_SOURCE);
+    }
+    report
 }
 
-/// One `wgpolicyk8s.io/v1alpha2` PolicyReport per namespace that has launch workloads.
-pub fn policy_reports(entries: &[AuditEntry], timestamp: i64) -> Vec<Value> {
+/// One report (`format`) per namespace that has launch workloads.
+pub fn policy_reports(format: ReportFormat, entries: &[AuditEntry], timestamp: i64) -> Vec<Value> {
     let mut by_namespace: BTreeMap<&str, Vec<&AuditEntry>> = BTreeMap::new();
     for e in entries {
         by_namespace.entry(&e.namespace).or_default().push(e);
     }
     by_namespace
         .into_iter()
-        .map(|(namespace, entries)| policy_report(namespace, &entries, timestamp))
+        .map(|(namespace, entries)| policy_report(format, namespace, &entries, timestamp))
         .collect()
 }
 
@@ -586,7 +640,7 @@ mod tests {
             .into_iter()
             .filter_map(|o| evaluate(&policy, &JOB, o))
             .collect();
-        let reports = policy_reports(&entries, 1_700_000_000);
+        let reports = policy_reports(ReportFormat::PolicyReport, &entries, 1_700_000_000);
         assert_eq!(reports.len(), 2);
         let wandb = reports
             .iter()
@@ -651,7 +705,7 @@ mod tests {
         fail.name = "f".into();
         let mut entries: Vec<&AuditEntry> = vec![&pass; MAX_RESULTS_PER_REPORT];
         entries.push(&fail);
-        let report = policy_report("wandb", &entries, 0);
+        let report = policy_report(ReportFormat::PolicyReport, "wandb", &entries, 0);
         let results = report["results"].as_array().unwrap();
         assert_eq!(results.len(), MAX_RESULTS_PER_REPORT);
         assert_eq!(results[0]["result"], "fail");
@@ -659,7 +713,7 @@ mod tests {
         assert_eq!(report["summary"]["pass"], MAX_RESULTS_PER_REPORT);
         assert_eq!(report["summary"]["fail"], 1);
         // No workloads left: an empty report with zero counts.
-        let empty = policy_report("gone", &[], 0);
+        let empty = policy_report(ReportFormat::PolicyReport, "gone", &[], 0);
         assert_eq!(empty["results"], json!([]));
         assert_eq!(empty["summary"]["pass"], 0);
         assert_eq!(empty["metadata"]["namespace"], "gone");

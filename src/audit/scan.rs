@@ -1,13 +1,13 @@
 //! The I/O shell of the audit: list the launch workloads page by page through a
 //! `kube::Client` (read-only), judge each page with the pure [`super::evaluate`] and drop the
-//! objects, then optionally server-side apply the PolicyReports.
+//! objects, then optionally server-side apply the reports (PolicyReports or OpenReports).
 //!
 //! Memory stays bounded by one page of objects plus one small [`super::AuditEntry`] per launch
 //! workload. A kind whose CRD is not installed (Volcano, Kubeflow) is skipped with a note.
 
 use super::{
-    AuditEntry, AuditReport, LISTED_KINDS, ListedKind, POLICY_REPORT_GROUP, POLICY_REPORT_NAME,
-    POLICY_REPORT_VERSION, evaluate, policy_report, policy_reports,
+    AuditEntry, AuditReport, LISTED_KINDS, ListedKind, POLICY_REPORT_NAME, ReportFormat, evaluate,
+    policy_report, policy_reports,
 };
 use crate::policy::Policy;
 use anyhow::{Context, Result};
@@ -15,7 +15,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::Value;
 use std::io::Write;
 
-/// Field manager of the PolicyReports launchgate applies.
+/// Field manager of the reports launchgate applies.
 pub(crate) const FIELD_MANAGER: &str = "launchgate-audit";
 
 /// How to run an audit.
@@ -25,8 +25,10 @@ pub struct AuditOptions {
     pub namespace: Option<String>,
     /// Objects per list request (`limit`); the `continue` token fetches the next page.
     pub page_size: u32,
-    /// Server-side apply one PolicyReport per namespace (needs the wgpolicyk8s.io CRD).
+    /// Server-side apply one report per namespace (needs the report format's CRD).
     pub write_policy_reports: bool,
+    /// Which report API to write.
+    pub report_format: ReportFormat,
     /// Print a progress line on stderr (the CLI sets this when stderr is a terminal).
     pub progress: bool,
 }
@@ -37,6 +39,7 @@ impl Default for AuditOptions {
             namespace: None,
             page_size: 500,
             write_policy_reports: false,
+            report_format: ReportFormat::default(),
             progress: false,
         }
     }
@@ -174,7 +177,7 @@ async fn audit_kind(
 
 /// Lists every launch workload (Jobs, Volcano Jobs, PyTorchJobs, Pods without a launch owner),
 /// judges each against `policy` as a CREATE now (launchgate's mutation, then its validation)
-/// and returns the report; with `write_policy_reports`, also applies one PolicyReport per
+/// and returns the report; with `write_policy_reports`, also applies one report per
 /// namespace that has launch workloads. Reads nothing else and writes nothing else.
 pub async fn run(
     client: kube::Client,
@@ -199,19 +202,15 @@ pub async fn run(
     }
     progress.done();
     if opts.write_policy_reports {
-        if serves(
-            &client,
-            POLICY_REPORT_GROUP,
-            POLICY_REPORT_VERSION,
-            "policyreports",
-        )
-        .await?
-        {
-            report.policy_reports = write_policy_reports(&client, &report.entries).await?;
+        let format = opts.report_format;
+        if serves(&client, format.group(), format.version(), format.plural()).await? {
+            report.policy_reports = write_policy_reports(&client, format, &report.entries).await?;
             clear_stale_reports(&client, opts, &mut report).await?;
         } else {
             report.notes.push(format!(
-                "the PolicyReport CRD (policyreports.{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}) is not installed: no reports written"
+                "the {} CRD ({}) is not installed: no reports written",
+                format.kind(),
+                format.resource_name()
             ));
         }
     }
@@ -221,14 +220,20 @@ pub async fn run(
 /// Server-side applies the reports; returns `namespace/name` of each.
 async fn write_policy_reports(
     client: &kube::Client,
+    format: ReportFormat,
     entries: &[AuditEntry],
 ) -> Result<Vec<String>> {
     let now = unix_now();
     let mut written = Vec::new();
-    for report in policy_reports(entries, now) {
-        written.push(apply_report(client, &report).await?);
+    for report in policy_reports(format, entries, now) {
+        written.push(apply_report(client, format, &report).await?);
     }
     Ok(written)
+}
+
+/// `/apis/<group>/<version>` of the report format.
+fn report_base(format: ReportFormat) -> String {
+    format!("/apis/{}/{}", format.group(), format.version())
 }
 
 fn unix_now() -> i64 {
@@ -238,20 +243,28 @@ fn unix_now() -> i64 {
 }
 
 /// Server-side applies one report; returns its `namespace/name`.
-async fn apply_report(client: &kube::Client, report: &Value) -> Result<String> {
+async fn apply_report(
+    client: &kube::Client,
+    format: ReportFormat,
+    report: &Value,
+) -> Result<String> {
     let namespace = report
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or_default();
     let request = kube::core::Request::new(format!(
-        "/apis/{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}/namespaces/{namespace}/policyreports"
+        "{}/namespaces/{namespace}/{}",
+        report_base(format),
+        format.plural()
     ));
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let req = request.patch(POLICY_REPORT_NAME, &params, &Patch::Apply(report))?;
-    client
-        .request::<Value>(req)
-        .await
-        .with_context(|| format!("applying PolicyReport {namespace}/{POLICY_REPORT_NAME}"))?;
+    client.request::<Value>(req).await.with_context(|| {
+        format!(
+            "applying {} {namespace}/{POLICY_REPORT_NAME}",
+            format.kind()
+        )
+    })?;
     Ok(format!("{namespace}/{POLICY_REPORT_NAME}"))
 }
 
@@ -262,10 +275,12 @@ async fn clear_stale_reports(
     opts: &AuditOptions,
     report: &mut AuditReport,
 ) -> Result<()> {
-    let base = format!("/apis/{POLICY_REPORT_GROUP}/{POLICY_REPORT_VERSION}");
+    let format = opts.report_format;
+    let base = report_base(format);
+    let plural = format.plural();
     let path = match &opts.namespace {
-        Some(ns) => format!("{base}/namespaces/{ns}/policyreports"),
-        None => format!("{base}/policyreports"),
+        Some(ns) => format!("{base}/namespaces/{ns}/{plural}"),
+        None => format!("{base}/{plural}"),
     };
     let request = kube::core::Request::new(path);
     let mut continue_token: Option<String> = None;
@@ -281,11 +296,11 @@ async fn clear_stale_reports(
             Ok(page) => page,
             Err(kube::Error::Api(s)) if s.code == 403 => {
                 report.notes.push(
-                    "not allowed to list PolicyReports: reports of namespaces without launch workloads were left as they were".into(),
+                    format!("not allowed to list {}: reports of namespaces without launch workloads were left as they were", format.resource_name()),
                 );
                 return Ok(());
             }
-            Err(e) => return Err(e).context("listing PolicyReports"),
+            Err(e) => return Err(e).context(format!("listing {}", format.resource_name())),
         };
         for item in page
             .get("items")
@@ -311,7 +326,7 @@ async fn clear_stale_reports(
     }
     let now = unix_now();
     for ns in stale {
-        let written = apply_report(client, &policy_report(&ns, &[], now)).await?;
+        let written = apply_report(client, format, &policy_report(format, &ns, &[], now)).await?;
         report.policy_reports.push(format!("{written} (emptied)"));
     }
     Ok(())

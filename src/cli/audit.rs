@@ -13,6 +13,13 @@ pub(crate) enum AuditFormat {
     Json,
 }
 
+/// `--report-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ReportFormatArg {
+    Policyreport,
+    Openreports,
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct AuditArgs {
     /// Config to judge against, e.g. the one you are about to roll out ("what would this change
@@ -28,10 +35,18 @@ pub(crate) struct AuditArgs {
     /// Objects per list request; the rest is fetched page by page.
     #[arg(long, default_value_t = 500)]
     pub(crate) page_size: u32,
-    /// Also write one wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (named `launchgate`),
-    /// when that CRD is installed.
+    /// Also write one report per namespace (named `launchgate`), when its CRD is installed.
     #[arg(long)]
     pub(crate) policy_reports: bool,
+    /// The report API: `policyreport` (wgpolicyk8s.io/v1alpha2 PolicyReport) or `openreports`
+    /// (openreports.io/v1alpha1 Report).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "policyreport",
+        env = "LAUNCHGATE_REPORT_FORMAT"
+    )]
+    pub(crate) report_format: ReportFormatArg,
     /// Exit 0 even when workloads would be denied (for a scheduled audit).
     #[arg(long)]
     pub(crate) no_fail: bool,
@@ -44,6 +59,10 @@ pub(crate) fn run(args: &AuditArgs) -> Result<ExitCode> {
         namespace: args.namespace.clone(),
         page_size: args.page_size.max(1),
         write_policy_reports: args.policy_reports,
+        report_format: match args.report_format {
+            ReportFormatArg::Policyreport => crate::audit::ReportFormat::PolicyReport,
+            ReportFormatArg::Openreports => crate::audit::ReportFormat::OpenReports,
+        },
         progress: std::io::stderr().is_terminal(),
     };
     let rt = tokio::runtime::Builder::new_current_thread()

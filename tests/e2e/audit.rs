@@ -1,11 +1,11 @@
 //! `launchgate audit` on a real API server: what a new config would break among the workloads
-//! already running, as a table and as PolicyReports.
+//! already running, as a table and as PolicyReports or OpenReports Reports.
 
 use crate::ctx::{Ctx, manifest};
 use anyhow::{Context, Result, ensure};
 use launchgate::Policy;
-use launchgate::audit::AuditResult;
 use launchgate::audit::scan::{AuditOptions, run};
+use launchgate::audit::{AuditResult, ReportFormat};
 use serde_json::{Value, json};
 
 /// A launch Job of the built-in queue asking for `gpus` GPUs.
@@ -154,6 +154,65 @@ pub async fn audit_judges_as_the_webhook_does(ctx: &Ctx) -> Result<()> {
     ensure!(
         linked.result == AuditResult::Fail && linked.message.contains("exceeds maximum 2"),
         "the pod with a non-controller owner: {linked:?}"
+    );
+    Ok(())
+}
+
+/// With `--report-format openreports` the audit writes an `openreports.io/v1alpha1` Report that
+/// the upstream CRD keeps whole, and empties it once the namespace's launch workloads are gone.
+pub async fn audit_writes_openreports_and_clears_them(ctx: &Ctx) -> Result<()> {
+    let large = ctx.create(&gpu_job("large", 3), false).await?;
+    let stricter = launchgate::policy::DEFAULT_CONFIG_YAML.replace(
+        "gpus: {type: integer, minimum: 0, maximum: 4, default: 1}",
+        "gpus: {type: integer, minimum: 0, maximum: 2, default: 1}",
+    );
+    let policy = Policy::from_yaml(&stricter).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let opts = AuditOptions {
+        namespace: Some(ctx.ns.clone()),
+        write_policy_reports: true,
+        report_format: ReportFormat::OpenReports,
+        ..AuditOptions::default()
+    };
+    let report = run(ctx.client.clone(), &policy, &opts).await?;
+    ensure!(
+        report.policy_reports == [format!("{}/launchgate", ctx.ns)],
+        "written: {:?}, notes: {:?}",
+        report.policy_reports,
+        report.notes
+    );
+    let reports =
+        ctx.api_for(&json!({"apiVersion": "openreports.io/v1alpha1", "kind": "Report"}))?;
+    let written = serde_json::to_value(reports.get("launchgate").await?)?;
+    ensure!(
+        written["source"] == "launchgate" && written["summary"]["fail"] == 1,
+        "report {written}"
+    );
+    let result = &written["results"][0];
+    ensure!(
+        result["result"] == "fail"
+            && result["policy"] == "gpu-queue"
+            && result["resources"][0]["uid"] == large["metadata"]["uid"]
+            && result["timestamp"]["seconds"]
+                .as_i64()
+                .is_some_and(|s| s > 0),
+        "result {result}"
+    );
+    // The Job goes (its pods with it): the next audit empties the namespace's Report.
+    let jobs = ctx.api_for(&large)?;
+    jobs.delete("large", &kube::api::DeleteParams::background())
+        .await?;
+    ctx.wait_for(
+        "the Job to be gone",
+        std::time::Duration::from_secs(30),
+        || async { Ok(ctx.get(&large, "large").await?.is_none()) },
+    )
+    .await?;
+    run(ctx.client.clone(), &policy, &opts).await?;
+    let cleared = serde_json::to_value(reports.get("launchgate").await?)?;
+    ensure!(
+        cleared["summary"]["fail"] == 0
+            && cleared["results"].as_array().is_none_or(|r| r.is_empty()),
+        "stale report {cleared}"
     );
     Ok(())
 }

@@ -89,6 +89,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(workloads::pasted_kubeflow_queue_config_is_enforced),
         e2e!(audit::audit_reports_what_a_new_config_would_break),
         e2e!(audit::audit_judges_as_the_webhook_does),
+        e2e!(audit::audit_writes_openreports_and_clears_them),
         e2e!(observability::a_denial_is_logged_evented_and_counted),
         e2e!(observability::a_dry_run_denial_writes_no_event),
         e2e!(semantics::controller_pods_are_not_judged_on_workload_rules),
