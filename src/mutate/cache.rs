@@ -16,7 +16,7 @@
 
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
-use crate::workload::edit::{self, Upsert};
+use crate::workload::edit::{self, Upsert, normalise_path};
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -210,13 +210,6 @@ impl CacheConfig {
     }
 }
 
-/// An absolute path with repeated and trailing slashes removed (`/srv//nfs/` → `/srv/nfs`), so
-/// two spellings of one NFS export or mount path compare equal.
-pub fn normalise_path(path: &str) -> String {
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    format!("/{}", parts.join("/"))
-}
-
 /// The cache mutator.
 pub const MUTATOR: Mutator = Mutator {
     name: "cache",
@@ -332,15 +325,7 @@ fn add_to_pod_spec(
                 } else {
                     cfg.mount_path.clone()
                 };
-                let occupied = mounts.is_some_and(|m| {
-                    m.iter().any(|m| {
-                        m.get("mountPath")
-                            .and_then(Value::as_str)
-                            .map(normalise_path)
-                            == Some(normalise_path(&path))
-                    })
-                });
-                if occupied {
+                if edit::mount_at(c, &path).is_some() {
                     findings.warn(format!(
                         "launchgate: {where_} already mounts something at {path}; the shared cache was not mounted there"
                     ));

@@ -20,7 +20,9 @@
 
 use super::{Findings, MutationContext, Mutator};
 use crate::quantity::Quantity;
-use crate::topology::guardrails::{GangAction, GuardrailsConfig, gang_shortfalls};
+use crate::topology::guardrails::{
+    GangAction, GuardrailsConfig, deadline_place, gang_shortfalls, run_deadline,
+};
 use crate::topology::indexed_job::{self, launcher_of};
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, ContainerRole, WorkloadKind, edit};
@@ -246,17 +248,7 @@ fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut F
             if slot.role != ContainerRole::App {
                 return;
             }
-            let mounts_shm = c
-                .get("volumeMounts")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .any(|m| {
-                    m.get("mountPath")
-                        .and_then(Value::as_str)
-                        .is_some_and(|p| p.trim_end_matches('/') == SHM_PATH)
-                });
-            if mounts_shm {
+            if edit::mount_at(c, SHM_PATH).is_some() {
                 mounted |= c
                     .get("volumeMounts")
                     .and_then(Value::as_array)
@@ -295,42 +287,12 @@ fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut F
     changed
 }
 
-/// Where a kind keeps its run's deadline: (JSON Pointer of the holder, key).
-fn deadline_place(kind: WorkloadKind) -> Option<(&'static str, &'static str)> {
-    match kind {
-        WorkloadKind::BatchJob | WorkloadKind::TrainJob => Some(("/spec", "activeDeadlineSeconds")),
-        WorkloadKind::PyTorchJob => Some(("/spec/runPolicy", "activeDeadlineSeconds")),
-        // No run-level deadline: every pod template's `activeDeadlineSeconds`.
-        WorkloadKind::VolcanoJob | WorkloadKind::JobSet => None,
-        WorkloadKind::Pod => Some(("/spec", "activeDeadlineSeconds")),
-    }
-}
-
-/// The run's deadline as written: the run's own, else one every pod template sets.
-pub fn has_deadline(kind: WorkloadKind, object: &Value) -> bool {
-    if let Some((holder, key)) = deadline_place(kind)
-        && object
-            .pointer(holder)
-            .and_then(|h| h.get(key))
-            .is_some_and(|v| !v.is_null())
-    {
-        return true;
-    }
-    let templates = workload::templates(kind, object);
-    !templates.is_empty()
-        && templates.iter().all(|(_, t)| {
-            t.get("spec")
-                .and_then(|s| s.get("activeDeadlineSeconds"))
-                .is_some_and(|v| !v.is_null())
-        })
-}
-
 fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> bool {
     let Some(seconds) = cfg(ctx).cost_ceiling.default_deadline_seconds else {
         return false;
     };
     // A controller's pod carries its workload's deadline; a child workload, its root's.
-    if ctx.child || has_deadline(ctx.kind, object) {
+    if ctx.child || run_deadline(ctx.kind, object).is_some() {
         return false;
     }
     match deadline_place(ctx.kind) {

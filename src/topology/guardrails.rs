@@ -148,6 +148,40 @@ impl GuardrailsConfig {
     }
 }
 
+/// Where a kind keeps its run's deadline: (JSON Pointer of the holder, key); `None` for the
+/// kinds without one (Volcano Job, JobSet), whose pod templates each carry theirs.
+pub fn deadline_place(kind: WorkloadKind) -> Option<(&'static str, &'static str)> {
+    match kind {
+        WorkloadKind::BatchJob | WorkloadKind::TrainJob | WorkloadKind::Pod => {
+            Some(("/spec", "activeDeadlineSeconds"))
+        }
+        WorkloadKind::PyTorchJob => Some(("/spec/runPolicy", "activeDeadlineSeconds")),
+        WorkloadKind::VolcanoJob | WorkloadKind::JobSet => None,
+    }
+}
+
+/// The run's deadline in seconds as written: the run's own ([`deadline_place`]), else the
+/// longest of its pod templates' when every one sets one. The mutating webhook writes the
+/// queue's default where this is `None`; the GPU-hour cap multiplies by it.
+pub fn run_deadline(kind: WorkloadKind, object: &Value) -> Option<i64> {
+    if let Some((holder, key)) = deadline_place(kind)
+        && let Some(own) = object
+            .pointer(holder)
+            .and_then(|h| h.get(key))
+            .and_then(Value::as_i64)
+    {
+        return Some(own);
+    }
+    let templates = crate::workload::templates(kind, object);
+    if templates.is_empty() {
+        return None;
+    }
+    templates
+        .iter()
+        .map(|(_, t)| t.get("spec")?.get("activeDeadlineSeconds")?.as_i64())
+        .try_fold(0, |longest, d| d.map(|d| longest.max(d)))
+}
+
 /// Where a gang's minimum sits and what it must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GangShortfall {
@@ -379,6 +413,19 @@ mod tests {
             "queues:\n  q:\n    guardrails: {sharedMemory: {sizeLimit: 2Gi}}\n    limits:\n      fields:\n        - {path: 'containers[*].resources.limits.memory', type: quantity, maximum: 12Gi}\n",
         )
         .is_ok());
+    }
+
+    #[test]
+    fn deadlines_come_from_the_run_or_every_pod_template() {
+        let vc = json!({"spec": {"tasks": [
+            {"name": "a", "template": {"spec": {"activeDeadlineSeconds": 60}}},
+            {"name": "b", "template": {"spec": {"activeDeadlineSeconds": 90}}}]}});
+        assert_eq!(run_deadline(WorkloadKind::VolcanoJob, &vc), Some(90));
+        let mut half = vc.clone();
+        half["spec"]["tasks"][1]["template"]["spec"] = json!({});
+        assert_eq!(run_deadline(WorkloadKind::VolcanoJob, &half), None);
+        let pt = json!({"spec": {"runPolicy": {"activeDeadlineSeconds": 5}}});
+        assert_eq!(run_deadline(WorkloadKind::PyTorchJob, &pt), Some(5));
     }
 
     #[test]

@@ -4,33 +4,10 @@
 
 use super::check::gpus_at_once;
 use crate::topology::guardrails::{
-    GangAction, GuardrailEnforcement, GuardrailsConfig, gang_shortfalls,
+    GangAction, GuardrailEnforcement, GuardrailsConfig, gang_shortfalls, run_deadline,
 };
-use crate::workload::{self, WorkloadKind};
+use crate::workload::WorkloadKind;
 use serde_json::Value;
-
-/// The run's deadline in seconds: its own (`spec.activeDeadlineSeconds`,
-/// `spec.runPolicy.activeDeadlineSeconds`), else the longest of its pod templates' when every
-/// one sets one.
-pub fn run_deadline(kind: WorkloadKind, object: &Value) -> Option<i64> {
-    let own = [
-        "/spec/activeDeadlineSeconds",
-        "/spec/runPolicy/activeDeadlineSeconds",
-    ]
-    .into_iter()
-    .find_map(|p| object.pointer(p).and_then(Value::as_i64));
-    if own.is_some() {
-        return own;
-    }
-    let templates = workload::templates(kind, object);
-    if templates.is_empty() {
-        return None;
-    }
-    templates
-        .iter()
-        .map(|(_, t)| t.get("spec")?.get("activeDeadlineSeconds")?.as_i64())
-        .try_fold(0, |longest, d| d.map(|d| longest.max(d)))
-}
 
 /// How a workload breaks the queue's guardrails.
 #[derive(Debug, Default, PartialEq)]
@@ -147,18 +124,5 @@ mod tests {
             report.warnings[0].contains("192.00 GPU-hours"),
             "{report:?}"
         );
-    }
-
-    #[test]
-    fn deadlines_come_from_the_run_or_every_pod_template() {
-        let vc = json!({"spec": {"tasks": [
-            {"name": "a", "template": {"spec": {"activeDeadlineSeconds": 60}}},
-            {"name": "b", "template": {"spec": {"activeDeadlineSeconds": 90}}}]}});
-        assert_eq!(run_deadline(WorkloadKind::VolcanoJob, &vc), Some(90));
-        let mut half = vc.clone();
-        half["spec"]["tasks"][1]["template"]["spec"] = json!({});
-        assert_eq!(run_deadline(WorkloadKind::VolcanoJob, &half), None);
-        let pt = json!({"spec": {"runPolicy": {"activeDeadlineSeconds": 5}}});
-        assert_eq!(run_deadline(WorkloadKind::PyTorchJob, &pt), Some(5));
     }
 }

@@ -20,6 +20,23 @@ impl Upsert {
     }
 }
 
+/// An absolute path with repeated and trailing slashes removed (`/srv//nfs/` → `/srv/nfs`), so
+/// two spellings of one NFS export or mount path compare equal.
+pub fn normalise_path(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    format!("/{}", parts.join("/"))
+}
+
+/// The container's volume mount at `path` (paths compared normalised), if it has one.
+pub fn mount_at<'a>(container: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
+    let wanted = normalise_path(path);
+    container.get("volumeMounts")?.as_array()?.iter().find(|m| {
+        m.get("mountPath")
+            .and_then(Value::as_str)
+            .is_some_and(|p| normalise_path(p) == wanted)
+    })
+}
+
 /// `map[key]` as a mutable array, created when missing (or when not an array).
 pub fn array_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value> {
     let v = map.entry(key).or_insert_with(|| Value::Array(Vec::new()));
