@@ -12,12 +12,15 @@
 //! * [`validate`] — queue template limits.
 //! * [`judge`] — mutate, then validate the mutated object, as the API server does.
 //! * [`audit`] — judging the workloads already in a cluster (PolicyReports).
+//! * [`native`] — the policy compiled to ValidatingAdmissionPolicies and
+//!   MutatingAdmissionPolicies, with what stays in the webhook.
 //! * [`server`], [`cli`], [`certs`] — the HTTPS server, the offline CLI and certificate tooling.
 
 #![deny(missing_docs)]
 
 pub mod admission;
 pub mod audit;
+pub(crate) mod cel;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
@@ -26,6 +29,7 @@ pub(crate) mod json;
 pub(crate) mod judge;
 pub(crate) mod manifest;
 pub(crate) mod mutate;
+pub mod native;
 pub mod policy;
 pub mod quantity;
 pub mod review;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// `SAME_LAYER_USES`; otherwise only lower layers.
 const LAYERS: &[&[&str]] = &[
     // Parsing and reading `serde_json` values cheaply.
-    &["json"],
+    &["json", "cel"],
     // Leaves: wire types, the cluster view, config errors, quantities, certificates.
     &["admission", "cluster", "error", "quantity", "certs"],
     // The object view: where pod specs live, the one container walk, env reads, edits.
@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     // The pure core: request bytes + policy -> response bytes.
     &["review"],
     // Mutate-then-validate as the API server does it; offline manifests.
-    &["judge", "manifest"],
+    &["judge", "manifest", "native"],
     // Judging what a cluster already runs.
     &["audit"],
     // The shells.

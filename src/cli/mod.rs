@@ -69,6 +69,10 @@ pub(crate) enum Command {
         /// The config file; `-` for stdin.
         file: PathBuf,
     },
+    /// Compile the policy to native admission policies (ValidatingAdmissionPolicy,
+    /// MutatingAdmissionPolicy and their bindings) for `kubectl apply`; `--report` says, per
+    /// queue, what stays in the webhook and why.
+    CompileNative(NativeArgs),
     /// Print a shell completion script (`source <(launchgate completion bash)`).
     Completion {
         /// The shell.
@@ -83,6 +87,33 @@ pub(crate) enum Command {
     Certs(CertsArgs),
     /// Delete webhook configurations (the chart's pre-delete hook, before the pods go).
     DeleteWebhooks(DeleteWebhooksArgs),
+}
+
+/// Output format of `compile-native`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NativeFormat {
+    /// YAML documents (`---` between objects); the report as Markdown.
+    Yaml,
+    /// One JSON `List` of the objects; the report as JSON.
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct NativeArgs {
+    /// Config file (default: the built-in example policy); `-` for stdin.
+    #[arg(long, env = "LAUNCHGATE_CONFIG")]
+    pub(crate) config: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
+    pub(crate) output: NativeFormat,
+    /// Print the report (per queue: what runs natively, what stays in the webhook and why)
+    /// instead of the objects.
+    #[arg(long, conflicts_with = "equivalent_config")]
+    pub(crate) report: bool,
+    /// Print the config that makes the webhook decide exactly as the native policies (what
+    /// stays in the webhook turned off), to compare the two.
+    #[arg(long)]
+    pub(crate) equivalent_config: bool,
 }
 
 #[derive(Args, Debug)]
@@ -366,6 +397,53 @@ pub fn error_text(e: &anyhow::Error) -> String {
     text
 }
 
+fn compile_native(args: &NativeArgs) -> Result<ExitCode> {
+    let (policy, hash) = match &args.config {
+        None => (
+            Policy::embedded_default(),
+            crate::policy::config_hash(DEFAULT_CONFIG_YAML.as_bytes()),
+        ),
+        Some(path) => {
+            let text = inputs::read_input(path)?;
+            let policy = Policy::from_yaml(&text)
+                .map_err(|e| anyhow::anyhow!("config {}:\n{e}", path.display()))?;
+            (policy, crate::policy::config_hash(text.as_bytes()))
+        }
+    };
+    if args.equivalent_config {
+        let config = crate::native::native_subset(&policy);
+        match args.output {
+            NativeFormat::Yaml => out!("{}", serde_yaml::to_string(&config)?)?,
+            NativeFormat::Json => outln!("{}", serde_json::to_string_pretty(&config)?)?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let options = crate::native::Options {
+        config_hash: Some(hash),
+    };
+    let compiled = crate::native::compile(&policy, &options);
+    match (args.report, args.output) {
+        (true, NativeFormat::Yaml) => out!("{}", compiled.report.to_markdown())?,
+        (true, NativeFormat::Json) => {
+            outln!("{}", serde_json::to_string_pretty(&compiled.report)?)?
+        }
+        (false, NativeFormat::Yaml) => {
+            for object in &compiled.objects {
+                out!("---\n{}", serde_yaml::to_string(object)?)?;
+            }
+        }
+        (false, NativeFormat::Json) => outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": compiled.objects,
+            }))?
+        )?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs a parsed command line; `Ok` carries the exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
@@ -396,6 +474,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::ImportQueue(args) => import_queue::run(&args),
+        Command::CompileNative(args) => compile_native(&args),
         Command::Completion { shell } => {
             use clap::CommandFactory;
             let mut script = Vec::new();

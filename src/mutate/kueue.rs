@@ -41,7 +41,7 @@ pub struct KueueConfig {
 
 impl KueueConfig {
     /// The labels, in a fixed order.
-    fn labels(&self) -> Vec<(&'static str, String)> {
+    pub fn labels(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if let Some(q) = &self.local_queue {
             out.push((QUEUE_NAME_LABEL, q.clone()));

@@ -30,7 +30,7 @@ pub const OWNER_KINDS: [WorkloadKind; 5] = [
 ];
 
 /// The owner kinds whose controller makes objects of `kind`.
-fn owner_kinds_of(kind: WorkloadKind) -> &'static [WorkloadKind] {
+pub(crate) fn owner_kinds_of(kind: WorkloadKind) -> &'static [WorkloadKind] {
     match kind {
         WorkloadKind::Pod => &[
             WorkloadKind::BatchJob,
@@ -116,11 +116,11 @@ pub enum OwnerClaim {
 }
 
 /// Stands for the object's own `metadata.name` in [`owner_mark`]'s keys.
-const OWN_NAME: &str = "metadata.name";
+pub(crate) const OWN_NAME: &str = "metadata.name";
 
 /// The label (or annotation) the owner's controller sets to the owner's identity on what it
 /// makes, and which field of the owner reference it must equal.
-fn owner_mark(kind: WorkloadKind) -> (&'static [&'static str], &'static str) {
+pub(crate) fn owner_mark(kind: WorkloadKind) -> (&'static [&'static str], &'static str) {
     match kind {
         // The Job's generated selector: every pod it selects carries the Job's uid.
         WorkloadKind::BatchJob => (

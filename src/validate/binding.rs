@@ -147,7 +147,7 @@ fn named_list(kind: Option<WorkloadKind>) -> Option<&'static str> {
 }
 
 /// `spec.<list>[i]` at the start of a pod-template-relative path: (list, i, the rest).
-fn container_of(path: &FieldPath) -> Option<(&'static str, usize, &[Segment])> {
+pub(super) fn container_of(path: &FieldPath) -> Option<(&'static str, usize, &[Segment])> {
     match path.0.as_slice() {
         [
             Segment::Key(spec),
@@ -322,6 +322,26 @@ impl TemplateShape {
             }
             _ => path::resolve(object, "", &path.0),
         }
+    }
+
+    /// What binds the template position `template_path` (`path` relative to its pod
+    /// template): the role its pod template stands for when the template has several (else it
+    /// applies to every pod template), and the name of the template container `(list, index)`.
+    pub(super) fn binding_of(
+        &self,
+        template_path: &FieldPath,
+        path: &FieldPath,
+        container: Option<(&'static str, usize)>,
+    ) -> (Option<&str>, Option<&str>) {
+        let prefix = &template_path.0[..template_path.0.len().saturating_sub(path.0.len())];
+        let source = self.pod_templates.iter().find(|t| t.path.0 == prefix);
+        let role = source
+            .and_then(|s| s.role.as_deref())
+            .filter(|_| self.pod_templates.len() > 1);
+        let name = container
+            .and_then(|key| source.and_then(|s| s.names.get(&key)))
+            .map(String::as_str);
+        (role, name)
     }
 
     /// True when the template's pod template `source` applies to the workload's `template`.

@@ -626,7 +626,7 @@ pub fn gpus_at_once(kind: WorkloadKind, object: &Value) -> Option<(Quantity, Vec
 
 /// True for a location checked on a controller-made Pod: inside the pod template, except the
 /// pod's name, which the controller chooses (`generateName`).
-fn is_per_pod(anchor: Anchor, path: &FieldPath) -> bool {
+pub(super) fn is_per_pod(anchor: Anchor, path: &FieldPath) -> bool {
     let controller_named = matches!(
         path.0.as_slice(),
         [Segment::Key(m), Segment::Key(n)] if m == "metadata" && (n == "name" || n == "generateName")

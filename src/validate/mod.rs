@@ -21,6 +21,7 @@ mod check;
 pub mod distributed;
 pub mod guardrails;
 mod known_fields;
+pub mod native;
 pub mod path;
 pub mod schema;
 pub mod template;

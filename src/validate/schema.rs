@@ -59,6 +59,16 @@ enum Allowed {
     Strings(Vec<String>),
 }
 
+/// A schema's parts: bounds and numeric enum members as (canonical quantity, as written).
+pub(super) struct SchemaParts<'a> {
+    pub value_type: ValueType,
+    pub minimum: Option<(String, String)>,
+    pub maximum: Option<(String, String)>,
+    pub strings: Option<&'a [String]>,
+    pub numbers: Option<Vec<(String, String)>>,
+    pub required: bool,
+}
+
 /// A compiled schema.
 #[derive(Debug, Clone)]
 pub struct Schema {
@@ -116,6 +126,26 @@ fn written_text(value: &Value) -> String {
 impl Schema {
     pub fn value_type(&self) -> ValueType {
         self.value_type
+    }
+
+    /// The schema's parts, for writing it in another language (native admission policies):
+    /// bounds and numeric enum members as (canonical quantity, as written).
+    pub(super) fn parts(&self) -> SchemaParts<'_> {
+        let pair = |w: &Written| (w.value.to_string(), w.text.clone());
+        SchemaParts {
+            value_type: self.value_type,
+            minimum: self.minimum.as_ref().map(pair),
+            maximum: self.maximum.as_ref().map(pair),
+            strings: match &self.allowed {
+                Some(Allowed::Strings(s)) => Some(s.as_slice()),
+                _ => None,
+            },
+            numbers: match &self.allowed {
+                Some(Allowed::Numbers(n)) => Some(n.iter().map(pair).collect()),
+                _ => None,
+            },
+            required: self.required,
+        }
     }
 
     /// Compiles the keys found at `at` (e.g. `queues.q.limits.variables.gpus`).

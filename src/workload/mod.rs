@@ -65,6 +65,42 @@ impl WorkloadKind {
         }
     }
 
+    /// The kind's API group, version and resource (plural), as admission rules name them.
+    pub fn api_resource(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Self::Pod => ("", "v1", "pods"),
+            Self::BatchJob => ("batch", "v1", "jobs"),
+            Self::VolcanoJob => ("batch.volcano.sh", "v1alpha1", "jobs"),
+            Self::PyTorchJob => ("kubeflow.org", "v1", "pytorchjobs"),
+            Self::JobSet => ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+            Self::TrainJob => ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+        }
+    }
+
+    /// The object's `kind` (a Volcano Job is a `Job` of its own group).
+    pub fn api_kind(self) -> &'static str {
+        match self {
+            Self::Pod => "Pod",
+            Self::BatchJob | Self::VolcanoJob => "Job",
+            Self::PyTorchJob => "PyTorchJob",
+            Self::JobSet => "JobSet",
+            Self::TrainJob => "TrainJob",
+        }
+    }
+
+    /// The object's `apiVersion` (`batch/v1`, `v1`).
+    pub fn api_version(self) -> String {
+        match self.api_resource() {
+            ("", version, _) => version.to_string(),
+            (group, version, _) => format!("{group}/{version}"),
+        }
+    }
+
+    /// The kind's API group (`""` for core).
+    pub fn api_group(self) -> &'static str {
+        self.api_resource().0
+    }
+
     /// True for the kinds that own pod templates (everything but a Pod).
     pub fn is_job(self) -> bool {
         !matches!(self, Self::Pod)

@@ -1,0 +1,500 @@
+//! The policy compiled to Kubernetes' native admission policies: per queue, a
+//! `ValidatingAdmissionPolicy` (its limits) and a `MutatingAdmissionPolicy` (the static
+//! mutations), each with its binding, matching exactly the requests the webhook acts on.
+//!
+//! They run inside the API server: no network hop, no certificates, no outage when a webhook
+//! pod is down. What CEL cannot decide the way the webhook does stays in the webhook, and the
+//! [`Report`] says what, per queue, and why — so an operator knows what a webhook outage
+//! would cost. [`native_subset`] is the policy the webhook would run if it did only what the
+//! native policies do: the two decide alike on every request (the differential suite on a real
+//! API server compares them).
+
+mod mutations;
+mod select;
+
+use crate::mutate::labels::queue_label_value;
+use crate::policy::{Config, Policy, Queue};
+use crate::topology::guardrails::GangAction;
+use crate::validate::Enforcement;
+use serde_json::{Value, json};
+
+/// The label every generated object carries (what `prune` selects).
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "launchgate");
+/// The annotation naming the config key of the queue an object is for.
+pub const QUEUE_KEY_ANNOTATION: &str = "launchgate.io/queue-key";
+
+/// Something the webhook does that the native policies do not.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Gap {
+    /// What it is: a config key (`queues.gpu-queue.pytorch`) or a behaviour.
+    pub what: String,
+    /// Why CEL does not do it here.
+    pub why: String,
+}
+
+/// What one queue's native policies do, and what stays in the webhook.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QueueReport {
+    /// The queue's config key.
+    pub queue: String,
+    /// The native objects' names.
+    pub objects: Vec<String>,
+    /// What runs natively, in words.
+    pub native: Vec<String>,
+    /// What stays in the webhook for this queue.
+    #[serde(rename = "webhookOnly")]
+    pub webhook_only: Vec<Gap>,
+}
+
+/// The compiler's report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// The kinds the native policies cover.
+    pub kinds: Vec<&'static str>,
+    /// What stays in the webhook for every queue.
+    #[serde(rename = "webhookOnly")]
+    pub webhook_only: Vec<Gap>,
+    /// Per queue.
+    pub queues: Vec<QueueReport>,
+}
+
+/// The compiled policies.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// The objects, in the order to apply them (each policy before its binding).
+    pub objects: Vec<Value>,
+    /// What they do, and what stays in the webhook.
+    pub report: Report,
+}
+
+/// A DNS-subdomain name part for a queue key: the key itself when it is one, else its valid
+/// characters lowercased and a hash of the key (as for the queue label).
+fn slug(key: &str) -> String {
+    let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    if !key.is_empty()
+        && key.len() <= 40
+        && key.chars().all(valid)
+        && !key.starts_with('-')
+        && !key.ends_with('-')
+    {
+        return key.to_string();
+    }
+    let hash = key.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let mapped: String = key
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if valid(c) { c } else { '-' })
+        .collect();
+    let mut prefix = mapped.trim_matches('-').to_string();
+    prefix.truncate(30);
+    let prefix = prefix.trim_matches('-');
+    if prefix.is_empty() {
+        format!("q-{hash:08x}")
+    } else {
+        format!("{prefix}-{hash:08x}")
+    }
+}
+
+/// Compile options.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The hash of the config file compiled (an annotation on every object), if known.
+    pub config_hash: Option<String>,
+}
+
+fn metadata(name: &str, queue: &Queue, options: &Options) -> Value {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(QUEUE_KEY_ANNOTATION.into(), json!(queue.key));
+    if let Some(hash) = &options.config_hash {
+        annotations.insert("launchgate.io/config-hash".into(), json!(hash));
+    }
+    json!({
+        "name": name,
+        "labels": {
+            MANAGED_BY.0: MANAGED_BY.1,
+            crate::mutate::labels::QUEUE_LABEL: queue_label_value(&queue.name),
+        },
+        "annotations": annotations,
+    })
+}
+
+fn resource_rules() -> Value {
+    Value::Array(
+        select::KINDS
+            .iter()
+            .map(|k| {
+                let (group, version, resource) = k.api_resource();
+                json!({
+                    "apiGroups": [group],
+                    "apiVersions": [version],
+                    "operations": ["CREATE"],
+                    "resources": [resource],
+                })
+            })
+            .collect(),
+    )
+}
+
+fn match_conditions(policy: &Policy, queue: &Queue) -> Value {
+    Value::Array(
+        select::match_conditions(policy, queue)
+            .into_iter()
+            .map(|(name, expression)| json!({"name": name, "expression": expression}))
+            .collect(),
+    )
+}
+
+/// What the webhook does for every queue that the native policies do not.
+fn everywhere() -> Vec<Gap> {
+    let gap = |what: &str, why: &str| Gap {
+        what: what.into(),
+        why: why.into(),
+    };
+    vec![
+        gap(
+            "TrainJob",
+            "a TrainJob's pods come from its training runtime: launchgate writes its defaults into a runtime patch whose shape depends on the runtime",
+        ),
+        gap(
+            "UPDATE",
+            "re-validating an UPDATE (Kueue's admission, a resize) reports only what the update changed, which needs the old object's violations; native policies judge CREATE",
+        ),
+        gap(
+            "launchgate.io/mutations annotation",
+            "the decision trail lists the mutations that changed something; native mutations write the queue label only",
+        ),
+        gap(
+            "warnings, metrics, events and the decision log",
+            "a native mutation cannot warn (an unconfigured queue, a privileged container left as is); the API server's own apiserver_admission_* metrics count native policies",
+        ),
+        gap(
+            "backoffLimit intent from kubectl's last-applied-configuration",
+            "CEL cannot parse the annotation's JSON: the native policy reads the text `\"backoffLimit\":` in it, so a label or annotation key named backoffLimit there also counts as written",
+        ),
+    ]
+}
+
+/// What stays in the webhook for `queue` (its mutations; its limits add their own).
+fn queue_gaps(queue: &Queue) -> Vec<Gap> {
+    let at = format!("queues.{}", queue.key);
+    let c = &queue.config;
+    let mut out = Vec::new();
+    let mut gap = |key: &str, why: &str| {
+        out.push(Gap {
+            what: format!("{at}.{key}"),
+            why: why.into(),
+        })
+    };
+    if c.cache.as_ref().is_some_and(|cache| cache.enabled) {
+        gap(
+            "cache",
+            "reusing a volume of the same claim or NFS export (paths compared normalised), leaving a mount point or an env var from envFrom alone, and the non-root mount path are not compiled",
+        );
+    }
+    if c.pytorch.enabled {
+        gap(
+            "pytorch",
+            "the distributed wiring reads the whole topology (master, ranks, world size) and, for controller-made pods, their workload (cluster lookups)",
+        );
+    }
+    let g = &c.guardrails;
+    if g.gang != GangAction::Off {
+        gap(
+            "guardrails.gang",
+            "the rendezvous size comes from the topology reading the wiring uses",
+        );
+    }
+    if g.preemption.enabled {
+        gap(
+            "guardrails.preemption",
+            "the podFailurePolicy also replaces the API's podReplacementPolicy default and depends on the restartPolicy of each replicated job",
+        );
+    }
+    if g.end_with_rank_zero {
+        gap(
+            "guardrails.endWithRankZero",
+            "only distributed Indexed Jobs, as the wiring recognises them",
+        );
+    }
+    if g.multi_gpu_warning {
+        gap(
+            "guardrails.multiGpuWarning",
+            "a warning: native mutations cannot warn",
+        );
+    }
+    if g.shared_memory.is_some() {
+        gap(
+            "guardrails.sharedMemory",
+            "the /dev/shm volume is skipped for containers whose memory limit is below it, with a warning",
+        );
+    }
+    if g.cost_ceiling.default_deadline_seconds.is_some() || g.cost_ceiling.max_gpu_hours.is_some() {
+        gap(
+            "guardrails.costCeiling",
+            "GPU-hours multiply the topology's GPUs at once by the run's deadline, with the deadline the mutation may have written",
+        );
+    }
+    if g.rendezvous_preflight {
+        gap(
+            "guardrails.rendezvousPreflight",
+            "reads Services from the cluster",
+        );
+    }
+    out
+}
+
+/// `config` restricted to what the native policies do: the policy the webhook would run if
+/// it did only that. (A queue's limits keep everything CEL checks; see `LimitsCel::subset`.)
+pub fn native_subset(policy: &Policy) -> Config {
+    let mut config = policy.config.clone();
+    for (key, qc) in config.queues.iter_mut() {
+        if let Some(cache) = qc.cache.as_mut() {
+            cache.enabled = false;
+        }
+        qc.pytorch.enabled = false;
+        let g = &mut qc.guardrails;
+        g.gang = GangAction::Off;
+        g.preemption.enabled = false;
+        g.end_with_rank_zero = false;
+        g.multi_gpu_warning = false;
+        g.shared_memory = None;
+        g.cost_ceiling.default_deadline_seconds = None;
+        g.cost_ceiling.max_gpu_hours = None;
+        g.rendezvous_preflight = false;
+        if let Some(queue) = policy.queue(key) {
+            let cel = queue.limits.to_cel(&queue.name, key, &[], "false");
+            qc.limits = cel.subset(&qc.limits);
+        }
+    }
+    config
+}
+
+/// Compiles `policy` to native admission policies.
+pub fn compile(policy: &Policy, options: &Options) -> Compiled {
+    let sidecars = &policy.config.match_rules.sidecar_containers;
+    let child = select::is_verified_child(policy);
+    let specs = select::specs();
+    let mut objects = Vec::new();
+    let mut queues = Vec::new();
+    for queue in policy.queues.values() {
+        let base = format!("launchgate-{}", slug(&queue.key));
+        let mut report = QueueReport {
+            queue: queue.key.clone(),
+            objects: Vec::new(),
+            native: Vec::new(),
+            webhook_only: queue_gaps(queue),
+        };
+        let variables = json!([
+            {"name": "specs", "expression": specs},
+            {"name": "child", "expression": child},
+        ]);
+
+        // Mutations.
+        let mut mutations = Vec::new();
+        if let Some(expr) = mutations::security_context(queue) {
+            mutations.push(expr);
+            report
+                .native
+                .push("container and pod securityContext defaults".into());
+        }
+        if let Some(expr) = mutations::job_defaults(queue, "variables.child") {
+            mutations.push(expr);
+            report.native.push(
+                "Job, Volcano Job, PyTorchJob and JobSet defaults (backoffLimit, ttlSecondsAfterFinished, restartPolicy, maxRetry, failurePolicy.maxRestarts)"
+                    .into(),
+            );
+        }
+        mutations.push(mutations::labels(queue, "variables.child"));
+        report.native.push(if queue.config.kueue.is_some() {
+            "the launchgate.io/queue label and the Kueue labels".to_string()
+        } else {
+            "the launchgate.io/queue label".to_string()
+        });
+        let name = format!("{base}-mutate");
+        objects.push(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": metadata(&name, queue, options),
+            "spec": {
+                // A mutation that cannot be evaluated leaves the object as it is, as the
+                // webhook's mutations never deny.
+                "failurePolicy": "Ignore",
+                "reinvocationPolicy": "IfNeeded",
+                "matchConstraints": {"resourceRules": resource_rules()},
+                "matchConditions": match_conditions(policy, queue),
+                "variables": variables,
+                "mutations": mutations.iter().map(|expression| json!({
+                    "patchType": "JSONPatch",
+                    "jsonPatch": {"expression": expression},
+                })).collect::<Vec<_>>(),
+            },
+        }));
+        objects.push(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": metadata(&name, queue, options),
+            "spec": {"policyName": name},
+        }));
+        report.objects.push(name);
+
+        // Limits.
+        let at = format!("queues.{}.limits", queue.key);
+        let cel = queue
+            .limits
+            .to_cel(&queue.name, &at, sidecars, "variables.child");
+        report
+            .webhook_only
+            .extend(cel.gaps.iter().map(|(what, why)| Gap {
+                what: what.clone(),
+                why: why.clone(),
+            }));
+        if !cel.checks.is_empty() {
+            let enforcement = queue.config.limits.enforcement;
+            let name = format!("{base}-limits");
+            let mut variables = vec![
+                json!({"name": "specs", "expression": specs}),
+                json!({"name": "child", "expression": child}),
+            ];
+            for (var, expression) in &cel.variables {
+                variables.push(json!({"name": var, "expression": expression}));
+            }
+            let all: Vec<String> = cel
+                .checks
+                .iter()
+                .map(|c| format!("variables.{c}"))
+                .collect();
+            variables.push(json!({"name": "violations", "expression": all.join(" + ")}));
+            report
+                .native
+                .extend(cel.described.iter().map(|d| format!("limit: {d}")));
+            objects.push(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": metadata(&name, queue, options),
+                "spec": {
+                    // A deny queue fails closed; a warn or audit queue never blocks a run.
+                    "failurePolicy": if enforcement == Enforcement::Deny { "Fail" } else { "Ignore" },
+                    "matchConstraints": {"resourceRules": resource_rules()},
+                    "matchConditions": match_conditions(policy, queue),
+                    "variables": variables,
+                    "validations": [{
+                        "expression": "size(variables.violations) == 0",
+                        "messageExpression": "variables.violations.join('; ')",
+                        "reason": "Forbidden",
+                    }],
+                },
+            }));
+            objects.push(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": metadata(&name, queue, options),
+                "spec": {
+                    "policyName": name,
+                    "validationActions": [match enforcement {
+                        Enforcement::Deny => "Deny",
+                        Enforcement::Warn => "Warn",
+                        Enforcement::Audit => "Audit",
+                    }],
+                },
+            }));
+            report.objects.push(name);
+        }
+        queues.push(report);
+    }
+    Compiled {
+        objects,
+        report: Report {
+            kinds: select::KINDS.iter().map(|k| k.as_str()).collect(),
+            webhook_only: everywhere(),
+            queues,
+        },
+    }
+}
+
+impl Report {
+    /// The report as Markdown: per queue, what runs natively and what a webhook outage costs.
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "Native policies cover: {}.\n\nIn the webhook only, for every queue:\n",
+            self.kinds.join(", ")
+        ));
+        for gap in &self.webhook_only {
+            out.push_str(&format!("- {}: {}\n", gap.what, gap.why));
+        }
+        for q in &self.queues {
+            out.push_str(&format!(
+                "\n## queue {}\n\nNative ({}):\n",
+                q.queue,
+                q.objects.join(", ")
+            ));
+            for n in &q.native {
+                out.push_str(&format!("- {n}\n"));
+            }
+            if q.webhook_only.is_empty() {
+                out.push_str("\nWebhook only: nothing else.\n");
+            } else {
+                out.push_str("\nWebhook only (not done while the webhook is down):\n");
+                for gap in &q.webhook_only {
+                    out.push_str(&format!("- {}: {}\n", gap.what, gap.why));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dns_subdomains() {
+        assert_eq!(slug("gpu-queue"), "gpu-queue");
+        let s = slug("acme/Team A");
+        assert!(s.starts_with("acme-team-a-"), "{s}");
+        assert!(
+            s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+        assert_ne!(slug("a/b"), slug("a-b"));
+    }
+
+    #[test]
+    fn the_example_policy_compiles_with_a_report() {
+        let compiled = compile(&Policy::embedded_default(), &Options::default());
+        let kinds: Vec<&str> = compiled
+            .objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "MutatingAdmissionPolicy",
+                "MutatingAdmissionPolicyBinding",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding"
+            ]
+        );
+        let q = &compiled.report.queues[0];
+        assert!(
+            q.webhook_only
+                .iter()
+                .any(|g| g.what == "queues.gpu-queue.pytorch")
+        );
+        assert!(compiled.report.to_markdown().contains("## queue gpu-queue"));
+    }
+
+    #[test]
+    fn the_subset_turns_off_what_stays_in_the_webhook() {
+        let subset = native_subset(&Policy::embedded_default());
+        let q = &subset.queues["gpu-queue"];
+        assert!(!q.pytorch.enabled);
+        assert!(!q.cache.as_ref().unwrap().enabled);
+        assert!(q.guardrails.shared_memory.is_none());
+        assert!(Policy::from_config(subset).is_ok());
+    }
+}
