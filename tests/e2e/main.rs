@@ -22,6 +22,7 @@ mod ctx;
 mod guardrails;
 mod jobset_order;
 mod launch_stack;
+mod native;
 mod observability;
 mod pytorch_guarantees;
 mod safety;
@@ -113,6 +114,9 @@ fn tests() -> Vec<E2eTest> {
         e2e!(guardrails::a_run_ends_when_rank_zero_ends),
         e2e!(guardrails::a_run_gets_a_deadline_and_an_over_cap_run_is_denied),
         e2e!(guardrails::the_rendezvous_service_is_preflighted),
+        e2e!(native::compiled_policies_apply_to_the_api_server),
+        e2e!(native::native_policies_decide_as_the_webhook_does),
+        e2e!(native::hybrid_mode_enforces_while_the_webhook_is_down),
     ]
 }
 

@@ -52,19 +52,36 @@ impl Launchgate {
     /// Starts `launchgate serve` with the suite's config, its cluster lookups reading the API
     /// server of `kubeconfig`, and waits until it is ready.
     pub async fn start(dir: &Path, kubeconfig: &Path, host: &str) -> Result<Launchgate> {
+        Self::start_with(dir, Some(kubeconfig), host, &suite_config()?).await
+    }
+
+    /// Starts `launchgate serve` with `config` (YAML) in `dir`; with a kubeconfig, its cluster
+    /// lookups and Events use that API server.
+    pub async fn start_with(
+        dir: &Path,
+        kubeconfig: Option<&Path>,
+        host: &str,
+        config_text: &str,
+    ) -> Result<Launchgate> {
         let config = dir.join("launchgate-config.yaml");
-        std::fs::write(&config, suite_config()?)?;
+        std::fs::write(&config, config_text)?;
         let port = free_port()?;
         let certs = dir.join("launchgate-certs");
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "serve".into(),
             format!("--listen={host}:{port}"),
             format!("--config={}", config.display()),
             format!("--dev-cert-dir={}", certs.display()),
             format!("--dev-cert-names={host}"),
-            "--cluster-lookups=true".into(),
-            // Denials and warnings as Kubernetes Events, written with the same kubeconfig.
-            "--events=true".into(),
+        ];
+        if kubeconfig.is_some() {
+            args.extend([
+                "--cluster-lookups=true".to_string(),
+                // Denials and warnings as Kubernetes Events, written with the same kubeconfig.
+                "--events=true".to_string(),
+            ]);
+        }
+        args.extend([
             "--log-format=json".into(),
             "--log-level=launchgate=debug,info".into(),
             "--reload-interval=1".into(),
@@ -73,19 +90,14 @@ impl Launchgate {
                 "--memory-budget-mib={}",
                 launchgate::server::budget::default_budget(Some(SUITE_MEMORY_LIMIT)) >> 20
             ),
-        ];
+        ]);
         // LAUNCHGATE_E2E_BIN: another build of launchgate (e.g. target/release/launchgate, to
         // measure the API server's view of an optimised binary).
         let bin = std::env::var_os("LAUNCHGATE_E2E_BIN")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_launchgate").into());
-        let mut proc = Proc::spawn(
-            "launchgate",
-            &bin,
-            &args,
-            &[("KUBECONFIG", kubeconfig)],
-            dir,
-        )?;
+        let envs: Vec<(&str, &Path)> = kubeconfig.map(|k| ("KUBECONFIG", k)).into_iter().collect();
+        let mut proc = Proc::spawn("launchgate", &bin, &args, &envs, dir)?;
         let base = format!("https://{host}:{port}");
         let until = Instant::now() + Duration::from_secs(30);
         let ca_path = certs.join("ca.crt");
@@ -138,6 +150,18 @@ impl Launchgate {
 
     /// Registers the chart's webhook configurations, pointed at this server by URL.
     pub async fn register(&mut self, client: &Client, run: &str) -> Result<()> {
+        self.register_with(client, run, &[], None).await
+    }
+
+    /// [`Launchgate::register`], for namespaces that also match `namespace_exprs`, with
+    /// `failure_policy` on every webhook when given.
+    pub async fn register_with(
+        &mut self,
+        client: &Client,
+        run: &str,
+        namespace_exprs: &[Value],
+        failure_policy: Option<&str>,
+    ) -> Result<()> {
         let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
         for doc in chart_webhook_configurations()? {
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
@@ -158,8 +182,14 @@ impl Launchgate {
                     .pointer_mut("/namespaceSelector/matchExpressions")
                     .and_then(Value::as_array_mut)
                     .context("chart webhook without namespaceSelector.matchExpressions")?;
-                // Namespaces of this run's own bookkeeping and "not installed yet" ones.
-                exprs.push(json!({"key": UNREGISTERED_LABEL, "operator": "DoesNotExist"}));
+                if namespace_exprs.is_empty() {
+                    // Namespaces of this run's own bookkeeping and "not installed yet" ones.
+                    exprs.push(json!({"key": UNREGISTERED_LABEL, "operator": "DoesNotExist"}));
+                }
+                exprs.extend(namespace_exprs.iter().cloned());
+                if let Some(policy) = failure_policy {
+                    hook["failurePolicy"] = json!(policy);
+                }
             }
             let resource = ApiResource::from_gvk_with_plural(
                 &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind),
@@ -208,7 +238,7 @@ pub fn chart_webhook_configurations() -> Result<Vec<Value>> {
 
 /// The built-in policy plus variants of its queue (one that only warns, one with a deadline
 /// cap) and a queue made from the W&B docs' Kubeflow queue config.
-fn suite_config() -> Result<String> {
+pub fn suite_config() -> Result<String> {
     let mut config: Value = serde_yaml::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
     let default_queue = config["defaultQueue"]
         .as_str()

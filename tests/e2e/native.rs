@@ -1,0 +1,559 @@
+//! Native admission policies on the real API server: what `compile-native` writes applies
+//! cleanly; alone, it decides every recorded workload of every suite queue exactly as the
+//! webhook does (running the config that leaves out what the report says stays in the
+//! webhook); and in hybrid mode it keeps enforcing limits and static mutations while the
+//! webhook is down.
+
+use crate::ctx::{Ctx, manifest, resource_for};
+use crate::webhook::{Launchgate, suite_config};
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use launchgate::Policy;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The namespace label the differential and hybrid tests bind their webhooks and policies to.
+const SELECT_LABEL: &str = "e2e.launchgate.io/native";
+
+fn admission_resource(kind: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+        &match kind.to_lowercase().strip_suffix('y') {
+            Some(stem) => format!("{stem}ies"),
+            None => format!("{}s", kind.to_lowercase()),
+        },
+    )
+}
+
+/// `launchgate compile-native -o json` for the config at `path`: its objects.
+fn compile_with_cli(path: &std::path::Path) -> Result<Vec<Value>> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args(["compile-native", "-o", "json", "--config"])
+        .arg(path)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "compile-native {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Value = serde_json::from_slice(&out.stdout)?;
+    Ok(list["items"].as_array().cloned().unwrap_or_default())
+}
+
+/// Every queue config the tests use: the built-in example, the suite's queues, and a policy
+/// per recorded W&B queue config (its template pasted as-is, `gpus` 0..4).
+fn test_configs() -> Result<Vec<(String, String)>> {
+    let mut out = vec![
+        (
+            "the built-in example".to_string(),
+            launchgate::policy::DEFAULT_CONFIG_YAML.to_string(),
+        ),
+        ("the e2e suite's queues".to_string(), suite_config()?),
+    ];
+    let dir = crate::common::root().join("tests/fixtures/wandb-queues");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    files.sort();
+    for file in files {
+        let name = file
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        // A Terraform state lists queues; the others are one queue's config each.
+        if name == "terraform-show.json" {
+            continue;
+        }
+        let template = std::fs::read_to_string(&file)?;
+        let config = json!({
+            "defaultQueue": "q",
+            "queues": {"q": {"limits": {"template": template,
+                "variables": {"gpus": {"type": "integer", "minimum": 0, "maximum": 4}}}}},
+        });
+        out.push((name, serde_yaml::to_string(&config)?));
+    }
+    Ok(out)
+}
+
+/// `compile-native` output applies to the API server (`kubectl apply --dry-run=server`) for
+/// every config the tests use.
+pub async fn compiled_policies_apply_to_the_api_server(ctx: &Ctx) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    for (what, text) in test_configs()? {
+        Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, &text)?;
+        let objects = compile_with_cli(&path)?;
+        ensure!(!objects.is_empty(), "{what}: nothing compiled");
+        for object in objects {
+            let kind = object["kind"].as_str().unwrap_or_default().to_string();
+            let api: Api<DynamicObject> =
+                Api::all_with(ctx.client.clone(), &admission_resource(&kind));
+            let pp = PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            };
+            api.create(&pp, &serde_json::from_value(object.clone())?)
+                .await
+                .with_context(|| {
+                    format!(
+                        "{what}: {kind} {}",
+                        object["metadata"]["name"].as_str().unwrap_or("")
+                    )
+                })?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates `obj` in namespace `ns` (optionally as a dry run).
+async fn create_in(
+    client: &kube::Client,
+    ns: &str,
+    obj: &Value,
+    dry_run: bool,
+) -> Result<Result<Value, kube::core::Status>> {
+    let mut obj = obj.clone();
+    obj["metadata"]["namespace"] = json!(ns);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource_for(&obj)?);
+    let pp = PostParams {
+        dry_run,
+        ..PostParams::default()
+    };
+    match api.create(&pp, &serde_json::from_value(obj)?).await {
+        Ok(created) => Ok(Ok(serde_json::to_value(created)?)),
+        Err(kube::Error::Api(e)) => Ok(Err(*e)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A namespace for this test that the suite's own webhook does not see, labelled for `tag`.
+async fn namespace(ctx: &Ctx, name: &str, tag: &str) -> Result<Ctx> {
+    let other = Ctx::new(ctx.env.clone(), name, false).await?;
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let patch = json!({"metadata": {"labels": {SELECT_LABEL: tag}}});
+    namespaces
+        .patch(&other.ns, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(other)
+}
+
+/// Creates the compiled native objects, their bindings narrowed to namespaces labelled `tag`;
+/// returns what to delete afterwards.
+async fn install_native(
+    client: &kube::Client,
+    objects: &[Value],
+    tag: &str,
+) -> Result<Vec<(ApiResource, String)>> {
+    let mut created = Vec::new();
+    // The validating policies first: once the mutating ones act, the others are in place too.
+    let validating = objects.iter().filter(|o| {
+        o["kind"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("Validating"))
+    });
+    let mutating = objects.iter().filter(|o| {
+        o["kind"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("Mutating"))
+    });
+    for object in validating.chain(mutating) {
+        let mut object = object.clone();
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        let name = format!(
+            "{}-{tag}",
+            object["metadata"]["name"].as_str().unwrap_or("")
+        );
+        object["metadata"]["name"] = json!(name);
+        if kind.ends_with("Binding") {
+            let policy = format!(
+                "{}-{tag}",
+                object["spec"]["policyName"].as_str().unwrap_or("")
+            );
+            object["spec"]["policyName"] = json!(policy);
+            object["spec"]["matchResources"] =
+                json!({"namespaceSelector": {"matchLabels": {SELECT_LABEL: tag}}});
+        }
+        let resource = admission_resource(&kind);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        api.create(&PostParams::default(), &serde_json::from_value(object)?)
+            .await
+            .with_context(|| format!("creating {kind} {name}"))?;
+        created.push((resource, name));
+    }
+    Ok(created)
+}
+
+async fn uninstall(client: &kube::Client, created: Vec<(ApiResource, String)>) {
+    for (resource, name) in created {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let _ = api.delete(&name, &Default::default()).await;
+    }
+}
+
+/// What a created object is, for comparing two of them: without identity, timestamps, field
+/// managers, the random token volume suffix, and the decision-trail annotation the native
+/// policies do not write (in the compiler's report).
+fn comparable(obj: &Value) -> Value {
+    let mut v = crate::workloads::comparable(obj);
+    // A name the API server generated differs from one create to the next.
+    if let (Some(_), Some(name)) = (
+        v["metadata"]["generateName"].as_str(),
+        v["metadata"]["name"].as_str().map(str::to_string),
+    ) {
+        let text = serde_json::to_string(&v)
+            .unwrap_or_default()
+            .replace(&name, "<generated>");
+        v = serde_json::from_str(&text).unwrap_or(v);
+    }
+    if let Some(meta) = v["metadata"].as_object_mut() {
+        meta.remove("namespace");
+        if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            a.remove("launchgate.io/mutations");
+            if a.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+    }
+    v
+}
+
+/// The limits a denial names: `variable "gpus"`, `field "…"`, `totals`,
+/// `maxActiveDeadlineSeconds`, `allowedRegistries: …` (the parentheses that name a limit).
+fn limits_named(message: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = message;
+    while let Some(open) = rest.find('(') {
+        let inner = &rest[open + 1..];
+        let Some(close) = inner.find(')') else { break };
+        let named = &inner[..close];
+        if [
+            "variable \"",
+            "field \"",
+            "totals",
+            "maxActiveDeadlineSeconds",
+            "allowedRegistries",
+            "allowedNamespaces",
+        ]
+        .iter()
+        .any(|p| named.starts_with(p))
+        {
+            out.insert(named.to_string());
+        }
+        rest = &inner[close + 1..];
+    }
+    out
+}
+
+/// The recorded workloads: the user-written manifests of every kind and the JobSet and
+/// TrainJob of the recorded admission requests, as a user submits them.
+fn recorded_workloads() -> Result<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    for file in [
+        "job-demo.yaml",
+        "indexed-job-ddp.yaml",
+        "wandb-job.yaml",
+        "vcjob.yaml",
+        "ptjob.yaml",
+        "pod-master-0.yaml",
+        "pod-worker-0.yaml",
+        "kaniko-pod.yaml",
+    ] {
+        out.push((file.to_string(), manifest(file)));
+    }
+    for file in ["create-jobset-ddp.json", "create-trainjob-llama-ft.json"] {
+        let review = crate::common::fixture_json(file);
+        let mut object = review["request"]["object"].clone();
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            for key in [
+                "uid",
+                "creationTimestamp",
+                "resourceVersion",
+                "managedFields",
+                "generation",
+                "namespace",
+            ] {
+                meta.remove(key);
+            }
+        }
+        if let Some(o) = object.as_object_mut() {
+            o.remove("status");
+        }
+        out.push((file.to_string(), object));
+    }
+    Ok(out)
+}
+
+/// Every container of every pod spec in `obj`.
+fn containers_mut(obj: &mut Value) -> Vec<&mut Value> {
+    fn walk<'a>(v: &'a mut Value, out: &mut Vec<&'a mut Value>) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    if (k == "containers" || k == "initContainers") && child.is_array() {
+                        out.extend(child.as_array_mut().into_iter().flatten());
+                    } else {
+                        walk(child, out);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(obj, &mut out);
+    out
+}
+
+/// The variants of one workload: as recorded, over the GPU and memory limits, from another
+/// registry, and without a deadline where one is set.
+fn variants(obj: &Value) -> Vec<(&'static str, Value)> {
+    let mut over = obj.clone();
+    for c in containers_mut(&mut over) {
+        c["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
+        c["resources"]["limits"]["memory"] = json!("13Gi");
+    }
+    if let Some(trainer) = over.pointer_mut("/spec/trainer") {
+        trainer["numNodes"] = json!(8);
+    }
+    let mut elsewhere = obj.clone();
+    for c in containers_mut(&mut elsewhere) {
+        c["image"] = json!("evil.example/miner:1");
+    }
+    vec![
+        ("as recorded", obj.clone()),
+        ("over the limits", over),
+        ("another registry", elsewhere),
+    ]
+}
+
+type Outcome = Result<Value, kube::core::Status>;
+
+/// How the webhook's and the native policies' outcomes for `obj` differ, if they do.
+fn difference(obj: &Value, by_webhook: Outcome, by_native: Outcome) -> Option<String> {
+    let trainjob = obj["kind"] == "TrainJob";
+    match (by_webhook, by_native) {
+        (_, Ok(native)) if trainjob => {
+            let label = "/metadata/labels/launchgate.io~1mutations";
+            (native.pointer(label).is_some()
+                || native["metadata"]["labels"] != obj["metadata"]["labels"])
+                .then(|| "the native policies touched a TrainJob".to_string())
+        }
+        (Ok(w), Ok(n)) => {
+            let (w, n) = (comparable(&w), comparable(&n));
+            (w != n).then(|| format!("admitted differently\n webhook: {w}\n  native: {n}"))
+        }
+        (Err(w), Err(n)) => {
+            let (lw, ln) = (limits_named(&w.message), limits_named(&n.message));
+            (w.code != n.code || lw != ln || lw.is_empty()).then(|| {
+                format!(
+                    "denied differently\n webhook: {} {}\n  native: {} {}",
+                    w.code, w.message, n.code, n.message
+                )
+            })
+        }
+        (Ok(_), Err(n)) => Some(format!("only the native policies deny: {}", n.message)),
+        (Err(w), Ok(_)) => Some(format!("only the webhook denies: {}", w.message)),
+    }
+}
+
+/// The webhook alone and the compiled policies alone, each in its own namespace, judge every
+/// recorded workload of every kind in every suite queue (as recorded, over the limits, from
+/// another registry): the stored objects are equal and the denials name the same limits. The
+/// webhook runs the equivalent config (`compile-native --equivalent-config`); what that
+/// leaves out is what the report lists. A TrainJob is the webhook's only: the native policies
+/// leave it alone.
+pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()> {
+    let policy = Policy::from_yaml(&suite_config()?).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let compiled = launchgate::native::compile(&policy, &Default::default());
+    ensure!(
+        compiled
+            .report
+            .webhook_only
+            .iter()
+            .any(|g| g.what == "TrainJob"),
+        "the report does not say TrainJobs stay in the webhook"
+    );
+    let equivalent = serde_yaml::to_string(&launchgate::native::native_subset(&policy))?;
+    let tag = format!("differential-{}", &ctx.ns[ctx.ns.len() - 4..]);
+    let webhook_ns = namespace(
+        ctx,
+        "native-differential-webhook",
+        &format!("{tag}-webhook"),
+    )
+    .await?;
+    let native_ns = namespace(ctx, "native-differential-native", &format!("{tag}-native")).await?;
+    let dir = tempfile::tempdir()?;
+    let mut webhook = Launchgate::start_with(dir.path(), None, "127.0.0.1", &equivalent).await?;
+    let mut installed = Vec::new();
+    let result = async {
+        webhook
+            .register_with(
+                &ctx.client,
+                &format!("{tag}-webhook"),
+                &[json!({"key": SELECT_LABEL, "operator": "In", "values": [format!("{tag}-webhook")]})],
+                None,
+            )
+            .await?;
+        installed = install_native(&ctx.client, &compiled.objects, &format!("{tag}-native")).await?;
+        // Both take effect a moment after they are created: every queue's mutation, and the
+        // denial of every deny queue.
+        let queues: Vec<String> = policy.queues.values().map(|q| q.name.clone()).collect();
+        for queue in &queues {
+            let mut probe = ctx.launch_pod("probe");
+            probe["metadata"]["labels"]["launchgate.io/queue"] = json!(queue);
+            // Within every queue's limits (one requires a deadline).
+            probe["spec"]["activeDeadlineSeconds"] = json!(60);
+            let mut over = probe.clone();
+            over["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "99"}});
+            let denies = policy.queues.values().any(|q| q.name == *queue && serde_json::to_value(q.config.limits.enforcement).ok() == Some(json!("deny")));
+            for (ns, what) in [(&webhook_ns.ns, "the webhook"), (&native_ns.ns, "the native policies")] {
+                ctx.wait_for(&format!("{what} to take effect for queue {queue}"), Duration::from_secs(30), || async {
+                    let made = create_in(&ctx.client, ns, &probe, true).await?;
+                    let mutated = made.is_ok_and(|p| p.pointer("/metadata/labels/launchgate.io~1queue").is_some());
+                    let denied = !denies || create_in(&ctx.client, ns, &over, true).await?.is_err();
+                    Ok(mutated && denied)
+                })
+                .await?;
+            }
+        }
+        let mut differences = Vec::new();
+        let mut judged = 0;
+        for (file, object) in recorded_workloads()? {
+            for queue in &queues {
+                for (variant, mut obj) in variants(&object) {
+                    obj["metadata"]["labels"]["launchgate.io/queue"] = json!(queue);
+                    let what = format!("{file} in queue {queue}, {variant}");
+                    judged += 1;
+                    // The API server loads new policies and bindings a moment after they are
+                    // created, resource by resource: a difference counts when it persists.
+                    let mut attempt = 0;
+                    let difference = loop {
+                        let by_webhook = create_in(&ctx.client, &webhook_ns.ns, &obj, true).await?;
+                        let by_native = create_in(&ctx.client, &native_ns.ns, &obj, true).await?;
+                        let found = difference(&obj, by_webhook, by_native);
+                        attempt += 1;
+                        if found.is_none() || attempt == 5 {
+                            break found;
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    };
+                    if let Some(difference) = difference {
+                        differences.push(format!("{what}: {difference}"));
+                    }
+                }
+            }
+        }
+        ensure!(judged > 100, "only {judged} cases judged");
+        if !differences.is_empty() {
+            bail!("{} of {judged} cases differ:\n{}", differences.len(), differences.join("\n"));
+        }
+        Ok(())
+    }
+    .await;
+    webhook.unregister(&ctx.client).await;
+    uninstall(&ctx.client, installed).await;
+    webhook.stop();
+    webhook_ns.cleanup().await;
+    native_ns.cleanup().await;
+    result
+}
+
+/// Hybrid mode: native policies for the limits and the static mutations, the webhook (failure
+/// policy Ignore) for the rest. With the webhook process stopped, an over-limit Job is still
+/// denied and a new launch Job still gets its securityContext and Job defaults.
+pub async fn hybrid_mode_enforces_while_the_webhook_is_down(ctx: &Ctx) -> Result<()> {
+    let text = suite_config()?;
+    let policy = Policy::from_yaml(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let compiled = launchgate::native::compile(&policy, &Default::default());
+    let tag = format!("hybrid-{}", &ctx.ns[ctx.ns.len() - 4..]);
+    let ns = namespace(ctx, "native-hybrid", &tag).await?;
+    let dir = tempfile::tempdir()?;
+    let mut webhook = Launchgate::start_with(dir.path(), None, "127.0.0.1", &text).await?;
+    let mut installed = Vec::new();
+    let result = async {
+        webhook
+            .register_with(
+                &ctx.client,
+                &tag,
+                &[json!({"key": SELECT_LABEL, "operator": "In", "values": [tag]})],
+                Some("Ignore"),
+            )
+            .await?;
+        installed = install_native(&ctx.client, &compiled.objects, &tag).await?;
+        let probe = ctx.launch_pod("probe");
+        ctx.wait_for(
+            "the webhook and the policies to take effect",
+            Duration::from_secs(30),
+            || async {
+                let made = create_in(&ctx.client, &ns.ns, &probe, true).await?;
+                Ok(made.is_ok_and(|p| {
+                    crate::ctx::mutations(&p).is_some()
+                        && p.pointer("/metadata/labels/launchgate.io~1queue").is_some()
+                }))
+            },
+        )
+        .await?;
+        ensure!(webhook.stop().is_some(), "the webhook process did not stop");
+
+        let mut over = manifest("job-demo.yaml");
+        over["metadata"]["name"] = json!("over-the-limit");
+        for c in containers_mut(&mut over) {
+            c["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
+        }
+        match create_in(&ctx.client, &ns.ns, &over, false).await? {
+            Ok(_) => bail!("an over-limit Job was admitted while the webhook was down"),
+            Err(e) => ensure!(
+                e.code == 403 && e.message.contains("exceeds maximum 4 (variable \"gpus\")"),
+                "unexpected denial: {} {}",
+                e.code,
+                e.message
+            ),
+        }
+
+        let mut job = manifest("job-demo.yaml");
+        job["metadata"]["name"] = json!("while-the-webhook-is-down");
+        let stored = match create_in(&ctx.client, &ns.ns, &job, false).await? {
+            Ok(stored) => stored,
+            Err(e) => bail!(
+                "a launch Job was refused while the webhook was down: {}",
+                e.message
+            ),
+        };
+        ensure!(
+            crate::ctx::mutations(&stored).is_none(),
+            "the webhook answered although it was stopped"
+        );
+        ensure!(
+            stored["spec"]["backoffLimit"] == 0 && stored["spec"]["ttlSecondsAfterFinished"] == 60,
+            "no Job defaults: {}",
+            stored["spec"]
+        );
+        for c in stored["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .context("containers")?
+        {
+            let sc = &c["securityContext"];
+            ensure!(
+                sc["allowPrivilegeEscalation"] == false
+                    && sc["capabilities"]["drop"] == json!(["ALL"])
+                    && sc["seccompProfile"]["type"] == "RuntimeDefault",
+                "container not hardened: {c}"
+            );
+        }
+        Ok(())
+    }
+    .await;
+    webhook.unregister(&ctx.client).await;
+    uninstall(&ctx.client, installed).await;
+    webhook.stop();
+    ns.cleanup().await;
+    result
+}
