@@ -85,7 +85,8 @@ pub(crate) enum Command {
     ImportQueue(import_queue::ImportQueueArgs),
     /// Generate a CA and a serving certificate for a Service DNS name.
     Certs(CertsArgs),
-    /// Delete webhook configurations (the chart's pre-delete hook, before the pods go).
+    /// Delete webhook configurations and native policies (the chart's pre-delete hook, before
+    /// the pods go).
     DeleteWebhooks(DeleteWebhooksArgs),
 }
 
@@ -124,6 +125,10 @@ pub(crate) struct DeleteWebhooksArgs {
     /// ValidatingWebhookConfiguration to delete (repeatable).
     #[arg(long)]
     pub(crate) validating: Vec<String>,
+    /// Also delete every native admission policy and binding of this set (what
+    /// `serve --native-policies=<set>` keeps in the cluster).
+    #[arg(long)]
+    pub(crate) native_policies: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -420,6 +425,7 @@ fn compile_native(args: &NativeArgs) -> Result<ExitCode> {
     }
     let options = crate::native::Options {
         config_hash: Some(hash),
+        ..Default::default()
     };
     let compiled = crate::native::compile(&policy, &options);
     match (args.report, args.output) {
@@ -494,11 +500,20 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the Kubernetes API")?;
-                let report =
-                    crate::server::delete_webhooks(client, &args.mutating, &args.validating)
-                        .await?;
+                let report = crate::server::delete_webhooks(
+                    client.clone(),
+                    &args.mutating,
+                    &args.validating,
+                )
+                .await?;
                 for line in report {
                     outln!("{line}")?;
+                }
+                if let Some(set) = &args.native_policies {
+                    outln!(
+                        "{}",
+                        crate::server::delete_native_policies(client, set).await?
+                    )?;
                 }
                 Ok::<_, anyhow::Error>(())
             })?;

@@ -97,27 +97,50 @@ fn slug(key: &str) -> String {
     }
 }
 
+/// The label naming the set (an installation) a generated object belongs to: what the server
+/// prunes by and what uninstalling deletes.
+pub const POLICY_SET_LABEL: &str = "launchgate.io/policy-set";
+
 /// Compile options.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// The hash of the config file compiled (an annotation on every object), if known.
     pub config_hash: Option<String>,
+    /// The set the objects belong to: their name prefix and [`POLICY_SET_LABEL`] (default:
+    /// `launchgate`, unlabelled).
+    pub policy_set: Option<String>,
+    /// A namespaceSelector for every binding (the webhooks' namespace exclusions).
+    pub namespace_selector: Option<Value>,
 }
 
 fn metadata(name: &str, queue: &Queue, options: &Options) -> Value {
+    let mut labels = serde_json::Map::new();
+    labels.insert(MANAGED_BY.0.into(), json!(MANAGED_BY.1));
+    labels.insert(
+        crate::mutate::labels::QUEUE_LABEL.into(),
+        json!(queue_label_value(&queue.name)),
+    );
+    if let Some(set) = &options.policy_set {
+        labels.insert(POLICY_SET_LABEL.into(), json!(set));
+    }
     let mut annotations = serde_json::Map::new();
     annotations.insert(QUEUE_KEY_ANNOTATION.into(), json!(queue.key));
     if let Some(hash) = &options.config_hash {
         annotations.insert("launchgate.io/config-hash".into(), json!(hash));
     }
-    json!({
-        "name": name,
-        "labels": {
-            MANAGED_BY.0: MANAGED_BY.1,
-            crate::mutate::labels::QUEUE_LABEL: queue_label_value(&queue.name),
-        },
-        "annotations": annotations,
-    })
+    json!({"name": name, "labels": labels, "annotations": annotations})
+}
+
+/// A binding's spec: its policy, the namespaces it covers, and (validating) its actions.
+fn binding_spec(policy: &str, options: &Options, actions: Option<&str>) -> Value {
+    let mut spec = json!({"policyName": policy});
+    if let Some(selector) = &options.namespace_selector {
+        spec["matchResources"] = json!({"namespaceSelector": selector});
+    }
+    if let Some(action) = actions {
+        spec["validationActions"] = json!([action]);
+    }
+    spec
 }
 
 fn resource_rules() -> Value {
@@ -279,7 +302,11 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
     let mut objects = Vec::new();
     let mut queues = Vec::new();
     for queue in policy.queues.values() {
-        let base = format!("launchgate-{}", slug(&queue.key));
+        let base = format!(
+            "{}-{}",
+            options.policy_set.as_deref().unwrap_or("launchgate"),
+            slug(&queue.key)
+        );
         let mut report = QueueReport {
             queue: queue.key.clone(),
             objects: Vec::new(),
@@ -335,7 +362,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingAdmissionPolicyBinding",
             "metadata": metadata(&name, queue, options),
-            "spec": {"policyName": name},
+            "spec": binding_spec(&name, options, None),
         }));
         report.objects.push(name);
 
@@ -390,14 +417,11 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "ValidatingAdmissionPolicyBinding",
                 "metadata": metadata(&name, queue, options),
-                "spec": {
-                    "policyName": name,
-                    "validationActions": [match enforcement {
-                        Enforcement::Deny => "Deny",
-                        Enforcement::Warn => "Warn",
-                        Enforcement::Audit => "Audit",
-                    }],
-                },
+                "spec": binding_spec(&name, options, Some(match enforcement {
+                    Enforcement::Deny => "Deny",
+                    Enforcement::Warn => "Warn",
+                    Enforcement::Audit => "Audit",
+                })),
             }));
             report.objects.push(name);
         }

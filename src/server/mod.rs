@@ -20,6 +20,7 @@ pub mod decision;
 mod error;
 pub mod events;
 pub(crate) mod metrics;
+pub mod native_sync;
 mod options;
 pub mod owner_cache;
 mod reload;
@@ -295,6 +296,19 @@ pub async fn start_with_event_sink(
         opts.reload_interval,
         shutdown_rx.clone(),
     );
+    if let Some(set) = &opts.native_policies {
+        let client = kube::Client::try_default()
+            .await
+            .context("--native-policies needs a Kubernetes client")?;
+        native_sync::spawn(
+            state.clone(),
+            client,
+            set.clone(),
+            opts.native_namespace_selector.clone(),
+            opts.reload_interval,
+            shutdown_rx.clone(),
+        );
+    }
 
     let app = router(state.clone());
     // The admin port answers until the HTTPS server has drained: the kubelet must see
@@ -509,4 +523,13 @@ pub async fn delete_webhooks(
         report.push(delete(api, "mutatingwebhookconfiguration", name).await?);
     }
     Ok(report)
+}
+
+/// Deletes every native admission policy and binding of the set `set` (what
+/// `--native-policies=<set>` keeps in the cluster); a line for what it did.
+pub async fn delete_native_policies(client: kube::Client, set: &str) -> Result<String> {
+    let deleted = native_sync::delete_set(&client, set, &Default::default()).await?;
+    Ok(format!(
+        "deleted {deleted} native admission policies and bindings of set {set}"
+    ))
 }

@@ -137,6 +137,15 @@ pub struct ServeOptions {
     /// workload; needs `create` on events.events.k8s.io.
     #[arg(long, env = "LAUNCHGATE_EVENTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub events: bool,
+    /// Keep the config's native admission policies (ValidatingAdmissionPolicy,
+    /// MutatingAdmissionPolicy and bindings) in the cluster, as the set named here: applied at
+    /// start and after every config reload, the set's objects no longer compiled deleted (the
+    /// chart's `policyMode: native|hybrid`). Needs write access to those four kinds.
+    #[arg(long, env = "LAUNCHGATE_NATIVE_POLICIES")]
+    pub native_policies: Option<String>,
+    /// The namespaceSelector (JSON) of every native binding: the namespaces the webhooks cover.
+    #[arg(long, env = "LAUNCHGATE_NATIVE_NAMESPACE_SELECTOR", value_parser = parse_json_object)]
+    pub native_namespace_selector: Option<serde_json::Value>,
     /// The Events' reportingInstance (the chart passes the pod name); default: the hostname.
     #[arg(long, env = "LAUNCHGATE_POD_NAME")]
     pub pod_name: Option<String>,
@@ -174,6 +183,8 @@ impl Default for ServeOptions {
             worker_threads: None,
             admin_listen: None,
             events: false,
+            native_policies: None,
+            native_namespace_selector: None,
             pod_name: None,
             owner_watch_namespaces: Vec::new(),
             owner_watch_selector: String::new(),
@@ -269,5 +280,14 @@ mod tests {
     fn the_certificate_flags_come_in_pairs() {
         let err = Serve::try_parse_from(["serve", "--tls-cert=a.crt"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+    }
+}
+
+/// A JSON object given on the command line.
+fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err("expected a JSON object".into()),
+        Err(e) => Err(format!("invalid JSON: {e}")),
     }
 }

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 /// What every test shares.
 pub struct Env {
     pub client: Client,
+    /// The kubeconfig of the suite's API server (for processes the tests start).
+    pub kubeconfig: std::path::PathBuf,
     /// launchgate's log file (JSON lines).
     pub launchgate_log: std::path::PathBuf,
     /// launchgate's base URL, and a client trusting its CA (for its /metrics).

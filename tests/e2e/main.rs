@@ -117,6 +117,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(native::compiled_policies_apply_to_the_api_server),
         e2e!(native::native_policies_decide_as_the_webhook_does),
         e2e!(native::hybrid_mode_enforces_while_the_webhook_is_down),
+        e2e!(native::the_server_keeps_native_policies_in_step_with_its_config),
     ]
 }
 
@@ -174,6 +175,7 @@ async fn set_up(target: &Target) -> Result<Suite> {
     launchgate.register(&client, &run).await?;
     let env = Arc::new(Env {
         client,
+        kubeconfig: kubeconfig.clone(),
         launchgate_log: dir.path().join("launchgate.log"),
         launchgate_base: launchgate.base.clone(),
         launchgate_pid: launchgate.pid(),

@@ -391,7 +391,8 @@ pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()>
     .await?;
     let native_ns = namespace(ctx, "native-differential-native", &format!("{tag}-native")).await?;
     let dir = tempfile::tempdir()?;
-    let mut webhook = Launchgate::start_with(dir.path(), None, "127.0.0.1", &equivalent).await?;
+    let mut webhook =
+        Launchgate::start_with(dir.path(), None, "127.0.0.1", &equivalent, &[]).await?;
     let mut installed = Vec::new();
     let result = async {
         webhook
@@ -476,9 +477,25 @@ pub async fn hybrid_mode_enforces_while_the_webhook_is_down(ctx: &Ctx) -> Result
     let tag = format!("hybrid-{}", &ctx.ns[ctx.ns.len() - 4..]);
     let ns = namespace(ctx, "native-hybrid", &tag).await?;
     let dir = tempfile::tempdir()?;
-    let mut webhook = Launchgate::start_with(dir.path(), None, "127.0.0.1", &text).await?;
+    let mut webhook = Launchgate::start_with(dir.path(), None, "127.0.0.1", &text, &[]).await?;
     let mut installed = Vec::new();
     let result = async {
+        // The native policies first: a Job and a Pod get their queue label from them alone.
+        installed = install_native(&ctx.client, &compiled.objects, &tag).await?;
+        let pod = ctx.launch_pod("probe");
+        let mut job = manifest("job-demo.yaml");
+        job["metadata"]["name"] = json!("probe");
+        let labelled = |v: &Value| v.pointer("/metadata/labels/launchgate.io~1queue").is_some();
+        ctx.wait_for(
+            "the native policies to take effect",
+            Duration::from_secs(30),
+            || async {
+                let p = create_in(&ctx.client, &ns.ns, &pod, true).await?;
+                let j = create_in(&ctx.client, &ns.ns, &job, true).await?;
+                Ok(p.is_ok_and(|p| labelled(&p)) && j.is_ok_and(|j| labelled(&j)))
+            },
+        )
+        .await?;
         webhook
             .register_with(
                 &ctx.client,
@@ -487,17 +504,12 @@ pub async fn hybrid_mode_enforces_while_the_webhook_is_down(ctx: &Ctx) -> Result
                 Some("Ignore"),
             )
             .await?;
-        installed = install_native(&ctx.client, &compiled.objects, &tag).await?;
-        let probe = ctx.launch_pod("probe");
         ctx.wait_for(
-            "the webhook and the policies to take effect",
+            "the webhook to take effect",
             Duration::from_secs(30),
             || async {
-                let made = create_in(&ctx.client, &ns.ns, &probe, true).await?;
-                Ok(made.is_ok_and(|p| {
-                    crate::ctx::mutations(&p).is_some()
-                        && p.pointer("/metadata/labels/launchgate.io~1queue").is_some()
-                }))
+                let made = create_in(&ctx.client, &ns.ns, &pod, true).await?;
+                Ok(made.is_ok_and(|p| crate::ctx::mutations(&p).is_some()))
             },
         )
         .await?;
@@ -555,5 +567,111 @@ pub async fn hybrid_mode_enforces_while_the_webhook_is_down(ctx: &Ctx) -> Result
     uninstall(&ctx.client, installed).await;
     webhook.stop();
     ns.cleanup().await;
+    result
+}
+
+/// The names of the native objects of `set` of `kind` in the cluster.
+async fn set_names(client: &kube::Client, kind: &str, set: &str) -> Result<BTreeSet<String>> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &admission_resource(kind));
+    let list = api
+        .list_metadata(
+            &kube::api::ListParams::default().labels(&format!("launchgate.io/policy-set={set}")),
+        )
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|i| i.metadata.name)
+        .collect())
+}
+
+/// `serve --native-policies=<set>` (the chart's native and hybrid modes) applies the config's
+/// native policies, follows a config change (a removed queue's objects are deleted), and
+/// `delete-webhooks --native-policies=<set>` (the chart's uninstall hook) removes them all.
+pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx) -> Result<()> {
+    let set = format!("e2e-{}", &ctx.ns[ctx.ns.len() - 4..]);
+    let mut config: Value = serde_yaml::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
+    config["queues"]["extra-queue"] = config["queues"]["gpu-queue"].clone();
+    let dir = tempfile::tempdir()?;
+    let mut server = Launchgate::start_with(
+        dir.path(),
+        Some(&ctx.env.kubeconfig),
+        "127.0.0.1",
+        &serde_yaml::to_string(&config)?,
+        &[format!("--native-policies={set}")],
+    )
+    .await?;
+    let result = async {
+        let names = |queue: &str| {
+            BTreeSet::from([
+                format!("{set}-{queue}-mutate"),
+                format!("{set}-{queue}-limits"),
+            ])
+        };
+        let both: BTreeSet<String> = names("gpu-queue")
+            .union(&names("extra-queue"))
+            .cloned()
+            .collect();
+        ctx.wait_for(
+            "the native policies of both queues",
+            Duration::from_secs(30),
+            || async {
+                let m = set_names(&ctx.client, "MutatingAdmissionPolicy", &set).await?;
+                let v = set_names(&ctx.client, "ValidatingAdmissionPolicy", &set).await?;
+                let b = set_names(&ctx.client, "ValidatingAdmissionPolicyBinding", &set).await?;
+                Ok(m.union(&v).cloned().collect::<BTreeSet<_>>() == both && b.len() == 2)
+            },
+        )
+        .await?;
+        // The config without the extra queue: its objects go, the others stay.
+        config["queues"]
+            .as_object_mut()
+            .context("queues")?
+            .remove("extra-queue");
+        std::fs::write(
+            dir.path().join("launchgate-config.yaml"),
+            serde_yaml::to_string(&config)?,
+        )?;
+        ctx.wait_for(
+            "the removed queue's policies to go",
+            Duration::from_secs(30),
+            || async {
+                let m = set_names(&ctx.client, "MutatingAdmissionPolicy", &set).await?;
+                let v = set_names(&ctx.client, "ValidatingAdmissionPolicy", &set).await?;
+                let mb = set_names(&ctx.client, "MutatingAdmissionPolicyBinding", &set).await?;
+                Ok(
+                    m.union(&v).cloned().collect::<BTreeSet<_>>() == names("gpu-queue")
+                        && mb.len() == 1,
+                )
+            },
+        )
+        .await?;
+        // Uninstall.
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+            .args(["delete-webhooks", "--native-policies", &set])
+            .env("KUBECONFIG", &ctx.env.kubeconfig)
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "delete-webhooks: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        server.stop();
+        for kind in [
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ] {
+            let left = set_names(&ctx.client, kind, &set).await?;
+            ensure!(left.is_empty(), "{kind}s left after uninstall: {left:?}");
+        }
+        Ok(())
+    }
+    .await;
+    server.stop();
+    if result.is_err() {
+        let _ = launchgate::server::delete_native_policies(ctx.client.clone(), &set).await;
+    }
     result
 }

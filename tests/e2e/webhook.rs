@@ -52,7 +52,7 @@ impl Launchgate {
     /// Starts `launchgate serve` with the suite's config, its cluster lookups reading the API
     /// server of `kubeconfig`, and waits until it is ready.
     pub async fn start(dir: &Path, kubeconfig: &Path, host: &str) -> Result<Launchgate> {
-        Self::start_with(dir, Some(kubeconfig), host, &suite_config()?).await
+        Self::start_with(dir, Some(kubeconfig), host, &suite_config()?, &[]).await
     }
 
     /// Starts `launchgate serve` with `config` (YAML) in `dir`; with a kubeconfig, its cluster
@@ -62,6 +62,7 @@ impl Launchgate {
         kubeconfig: Option<&Path>,
         host: &str,
         config_text: &str,
+        extra_args: &[String],
     ) -> Result<Launchgate> {
         let config = dir.join("launchgate-config.yaml");
         std::fs::write(&config, config_text)?;
@@ -96,6 +97,7 @@ impl Launchgate {
         let bin = std::env::var_os("LAUNCHGATE_E2E_BIN")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_launchgate").into());
+        args.extend(extra_args.iter().cloned());
         let envs: Vec<(&str, &Path)> = kubeconfig.map(|k| ("KUBECONFIG", k)).into_iter().collect();
         let mut proc = Proc::spawn("launchgate", &bin, &args, &envs, dir)?;
         let base = format!("https://{host}:{port}");

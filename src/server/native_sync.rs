@@ -1,0 +1,131 @@
+//! Keeps the policy's native admission policies in the cluster (`--native-policies=<set>`):
+//! at start and after every config reload, each compiled object is server-side applied
+//! (field manager `launchgate`), and the set's objects the config no longer compiles are
+//! deleted. A failed sync is logged and retried at the next interval; serving is unaffected.
+
+use super::AppState;
+use crate::native::{self, POLICY_SET_LABEL};
+use crate::policy::Policy;
+use anyhow::{Context, Result};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The four kinds a set is made of.
+const KINDS: [&str; 4] = [
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+];
+
+fn resource(kind: &str) -> ApiResource {
+    let plural = match kind.strip_suffix('y') {
+        Some(stem) => format!("{}ies", stem.to_lowercase()),
+        None => format!("{}s", kind.to_lowercase()),
+    };
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+        &plural,
+    )
+}
+
+/// Applies the set's objects for `policy` and deletes the set's others; what it did.
+pub async fn sync(
+    client: &kube::Client,
+    policy: &Policy,
+    set: &str,
+    namespace_selector: Option<&Value>,
+) -> Result<(usize, usize)> {
+    let options = native::Options {
+        config_hash: None,
+        policy_set: Some(set.to_string()),
+        namespace_selector: namespace_selector.cloned(),
+    };
+    let compiled = native::compile(policy, &options);
+    let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
+    let params = PatchParams::apply("launchgate").force();
+    for object in &compiled.objects {
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(&kind));
+        api.patch(&name, &params, &Patch::Apply(object))
+            .await
+            .with_context(|| format!("applying {kind} {name}"))?;
+        wanted.insert((kind, name));
+    }
+    let deleted = delete_set(client, set, &wanted).await?;
+    Ok((wanted.len(), deleted))
+}
+
+/// Deletes the objects of `set` not in `keep`; how many.
+pub async fn delete_set(
+    client: &kube::Client,
+    set: &str,
+    keep: &BTreeSet<(String, String)>,
+) -> Result<usize> {
+    let selector = ListParams::default().labels(&format!("{POLICY_SET_LABEL}={set}"));
+    let mut deleted = 0;
+    // Bindings before their policies.
+    for kind in [KINDS[1], KINDS[3], KINDS[0], KINDS[2]] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+        let list = api
+            .list_metadata(&selector)
+            .await
+            .with_context(|| format!("listing {kind}s of set {set}"))?;
+        for item in list.items {
+            let Some(name) = item.metadata.name else {
+                continue;
+            };
+            if keep.contains(&(kind.to_string(), name.clone())) {
+                continue;
+            }
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e).with_context(|| format!("deleting {kind} {name}")),
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// Syncs now and whenever the loaded policy changes (checked every `interval`).
+pub(crate) fn spawn(
+    state: Arc<AppState>,
+    client: kube::Client,
+    set: String,
+    namespace_selector: Option<Value>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        let mut synced: Option<Arc<Policy>> = None;
+        loop {
+            let policy = state.policy.load_full();
+            if synced.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &policy)) {
+                match sync(&client, &policy, &set, namespace_selector.as_ref()).await {
+                    Ok((applied, deleted)) => {
+                        tracing::info!(set = %set, applied, deleted, "native admission policies in step with the config");
+                        synced = Some(policy);
+                    }
+                    Err(e) => {
+                        tracing::warn!(set = %set, error = %format!("{e:#}"), "cannot sync the native admission policies; retrying")
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    });
+}
