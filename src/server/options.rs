@@ -218,6 +218,15 @@ fn millis_at_least_100(ms: u64) -> Duration {
     Duration::from_millis(ms.max(100))
 }
 
+/// A JSON object given on the command line.
+fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err("expected a JSON object".into()),
+        Err(e) => Err(format!("invalid JSON: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,14 +289,5 @@ mod tests {
     fn the_certificate_flags_come_in_pairs() {
         let err = Serve::try_parse_from(["serve", "--tls-cert=a.crt"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
-    }
-}
-
-/// A JSON object given on the command line.
-fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(v) if v.is_object() => Ok(v),
-        Ok(_) => Err("expected a JSON object".into()),
-        Err(e) => Err(format!("invalid JSON: {e}")),
     }
 }
