@@ -820,6 +820,56 @@ fn timeouts_and_failure_policies_are_configurable() {
     );
 }
 
+/// `policyMode`: `webhook` renders no native-policy rights; `hybrid` keeps both webhooks with
+/// failure policy Ignore, gives the pods the set to keep (and the webhooks' namespaces for its
+/// bindings) and the rights for it, and uninstalling deletes it; `native` registers no webhook.
+#[test]
+fn policy_modes_render_what_each_needs() {
+    let Some(helm) = helm() else { return };
+    let native_rights = |objs: &[Value]| {
+        of_kind(objs, "ClusterRole").iter().any(|r| {
+            r["rules"].as_array().into_iter().flatten().any(|rule| {
+                rule["resources"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().any(|x| x == "mutatingadmissionpolicies"))
+                    && rule["verbs"].as_array().is_some_and(|v| v.iter().any(|x| x == "patch"))
+            })
+        })
+    };
+    let objs = helm.render(&[]);
+    assert!(!native_rights(&objs));
+    let objs = helm.render(&["--set-json", r#"{"policyMode":"hybrid"}"#]);
+    let (m, v) = hooks_of(&objs);
+    assert_eq!(
+        (m.failure_policy.as_deref(), v.failure_policy.as_deref()),
+        (Some("Ignore"), Some("Ignore"))
+    );
+    assert!(native_rights(&objs));
+    let d: Deployment = one(&objs, "Deployment");
+    let env = deployment_env(&d);
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get("LAUNCHGATE_NATIVE_POLICIES").as_deref(), Some("launchgate"));
+    let selector: Value =
+        serde_json::from_str(&get("LAUNCHGATE_NATIVE_NAMESPACE_SELECTOR").unwrap()).unwrap();
+    let sel: LabelSelector = serde_json::from_value(selector).unwrap();
+    assert_eq!(
+        excluded_namespaces(&sel),
+        excluded_namespaces(m.namespace_selector.as_ref().unwrap())
+    );
+    let hook_job = of_kind(&objs, "Job")
+        .into_iter()
+        .find(|j| j["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete")
+        .expect("the uninstall hook");
+    let args = hook_job["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--native-policies=launchgate"), "{args}");
+    let objs = helm.render(&["--set-json", r#"{"policyMode":"native"}"#]);
+    assert!(of_kind(&objs, "MutatingWebhookConfiguration").is_empty());
+    assert!(of_kind(&objs, "ValidatingWebhookConfiguration").is_empty());
+    assert!(native_rights(&objs));
+    let (ok, _, err) = helm.check(&["render", "--set-json", r#"{"policyMode":"webhooks"}"#]);
+    assert!(!ok && err.contains("policyMode"), "an unknown mode must fail: {err}");
+}
+
 /// manifests/*.yaml: valid Kubernetes objects, and launchgate.yaml is exactly the chart
 /// rendered with ci/manifests-values.yaml (so the two cannot drift apart).
 #[test]

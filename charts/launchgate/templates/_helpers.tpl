@@ -222,3 +222,12 @@ HTTPS container port when adminPort is 0. Arguments: (list $ probeValues).
 {{- end }}
 {{- toYaml $probe }}
 {{- end }}
+
+{{/* The webhooks' namespaceSelector as JSON: the native policies' bindings cover the same namespaces. */}}
+{{- define "launchgate.namespaceSelectorJson" -}}
+{{- $exprs := list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" (uniq (append .Values.webhook.excludeNamespaces .Release.Namespace))) }}
+{{- $exprs = concat $exprs .Values.webhook.namespaceSelector.matchExpressions }}
+{{- $sel := dict "matchExpressions" $exprs }}
+{{- with .Values.webhook.namespaceSelector.matchLabels }}{{ $_ := set $sel "matchLabels" . }}{{ end }}
+{{- toJson $sel }}
+{{- end }}
