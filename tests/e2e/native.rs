@@ -191,10 +191,22 @@ async fn install_native(
     Ok(created)
 }
 
-async fn uninstall(client: &kube::Client, created: Vec<(ApiResource, String)>) {
-    for (resource, name) in created {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+/// After a test, pass or fail: the webhook unregistered and stopped, the native objects and the
+/// namespaces deleted.
+async fn clean_up(
+    ctx: &Ctx,
+    mut webhook: Launchgate,
+    installed: Vec<(ApiResource, String)>,
+    namespaces: &[&Ctx],
+) {
+    webhook.unregister(&ctx.client).await;
+    for (resource, name) in installed {
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
         let _ = api.delete(&name, &Default::default()).await;
+    }
+    webhook.stop();
+    for ns in namespaces {
+        ns.cleanup().await;
     }
 }
 
@@ -460,11 +472,7 @@ pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()>
         Ok(())
     }
     .await;
-    webhook.unregister(&ctx.client).await;
-    uninstall(&ctx.client, installed).await;
-    webhook.stop();
-    webhook_ns.cleanup().await;
-    native_ns.cleanup().await;
+    clean_up(ctx, webhook, installed, &[&webhook_ns, &native_ns]).await;
     result
 }
 
@@ -564,10 +572,7 @@ pub async fn hybrid_mode_enforces_while_the_webhook_is_down(ctx: &Ctx) -> Result
         Ok(())
     }
     .await;
-    webhook.unregister(&ctx.client).await;
-    uninstall(&ctx.client, installed).await;
-    webhook.stop();
-    ns.cleanup().await;
+    clean_up(ctx, webhook, installed, &[&ns]).await;
     result
 }
 
@@ -832,10 +837,6 @@ pub async fn admission_cost_webhook_vs_native(ctx: &Ctx) -> Result<()> {
         Ok(())
     }
     .await;
-    webhook.unregister(&ctx.client).await;
-    uninstall(&ctx.client, installed).await;
-    webhook.stop();
-    webhook_ns.cleanup().await;
-    native_ns.cleanup().await;
+    clean_up(ctx, webhook, installed, &[&webhook_ns, &native_ns]).await;
     result
 }
