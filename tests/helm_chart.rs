@@ -1629,3 +1629,44 @@ fn the_default_image_says_it_must_be_built_and_pushed() {
         std::fs::read_to_string(root().join("charts/launchgate/templates/NOTES.txt")).unwrap();
     assert!(notes.contains("build-and-push.invalid"));
 }
+
+/// `audit.installReportCrd` ships the upstream OpenReports Report CRD, unchanged but for the
+/// chart's labels and the keep-on-uninstall annotation; off by default.
+#[test]
+fn the_openreports_crd_ships_with_the_chart_when_asked() {
+    let Some(helm) = helm() else { return };
+    let crds = |objs: &[Value]| -> Vec<Value> {
+        of_kind(objs, "CustomResourceDefinition")
+            .into_iter()
+            .cloned()
+            .collect()
+    };
+    assert!(crds(&helm.render(&[])).is_empty());
+    let objs = helm.render(&[
+        "--set-json",
+        r#"{"audit":{"enabled":true,"reportFormat":"openreports","installReportCrd":true}}"#,
+    ]);
+    let shipped = crds(&objs);
+    assert_eq!(shipped.len(), 1, "{shipped:?}");
+    let mut shipped = shipped[0].clone();
+    assert_eq!(
+        shipped["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    assert_eq!(
+        shipped["metadata"]["labels"]["app.kubernetes.io/name"],
+        "launchgate"
+    );
+    let text = common::crd_text("openreports.io_reports.yaml");
+    let upstream: Value = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .find(|v: &Value| v["kind"] == "CustomResourceDefinition")
+        .unwrap();
+    let meta = shipped["metadata"].as_object_mut().unwrap();
+    meta.remove("labels");
+    meta["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("helm.sh/resource-policy");
+    assert_eq!(shipped, upstream, "the shipped CRD differs from upstream");
+}
