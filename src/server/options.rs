@@ -157,6 +157,13 @@ pub struct ServeOptions {
     /// (e.g. wandb.ai/monitor; empty: every Job).
     #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_SELECTOR", default_value = "")]
     pub owner_watch_selector: String,
+    /// Export a trace span per admission request over OTLP/HTTP (protobuf), configured by the
+    /// standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT or
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, default http://localhost:4318; OTEL_SERVICE_NAME,
+    /// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER, OTEL_BSP_*; OTEL_SDK_DISABLED=true or
+    /// OTEL_TRACES_EXPORTER=none turn it off). Without this flag OTEL_* are not read.
+    #[arg(long, env = "LAUNCHGATE_OTLP_TRACES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub otlp_traces: bool,
 }
 
 impl Default for ServeOptions {
@@ -188,6 +195,7 @@ impl Default for ServeOptions {
             pod_name: None,
             owner_watch_namespaces: Vec::new(),
             owner_watch_selector: String::new(),
+            otlp_traces: false,
         }
     }
 }
