@@ -97,7 +97,9 @@ async fn admission(
             Some(trace) => trace,
             None => &mut (),
         };
-        Ok(Answer::Reviewed(run_review(&state, endpoint, &body, observer)?))
+        Ok(Answer::Reviewed(run_review(
+            &state, endpoint, &body, observer,
+        )?))
     }
     .await;
     match answered {
@@ -125,6 +127,10 @@ async fn admission(
 }
 
 /// How a request that did not fail is answered.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value on the stack per request, moved once; boxing would allocate"
+)]
 enum Answer {
     /// From the core's review.
     Reviewed(ReviewOutcome),

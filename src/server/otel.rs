@@ -76,9 +76,12 @@ pub(crate) struct Settings {
 pub(crate) fn plan(enabled: bool, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan, String> {
     let get = |name: &str| env(name).filter(|v| !v.trim().is_empty());
     if !enabled {
-        let set = ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
-            .into_iter()
-            .find(|v| get(v).is_some());
+        let set = [
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ]
+        .into_iter()
+        .find(|v| get(v).is_some());
         return Ok(Plan::Off(match set {
             Some(var) => format!("{var} is set but --otlp-traces is off: no traces are exported"),
             None => "--otlp-traces is off".into(),
@@ -283,7 +286,9 @@ impl Telemetry {
         // The SDK blocks until its thread has exported; that export runs on this runtime.
         match tokio::task::spawn_blocking(move || provider.shutdown()).await {
             Ok(Ok(())) => tracing::debug!("OTLP trace export flushed and stopped"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "OTLP trace export: flushing at shutdown failed"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "OTLP trace export: flushing at shutdown failed")
+            }
             Err(e) => tracing::warn!(error = %e, "OTLP trace export: shutdown did not finish"),
         }
     }
@@ -583,11 +588,18 @@ mod tests {
             [("OTEL_SDK_DISABLED", "TRUE")],
             [("OTEL_TRACES_EXPORTER", "none")],
         ] {
-            assert!(matches!(plan_with(true, &vars), Ok(Plan::Off(_))), "{vars:?}");
+            assert!(
+                matches!(plan_with(true, &vars), Ok(Plan::Off(_))),
+                "{vars:?}"
+            );
         }
         let s = settings(&[("OTEL_SDK_DISABLED", "yes")]);
         assert!(s.warnings[0].contains("OTEL_SDK_DISABLED"), "{s:?}");
-        assert!(settings(&[("OTEL_SDK_DISABLED", "false")]).warnings.is_empty());
+        assert!(
+            settings(&[("OTEL_SDK_DISABLED", "false")])
+                .warnings
+                .is_empty()
+        );
     }
 
     #[test]
@@ -621,15 +633,34 @@ mod tests {
     fn settings_launchgate_cannot_export_with_are_errors() {
         for (var, value, says) in [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318", "not a URL"),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "/otlp", "http:// or https://"),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://c/v1/traces", "http:// or https://"),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://a b", "not a URL"),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "/otlp",
+                "http:// or https://",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "ftp://c/v1/traces",
+                "http:// or https://",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://a b",
+                "not a URL",
+            ),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "http/protobuf"),
-            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json", "http/protobuf"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                "http/json",
+                "http/protobuf",
+            ),
             ("OTEL_TRACES_EXPORTER", "zipkin", "OTLP only"),
         ] {
             let err = plan_with(true, &[(var, value)]).unwrap_err();
-            assert!(err.starts_with(var) && err.contains(says), "{var}={value}: {err}");
+            assert!(
+                err.starts_with(var) && err.contains(says),
+                "{var}={value}: {err}"
+            );
         }
         // The traces protocol wins over the general one.
         settings(&[
@@ -648,7 +679,11 @@ mod tests {
         ]);
         assert_eq!(s.timeout, Duration::from_secs(3));
         assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
-        assert!(s.warnings.iter().any(|w| w.contains("OTEL_BSP_MAX_QUEUE_SIZE")));
+        assert!(
+            s.warnings
+                .iter()
+                .any(|w| w.contains("OTEL_BSP_MAX_QUEUE_SIZE"))
+        );
         assert!(s.warnings.iter().any(|w| w.contains("\"broken\"")));
         let s = settings(&[("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "soon")]);
         assert_eq!(s.timeout, DEFAULT_TIMEOUT);
@@ -660,8 +695,7 @@ mod tests {
         assert!(settings(&[]).default_service_name);
         assert!(!settings(&[("OTEL_SERVICE_NAME", "webhook")]).default_service_name);
         assert!(
-            !settings(&[("OTEL_RESOURCE_ATTRIBUTES", "a=b, service.name=x")])
-                .default_service_name
+            !settings(&[("OTEL_RESOURCE_ATTRIBUTES", "a=b, service.name=x")]).default_service_name
         );
     }
 }
