@@ -405,8 +405,15 @@ impl RequestTrace {
             tracer: tracer.clone(),
             parent,
             started,
-            started_at: SystemTime::now() - started.elapsed(),
-            phases: vec![("read", started)],
+            started_at: SystemTime::now()
+                .checked_sub(started.elapsed())
+                .unwrap_or_else(SystemTime::now),
+            phases: {
+                // The server's two phases, the core's four, and none to grow into.
+                let mut phases = Vec::with_capacity(6);
+                phases.push(("read", started));
+                phases
+            },
             request: Vec::new(),
         }
     }
@@ -478,7 +485,11 @@ impl RequestTrace {
     /// Makes the request span and its phase spans, ending now.
     fn finish(self, endpoint: Endpoint, mut attributes: Vec<KeyValue>, error: Option<String>) {
         let ended = Instant::now();
-        let at = |t: Instant| self.started_at + t.saturating_duration_since(self.started);
+        let at = |t: Instant| {
+            self.started_at
+                .checked_add(t.saturating_duration_since(self.started))
+                .unwrap_or(self.started_at)
+        };
         let (name, route) = match endpoint {
             Endpoint::Mutate => ("POST /mutate", "/mutate"),
             Endpoint::Validate => ("POST /validate", "/validate"),
