@@ -12,7 +12,9 @@
 //! type, memory budget ([`budget`]), processing slot, review, answer, log and metrics — and
 //! every way it fails is an [`AdmissionError`] with its HTTP status and metric reason.
 //! tower-http layers wrap the routes: `CatchPanicLayer` answers a panicking admission request
-//! 500, `TraceLayer` gives every request a span at TRACE level.
+//! 500, `TraceLayer` gives every request a span at TRACE level. With `--otlp-traces` each
+//! admission request is also an OpenTelemetry span with a child span per phase, exported over
+//! OTLP/HTTP (`otel.rs`).
 
 mod admission;
 pub mod budget;
