@@ -207,22 +207,29 @@ async fn the_api_imports_a_wandb_queue_and_reports_warnings_and_exemptions() {
     assert!(rules(r).contains(&"warning".to_string()), "{r}");
 
     // Exemptions go by who asks: the agent's kaniko build is left alone, anyone else's is not.
-    let kaniko = include_str!("../examples/policy-tests/builtin/resources/kaniko-build.yaml");
+    let build = include_str!("../examples/policy-tests/builtin/resources/labelled-image-build.yaml");
     let by = |username: &str| {
-        json!({"manifest": kaniko, "userInfo": {"username": username, "groups": ["system:authenticated"]}})
+        json!({"manifest": build, "userInfo": {"username": username, "groups": ["system:authenticated"]}})
     };
     let (_, agent) = post(
         &p.base,
         &by("system:serviceaccount:wandb:wandb-launch-serviceaccount-agent"),
     )
     .await;
-    assert_eq!(agent["results"][0]["verdict"], "skipped", "{agent}");
-    assert_eq!(
-        agent["results"][0]["trail"][0]["rule"],
-        "exemption \"wandb-image-builds\""
-    );
+    let r = &agent["results"][0];
+    assert_eq!(r["verdict"], "skipped", "{agent}");
+    assert_eq!(r["user"], "system:serviceaccount:wandb:wandb-launch-serviceaccount-agent");
+    assert_eq!(r["trail"][0]["rule"], "exemption \"wandb-image-builds\"");
     let (_, alice) = post(&p.base, &by("alice")).await;
-    assert_ne!(alice["results"][0]["verdict"], "skipped", "{alice}");
+    let r = &alice["results"][0];
+    assert_eq!(r["verdict"], "denied", "{alice}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("exemption \"wandb-image-builds\" does not apply"),
+        "{alice}"
+    );
 }
 
 #[tokio::test]

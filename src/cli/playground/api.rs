@@ -489,7 +489,12 @@ fn result(source: String, request: &AdmissionRequest, policy: &Policy) -> Value 
         "name": request.name,
         "namespace": request.namespace,
         "operation": j.mutation.summary.operation,
-        "user": j.mutation.summary.user,
+        "user": request
+            .user_info
+            .as_ref()
+            .and_then(|u| u.get("username"))
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
         "queue": j.queue(),
         "verdict": verdict,
         "allowed": j.allowed(),

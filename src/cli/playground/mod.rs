@@ -122,9 +122,9 @@ const MANIFESTS: &[Example] = &[
     ),
     example("pod", "Pod: a launch run's bare pod", include_str!("examples/pod.yaml")),
     example(
-        "kaniko-pod",
-        "Pod: the W&B agent's kaniko image build (exempt when the agent sends it)",
-        include_str!("../../../examples/policy-tests/builtin/resources/kaniko-build.yaml"),
+        "image-build-label",
+        "Job labelled as an image build (exempt only when the W&B agent sends it)",
+        include_str!("../../../examples/policy-tests/builtin/resources/labelled-image-build.yaml"),
     ),
 ];
 
