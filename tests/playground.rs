@@ -166,7 +166,12 @@ async fn the_api_judges_a_manifest_under_the_built_in_policy() {
             .any(|l| l["tag"] == "+" && l["text"].as_str().unwrap().trim() == "securityContext:"),
         "{r}"
     );
-    assert!(r["after"].as_str().unwrap().contains("allowPrivilegeEscalation: false"));
+    assert!(
+        r["after"]
+            .as_str()
+            .unwrap()
+            .contains("allowPrivilegeEscalation: false")
+    );
     assert!(!r["before"].as_str().unwrap().contains("securityContext"));
 }
 
@@ -207,10 +212,9 @@ async fn the_api_imports_a_wandb_queue_and_reports_warnings_and_exemptions() {
     assert!(rules(r).contains(&"warning".to_string()), "{r}");
 
     // Exemptions go by who asks: the agent's kaniko build is left alone, anyone else's is not.
-    let build = include_str!("../examples/policy-tests/builtin/resources/labelled-image-build.yaml");
-    let by = |username: &str| {
-        json!({"manifest": build, "userInfo": {"username": username, "groups": ["system:authenticated"]}})
-    };
+    let build =
+        include_str!("../examples/policy-tests/builtin/resources/labelled-image-build.yaml");
+    let by = |username: &str| json!({"manifest": build, "userInfo": {"username": username, "groups": ["system:authenticated"]}});
     let (_, agent) = post(
         &p.base,
         &by("system:serviceaccount:wandb:wandb-launch-serviceaccount-agent"),
@@ -218,7 +222,10 @@ async fn the_api_imports_a_wandb_queue_and_reports_warnings_and_exemptions() {
     .await;
     let r = &agent["results"][0];
     assert_eq!(r["verdict"], "skipped", "{agent}");
-    assert_eq!(r["user"], "system:serviceaccount:wandb:wandb-launch-serviceaccount-agent");
+    assert_eq!(
+        r["user"],
+        "system:serviceaccount:wandb:wandb-launch-serviceaccount-agent"
+    );
     assert_eq!(r["trail"][0]["rule"], "exemption \"wandb-image-builds\"");
     let (_, alice) = post(&p.base, &by("alice")).await;
     let r = &alice["results"][0];
@@ -459,14 +466,33 @@ async fn the_page_shows_a_denial_and_then_the_diff_of_an_allowed_run_in_a_real_b
         "--disable-component-update",
         "--disable-sync",
         "--disable-dev-shm-usage",
+        "--disable-crash-reporter",
+        "--disable-breakpad",
     ] {
         caps.add_arg(arg).unwrap();
     }
     caps.add_arg(&format!("--user-data-dir={}", profile.path().display()))
         .unwrap();
     let driver = WebDriver::new(driver_url, caps).await.unwrap();
+    // The session always ends with an orderly quit (the browser closes), also when an
+    // assertion fails; the guards then kill whatever is left.
+    let outcome = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+        review_in_the_page(&driver, &p.base),
+    ))
+    .await;
+    let quit = driver.quit().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    quit.unwrap();
+}
 
-    driver.goto(format!("{}/", p.base)).await.unwrap();
+/// Picks the W&B queue example, reviews an over-limit run (denied, naming queue, field and
+/// limit), then one within the limit (allowed, `securityContext` added in the diff).
+async fn review_in_the_page(driver: &thirtyfour::WebDriver, base: &str) {
+    use thirtyfour::prelude::*;
+
+    driver.goto(format!("{base}/")).await.unwrap();
     // The examples are loaded and the built-in policy is preselected.
     driver
         .query(By::Css("body[data-ready='true']"))
@@ -573,8 +599,11 @@ async fn the_page_shows_a_denial_and_then_the_diff_of_an_allowed_run_in_a_real_b
         "{added:?}"
     );
     assert!(
-        driver.find_all(By::Id("message-0")).await.unwrap().is_empty(),
+        driver
+            .find_all(By::Id("message-0"))
+            .await
+            .unwrap()
+            .is_empty(),
         "no denial message"
     );
-    driver.quit().await.unwrap();
 }

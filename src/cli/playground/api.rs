@@ -212,9 +212,8 @@ fn load_wandb(request: &ReviewRequest, text: &str) -> Result<LoadedConfig, Input
 fn load_config(request: &ReviewRequest) -> Result<LoadedConfig, InputError> {
     let Some(text) = non_empty(&request.config) else {
         return Ok(LoadedConfig {
-            policy: Policy::from_yaml(DEFAULT_CONFIG_YAML).map_err(|e| {
-                InputError::new("config", format!("built-in example policy: {e}"))
-            })?,
+            policy: Policy::from_yaml(DEFAULT_CONFIG_YAML)
+                .map_err(|e| InputError::new("config", format!("built-in example policy: {e}")))?,
             summary: json!({"source": "built-in example policy", "queues": ["gpu-queue"]}),
         });
     };
@@ -287,8 +286,12 @@ fn requests(request: &ReviewRequest) -> Result<Vec<(String, AdmissionRequest)>, 
         // A recorded AdmissionReview is answered as it is; bare objects take the operation
         // and requester asked for.
         let bare = matches!(doc, InputDocument::Object(_));
-        let mut req = inputs::to_request(doc, non_empty(&request.queue), non_empty(&request.namespace))
-            .map_err(|e| InputError::new("manifest", format!("{source}: {e}")))?;
+        let mut req = inputs::to_request(
+            doc,
+            non_empty(&request.queue),
+            non_empty(&request.namespace),
+        )
+        .map_err(|e| InputError::new("manifest", format!("{source}: {e}")))?;
         if bare {
             if request.operation == Op::Update {
                 let Some(old) = &old else {
@@ -403,9 +406,7 @@ fn mutations(before: Option<&Value>, after: Option<&Value>) -> Vec<String> {
 /// Which rule said what, in the order the cluster asks: queue and exemptions, the mutating
 /// webhook, then the validating webhook on the mutated object.
 fn trail(j: &Judgement, before: Option<&Value>) -> Vec<Value> {
-    let entry = |stage: &str, rule: &str, effect: &str, message: &str| {
-        json!({"stage": stage, "rule": rule, "effect": effect, "message": message})
-    };
+    let entry = |stage: &str, rule: &str, effect: &str, message: &str| json!({"stage": stage, "rule": rule, "effect": effect, "message": message});
     let mut out = Vec::new();
     let m = &j.mutation.summary;
     if let Some(why) = j.skip_reason() {
@@ -526,8 +527,10 @@ pub(crate) fn review(request: &ReviewRequest) -> Result<Value, InputError> {
 mod tests {
     use super::*;
 
-    const EIGHT_GPUS: &str = include_str!("../../../examples/policy-tests/builtin/resources/train-8-gpus.yaml");
-    const TWO_GPUS: &str = include_str!("../../../examples/policy-tests/builtin/resources/train-2-gpus.yaml");
+    const EIGHT_GPUS: &str =
+        include_str!("../../../examples/policy-tests/builtin/resources/train-8-gpus.yaml");
+    const TWO_GPUS: &str =
+        include_str!("../../../examples/policy-tests/builtin/resources/train-2-gpus.yaml");
 
     fn ask(config: Option<&str>, manifest: &str) -> Result<Value, InputError> {
         review(&ReviewRequest {
@@ -583,7 +586,9 @@ mod tests {
         assert_eq!(err.input, "config");
         assert_eq!(
             err.details,
-            ["queues.gpu-queue.limits.variables.gpus.type: missing `type` (one of integer, number, string, quantity)"]
+            [
+                "queues.gpu-queue.limits.variables.gpus.type: missing `type` (one of integer, number, string, quantity)"
+            ]
         );
         request.wandb_variables =
             Some("gpus: {schema: {type: integer, minimum: 0, maximum: 4}}".into());
@@ -599,19 +604,24 @@ mod tests {
         let r = &review(&request).unwrap()["results"][0];
         assert_eq!(r["verdict"], "allowed", "{r}");
         assert!(
-            r["diff"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|l| l["tag"] == "+" && l["text"].as_str().unwrap().contains("securityContext:")),
+            r["diff"].as_array().unwrap().iter().any(
+                |l| l["tag"] == "+" && l["text"].as_str().unwrap().contains("securityContext:")
+            ),
             "{r}"
         );
     }
 
     #[test]
     fn bad_config_and_manifests_are_explained() {
-        let err = ask(Some("queues: {q: {limits: {enforcment: deny}}}\n"), TWO_GPUS).unwrap_err();
-        assert_eq!((err.input, err.error.as_str()), ("config", "config: invalid config"));
+        let err = ask(
+            Some("queues: {q: {limits: {enforcment: deny}}}\n"),
+            TWO_GPUS,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (err.input, err.error.as_str()),
+            ("config", "config: invalid config")
+        );
         assert!(err.details[0].contains("enforcment"), "{err:?}");
         let err = ask(None, "   ").unwrap_err();
         assert_eq!(err.input, "manifest");
@@ -619,7 +629,8 @@ mod tests {
         assert!(err.error.starts_with("manifest: "), "{err:?}");
         let err = ask(None, "metadata: {name: x}\n").unwrap_err();
         assert!(err.error.contains("apiVersion"), "{err:?}");
-        let many = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n---\n".repeat(MAX_DOCUMENTS + 1);
+        let many =
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n---\n".repeat(MAX_DOCUMENTS + 1);
         assert!(ask(None, &many).unwrap_err().error.contains("at most"));
         let update = ReviewRequest {
             manifest: TWO_GPUS.into(),
@@ -645,7 +656,10 @@ mod tests {
         };
         let agent = by("system:serviceaccount:wandb:wandb-launch-serviceaccount-agent");
         assert_eq!(agent["verdict"], "skipped", "{agent}");
-        assert_eq!(agent["trail"][0]["rule"], "exemption \"wandb-image-builds\"");
+        assert_eq!(
+            agent["trail"][0]["rule"],
+            "exemption \"wandb-image-builds\""
+        );
         assert_eq!(by("alice")["skipped"], false);
     }
 }

@@ -120,7 +120,11 @@ const MANIFESTS: &[Example] = &[
         "PyTorchJob: master and 2 workers",
         include_str!("../../../examples/policy-tests/builtin/resources/pytorch/run42.yaml"),
     ),
-    example("pod", "Pod: a launch run's bare pod", include_str!("examples/pod.yaml")),
+    example(
+        "pod",
+        "Pod: a launch run's bare pod",
+        include_str!("examples/pod.yaml"),
+    ),
     example(
         "image-build-label",
         "Job labelled as an image build (exempt only when the W&B agent sends it)",
@@ -341,7 +345,11 @@ mod tests {
 
     #[test]
     fn the_page_names_only_embedded_assets() {
-        for (name, text) in [("index.html", INDEX_HTML), ("app.js", APP_JS), ("style.css", STYLE_CSS)] {
+        for (name, text) in [
+            ("index.html", INDEX_HTML),
+            ("app.js", APP_JS),
+            ("style.css", STYLE_CSS),
+        ] {
             for remote in ["http://", "https://", "//cdn", "@import", "fonts.g"] {
                 assert!(!text.contains(remote), "{name} refers to {remote}");
             }
