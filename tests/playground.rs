@@ -173,6 +173,31 @@ async fn the_api_judges_a_manifest_under_the_built_in_policy() {
             .contains("allowPrivilegeEscalation: false")
     );
     assert!(!r["before"].as_str().unwrap().contains("securityContext"));
+
+    // An UPDATE is judged on what it changes: raising the GPUs is denied, keeping an
+    // over-limit value that was already there is allowed with a warning naming the rule.
+    let renamed = TWO_GPUS.replace("launch-acme-mnist-2gpu", "launch-acme-mnist-8gpu");
+    let update =
+        |old: &str| json!({"manifest": EIGHT_GPUS, "operation": "UPDATE", "oldManifest": old});
+    let (status, answer) = post(&p.base, &update(&renamed)).await;
+    assert_eq!(status, 200, "{answer}");
+    let r = &answer["results"][0];
+    assert_eq!(
+        (&r["operation"], &r["verdict"]),
+        (&json!("UPDATE"), &json!("denied")),
+        "{r}"
+    );
+    let (_, answer) = post(&p.base, &update(EIGHT_GPUS)).await;
+    let r = &answer["results"][0];
+    assert_eq!(r["verdict"], "allowed", "{r}");
+    assert!(
+        r["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("already so before this update"),
+        "{r}"
+    );
+    assert!(rules(r).contains(&"variable:gpus".to_string()), "{r}");
 }
 
 #[tokio::test]

@@ -454,19 +454,24 @@ fn trail(j: &Judgement, before: Option<&Value>) -> Vec<Value> {
         }
         for w in &v.response.warnings {
             if !s.violations.contains(w) {
-                out.push(entry("validate", "warning", "warned", w));
+                // A limit's warning names its rule as a violation does.
+                let rule = match violation_rule(w) {
+                    rule if rule == "other" => "warning".to_string(),
+                    rule => rule,
+                };
+                out.push(entry("validate", &rule, "warned", w));
             }
         }
         if !v.response.allowed && s.violations.is_empty() {
             out.push(entry("validate", "validate", "denied", &j.message()));
         }
         if v.response.allowed && s.outcome != crate::review::Outcome::Skipped {
-            out.push(entry(
-                "validate",
-                "verdict",
-                outcome_label(s),
-                "the mutated object is within the queue's limits",
-            ));
+            let says = if j.warnings().is_empty() && s.violations.is_empty() {
+                "allowed: the mutated object is within the queue's limits"
+            } else {
+                "allowed, with the warnings above"
+            };
+            out.push(entry("validate", "verdict", outcome_label(s), says));
         }
     }
     out
