@@ -1,5 +1,6 @@
 //! The command line: `serve`, the offline `mutate` / `validate`, `test` (policy test suites),
-//! `audit` (judge what runs in a cluster), `check-config`, `print-default-config` and `certs`.
+//! `audit` (judge what runs in a cluster), `playground` (a local page to try a policy),
+//! `check-config`, `print-default-config` and `certs`.
 //! Every flag can also be set from an env var.
 
 /// `print!` to stdout that returns an error instead of panicking when the reader has gone
@@ -22,6 +23,7 @@ macro_rules! outln {
 pub(crate) mod audit;
 pub(crate) mod import_queue;
 pub(crate) mod inputs;
+pub(crate) mod playground;
 pub(crate) mod test_suite;
 
 use crate::admission::AdmissionReviewResponse;
@@ -83,6 +85,9 @@ pub(crate) enum Command {
     /// Turn a W&B queue (UI config, queue export, Terraform wandb_run_queue) into a launchgate
     /// queue snippet; prints what it will enforce, one line per limit.
     ImportQueue(import_queue::ImportQueueArgs),
+    /// Serve a local page to try a policy (launchgate config or W&B queue) on manifests: the
+    /// verdict, warnings, the patch as a diff and which rule said what. Loopback only.
+    Playground(playground::PlaygroundArgs),
     /// Generate a CA and a serving certificate for a Service DNS name.
     Certs(CertsArgs),
     /// Delete webhook configurations and native policies (the chart's pre-delete hook, before
@@ -480,6 +485,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::ImportQueue(args) => import_queue::run(&args),
+        Command::Playground(args) => playground::run(&args),
         Command::CompileNative(args) => compile_native(&args),
         Command::Completion { shell } => {
             use clap::CommandFactory;

@@ -1,0 +1,634 @@
+//! `launchgate playground`: the real binary on an ephemeral loopback port, its JSON API asked
+//! with configs and manifests (verdict, patch, warnings, decision trail, and a clear 4xx for
+//! bad input), and its page driven in a real headless Chromium through chromedriver.
+//!
+//! The browser test needs Debian's `chromium` and `chromium-driver`. Without them it returns
+//! at once and says so on one `SKIPPED` line of stderr, unless `LAUNCHGATE_BROWSER_REQUIRED=1`
+//! (CI), which makes them missing a failure. Every child (the playground, chromedriver and the
+//! browser it starts) is killed when its guard drops, whether the test passed or failed, and
+//! gets `PR_SET_PDEATHSIG` so a test binary killed outright leaves none behind.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const EIGHT_GPUS: &str =
+    include_str!("../examples/policy-tests/builtin/resources/train-8-gpus.yaml");
+const TWO_GPUS: &str = include_str!("../examples/policy-tests/builtin/resources/train-2-gpus.yaml");
+
+/// A child process killed (with its process group, when it leads one) when dropped.
+struct Guard {
+    child: Child,
+    group: bool,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.group {
+            // chromedriver and the browsers it started share its process group.
+            // SAFETY: kill(2) with the negated group id of a group this test created.
+            unsafe {
+                libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `command` started with `PR_SET_PDEATHSIG = SIGKILL`, optionally leading its own process
+/// group, its stdout piped.
+fn spawn(command: &mut Command, group: bool) -> Guard {
+    command.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    if group {
+        command.process_group(0);
+    }
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
+    Guard { child, group }
+}
+
+/// Reads the child's stdout until a line containing `marker`, returning that line.
+fn line_with(guard: &mut Guard, marker: &str) -> String {
+    let stdout = guard.child.stdout.take().expect("stdout is piped");
+    let mut lines = BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
+        let line = line.expect("reading the child's stdout");
+        if line.contains(marker) {
+            // Keep draining so the child never blocks on a full pipe.
+            std::thread::spawn(move || for _ in lines {});
+            return line;
+        }
+    }
+    panic!("the child's stdout ended without a line containing {marker:?}");
+}
+
+/// A running `launchgate playground` and its base URL (`http://127.0.0.1:PORT`).
+struct Playground {
+    _guard: Guard,
+    base: String,
+}
+
+fn playground() -> Playground {
+    let mut guard = spawn(
+        Command::new(env!("CARGO_BIN_EXE_launchgate")).args([
+            "playground",
+            "--listen",
+            "127.0.0.1:0",
+        ]),
+        false,
+    );
+    let line = line_with(&mut guard, "launchgate playground: ");
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .trim_end_matches('/')
+        .to_string();
+    Playground {
+        _guard: guard,
+        base,
+    }
+}
+
+async fn post(base: &str, body: &Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/review"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+fn rules(result: &Value) -> Vec<String> {
+    result["trail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["rule"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_api_judges_a_manifest_under_the_built_in_policy() {
+    let p = playground();
+    let (status, answer) = post(&p.base, &json!({"manifest": EIGHT_GPUS})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["config"]["source"], "built-in example policy");
+    let r = &answer["results"][0];
+    assert_eq!(r["verdict"], "denied", "{r}");
+    assert_eq!(r["deniedBy"], "validate");
+    assert_eq!(r["queue"], "gpu-queue");
+    assert_eq!(
+        r["message"],
+        r#"queue "gpu-queue": spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#
+    );
+    let trail = rules(r);
+    assert!(trail.contains(&"variable:gpus".to_string()), "{trail:?}");
+    assert!(
+        trail.contains(&"mutation security-context".to_string()),
+        "{trail:?}"
+    );
+
+    let (status, answer) = post(&p.base, &json!({"manifest": TWO_GPUS})).await;
+    assert_eq!(status, 200, "{answer}");
+    let r = &answer["results"][0];
+    assert_eq!(r["verdict"], "allowed", "{r}");
+    let paths: Vec<&str> = r["patch"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|op| op["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        paths.contains(&"/spec/template/spec/containers/0/securityContext"),
+        "{paths:?}"
+    );
+    assert!(
+        r["diff"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["tag"] == "+" && l["text"].as_str().unwrap().trim() == "securityContext:"),
+        "{r}"
+    );
+    assert!(
+        r["after"]
+            .as_str()
+            .unwrap()
+            .contains("allowPrivilegeEscalation: false")
+    );
+    assert!(!r["before"].as_str().unwrap().contains("securityContext"));
+
+    // An UPDATE is judged on what it changes: raising the GPUs is denied, keeping an
+    // over-limit value that was already there is allowed with a warning naming the rule.
+    let renamed = TWO_GPUS.replace("launch-acme-mnist-2gpu", "launch-acme-mnist-8gpu");
+    let update =
+        |old: &str| json!({"manifest": EIGHT_GPUS, "operation": "UPDATE", "oldManifest": old});
+    let (status, answer) = post(&p.base, &update(&renamed)).await;
+    assert_eq!(status, 200, "{answer}");
+    let r = &answer["results"][0];
+    assert_eq!(
+        (&r["operation"], &r["verdict"]),
+        (&json!("UPDATE"), &json!("denied")),
+        "{r}"
+    );
+    let (_, answer) = post(&p.base, &update(EIGHT_GPUS)).await;
+    let r = &answer["results"][0];
+    assert_eq!(r["verdict"], "allowed", "{r}");
+    assert!(
+        r["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("already so before this update"),
+        "{r}"
+    );
+    assert!(rules(r).contains(&"variable:gpus".to_string()), "{r}");
+}
+
+#[tokio::test]
+async fn the_api_imports_a_wandb_queue_and_reports_warnings_and_exemptions() {
+    let p = playground();
+    let export = "name: gpu-queue\nconfig:\n  resource_args:\n    kubernetes:\n      spec:\n        template:\n          spec:\n            containers:\n              - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\ntemplate_variables:\n  gpus: {schema: {type: integer, minimum: 0, maximum: 4}}\n";
+    let (status, answer) = post(
+        &p.base,
+        &json!({"config": export, "manifest": format!("{EIGHT_GPUS}---\n{TWO_GPUS}")}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["config"]["queues"], json!(["gpu-queue"]));
+    assert!(
+        answer["config"]["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("gpu-queue")
+    );
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["source"], "manifest#1");
+    assert_eq!(results[0]["verdict"], "denied");
+    assert_eq!(results[1]["verdict"], "allowed");
+
+    // A workload naming an unconfigured queue: judged by the imported one, with the warning.
+    let elsewhere = TWO_GPUS.replace("queue: gpu-queue", "queue: other-queue");
+    let (_, answer) = post(&p.base, &json!({"config": export, "manifest": elsewhere})).await;
+    let r = &answer["results"][0];
+    let warnings = r["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("other-queue")),
+        "{r}"
+    );
+    assert!(rules(r).contains(&"warning".to_string()), "{r}");
+
+    // Exemptions go by who asks: the agent's kaniko build is left alone, anyone else's is not.
+    let build =
+        include_str!("../examples/policy-tests/builtin/resources/labelled-image-build.yaml");
+    let by = |username: &str| json!({"manifest": build, "userInfo": {"username": username, "groups": ["system:authenticated"]}});
+    let (_, agent) = post(
+        &p.base,
+        &by("system:serviceaccount:wandb:wandb-launch-serviceaccount-agent"),
+    )
+    .await;
+    let r = &agent["results"][0];
+    assert_eq!(r["verdict"], "skipped", "{agent}");
+    assert_eq!(
+        r["user"],
+        "system:serviceaccount:wandb:wandb-launch-serviceaccount-agent"
+    );
+    assert_eq!(r["trail"][0]["rule"], "exemption \"wandb-image-builds\"");
+    let (_, alice) = post(&p.base, &by("alice")).await;
+    let r = &alice["results"][0];
+    assert_eq!(r["verdict"], "denied", "{alice}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("exemption \"wandb-image-builds\" does not apply"),
+        "{alice}"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_4xx_that_says_what_is_wrong() {
+    let p = playground();
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/review", p.base);
+    let send = |body: &'static str, content_type: &'static str| {
+        let client = client.clone();
+        let url = url.clone();
+        async move {
+            let r = client
+                .post(url)
+                .header("content-type", content_type)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, answer) = send("{not json", "application/json").await;
+    assert_eq!(status, 400);
+    assert!(
+        answer["error"].as_str().unwrap().starts_with("request: "),
+        "{answer}"
+    );
+    let (status, answer) = send(r#"{"manifest": "x", "manfest": 1}"#, "application/json").await;
+    assert_eq!(status, 400);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `manfest`"),
+        "{answer}"
+    );
+    let (status, answer) = send(r#"{"config": "queues: {}"}"#, "application/json").await;
+    assert_eq!(status, 400);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("missing field `manifest`"),
+        "{answer}"
+    );
+    let (status, answer) = send(r#"{"manifest": "a"}"#, "text/plain").await;
+    assert_eq!(status, 415, "{answer}");
+
+    // A config error, with its key path, as `check-config` says it.
+    let (status, answer) = post(
+        &p.base,
+        &json!({"config": "queues:\n  q:\n    limits: {enforcment: deny}\n", "manifest": TWO_GPUS}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(answer["input"], "config");
+    assert_eq!(answer["error"], "config: invalid config");
+    let details = answer["details"].as_array().unwrap();
+    assert!(
+        details[0].as_str().unwrap().contains("queues.q.limits"),
+        "{answer}"
+    );
+    // A manifest that is no Kubernetes object.
+    let (status, answer) = post(&p.base, &json!({"manifest": "metadata: {name: x}\n"})).await;
+    assert_eq!(status, 400);
+    assert_eq!(answer["input"], "manifest");
+    assert!(
+        answer["error"].as_str().unwrap().contains("apiVersion"),
+        "{answer}"
+    );
+    // An UPDATE without the old object.
+    let (status, answer) = post(
+        &p.base,
+        &json!({"manifest": TWO_GPUS, "operation": "UPDATE"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(answer["input"], "oldManifest");
+    // Too large: read to its limit, answered 413.
+    let big = json!({"manifest": "#".repeat(2 * 1024 * 1024)});
+    let (status, answer) = post(&p.base, &big).await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("too large"),
+        "{answer}"
+    );
+    // Wrong method, unknown path.
+    let r = client.get(&url).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    let r = client
+        .get(format!("{}/nothing-here", p.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    // Still serving after all of it.
+    let (status, _) = post(&p.base, &json!({"manifest": TWO_GPUS})).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn the_page_and_its_assets_come_from_the_binary() {
+    let p = playground();
+    let client = reqwest::Client::new();
+    let page = client.get(format!("{}/", p.base)).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let html = page.text().await.unwrap();
+    assert!(html.contains(r#"<script src="/app.js" defer></script>"#));
+    for asset in ["/app.js", "/style.css", "/api/examples"] {
+        let r = client
+            .get(format!("{}{asset}", p.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{asset}");
+    }
+    let examples: Value = client
+        .get(format!("{}/api/examples", p.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = examples["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["title"].as_str().unwrap().split(':').next().unwrap())
+        .collect();
+    for kind in ["Job", "Volcano Job", "PyTorchJob", "Pod"] {
+        assert!(kinds.contains(&kind), "{kinds:?}");
+    }
+    assert_eq!(examples["configs"][0]["id"], "builtin");
+}
+
+#[test]
+fn a_non_loopback_address_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args(["playground", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("loopback address only"), "{stderr}");
+}
+
+// --- the page in a real browser ---
+
+/// Where a program is on PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Chromium and chromedriver, or `None` (with one `SKIPPED` line) when either is missing and
+/// `LAUNCHGATE_BROWSER_REQUIRED` is not set.
+fn browser() -> Option<(PathBuf, PathBuf)> {
+    let required =
+        std::env::var("LAUNCHGATE_BROWSER_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0");
+    let chromium = on_path("chromium").or_else(|| on_path("chromium-browser"));
+    let driver = on_path("chromedriver");
+    match (chromium, driver) {
+        (Some(c), Some(d)) => Some((c, d)),
+        _ if required => panic!(
+            "LAUNCHGATE_BROWSER_REQUIRED is set and chromium or chromedriver is missing: \
+             run `apt-get install -y chromium chromium-driver`"
+        ),
+        _ => {
+            // Straight to the process's stderr: the test harness captures `eprintln!`.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: playground browser test needs chromium and chromedriver \
+                 (`apt-get install -y chromium chromium-driver`); \
+                 LAUNCHGATE_BROWSER_REQUIRED=1 makes this a failure"
+            );
+            None
+        }
+    }
+}
+
+/// chromedriver on an ephemeral loopback port, in its own process group (the browsers it
+/// starts die with it), and its URL.
+fn chromedriver(path: &Path) -> (Guard, String) {
+    let mut guard = spawn(
+        Command::new(path).args(["--port=0", "--allowed-ips=127.0.0.1"]),
+        true,
+    );
+    let line = line_with(&mut guard, "started successfully on port");
+    let port: u16 = line
+        .trim_end_matches('.')
+        .rsplit(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    (guard, format!("http://127.0.0.1:{port}"))
+}
+
+#[tokio::test]
+async fn the_page_shows_a_denial_and_then_the_diff_of_an_allowed_run_in_a_real_browser() {
+    use thirtyfour::prelude::*;
+    let Some((chromium, driver_path)) = browser() else {
+        return;
+    };
+    let profile = tempfile::tempdir().unwrap();
+    let p = playground();
+    let (_driver_guard, driver_url) = chromedriver(&driver_path);
+
+    let mut caps = DesiredCapabilities::chrome();
+    caps.set_binary(chromium.to_str().unwrap()).unwrap();
+    for arg in [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--disable-crash-reporter",
+        "--disable-breakpad",
+    ] {
+        caps.add_arg(arg).unwrap();
+    }
+    caps.add_arg(&format!("--user-data-dir={}", profile.path().display()))
+        .unwrap();
+    let driver = WebDriver::new(driver_url, caps).await.unwrap();
+    // The session always ends with an orderly quit (the browser closes), also when an
+    // assertion fails; the guards then kill whatever is left.
+    let outcome = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+        review_in_the_page(&driver, &p.base),
+    ))
+    .await;
+    let quit = driver.quit().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    quit.unwrap();
+}
+
+/// Picks the W&B queue example, reviews an over-limit run (denied, naming queue, field and
+/// limit), then one within the limit (allowed, `securityContext` added in the diff).
+async fn review_in_the_page(driver: &thirtyfour::WebDriver, base: &str) {
+    use thirtyfour::prelude::*;
+
+    driver.goto(format!("{base}/")).await.unwrap();
+    // The examples are loaded and the built-in policy is preselected.
+    driver
+        .query(By::Css("body[data-ready='true']"))
+        .first()
+        .await
+        .unwrap();
+    let config = driver.find(By::Id("config")).await.unwrap();
+    assert!(
+        config
+            .prop("value")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+            .contains("launchgate built-in example policy")
+    );
+    assert_eq!(
+        driver.title().await.unwrap(),
+        "launchgate playground",
+        "the page"
+    );
+
+    // Pick the W&B queue export, paste an over-limit manifest, review.
+    let select = thirtyfour::components::SelectElement::new(
+        &driver.find(By::Id("config-example")).await.unwrap(),
+    )
+    .await
+    .unwrap();
+    select.select_by_value("wandb-minikube-gpu").await.unwrap();
+    assert!(
+        config
+            .prop("value")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+            .contains("template_variables"),
+        "picking the example fills the config"
+    );
+    let manifest = driver.find(By::Id("manifest")).await.unwrap();
+    manifest.clear().await.unwrap();
+    manifest.send_keys(EIGHT_GPUS).await.unwrap();
+    driver
+        .find(By::Id("review"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let verdict = driver
+        .query(By::Css("#verdict-0.denied"))
+        .first()
+        .await
+        .unwrap();
+    assert!(verdict.text().await.unwrap().starts_with("Denied"));
+    let message = driver
+        .find(By::Id("message-0"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for part in [
+        r#"queue "gpu-queue""#,
+        r#"resources.limits["nvidia.com/gpu"]=8"#,
+        "exceeds maximum 4",
+    ] {
+        assert!(message.contains(part), "{part} in {message}");
+    }
+    let trail = driver
+        .find(By::Id("trail-0"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(trail.contains("variable:gpus"), "{trail}");
+
+    // A run within the limit: allowed, and the diff shows the securityContext added.
+    manifest.clear().await.unwrap();
+    manifest.send_keys(TWO_GPUS).await.unwrap();
+    driver
+        .find(By::Id("review"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let verdict = driver
+        .query(By::Css("#verdict-0.allowed"))
+        .first()
+        .await
+        .unwrap();
+    assert!(verdict.text().await.unwrap().starts_with("Allowed"));
+    let added: Vec<String> = {
+        let mut lines = Vec::new();
+        for span in driver.find_all(By::Css("#diff-0 .add")).await.unwrap() {
+            lines.push(span.text().await.unwrap());
+        }
+        lines
+    };
+    assert!(
+        added
+            .iter()
+            .any(|l| l.starts_with('+') && l.trim_start_matches('+').trim() == "securityContext:"),
+        "{added:?}"
+    );
+    assert!(
+        driver
+            .find_all(By::Id("message-0"))
+            .await
+            .unwrap()
+            .is_empty(),
+        "no denial message"
+    );
+}
