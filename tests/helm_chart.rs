@@ -832,7 +832,9 @@ fn policy_modes_render_what_each_needs() {
                 rule["resources"]
                     .as_array()
                     .is_some_and(|rs| rs.iter().any(|x| x == "mutatingadmissionpolicies"))
-                    && rule["verbs"].as_array().is_some_and(|v| v.iter().any(|x| x == "patch"))
+                    && rule["verbs"]
+                        .as_array()
+                        .is_some_and(|v| v.iter().any(|x| x == "patch"))
             })
         })
     };
@@ -848,7 +850,10 @@ fn policy_modes_render_what_each_needs() {
     let d: Deployment = one(&objs, "Deployment");
     let env = deployment_env(&d);
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    assert_eq!(get("LAUNCHGATE_NATIVE_POLICIES").as_deref(), Some("launchgate"));
+    assert_eq!(
+        get("LAUNCHGATE_NATIVE_POLICIES").as_deref(),
+        Some("launchgate")
+    );
     let selector: Value =
         serde_json::from_str(&get("LAUNCHGATE_NATIVE_NAMESPACE_SELECTOR").unwrap()).unwrap();
     let sel: LabelSelector = serde_json::from_value(selector).unwrap();
@@ -867,7 +872,10 @@ fn policy_modes_render_what_each_needs() {
     assert!(of_kind(&objs, "ValidatingWebhookConfiguration").is_empty());
     assert!(native_rights(&objs));
     let (ok, _, err) = helm.check(&["render", "--set-json", r#"{"policyMode":"webhooks"}"#]);
-    assert!(!ok && err.contains("policyMode"), "an unknown mode must fail: {err}");
+    assert!(
+        !ok && err.contains("policyMode"),
+        "an unknown mode must fail: {err}"
+    );
 }
 
 /// manifests/*.yaml: valid Kubernetes objects, and launchgate.yaml is exactly the chart

@@ -479,7 +479,10 @@ mod tests {
                 .collect();
             assert_eq!(
                 resources,
-                [&json!(["jobs"]), &json!(["pytorchjobs", "pytorchjobs/scale"])]
+                [
+                    &json!(["jobs"]),
+                    &json!(["pytorchjobs", "pytorchjobs/scale"])
+                ]
             );
             let conditions = h["matchConditions"].as_array().unwrap();
             assert!(
@@ -512,7 +515,9 @@ mod tests {
 
     #[test]
     fn a_service_reference_is_checked() {
-        for bad in ["lg:443", "ns/lg", "ns/lg:x", "/lg:443", "ns/:443", "ns/lg:0"] {
+        for bad in [
+            "lg:443", "ns/lg", "ns/lg:x", "/lg:443", "ns/:443", "ns/lg:0",
+        ] {
             assert!(bad.parse::<Endpoint>().is_err(), "{bad}");
         }
     }

@@ -178,7 +178,11 @@ pub struct RegistrationOptions {
     #[arg(long, env = "LAUNCHGATE_REGISTER_WEBHOOKS", value_name = "NAME")]
     pub register_webhooks: Option<String>,
     /// The Service the API server calls: NAMESPACE/NAME:PORT.
-    #[arg(long, env = "LAUNCHGATE_WEBHOOK_SERVICE", conflicts_with = "webhook_url")]
+    #[arg(
+        long,
+        env = "LAUNCHGATE_WEBHOOK_SERVICE",
+        conflicts_with = "webhook_url"
+    )]
     pub webhook_service: Option<Endpoint>,
     /// Or the base URL the API server calls (local clusters): `/mutate` and `/validate` are
     /// appended. Default: https://<--listen address> (127.0.0.1 for 0.0.0.0).
@@ -214,7 +218,11 @@ pub struct RegistrationOptions {
     #[arg(long, env = "LAUNCHGATE_WEBHOOK_MUTATE", default_value_t = true, action = clap::ArgAction::Set)]
     pub webhook_mutate: bool,
     /// The mutating webhook's name.
-    #[arg(long, env = "LAUNCHGATE_WEBHOOK_MUTATE_NAME", default_value = "mutate.launchgate.io")]
+    #[arg(
+        long,
+        env = "LAUNCHGATE_WEBHOOK_MUTATE_NAME",
+        default_value = "mutate.launchgate.io"
+    )]
     pub webhook_mutate_name: String,
     /// The mutating webhook's failurePolicy.
     #[arg(long, env = "LAUNCHGATE_WEBHOOK_MUTATE_FAILURE_POLICY", default_value = "Ignore", value_parser = ["Ignore", "Fail"])]
@@ -227,7 +235,11 @@ pub struct RegistrationOptions {
     pub webhook_validate: bool,
     /// The validating webhook's name; split per queue it becomes <first label>-deny.<rest>
     /// (failurePolicy Fail) and <first label>-warn.<rest> (Ignore).
-    #[arg(long, env = "LAUNCHGATE_WEBHOOK_VALIDATE_NAME", default_value = "validate.launchgate.io")]
+    #[arg(
+        long,
+        env = "LAUNCHGATE_WEBHOOK_VALIDATE_NAME",
+        default_value = "validate.launchgate.io"
+    )]
     pub webhook_validate_name: String,
     /// Fail: requests of `deny` queues fail closed, of `warn`/`audit` queues open (split by
     /// matchConditions). Ignore: every validating request fails open (the chart's hybrid mode).
@@ -502,9 +514,11 @@ mod tests {
         assert_eq!(s.extra_conditions.len(), 1);
         assert_eq!(s.namespace_selector.unwrap()["matchLabels"]["a"], "b");
         // Without a Service or URL: the listen address, loopback for 0.0.0.0.
-        let s = parse(&["--listen=0.0.0.0:9443"])
-            .registration
-            .settings("lg", "0.0.0.0:9443".parse().unwrap(), String::new());
+        let s = parse(&["--listen=0.0.0.0:9443"]).registration.settings(
+            "lg",
+            "0.0.0.0:9443".parse().unwrap(),
+            String::new(),
+        );
         assert_eq!(s.endpoint, Endpoint::Url("https://127.0.0.1:9443".into()));
         for bad in [
             "--webhook-service=lg:443",

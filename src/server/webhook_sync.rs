@@ -148,7 +148,9 @@ pub(crate) fn spawn(
                                     if applied.as_ref().is_none_or(|(o, _)| *o != desired) {
                                         let hooks: Vec<&str> = desired
                                             .iter()
-                                            .flat_map(|o| o["webhooks"].as_array().into_iter().flatten())
+                                            .flat_map(|o| {
+                                                o["webhooks"].as_array().into_iter().flatten()
+                                            })
                                             .filter_map(|h| h["name"].as_str())
                                             .collect();
                                         tracing::info!(configuration = %name, webhooks = ?hooks, "webhook configurations registered");
@@ -165,7 +167,11 @@ pub(crate) fn spawn(
                         tracing::warn!(configuration = %name, error = %format!("{e:#}"), "cannot build the webhook configurations; retrying")
                     }
                 }
-            } else if !waiting_logged && !state.shutting_down.load(std::sync::atomic::Ordering::Acquire) {
+            } else if !waiting_logged
+                && !state
+                    .shutting_down
+                    .load(std::sync::atomic::Ordering::Acquire)
+            {
                 tracing::info!(configuration = %name, "not ready: webhook configurations not registered yet");
                 waiting_logged = true;
             }
