@@ -1077,6 +1077,25 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
         "team"
     );
 
+    // external certificates: the CA bundle from certs.external.caBundle.
+    let ca = launchgate::certs::generate(&["launchgate".to_string()], 1)
+        .unwrap()
+        .ca_pem;
+    let b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(ca)
+    };
+    let external = serde_json::json!({"certs": {"mode": "external", "secretName": "tls", "external": {"caBundle": b64}}});
+    let objs = helm.render(&["--set-json", &external.to_string()]);
+    let d: Deployment = one(&objs, "Deployment");
+    let flags = registration_flags(&d);
+    assert!(
+        flags.contains(&format!("--webhook-ca-bundle-base64={b64}")),
+        "{flags:?}"
+    );
+    assert!(!flags.iter().any(|f| f.starts_with("--webhook-ca-bundle=")));
+    assert_eq!(server_registered(&objs).len(), 2);
+
     // hybrid: both fail open; native: nothing registered, no rights for it.
     let objs = helm.render(&["--set-json", r#"{"policyMode":"hybrid"}"#]);
     let server = server_registered(&objs);

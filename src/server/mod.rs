@@ -316,10 +316,17 @@ pub async fn start_with_event_sink(
             let client = kube::Client::try_default()
                 .await
                 .context("--register-webhooks needs a Kubernetes client")?;
-            let ca = match (&opts.registration.webhook_ca_bundle, &dev_ca_pem) {
-                (Some(file), _) => webhook_sync::CaSource::File(file.clone()),
-                (None, Some(pem)) => webhook_sync::CaSource::Pem(pem.clone()),
-                (None, None) => webhook_sync::CaSource::File(
+            let r = &opts.registration;
+            let ca = match (
+                &r.webhook_ca_bundle,
+                &r.webhook_ca_bundle_base64,
+                &dev_ca_pem,
+            ) {
+                (Some(file), _, _) => webhook_sync::CaSource::File(file.clone()),
+                (None, Some(pem), _) | (None, None, Some(pem)) => {
+                    webhook_sync::CaSource::Pem(pem.clone())
+                }
+                (None, None, None) => webhook_sync::CaSource::File(
                     opts.tls_cert
                         .clone()
                         .context("--register-webhooks needs --webhook-ca-bundle")?,

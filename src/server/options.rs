@@ -193,6 +193,14 @@ pub struct RegistrationOptions {
     /// development CA, else the --tls-cert chain.
     #[arg(long, env = "LAUNCHGATE_WEBHOOK_CA_BUNDLE")]
     pub webhook_ca_bundle: Option<PathBuf>,
+    /// Or the CA bundle itself, base64 of the PEM (the chart's certs.external.caBundle).
+    #[arg(
+        long,
+        env = "LAUNCHGATE_WEBHOOK_CA_BUNDLE_BASE64",
+        conflicts_with = "webhook_ca_bundle",
+        value_parser = parse_base64_pem
+    )]
+    pub webhook_ca_bundle_base64: Option<String>,
     /// The webhooks' namespaceSelector (JSON), e.g. the excluded system namespaces.
     #[arg(long, env = "LAUNCHGATE_WEBHOOK_NAMESPACE_SELECTOR", value_parser = parse_json_object)]
     pub webhook_namespace_selector: Option<serde_json::Value>,
@@ -266,6 +274,7 @@ impl Default for RegistrationOptions {
             webhook_service: None,
             webhook_url: None,
             webhook_ca_bundle: None,
+            webhook_ca_bundle_base64: None,
             webhook_namespace_selector: None,
             webhook_object_selector: None,
             webhook_timeout_seconds: 5,
@@ -410,6 +419,19 @@ fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
     }
 }
 
+/// Base64 of PEM certificates given on the command line: the PEM.
+fn parse_base64_pem(text: &str) -> Result<String, String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("invalid base64: {e}"))?;
+    let pem = String::from_utf8(bytes).map_err(|_| "not PEM text".to_string())?;
+    if !pem.contains("-----BEGIN CERTIFICATE-----") {
+        return Err("holds no PEM certificate".into());
+    }
+    Ok(pem)
+}
+
 /// A JSON list of `{name, expression}` objects given on the command line.
 fn parse_json_list(text: &str) -> Result<serde_json::Value, String> {
     match serde_json::from_str::<serde_json::Value>(text) {
@@ -525,6 +547,7 @@ mod tests {
             "--webhook-timeout-seconds=31",
             "--webhook-extra-match-conditions=[1]",
             "--webhook-validate-failure-policy=Deny",
+            "--webhook-ca-bundle-base64=bm90IHBlbQ==",
         ] {
             assert!(
                 Serve::try_parse_from(["serve", bad]).is_err(),

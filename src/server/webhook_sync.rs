@@ -33,7 +33,7 @@ const RESYNC: Duration = Duration::from_secs(60);
 pub(crate) enum CaSource {
     /// A PEM file, read at every check.
     File(PathBuf),
-    /// The generated development CA.
+    /// Given inline, or the generated development CA.
     Pem(String),
 }
 

@@ -70,6 +70,66 @@ fn uninstall(ctx: &Ctx, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// A kubeconfig acting as the ServiceAccount `registrar` of the test's namespace, bound to a
+/// ClusterRole with the chart's registration rights only (get, create and patch on the two
+/// configurations named `name`); returns it and the cluster-scoped objects to delete.
+async fn registrar(ctx: &Ctx, name: &str, dir: &Path) -> Result<(std::path::PathBuf, Vec<Value>)> {
+    let sa =
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "registrar"}});
+    create_in(&ctx.client, &ctx.ns, &sa, false)
+        .await?
+        .map_err(|e| anyhow::anyhow!("creating the ServiceAccount: {}", e.message))?;
+    let rule = |resource: &str| {
+        json!({
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": [resource],
+            "resourceNames": [name],
+            "verbs": ["get", "create", "patch"],
+        })
+    };
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": format!("{name}-registrar")},
+        "rules": [rule("mutatingwebhookconfigurations"), rule("validatingwebhookconfigurations")],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("{name}-registrar")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("{name}-registrar")},
+        "subjects": [{"kind": "ServiceAccount", "name": "registrar", "namespace": ctx.ns}],
+    });
+    let mut made = Vec::new();
+    for obj in [role, binding] {
+        let resource = crate::ctx::resource_for(&obj)?;
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+        api.create(&Default::default(), &serde_json::from_value(obj.clone())?)
+            .await
+            .with_context(|| format!("creating {}", obj["kind"]))?;
+        made.push(obj);
+    }
+    let mut kubeconfig: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&ctx.env.kubeconfig)?)?;
+    for user in kubeconfig["users"].as_array_mut().into_iter().flatten() {
+        user["user"]["as"] = json!(format!("system:serviceaccount:{}:registrar", ctx.ns));
+    }
+    let path = dir.join("registrar.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec_pretty(&kubeconfig)?)?;
+    Ok((path, made))
+}
+
+/// Deletes the cluster-scoped `objects`.
+async fn delete_all(ctx: &Ctx, objects: &[Value]) {
+    for obj in objects {
+        if let Ok(resource) = crate::ctx::resource_for(obj) {
+            let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            let _ = api.delete(name, &Default::default()).await;
+        }
+    }
+}
+
 fn write_certs(dir: &Path, certs: &launchgate::certs::GeneratedCerts) -> Result<()> {
     // The key first: the server reloads a pair only when both files parse and match.
     std::fs::write(dir.join("tls.key"), &certs.key_pem)?;
@@ -81,7 +141,8 @@ fn write_certs(dir: &Path, certs: &launchgate::certs::GeneratedCerts) -> Result<
 /// A first install: the server runs but is not ready (its certificate has expired), so nothing
 /// is registered and an over-limit launch Job is admitted, not refused. Once a valid
 /// certificate arrives the server is ready, registers its webhooks (caBundle from the new CA)
-/// and the same Job is denied; a Job within the limits comes back mutated.
+/// with no more rights than the chart grants (get, create and patch on those two objects by
+/// name), and the same Job is denied; a Job within the limits comes back mutated.
 pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
     ctx: &Ctx,
 ) -> Result<()> {
@@ -108,11 +169,12 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
         "--log-format=json".into(),
     ];
     args.extend(flags);
+    let (kubeconfig, rbac) = registrar(ctx, &name, dir.path()).await?;
     let mut server = Proc::spawn(
         "launchgate-registering",
         Path::new(env!("CARGO_BIN_EXE_launchgate")),
         &args,
-        &[("KUBECONFIG", ctx.env.kubeconfig.as_path())],
+        &[("KUBECONFIG", kubeconfig.as_path())],
         dir.path(),
     )?;
     let result = async {
@@ -198,6 +260,7 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
     .await;
     server.stop();
     let removed = uninstall(ctx, &name);
+    delete_all(ctx, &rbac).await;
     result
         .with_context(|| format!("launchgate log:\n{}", tail(&server.log, 20)))
         .and(removed)
