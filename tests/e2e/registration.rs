@@ -142,7 +142,8 @@ fn write_certs(dir: &Path, certs: &launchgate::certs::GeneratedCerts) -> Result<
 /// is registered and an over-limit launch Job is admitted, not refused. Once a valid
 /// certificate arrives the server is ready, registers its webhooks (caBundle from the new CA)
 /// with no more rights than the chart grants (get, create and patch on those two objects by
-/// name), and the same Job is denied; a Job within the limits comes back mutated.
+/// name), and the same Job is denied; a Job within the limits comes back mutated. A config in
+/// which no queue denies is re-registered with no fail-closed webhook.
 pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
     ctx: &Ctx,
 ) -> Result<()> {
@@ -255,6 +256,31 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
             ),
             Err(e) => bail!("a Job within the limits was refused: {}", e.message),
         }
+
+        // A config change re-registers: with every queue warning, no webhook fails closed.
+        let mut all_warn: Value = serde_yaml::from_str(&suite_config()?)?;
+        for queue in all_warn["queues"]
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|q| q.values_mut())
+        {
+            queue["limits"]["enforcement"] = json!("warn");
+        }
+        std::fs::write(&config, serde_yaml::to_string(&all_warn)?)?;
+        ctx.wait_for(
+            "the validating webhooks to follow the config",
+            Duration::from_secs(30),
+            || async {
+                let v = configuration(ctx, "ValidatingWebhookConfiguration", &name).await?;
+                Ok(v.is_some_and(|v| {
+                    let hooks = v["webhooks"].as_array().cloned().unwrap_or_default();
+                    hooks.len() == 1
+                        && hooks[0]["name"] == "validate-warn.launchgate.io"
+                        && hooks[0]["failurePolicy"] == "Ignore"
+                }))
+            },
+        )
+        .await?;
         Ok(())
     }
     .await;
