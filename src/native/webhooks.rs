@@ -220,8 +220,11 @@ pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
         return None;
     }
     let rules = &policy.config.match_rules;
-    // A TrainJob's containers live in its runtime: its env is not read here.
-    let trainjob = if rules.queue_entity_env.is_some() {
+    // A TrainJob's containers live in its runtime: its env is not read here. The entity env
+    // matters only when a queue is configured under an entity; the queue env only when no
+    // queue label names the queue.
+    let entity_scoped = policy.queues.values().any(|q| q.entity.is_some());
+    let trainjob = if rules.queue_entity_env.is_some() && entity_scoped {
         Some("true".to_string())
     } else if rules.queue_env.is_some() {
         Some(format!("{} == ''", select::label_value(policy)))
@@ -402,6 +405,30 @@ mod tests {
         assert_eq!(mutate[0]["failurePolicy"], "Ignore");
         assert_eq!(mutate[0]["reinvocationPolicy"], "IfNeeded");
         assert_eq!(mutate[0]["matchConditions"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_trainjob_fails_closed_only_when_its_queue_may_come_from_env() {
+        let trainjob = "request.kind.group == 'trainer.kubeflow.org'";
+        // The built-in config reads the queue from env: a TrainJob without a queue label.
+        let deny = deny_queue_condition(&policy("warn")).unwrap();
+        assert!(deny.contains(&format!("({trainjob} && [")), "{deny}");
+        // Without queue env: TrainJobs are resolved like every kind.
+        let mut config: Value =
+            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
+        config["match"]["queueEnv"] = Value::Null;
+        config["match"]["queueEntityEnv"] = Value::Null;
+        let p = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
+        assert!(!deny_queue_condition(&p).unwrap().contains(trainjob));
+        // A queue under an entity: the entity env of the TrainJob could pick it.
+        config["match"]["queueEntityEnv"] = json!("WANDB_LAUNCH_QUEUE_ENTITY");
+        config["queues"]["acme/gpu-queue"] = config["queues"]["gpu-queue"].clone();
+        let p = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
+        assert!(
+            deny_queue_condition(&p)
+                .unwrap()
+                .contains(&format!("({trainjob} && true)"))
+        );
     }
 
     #[test]
