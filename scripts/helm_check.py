@@ -136,6 +136,9 @@ DISCOVERY = {
         ("prometheusrules", "PrometheusRule", True),
     ],
     "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy", True)],
+    "apiextensions.k8s.io/v1": [
+        ("customresourcedefinitions", "CustomResourceDefinition", False),
+    ],
     "batch.volcano.sh/v1alpha1": [("jobs", "Job", True)],
     "kubeflow.org/v1": [("pytorchjobs", "PyTorchJob", True)],
 }

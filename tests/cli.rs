@@ -432,3 +432,66 @@ fn serve_logs_to_a_pipe_without_colour_codes() {
         "ANSI escape codes in piped logs:\n{text:?}"
     );
 }
+
+/// docs/native-policies.md carries the report of the built-in example policy exactly as
+/// `compile-native --report` prints it.
+#[test]
+fn the_native_policies_page_shows_the_current_report() {
+    let out = launchgate(&["compile-native", "--report"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    let page = std::fs::read_to_string(root().join("docs/native-policies.md")).unwrap();
+    let (_, rest) = page
+        .split_once("<!-- report:begin -->\n")
+        .expect("report:begin");
+    let (block, _) = rest.split_once("<!-- report:end -->").expect("report:end");
+    let shown = block
+        .trim()
+        .strip_prefix("```markdown\n")
+        .and_then(|b| b.strip_suffix("```"))
+        .expect("the report in a ```markdown block");
+    assert_eq!(
+        shown.trim(),
+        report.trim(),
+        "docs/native-policies.md: paste the output of `launchgate compile-native --report`"
+    );
+}
+
+/// `test --native` judges with the policy the native admission policies implement: the
+/// example suites' cases that need the webhook (the shared cache, a `strict` template) fail
+/// there and say what differs; the others pass.
+#[test]
+fn test_native_judges_as_the_native_policies() {
+    let suites = root().join("examples/policy-tests");
+    let suites = suites.to_str().unwrap();
+    let out = launchgate(&["test", suites, "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let out = launchgate(&["test", suites, "--native", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let failed: Vec<(String, String)> = json["suites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["cases"].as_array().unwrap())
+        .filter(|c| c["passed"] == false)
+        .map(|c| {
+            (
+                c["test"].as_str().unwrap().to_string(),
+                c["mismatches"].to_string(),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "a W&B Launch job within the queue limits gets safe defaults",
+            "every replica of a PyTorchJob gets the cache and the hardening",
+            "a backoffLimit the author chose to keep breaks the strict contract",
+        ],
+        "{failed:#?}"
+    );
+    assert!(failed[0].1.contains("volumeMounts") && failed[0].1.contains("launchgate-cache"));
+    assert!(failed[2].1.contains("(strict)"), "{failed:?}");
+}

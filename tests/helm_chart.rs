@@ -783,6 +783,12 @@ fn bad_values_fail_at_install_time() {
         r#"{"adminPort":8443}"#,
         r#"{"adminPort":70000}"#,
         r#"{"events":{"enabled":"yes"}}"#,
+        r#"{"tracing":{"otlp":{"enabled":"yes"}}}"#,
+        r#"{"tracing":{"otlp":{"endpoint":"collector:4318"}}}"#,
+        r#"{"tracing":{"otlp":{"sampler":"sometimes"}}}"#,
+        r#"{"tracing":{"otlp":{"samplerArg":"1.5"}}}"#,
+        r#"{"tracing":{"otlp":{"resourceAttributes":{"team":"a,b"}}}}"#,
+        r#"{"tracing":{"otlp":{"exporter":"zipkin"}}}"#,
     ] {
         let (ok, _, stderr) = helm.check(&["render", "--set-json", bad]);
         assert!(!ok, "values {bad} were accepted");
@@ -1866,4 +1872,106 @@ fn the_default_image_says_it_must_be_built_and_pushed() {
     let notes =
         std::fs::read_to_string(root().join("charts/launchgate/templates/NOTES.txt")).unwrap();
     assert!(notes.contains("build-and-push.invalid"));
+}
+
+/// `audit.installReportCrd` ships the upstream OpenReports Report CRD, unchanged but for the
+/// chart's labels and the keep-on-uninstall annotation; off by default.
+#[test]
+fn the_openreports_crd_ships_with_the_chart_when_asked() {
+    let Some(helm) = helm() else { return };
+    let crds = |objs: &[Value]| -> Vec<Value> {
+        of_kind(objs, "CustomResourceDefinition")
+            .into_iter()
+            .cloned()
+            .collect()
+    };
+    assert!(crds(&helm.render(&[])).is_empty());
+    let objs = helm.render(&[
+        "--set-json",
+        r#"{"audit":{"enabled":true,"reportFormat":"openreports","installReportCrd":true}}"#,
+    ]);
+    let shipped = crds(&objs);
+    assert_eq!(shipped.len(), 1, "{shipped:?}");
+    let mut shipped = shipped[0].clone();
+    assert_eq!(
+        shipped["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    assert_eq!(
+        shipped["metadata"]["labels"]["app.kubernetes.io/name"],
+        "launchgate"
+    );
+    let text = common::crd_text("openreports.io_reports.yaml");
+    let upstream: Value = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .find(|v: &Value| v["kind"] == "CustomResourceDefinition")
+        .unwrap();
+    let meta = shipped["metadata"].as_object_mut().unwrap();
+    meta.remove("labels");
+    meta["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("helm.sh/resource-policy");
+    assert_eq!(shipped, upstream, "the shipped CRD differs from upstream");
+}
+
+#[test]
+fn otlp_tracing_renders_the_standard_otel_environment_and_is_off_by_default() {
+    let Some(helm) = helm() else { return };
+    let off: Deployment = one(&helm.render(&[]), "Deployment");
+    let names: Vec<String> = deployment_env(&off).into_iter().map(|(n, _)| n).collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("OTEL_") || n == "LAUNCHGATE_OTLP_TRACES"),
+        "{names:?}"
+    );
+    let objs = helm.render(&[
+        "--set-json",
+        r#"{"tracing":{"otlp":{"enabled":true,"endpoint":"http://otel-collector.observability:4318","serviceName":"admission","sampler":"parentbased_traceidratio","samplerArg":"0.25","resourceAttributes":{"team":"ml"},"extraEnv":[{"name":"OTEL_BSP_MAX_QUEUE_SIZE","value":"4096"}]}}}"#,
+    ]);
+    check_all_objects(&objs);
+    let d: Deployment = one(&objs, "Deployment");
+    let env = deployment_env(&d);
+    let value = |name: &str| {
+        env.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("{name} not set: {env:?}"))
+    };
+    assert_eq!(value("LAUNCHGATE_OTLP_TRACES"), "true");
+    assert_eq!(
+        value("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        "http://otel-collector.observability:4318"
+    );
+    assert_eq!(value("OTEL_SERVICE_NAME"), "admission");
+    assert_eq!(value("OTEL_TRACES_SAMPLER"), "parentbased_traceidratio");
+    assert_eq!(value("OTEL_TRACES_SAMPLER_ARG"), "0.25");
+    assert_eq!(value("OTEL_BSP_MAX_QUEUE_SIZE"), "4096");
+    assert_eq!(
+        value("OTEL_RESOURCE_ATTRIBUTES"),
+        "k8s.namespace.name=launchgate,k8s.pod.name=$(LAUNCHGATE_POD_NAME),k8s.deployment.name=launchgate,team=ml"
+    );
+    // `$(LAUNCHGATE_POD_NAME)` expands only when that variable comes first.
+    let position = |name: &str| env.iter().position(|(n, _)| n == name).unwrap();
+    assert!(position("LAUNCHGATE_POD_NAME") < position("OTEL_RESOURCE_ATTRIBUTES"));
+    // Every variable the chart sets is one `launchgate serve --help` names.
+    let help = text(&launchgate(&["serve", "--help"]).stdout);
+    for (name, _) in &env {
+        assert!(
+            help.contains(name.as_str()),
+            "{name} is not in `serve --help`"
+        );
+    }
+    // Only what is set is rendered.
+    let objs = helm.render(&["--set-json", r#"{"tracing":{"otlp":{"enabled":true}}}"#]);
+    let names: Vec<String> = deployment_env(&one(&objs, "Deployment"))
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n.contains("OTLP") || n.starts_with("OTEL_"))
+        .collect();
+    assert_eq!(
+        names,
+        ["LAUNCHGATE_OTLP_TRACES", "OTEL_RESOURCE_ATTRIBUTES"]
+    );
 }

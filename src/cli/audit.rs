@@ -47,6 +47,10 @@ pub(crate) struct AuditArgs {
         env = "LAUNCHGATE_REPORT_FORMAT"
     )]
     pub(crate) report_format: ReportFormatArg,
+    /// Judge as the config's native admission policies would (`compile-native`): what its
+    /// report lists as webhook-only is left out — what a cluster in `policyMode: native` admits.
+    #[arg(long)]
+    pub(crate) native: bool,
     /// Exit 0 even when workloads would be denied (for a scheduled audit).
     #[arg(long)]
     pub(crate) no_fail: bool,
@@ -54,7 +58,11 @@ pub(crate) struct AuditArgs {
 
 /// Connects with the kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster) and audits.
 pub(crate) fn run(args: &AuditArgs) -> Result<ExitCode> {
-    let policy = crate::server::load_policy(args.config.as_deref())?;
+    let mut policy = crate::server::load_policy(args.config.as_deref())?;
+    if args.native {
+        policy = crate::native::as_native(&policy)
+            .map_err(|e| anyhow::anyhow!("native policies: {e}"))?;
+    }
     let opts = AuditOptions {
         namespace: args.namespace.clone(),
         page_size: args.page_size.max(1),

@@ -57,6 +57,10 @@ pub(crate) struct TestArgs {
     /// Output format: a table with a diff per failure, JSON, or JUnit XML for CI.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub(crate) output: TestFormat,
+    /// Judge as the config's native admission policies would (`compile-native`): what its
+    /// report lists as webhook-only (PyTorch wiring, the cache, warnings, …) is left out.
+    #[arg(long)]
+    pub(crate) native: bool,
 }
 
 /// A suite file.
@@ -472,7 +476,7 @@ fn load_suite_policy(suite_dir: &Path, config: Option<&str>) -> Result<Policy> {
 }
 
 /// Runs one suite file. Errors are bad input (unreadable suite, config or resource).
-pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult> {
+pub(crate) fn run_suite(path: &Path, native: bool) -> Result<SuiteResult> {
     let text = read_input(path)?;
     let suite: SuiteFile = serde_yaml::from_str(&text)
         .map_err(|e| anyhow!("{}: not a launchgate test suite: {e}", path.display()))?;
@@ -480,8 +484,12 @@ pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult> {
         bail!("{}: no tests", path.display());
     }
     let dir = path.parent().unwrap_or(Path::new("."));
-    let policy = load_suite_policy(dir, suite.config.as_deref())
+    let mut policy = load_suite_policy(dir, suite.config.as_deref())
         .with_context(|| format!("suite {}", path.display()))?;
+    if native {
+        policy = crate::native::as_native(&policy)
+            .map_err(|e| anyhow!("suite {}: native policies: {e}", path.display()))?;
+    }
     let mut cases = Vec::new();
     for test in &suite.tests {
         if test.resources.is_empty() {
@@ -697,7 +705,7 @@ pub(crate) fn render_junit(suites: &[SuiteResult]) -> String {
 pub(crate) fn run(args: &TestArgs) -> Result<ExitCode> {
     let mut suites = Vec::new();
     for path in find_suites(&args.paths)? {
-        suites.push(run_suite(&path)?);
+        suites.push(run_suite(&path, args.native)?);
     }
     match args.output {
         TestFormat::Table => out!("{}", render_table(&suites))?,

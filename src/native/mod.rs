@@ -295,6 +295,13 @@ pub fn native_subset(policy: &Policy) -> Config {
     config
 }
 
+/// The policy that decides exactly as `policy`'s native admission policies do: what `audit
+/// --native` and `test --native` judge with. (The differential suite on a real API server
+/// holds the two equal; the [`Report`] lists what it leaves out.)
+pub fn as_native(policy: &Policy) -> Result<Policy, crate::policy::ConfigErrors> {
+    Policy::from_config(native_subset(policy))
+}
+
 /// Compiles `policy` to native admission policies.
 pub fn compile(policy: &Policy, options: &Options) -> Compiled {
     let sidecars = &policy.config.match_rules.sidecar_containers;

@@ -78,6 +78,51 @@ impl Outcome {
     }
 }
 
+/// The phases of one review, in order; [`review_observed`] reports each as it begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Reading the AdmissionReview out of the body.
+    Parse,
+    /// Matching: workload kind, operation and subresource, launch workload or not, exemptions,
+    /// the queue.
+    Policy,
+    /// The mutating rules and the patch (`/mutate`).
+    Mutate,
+    /// The validating rules and the queue's limits (`/validate`).
+    Validate,
+    /// Writing the AdmissionReview response.
+    Serialise,
+}
+
+impl Phase {
+    /// The phase's name: `parse`, `policy`, `mutate`, `validate`, `serialise`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Parse => "parse",
+            Phase::Policy => "policy",
+            Phase::Mutate => "mutate",
+            Phase::Validate => "validate",
+            Phase::Serialise => "serialise",
+        }
+    }
+}
+
+/// What the caller of [`review_observed`] hears while the core works: each phase as it begins
+/// (so the previous one ends), and the request once it is parsed. The core reads no clock; a
+/// caller that times the phases does it here. `()` hears nothing.
+pub trait Observer {
+    /// `phase` begins (and the phase before it, if any, ends).
+    fn phase(&mut self, phase: Phase);
+    /// The request, right after parsing.
+    fn request(&mut self, request: &AdmissionRequest) {
+        let _ = request;
+    }
+}
+
+impl Observer for () {
+    fn phase(&mut self, _: Phase) {}
+}
+
 /// A summary of one decision for metrics and logs.
 #[derive(Debug, Clone, Default)]
 pub struct ReviewSummary {
@@ -91,6 +136,11 @@ pub struct ReviewSummary {
     pub queue: Option<String>,
     /// The exemption that left the request alone, when one did.
     pub exempted_by: Option<String>,
+    /// Why a skipped request was left alone: `not-a-workload` (a kind launchgate does not
+    /// handle, or no object), `operation` (not a CREATE or UPDATE of an object),
+    /// `subresource`, `not-launch` (not a launch workload), `exempt`, `no-queue` (no queue
+    /// and no default queue), `scale` (a PyTorchJob scale that is not a scale-up).
+    pub skipped: Option<&'static str>,
     /// Operations in the JSON Patch sent.
     pub patch_operations: usize,
     /// Size of the JSON Patch as sent (before base64), bytes.
@@ -203,7 +253,21 @@ pub fn review(
     body: &[u8],
     cluster: &dyn ClusterView,
 ) -> Result<ReviewOutcome, RequestError> {
+    review_observed(policy, endpoint, body, cluster, &mut ())
+}
+
+/// [`review`], telling `observer` the phases as they begin and the request once parsed.
+pub fn review_observed(
+    policy: &Policy,
+    endpoint: Endpoint,
+    body: &[u8],
+    cluster: &dyn ClusterView,
+    observer: &mut dyn Observer,
+) -> Result<ReviewOutcome, RequestError> {
+    observer.phase(Phase::Parse);
     let mut request = parse_request(body)?;
+    observer.request(&request);
+    observer.phase(Phase::Policy);
     // The object is mutated in place; the patch is diffed against its text in the body.
     let object = request.object.take();
     let decision = decide_object(
@@ -213,7 +277,9 @@ pub fn review(
         object,
         Original::Body(body),
         cluster,
+        observer,
     );
+    observer.phase(Phase::Serialise);
     let body = serde_json::to_vec(&AdmissionReviewResponse::new(decision.response))
         .expect("an AdmissionReview response always serialises");
     Ok(ReviewOutcome {
@@ -252,6 +318,7 @@ pub fn decide(
         request.object.clone(),
         Original::Tree(request.object.as_ref()),
         cluster,
+        &mut (),
     )
 }
 
@@ -283,7 +350,8 @@ const RESIZE: &str = "resize";
 const DIFF_TEXT_FROM_BYTES: usize = 64 << 10;
 
 /// Decides on `object` (the request's object, held apart so it can be mutated in place);
-/// `original` is where the object as received can be read again.
+/// `original` is where the object as received can be read again. `observer` hears when the
+/// endpoint's rules begin.
 fn decide_object(
     policy: &Policy,
     endpoint: Endpoint,
@@ -291,6 +359,7 @@ fn decide_object(
     object: Option<Value>,
     original: Original<'_>,
     cluster: &dyn ClusterView,
+    observer: &mut dyn Observer,
 ) -> Decision {
     let kind = WorkloadKind::from_gvk(
         &request.kind.group,
@@ -303,10 +372,13 @@ fn decide_object(
         dry_run: request.dry_run.unwrap_or(false),
         ..ReviewSummary::default()
     };
-    let skip = |summary: ReviewSummary| Decision {
+    let skip = |summary: ReviewSummary, why: &'static str| Decision {
         response: AdmissionResponse::allow(&request.uid),
         patch: json_patch::Patch(Vec::new()),
-        summary,
+        summary: ReviewSummary {
+            skipped: Some(why),
+            ..summary
+        },
     };
     if request.sub_resource.as_deref() == Some("scale")
         && request
@@ -317,27 +389,27 @@ fn decide_object(
         return scale_decision(endpoint, request, object.as_ref(), summary);
     }
     let (Some(kind), Some(mut object)) = (kind, object) else {
-        return skip(summary);
+        return skip(summary, "not-a-workload");
     };
     if !matches!(request.operation, Operation::Create | Operation::Update) || !object.is_object() {
-        return skip(summary);
+        return skip(summary, "operation");
     }
     // Subresources that change what the queue's limits cover are judged (docs/queue-limits.md
     // lists them); every other subresource (status, binding, eviction, …) is not.
     match (kind, request.sub_resource.as_deref().unwrap_or_default()) {
         (_, "") | (WorkloadKind::Pod, EPHEMERAL_CONTAINERS | RESIZE) => {}
-        _ => return skip(summary),
+        _ => return skip(summary, "subresource"),
     }
     if policy.classify(kind, &object) != WorkloadMatch::Launch {
-        return skip(summary);
+        return skip(summary, "not-launch");
     }
     let who = Requester::of(request);
     let global = policy.exemptions_for(&policy.config.match_rules.exemptions, kind, &object, &who);
     if let Some(exemption) = global.exempt_by {
-        return exempted(skip(summary), exemption);
+        return exempted(skip(summary, "exempt"), exemption);
     }
     let Some(resolution) = policy.resolve_queue(kind, &object, request.namespace.as_deref()) else {
-        let mut d = skip(summary);
+        let mut d = skip(summary, "no-queue");
         d.response.warnings.push(
             "launchgate: launch workload names no configured queue and no default queue is set; nothing was checked".into(),
         );
@@ -347,7 +419,7 @@ fn decide_object(
     let own = policy.exemptions_for(&queue.config.exemptions, kind, &object, &who);
     if let Some(exemption) = own.exempt_by {
         summary.queue = Some(queue.name.clone());
-        return exempted(skip(summary), exemption);
+        return exempted(skip(summary, "exempt"), exemption);
     }
     summary.queue = Some(queue.name.clone());
     describe_request(&mut summary, request, &object);
@@ -381,6 +453,10 @@ fn decide_object(
     };
     let mut findings = Findings::default();
     findings.warnings.extend(resolution.warning.clone());
+    observer.phase(match endpoint {
+        Endpoint::Mutate => Phase::Mutate,
+        Endpoint::Validate => Phase::Validate,
+    });
     let mut decision = match endpoint {
         Endpoint::Mutate => {
             findings.warnings.extend(notes.iter().cloned());
@@ -440,6 +516,7 @@ fn scale_decision(
     );
     if decision.response.allowed {
         decision.summary.outcome = Outcome::Skipped;
+        decision.summary.skipped = Some("scale");
     }
     decision
 }
@@ -707,6 +784,83 @@ mod tests {
         let from_tree = super::decide(&policy, super::Endpoint::Mutate, &request, cluster).patch;
         assert_eq!(from_text, from_tree);
         assert!(from_text.0.len() > 200, "every container was mutated");
+    }
+}
+
+#[cfg(test)]
+mod observer_tests {
+    use super::*;
+    use crate::cluster::NoCluster;
+
+    #[derive(Default)]
+    struct Heard {
+        phases: Vec<Phase>,
+        kind: Option<String>,
+    }
+
+    impl Observer for Heard {
+        fn phase(&mut self, phase: Phase) {
+            self.phases.push(phase);
+        }
+        fn request(&mut self, request: &AdmissionRequest) {
+            self.kind = Some(request.kind.kind.clone());
+        }
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/admission")
+                .join(name),
+        )
+        .unwrap()
+    }
+
+    fn heard(endpoint: Endpoint, body: &[u8]) -> (Heard, Result<ReviewOutcome, RequestError>) {
+        let policy = Policy::embedded_default();
+        let mut heard = Heard::default();
+        let outcome = review_observed(&policy, endpoint, body, &NoCluster, &mut heard);
+        (heard, outcome)
+    }
+
+    #[test]
+    fn a_launch_workload_goes_through_every_phase_of_its_endpoint() {
+        use Phase::*;
+        let body = fixture("create-job-launch-acme-mnist.json");
+        let (mutate, outcome) = heard(Endpoint::Mutate, &body);
+        assert_eq!(mutate.phases, [Parse, Policy, Mutate, Serialise]);
+        assert_eq!(mutate.kind.as_deref(), Some("Job"));
+        let outcome = outcome.unwrap();
+        assert_eq!(outcome.summary.skipped, None);
+        // The same answer as without an observer.
+        let plain = review(
+            &crate::policy::Policy::embedded_default(),
+            Endpoint::Mutate,
+            &body,
+            &NoCluster,
+        )
+        .unwrap();
+        assert_eq!(outcome.body, plain.body);
+        let (validate, _) = heard(Endpoint::Validate, &body);
+        assert_eq!(validate.phases, [Parse, Policy, Validate, Serialise]);
+    }
+
+    #[test]
+    fn a_skipped_request_has_no_rules_phase_and_says_why() {
+        use Phase::*;
+        let (heard, outcome) = heard(Endpoint::Mutate, &fixture("create-pod-demo.json"));
+        let summary = outcome.unwrap().summary;
+        assert_eq!(summary.outcome, Outcome::Skipped);
+        assert_eq!(summary.skipped, Some("not-launch"));
+        assert_eq!(heard.phases, [Parse, Policy, Serialise]);
+    }
+
+    #[test]
+    fn a_body_that_is_no_review_ends_in_the_parse_phase() {
+        let (heard, outcome) = heard(Endpoint::Validate, b"{\"kind\": 1}");
+        assert!(outcome.is_err());
+        assert_eq!(heard.phases, [Phase::Parse]);
+        assert_eq!(heard.kind, None);
     }
 }
 

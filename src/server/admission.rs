@@ -7,6 +7,7 @@
 //! `CatchPanicLayer` around the handler ([`route`]).
 
 use super::error::AdmissionError;
+use super::otel::RequestTrace;
 use super::{AppState, MAX_BODY_BYTES, budget, decision};
 use crate::review::{self, Endpoint, Outcome, ReviewOutcome};
 use axum::body::{Body, Bytes};
@@ -58,17 +59,25 @@ async fn admission(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let answered: Result<Response, AdmissionError> = async {
+    // With trace export off, this `None` is all tracing costs a request.
+    let mut trace = state
+        .tracer
+        .as_ref()
+        .map(|tracer| RequestTrace::start(tracer, &headers, started));
+    let answered: Result<Answer, AdmissionError> = async {
         let body = read_body(body, &headers, state.read_timeout).await?;
         // Checked after the body is read (within the size and time limits): answering before
         // the body is consumed makes HTTP/2 reset the stream, and clients then lose the
         // readable error.
         require_json(&headers)?;
+        if let Some(trace) = trace.as_mut() {
+            trace.mark("wait");
+        }
         // What the review will hold in memory follows the body's shape, not its length: one
         // that could never fit the budget is denied unreviewed.
         let cost = budget::review_cost(&body);
         if cost.by_shape > state.budget.bytes() {
-            return too_dense(&state, endpoint, &body, cost);
+            return too_dense(&state, endpoint, &body, cost).map(Answer::Unreviewed);
         }
         // Memory first (a large review waits until its share fits), then a processing slot;
         // both within the request deadline.
@@ -84,11 +93,49 @@ async fn admission(
                 },
             })?;
         let _slot = processing_slot(&state, started).await?;
-        let outcome = run_review(&state, endpoint, &body)?;
-        Ok(answer(&state, endpoint, outcome, started.elapsed()))
+        let observer: &mut dyn review::Observer = match trace.as_mut() {
+            Some(trace) => trace,
+            None => &mut (),
+        };
+        Ok(Answer::Reviewed(run_review(
+            &state, endpoint, &body, observer,
+        )?))
     }
     .await;
-    answered.unwrap_or_else(|error| reject(&state, endpoint, error))
+    match answered {
+        Ok(Answer::Reviewed(outcome)) => {
+            let elapsed = started.elapsed();
+            if let Some(trace) = trace {
+                trace.reviewed(endpoint, &outcome.summary);
+            }
+            answer(&state, endpoint, outcome, elapsed)
+        }
+        Ok(Answer::Unreviewed(response)) => {
+            if let Some(trace) = trace {
+                trace.unreviewed(endpoint, "too_dense", response.status().as_u16());
+            }
+            response
+        }
+        Err(error) => {
+            if let Some(trace) = trace {
+                let reason = error.reason().unwrap_or("stopping");
+                trace.unreviewed(endpoint, reason, error.status().as_u16());
+            }
+            reject(&state, endpoint, error)
+        }
+    }
+}
+
+/// How a request that did not fail is answered.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value on the stack per request, moved once; boxing would allocate"
+)]
+enum Answer {
+    /// From the core's review.
+    Reviewed(ReviewOutcome),
+    /// Without a review (an object too large to review).
+    Unreviewed(Response),
 }
 
 /// Denies, without reviewing it, a request whose object would need more memory than the whole
@@ -267,10 +314,12 @@ fn run_review(
     state: &AppState,
     endpoint: Endpoint,
     body: &[u8],
+    observer: &mut dyn review::Observer,
 ) -> Result<ReviewOutcome, AdmissionError> {
     let _in_flight = InFlight::enter(&state.metrics.in_flight);
     let policy = state.policy.load();
-    let review = || review::review(&policy, endpoint, body, state.cluster.as_ref());
+    let mut review =
+        move || review::review_observed(&policy, endpoint, body, state.cluster.as_ref(), observer);
     // A large object keeps the core busy for milliseconds; hand this worker's other tasks to
     // another thread meanwhile so they are not stuck behind it. Small requests (the usual
     // case, tens of microseconds) run inline.

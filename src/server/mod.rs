@@ -12,7 +12,9 @@
 //! type, memory budget ([`budget`]), processing slot, review, answer, log and metrics — and
 //! every way it fails is an [`AdmissionError`] with its HTTP status and metric reason.
 //! tower-http layers wrap the routes: `CatchPanicLayer` answers a panicking admission request
-//! 500, `TraceLayer` gives every request a span at TRACE level.
+//! 500, `TraceLayer` gives every request a span at TRACE level. With `--otlp-traces` each
+//! admission request is also an OpenTelemetry span with a child span per phase, exported over
+//! OTLP/HTTP (`otel.rs`).
 
 mod admission;
 pub mod budget;
@@ -22,6 +24,7 @@ pub mod events;
 pub(crate) mod metrics;
 pub mod native_sync;
 mod options;
+mod otel;
 pub mod owner_cache;
 mod reload;
 pub(crate) mod tls;
@@ -75,6 +78,8 @@ pub(crate) struct AppState {
     request_deadline: Duration,
     /// Set when Events are on.
     events: Option<events::EventRecorder>,
+    /// Set when OTLP trace export is on (`--otlp-traces`).
+    tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
 }
 
 impl AppState {
@@ -260,6 +265,7 @@ pub async fn start_with_event_sink(
         .unwrap_or_else(events::default_instance);
     let recorder =
         sink.map(|sink| events::EventRecorder::start(sink, instance, metrics.decisions.clone()));
+    let telemetry = otel::Telemetry::start(opts.otlp_traces)?;
     let state = Arc::new(AppState {
         policy: ArcSwap::from_pointee(policy),
         metrics,
@@ -271,6 +277,7 @@ pub async fn start_with_event_sink(
         read_timeout: opts.read_timeout,
         request_deadline: opts.request_deadline,
         events: recorder,
+        tracer: telemetry.as_ref().map(otel::Telemetry::tracer),
     });
 
     let listener = TcpListener::bind(opts.listen)
@@ -366,6 +373,10 @@ pub async fn start_with_event_sink(
         let result = main.await;
         if let Some(t) = admin_task {
             t.abort();
+        }
+        // After the drain: the last requests' spans are queued by now.
+        if let Some(telemetry) = telemetry {
+            telemetry.shutdown().await;
         }
         result
     });

@@ -158,6 +158,16 @@ pub struct ServeOptions {
     /// (e.g. wandb.ai/monitor; empty: every Job).
     #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_SELECTOR", default_value = "")]
     pub owner_watch_selector: String,
+    /// Export a trace span per admission request (a child span per phase) over OTLP/HTTP
+    /// protobuf, configured by the standard OTEL_* variables: OTEL_EXPORTER_OTLP_ENDPOINT or
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (default http://localhost:4318),
+    /// OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_EXPORTER_OTLP_CERTIFICATE,
+    /// OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and
+    /// OTEL_TRACES_SAMPLER_ARG, OTEL_BSP_MAX_QUEUE_SIZE and the other OTEL_BSP_* variables;
+    /// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn it off. Without this flag no
+    /// OTEL_* variable is read.
+    #[arg(long, env = "LAUNCHGATE_OTLP_TRACES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub otlp_traces: bool,
     /// Who registers the webhook configurations, and how (`--register-webhooks`).
     #[command(flatten)]
     pub registration: RegistrationOptions,
@@ -379,6 +389,7 @@ impl Default for ServeOptions {
             pod_name: None,
             owner_watch_namespaces: Vec::new(),
             owner_watch_selector: String::new(),
+            otlp_traces: false,
             registration: RegistrationOptions::default(),
         }
     }

@@ -70,6 +70,30 @@ pub async fn audit_reports_what_a_new_config_would_break(ctx: &Ctx) -> Result<()
         report.entries
     );
 
+    // `audit --native`: the native policies enforce the GPU variable too, so the verdicts hold.
+    let native = launchgate::native::as_native(&policy).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let native_opts = AuditOptions {
+        write_policy_reports: false,
+        ..opts.clone()
+    };
+    let by_native = run(ctx.client.clone(), &native, &native_opts).await?;
+    let verdicts = |r: &launchgate::audit::AuditReport| {
+        let mut v: Vec<(String, AuditResult)> = r
+            .entries
+            .iter()
+            .filter(|e| e.kind == "Job")
+            .map(|e| (e.name.clone(), e.result))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    ensure!(
+        verdicts(&by_native) == verdicts(&report),
+        "native {:?} vs webhook {:?}",
+        verdicts(&by_native),
+        verdicts(&report)
+    );
+
     // The PolicyReport, read back from the API server.
     let reports =
         ctx.api_for(&json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport"}))?;

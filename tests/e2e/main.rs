@@ -14,6 +14,7 @@
 //! A custom harness (libtest-mimic) so the control plane is started once, shared by every
 //! test (each gets its own namespace), and always torn down, also when tests fail.
 
+mod apiserver_metrics;
 mod audit;
 mod cluster;
 #[path = "../common/mod.rs"]
@@ -127,6 +128,7 @@ fn tests() -> Vec<E2eTest> {
             registration::a_stopped_webhook_fails_open_only_for_warn_queues,
             unregistered
         ),
+        e2e!(native::admission_cost_webhook_vs_native),
     ]
 }
 
@@ -301,50 +303,17 @@ fn no_process_survives_a_failing_test(assets: PathBuf, rt: tokio::runtime::Handl
 /// (`apiserver_admission_webhook_admission_duration_seconds`): per webhook, calls, mean and the
 /// p99 bucket bound.
 async fn webhook_latency(client: &kube::Client) -> Result<Vec<String>> {
-    let request = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client.request_text(request).await?;
+    let text = apiserver_metrics::scrape(client).await?;
     let metric = "apiserver_admission_webhook_admission_duration_seconds";
     let mut out = Vec::new();
     for hook in ["mutate.launchgate.io", "validate.launchgate.io"] {
         let name = format!("name=\"{hook}\"");
-        let mut buckets: std::collections::BTreeMap<String, f64> = Default::default();
-        let (mut sum, mut count) = (0.0, 0.0);
-        for line in text.lines().filter(|l| l.contains(&name)) {
-            let Some((series, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let value: f64 = value.parse().unwrap_or(0.0);
-            if series.starts_with(&format!("{metric}_bucket")) {
-                let le = series
-                    .split("le=\"")
-                    .nth(1)
-                    .and_then(|s| s.split('"').next())
-                    .unwrap_or_default();
-                *buckets.entry(le.to_string()).or_default() += value;
-            } else if series.starts_with(&format!("{metric}_sum")) {
-                sum += value;
-            } else if series.starts_with(&format!("{metric}_count")) {
-                count += value;
-            }
-        }
-        if count == 0.0 {
+        let h = apiserver_metrics::Histogram::read(&text, metric, |labels| labels.contains(&name));
+        if h.count == 0.0 {
             out.push(format!("{hook}: no calls recorded"));
-            continue;
+        } else {
+            out.push(format!("{hook}: {}", h.summary()));
         }
-        let mut bounds: Vec<(f64, f64)> = buckets
-            .iter()
-            .map(|(le, n)| (le.parse().unwrap_or(f64::INFINITY), *n))
-            .collect();
-        bounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let p99 = bounds
-            .iter()
-            .find(|(_, n)| *n >= 0.99 * count)
-            .map_or(f64::INFINITY, |(le, _)| *le);
-        out.push(format!(
-            "{hook}: {count} calls, mean {:.2} ms, p99 <= {} ms (bucket bound)",
-            1000.0 * sum / count,
-            1000.0 * p99
-        ));
     }
     Ok(out)
 }

@@ -4,6 +4,7 @@
 //! webhook); and in hybrid mode it keeps enforcing limits and static mutations while the
 //! webhook is down.
 
+use crate::apiserver_metrics;
 use crate::ctx::{Ctx, manifest, resource_for};
 use crate::webhook::{Launchgate, suite_config};
 use anyhow::{Context, Result, bail, ensure};
@@ -190,10 +191,22 @@ async fn install_native(
     Ok(created)
 }
 
-async fn uninstall(client: &kube::Client, created: Vec<(ApiResource, String)>) {
-    for (resource, name) in created {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+/// After a test, pass or fail: the webhook unregistered and stopped, the native objects and the
+/// namespaces deleted.
+async fn clean_up(
+    ctx: &Ctx,
+    mut webhook: Launchgate,
+    installed: Vec<(ApiResource, String)>,
+    namespaces: &[&Ctx],
+) {
+    webhook.unregister(&ctx.client).await;
+    for (resource, name) in installed {
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
         let _ = api.delete(&name, &Default::default()).await;
+    }
+    webhook.stop();
+    for ns in namespaces {
+        ns.cleanup().await;
     }
 }
 
@@ -459,11 +472,7 @@ pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()>
         Ok(())
     }
     .await;
-    webhook.unregister(&ctx.client).await;
-    uninstall(&ctx.client, installed).await;
-    webhook.stop();
-    webhook_ns.cleanup().await;
-    native_ns.cleanup().await;
+    clean_up(ctx, webhook, installed, &[&webhook_ns, &native_ns]).await;
     result
 }
 
@@ -563,10 +572,7 @@ pub async fn hybrid_mode_enforces_while_the_webhook_is_down(ctx: &Ctx) -> Result
         Ok(())
     }
     .await;
-    webhook.unregister(&ctx.client).await;
-    uninstall(&ctx.client, installed).await;
-    webhook.stop();
-    ns.cleanup().await;
+    clean_up(ctx, webhook, installed, &[&ns]).await;
     result
 }
 
@@ -673,5 +679,164 @@ pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx)
     if result.is_err() {
         let _ = launchgate::server::delete_native_policies(ctx.client.clone(), &set).await;
     }
+    result
+}
+
+/// Which series of a metric count: a test on its labels.
+type Selector<'a> = Box<dyn Fn(&str) -> bool + 'a>;
+
+/// The API server's measurement of what admission costs with the webhook and with the native
+/// policies of the same (built-in example) policy: the same launch Job created by dry run 300
+/// times into a namespace only the webhook sees and 300 times into one only the native
+/// policies see, interleaved. Reports the API server's duration histograms per webhook and per
+/// policy (read from its `/metrics`) and what the client waited; asserts that every create was
+/// admitted and that the API server counted each of them. Run it alone for figures that are
+/// not shared with other tests: `cargo test --test e2e -- native::admission_cost_webhook_vs_native --exact`.
+pub async fn admission_cost_webhook_vs_native(ctx: &Ctx) -> Result<()> {
+    const CREATES: usize = 300;
+    let text = launchgate::policy::DEFAULT_CONFIG_YAML;
+    let policy = Policy::from_yaml(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let compiled = launchgate::native::compile(&policy, &Default::default());
+    let id = &ctx.ns[ctx.ns.len() - 4..];
+    let tag = format!("cost-{id}");
+    let prefix = format!("cost-{id}");
+    let webhook_ns = namespace(ctx, "native-cost-webhook", &format!("{tag}-webhook")).await?;
+    let native_ns = namespace(ctx, "native-cost-native", &format!("{tag}-native")).await?;
+    let dir = tempfile::tempdir()?;
+    let mut webhook = Launchgate::start_with(dir.path(), None, "127.0.0.1", text, &[]).await?;
+    let mut installed = Vec::new();
+    let result = async {
+        webhook
+            .register_named(
+                &ctx.client,
+                &format!("{tag}-webhook"),
+                &[json!({"key": SELECT_LABEL, "operator": "In", "values": [format!("{tag}-webhook")]})],
+                None,
+                Some(&prefix),
+            )
+            .await?;
+        installed = install_native(&ctx.client, &compiled.objects, &format!("{tag}-native")).await?;
+        let mut job = manifest("job-demo.yaml");
+        job["metadata"]["name"] = json!("cost");
+        let hardened = |v: &Value| {
+            v.pointer("/spec/template/spec/containers/0/securityContext/allowPrivilegeEscalation")
+                == Some(&json!(false))
+        };
+        for ns in [&webhook_ns.ns, &native_ns.ns] {
+            ctx.wait_for("the policy to take effect", Duration::from_secs(30), || async {
+                Ok(create_in(&ctx.client, ns, &job, true).await?.is_ok_and(|j| hardened(&j)))
+            })
+            .await?;
+        }
+        // Warm both paths (connections, CEL caches) before the first reading.
+        for _ in 0..20 {
+            create_in(&ctx.client, &webhook_ns.ns, &job, true).await?.ok();
+            create_in(&ctx.client, &native_ns.ns, &job, true).await?.ok();
+        }
+        // Blocks of creates, alternating between the two namespaces so that the machine's
+        // load hits both alike; the API server's histograms are read around each block.
+        const BLOCK: usize = 50;
+        let step = "apiserver_admission_step_admission_duration_seconds";
+        let step_of = |kind: &'static str| {
+            move |l: &str| {
+                l.contains("operation=\"CREATE\"") && l.contains(&format!("type=\"{kind}\""))
+            }
+        };
+        let webhook_metric = "apiserver_admission_webhook_admission_duration_seconds";
+        let hook_of = |hook: &str| format!("name=\"{prefix}-{hook}.launchgate.io\"");
+        let (mutate_hook, validate_hook) = (hook_of("mutate"), hook_of("validate"));
+        let policy_label = format!("-{tag}-native\"");
+        let mut families = BTreeSet::new();
+        let mut measured: std::collections::BTreeMap<(usize, String), apiserver_metrics::Histogram> =
+            Default::default();
+        let mut waits = [Vec::new(), Vec::new()];
+        for round in 0..CREATES / BLOCK {
+            for turn in 0..2 {
+                // Which goes first alternates from round to round.
+                let side = (turn + round) % 2;
+                let ns = [&webhook_ns.ns, &native_ns.ns][side];
+                let before = apiserver_metrics::scrape(&ctx.client).await?;
+                for _ in 0..BLOCK {
+                    let start = std::time::Instant::now();
+                    let made = create_in(&ctx.client, ns, &job, true).await?;
+                    waits[side].push(start.elapsed().as_secs_f64() * 1000.0);
+                    match made {
+                        Ok(made) => ensure!(hardened(&made), "not mutated in {ns}: {made}"),
+                        Err(e) => bail!("refused in {ns}: {}", e.message),
+                    }
+                }
+                let after = apiserver_metrics::scrape(&ctx.client).await?;
+                families.extend(
+                    after
+                        .lines()
+                        .filter(|l| !l.starts_with('#') && l.contains(&policy_label))
+                        .filter_map(|l| l.split_once("_count{").map(|(name, _)| name.to_string()))
+                        .filter(|name| name.ends_with("_seconds")),
+                );
+                let mut series: Vec<(String, String, Selector)> = vec![
+                    ("admit step".into(), step.into(), Box::new(step_of("admit"))),
+                    ("validate step".into(), step.into(), Box::new(step_of("validate"))),
+                    ("webhook mutate".into(), webhook_metric.into(), Box::new(|l: &str| l.contains(&mutate_hook))),
+                    ("webhook validate".into(), webhook_metric.into(), Box::new(|l: &str| l.contains(&validate_hook))),
+                ];
+                for family in &families {
+                    series.push((family.clone(), family.clone(), Box::new(|l: &str| l.contains(&policy_label))));
+                }
+                for (what, metric, select) in series {
+                    let h = apiserver_metrics::Histogram::read(&after, &metric, &select)
+                        .since(&apiserver_metrics::Histogram::read(&before, &metric, &select));
+                    let total = measured.entry((side, what)).or_default();
+                    total.count += h.count;
+                    total.sum += h.sum;
+                }
+            }
+        }
+        ensure!(!families.is_empty(), "the API server reports no duration per admission policy");
+        for hook in ["webhook mutate", "webhook validate"] {
+            let calls = measured.get(&(0, hook.to_string())).map_or(0.0, |h| h.count);
+            ensure!(
+                calls as usize == CREATES,
+                "the API server counted {calls} calls of {hook}, not {CREATES}"
+            );
+        }
+        let mut lines = Vec::new();
+        for (side, name) in [(0, "webhook"), (1, "native")] {
+            let per_create = |what: &str| {
+                measured
+                    .get(&(side, what.to_string()))
+                    .map_or(0.0, |h| h.sum * 1000.0 / CREATES as f64)
+            };
+            let (admit, validate) = (per_create("admit step"), per_create("validate step"));
+            lines.push(format!(
+                "{name}: admission {:.3} ms per create (admit step {admit:.3} ms, validate step {validate:.3} ms)",
+                admit + validate
+            ));
+            for ((s, what), h) in &measured {
+                if *s == side && !what.ends_with(" step") && h.count > 0.0 {
+                    lines.push(format!(
+                        "{name}: {what}: {} calls, mean {:.3} ms, {:.3} ms per create",
+                        h.count,
+                        h.mean_ms(),
+                        h.sum * 1000.0 / CREATES as f64
+                    ));
+                }
+            }
+            let waits = &mut waits[side];
+            waits.sort_by(f64::total_cmp);
+            let mean = waits.iter().sum::<f64>() / waits.len() as f64;
+            let at = |q: f64| waits[((q * waits.len() as f64) as usize).min(waits.len() - 1)];
+            lines.push(format!(
+                "{name}: client waited mean {mean:.2} ms, p50 {:.2} ms, p99 {:.2} ms",
+                at(0.5),
+                at(0.99)
+            ));
+        }
+        for line in lines {
+            println!("e2e: admission cost, {CREATES} dry-run creates of a launch Job: {line}");
+        }
+        Ok(())
+    }
+    .await;
+    clean_up(ctx, webhook, installed, &[&webhook_ns, &native_ns]).await;
     result
 }

@@ -164,6 +164,21 @@ impl Launchgate {
         namespace_exprs: &[Value],
         failure_policy: Option<&str>,
     ) -> Result<()> {
+        self.register_named(client, run, namespace_exprs, failure_policy, None)
+            .await
+    }
+
+    /// [`Launchgate::register_with`], the webhooks named `<prefix>-mutate.launchgate.io` and
+    /// `<prefix>-validate.launchgate.io` when `prefix` is given (the API server's metrics are
+    /// per webhook name).
+    pub async fn register_named(
+        &mut self,
+        client: &Client,
+        run: &str,
+        namespace_exprs: &[Value],
+        failure_policy: Option<&str>,
+        prefix: Option<&str>,
+    ) -> Result<()> {
         let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
         for doc in chart_webhook_configurations()? {
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
@@ -191,6 +206,10 @@ impl Launchgate {
                 exprs.extend(namespace_exprs.iter().cloned());
                 if let Some(policy) = failure_policy {
                     hook["failurePolicy"] = json!(policy);
+                }
+                if let Some(prefix) = prefix {
+                    let name = hook["name"].as_str().unwrap_or_default();
+                    hook["name"] = json!(format!("{prefix}-{name}"));
                 }
             }
             let resource = ApiResource::from_gvk_with_plural(

@@ -237,3 +237,15 @@ HTTPS container port when adminPort is 0. Arguments: (list $ probeValues).
 {{- with .Values.webhook.namespaceSelector.matchLabels }}{{ $_ := set $sel "matchLabels" . }}{{ end }}
 {{- toJson $sel }}
 {{- end }}
+
+{{/*
+OTEL_RESOURCE_ATTRIBUTES of the pods: where they run (the pod name through the env var
+LAUNCHGATE_POD_NAME, set before it), then tracing.otlp.resourceAttributes.
+*/}}
+{{- define "launchgate.otelResourceAttributes" -}}
+{{- $attrs := list (printf "k8s.namespace.name=%s" .Release.Namespace) "k8s.pod.name=$(LAUNCHGATE_POD_NAME)" (printf "k8s.deployment.name=%s" (include "launchgate.fullname" .)) -}}
+{{- range $k, $v := .Values.tracing.otlp.resourceAttributes -}}
+{{- $attrs = append $attrs (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $attrs -}}
+{{- end }}
