@@ -112,7 +112,18 @@ impl Helm {
         assert!(ok, "helm_check.py {full:?} failed:\n{stderr}");
         parse_docs(&stdout)
     }
+
+    /// [`Helm::render`] with `webhook.registration: chart`: the webhook configurations rendered
+    /// by Helm (what `manifests/` ships).
+    fn render_static(self, args: &[&str]) -> Vec<Value> {
+        let mut full = vec!["--set-json", STATIC_REGISTRATION];
+        full.extend_from_slice(args);
+        self.render(&full)
+    }
 }
+
+/// Values that make Helm render the webhook configurations.
+const STATIC_REGISTRATION: &str = r#"{"webhook":{"registration":"chart"}}"#;
 
 fn parse_docs(text: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(text)
@@ -416,7 +427,7 @@ fn chart_lints_with_default_and_ci_values() {
 #[test]
 fn default_render_is_a_safe_webhook() {
     let Some(helm) = helm() else { return };
-    let objs = helm.render(&[]);
+    let objs = helm.render_static(&[]);
     check_all_objects(&objs);
     let (m, v) = hooks_of(&objs);
     check_hook(&m, "/mutate", "launchgate");
@@ -607,7 +618,7 @@ fn default_render_is_a_safe_webhook() {
 #[test]
 fn cert_manager_mode_with_crd_rules_off() {
     let Some(helm) = helm() else { return };
-    let objs = helm.render(&["-f", "charts/launchgate/ci/cert-manager-values.yaml"]);
+    let objs = helm.render_static(&["-f", "charts/launchgate/ci/cert-manager-values.yaml"]);
     check_all_objects(&objs);
     let (m, v) = hooks_of(&objs);
     check_hook(&m, "/mutate", "launchgate");
@@ -732,7 +743,7 @@ fn generated_certificate_is_kept_across_upgrades_and_rotated_near_expiry() {
     };
     // An upgrade finds the Secret (lookup) far from expiry: certificate and CA are kept.
     let far = existing(now + 400 * 86400);
-    let objs = helm.render(&["--existing", far.to_str().unwrap()]);
+    let objs = helm.render_static(&["--existing", far.to_str().unwrap()]);
     let (m, v) = hooks_of(&objs);
     assert_eq!(ca_bundle(&m).trim(), old_ca.trim());
     assert_eq!(ca_bundle(&v).trim(), old_ca.trim());
@@ -742,7 +753,7 @@ fn generated_certificate_is_kept_across_upgrades_and_rotated_near_expiry() {
     // Within renewBeforeDays: a new CA and certificate; the old CA stays in caBundle for this
     // revision so pods still serving the old certificate are trusted until they reload.
     let near = existing(now + 10 * 86400);
-    let objs = helm.render(&["--existing", near.to_str().unwrap()]);
+    let objs = helm.render_static(&["--existing", near.to_str().unwrap()]);
     let (m, _) = hooks_of(&objs);
     let bundle = ca_bundle(&m);
     let secret: Secret = one(&objs, "Secret");
@@ -788,7 +799,7 @@ fn bad_values_fail_at_install_time() {
 #[test]
 fn timeouts_and_failure_policies_are_configurable() {
     let Some(helm) = helm() else { return };
-    let objs = helm.render(&[
+    let objs = helm.render_static(&[
         "--set-json",
         r#"{"webhook":{"timeoutSeconds":3,"mutate":{"failurePolicy":"Fail"},"validate":{"failurePolicy":"Ignore"},"excludeNamespaces":["kube-system","kube-node-lease","monitoring"]}}"#,
     ]);
@@ -813,7 +824,7 @@ fn timeouts_and_failure_policies_are_configurable() {
             .contains(&"monitoring".to_string())
     );
     // Another release namespace is excluded too (the webhook's own pods must always schedule).
-    let objs = helm.render(&["--namespace", "platform", "--release", "gate"]);
+    let objs = helm.render_static(&["--namespace", "platform", "--release", "gate"]);
     let m: MutatingWebhookConfiguration = one(&objs, "MutatingWebhookConfiguration");
     let w = &m.webhooks.unwrap()[0];
     assert!(
@@ -846,7 +857,7 @@ fn policy_modes_render_what_each_needs() {
     };
     let objs = helm.render(&[]);
     assert!(!native_rights(&objs));
-    let objs = helm.render(&["--set-json", r#"{"policyMode":"hybrid"}"#]);
+    let objs = helm.render_static(&["--set-json", r#"{"policyMode":"hybrid"}"#]);
     let (m, v) = hooks_of(&objs);
     assert_eq!(
         (m.failure_policy.as_deref(), v.failure_policy.as_deref()),
@@ -884,6 +895,232 @@ fn policy_modes_render_what_each_needs() {
     );
 }
 
+/// The `webhook.*` values as `launchgate serve` flags (what the pod reads from its env).
+fn registration_flags(d: &Deployment) -> Vec<String> {
+    deployment_env(d)
+        .into_iter()
+        .filter(|(n, _)| {
+            n.starts_with("LAUNCHGATE_WEBHOOK_") || n == "LAUNCHGATE_REGISTER_WEBHOOKS"
+        })
+        .map(|(n, v)| {
+            let flag = n["LAUNCHGATE_".len()..].to_lowercase().replace('_', "-");
+            format!("--{flag}={v}")
+        })
+        .collect()
+}
+
+/// The webhook configurations a pod of this render would register.
+fn server_registered(objs: &[Value]) -> Vec<Value> {
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        options: launchgate::server::ServeOptions,
+    }
+    let d: Deployment = one(objs, "Deployment");
+    let flags = registration_flags(&d);
+    let opts = <Serve as clap::Parser>::try_parse_from(
+        std::iter::once("serve".to_string()).chain(flags.iter().cloned()),
+    )
+    .unwrap_or_else(|e| panic!("the chart's env is not valid for serve ({flags:?}): {e}"))
+    .options;
+    let cm: ConfigMap = one(objs, "ConfigMap");
+    let policy = launchgate::policy::Policy::from_yaml(&cm.data.unwrap()["config.yaml"]).unwrap();
+    let name = opts.registration.register_webhooks.clone().expect("a name");
+    let settings = opts
+        .registration
+        .settings(&name, opts.listen, "CA PEM".into());
+    launchgate::native::webhooks::configurations(&policy, &settings).unwrap()
+}
+
+/// The parts of a webhook both registration paths must agree on.
+fn comparable(hook: &Value) -> Value {
+    let mut h = hook.clone();
+    let map = h.as_object_mut().unwrap();
+    for k in ["name", "failurePolicy", "matchConditions"] {
+        map.remove(k);
+    }
+    map["clientConfig"]
+        .as_object_mut()
+        .unwrap()
+        .remove("caBundle");
+    h
+}
+
+/// `webhook.registration: server` (the default): Helm renders no webhook configuration, the
+/// pods get the rights to apply this release's two (by name only) and the env from which the
+/// server builds the webhooks Helm would render — rules, selectors, timeouts, Service, names —
+/// with the validating webhook split per queue; hybrid makes both fail open, native registers
+/// none, and the uninstall hook still deletes them.
+#[test]
+fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
+    let Some(helm) = helm() else { return };
+    let objs = helm.render(&[]);
+    assert!(of_kind(&objs, "MutatingWebhookConfiguration").is_empty());
+    assert!(of_kind(&objs, "ValidatingWebhookConfiguration").is_empty());
+    let role: ClusterRole = typed(
+        of_kind(&objs, "ClusterRole")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == "launchgate-webhooks")
+            .expect("the registration ClusterRole"),
+    );
+    let rules = role.rules.unwrap();
+    let mut resources: Vec<String> = Vec::new();
+    for r in &rules {
+        assert_eq!(r.verbs, ["get", "create", "patch"]);
+        assert_eq!(
+            r.resource_names.as_deref(),
+            Some(&["launchgate".to_string()][..])
+        );
+        assert_eq!(
+            r.api_groups.as_deref(),
+            Some(&["admissionregistration.k8s.io".to_string()][..])
+        );
+        resources.extend(r.resources.clone().unwrap());
+    }
+    assert_eq!(
+        resources,
+        [
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations"
+        ]
+    );
+    let binding: ClusterRoleBinding = typed(
+        of_kind(&objs, "ClusterRoleBinding")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == "launchgate-webhooks")
+            .expect("the registration ClusterRoleBinding"),
+    );
+    assert_eq!(binding.subjects.unwrap()[0].name, "launchgate");
+    let d: Deployment = one(&objs, "Deployment");
+    assert_eq!(
+        d.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .automount_service_account_token,
+        Some(true),
+        "the pods need a token to register"
+    );
+    let hook_job = of_kind(&objs, "Job")
+        .into_iter()
+        .find(|j| j["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete")
+        .expect("the uninstall hook");
+    let args = hook_job["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--mutating=launchgate") && args.contains("--validating=launchgate"),
+        "{args}"
+    );
+
+    // The server's webhooks are the chart's, but for the split validating webhook.
+    let server = server_registered(&objs);
+    let statically = helm.render_static(&[]);
+    let hooks = |objs: &[Value], kind: &str| -> Vec<Value> {
+        objs.iter()
+            .filter(|o| o["kind"] == kind)
+            .flat_map(|o| o["webhooks"].as_array().cloned().unwrap_or_default())
+            .collect()
+    };
+    let (sm, cm) = (
+        hooks(&server, "MutatingWebhookConfiguration"),
+        hooks(&statically, "MutatingWebhookConfiguration"),
+    );
+    assert_eq!(sm.len(), 1);
+    assert_eq!(comparable(&sm[0]), comparable(&cm[0]));
+    assert_eq!(sm[0]["name"], cm[0]["name"]);
+    assert_eq!(sm[0]["failurePolicy"], "Ignore");
+    let (sv, cv) = (
+        hooks(&server, "ValidatingWebhookConfiguration"),
+        hooks(&statically, "ValidatingWebhookConfiguration"),
+    );
+    let split: Vec<(&str, &str)> = sv
+        .iter()
+        .map(|h| {
+            (
+                h["name"].as_str().unwrap(),
+                h["failurePolicy"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        split,
+        [
+            ("validate-deny.launchgate.io", "Fail"),
+            ("validate-warn.launchgate.io", "Ignore")
+        ]
+    );
+    for h in &sv {
+        assert_eq!(comparable(h), comparable(&cv[0]));
+        assert_eq!(h["matchConditions"][0]["name"], "launch-workload");
+    }
+    for o in &server {
+        assert_eq!(o["metadata"]["name"], "launchgate");
+    }
+
+    // Values reach the server: timeouts, Service of another release, fail-open validation.
+    let objs = helm.render(&[
+        "--namespace",
+        "platform",
+        "--release",
+        "gate",
+        "--set-json",
+        r#"{"webhook":{"timeoutSeconds":3,"validate":{"failurePolicy":"Ignore"},"rules":{"volcano":false},"matchConditions":{"extra":[{"name":"team","expression":"true"}]}}}"#,
+    ]);
+    let server = server_registered(&objs);
+    let v = hooks(&server, "ValidatingWebhookConfiguration");
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0]["failurePolicy"], "Ignore");
+    assert_eq!(v[0]["timeoutSeconds"], 3);
+    assert_eq!(
+        v[0]["clientConfig"]["service"],
+        serde_json::json!({"namespace": "platform", "name": "gate-launchgate", "path": "/validate", "port": 443})
+    );
+    assert!(!v[0]["rules"].to_string().contains("batch.volcano.sh"));
+    assert_eq!(
+        v[0]["matchConditions"].as_array().unwrap().last().unwrap()["name"],
+        "team"
+    );
+
+    // external certificates: the CA bundle from certs.external.caBundle.
+    let ca = launchgate::certs::generate(&["launchgate".to_string()], 1)
+        .unwrap()
+        .ca_pem;
+    let b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(ca)
+    };
+    let external = serde_json::json!({"certs": {"mode": "external", "secretName": "tls", "external": {"caBundle": b64}}});
+    let objs = helm.render(&["--set-json", &external.to_string()]);
+    let d: Deployment = one(&objs, "Deployment");
+    let flags = registration_flags(&d);
+    assert!(
+        flags.contains(&format!("--webhook-ca-bundle-base64={b64}")),
+        "{flags:?}"
+    );
+    assert!(!flags.iter().any(|f| f.starts_with("--webhook-ca-bundle=")));
+    assert_eq!(server_registered(&objs).len(), 2);
+
+    // hybrid: both fail open; native: nothing registered, no rights for it.
+    let objs = helm.render(&["--set-json", r#"{"policyMode":"hybrid"}"#]);
+    let server = server_registered(&objs);
+    for h in hooks(&server, "MutatingWebhookConfiguration")
+        .iter()
+        .chain(&hooks(&server, "ValidatingWebhookConfiguration"))
+    {
+        assert_eq!(h["failurePolicy"], "Ignore", "{}", h["name"]);
+    }
+    let objs = helm.render(&["--set-json", r#"{"policyMode":"native"}"#]);
+    let d: Deployment = one(&objs, "Deployment");
+    assert!(registration_flags(&d).is_empty());
+    assert!(
+        of_kind(&objs, "ClusterRole")
+            .iter()
+            .all(|r| r["metadata"]["name"] != "launchgate-webhooks")
+    );
+}
+
 /// manifests/*.yaml: valid Kubernetes objects, and launchgate.yaml is exactly the chart
 /// rendered with ci/manifests-values.yaml (so the two cannot drift apart).
 #[test]
@@ -916,7 +1153,7 @@ fn manifests_parse_and_agree_with_the_chart() {
     );
 
     // Same webhooks as the chart's default install (rules, paths, sideEffects, failurePolicy...).
-    let chart = helm.render(&[]);
+    let chart = helm.render_static(&[]);
     let (cm, cv) = hooks_of(&chart);
     for (a, b) in [(&m, &cm), (&v, &cv)] {
         assert_eq!(a.name, b.name);
@@ -941,7 +1178,7 @@ fn manifests_parse_and_agree_with_the_chart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_paths_config_and_env_match_the_server() {
     let Some(helm) = helm() else { return };
-    let objs = helm.render(&[]);
+    let objs = helm.render_static(&[]);
     let cm: ConfigMap = one(&objs, "ConfigMap");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
@@ -1424,7 +1661,7 @@ fn match_conditions_only_where_the_cluster_supports_them() {
         ("1.30.0", true),
         ("1.34.1", true),
     ] {
-        let objs = helm.render(&["--kube-version", version]);
+        let objs = helm.render_static(&["--kube-version", version]);
         let (m, v) = hooks_of(&objs);
         assert_eq!(
             (m.has_match_conditions, v.has_match_conditions),
@@ -1603,10 +1840,11 @@ fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
     assert_eq!(role_ns, ["team-a", "wandb"]);
     assert_eq!(of_kind(&objs, "RoleBinding").len(), 2);
     assert!(
-        of_kind(&objs, "ClusterRole")
-            .iter()
-            .all(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_string()),
-        "only the uninstall hook's ClusterRole"
+        of_kind(&objs, "ClusterRole").iter().all(|o| {
+            o["metadata"]["annotations"]["helm.sh/hook"].is_string()
+                || o["metadata"]["name"] == "launchgate-webhooks"
+        }),
+        "only the uninstall hook's ClusterRole and the webhook registration's"
     );
     // All namespaces: one ClusterRole.
     let objs = helm.render(&[

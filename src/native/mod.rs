@@ -11,6 +11,7 @@
 
 mod mutations;
 mod select;
+pub mod webhooks;
 
 use crate::mutate::labels::queue_label_value;
 use crate::policy::{Config, Policy, Queue};

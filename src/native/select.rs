@@ -155,6 +155,11 @@ pub fn is_launch(policy: &Policy) -> String {
         .iter()
         .chain(&rules.queue_labels)
         .collect();
+    carries_label(&keys)
+}
+
+/// True when the object or one of its pod templates carries one of the labels `keys`.
+pub fn carries_label<S: AsRef<str>>(keys: &[S]) -> String {
     if keys.is_empty() {
         return "false".into();
     }
@@ -178,7 +183,7 @@ fn env_value(name: &str) -> String {
 
 /// The queue named by the workload's queue labels (first key found on the object or a
 /// template, when non-empty), or `''`.
-fn label_value(policy: &Policy) -> String {
+pub fn label_value(policy: &Policy) -> String {
     let keys = &policy.config.match_rules.queue_labels;
     if keys.is_empty() {
         return "''".into();

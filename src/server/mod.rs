@@ -28,8 +28,9 @@ mod otel;
 pub mod owner_cache;
 mod reload;
 pub(crate) mod tls;
+pub mod webhook_sync;
 
-pub use options::{LogFormat, ServeOptions};
+pub use options::{LogFormat, RegistrationOptions, ServeOptions};
 
 use crate::cluster::{ClusterView, NoCluster};
 use crate::policy::Policy;
@@ -317,6 +318,38 @@ pub async fn start_with_event_sink(
         );
     }
 
+    let registration = match &opts.registration.register_webhooks {
+        Some(name) => {
+            let client = kube::Client::try_default()
+                .await
+                .context("--register-webhooks needs a Kubernetes client")?;
+            let r = &opts.registration;
+            let ca = match (
+                &r.webhook_ca_bundle,
+                &r.webhook_ca_bundle_base64,
+                &dev_ca_pem,
+            ) {
+                (Some(file), _, _) => webhook_sync::CaSource::File(file.clone()),
+                (None, Some(pem), _) | (None, None, Some(pem)) => {
+                    webhook_sync::CaSource::Pem(pem.clone())
+                }
+                (None, None, None) => webhook_sync::CaSource::File(
+                    opts.tls_cert
+                        .clone()
+                        .context("--register-webhooks needs --webhook-ca-bundle")?,
+                ),
+            };
+            Some(webhook_sync::Registration {
+                client,
+                name: name.clone(),
+                options: opts.registration.clone(),
+                listen: local_addr,
+                ca,
+            })
+        }
+        None => None,
+    };
+
     let app = router(state.clone());
     // The admin port answers until the HTTPS server has drained: the kubelet must see
     // `/readyz` fail during the shutdown delay.
@@ -327,7 +360,15 @@ pub async fn start_with_event_sink(
             opts.read_timeout,
         ))
     });
-    let main = serve_loop(listener, acceptor, app, state.clone(), opts, shutdown_rx);
+    let reload_interval = opts.reload_interval;
+    let main = serve_loop(
+        listener,
+        acceptor,
+        app,
+        state.clone(),
+        opts,
+        shutdown_rx.clone(),
+    );
     let task = tokio::spawn(async move {
         let result = main.await;
         if let Some(t) = admin_task {
@@ -340,6 +381,10 @@ pub async fn start_with_event_sink(
         result
     });
     tracing::info!(%local_addr, ?admin_addr, "launchgate serving HTTPS");
+    // Registered only now that the listener serves, and only once the server is ready.
+    if let Some(registration) = registration {
+        webhook_sync::spawn(state, registration, reload_interval, shutdown_rx);
+    }
     Ok(RunningServer {
         local_addr,
         admin_addr,

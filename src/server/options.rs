@@ -2,6 +2,7 @@
 //! an env var) and what [`super::start`] takes, so a flag is declared once.
 
 use super::owner_cache::WatchScope;
+use crate::native::webhooks::{Endpoint, MutateHook, Settings, ValidateHook};
 use clap::builder::TypedValueParser as _;
 use clap::{Args, ValueEnum};
 use std::net::SocketAddr;
@@ -167,6 +168,196 @@ pub struct ServeOptions {
     /// OTEL_* variable is read.
     #[arg(long, env = "LAUNCHGATE_OTLP_TRACES", default_value_t = false, action = clap::ArgAction::Set)]
     pub otlp_traces: bool,
+    /// Who registers the webhook configurations, and how (`--register-webhooks`).
+    #[command(flatten)]
+    pub registration: RegistrationOptions,
+}
+
+/// `serve --register-webhooks`: the server creates and updates its own webhook configurations
+/// once it is ready, so nothing routes launch workloads to launchgate before a replica can
+/// answer. The config decides which queues fail closed; these flags give what it cannot know.
+#[derive(Args, Debug, Clone, PartialEq)]
+#[command(next_help_heading = "Webhook registration")]
+pub struct RegistrationOptions {
+    /// Once ready (HTTPS serving, policy loaded, certificate valid), server-side apply the
+    /// MutatingWebhookConfiguration and ValidatingWebhookConfiguration named NAME (field
+    /// manager `launchgate-webhook-registration`), again on every config change and certificate
+    /// rotation; never deleted on shutdown (`delete-webhooks` removes them). The validating
+    /// webhook is split per queue: `deny` queues fail closed, `warn`/`audit` queues fail open.
+    /// Needs get, create and patch on both kinds.
+    #[arg(long, env = "LAUNCHGATE_REGISTER_WEBHOOKS", value_name = "NAME")]
+    pub register_webhooks: Option<String>,
+    /// The Service the API server calls: NAMESPACE/NAME:PORT.
+    #[arg(
+        long,
+        env = "LAUNCHGATE_WEBHOOK_SERVICE",
+        conflicts_with = "webhook_url"
+    )]
+    pub webhook_service: Option<Endpoint>,
+    /// Or the base URL the API server calls (local clusters): `/mutate` and `/validate` are
+    /// appended. Default: https://<--listen address> (127.0.0.1 for 0.0.0.0).
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+    /// PEM file with the CA bundle the API server verifies the serving certificate with
+    /// (re-read on every check: a rotated CA is re-registered). Default: the generated
+    /// development CA, else the --tls-cert chain.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_CA_BUNDLE")]
+    pub webhook_ca_bundle: Option<PathBuf>,
+    /// Or the CA bundle itself, base64 of the PEM (the chart's certs.external.caBundle).
+    #[arg(
+        long,
+        env = "LAUNCHGATE_WEBHOOK_CA_BUNDLE_BASE64",
+        conflicts_with = "webhook_ca_bundle",
+        value_parser = parse_base64_pem
+    )]
+    pub webhook_ca_bundle_base64: Option<String>,
+    /// The webhooks' namespaceSelector (JSON), e.g. the excluded system namespaces.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_NAMESPACE_SELECTOR", value_parser = parse_json_object)]
+    pub webhook_namespace_selector: Option<serde_json::Value>,
+    /// The webhooks' objectSelector (JSON).
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_OBJECT_SELECTOR", value_parser = parse_json_object)]
+    pub webhook_object_selector: Option<serde_json::Value>,
+    /// Seconds the API server waits for an answer (1..30).
+    #[arg(
+        long,
+        env = "LAUNCHGATE_WEBHOOK_TIMEOUT_SECONDS",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u8).range(1..=30)
+    )]
+    pub webhook_timeout_seconds: u8,
+    /// matchPolicy of every webhook.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_MATCH_POLICY", default_value = "Equivalent", value_parser = ["Equivalent", "Exact"])]
+    pub webhook_match_policy: String,
+    /// The kinds sent (comma-separated: pods, jobs, volcano, pytorchjob, jobset, trainjob);
+    /// default: all.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_RULES", value_delimiter = ',')]
+    pub webhook_rules: Vec<String>,
+    /// Register the mutating webhook.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_MUTATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub webhook_mutate: bool,
+    /// The mutating webhook's name.
+    #[arg(
+        long,
+        env = "LAUNCHGATE_WEBHOOK_MUTATE_NAME",
+        default_value = "mutate.launchgate.io"
+    )]
+    pub webhook_mutate_name: String,
+    /// The mutating webhook's failurePolicy.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_MUTATE_FAILURE_POLICY", default_value = "Ignore", value_parser = ["Ignore", "Fail"])]
+    pub webhook_mutate_failure_policy: String,
+    /// The mutating webhook's reinvocationPolicy.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_REINVOCATION_POLICY", default_value = "IfNeeded", value_parser = ["IfNeeded", "Never"])]
+    pub webhook_reinvocation_policy: String,
+    /// Register the validating webhooks.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_VALIDATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub webhook_validate: bool,
+    /// The validating webhook's name; split per queue it becomes <first label>-deny.<rest>
+    /// (failurePolicy Fail) and <first label>-warn.<rest> (Ignore).
+    #[arg(
+        long,
+        env = "LAUNCHGATE_WEBHOOK_VALIDATE_NAME",
+        default_value = "validate.launchgate.io"
+    )]
+    pub webhook_validate_name: String,
+    /// Fail: requests of `deny` queues fail closed, of `warn`/`audit` queues open (split by
+    /// matchConditions). Ignore: every validating request fails open (the chart's hybrid mode).
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_VALIDATE_FAILURE_POLICY", default_value = "Fail", value_parser = ["Fail", "Ignore"])]
+    pub webhook_validate_failure_policy: String,
+    /// Send only launch workloads (CEL matchConditions, Kubernetes >= 1.28). Off: every object
+    /// of the kinds is sent and the validating webhook is not split.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_MATCH_CONDITIONS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub webhook_match_conditions: bool,
+    /// Labels marking a launch workload (comma-separated); default: the config's launch and
+    /// queue labels.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_LAUNCH_LABELS", value_delimiter = ',')]
+    pub webhook_launch_labels: Vec<String>,
+    /// Extra matchConditions (JSON list of {name, expression}) appended to the built-in ones.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_EXTRA_MATCH_CONDITIONS", value_parser = parse_json_list)]
+    pub webhook_extra_match_conditions: Option<serde_json::Value>,
+}
+
+impl Default for RegistrationOptions {
+    /// The flags' defaults.
+    fn default() -> Self {
+        RegistrationOptions {
+            register_webhooks: None,
+            webhook_service: None,
+            webhook_url: None,
+            webhook_ca_bundle: None,
+            webhook_ca_bundle_base64: None,
+            webhook_namespace_selector: None,
+            webhook_object_selector: None,
+            webhook_timeout_seconds: 5,
+            webhook_match_policy: "Equivalent".into(),
+            webhook_rules: Vec::new(),
+            webhook_mutate: true,
+            webhook_mutate_name: "mutate.launchgate.io".into(),
+            webhook_mutate_failure_policy: "Ignore".into(),
+            webhook_reinvocation_policy: "IfNeeded".into(),
+            webhook_validate: true,
+            webhook_validate_name: "validate.launchgate.io".into(),
+            webhook_validate_failure_policy: "Fail".into(),
+            webhook_match_conditions: true,
+            webhook_launch_labels: Vec::new(),
+            webhook_extra_match_conditions: None,
+        }
+    }
+}
+
+impl RegistrationOptions {
+    /// The settings of the webhooks named `name`, served at `listen` when no Service or URL is
+    /// given, with `ca_bundle` (PEM).
+    pub fn settings(&self, name: &str, listen: SocketAddr, ca_bundle: String) -> Settings {
+        let endpoint = match (&self.webhook_service, &self.webhook_url) {
+            (Some(service), _) => service.clone(),
+            (None, Some(url)) => Endpoint::Url(url.clone()),
+            (None, None) => {
+                let ip = if listen.ip().is_unspecified() {
+                    std::net::IpAddr::from([127, 0, 0, 1])
+                } else {
+                    listen.ip()
+                };
+                Endpoint::Url(format!("https://{}", SocketAddr::new(ip, listen.port())))
+            }
+        };
+        Settings {
+            name: name.to_string(),
+            endpoint,
+            ca_bundle,
+            namespace_selector: self.webhook_namespace_selector.clone(),
+            object_selector: self.webhook_object_selector.clone(),
+            timeout_seconds: self.webhook_timeout_seconds,
+            match_policy: self.webhook_match_policy.clone(),
+            mutate: self.webhook_mutate.then(|| MutateHook {
+                name: self.webhook_mutate_name.clone(),
+                failure_policy: self.webhook_mutate_failure_policy.clone(),
+                reinvocation_policy: self.webhook_reinvocation_policy.clone(),
+            }),
+            validate: self.webhook_validate.then(|| ValidateHook {
+                name: self.webhook_validate_name.clone(),
+                fail_closed: self.webhook_validate_failure_policy == "Fail",
+            }),
+            kinds: self
+                .webhook_rules
+                .iter()
+                .map(|k| k.trim().to_string())
+                .filter(|k| !k.is_empty())
+                .collect(),
+            launch_labels: self
+                .webhook_launch_labels
+                .iter()
+                .map(|k| k.trim().to_string())
+                .filter(|k| !k.is_empty())
+                .collect(),
+            match_conditions: self.webhook_match_conditions,
+            extra_conditions: self
+                .webhook_extra_match_conditions
+                .as_ref()
+                .and_then(serde_json::Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+        }
+    }
 }
 
 impl Default for ServeOptions {
@@ -199,6 +390,7 @@ impl Default for ServeOptions {
             owner_watch_namespaces: Vec::new(),
             owner_watch_selector: String::new(),
             otlp_traces: false,
+            registration: RegistrationOptions::default(),
         }
     }
 }
@@ -234,6 +426,37 @@ fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(v) if v.is_object() => Ok(v),
         Ok(_) => Err("expected a JSON object".into()),
+        Err(e) => Err(format!("invalid JSON: {e}")),
+    }
+}
+
+/// Base64 of PEM certificates given on the command line: the PEM.
+fn parse_base64_pem(text: &str) -> Result<String, String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("invalid base64: {e}"))?;
+    let pem = String::from_utf8(bytes).map_err(|_| "not PEM text".to_string())?;
+    if !pem.contains("-----BEGIN CERTIFICATE-----") {
+        return Err("holds no PEM certificate".into());
+    }
+    Ok(pem)
+}
+
+/// A JSON list of `{name, expression}` objects given on the command line.
+fn parse_json_list(text: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Array(items)) => {
+            for item in &items {
+                if !(item["name"].is_string() && item["expression"].is_string()) {
+                    return Err(format!(
+                        "expected objects with a name and an expression, got {item}"
+                    ));
+                }
+            }
+            Ok(serde_json::Value::Array(items))
+        }
+        Ok(_) => Err("expected a JSON list".into()),
         Err(e) => Err(format!("invalid JSON: {e}")),
     }
 }
@@ -294,6 +517,54 @@ mod tests {
         assert_eq!(o.reload_interval, Duration::from_secs(1));
         assert_eq!(o.read_timeout, Duration::from_millis(100));
         assert_eq!(o.request_deadline, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn registration_flags_become_webhook_settings() {
+        let o = parse(&[
+            "--register-webhooks=lg",
+            "--webhook-service=launchgate/lg:443",
+            "--webhook-namespace-selector={\"matchLabels\":{\"a\":\"b\"}}",
+            "--webhook-rules=jobs, pods",
+            "--webhook-validate-failure-policy=Ignore",
+            "--webhook-mutate=false",
+            "--webhook-extra-match-conditions=[{\"name\":\"x\",\"expression\":\"true\"}]",
+        ]);
+        let r = &o.registration;
+        assert_eq!(r.register_webhooks.as_deref(), Some("lg"));
+        let s = r.settings("lg", o.listen, "PEM".into());
+        assert_eq!(
+            s.endpoint,
+            Endpoint::Service {
+                namespace: "launchgate".into(),
+                name: "lg".into(),
+                port: 443
+            }
+        );
+        assert_eq!(s.kinds, ["jobs", "pods"]);
+        assert!(s.mutate.is_none());
+        assert!(!s.validate.unwrap().fail_closed);
+        assert_eq!(s.extra_conditions.len(), 1);
+        assert_eq!(s.namespace_selector.unwrap()["matchLabels"]["a"], "b");
+        // Without a Service or URL: the listen address, loopback for 0.0.0.0.
+        let s = parse(&["--listen=0.0.0.0:9443"]).registration.settings(
+            "lg",
+            "0.0.0.0:9443".parse().unwrap(),
+            String::new(),
+        );
+        assert_eq!(s.endpoint, Endpoint::Url("https://127.0.0.1:9443".into()));
+        for bad in [
+            "--webhook-service=lg:443",
+            "--webhook-timeout-seconds=31",
+            "--webhook-extra-match-conditions=[1]",
+            "--webhook-validate-failure-policy=Deny",
+            "--webhook-ca-bundle-base64=bm90IHBlbQ==",
+        ] {
+            assert!(
+                Serve::try_parse_from(["serve", bad]).is_err(),
+                "{bad} accepted"
+            );
+        }
     }
 
     #[test]

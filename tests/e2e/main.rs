@@ -26,6 +26,7 @@ mod launch_stack;
 mod native;
 mod observability;
 mod pytorch_guarantees;
+mod registration;
 mod safety;
 mod semantics;
 mod subresources;
@@ -119,6 +120,14 @@ fn tests() -> Vec<E2eTest> {
         e2e!(native::native_policies_decide_as_the_webhook_does),
         e2e!(native::hybrid_mode_enforces_while_the_webhook_is_down),
         e2e!(native::the_server_keeps_native_policies_in_step_with_its_config),
+        e2e!(
+            registration::a_first_install_admits_launch_workloads_until_a_replica_registers,
+            unregistered
+        ),
+        e2e!(
+            registration::a_stopped_webhook_fails_open_only_for_warn_queues,
+            unregistered
+        ),
         e2e!(native::admission_cost_webhook_vs_native),
     ]
 }

@@ -114,7 +114,7 @@ pub async fn compiled_policies_apply_to_the_api_server(ctx: &Ctx) -> Result<()> 
 }
 
 /// Creates `obj` in namespace `ns` (optionally as a dry run).
-async fn create_in(
+pub(crate) async fn create_in(
     client: &kube::Client,
     ns: &str,
     obj: &Value,
@@ -304,7 +304,7 @@ fn recorded_workloads() -> Result<Vec<(String, Value)>> {
 }
 
 /// Every container of every pod spec in `obj`.
-fn containers_mut(obj: &mut Value) -> Vec<&mut Value> {
+pub(crate) fn containers_mut(obj: &mut Value) -> Vec<&mut Value> {
     fn walk<'a>(v: &'a mut Value, out: &mut Vec<&'a mut Value>) {
         match v {
             Value::Object(map) => {

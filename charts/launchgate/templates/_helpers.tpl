@@ -201,9 +201,15 @@ launchgate then skips the same non-launch objects itself.
 {{- semverCompare ">=1.28.0-0" .Capabilities.KubeVersion.Version }}
 {{- end }}
 
-{{/* The API server is needed (service account token, RBAC) for cluster lookups or Events. */}}
+{{/* The API server is needed (service account token, RBAC) for cluster lookups, Events,
+native policies or registering the webhooks. */}}
 {{- define "launchgate.needsApi" -}}
-{{- or .Values.clusterLookups .Values.events.enabled }}
+{{- or .Values.clusterLookups .Values.events.enabled (ne .Values.policyMode "webhook") (eq (include "launchgate.serverRegisters" .) "true") }}
+{{- end }}
+
+{{/* "true" when the pods register the webhook configurations (webhook.registration: server). */}}
+{{- define "launchgate.serverRegisters" -}}
+{{- and (eq .Values.webhook.registration "server") (ne .Values.policyMode "native") (or .Values.webhook.mutate.enabled .Values.webhook.validate.enabled) }}
 {{- end }}
 
 {{/*

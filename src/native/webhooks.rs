@@ -1,0 +1,560 @@
+//! The webhook configurations launchgate registers itself (`serve --register-webhooks`): the
+//! chart's `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` (its rules,
+//! selectors, timeouts and launch-workload `matchConditions`), with the validating webhook split
+//! by the queue a request resolves to, so each queue gets the failure policy its enforcement
+//! implies: a `deny` queue fails closed, a `warn` or `audit` queue fails open.
+//!
+//! A request's queue is resolved in CEL exactly as the native policies resolve it
+//! ([`super::select::queue_key`]: queue label, container env, namespace default, default queue).
+//! What CEL cannot resolve the way the webhook does — a PyTorchJob's `scale` subresource (a
+//! label-less Scale) and a TrainJob whose queue may come from its trainer's env — goes to the
+//! fail-closed webhook while any queue denies.
+
+use super::select;
+use crate::cel;
+use crate::policy::Policy;
+use crate::validate::Enforcement;
+use crate::workload::WorkloadKind;
+use base64::Engine;
+use serde_json::{Value, json};
+
+/// Where the API server sends admission requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A Service in the cluster (the chart's).
+    Service {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Its port.
+        port: u16,
+    },
+    /// A URL (local clusters, tests): `/mutate` and `/validate` are appended.
+    Url(String),
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = String;
+
+    /// `namespace/name:port` (a Service).
+    fn from_str(text: &str) -> Result<Endpoint, String> {
+        let (namespace, rest) = text
+            .split_once('/')
+            .ok_or_else(|| format!("expected namespace/name:port, got {text:?}"))?;
+        let (name, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| format!("expected namespace/name:port, got {text:?}"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("invalid port {port:?} in {text:?}"))?;
+        if namespace.is_empty() || name.is_empty() || port == 0 {
+            return Err(format!("expected namespace/name:port, got {text:?}"));
+        }
+        Ok(Endpoint::Service {
+            namespace: namespace.into(),
+            name: name.into(),
+            port,
+        })
+    }
+}
+
+/// The workload kinds an admission rule can cover, by the chart's names (`webhook.rules`).
+pub const RULE_NAMES: [(&str, WorkloadKind); 6] = [
+    ("pods", WorkloadKind::Pod),
+    ("jobs", WorkloadKind::BatchJob),
+    ("volcano", WorkloadKind::VolcanoJob),
+    ("pytorchjob", WorkloadKind::PyTorchJob),
+    ("jobset", WorkloadKind::JobSet),
+    ("trainjob", WorkloadKind::TrainJob),
+];
+
+/// Everything about the webhooks the config does not say (what the chart passes).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The name of both configuration objects.
+    pub name: String,
+    /// Where the API server sends requests.
+    pub endpoint: Endpoint,
+    /// PEM of the CA(s) that sign the serving certificate.
+    pub ca_bundle: String,
+    /// Merged into every webhook's namespaceSelector (the chart's exclusions).
+    pub namespace_selector: Option<Value>,
+    /// Every webhook's objectSelector.
+    pub object_selector: Option<Value>,
+    /// Seconds the API server waits for an answer.
+    pub timeout_seconds: u8,
+    /// `Equivalent` or `Exact`.
+    pub match_policy: String,
+    /// The mutating webhook, when registered.
+    pub mutate: Option<MutateHook>,
+    /// The validating webhooks, when registered.
+    pub validate: Option<ValidateHook>,
+    /// The kinds the rules cover (chart names, [`RULE_NAMES`]); empty: all.
+    pub kinds: Vec<String>,
+    /// Labels marking a launch workload; empty: the config's launch and queue labels.
+    pub launch_labels: Vec<String>,
+    /// Send only launch workloads (`matchConditions`); off for API servers without them.
+    pub match_conditions: bool,
+    /// Extra `{name, expression}` conditions appended to the built-in ones.
+    pub extra_conditions: Vec<Value>,
+}
+
+/// The mutating webhook.
+#[derive(Debug, Clone)]
+pub struct MutateHook {
+    /// Its name.
+    pub name: String,
+    /// `Ignore` or `Fail`.
+    pub failure_policy: String,
+    /// `IfNeeded` or `Never`.
+    pub reinvocation_policy: String,
+}
+
+/// The validating webhook(s).
+#[derive(Debug, Clone)]
+pub struct ValidateHook {
+    /// The name; the split webhooks insert `-deny` / `-warn` after its first label.
+    pub name: String,
+    /// True: requests of `deny` queues fail closed, the others open. False: all fail open.
+    pub fail_closed: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            name: "launchgate".into(),
+            endpoint: Endpoint::Url("https://127.0.0.1:8443".into()),
+            ca_bundle: String::new(),
+            namespace_selector: None,
+            object_selector: None,
+            timeout_seconds: 5,
+            match_policy: "Equivalent".into(),
+            mutate: Some(MutateHook {
+                name: "mutate.launchgate.io".into(),
+                failure_policy: "Ignore".into(),
+                reinvocation_policy: "IfNeeded".into(),
+            }),
+            validate: Some(ValidateHook {
+                name: "validate.launchgate.io".into(),
+                fail_closed: true,
+            }),
+            kinds: Vec::new(),
+            launch_labels: Vec::new(),
+            match_conditions: true,
+            extra_conditions: Vec::new(),
+        }
+    }
+}
+
+/// `validate.launchgate.io` with `-deny` → `validate-deny.launchgate.io`.
+pub fn split_name(name: &str, suffix: &str) -> String {
+    match name.split_once('.') {
+        Some((first, rest)) => format!("{first}-{suffix}.{rest}"),
+        None => format!("{name}-{suffix}"),
+    }
+}
+
+/// The admission rules: CREATE and UPDATE of the chosen kinds (with the subresources that
+/// change what the limits cover: ephemeral containers, pod resize, a PyTorchJob's scale).
+fn rules(kinds: &[String]) -> Result<Value, String> {
+    let mut out = Vec::new();
+    for (rule, kind) in RULE_NAMES {
+        if !kinds.is_empty() && !kinds.iter().any(|k| k == rule) {
+            continue;
+        }
+        let (group, version, resource) = kind.api_resource();
+        let resources: Vec<String> = match kind {
+            WorkloadKind::Pod => vec![
+                resource.into(),
+                format!("{resource}/ephemeralcontainers"),
+                format!("{resource}/resize"),
+            ],
+            WorkloadKind::PyTorchJob => vec![resource.into(), format!("{resource}/scale")],
+            _ => vec![resource.into()],
+        };
+        out.push(json!({
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "resources": resources,
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
+        }));
+    }
+    if let Some(unknown) = kinds
+        .iter()
+        .find(|k| !RULE_NAMES.iter().any(|(n, _)| n == k))
+    {
+        let known: Vec<&str> = RULE_NAMES.iter().map(|(n, _)| *n).collect();
+        return Err(format!(
+            "unknown webhook kind {unknown:?} (one of {})",
+            known.join(", ")
+        ));
+    }
+    Ok(Value::Array(out))
+}
+
+/// The CEL test for the launch workloads the webhooks are sent (a PyTorchJob's Scale carries
+/// no labels: every `pytorchjobs/scale` request is sent).
+fn launch_condition(policy: &Policy, settings: &Settings) -> String {
+    let labels = if settings.launch_labels.is_empty() {
+        select::is_launch(policy)
+    } else {
+        select::carries_label(&settings.launch_labels)
+    };
+    format!("{SCALE} || {labels}")
+}
+
+const SCALE: &str = "(has(request.subResource) && request.subResource == 'scale')";
+
+/// The CEL test for "this request fails closed": it resolves to a `deny` queue, or CEL cannot
+/// resolve its queue the way the webhook does. `None` when no queue denies.
+pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
+    let deny: Vec<&str> = policy
+        .queues
+        .values()
+        .filter(|q| q.config.limits.enforcement == Enforcement::Deny)
+        .map(|q| q.key.as_str())
+        .collect();
+    if deny.is_empty() {
+        return None;
+    }
+    let rules = &policy.config.match_rules;
+    // A TrainJob's containers live in its runtime: its env is not read here. The entity env
+    // matters only when a queue is configured under an entity; the queue env only when no
+    // queue label names the queue.
+    let entity_scoped = policy.queues.values().any(|q| q.entity.is_some());
+    let trainjob = if rules.queue_entity_env.is_some() && entity_scoped {
+        Some("true".to_string())
+    } else if rules.queue_env.is_some() {
+        Some(format!("{} == ''", select::label_value(policy)))
+    } else {
+        None
+    };
+    let mut parts = vec![SCALE.to_string()];
+    if let Some(unknown) = trainjob {
+        parts.push(format!(
+            "({} && {unknown})",
+            select::is_kind(WorkloadKind::TrainJob)
+        ));
+    }
+    parts.push(format!(
+        "{} in {}",
+        select::queue_key(policy),
+        cel::str_list(deny)
+    ));
+    Some(cel::any(&parts))
+}
+
+fn condition(name: &str, expression: &str) -> Value {
+    json!({"name": name, "expression": expression})
+}
+
+/// The `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` for `policy`
+/// (those `settings` enables), for server-side apply. An unknown kind name is an error.
+pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>, String> {
+    let rules = rules(&settings.kinds)?;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&settings.ca_bundle);
+    let client_config = |path: &str| match &settings.endpoint {
+        Endpoint::Service {
+            namespace,
+            name,
+            port,
+        } => json!({
+            "service": {"namespace": namespace, "name": name, "path": path, "port": port},
+            "caBundle": ca_bundle,
+        }),
+        Endpoint::Url(base) => json!({
+            "url": format!("{}{path}", base.trim_end_matches('/')),
+            "caBundle": ca_bundle,
+        }),
+    };
+    let launch = launch_condition(policy, settings);
+    let hook = |name: &str, path: &str, failure: &str, conditions: Vec<Value>| {
+        let mut h = json!({
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "timeoutSeconds": settings.timeout_seconds,
+            "failurePolicy": failure,
+            "matchPolicy": settings.match_policy,
+            "clientConfig": client_config(path),
+            "rules": rules,
+            "namespaceSelector": settings.namespace_selector.clone().unwrap_or_else(|| json!({})),
+        });
+        if let Some(selector) = &settings.object_selector {
+            h["objectSelector"] = selector.clone();
+        }
+        if settings.match_conditions {
+            let mut all = vec![condition("launch-workload", &launch)];
+            all.extend(conditions);
+            all.extend(settings.extra_conditions.iter().cloned());
+            h["matchConditions"] = Value::Array(all);
+        }
+        h
+    };
+    let labels = json!({"app.kubernetes.io/managed-by": "launchgate"});
+    let mut out = Vec::new();
+    if let Some(m) = &settings.mutate {
+        let mut h = hook(&m.name, "/mutate", &m.failure_policy, Vec::new());
+        h["reinvocationPolicy"] = json!(m.reinvocation_policy);
+        out.push(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": settings.name, "labels": labels},
+            "webhooks": [h],
+        }));
+    }
+    if let Some(v) = &settings.validate {
+        let hooks = match (
+            v.fail_closed,
+            settings.match_conditions,
+            deny_queue_condition(policy),
+        ) {
+            // Without matchConditions nothing can be told apart: one webhook.
+            (closed, false, _) => vec![hook(
+                &v.name,
+                "/validate",
+                if closed { "Fail" } else { "Ignore" },
+                Vec::new(),
+            )],
+            (true, true, Some(deny)) => vec![
+                hook(
+                    &split_name(&v.name, "deny"),
+                    "/validate",
+                    "Fail",
+                    vec![condition("deny-queue", &deny)],
+                ),
+                hook(
+                    &split_name(&v.name, "warn"),
+                    "/validate",
+                    "Ignore",
+                    vec![condition("not-deny-queue", &format!("!({deny})"))],
+                ),
+            ],
+            // Every queue fails open.
+            _ => vec![hook(
+                &split_name(&v.name, "warn"),
+                "/validate",
+                "Ignore",
+                Vec::new(),
+            )],
+        };
+        out.push(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": settings.name, "labels": labels},
+            "webhooks": hooks,
+        }));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(extra: &str) -> Policy {
+        let mut config: Value =
+            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
+        let mut warn = config["queues"]["gpu-queue"].clone();
+        warn["limits"]["enforcement"] = json!(extra);
+        config["queues"]["other-queue"] = warn;
+        Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).expect("policy")
+    }
+
+    fn hooks(objects: &[Value], kind: &str) -> Vec<Value> {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind)
+            .map(|o| o["webhooks"].as_array().cloned().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_deny_and_a_warn_queue_get_a_closed_and_an_open_webhook() {
+        let objects = configurations(&policy("warn"), &Settings::default()).unwrap();
+        let validate = hooks(&objects, "ValidatingWebhookConfiguration");
+        let names: Vec<(&str, &str)> = validate
+            .iter()
+            .map(|h| {
+                (
+                    h["name"].as_str().unwrap(),
+                    h["failurePolicy"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("validate-deny.launchgate.io", "Fail"),
+                ("validate-warn.launchgate.io", "Ignore")
+            ]
+        );
+        let deny = validate[0]["matchConditions"][1]["expression"]
+            .as_str()
+            .unwrap();
+        assert!(deny.contains("in ['gpu-queue']"), "{deny}");
+        assert!(!deny.contains("other-queue']"), "{deny}");
+        let open = validate[1]["matchConditions"][1]["expression"]
+            .as_str()
+            .unwrap();
+        assert_eq!(open, format!("!({deny})"));
+        let mutate = hooks(&objects, "MutatingWebhookConfiguration");
+        assert_eq!(mutate.len(), 1);
+        assert_eq!(mutate[0]["failurePolicy"], "Ignore");
+        assert_eq!(mutate[0]["reinvocationPolicy"], "IfNeeded");
+        assert_eq!(mutate[0]["matchConditions"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_trainjob_fails_closed_only_when_its_queue_may_come_from_env() {
+        let trainjob = "request.kind.group == 'trainer.kubeflow.org'";
+        // The built-in config reads the queue from env: a TrainJob without a queue label.
+        let deny = deny_queue_condition(&policy("warn")).unwrap();
+        assert!(deny.contains(&format!("({trainjob} && [")), "{deny}");
+        // Without queue env: TrainJobs are resolved like every kind.
+        let mut config: Value =
+            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
+        config["match"]["queueEnv"] = Value::Null;
+        config["match"]["queueEntityEnv"] = Value::Null;
+        let p = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
+        assert!(!deny_queue_condition(&p).unwrap().contains(trainjob));
+        // A queue under an entity: the entity env of the TrainJob could pick it.
+        config["match"]["queueEntityEnv"] = json!("WANDB_LAUNCH_QUEUE_ENTITY");
+        config["queues"]["acme/gpu-queue"] = config["queues"]["gpu-queue"].clone();
+        let p = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
+        assert!(
+            deny_queue_condition(&p)
+                .unwrap()
+                .contains(&format!("({trainjob} && true)"))
+        );
+    }
+
+    #[test]
+    fn without_a_deny_queue_every_request_fails_open() {
+        let mut config: Value =
+            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
+        config["queues"]["gpu-queue"]["limits"]["enforcement"] = json!("audit");
+        let policy = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
+        assert!(deny_queue_condition(&policy).is_none());
+        let objects = configurations(&policy, &Settings::default()).unwrap();
+        let validate = hooks(&objects, "ValidatingWebhookConfiguration");
+        assert_eq!(validate.len(), 1);
+        assert_eq!(validate[0]["name"], "validate-warn.launchgate.io");
+        assert_eq!(validate[0]["failurePolicy"], "Ignore");
+    }
+
+    #[test]
+    fn fail_open_and_no_match_conditions_give_one_validating_webhook() {
+        let p = policy("warn");
+        let mut settings = Settings::default();
+        settings.validate.as_mut().unwrap().fail_closed = false;
+        let validate = hooks(
+            &configurations(&p, &settings).unwrap(),
+            "ValidatingWebhookConfiguration",
+        );
+        assert_eq!(validate.len(), 1);
+        assert_eq!(validate[0]["failurePolicy"], "Ignore");
+
+        let settings = Settings {
+            match_conditions: false,
+            ..Settings::default()
+        };
+        let objects = configurations(&p, &settings).unwrap();
+        let validate = hooks(&objects, "ValidatingWebhookConfiguration");
+        assert_eq!(validate.len(), 1);
+        assert_eq!(validate[0]["name"], "validate.launchgate.io");
+        assert_eq!(validate[0]["failurePolicy"], "Fail");
+        assert!(validate[0].get("matchConditions").is_none());
+    }
+
+    #[test]
+    fn the_endpoint_selectors_and_kinds_come_from_the_settings() {
+        let settings = Settings {
+            name: "lg".into(),
+            endpoint: "launchgate/lg:443".parse().unwrap(),
+            ca_bundle: "PEM".into(),
+            namespace_selector: Some(json!({"matchLabels": {"team": "a"}})),
+            object_selector: Some(json!({"matchLabels": {"x": "y"}})),
+            timeout_seconds: 7,
+            kinds: vec!["jobs".into(), "pytorchjob".into()],
+            launch_labels: vec!["acme.io/launch".into()],
+            extra_conditions: vec![json!({"name": "extra", "expression": "true"})],
+            mutate: None,
+            ..Settings::default()
+        };
+        let objects = configurations(&policy("warn"), &settings).unwrap();
+        assert_eq!(objects.len(), 1);
+        assert_eq!(objects[0]["metadata"]["name"], "lg");
+        for h in hooks(&objects, "ValidatingWebhookConfiguration") {
+            assert_eq!(
+                h["clientConfig"],
+                json!({
+                    "service": {"namespace": "launchgate", "name": "lg", "path": "/validate", "port": 443},
+                    "caBundle": "UEVN",
+                })
+            );
+            assert_eq!(h["timeoutSeconds"], 7);
+            assert_eq!(h["namespaceSelector"]["matchLabels"]["team"], "a");
+            assert_eq!(h["objectSelector"]["matchLabels"]["x"], "y");
+            let resources: Vec<&Value> = h["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| &r["resources"])
+                .collect();
+            assert_eq!(
+                resources,
+                [
+                    &json!(["jobs"]),
+                    &json!(["pytorchjobs", "pytorchjobs/scale"])
+                ]
+            );
+            let conditions = h["matchConditions"].as_array().unwrap();
+            assert!(
+                conditions[0]["expression"]
+                    .as_str()
+                    .unwrap()
+                    .contains("'acme.io/launch'")
+            );
+            assert_eq!(conditions.last().unwrap()["name"], "extra");
+        }
+        let bad = Settings {
+            kinds: vec!["deployments".into()],
+            ..Settings::default()
+        };
+        assert!(
+            configurations(&policy("warn"), &bad)
+                .unwrap_err()
+                .contains("deployments")
+        );
+        let url = Settings {
+            endpoint: Endpoint::Url("https://127.0.0.1:9443/".into()),
+            ..Settings::default()
+        };
+        let objects = configurations(&policy("warn"), &url).unwrap();
+        assert_eq!(
+            hooks(&objects, "MutatingWebhookConfiguration")[0]["clientConfig"]["url"],
+            "https://127.0.0.1:9443/mutate"
+        );
+    }
+
+    #[test]
+    fn a_service_reference_is_checked() {
+        for bad in [
+            "lg:443", "ns/lg", "ns/lg:x", "/lg:443", "ns/:443", "ns/lg:0",
+        ] {
+            assert!(bad.parse::<Endpoint>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_split_after_the_first_label() {
+        assert_eq!(
+            split_name("validate.launchgate.io", "deny"),
+            "validate-deny.launchgate.io"
+        );
+        assert_eq!(split_name("v", "warn"), "v-warn");
+    }
+}

@@ -1,0 +1,199 @@
+//! `serve --register-webhooks=<name>`: the server registers its own webhook configurations.
+//!
+//! Nothing is registered until this server is ready (HTTPS listener serving, policy loaded,
+//! certificate valid — what `/readyz` says), so a first install never routes launch workloads
+//! to a webhook that cannot answer. Then, and whenever the desired objects change (a config
+//! reload changes the queues, a rotated CA changes the caBundle) or a minute has passed (a
+//! deleted or edited configuration is restored), both configurations are server-side applied
+//! with the field manager [`FIELD_MANAGER`]. They are never deleted on shutdown: other
+//! replicas still serve (`launchgate delete-webhooks` removes them on uninstall). A failed
+//! apply is logged and retried at the next check; serving is unaffected.
+
+use super::AppState;
+use super::options::RegistrationOptions;
+use crate::native::webhooks;
+use anyhow::{Context, Result};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// The field manager of the registered configurations.
+pub const FIELD_MANAGER: &str = "launchgate-webhook-registration";
+
+/// How often the configurations are applied again even when nothing changed.
+const RESYNC: Duration = Duration::from_secs(60);
+
+/// Where the caBundle comes from.
+pub(crate) enum CaSource {
+    /// A PEM file, read at every check.
+    File(PathBuf),
+    /// Given inline, or the generated development CA.
+    Pem(String),
+}
+
+impl CaSource {
+    fn read(&self) -> Result<String> {
+        match self {
+            CaSource::File(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading the CA bundle {}", path.display()))?;
+                anyhow::ensure!(
+                    text.contains("-----BEGIN CERTIFICATE-----"),
+                    "the CA bundle {} holds no PEM certificate",
+                    path.display()
+                );
+                Ok(text)
+            }
+            CaSource::Pem(pem) => Ok(pem.clone()),
+        }
+    }
+}
+
+/// The caBundle to register: the current CA, and the one before it while this process has
+/// seen the CA change (replicas still serving a certificate of the old CA keep working until
+/// the kubelet gives them the new one).
+#[derive(Default)]
+struct Bundle {
+    current: String,
+    previous: Option<String>,
+}
+
+impl Bundle {
+    fn update(&mut self, pem: String) -> String {
+        if !self.current.is_empty() && self.current != pem {
+            self.previous = Some(std::mem::replace(&mut self.current, pem));
+        } else {
+            self.current = pem;
+        }
+        match &self.previous {
+            Some(old) if !self.current.contains(old.trim()) => {
+                format!("{}\n{}\n", self.current.trim_end(), old.trim())
+            }
+            _ => self.current.clone(),
+        }
+    }
+}
+
+fn resource(kind: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+        &format!("{}s", kind.to_lowercase()),
+    )
+}
+
+/// Server-side applies `objects` (webhook configurations).
+pub async fn apply(client: &kube::Client, objects: &[Value]) -> Result<()> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for object in objects {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+        api.patch(name, &params, &Patch::Apply(object))
+            .await
+            .with_context(|| format!("applying {kind} {name}"))?;
+    }
+    Ok(())
+}
+
+/// What to register, and where from.
+pub(crate) struct Registration {
+    pub(crate) client: kube::Client,
+    /// The configurations' name.
+    pub(crate) name: String,
+    pub(crate) options: RegistrationOptions,
+    /// The HTTPS address served (the URL when neither a Service nor a URL is given).
+    pub(crate) listen: SocketAddr,
+    pub(crate) ca: CaSource,
+}
+
+/// Registers the webhooks once the server is ready, and keeps them in step.
+pub(crate) fn spawn(
+    state: Arc<AppState>,
+    registration: Registration,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Registration {
+        client,
+        name,
+        options,
+        listen,
+        ca,
+    } = registration;
+    tokio::spawn(async move {
+        let mut bundle = Bundle::default();
+        let mut applied: Option<(Vec<Value>, Instant)> = None;
+        let mut waiting_logged = false;
+        loop {
+            if state.is_ready() {
+                let desired = ca.read().and_then(|pem| {
+                    let settings = options.settings(&name, listen, bundle.update(pem));
+                    webhooks::configurations(&state.policy.load(), &settings)
+                        .map_err(anyhow::Error::msg)
+                });
+                match desired {
+                    Ok(desired) => {
+                        let due = applied.as_ref().is_none_or(|(objects, at)| {
+                            *objects != desired || at.elapsed() >= RESYNC
+                        });
+                        if due {
+                            match apply(&client, &desired).await {
+                                Ok(()) => {
+                                    if applied.as_ref().is_none_or(|(o, _)| *o != desired) {
+                                        let hooks: Vec<&str> = desired
+                                            .iter()
+                                            .flat_map(|o| {
+                                                o["webhooks"].as_array().into_iter().flatten()
+                                            })
+                                            .filter_map(|h| h["name"].as_str())
+                                            .collect();
+                                        tracing::info!(configuration = %name, webhooks = ?hooks, "webhook configurations registered");
+                                    }
+                                    applied = Some((desired, Instant::now()));
+                                }
+                                Err(e) => {
+                                    tracing::warn!(configuration = %name, error = %format!("{e:#}"), "cannot register the webhook configurations; retrying")
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(configuration = %name, error = %format!("{e:#}"), "cannot build the webhook configurations; retrying")
+                    }
+                }
+            } else if !waiting_logged
+                && !state
+                    .shutting_down
+                    .load(std::sync::atomic::Ordering::Acquire)
+            {
+                tracing::info!(configuration = %name, "not ready: webhook configurations not registered yet");
+                waiting_logged = true;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rotated_ca_keeps_the_previous_one_in_the_bundle() {
+        let mut b = Bundle::default();
+        assert_eq!(b.update("A\n".into()), "A\n");
+        assert_eq!(b.update("A\n".into()), "A\n");
+        assert_eq!(b.update("B\n".into()), "B\nA\n");
+        assert_eq!(b.update("B\n".into()), "B\nA\n");
+        assert_eq!(b.update("C\n".into()), "C\nB\n");
+    }
+}
