@@ -48,11 +48,13 @@ use webhook::Launchgate;
 
 type TestFuture<'a> = Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
 
-/// One end-to-end test: a name, whether launchgate sees its namespace from the start, and the
-/// body.
+/// One end-to-end test: a name, whether launchgate sees its namespace from the start, whether
+/// it runs alone (after the others, one at a time: it loads the API server heavily or measures
+/// it), and the body.
 struct E2eTest {
     name: &'static str,
     registered: bool,
+    alone: bool,
     run: for<'a> fn(&'a Ctx) -> TestFuture<'a>,
 }
 
@@ -61,6 +63,7 @@ macro_rules! e2e {
         E2eTest {
             name: stringify!($f),
             registered: true,
+            alone: false,
             run: |c| Box::pin($f(c)),
         }
     };
@@ -68,6 +71,15 @@ macro_rules! e2e {
         E2eTest {
             name: stringify!($f),
             registered: false,
+            alone: false,
+            run: |c| Box::pin($f(c)),
+        }
+    };
+    ($f:path, alone) => {
+        E2eTest {
+            name: stringify!($f),
+            registered: true,
+            alone: true,
             run: |c| Box::pin($f(c)),
         }
     };
@@ -103,7 +115,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(semantics::only_pytorch_workloads_get_pytorch_env),
         e2e!(trust::a_label_exempts_only_with_its_requester),
         e2e!(trust::a_claimed_owner_is_not_trusted),
-        e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit),
+        e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit, alone),
         e2e!(subresources::ephemeral_containers_are_judged),
         e2e!(subresources::pytorchjob_scale_up_is_denied),
         e2e!(pytorch_guarantees::volcano_pods_see_the_rendezvous_size_despite_the_plugin),
@@ -128,7 +140,7 @@ fn tests() -> Vec<E2eTest> {
             registration::a_stopped_webhook_fails_open_only_for_warn_queues,
             unregistered
         ),
-        e2e!(native::admission_cost_webhook_vs_native),
+        e2e!(native::admission_cost_webhook_vs_native, alone),
     ]
 }
 
@@ -397,7 +409,9 @@ fn main() -> ExitCode {
         }
     };
     let env = suite.env.clone();
-    let mut trials: Vec<Trial> = tests()
+    let (alone, together): (Vec<E2eTest>, Vec<E2eTest>) =
+        tests().into_iter().partition(|t| t.alone);
+    let mut trials: Vec<Trial> = together
         .into_iter()
         .map(|t| trial(t, env.clone(), rt.handle().clone()))
         .collect();
@@ -410,7 +424,19 @@ fn main() -> ExitCode {
                 .with_ignored_flag(true)
         }
     });
-    let conclusion = libtest_mimic::run(&args, trials);
+    let mut conclusion = libtest_mimic::run(&args, trials);
+    // Then the tests that must not share the API server, one at a time.
+    let alone: Vec<Trial> = alone
+        .into_iter()
+        .map(|t| trial(t, env.clone(), rt.handle().clone()))
+        .collect();
+    let mut one_at_a_time = args.clone();
+    one_at_a_time.test_threads = Some(1);
+    let second = libtest_mimic::run(&one_at_a_time, alone);
+    conclusion.num_passed += second.num_passed;
+    conclusion.num_failed += second.num_failed;
+    conclusion.num_ignored += second.num_ignored;
+    conclusion.num_filtered_out += second.num_filtered_out;
     println!(
         "e2e: {} tests run against {} ({} passed, {} failed)",
         conclusion.num_passed + conclusion.num_failed,
