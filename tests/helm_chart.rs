@@ -17,7 +17,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, Namespace, Secret, Service, ServiceAccount,
+    ConfigMap, Container, Namespace, PodSpec, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -384,16 +384,14 @@ fn ca_bundle(h: &Hook) -> String {
     String::from_utf8(h.client.ca_bundle.as_ref().expect("caBundle").0.clone()).expect("PEM")
 }
 
+/// The pod spec of the Deployment.
+fn pod_spec(d: &Deployment) -> &PodSpec {
+    d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
 /// The launchgate container of the Deployment.
 fn webhook_container(d: &Deployment) -> &Container {
-    &d.spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
+    &pod_spec(d).containers[0]
 }
 
 fn deployment_env(d: &Deployment) -> Vec<(String, String)> {
@@ -668,7 +666,7 @@ fn cert_manager_mode_with_crd_rules_off() {
     );
     // Options exercised by the file.
     let d: Deployment = one(&objs, "Deployment");
-    let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let pod = pod_spec(&d);
     assert_eq!(
         pod.priority_class_name.as_deref(),
         Some("system-cluster-critical")
@@ -993,14 +991,7 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
     assert_eq!(binding.subjects.unwrap()[0].name, "launchgate");
     let d: Deployment = one(&objs, "Deployment");
     assert_eq!(
-        d.spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .automount_service_account_token,
+        pod_spec(&d).automount_service_account_token,
         Some(true),
         "the pods need a token to register"
     );
