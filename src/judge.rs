@@ -117,14 +117,7 @@ impl Judgement {
             format!("exempted by {exemption:?}")
         } else if summary.kind == "other" {
             "not a kind launchgate judges".to_string()
-        } else if summary.queue.is_none()
-            && self
-                .mutation
-                .response
-                .warnings
-                .iter()
-                .any(|w| w.contains("no default queue"))
-        {
+        } else if summary.skipped == Some("no-queue") {
             "names no configured queue and no default queue is set".to_string()
         } else {
             "not a launch workload: no launch or queue label on it or a pod template".to_string()
@@ -199,6 +192,27 @@ mod tests {
                  "resources": {"limits": {"cpu": "4", "memory": "12Gi", "nvidia.com/gpu": "1"}}}
             ]}}}
         })
+    }
+
+    #[test]
+    fn skip_reasons_say_why_the_object_was_left_alone() {
+        let yaml = crate::policy::DEFAULT_CONFIG_YAML.replace("defaultQueue: gpu-queue\n", "");
+        let no_default = Policy::from_yaml(&yaml).unwrap();
+        let reason = |policy: &Policy, object: Value| {
+            let request = AdmissionRequest::synthetic_create(object, Some("wandb")).unwrap();
+            judge(policy, &request, &NoCluster).skip_reason()
+        };
+        assert_eq!(
+            reason(&no_default, defaulted_job()).as_deref(),
+            Some("names no configured queue and no default queue is set")
+        );
+        let mut unlabelled = defaulted_job();
+        unlabelled["metadata"]["labels"] = json!({});
+        assert_eq!(
+            reason(&no_default, unlabelled).as_deref(),
+            Some("not a launch workload: no launch or queue label on it or a pod template")
+        );
+        assert_eq!(reason(&Policy::embedded_default(), defaulted_job()), None);
     }
 
     #[test]
