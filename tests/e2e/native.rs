@@ -604,7 +604,16 @@ pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx)
         Some(&ctx.env.kubeconfig),
         "127.0.0.1",
         &serde_yaml::to_string(&config)?,
-        &[format!("--native-policies={set}")],
+        // Bound to this test's namespace only: unbound, the set's mutations would label other
+        // tests' workloads with this config's default queue while it runs.
+        &[
+            format!("--native-policies={set}"),
+            format!(
+                "--native-namespace-selector={}",
+                json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                    "operator": "In", "values": [ctx.ns]}]})
+            ),
+        ],
     )
     .await?;
     let result = async {
