@@ -70,6 +70,9 @@ pub fn cases() -> Vec<Case> {
         ("pod-small", "create-pod-launch-acme-mnist-mzxkz.json"),
         ("job", "create-job-launch-acme-mnist.json"),
         ("volcano-job", "create-vcjob-wandb-job-run42.json"),
+        ("pytorchjob", "create-pytorchjob-run42-pytorch-job.json"),
+        ("jobset", "create-jobset-ddp.json"),
+        ("trainjob", "create-trainjob-llama-ft.json"),
         ("update-pod", "update-pod-wandb-job-run42-worker-0.json"),
         ("pod-not-launch", "create-pod-kaniko-build-abc.json"),
     ]
