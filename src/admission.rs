@@ -268,6 +268,81 @@ impl AdmissionReviewResponse {
     }
 }
 
+/// The AdmissionReview JSON answering with `response`: the bytes `serde_json::to_vec` makes of
+/// [`AdmissionReviewResponse::new`]`(response)`, with the patch copied in unescaped. Base64
+/// has no character JSON escapes, but serde_json checks every byte of every string it writes
+/// one at a time, and the patch is most of a mutation's answer.
+pub fn review_response_body(response: &AdmissionResponse) -> Vec<u8> {
+    /// The response's members, in [`AdmissionResponse`]'s order, but the patch.
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head<'a> {
+        uid: &'a str,
+        allowed: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<&'a ResponseStatus>,
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Tail<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        patch_type: Option<&'a str>,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        warnings: &'a [String],
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        audit_annotations: &'a BTreeMap<String, String>,
+    }
+    // serde_json escapes `"`, `\\` and control characters only; base64 has none of them. The
+    // check reads every byte without branching (vectorised), unlike serde_json's escaping.
+    let escapes = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+    let patch = response
+        .patch
+        .as_deref()
+        .filter(|p| !p.bytes().fold(false, |any, b| any | escapes(b)));
+    let Some(patch) = patch else {
+        // Something to escape (never in a patch `with_patch` made): serde_json writes it all.
+        return serde_json::to_vec(&AdmissionReviewResponse::new(response.clone()))
+            .expect("an AdmissionReview response always serialises");
+    };
+    let mut out = Vec::with_capacity(256 + patch.len());
+    for part in [
+        r#"{"apiVersion":""#,
+        ADMISSION_API_VERSION,
+        r#"","kind":""#,
+        ADMISSION_KIND,
+        r#"","response":"#,
+    ] {
+        out.extend_from_slice(part.as_bytes());
+    }
+    let head = Head {
+        uid: &response.uid,
+        allowed: response.allowed,
+        status: response.status.as_ref(),
+    };
+    serde_json::to_writer(&mut out, &head).expect("an AdmissionReview response always serialises");
+    // `{…}` of the head, reopened: `,"patch":"…"` and then the tail's members.
+    out.pop();
+    out.extend_from_slice(br#","patch":""#);
+    out.extend_from_slice(patch.as_bytes());
+    out.push(b'"');
+    let tail = Tail {
+        patch_type: response.patch_type.as_deref(),
+        warnings: &response.warnings,
+        audit_annotations: &response.audit_annotations,
+    };
+    let at = out.len();
+    serde_json::to_writer(&mut out, &tail).expect("an AdmissionReview response always serialises");
+    // The tail's `{` becomes the `,` before its members, or goes when it has none (`{}`).
+    if out.len() - at == 2 {
+        out.truncate(at);
+        out.push(b'}');
+    } else {
+        out[at] = b',';
+    }
+    out.push(b'}');
+    out
+}
+
 /// Kubernetes keeps a warning short: longer ones are truncated by the API server.
 pub const MAX_WARNING_CHARS: usize = 256;
 /// Total budget for all warnings of one response (runes, per `warning.go`).
@@ -299,6 +374,43 @@ pub fn bounded_warnings(warnings: Vec<String>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_response_body_is_what_serde_json_writes() {
+        let patch = json_patch::Patch(vec![json_patch::PatchOperation::Add(
+            json_patch::AddOperation {
+                path: json_patch::jsonptr::PointerBuf::parse("/metadata/labels/a\"b").unwrap(),
+                value: serde_json::json!({"x": "ü\n\"", "n": [1, 2.5, null]}),
+            },
+        )]);
+        let denied = AdmissionResponse::deny("u-2", "no \"quotes\"\nhere".into());
+        let mut annotated = AdmissionResponse::allow("u-3").with_patch(&patch);
+        annotated
+            .audit_annotations
+            .insert("exempted-by".into(), "ops \"team\"".into());
+        let mut warned = AdmissionResponse::allow("u-4").with_patch(&patch);
+        warned.warnings = vec!["first".into(), "sécond \"w\"".into()];
+        let mut both = warned.clone();
+        both.audit_annotations = annotated.audit_annotations.clone();
+        let mut not_base64 = AdmissionResponse::allow("u-5");
+        not_base64.patch = Some("a\"b".into());
+        for response in [
+            AdmissionResponse::allow("u-1"),
+            AdmissionResponse::allow("u-1").with_patch(&patch),
+            denied,
+            annotated,
+            warned,
+            both,
+            not_base64,
+        ] {
+            let expected =
+                serde_json::to_vec(&AdmissionReviewResponse::new(response.clone())).unwrap();
+            assert_eq!(
+                String::from_utf8(review_response_body(&response)).unwrap(),
+                String::from_utf8(expected).unwrap()
+            );
+        }
+    }
 
     #[test]
     fn empty_patch_sets_neither_patch_nor_type() {

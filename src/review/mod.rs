@@ -5,7 +5,7 @@
 
 use crate::admission::{
     ADMISSION_API_VERSION, ADMISSION_KIND, AdmissionRequest, AdmissionResponse,
-    AdmissionReviewRequest, AdmissionReviewResponse, Operation, bounded_warnings,
+    AdmissionReviewRequest, Operation, bounded_warnings,
 };
 use crate::cluster::ClusterView;
 use crate::mutate::{self, Findings, MutationContext};
@@ -280,8 +280,7 @@ pub fn review_observed(
         observer,
     );
     observer.phase(Phase::Serialise);
-    let body = serde_json::to_vec(&AdmissionReviewResponse::new(decision.response))
-        .expect("an AdmissionReview response always serialises");
+    let body = crate::admission::review_response_body(&decision.response);
     Ok(ReviewOutcome {
         body,
         summary: decision.summary,
@@ -633,13 +632,22 @@ fn mutate_decision(
         Original::Tree(Some(object)) => Some(Untouched::Tree(Cow::Borrowed(object))),
         _ => None,
     }
-    .unwrap_or_else(|| Untouched::Tree(Cow::Owned(object.clone())));
+    .unwrap_or_else(|| Untouched::Tree(Cow::Owned(diff::copy_without_managed_fields(object))));
+    #[cfg(debug_assertions)]
+    let managed_fields = object.pointer(diff::MANAGED_FIELDS).cloned();
     mutate::apply_all(ctx, object, &mut findings);
+    #[cfg(debug_assertions)]
+    assert_eq!(
+        object.pointer(diff::MANAGED_FIELDS),
+        managed_fields.as_ref(),
+        "a mutator changed metadata.managedFields, which the patch never carries"
+    );
     let patch = match &untouched {
         Untouched::Text(text) => {
             diff::diff(text, object).expect("the object's text was parsed before")
         }
-        Untouched::Tree(copy) => diff::diff_tree(copy, object),
+        Untouched::Tree(Cow::Owned(copy)) => diff::diff_copy(copy, object),
+        Untouched::Tree(Cow::Borrowed(original)) => diff::diff_tree(original, object),
     };
     summary.outcome = if patch.0.is_empty() {
         Outcome::Allowed
