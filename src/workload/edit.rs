@@ -30,11 +30,14 @@ pub fn normalise_path(path: &str) -> String {
 /// The container's volume mount at `path` (paths compared normalised), if it has one.
 pub fn mount_at<'a>(container: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
     let wanted = normalise_path(path);
-    container.get("volumeMounts")?.as_array()?.iter().find(|m| {
-        m.get("mountPath")
-            .and_then(Value::as_str)
-            .is_some_and(|p| normalise_path(p) == wanted)
-    })
+    json::member(container, "volumeMounts")?
+        .as_array()?
+        .iter()
+        .find(|m| {
+            json::get(m, "mountPath")
+                .and_then(Value::as_str)
+                .is_some_and(|p| normalise_path(p) == wanted)
+        })
 }
 
 /// `map[key]` as a mutable array, created when missing (or when not an array).
@@ -94,9 +97,8 @@ pub fn upsert_env(
 
 /// True when `port` is a TCP port declaration with number `number` (protocol defaults to TCP).
 fn is_tcp_port(port: &Value, number: i64) -> bool {
-    port.get("containerPort").and_then(Value::as_i64) == Some(number)
-        && port
-            .get("protocol")
+    json::get(port, "containerPort").and_then(Value::as_i64) == Some(number)
+        && json::get(port, "protocol")
             .and_then(Value::as_str)
             .unwrap_or("TCP")
             == "TCP"
@@ -104,8 +106,7 @@ fn is_tcp_port(port: &Value, number: i64) -> bool {
 
 /// True when `container` declares TCP port `number` (under any name).
 pub fn declares_tcp_port(container: &Map<String, Value>, number: i64) -> bool {
-    container
-        .get("ports")
+    json::member(container, "ports")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -127,8 +128,7 @@ pub fn ensure_port(container: &mut Map<String, Value>, name: &str, port: i64) ->
 
 /// Removes an empty array left behind by [`array_mut`] when nothing was added.
 pub fn drop_if_empty(map: &mut Map<String, Value>, key: &str) {
-    if map
-        .get(key)
+    if json::member(map, key)
         .and_then(Value::as_array)
         .is_some_and(Vec::is_empty)
     {

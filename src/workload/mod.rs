@@ -375,7 +375,7 @@ impl ContainerSlot {
 fn container_slots(pod_spec: &Map<String, Value>, sidecars: &[String]) -> Vec<ContainerSlot> {
     let mut out = Vec::new();
     for list in CONTAINER_LISTS {
-        let items = pod_spec.get(list).and_then(Value::as_array);
+        let items = json::member(pod_spec, list).and_then(Value::as_array);
         for (index, c) in items.into_iter().flatten().enumerate() {
             let Some(c) = c.as_object() else { continue };
             let role = if list == CONTAINER_LISTS[0] {
@@ -385,7 +385,7 @@ fn container_slots(pod_spec: &Map<String, Value>, sidecars: &[String]) -> Vec<Co
                 } else {
                     ContainerRole::App
                 }
-            } else if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+            } else if json::member(c, "restartPolicy").and_then(Value::as_str) == Some("Always") {
                 ContainerRole::Sidecar
             } else {
                 ContainerRole::Init
@@ -404,7 +404,9 @@ pub fn containers<'a>(
     container_slots(pod_spec, sidecars)
         .into_iter()
         .filter_map(move |slot| {
-            let c = pod_spec.get(slot.list)?.get(slot.index)?.as_object()?;
+            let c = json::member(pod_spec, slot.list)?
+                .get(slot.index)?
+                .as_object()?;
             Some((slot, c))
         })
 }
@@ -416,8 +418,7 @@ pub fn for_each_container_mut(
     mut f: impl FnMut(ContainerSlot, &mut Map<String, Value>),
 ) {
     for slot in container_slots(pod_spec, sidecars) {
-        let c = pod_spec
-            .get_mut(slot.list)
+        let c = json::member_mut(pod_spec, slot.list)
             .and_then(|l| l.get_mut(slot.index))
             .and_then(Value::as_object_mut);
         if let Some(c) = c {
@@ -428,12 +429,12 @@ pub fn for_each_container_mut(
 
 /// `template.spec` (the pod spec) as a map, if present.
 pub fn pod_spec(template: &Map<String, Value>) -> Option<&Map<String, Value>> {
-    template.get("spec").and_then(Value::as_object)
+    json::member(template, "spec").and_then(Value::as_object)
 }
 
 /// `template.spec` as a mutable map, if present.
 pub fn pod_spec_mut(template: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
-    template.get_mut("spec").and_then(Value::as_object_mut)
+    json::member_mut(template, "spec").and_then(Value::as_object_mut)
 }
 
 /// The `name` of an entry of a named list (containers, env, ports, volumes, volumeMounts).
@@ -452,8 +453,7 @@ pub fn name_in(item: &Map<String, Value>) -> Option<&str> {
 /// Volcano's pytorch plugin both append), the kubelet uses the **last** entry, so every
 /// "is it set / to what" question is answered from the last entry of that name.
 pub fn effective_env<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    container
-        .get("env")?
+    json::member(container, "env")?
         .as_array()?
         .iter()
         .rev()
@@ -473,18 +473,21 @@ pub fn env_from_source(container: &Map<String, Value>, name: &str) -> Option<Str
     if effective_env(container, name).is_some() {
         return None;
     }
-    container
-        .get("envFrom")?
+    json::member(container, "envFrom")?
         .as_array()?
         .iter()
         .filter(|source| {
-            let prefix = source.get("prefix").and_then(Value::as_str).unwrap_or("");
+            let prefix = json::get(source, "prefix")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             name.starts_with(prefix)
         })
         .find_map(|source| {
             ["configMapRef", "secretRef"].into_iter().find_map(|kind| {
-                let r = source.get(kind)?;
-                let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+                let r = json::get(source, kind)?;
+                let name = json::get(r, "name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 Some(format!("{kind} {name:?}"))
             })
         })
@@ -493,8 +496,7 @@ pub fn env_from_source(container: &Map<String, Value>, name: &str) -> Option<Str
 /// True when `name` appears more than once in the container's `env` (so the earlier entries
 /// are shadowed by the last).
 pub fn env_is_shadowed(container: &Map<String, Value>, name: &str) -> bool {
-    container
-        .get("env")
+    json::member(container, "env")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

@@ -127,7 +127,7 @@ fn renamed(entry: &Value, name: &str) -> Value {
 }
 
 fn describe(entry: &Value) -> String {
-    match entry.get("value") {
+    match crate::json::get(entry, "value") {
         Some(Value::String(v)) => format!("{v:?}"),
         _ => "(valueFrom)".into(),
     }
@@ -192,7 +192,7 @@ pub fn write_env(
 /// wiring, or the user) set a `WORLD_SIZE` before it, the block's `WORLD_SIZE` is set to the
 /// template's: the rendezvous size. Idempotent (a second pass finds them equal).
 pub fn keep_template_world_size(container: &mut Map<String, Value>) -> bool {
-    let Some(env) = container.get_mut("env").and_then(Value::as_array_mut) else {
+    let Some(env) = crate::json::member_mut(container, "env").and_then(Value::as_array_mut) else {
         return false;
     };
     let names: Vec<Option<&str>> = env.iter().map(workload::name_of).collect();
@@ -300,7 +300,8 @@ pub fn wire_pod_spec(
     findings: &mut Findings,
 ) -> bool {
     let cfg = ctx.settings.pytorch;
-    let host_network = pod_spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
+    let host_network =
+        crate::json::member(pod_spec, "hostNetwork").and_then(Value::as_bool) == Some(true);
     let mut host_port_taken = host_network
         && port.is_some_and(|port| {
             workload::containers(pod_spec, ctx.sidecars)
@@ -335,14 +336,14 @@ pub fn ensure_host_network_dns(
     user_wrote_dns: bool,
     findings: &mut Findings,
 ) -> bool {
-    if pod_spec.get("hostNetwork").and_then(Value::as_bool) != Some(true) {
+    if crate::json::member(pod_spec, "hostNetwork").and_then(Value::as_bool) != Some(true) {
         return false;
     }
     if let Some(problem) = host_network_dns_problem(pod_spec, spec_path, user_wrote_dns) {
         findings.warn(format!("launchgate: {problem}"));
         return false;
     }
-    let current = pod_spec.get("dnsPolicy").and_then(Value::as_str);
+    let current = crate::json::member(pod_spec, "dnsPolicy").and_then(Value::as_str);
     if matches!(current, Some(HOST_NETWORK_DNS_POLICY | "None")) {
         return false;
     }
