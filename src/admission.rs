@@ -6,6 +6,7 @@
 //! serialises `patch` as an array of numbers instead of the documented base64 string
 //! (kube-rs/kube#1781). The group/version/kind and operation types are kube's.
 
+use crate::json::Pointer as _;
 use base64::Engine as _;
 use kube::core::GroupVersionKind;
 pub use kube::core::admission::Operation;
@@ -91,7 +92,7 @@ impl AdmissionRequest {
             return &self.name;
         }
         object
-            .pointer("/metadata/name")
+            .at("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default()
     }

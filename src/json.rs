@@ -41,6 +41,63 @@ pub(crate) fn get<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
     member(value.as_object()?, key)
 }
 
+/// JSON Pointer look-ups (RFC 6901) as serde_json's `Value::pointer` and `pointer_mut` do
+/// them, without their cost: those unescape every token into two new strings and look members
+/// up by hash; these borrow the tokens (a token with `~` is unescaped once) and scan small maps.
+pub(crate) trait Pointer {
+    /// The value at `pointer` (`""` is the whole value), as `Value::pointer`.
+    fn at(&self, pointer: &str) -> Option<&Value>;
+    /// The value at `pointer` for writing, as `Value::pointer_mut`.
+    fn at_mut(&mut self, pointer: &str) -> Option<&mut Value>;
+}
+
+impl Pointer for Value {
+    fn at(&self, pointer: &str) -> Option<&Value> {
+        if pointer.is_empty() {
+            return Some(self);
+        }
+        pointer
+            .strip_prefix('/')?
+            .split('/')
+            .try_fold(self, |target, token| match target {
+                Value::Object(map) => member(map, &unescape(token)),
+                Value::Array(items) => items.get(index(token)?),
+                _ => None,
+            })
+    }
+
+    fn at_mut(&mut self, pointer: &str) -> Option<&mut Value> {
+        if pointer.is_empty() {
+            return Some(self);
+        }
+        pointer
+            .strip_prefix('/')?
+            .split('/')
+            .try_fold(self, |target, token| match target {
+                Value::Object(map) => member_mut(map, &unescape(token)),
+                Value::Array(items) => items.get_mut(index(token)?),
+                _ => None,
+            })
+    }
+}
+
+/// A pointer token with `~1` and `~0` read as `/` and `~`.
+fn unescape(token: &str) -> std::borrow::Cow<'_, str> {
+    if token.contains('~') {
+        token.replace("~1", "/").replace("~0", "~").into()
+    } else {
+        token.into()
+    }
+}
+
+/// An array index token: digits without a sign or a leading zero (as serde_json reads them).
+fn index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
+}
+
 /// `left == right`, comparing objects member by member in their order: an object and its copy
 /// (mutated or not) keep their common members in the same order, so this needs no key lookup.
 /// Objects whose members are in another order fall back to serde_json's comparison.
@@ -263,6 +320,35 @@ mod tests {
         let read = |text: &str| parse_optional(&mut serde_json::Deserializer::from_str(text));
         assert_eq!(read("null").unwrap(), None);
         assert_eq!(read("{}").unwrap(), Some(json!({})));
+    }
+
+    #[test]
+    fn pointers_read_as_serde_json_reads_them() {
+        let mut v = json!({"a/b": {"m~n": [10, {"x": 1}]}, "": {"": 2}, "k": [0, 1]});
+        for p in [
+            "",
+            "/a~1b",
+            "/a~1b/m~0n/1/x",
+            "/a~1b/m~0n/0",
+            "/",
+            "//",
+            "/k/01",
+            "/k/+1",
+            "/k/1",
+            "/k/2",
+            "/k/-1",
+            "a",
+            "/a~1b/m~0n/1/x/y",
+            "/missing",
+            "/a~2b",
+            "/k/",
+        ] {
+            assert_eq!(v.at(p), v.pointer(p), "{p:?}");
+            let expected = v.clone().pointer_mut(p).map(|x| x.clone());
+            assert_eq!(v.at_mut(p).map(|x| x.clone()), expected, "{p:?}");
+        }
+        *v.at_mut("/a~1b/m~0n/1/x").unwrap() = json!(5);
+        assert_eq!(v["a/b"]["m~n"][1]["x"], 5);
     }
 
     proptest! {

@@ -16,6 +16,7 @@
 
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
+use crate::json::Pointer as _;
 use crate::workload::edit::{self, Upsert, normalise_path};
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
@@ -189,13 +190,13 @@ impl CacheConfig {
     fn backs(&self, volume: &Value) -> bool {
         let (key, same_storage) = if let Some(c) = &self.persistent_volume_claim {
             let same = volume
-                .pointer("/persistentVolumeClaim/claimName")
+                .at("/persistentVolumeClaim/claimName")
                 .and_then(Value::as_str)
                 == Some(&c.claim_name);
             ("persistentVolumeClaim", same)
         } else if let Some(n) = &self.nfs {
-            let path = volume.pointer("/nfs/path").and_then(Value::as_str);
-            let same = volume.pointer("/nfs/server").and_then(Value::as_str) == Some(&n.server)
+            let path = volume.at("/nfs/path").and_then(Value::as_str);
+            let same = volume.at("/nfs/server").and_then(Value::as_str) == Some(&n.server)
                 && path.map(normalise_path) == Some(normalise_path(&n.path));
             ("nfs", same)
         } else {

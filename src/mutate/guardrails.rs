@@ -19,6 +19,7 @@
 //! All write only what is absent, so a second pass changes nothing.
 
 use super::{Findings, MutationContext, Mutator};
+use crate::json::Pointer as _;
 use crate::quantity::Quantity;
 use crate::topology::guardrails::{
     GangAction, GuardrailsConfig, deadline_place, gang_shortfalls, run_deadline,
@@ -68,7 +69,7 @@ fn gang(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) 
     let name = ctx.object_name(object).to_string();
     let mut changed = false;
     for short in gang_shortfalls(ctx.kind, object, &name) {
-        if let Some(slot) = object.pointer_mut(&short.pointer) {
+        if let Some(slot) = object.at_mut(&short.pointer) {
             *slot = json!(short.needed);
             changed = true;
             findings.warn(format!(
@@ -160,12 +161,10 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
         WorkloadKind::JobSet => {
             let mut changed = false;
             let jobs = object
-                .pointer_mut("/spec/replicatedJobs")
+                .at_mut("/spec/replicatedJobs")
                 .and_then(Value::as_array_mut);
             for (i, rjob) in jobs.into_iter().flatten().enumerate() {
-                let Some(spec) = rjob
-                    .pointer_mut("/template/spec")
-                    .and_then(Value::as_object_mut)
+                let Some(spec) = rjob.at_mut("/template/spec").and_then(Value::as_object_mut)
                 else {
                     continue;
                 };
@@ -173,7 +172,7 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
                 // launchgate: only a Never written in the JobSet takes a policy.
                 let never = spec
                     .get("template")
-                    .and_then(|t| t.pointer("/spec/restartPolicy"))
+                    .and_then(|t| t.at("/spec/restartPolicy"))
                     .and_then(Value::as_str)
                     == Some("Never");
                 if never {
@@ -191,10 +190,7 @@ fn success_policy(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Finding
     if !cfg(ctx).end_with_rank_zero || ctx.child || ctx.kind != WorkloadKind::BatchJob {
         return false;
     }
-    let indexed = object
-        .pointer("/spec/completionMode")
-        .and_then(Value::as_str)
-        == Some("Indexed");
+    let indexed = object.at("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
     let distributed = indexed_job::opt_in(ctx.settings.pytorch, object).is_some();
     let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
         return false;
@@ -351,8 +347,8 @@ fn multi_gpu(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findi
         return false;
     }
     // A queue or job that sets processes per node has said how the GPUs are used.
-    let nproc = ctx.settings.pytorch.nproc_per_node.is_some()
-        || object.pointer("/spec/nprocPerNode").is_some();
+    let nproc =
+        ctx.settings.pytorch.nproc_per_node.is_some() || object.at("/spec/nprocPerNode").is_some();
     if nproc {
         return false;
     }

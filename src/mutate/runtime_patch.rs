@@ -13,6 +13,7 @@
 //! patch is idempotent and reinvocation-safe. Only fields of the entry's real schema are
 //! written (the API server would prune any other, silently).
 
+use crate::json::Pointer as _;
 use crate::workload::{self, edit};
 use serde_json::{Map, Value, json};
 
@@ -30,16 +31,16 @@ pub fn spec_path() -> String {
 /// The pod template of launchgate's entry in `runtimePatches`, if present.
 fn entry_template(object: &Value) -> Option<&Map<String, Value>> {
     let entry = object
-        .pointer("/spec/runtimePatches")?
+        .at("/spec/runtimePatches")?
         .as_array()?
         .iter()
         .find(|p| p.get("manager").and_then(Value::as_str) == Some(MANAGER))?;
     entry
-        .pointer("/trainingRuntimeSpec/template/spec/replicatedJobs")?
+        .at("/trainingRuntimeSpec/template/spec/replicatedJobs")?
         .as_array()?
         .iter()
         .find(|j| workload::name_of(j) == Some(workload::TRAINER_NODE))?
-        .pointer("/template/spec/template")?
+        .at("/template/spec/template")?
         .as_object()
 }
 

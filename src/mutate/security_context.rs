@@ -7,6 +7,7 @@
 
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
+use crate::json::Pointer as _;
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -276,7 +277,7 @@ pub fn mutate_ephemeral(
         return false;
     }
     let existing: Vec<&str> = old_object
-        .and_then(|o| o.pointer("/spec/ephemeralContainers"))
+        .and_then(|o| o.at("/spec/ephemeralContainers"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

@@ -15,6 +15,7 @@
 
 use super::exemption::{Requester, any_match};
 use crate::error::ConfigError;
+use crate::json::Pointer as _;
 use crate::workload::{self, WorkloadKind};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -154,7 +155,7 @@ pub fn owner_claim(
         kind.as_str().to_string()
     };
     let Some((owner_kind, owner)) = object
-        .pointer("/metadata/ownerReferences")
+        .at("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

@@ -8,6 +8,7 @@ use crate::admission::{
     AdmissionReviewRequest, Operation, bounded_warnings,
 };
 use crate::cluster::ClusterView;
+use crate::json::Pointer as _;
 use crate::mutate::{self, Findings, MutationContext};
 use crate::policy::{Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch, owner_claim};
 use crate::validate::{self, Enforcement, Scope};
@@ -494,7 +495,7 @@ fn scale_decision(
         describe_request(&mut summary, request, scale);
     }
     let replicas = |v: Option<&Value>| {
-        v.and_then(|o| o.pointer("/spec/replicas"))
+        v.and_then(|o| o.at("/spec/replicas"))
             .and_then(Value::as_i64)
             .unwrap_or(0)
     };
@@ -634,11 +635,11 @@ fn mutate_decision(
     }
     .unwrap_or_else(|| Untouched::Tree(Cow::Owned(diff::copy_without_managed_fields(object))));
     #[cfg(debug_assertions)]
-    let managed_fields = object.pointer(diff::MANAGED_FIELDS).cloned();
+    let managed_fields = object.at(diff::MANAGED_FIELDS).cloned();
     mutate::apply_all(ctx, object, &mut findings);
     #[cfg(debug_assertions)]
     assert_eq!(
-        object.pointer(diff::MANAGED_FIELDS),
+        object.at(diff::MANAGED_FIELDS),
         managed_fields.as_ref(),
         "a mutator changed metadata.managedFields, which the patch never carries"
     );

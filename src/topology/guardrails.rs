@@ -6,6 +6,7 @@
 
 use super::volcano;
 use crate::error::ConfigError;
+use crate::json::Pointer as _;
 use crate::quantity::Quantity;
 use crate::workload::WorkloadKind;
 use serde::{Deserialize, Serialize};
@@ -166,7 +167,7 @@ pub fn deadline_place(kind: WorkloadKind) -> Option<(&'static str, &'static str)
 pub fn run_deadline(kind: WorkloadKind, object: &Value) -> Option<i64> {
     if let Some((holder, key)) = deadline_place(kind)
         && let Some(own) = object
-            .pointer(holder)
+            .at(holder)
             .and_then(|h| h.get(key))
             .and_then(Value::as_i64)
     {
@@ -216,7 +217,7 @@ pub fn gang_shortfalls(kind: WorkloadKind, object: &Value, name: &str) -> Vec<Ga
         _ => return Vec::new(),
     };
     let pointer = format!("/{}", path.replace('.', "/"));
-    match object.pointer(&pointer).and_then(Value::as_i64) {
+    match object.at(&pointer).and_then(Value::as_i64) {
         Some(current) if current < needed => vec![GangShortfall {
             path: path.to_string(),
             pointer,

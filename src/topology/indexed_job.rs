@@ -10,6 +10,7 @@
 //! creation and a partial admission would leave every pod waiting for ranks that never start.
 
 use super::{IndexedJobs, OPT_IN_ANNOTATION, PytorchConfig, host_network_dns_problem, string_at};
+use crate::json::Pointer as _;
 use crate::workload::{self, ContainerRole, intent::UserIntent};
 use serde_json::Value;
 
@@ -27,7 +28,7 @@ pub enum OptIn {
 /// Whether (and how) a batch/v1 Job is opted in.
 pub fn opt_in(cfg: &PytorchConfig, job: &Value) -> Option<OptIn> {
     let annotation = job
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(|a| a.get(OPT_IN_ANNOTATION))
         .and_then(Value::as_str);
     match annotation.map(str::trim) {
@@ -57,7 +58,7 @@ const PYTORCH_ENV: [&str; 8] = [
 /// command (`torchrun`, `python -m torch.distributed.run|launch`, `accelerate launch`,
 /// `deepspeed`), else PyTorch rendezvous env. `None`: nothing does.
 pub fn pytorch_evidence(job: &Value) -> Option<&'static str> {
-    pod_spec_evidence(job.pointer("/spec/template/spec")?.as_object()?)
+    pod_spec_evidence(job.at("/spec/template/spec")?.as_object()?)
 }
 
 /// [`pytorch_evidence`] in one pod spec.
@@ -126,7 +127,7 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
         OptIn::Queue => "the queue's pytorch.indexedJobs: true".to_string(),
         OptIn::Evidence(evidence) => format!("{evidence}, pytorch.indexedJobs: auto"),
     };
-    let indexed = job.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
+    let indexed = job.at("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
     if !indexed {
         return match how {
             OptIn::Queue | OptIn::Evidence(_) => Shape::NotDistributed,
@@ -136,9 +137,9 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
         };
     }
     let mut problems = Vec::new();
-    let completions = job.pointer("/spec/completions").and_then(Value::as_i64);
+    let completions = job.at("/spec/completions").and_then(Value::as_i64);
     let parallelism = parallelism_to_write(job)
-        .or_else(|| job.pointer("/spec/parallelism").and_then(Value::as_i64))
+        .or_else(|| job.at("/spec/parallelism").and_then(Value::as_i64))
         .unwrap_or(1);
     let subdomain = string_at(job, "/spec/template/spec/subdomain");
     match completions {
@@ -154,7 +155,7 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
         )),
     }
     if let Some(min) = job
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(|a| a.get(KUEUE_MIN_PARALLELISM))
         .and_then(Value::as_str)
     {
@@ -195,7 +196,7 @@ pub fn problems(cfg: &PytorchConfig, object: &Value, name: &str) -> Vec<String> 
     match opt_in(cfg, object).map(|how| shape(object, how, name)) {
         Some(Shape::Unwirable(problems)) => problems,
         Some(Shape::Wirable { .. }) => object
-            .pointer("/spec/template/spec")
+            .at("/spec/template/spec")
             .and_then(Value::as_object)
             .and_then(|spec| host_network_dns_problem(spec, SPEC_PATH, user_wrote_dns(object)))
             .map(|p| format!("{}: {p}", display_name(name)))
@@ -220,9 +221,9 @@ fn display_name(job_name: &str) -> String {
 /// none. Without a record an explicit `parallelism: 1` looks exactly like the default, so it is
 /// never changed (a sharded job must not become `completions` pods at once).
 pub fn parallelism_to_write(job: &Value) -> Option<i64> {
-    let indexed = job.pointer("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
-    let completions = job.pointer("/spec/completions").and_then(Value::as_i64);
-    let parallelism = job.pointer("/spec/parallelism").and_then(Value::as_i64);
+    let indexed = job.at("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
+    let completions = job.at("/spec/completions").and_then(Value::as_i64);
+    let parallelism = job.at("/spec/parallelism").and_then(Value::as_i64);
     let completions = completions.filter(|c| *c > 1)?;
     let intent = UserIntent::of(job);
     let defaulted = indexed

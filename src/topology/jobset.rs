@@ -19,6 +19,7 @@
 
 use super::indexed_job::{OptIn, pod_spec_evidence};
 use super::{IndexedJobs, OPT_IN_ANNOTATION, PytorchConfig, host_network_dns_problem, string_at};
+use crate::json::Pointer as _;
 use crate::workload::{self, TemplateRole, WorkloadKind};
 use serde_json::Value;
 
@@ -113,7 +114,7 @@ pub fn layout(jobset: &Value, how: OptIn, name: &str) -> Result<Layout, Vec<Stri
         OptIn::Evidence(evidence) => format!("{evidence}, pytorch.indexedJobs: auto"),
     };
     let mut problems = Vec::new();
-    let network = jobset.pointer("/spec/network");
+    let network = jobset.at("/spec/network");
     if network
         .and_then(|n| n.get("enableDNSHostnames"))
         .and_then(Value::as_bool)
@@ -130,14 +131,14 @@ pub fn layout(jobset: &Value, how: OptIn, name: &str) -> Result<Layout, Vec<Stri
         let TemplateRole::ReplicatedJob { index, name: rj } = info.role else {
             continue;
         };
-        let Some(rjob) = jobset.pointer(&format!("/spec/replicatedJobs/{index}")) else {
+        let Some(rjob) = jobset.at(&format!("/spec/replicatedJobs/{index}")) else {
             continue;
         };
-        if annotation_says(rjob.pointer("/template/metadata")) == Some(false) {
+        if annotation_says(rjob.at("/template/metadata")) == Some(false) {
             continue;
         }
         let at = format!("spec.replicatedJobs[{index}] ({rj})");
-        let job_spec = rjob.pointer("/template/spec");
+        let job_spec = rjob.at("/template/spec");
         let int = |key: &str| job_spec.and_then(|s| s.get(key)).and_then(Value::as_i64);
         let mode = job_spec
             .and_then(|s| s.get("completionMode"))
@@ -163,7 +164,7 @@ pub fn layout(jobset: &Value, how: OptIn, name: &str) -> Result<Layout, Vec<Stri
             ));
         }
         if let Some(spec) = rjob
-            .pointer("/template/spec/template/spec")
+            .at("/template/spec/template/spec")
             .and_then(Value::as_object)
             && let Some(p) = host_network_dns_problem(spec, &format!("{}.spec", info.path), true)
         {

@@ -23,6 +23,7 @@ pub mod pytorchjob;
 pub mod volcano;
 
 use crate::error::ConfigError;
+use crate::json::Pointer as _;
 use crate::quantity::Quantity;
 use crate::workload::WorkloadKind;
 use serde::de::{self, Deserializer, Visitor};
@@ -383,7 +384,7 @@ pub fn host_network_dns_problem(
 
 /// `metadata.name` of an object or template.
 pub fn string_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer)
+    v.at(pointer)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
 }

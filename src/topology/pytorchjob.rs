@@ -3,13 +3,14 @@
 //! cannot wire.
 
 use super::{host_network_dns_problem, string_at};
+use crate::json::Pointer as _;
 use crate::workload::{self, WorkloadKind};
 use serde_json::Value;
 
 /// `(replica type as written, replicas)`; the operator matches types case-insensitively and
 /// defaults replicas to 1.
 pub fn replica_specs(job: &Value) -> Vec<(String, i64)> {
-    job.pointer("/spec/pytorchReplicaSpecs")
+    job.at("/spec/pytorchReplicaSpecs")
         .and_then(Value::as_object)
         .map(|specs| {
             specs
@@ -44,7 +45,7 @@ pub fn problems(job: &Value) -> Vec<String> {
         )),
         None => {
             let workers = replicas_of(&specs, "Worker").unwrap_or(0);
-            let elastic = job.pointer("/spec/elasticPolicy").is_some();
+            let elastic = job.at("/spec/elasticPolicy").is_some();
             if workers > 1 && !elastic {
                 out.push(format!(
                     "PyTorchJob {name:?} has {workers} Workers but no Master and no elasticPolicy: the operator then sets no MASTER_ADDR, RANK or WORLD_SIZE and the workers can never rendezvous; add a Master replica or an elasticPolicy"

@@ -4,6 +4,7 @@
 //! place in its Job (`volcano.sh/job-name`, `volcano.sh/task-spec`, `volcano.sh/task-index`).
 
 use super::{DEFAULT_PORT, JOB_PLACEHOLDER, JobWiring, host_network_dns_problem, string_at};
+use crate::json::Pointer as _;
 use crate::workload::{self, TemplateRole, WorkloadKind};
 use serde_json::{Map, Value};
 
@@ -115,7 +116,7 @@ pub fn parse_plugin_args(args: Option<&Value>) -> (PluginArgs, Option<String>) {
 
 /// A Volcano Job's `spec.plugins.pytorch`, if the plugin is enabled.
 pub fn pytorch_plugin(job: &Value) -> Option<Option<&Value>> {
-    let plugins = job.pointer("/spec/plugins")?.as_object()?;
+    let plugins = job.at("/spec/plugins")?.as_object()?;
     plugins
         .contains_key("pytorch")
         .then(|| plugins.get("pytorch"))
@@ -163,7 +164,7 @@ pub fn analyse(job: &Value, job_name: &str) -> Result<Option<VolcanoPytorchJob>,
         format!("Volcano Job {job_name:?}")
     };
     let tasks: Vec<&Value> = job
-        .pointer("/spec/tasks")
+        .at("/spec/tasks")
         .and_then(Value::as_array)
         .map(|t| t.iter().collect())
         .unwrap_or_default();

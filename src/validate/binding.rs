@@ -23,6 +23,7 @@ use super::path::{self, FieldPath, Segment};
 use super::schema::Schema;
 use super::template::{Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{FieldLimit, VariableLimit};
+use crate::json::Pointer as _;
 use crate::quantity::Quantity;
 use crate::workload::{
     self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
@@ -314,7 +315,7 @@ impl TemplateShape {
                 }
                 if want.eq_ignore_ascii_case("worker")
                     && matches!(rest, [Segment::Key(r)] if r == "replicas")
-                    && let Some(max) = object.pointer("/spec/elasticPolicy/maxReplicas")
+                    && let Some(max) = object.at("/spec/elasticPolicy/maxReplicas")
                 {
                     out.push(("spec.elasticPolicy.maxReplicas".into(), Some(max)));
                 }

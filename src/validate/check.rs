@@ -6,6 +6,7 @@ use super::schema::{Schema, ValueType, display_value};
 use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
+use crate::json::Pointer as _;
 use crate::quantity::Quantity;
 use crate::workload::{
     self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
@@ -423,7 +424,7 @@ impl<'a> Evaluation<'a> {
                 let rjob = spec
                     .and_then(|s| s.get("replicatedJobs"))
                     .and_then(|r| r.get(*index));
-                let job = rjob.and_then(|r| r.pointer("/template/spec"));
+                let job = rjob.and_then(|r| r.at("/template/spec"));
                 let replicas = int(rjob.and_then(|r| r.get("replicas"))).unwrap_or(1);
                 let parallelism = int(job.and_then(|s| s.get("parallelism"))).unwrap_or(1);
                 let completions = int(job.and_then(|s| s.get("completions")));
@@ -672,11 +673,8 @@ impl QueueLimits {
         };
 
         if !self.allowed_namespaces.is_empty() {
-            let namespace = namespace.or_else(|| {
-                object
-                    .pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-            });
+            let namespace =
+                namespace.or_else(|| object.at("/metadata/namespace").and_then(Value::as_str));
             match namespace {
                 Some(ns) if self.allowed_namespaces.iter().any(|a| a == ns) => {}
                 Some(ns) => eval.report(format!(

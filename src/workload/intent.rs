@@ -14,6 +14,7 @@
 //! nothing about intent. Custom resources (Volcano Jobs, PyTorchJobs) are not defaulted by the
 //! API server, so there a present field is always the user's (see [`UserIntent::wrote`] callers).
 
+use crate::json::Pointer as _;
 use crate::workload;
 use serde_json::Value;
 
@@ -38,7 +39,7 @@ impl UserIntent {
             .and_then(|text| serde_json::from_str::<Value>(text).ok())
             .filter(Value::is_object);
         let applied_fields = object
-            .pointer("/metadata/managedFields")
+            .at("/metadata/managedFields")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()

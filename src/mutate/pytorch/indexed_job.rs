@@ -17,6 +17,7 @@
 use super::deferred::{self, Deferred};
 use super::env::{self, EnvValue};
 use super::warn_unwirable;
+use crate::json::Pointer as _;
 use crate::mutate::{Findings, MutationContext};
 use crate::topology::guardrails::rendezvous_service_problems;
 use crate::topology::indexed_job::{
@@ -70,7 +71,7 @@ pub fn mutate(
         // No name yet (generateName): nothing half-wired in the template; each pod carries
         // the Job's name and gets everything at pod admission.
         let Some(template) = object
-            .pointer_mut("/spec/template")
+            .at_mut("/spec/template")
             .and_then(Value::as_object_mut)
         else {
             return changed;
@@ -100,7 +101,7 @@ pub fn mutate(
     let mut vars = env::job_vars(cfg, &wiring);
     vars.extend(env::rank_vars(cfg, rank.clone()));
     let Some(template) = object
-        .pointer_mut("/spec/template")
+        .at_mut("/spec/template")
         .and_then(Value::as_object_mut)
     else {
         return changed;
@@ -137,7 +138,7 @@ fn preflight(
     };
     let service = ctx.cluster.service(namespace, subdomain);
     let labels = job
-        .pointer("/spec/template/metadata/labels")
+        .at("/spec/template/metadata/labels")
         .and_then(Value::as_object);
     for problem in rendezvous_service_problems(
         service.as_deref(),

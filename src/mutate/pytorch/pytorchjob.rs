@@ -14,6 +14,7 @@
 
 use super::env;
 use super::warn_unwirable;
+use crate::json::Pointer as _;
 use crate::mutate::{Findings, MutationContext};
 use crate::topology::PytorchConfig;
 use crate::topology::pytorchjob::{problems, replica_specs, replicas_of};
@@ -42,7 +43,7 @@ const OPERATOR_VARS: [&str; 8] = [
 /// The Master's rendezvous port: its `pytorch` container's `pytorchjob-port`.
 fn master_port(job: &Value) -> u16 {
     let Some(specs) = job
-        .pointer("/spec/pytorchReplicaSpecs")
+        .at("/spec/pytorchReplicaSpecs")
         .and_then(Value::as_object)
     else {
         return OPERATOR_DEFAULT_PORT;
@@ -50,7 +51,7 @@ fn master_port(job: &Value) -> u16 {
     specs
         .iter()
         .filter(|(t, _)| t.eq_ignore_ascii_case("Master"))
-        .filter_map(|(_, rs)| rs.pointer("/template/spec/containers")?.as_array())
+        .filter_map(|(_, rs)| rs.at("/template/spec/containers")?.as_array())
         .flatten()
         .filter(|c| workload::name_of(c) == Some("pytorch"))
         .filter_map(|c| c.get("ports")?.as_array())
@@ -80,7 +81,7 @@ pub fn mutate(
 
     if let Some(nproc) = cfg.nproc_per_node {
         let elastic_nproc = object
-            .pointer("/spec/elasticPolicy/nProcPerNode")
+            .at("/spec/elasticPolicy/nProcPerNode")
             .is_some_and(|v| !v.is_null());
         // The operator's defaulting writes "auto" when nprocPerNode is unset; an "auto" the
         // user did not write (by apply) is that default, not a choice.

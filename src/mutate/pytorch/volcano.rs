@@ -17,6 +17,7 @@
 use super::deferred::{self, Deferred};
 use super::env::{self, EnvValue};
 use super::warn_unwirable;
+use crate::json::Pointer as _;
 use crate::mutate::{Findings, MutationContext};
 use crate::topology::PytorchConfig;
 use crate::topology::volcano::{
@@ -204,12 +205,12 @@ pub fn mutate_pod(
                         port = Some(job.args.port);
                         // The Job's template is not defaulted: a dnsPolicy there is the user's.
                         let template_dns = job_object
-                            .pointer("/spec/tasks")
+                            .at("/spec/tasks")
                             .and_then(Value::as_array)
                             .into_iter()
                             .flatten()
                             .find(|t| workload::name_of(t) == Some(&place.task))
-                            .and_then(|t| t.pointer("/template/spec/dnsPolicy"))
+                            .and_then(|t| t.at("/template/spec/dnsPolicy"))
                             .is_some();
                         dns_wrote = Some(
                             template_dns || UserIntent::of(object).wrote(&["spec", "dnsPolicy"]),
