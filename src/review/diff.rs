@@ -39,10 +39,15 @@ pub(crate) fn diff_tree(original: &Value, mutated: &Value) -> Patch {
     Patch(ops)
 }
 
-/// Where an object records which manager wrote which field: often the largest part of a Pod
-/// or Job (40–50% of the recorded ones), read by the mutators (who wrote a field) and never
-/// written by them (the mutate path asserts it in debug builds and tests).
-pub(crate) const MANAGED_FIELDS: &str = "/metadata/managedFields";
+/// The member of `metadata` where an object records which manager wrote which field: often
+/// the largest part of a Pod or Job (40–50% of the recorded ones), read by the mutators (who
+/// wrote a field) and never written by them (the mutate path asserts it in debug builds).
+const MANAGED_FIELDS: &str = "managedFields";
+
+/// `metadata.managedFields` of `object`, if it has them.
+pub(crate) fn managed_fields(object: &Value) -> Option<&Value> {
+    json::get(json::get(object, "metadata")?, MANAGED_FIELDS)
+}
 
 /// A copy of `object` to diff the mutated object against with [`diff_copy`]: all of it but
 /// `metadata.managedFields`, which the mutators never change, so copying and comparing it
@@ -57,7 +62,7 @@ pub(crate) fn copy_without_managed_fields(object: &Value) -> Value {
                 Value::Object(metadata) if key == "metadata" => Value::Object(
                     metadata
                         .iter()
-                        .filter(|(key, _)| *key != "managedFields")
+                        .filter(|(key, _)| *key != MANAGED_FIELDS)
                         .map(|(key, value)| (key.clone(), value.clone()))
                         .collect(),
                 ),
@@ -73,7 +78,7 @@ pub(crate) fn copy_without_managed_fields(object: &Value) -> Value {
 /// `metadata.managedFields` is not compared (the copy has none).
 pub(crate) fn diff_copy(copy: &Value, mutated: &Value) -> Patch {
     let mut ops = Vec::new();
-    let omitted = ["metadata", "managedFields"];
+    let omitted = ["metadata", MANAGED_FIELDS];
     diff_values(copy, mutated, &mut PointerBuf::new(), &mut ops, &omitted);
     Patch(ops)
 }
@@ -604,7 +609,8 @@ mod tests {
             "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]},
             "spec": {"backoffLimit": 6}});
         let copy = super::copy_without_managed_fields(&original);
-        assert_eq!(copy.pointer(super::MANAGED_FIELDS), None);
+        assert_eq!(super::managed_fields(&copy), None);
+        assert!(super::managed_fields(&original).is_some());
         assert_eq!(copy.pointer("/metadata/labels/a"), Some(&json!("1")));
         let mut mutated = original.clone();
         mutated["metadata"]["labels"]["b"] = json!("2");
