@@ -185,10 +185,9 @@ fn too_dense(
         budget_bytes = state.budget.bytes(),
         "denied unreviewed"
     );
-    let review = crate::admission::AdmissionReviewResponse::new(
-        crate::admission::AdmissionResponse::deny(&uid, message),
-    );
-    let body = serde_json::to_vec(&review).map_err(|_| AdmissionError::Internal)?;
+    let body = crate::admission::review_response_body(&crate::admission::AdmissionResponse::deny(
+        &uid, message,
+    ));
     Ok((
         StatusCode::OK,
         [(
