@@ -13,7 +13,11 @@
 //!   succeeds, as a PyTorchJob or Volcano Job ends with its master;
 //! * `shared-memory` — every training container gets a memory-backed `emptyDir` at `/dev/shm`
 //!   of the queue's size, unless it mounts something there or its memory limit is below it;
-//! * `deadline` — a run without `activeDeadlineSeconds` gets the queue's default;
+//! * `deadline` — a run without a run-level deadline gets the queue's default there (a pod
+//!   template's own `activeDeadlineSeconds` bounds one pod, not the run): a Job's, TrainJob's
+//!   or bare Pod's `spec.activeDeadlineSeconds`, a PyTorchJob's
+//!   `spec.runPolicy.activeDeadlineSeconds`, each replicated Job's of a JobSet, each task's pod
+//!   template of a Volcano Job (which has no other);
 //! * a warning for a container that asks for several GPUs but starts no launcher.
 //!
 //! All write only what is absent, so a second pass changes nothing.
@@ -22,7 +26,7 @@ use super::{Findings, MutationContext, Mutator};
 use crate::json::Pointer as _;
 use crate::quantity::Quantity;
 use crate::topology::guardrails::{
-    GangAction, GuardrailsConfig, deadline_place, gang_shortfalls, run_deadline,
+    DeadlinePlace, GangAction, GuardrailsConfig, deadline_place, gang_shortfalls,
 };
 use crate::topology::indexed_job::{self, launcher_of};
 use crate::workload::intent::UserIntent;
@@ -283,31 +287,54 @@ fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut F
     changed
 }
 
+/// Sets `key` in the object at `holder` (a JSON Pointer, created as needed) when absent.
+fn set_absent(object: &mut Value, holder: &str, key: &str, seconds: i64) -> bool {
+    let Some(mut at) = object.as_object_mut() else {
+        return false;
+    };
+    for part in holder
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+    {
+        let next = at.entry(part).or_insert_with(|| json!({}));
+        let Some(map) = next.as_object_mut() else {
+            return false;
+        };
+        at = map;
+    }
+    if at.get(key).is_some_and(|v| !v.is_null()) {
+        return false;
+    }
+    at.insert(key.into(), json!(seconds));
+    true
+}
+
 fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> bool {
     let Some(seconds) = cfg(ctx).cost_ceiling.default_deadline_seconds else {
         return false;
     };
     // A controller's pod carries its workload's deadline; a child workload, its root's.
-    if ctx.child || run_deadline(ctx.kind, object).is_some() {
+    if ctx.child {
         return false;
     }
     match deadline_place(ctx.kind) {
-        Some((holder, key)) => {
-            let Some(root) = object.as_object_mut() else {
-                return false;
-            };
-            let mut at: &mut Map<String, Value> = root;
-            for part in holder.trim_start_matches('/').split('/') {
-                let next = at.entry(part).or_insert_with(|| json!({}));
-                let Some(map) = next.as_object_mut() else {
-                    return false;
-                };
-                at = map;
+        DeadlinePlace::Run(holder, key) => set_absent(object, holder, key, seconds),
+        DeadlinePlace::EachJob => {
+            let mut changed = false;
+            let jobs = object
+                .at_mut("/spec/replicatedJobs")
+                .and_then(Value::as_array_mut);
+            for job in jobs.into_iter().flatten() {
+                if let Some(spec) = job.at_mut("/template/spec")
+                    && spec.is_object()
+                {
+                    changed |= set_absent(spec, "", "activeDeadlineSeconds", seconds);
+                }
             }
-            at.insert(key.into(), json!(seconds));
-            true
+            changed
         }
-        None => {
+        DeadlinePlace::EachPod => {
             let mut changed = false;
             workload::for_each_template_mut(ctx.kind, object, |_, template| {
                 if let Some(spec) = workload::pod_spec_mut(template)
@@ -504,6 +531,48 @@ mod tests {
         let mut own = job(json!({"activeDeadlineSeconds": 60, "template": {"spec": {}}}));
         own["metadata"]["name"] = json!("x");
         assert_eq!(mutate_with(&DEADLINE, q, own.clone()).0, own);
+    }
+
+    #[test]
+    fn a_pod_deadline_does_not_stand_for_the_runs() {
+        let q = "guardrails: {costCeiling: {defaultDeadlineSeconds: 86400}}";
+        // Each pod may run 1 h; the Job, 100 of them two at a time: it gets the run-level one.
+        let j = job(json!({"completions": 100, "parallelism": 2,
+            "template": {"spec": {"activeDeadlineSeconds": 3600, "containers": []}}}));
+        let (out, _) = mutate_with(&DEADLINE, q, j);
+        assert_eq!(out["spec"]["activeDeadlineSeconds"], 86400);
+        assert_eq!(
+            out["spec"]["template"]["spec"]["activeDeadlineSeconds"],
+            3600
+        );
+        let (again, _) = mutate_with(&DEADLINE, q, out.clone());
+        assert_eq!(again, out);
+        let pt = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {},
+            "spec": {"runPolicy": {"backoffLimit": 3}, "pytorchReplicaSpecs": {"Master": {"replicas": 1,
+                "template": {"spec": {"activeDeadlineSeconds": 60, "containers": []}}}}}});
+        let (out, _) = mutate_with(&DEADLINE, q, pt);
+        assert_eq!(out["spec"]["runPolicy"]["activeDeadlineSeconds"], 86400);
+        assert_eq!(out["spec"]["runPolicy"]["backoffLimit"], 3);
+        // A JobSet has no deadline of its own: each replicated Job gets one, its pods keep theirs.
+        let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {},
+            "spec": {"replicatedJobs": [
+                {"name": "a", "template": {"spec": {"template": {"spec": {"activeDeadlineSeconds": 5}}}}},
+                {"name": "b", "template": {"spec": {"activeDeadlineSeconds": 60, "template": {"spec": {}}}}}]}});
+        let (out, _) = mutate_with(&DEADLINE, q, js);
+        let jobs = &out["spec"]["replicatedJobs"];
+        assert_eq!(jobs[0]["template"]["spec"]["activeDeadlineSeconds"], 86400);
+        assert_eq!(
+            jobs[0]["template"]["spec"]["template"]["spec"]["activeDeadlineSeconds"],
+            5
+        );
+        assert_eq!(jobs[1]["template"]["spec"]["activeDeadlineSeconds"], 60);
+        assert!(
+            jobs[1]["template"]["spec"]["template"]["spec"]
+                .get("activeDeadlineSeconds")
+                .is_none()
+        );
+        let (again, _) = mutate_with(&DEADLINE, q, out.clone());
+        assert_eq!(again, out);
     }
 
     #[test]

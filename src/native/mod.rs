@@ -257,7 +257,7 @@ fn queue_gaps(queue: &Queue) -> Vec<Gap> {
     if g.cost_ceiling.default_deadline_seconds.is_some() || g.cost_ceiling.max_gpu_hours.is_some() {
         gap(
             "guardrails.costCeiling",
-            "GPU-hours multiply the topology's GPUs at once by the run's deadline, with the deadline the mutation may have written",
+            "GPU-hours multiply the topology's GPUs at once by the run's bound (its run-level deadline, or a JobSet's Job deadlines × (failurePolicy.maxRestarts + 1), a Volcano Job's pod deadlines × (maxRetry + 1)), with the deadline the mutation may have written; this stays in the webhook",
         );
     }
     if g.rendezvous_preflight {

@@ -149,38 +149,296 @@ impl GuardrailsConfig {
     }
 }
 
-/// Where a kind keeps its run's deadline: (JSON Pointer of the holder, key); `None` for the
-/// kinds without one (Volcano Job, JobSet), whose pod templates each carry theirs.
-pub fn deadline_place(kind: WorkloadKind) -> Option<(&'static str, &'static str)> {
+/// Where the queue's default deadline goes (`costCeiling.defaultDeadlineSeconds`), so that the
+/// GPU-hour ceiling can read the run's bound ([`run_length`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlinePlace {
+    /// The run's own deadline: (JSON Pointer of the holder, key). A batch/v1 Job's
+    /// `spec.activeDeadlineSeconds` counts from the Job's start across every wave and retry of
+    /// its pods; a PyTorchJob's `spec.runPolicy.activeDeadlineSeconds`, a TrainJob's
+    /// `spec.activeDeadlineSeconds` likewise; a bare Pod's is its own.
+    Run(&'static str, &'static str),
+    /// A JobSet has none: each replicated Job's own `template.spec.activeDeadlineSeconds`, and
+    /// the JobSet runs its Jobs again up to `failurePolicy.maxRestarts` times.
+    EachJob,
+    /// A Volcano Job has none (nor a Job-level one): each task's pod template
+    /// `activeDeadlineSeconds`, and Volcano restarts up to `maxRetry` times.
+    EachPod,
+}
+
+/// Where `kind` keeps the deadline the ceiling reads.
+pub fn deadline_place(kind: WorkloadKind) -> DeadlinePlace {
     match kind {
         WorkloadKind::BatchJob | WorkloadKind::TrainJob | WorkloadKind::Pod => {
-            Some(("/spec", "activeDeadlineSeconds"))
+            DeadlinePlace::Run("/spec", "activeDeadlineSeconds")
         }
-        WorkloadKind::PyTorchJob => Some(("/spec/runPolicy", "activeDeadlineSeconds")),
-        WorkloadKind::VolcanoJob | WorkloadKind::JobSet => None,
+        WorkloadKind::PyTorchJob => DeadlinePlace::Run("/spec/runPolicy", "activeDeadlineSeconds"),
+        WorkloadKind::JobSet => DeadlinePlace::EachJob,
+        WorkloadKind::VolcanoJob => DeadlinePlace::EachPod,
     }
 }
 
-/// The run's deadline in seconds as written: the run's own ([`deadline_place`]), else the
-/// longest of its pod templates' when every one sets one. The mutating webhook writes the
-/// queue's default where this is `None`; the GPU-hour cap multiplies by it.
-pub fn run_deadline(kind: WorkloadKind, object: &Value) -> Option<i64> {
-    if let Some((holder, key)) = deadline_place(kind)
-        && let Some(own) = object
-            .at(holder)
-            .and_then(|h| h.get(key))
-            .and_then(Value::as_i64)
-    {
-        return Some(own);
+/// Volcano's `maxRetry` when the Job leaves it at 0 (the CRD's default, and what Volcano's own
+/// admission writes for 0).
+pub const VOLCANO_DEFAULT_MAX_RETRY: i64 = 3;
+
+/// The longest a run can hold its GPUs, as written: `runs` × `deadline` seconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunBound {
+    /// How many times the run can start over (1 where the deadline covers every restart).
+    pub runs: i64,
+    /// Where `runs` comes from, e.g. `spec.maxRetry 3 + 1`; `None` when it is 1 by construction.
+    pub runs_from: Option<String>,
+    /// The longest deadline of one run, in seconds.
+    pub deadline: i64,
+    /// The field that sets it, e.g. `spec.activeDeadlineSeconds`.
+    pub field: String,
+    /// What to lower, for a message: `spec.activeDeadlineSeconds`, or the per-Job or per-task
+    /// field.
+    pub set: &'static str,
+    /// The field that sets how often the run starts over, when there is one.
+    pub restarts: Option<&'static str>,
+}
+
+/// How long a run can hold its GPUs: a bound the GPU-hour ceiling can multiply by, or why
+/// there is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunLength {
+    Bounded(RunBound),
+    /// No bound can be read: why (names the field), and what to set.
+    Unbounded {
+        why: String,
+        set: &'static str,
+    },
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    v.and_then(Value::as_i64)
+}
+
+/// What makes a batch/v1 Job (`spec`) run longer than one pod: waves, retries.
+fn job_lengtheners(spec: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let parallelism = int(spec.get("parallelism")).unwrap_or(1).max(1);
+    match int(spec.get("completions")) {
+        Some(c) if c > parallelism => out.push(format!(
+            "completions {c} at parallelism {parallelism} ({} waves of pods)",
+            c.saturating_add(parallelism - 1) / parallelism
+        )),
+        Some(_) => {}
+        None if spec.get("parallelism").is_some() => {
+            out.push(format!(
+                "no completions at parallelism {parallelism} (pods until one succeeds)"
+            ));
+        }
+        None => {}
     }
-    let templates = crate::workload::templates(kind, object);
-    if templates.is_empty() {
-        return None;
+    if let Some(b) = int(spec.get("backoffLimit")).filter(|b| *b > 0) {
+        out.push(format!("backoffLimit {b} (failed pods replaced)"));
     }
-    templates
+    if let Some(b) = int(spec.get("backoffLimitPerIndex")).filter(|b| *b > 0) {
+        out.push(format!(
+            "backoffLimitPerIndex {b} (failed pods replaced per index)"
+        ));
+    }
+    let ignores = spec
+        .at("/podFailurePolicy/rules")
+        .and_then(Value::as_array)
+        .is_some_and(|rules| {
+            rules
+                .iter()
+                .any(|r| r.get("action").and_then(Value::as_str) == Some("Ignore"))
+        });
+    if ignores {
+        out.push("podFailurePolicy Ignore rules (failed pods replaced without counting)".into());
+    }
+    out
+}
+
+/// Why pod templates' own deadlines do not bound the run: "; X bounds one pod, not the run: …".
+fn pod_deadlines_note(kind: WorkloadKind, object: &Value) -> String {
+    if kind == WorkloadKind::Pod {
+        return String::new();
+    }
+    let pod_deadlines: Vec<String> = crate::workload::templates(kind, object)
         .iter()
-        .map(|(_, t)| t.get("spec")?.get("activeDeadlineSeconds")?.as_i64())
-        .try_fold(0, |longest, d| d.map(|d| longest.max(d)))
+        .filter_map(|(info, t)| {
+            let d = t.get("spec")?.get("activeDeadlineSeconds")?.as_i64()?;
+            Some(format!("{}.activeDeadlineSeconds {d}", info.spec_path()))
+        })
+        .collect();
+    if pod_deadlines.is_empty() {
+        return String::new();
+    }
+    let why = match kind {
+        WorkloadKind::BatchJob => {
+            let more = object.get("spec").map(job_lengtheners).unwrap_or_default();
+            if more.is_empty() {
+                "the Job replaces a pod that fails or is deleted".to_string()
+            } else {
+                format!("the Job runs longer: {}", more.join(", "))
+            }
+        }
+        WorkloadKind::PyTorchJob => match int(object.at("/spec/runPolicy/backoffLimit")) {
+            Some(b) => {
+                format!("the training operator restarts failed pods (runPolicy.backoffLimit {b})")
+            }
+            None => "the training operator restarts failed pods".to_string(),
+        },
+        _ => "the controller replaces failed pods".to_string(),
+    };
+    format!(
+        "; {} bounds one pod, not the run ({why})",
+        pod_deadlines.join(", ")
+    )
+}
+
+/// The bound the GPU-hour ceiling reads. A pod template's `activeDeadlineSeconds` bounds one
+/// pod, not a run that starts pods in waves and replaces failed ones, so it counts only where
+/// the kind has no other (a Volcano Job), multiplied by the restarts the kind allows.
+pub fn run_length(kind: WorkloadKind, object: &Value) -> RunLength {
+    match deadline_place(kind) {
+        DeadlinePlace::Run(holder, key) => {
+            let field = format!("{}.{key}", holder.trim_start_matches('/').replace('/', "."));
+            let set = match kind {
+                WorkloadKind::PyTorchJob => "spec.runPolicy.activeDeadlineSeconds",
+                _ => "spec.activeDeadlineSeconds",
+            };
+            match int(object.at(holder).and_then(|h| h.get(key))) {
+                Some(deadline) => RunLength::Bounded(RunBound {
+                    runs: 1,
+                    runs_from: None,
+                    deadline,
+                    field,
+                    set,
+                    restarts: None,
+                }),
+                None => RunLength::Unbounded {
+                    why: format!(
+                        "this run has no {field}{}",
+                        pod_deadlines_note(kind, object)
+                    ),
+                    set,
+                },
+            }
+        }
+        DeadlinePlace::EachJob => jobset_length(object),
+        DeadlinePlace::EachPod => volcano_length(object),
+    }
+}
+
+fn jobset_length(object: &Value) -> RunLength {
+    const SET: &str = "each replicated Job's template.spec.activeDeadlineSeconds";
+    let jobs = object.at("/spec/replicatedJobs").and_then(Value::as_array);
+    let mut missing = Vec::new();
+    let mut longest: Option<(i64, String)> = None;
+    for (i, rj) in jobs.into_iter().flatten().enumerate() {
+        let at = format!("spec.replicatedJobs[{i}].template.spec.activeDeadlineSeconds");
+        match int(rj.at("/template/spec/activeDeadlineSeconds")) {
+            Some(d) if longest.as_ref().is_none_or(|(l, _)| d > *l) => longest = Some((d, at)),
+            Some(_) => {}
+            None => {
+                let pod = int(rj.at("/template/spec/template/spec/activeDeadlineSeconds"))
+                    .map(|d| format!(" (its pod template's activeDeadlineSeconds {d} bounds one pod, not the Job)"))
+                    .unwrap_or_default();
+                missing.push(format!("{at} is not set{pod}"));
+            }
+        }
+    }
+    if !missing.is_empty() {
+        return RunLength::Unbounded {
+            why: format!(
+                "this JobSet has no deadline of its own and {}",
+                missing.join(", ")
+            ),
+            set: SET,
+        };
+    }
+    let rules = object
+        .at("/spec/failurePolicy/rules")
+        .and_then(Value::as_array);
+    for (i, rule) in rules.into_iter().flatten().enumerate() {
+        if let Some(action) = rule.get("action").and_then(Value::as_str)
+            && action.ends_with("AndIgnoreMaxRestarts")
+        {
+            return RunLength::Unbounded {
+                why: format!(
+                    "spec.failurePolicy.rules[{i}].action {action} restarts without limit, so no deadline bounds the run"
+                ),
+                set: "spec.failurePolicy.rules (no action that ignores maxRestarts)",
+            };
+        }
+    }
+    let Some((deadline, field)) = longest else {
+        return RunLength::Unbounded {
+            why: "this JobSet has no replicated Jobs".into(),
+            set: SET,
+        };
+    };
+    let restarts = int(object.at("/spec/failurePolicy/maxRestarts"))
+        .unwrap_or(0)
+        .max(0);
+    RunLength::Bounded(RunBound {
+        runs: restarts.saturating_add(1),
+        runs_from: (restarts > 0).then(|| format!("spec.failurePolicy.maxRestarts {restarts} + 1")),
+        deadline,
+        field,
+        set: SET,
+        restarts: Some("spec.failurePolicy.maxRestarts"),
+    })
+}
+
+fn volcano_length(object: &Value) -> RunLength {
+    const SET: &str = "each task's template.spec.activeDeadlineSeconds";
+    let tasks = object.at("/spec/tasks").and_then(Value::as_array);
+    let mut missing = Vec::new();
+    let mut longest: Option<(i64, String)> = None;
+    let mut retry_from = "spec.maxRetry".to_string();
+    let mut retries = match int(object.at("/spec/maxRetry")) {
+        Some(r) if r > 0 => r,
+        _ => {
+            retry_from = "spec.maxRetry (Volcano's default)".to_string();
+            VOLCANO_DEFAULT_MAX_RETRY
+        }
+    };
+    for (i, task) in tasks.into_iter().flatten().enumerate() {
+        if let Some(r) = int(task.get("maxRetry")).filter(|r| *r > retries) {
+            retries = r;
+            retry_from = format!("spec.tasks[{i}].maxRetry");
+        }
+        if !task.get("template").is_some_and(Value::is_object) {
+            continue;
+        }
+        let at = format!("spec.tasks[{i}].template.spec.activeDeadlineSeconds");
+        match int(task.at("/template/spec/activeDeadlineSeconds")) {
+            Some(d) if longest.as_ref().is_none_or(|(l, _)| d > *l) => longest = Some((d, at)),
+            Some(_) => {}
+            None => missing.push(format!("{at} is not set")),
+        }
+    }
+    if !missing.is_empty() {
+        return RunLength::Unbounded {
+            why: format!(
+                "a Volcano Job has no deadline of its own and {}",
+                missing.join(", ")
+            ),
+            set: SET,
+        };
+    }
+    let Some((deadline, field)) = longest else {
+        return RunLength::Unbounded {
+            why: "this Volcano Job has no tasks".into(),
+            set: SET,
+        };
+    };
+    RunLength::Bounded(RunBound {
+        runs: retries.saturating_add(1),
+        runs_from: Some(format!("{retry_from} {retries} + 1")),
+        deadline,
+        field,
+        set: SET,
+        restarts: Some("spec.maxRetry"),
+    })
 }
 
 /// Where a gang's minimum sits and what it must be.
@@ -416,17 +674,122 @@ mod tests {
         .is_ok());
     }
 
+    fn bounded(kind: WorkloadKind, object: &Value) -> RunBound {
+        match run_length(kind, object) {
+            RunLength::Bounded(b) => b,
+            other => panic!("not bounded: {other:?}"),
+        }
+    }
+
+    fn seconds(b: RunBound) -> i64 {
+        b.runs * b.deadline
+    }
+
+    fn unbounded(kind: WorkloadKind, object: &Value) -> String {
+        match run_length(kind, object) {
+            RunLength::Unbounded { why, .. } => why,
+            other => panic!("bounded: {other:?}"),
+        }
+    }
+
     #[test]
-    fn deadlines_come_from_the_run_or_every_pod_template() {
+    fn a_pod_deadline_is_not_a_jobs_run_bound() {
+        // 100 completions two at a time: ~50 h of pods that may each run 1 h.
+        let job = json!({"spec": {"completions": 100, "parallelism": 2, "backoffLimit": 6,
+            "template": {"spec": {"activeDeadlineSeconds": 3600}}}});
+        let why = unbounded(WorkloadKind::BatchJob, &job);
+        assert_eq!(
+            why,
+            "this run has no spec.activeDeadlineSeconds; spec.template.spec.activeDeadlineSeconds 3600 bounds one pod, not the run (the Job runs longer: completions 100 at parallelism 2 (50 waves of pods), backoffLimit 6 (failed pods replaced))"
+        );
+        let mut own = job.clone();
+        own["spec"]["activeDeadlineSeconds"] = json!(7200);
+        let b = bounded(WorkloadKind::BatchJob, &own);
+        assert_eq!((b.runs, b.deadline, b.runs * b.deadline), (1, 7200, 7200));
+        assert_eq!(b.field, "spec.activeDeadlineSeconds");
+        let pt = json!({"spec": {"runPolicy": {"activeDeadlineSeconds": 5}}});
+        let b = bounded(WorkloadKind::PyTorchJob, &pt);
+        assert_eq!(
+            (b.runs * b.deadline, b.field.as_str()),
+            (5, "spec.runPolicy.activeDeadlineSeconds")
+        );
+        let pt = json!({"spec": {"runPolicy": {"backoffLimit": 3}, "pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "template": {"spec": {"activeDeadlineSeconds": 60}}}}}});
+        assert!(unbounded(WorkloadKind::PyTorchJob, &pt).contains("runPolicy.backoffLimit 3"));
+        let tj = json!({"spec": {"trainer": {"numNodes": 2}}});
+        assert_eq!(
+            unbounded(WorkloadKind::TrainJob, &tj),
+            "this run has no spec.activeDeadlineSeconds"
+        );
+        let pod = json!({"spec": {"activeDeadlineSeconds": 60}});
+        assert_eq!(seconds(bounded(WorkloadKind::Pod, &pod)), 60);
+    }
+
+    #[test]
+    fn a_jobset_runs_its_jobs_deadline_once_per_restart() {
+        let js = json!({"spec": {"failurePolicy": {"maxRestarts": 2}, "replicatedJobs": [
+            {"name": "a", "template": {"spec": {"activeDeadlineSeconds": 60, "template": {}}}},
+            {"name": "b", "template": {"spec": {"activeDeadlineSeconds": 90, "template": {}}}}]}});
+        let b = bounded(WorkloadKind::JobSet, &js);
+        assert_eq!((b.runs, b.deadline, b.runs * b.deadline), (3, 90, 270));
+        assert_eq!(
+            b.field,
+            "spec.replicatedJobs[1].template.spec.activeDeadlineSeconds"
+        );
+        assert_eq!(
+            b.runs_from.as_deref(),
+            Some("spec.failurePolicy.maxRestarts 2 + 1")
+        );
+        // A pod template's deadline bounds one pod of the Job, not the Job.
+        let mut pods_only = js.clone();
+        pods_only["spec"]["replicatedJobs"][1]["template"]["spec"] =
+            json!({"template": {"spec": {"activeDeadlineSeconds": 90}}});
+        assert!(
+            unbounded(WorkloadKind::JobSet, &pods_only).contains(
+                "spec.replicatedJobs[1].template.spec.activeDeadlineSeconds is not set (its pod template's activeDeadlineSeconds 90 bounds one pod, not the Job)"
+            )
+        );
+        let mut forever = js.clone();
+        forever["spec"]["failurePolicy"]["rules"] =
+            json!([{"action": "FailJobSet"}, {"action": "RestartJobSetAndIgnoreMaxRestarts"}]);
+        assert!(
+            unbounded(WorkloadKind::JobSet, &forever)
+                .contains("spec.failurePolicy.rules[1].action RestartJobSetAndIgnoreMaxRestarts restarts without limit")
+        );
+        let mut once = js.clone();
+        once["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("failurePolicy");
+        assert_eq!(seconds(bounded(WorkloadKind::JobSet, &once)), 90);
+    }
+
+    #[test]
+    fn a_volcano_job_runs_its_pods_deadline_once_per_retry() {
         let vc = json!({"spec": {"tasks": [
             {"name": "a", "template": {"spec": {"activeDeadlineSeconds": 60}}},
             {"name": "b", "template": {"spec": {"activeDeadlineSeconds": 90}}}]}});
-        assert_eq!(run_deadline(WorkloadKind::VolcanoJob, &vc), Some(90));
+        // maxRetry unset or 0: Volcano's default 3.
+        let b = bounded(WorkloadKind::VolcanoJob, &vc);
+        assert_eq!((b.runs, b.deadline), (4, 90));
+        assert_eq!(
+            b.runs_from.as_deref(),
+            Some("spec.maxRetry (Volcano's default) 3 + 1")
+        );
+        let mut zero = vc.clone();
+        zero["spec"]["maxRetry"] = json!(0);
+        assert_eq!(bounded(WorkloadKind::VolcanoJob, &zero).runs, 4);
+        let mut one = vc.clone();
+        one["spec"]["maxRetry"] = json!(1);
+        assert_eq!(seconds(bounded(WorkloadKind::VolcanoJob, &one)), 180);
+        one["spec"]["tasks"][0]["maxRetry"] = json!(5);
+        assert_eq!(bounded(WorkloadKind::VolcanoJob, &one).runs, 6);
         let mut half = vc.clone();
         half["spec"]["tasks"][1]["template"]["spec"] = json!({});
-        assert_eq!(run_deadline(WorkloadKind::VolcanoJob, &half), None);
-        let pt = json!({"spec": {"runPolicy": {"activeDeadlineSeconds": 5}}});
-        assert_eq!(run_deadline(WorkloadKind::PyTorchJob, &pt), Some(5));
+        assert!(
+            unbounded(WorkloadKind::VolcanoJob, &half)
+                .contains("spec.tasks[1].template.spec.activeDeadlineSeconds is not set")
+        );
     }
 
     #[test]

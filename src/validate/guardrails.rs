@@ -4,7 +4,7 @@
 
 use super::check::gpus_at_once;
 use crate::topology::guardrails::{
-    GangAction, GuardrailEnforcement, GuardrailsConfig, gang_shortfalls, run_deadline,
+    GangAction, GuardrailEnforcement, GuardrailsConfig, RunLength, gang_shortfalls, run_length,
 };
 use crate::workload::WorkloadKind;
 use serde_json::Value;
@@ -57,17 +57,35 @@ fn gpu_hours_problem(queue: &str, kind: WorkloadKind, object: &Value, max: f64) 
         return None;
     }
     let parts = parts.join(", ");
-    let longest = (max / gpus * 3600.0).floor();
-    let Some(deadline) = run_deadline(kind, object) else {
-        return Some(format!(
-            "queue {queue:?}: this run has no activeDeadlineSeconds, so its {gpus} GPUs ({parts}) could run without end; the queue allows at most {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set activeDeadlineSeconds to at most {longest}"
-        ));
+    let per_second = gpus / 3600.0;
+    let bound = match run_length(kind, object) {
+        RunLength::Bounded(bound) => bound,
+        RunLength::Unbounded { why, set } => {
+            let longest = (max / per_second).floor();
+            return Some(format!(
+                "queue {queue:?}: {why}, so its {gpus} GPUs at once ({parts}) have no run-level bound and the GPU-hours cannot be judged; the queue allows at most {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set {set} to at most {longest}"
+            ));
+        }
     };
-    let hours = gpus * deadline as f64 / 3600.0;
+    let runs = bound.runs as f64;
+    let seconds = runs * bound.deadline as f64;
+    let hours = gpus * seconds / 3600.0;
     (hours > max).then(|| {
+        let longest = (max / per_second / runs).floor();
+        let times = match &bound.runs_from {
+            Some(from) => format!("{} runs ({from}) × ", bound.runs),
+            None => String::new(),
+        };
+        let fewer_runs = match (bound.runs > 1, bound.restarts) {
+            (true, Some(field)) => format!(", allow fewer restarts ({field})"),
+            _ => String::new(),
+        };
         format!(
-            "queue {queue:?}: {gpus} GPUs at once ({parts}) × activeDeadlineSeconds {deadline} ({:.2} h) = {hours:.2} GPU-hours exceeds the queue's maximum {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set activeDeadlineSeconds to at most {longest} or use fewer GPUs",
-            deadline as f64 / 3600.0
+            "queue {queue:?}: {gpus} GPUs at once ({parts}) × {times}{} {} ({:.2} h) = {hours:.2} GPU-hours exceeds the queue's maximum {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set {} to at most {longest}{fewer_runs} or use fewer GPUs",
+            bound.field,
+            bound.deadline,
+            seconds / 3600.0,
+            bound.set
         )
     })
 }
@@ -106,12 +124,12 @@ mod tests {
         assert_eq!(
             d,
             [
-                r#"queue "q": 8 GPUs at once (nvidia.com/gpu spec.template: 2 × 4) × activeDeadlineSeconds 86400 (24.00 h) = 192.00 GPU-hours exceeds the queue's maximum 64 GPU-hours per run (guardrails.costCeiling.maxGpuHours): set activeDeadlineSeconds to at most 28800 or use fewer GPUs"#
+                r#"queue "q": 8 GPUs at once (nvidia.com/gpu spec.template: 2 × 4) × spec.activeDeadlineSeconds 86400 (24.00 h) = 192.00 GPU-hours exceeds the queue's maximum 64 GPU-hours per run (guardrails.costCeiling.maxGpuHours): set spec.activeDeadlineSeconds to at most 28800 or use fewer GPUs"#
             ]
         );
         let d = denials(&cfg, &job(None));
         assert!(
-            d[0].contains("no activeDeadlineSeconds") && d[0].contains("at most 28800"),
+            d[0].contains("no spec.activeDeadlineSeconds") && d[0].contains("at most 28800"),
             "{d:?}"
         );
         let cpu_only = json!({"spec": {"template": {"spec": {"containers": [{"name": "t"}]}}}});
@@ -123,6 +141,81 @@ mod tests {
         assert!(
             report.warnings[0].contains("192.00 GPU-hours"),
             "{report:?}"
+        );
+    }
+
+    fn capped(max: f64) -> GuardrailsConfig {
+        GuardrailsConfig {
+            cost_ceiling: CostCeilingConfig {
+                max_gpu_hours: Some(max),
+                ..CostCeilingConfig::default()
+            },
+            ..GuardrailsConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_deadline_does_not_hide_a_long_job() {
+        // Pods of 1 h, two at a time, 100 to complete: ~50 h on 2 GPUs, not 2 GPU-hours.
+        let long = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sweep"},
+            "spec": {"completions": 100, "parallelism": 2, "backoffLimit": 6, "template": {"spec": {
+                "activeDeadlineSeconds": 3600,
+                "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
+        let d = check("q", WorkloadKind::BatchJob, &capped(8.0), &long, "sweep").denials;
+        assert_eq!(
+            d,
+            [
+                r#"queue "q": this run has no spec.activeDeadlineSeconds; spec.template.spec.activeDeadlineSeconds 3600 bounds one pod, not the run (the Job runs longer: completions 100 at parallelism 2 (50 waves of pods), backoffLimit 6 (failed pods replaced)), so its 2 GPUs at once (nvidia.com/gpu spec.template: 2 × 1) have no run-level bound and the GPU-hours cannot be judged; the queue allows at most 8 GPU-hours per run (guardrails.costCeiling.maxGpuHours): set spec.activeDeadlineSeconds to at most 14400"#
+            ]
+        );
+        // The run-level deadline is what counts.
+        let mut bounded = long.clone();
+        bounded["spec"]["activeDeadlineSeconds"] = json!(14400);
+        assert!(
+            check("q", WorkloadKind::BatchJob, &capped(8.0), &bounded, "sweep")
+                .denials
+                .is_empty()
+        );
+        bounded["spec"]["activeDeadlineSeconds"] = json!(14401);
+        assert_eq!(
+            check("q", WorkloadKind::BatchJob, &capped(8.0), &bounded, "sweep")
+                .denials
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn restarts_multiply_a_deadline_that_restarts_with_them() {
+        let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
+            "spec": {"maxRetry": 3, "tasks": [{"name": "w", "replicas": 2, "template": {"spec": {
+                "activeDeadlineSeconds": 3600,
+                "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}});
+        let d = check("q", WorkloadKind::VolcanoJob, &capped(6.0), &vc, "v").denials;
+        assert_eq!(
+            d,
+            [
+                r#"queue "q": 2 GPUs at once (nvidia.com/gpu spec.tasks[0].template: 2 × 1) × 4 runs (spec.maxRetry 3 + 1) × spec.tasks[0].template.spec.activeDeadlineSeconds 3600 (4.00 h) = 8.00 GPU-hours exceeds the queue's maximum 6 GPU-hours per run (guardrails.costCeiling.maxGpuHours): set each task's template.spec.activeDeadlineSeconds to at most 2700, allow fewer restarts (spec.maxRetry) or use fewer GPUs"#
+            ]
+        );
+        assert!(
+            check("q", WorkloadKind::VolcanoJob, &capped(8.0), &vc, "v")
+                .denials
+                .is_empty()
+        );
+        let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
+            "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": [{"name": "w", "replicas": 1,
+                "template": {"spec": {"parallelism": 2, "completions": 2, "activeDeadlineSeconds": 3600,
+                    "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}]}});
+        let d = check("q", WorkloadKind::JobSet, &capped(3.0), &js, "s").denials;
+        assert!(
+            d[0].contains("× 2 runs (spec.failurePolicy.maxRestarts 1 + 1) × spec.replicatedJobs[0].template.spec.activeDeadlineSeconds 3600 (2.00 h) = 4.00 GPU-hours"),
+            "{d:?}"
+        );
+        assert!(
+            check("q", WorkloadKind::JobSet, &capped(4.0), &js, "s")
+                .denials
+                .is_empty()
         );
     }
 }
