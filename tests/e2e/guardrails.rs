@@ -204,8 +204,109 @@ pub async fn a_run_gets_a_deadline_and_an_over_cap_run_is_denied(ctx: &Ctx) -> R
     let message = body["message"].as_str().unwrap_or_default();
     ensure!(status == 403, "{status} {body}");
     ensure!(
-        message.contains("16 GPUs at once (nvidia.com/gpu spec.template: 4 × 4) × activeDeadlineSeconds 3600 (1.00 h) = 16.00 GPU-hours exceeds the queue's maximum 8 GPU-hours per run")
-            && message.contains("set activeDeadlineSeconds to at most 1800"),
+        message.contains("16 GPUs at once (nvidia.com/gpu spec.template: 4 × 4) × spec.activeDeadlineSeconds 3600 (1.00 h) = 16.00 GPU-hours exceeds the queue's maximum 8 GPU-hours per run")
+            && message.contains("set spec.activeDeadlineSeconds to at most 1800"),
+        "{message}"
+    );
+    Ok(())
+}
+
+/// (6b) The GPU-hour cap reads the run's bound, not a pod's: a Job of 100 one-hour pods two at a
+/// time gets the queue's run-level deadline and cannot lose it; a Volcano Job counts the
+/// restarts Volcano allows (`maxRetry`, 3 as the API server defaults it), a JobSet its
+/// `failurePolicy.maxRestarts`, and each replicated Job gets a deadline of its own (kept by the
+/// real JobSet CRD).
+pub async fn the_gpu_hour_cap_reads_the_whole_run(ctx: &Ctx) -> Result<()> {
+    let one_gpu = |deadline: Option<i64>| {
+        let mut spec = json!({"restartPolicy": "Never",
+            "containers": [container(1, &["python", "train.py"])]});
+        if let Some(d) = deadline {
+            spec["activeDeadlineSeconds"] = json!(d);
+        }
+        json!({"metadata": {"labels": {"wandb.ai/monitor": "true"}}, "spec": spec})
+    };
+    // 2 GPUs × 1 h per pod, but 50 waves: the Job gets spec.activeDeadlineSeconds.
+    let sweep = launch_job(
+        "sweep",
+        Some(GUARDRAILS_QUEUE),
+        json!({"completions": 100, "parallelism": 2, "template": one_gpu(Some(3600))}),
+    );
+    let created = ctx.create(&sweep, false).await?;
+    ensure!(
+        created["spec"]["activeDeadlineSeconds"] == 3600
+            && created["spec"]["template"]["spec"]["activeDeadlineSeconds"] == 3600,
+        "no run-level deadline: {}",
+        created["spec"]
+    );
+    // Taking it away leaves a pod deadline that bounds no run: denied on the UPDATE.
+    let jobs: Api<Job> = ctx.api();
+    let removed = jobs
+        .patch(
+            "sweep",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"activeDeadlineSeconds": null}})),
+        )
+        .await;
+    let message = match removed {
+        Err(kube::Error::Api(status)) if status.code == 403 => status.message,
+        other => anyhow::bail!("removing the run's deadline was not denied: {other:?}"),
+    };
+    ensure!(
+        message.contains(&format!("queue {GUARDRAILS_QUEUE:?}"))
+            && message.contains("this run has no spec.activeDeadlineSeconds; spec.template.spec.activeDeadlineSeconds 3600 bounds one pod, not the run")
+            && message.contains("completions 100 at parallelism 2 (50 waves of pods)")
+            && message.contains("at most 8 GPU-hours per run (guardrails.costCeiling.maxGpuHours): set spec.activeDeadlineSeconds to at most 14400"),
+        "{message}"
+    );
+
+    // A Volcano Job: 3 GPUs × the queue's 1 h on each pod × 4 runs (maxRetry 3 + 1).
+    let volcano = |name: &str, max_retry: Option<i64>| {
+        let mut vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "labels": {"wandb.ai/monitor": "true",
+                "launchgate.io/queue": GUARDRAILS_QUEUE}},
+            "spec": {"schedulerName": "volcano", "minAvailable": 3,
+                "tasks": [{"name": "worker", "replicas": 3, "template": one_gpu(None)}]}});
+        if let Some(r) = max_retry {
+            vc["spec"]["maxRetry"] = json!(r);
+        }
+        vc
+    };
+    let (status, body, _) = ctx.create_raw(&volcano("retried", None), true).await?;
+    let message = body["message"].as_str().unwrap_or_default();
+    ensure!(status == 403, "{status} {body}");
+    ensure!(
+        message.contains("3 GPUs at once (nvidia.com/gpu spec.tasks[0].template: 3 × 1) × 4 runs (spec.maxRetry 3 + 1) × spec.tasks[0].template.spec.activeDeadlineSeconds 3600 (4.00 h) = 12.00 GPU-hours exceeds the queue's maximum 8 GPU-hours per run"),
+        "{message}"
+    );
+    let (status, body, _) = ctx.create_raw(&volcano("once", Some(1)), true).await?;
+    ensure!(status == 201, "{status} {body}");
+    ensure!(
+        body["spec"]["tasks"][0]["template"]["spec"]["activeDeadlineSeconds"] == 3600,
+        "{}",
+        body["spec"]
+    );
+
+    // A JobSet: each replicated Job gets its own deadline; restarts multiply it.
+    let jobset = |name: &str, restarts: i64| {
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "labels": {"wandb.ai/monitor": "true",
+                "launchgate.io/queue": GUARDRAILS_QUEUE}},
+            "spec": {"failurePolicy": {"maxRestarts": restarts}, "replicatedJobs": [{"name": "w", "replicas": 1,
+                "template": {"spec": {"parallelism": 2, "completions": 2, "template": one_gpu(Some(600))}}}]}})
+    };
+    let (status, body, _) = ctx.create_raw(&jobset("within", 3), true).await?;
+    ensure!(status == 201, "{status} {body}");
+    let job = &body["spec"]["replicatedJobs"][0]["template"]["spec"];
+    ensure!(
+        job["activeDeadlineSeconds"] == 3600
+            && job["template"]["spec"]["activeDeadlineSeconds"] == 600,
+        "the replicated Job's deadline (pruned?): {job}"
+    );
+    let (status, body, _) = ctx.create_raw(&jobset("restarted", 4), true).await?;
+    let message = body["message"].as_str().unwrap_or_default();
+    ensure!(status == 403, "{status} {body}");
+    ensure!(
+        message.contains("× 5 runs (spec.failurePolicy.maxRestarts 4 + 1) × spec.replicatedJobs[0].template.spec.activeDeadlineSeconds 3600 (5.00 h) = 10.00 GPU-hours exceeds the queue's maximum 8 GPU-hours per run"),
         "{message}"
     );
     Ok(())

@@ -127,6 +127,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(guardrails::a_preempted_pod_is_replaced_and_a_failure_still_fails),
         e2e!(guardrails::a_run_ends_when_rank_zero_ends),
         e2e!(guardrails::a_run_gets_a_deadline_and_an_over_cap_run_is_denied),
+        e2e!(guardrails::the_gpu_hour_cap_reads_the_whole_run),
         e2e!(guardrails::the_rendezvous_service_is_preflighted),
         e2e!(native::compiled_policies_apply_to_the_api_server),
         e2e!(native::native_policies_decide_as_the_webhook_does),
