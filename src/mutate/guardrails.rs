@@ -16,8 +16,8 @@
 //! * `deadline` — a run without a run-level deadline gets the queue's default there (a pod
 //!   template's own `activeDeadlineSeconds` bounds one pod, not the run): a Job's, TrainJob's
 //!   or bare Pod's `spec.activeDeadlineSeconds`, a PyTorchJob's
-//!   `spec.runPolicy.activeDeadlineSeconds`, each replicated Job's of a JobSet, each task's pod
-//!   template of a Volcano Job (which has no other);
+//!   `spec.runPolicy.activeDeadlineSeconds`, each replicated Job's of a JobSet (and its pod
+//!   templates'), each task's pod template of a Volcano Job (which has no other);
 //! * a warning for a container that asks for several GPUs but starts no launcher.
 //!
 //! All write only what is absent, so a second pass changes nothing.
@@ -332,21 +332,25 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> 
                     changed |= set_absent(spec, "", "activeDeadlineSeconds", seconds);
                 }
             }
-            changed
+            // Its pods get it too, as `limits.maxActiveDeadlineSeconds` reads them.
+            changed | each_pod_template(ctx.kind, object, seconds)
         }
-        DeadlinePlace::EachPod => {
-            let mut changed = false;
-            workload::for_each_template_mut(ctx.kind, object, |_, template| {
-                if let Some(spec) = workload::pod_spec_mut(template)
-                    && spec.get("activeDeadlineSeconds").is_none_or(Value::is_null)
-                {
-                    spec.insert("activeDeadlineSeconds".into(), json!(seconds));
-                    changed = true;
-                }
-            });
-            changed
-        }
+        DeadlinePlace::EachPod => each_pod_template(ctx.kind, object, seconds),
     }
+}
+
+/// Every pod template of the workload without `activeDeadlineSeconds` gets `seconds`.
+fn each_pod_template(kind: WorkloadKind, object: &mut Value, seconds: i64) -> bool {
+    let mut changed = false;
+    workload::for_each_template_mut(kind, object, |_, template| {
+        if let Some(spec) = workload::pod_spec_mut(template)
+            && spec.get("activeDeadlineSeconds").is_none_or(Value::is_null)
+        {
+            spec.insert("activeDeadlineSeconds".into(), json!(seconds));
+            changed = true;
+        }
+    });
+    changed
 }
 
 /// GPUs a container asks for (any `*/gpu` resource, limit else request).
@@ -566,10 +570,10 @@ mod tests {
             5
         );
         assert_eq!(jobs[1]["template"]["spec"]["activeDeadlineSeconds"], 60);
-        assert!(
-            jobs[1]["template"]["spec"]["template"]["spec"]
-                .get("activeDeadlineSeconds")
-                .is_none()
+        // Its pods get the queue's too, where they set none (`maxActiveDeadlineSeconds` reads them).
+        assert_eq!(
+            jobs[1]["template"]["spec"]["template"]["spec"]["activeDeadlineSeconds"],
+            86400
         );
         let (again, _) = mutate_with(&DEADLINE, q, out.clone());
         assert_eq!(again, out);

@@ -55,13 +55,17 @@ pub enum GuardrailEnforcement {
     Warn,
 }
 
-/// `guardrails.costCeiling`: every run has a deadline, and no run can use more GPU-hours.
+/// `guardrails.costCeiling`: every run has a run-level deadline, and no run can use more
+/// GPU-hours.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct CostCeilingConfig {
-    /// `activeDeadlineSeconds` for a run that sets none.
+    /// The run-level deadline for a run that sets none (a pod template's own
+    /// `activeDeadlineSeconds` bounds one pod, not the run).
     pub default_deadline_seconds: Option<i64>,
-    /// Most GPU-hours one run may use: GPUs that can run at once × its deadline in hours.
+    /// Most GPU-hours one run may use: GPUs that can run at once × the run's bound in hours (its
+    /// run-level deadline; a JobSet's Job deadline × (maxRestarts + 1); a Volcano Job's pod
+    /// deadline × (maxRetry + 1)). A run with no such bound is judged over it.
     pub max_gpu_hours: Option<f64>,
     /// A run over `maxGpuHours` is denied (`deny`) or only warned about (`warn`).
     pub enforcement: GuardrailEnforcement,
@@ -159,7 +163,8 @@ pub enum DeadlinePlace {
     /// `spec.activeDeadlineSeconds` likewise; a bare Pod's is its own.
     Run(&'static str, &'static str),
     /// A JobSet has none: each replicated Job's own `template.spec.activeDeadlineSeconds`, and
-    /// the JobSet runs its Jobs again up to `failurePolicy.maxRestarts` times.
+    /// the JobSet runs its Jobs again up to `failurePolicy.maxRestarts` times. (The default
+    /// also goes to each of its pod templates that sets none.)
     EachJob,
     /// A Volcano Job has none (nor a Job-level one): each task's pod template
     /// `activeDeadlineSeconds`, and Volcano restarts up to `maxRetry` times.
