@@ -309,6 +309,36 @@ pub async fn the_gpu_hour_cap_reads_the_whole_run(ctx: &Ctx) -> Result<()> {
         message.contains("× 5 runs (spec.failurePolicy.maxRestarts 4 + 1) × spec.replicatedJobs[0].template.spec.activeDeadlineSeconds 3600 (5.00 h) = 10.00 GPU-hours exceeds the queue's maximum 8 GPU-hours per run"),
         "{message}"
     );
+
+    // A PyTorchJob whose pods each set a deadline gets the run's (runPolicy), and a TrainJob its
+    // own, both kept by the real CRDs.
+    let mut pt = manifest("ptjob.yaml");
+    pt["metadata"]["name"] = json!("pods-only");
+    pt["metadata"]["labels"]["launchgate.io/queue"] = json!(GUARDRAILS_QUEUE);
+    for role in ["Master", "Worker"] {
+        let spec = &mut pt["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"];
+        spec["activeDeadlineSeconds"] = json!(600);
+        spec["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": 1}});
+    }
+    let (status, body, _) = ctx.create_raw(&pt, true).await?;
+    ensure!(status == 201, "{status} {body}");
+    ensure!(
+        body["spec"]["runPolicy"]["activeDeadlineSeconds"] == 3600,
+        "no run-level deadline: {}",
+        body["spec"]
+    );
+    let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "trained", "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": GUARDRAILS_QUEUE}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"image": "acme/train:1", "numNodes": 2,
+                             "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}}}});
+    let (status, body, _) = ctx.create_raw(&tj, true).await?;
+    ensure!(status == 201, "{status} {body}");
+    ensure!(
+        body["spec"]["activeDeadlineSeconds"] == 3600,
+        "no run-level deadline: {}",
+        body["spec"]
+    );
     Ok(())
 }
 
