@@ -218,4 +218,53 @@ mod tests {
                 .is_empty()
         );
     }
+
+    proptest::proptest! {
+        /// Whatever its waves, retries and pod deadlines, a Job is judged by its run-level
+        /// deadline, and without one it is never within the cap.
+        #[test]
+        fn a_job_is_judged_by_its_run_level_deadline(
+            completions in 1i64..300, parallelism in 1i64..16, backoff in 0i64..10,
+            pod_deadline in proptest::option::of(1i64..100_000),
+            run_deadline in proptest::option::of(1i64..100_000),
+            gpus in 1i64..8, max in 1u32..500,
+        ) {
+            let mut pod = json!({"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]});
+            if let Some(d) = pod_deadline {
+                pod["activeDeadlineSeconds"] = json!(d);
+            }
+            let mut job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+                "spec": {"completions": completions, "parallelism": parallelism,
+                    "backoffLimit": backoff, "template": {"spec": pod}}});
+            if let Some(d) = run_deadline {
+                job["spec"]["activeDeadlineSeconds"] = json!(d);
+            }
+            let max = f64::from(max);
+            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, "j").denials.is_empty();
+            // Pods at once: min(parallelism, completions).
+            let at_once = parallelism.min(completions) * gpus;
+            let within = run_deadline.is_some_and(|d| at_once as f64 * d as f64 / 3600.0 <= max);
+            proptest::prop_assert_eq!(denied, !within);
+        }
+
+        /// A JobSet's bound is its longest Job deadline once per run its restarts allow.
+        #[test]
+        fn a_jobset_is_judged_once_per_restart(
+            restarts in 0i64..6, deadlines in proptest::collection::vec(1i64..50_000, 1..4),
+            gpus in 1i64..4, max in 1u32..200,
+        ) {
+            let jobs: Vec<Value> = deadlines.iter().enumerate().map(|(i, d)| json!({
+                "name": format!("j{i}"), "replicas": 1, "template": {"spec": {
+                    "parallelism": 1, "completions": 1, "activeDeadlineSeconds": d,
+                    "template": {"spec": {"activeDeadlineSeconds": 1, "containers": [
+                        {"name": "t", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}})).collect();
+            let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
+                "spec": {"failurePolicy": {"maxRestarts": restarts}, "replicatedJobs": jobs}});
+            let max = f64::from(max);
+            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, "s").denials.is_empty();
+            let longest = deadlines.iter().copied().max().unwrap_or(0);
+            let hours = (gpus * deadlines.len() as i64) as f64 * (restarts + 1) as f64 * longest as f64 / 3600.0;
+            proptest::prop_assert_eq!(denied, hours > max);
+        }
+    }
 }
