@@ -473,6 +473,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             match Policy::from_yaml(&text) {
                 Ok(p) => {
                     outln!("{shown}: ok ({} queue(s))", p.queues.len())?;
+                    for warning in &p.warnings {
+                        eprintln!("{shown}: warning: {warning}");
+                    }
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {

@@ -209,6 +209,9 @@ pub async fn start_with_event_sink(
     sink: Option<Arc<dyn events::EventSink>>,
 ) -> Result<RunningServer> {
     let policy = load_policy(opts.config.as_deref())?;
+    for warning in &policy.warnings {
+        tracing::warn!(%warning, "config loads, but a limit does not hold as written");
+    }
     let (cert_source, dev_ca_pem) = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => (
             reload::CertSource::Files {

@@ -123,6 +123,8 @@ fn load_launchgate(text: &str) -> Result<LoadedConfig, InputError> {
             summary: json!({
                 "source": "launchgate config",
                 "queues": policy.queues.keys().collect::<Vec<_>>(),
+                // check-config's warnings.
+                "notes": policy.warnings.iter().map(|w| format!("warning: {w}")).collect::<Vec<_>>(),
             }),
             policy,
         }),
