@@ -26,6 +26,7 @@ pub mod native_sync;
 mod options;
 mod otel;
 pub mod owner_cache;
+pub mod redact;
 mod reload;
 pub(crate) mod tls;
 pub mod webhook_sync;
