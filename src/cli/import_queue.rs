@@ -38,10 +38,12 @@ pub(crate) struct Imported {
 const CONFIG_KEYS: [&str; 3] = ["resource_config", "resourceConfig", "config"];
 const VARIABLE_KEYS: [&str; 2] = ["template_variables", "templateVariables"];
 
-/// A JSON string value (Terraform and GraphQL carry configs as JSON text) parsed, else as is.
+/// A JSON string value (Terraform and GraphQL carry configs as JSON text, an export may carry
+/// the YAML as written) parsed as the limits parse a template — an unquoted `{{var}}` is a
+/// placeholder, as `check-config` reads it — else as is.
 fn decoded(value: &Value) -> Value {
     match value {
-        Value::String(text) => serde_yaml::from_str::<Value>(text)
+        Value::String(text) => crate::validate::template::parse_text(text)
             .ok()
             .filter(|v| v.is_object() || v.is_array())
             .unwrap_or_else(|| value.clone()),
@@ -391,6 +393,35 @@ mod tests {
             // The template as imported is the text as written: check-config reads it the same.
             let snippet: serde_json::Value = serde_yaml::from_str(&out.snippet).unwrap();
             assert_eq!(snippet["queues"]["q"]["limits"]["template"], text);
+        }
+    }
+
+    #[test]
+    fn an_export_whose_config_text_has_unquoted_placeholders_imports() {
+        let config = "spec:\n  template:\n    spec:\n      containers:\n        - resources: {limits: {nvidia.com/gpu: {{gpus}}}}\n";
+        let variables = "\ntemplate_variables:\n  gpus: {schema: {type: integer, maximum: 4}}\n";
+        let yaml_export = format!(
+            "name: q\nconfig: |\n{}{variables}",
+            config
+                .lines()
+                .map(|l| format!("  {l}\n"))
+                .collect::<String>()
+        );
+        let json_export = json!({"name": "q", "config": config,
+            "template_variables": {"gpus": {"schema": {"type": "integer", "maximum": 4}}}})
+        .to_string();
+        for text in [yaml_export, json_export] {
+            let out = import(&text, None, None).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(out.errors, Vec::<String>::new(), "{text}");
+            assert_eq!(
+                out.enforces,
+                [
+                    r#"q: variable "gpus" (integer at most 4): spec.containers[0].resources.limits["nvidia.com/gpu"] of every pod template"#
+                ],
+                "{text}"
+            );
+            // The snippet loads as check-config reads it.
+            Policy::from_yaml(&out.snippet).unwrap();
         }
     }
 
