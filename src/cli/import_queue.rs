@@ -33,6 +33,8 @@ pub(crate) struct Imported {
     pub(crate) enforces: Vec<String>,
     /// Why the snippet would not load (empty when it loads).
     pub(crate) errors: Vec<String>,
+    /// What loads but does not hold as written, as `check-config` warns about it.
+    pub(crate) warnings: Vec<String>,
 }
 
 const CONFIG_KEYS: [&str; 3] = ["resource_config", "resourceConfig", "config"];
@@ -271,6 +273,9 @@ pub(crate) fn import(
         serde_yaml::to_string(&json!({"queues": snippet_queues})).map_err(|e| e.to_string())?;
     match Policy::from_config(config) {
         Ok(policy) => {
+            imported
+                .warnings
+                .extend(policy.warnings.iter().map(ToString::to_string));
             for queue in policy.queues.values() {
                 let lines = queue.limits.describe();
                 if lines.is_empty() {
@@ -426,6 +431,22 @@ mod tests {
     }
 
     #[test]
+    fn a_cap_on_limits_alone_is_warned_about_as_check_config_does() {
+        let text = r#"{"name": "q", "config": {"spec": {"template": {"spec": {"containers": [{"resources": {"limits": {"cpu": "{{cpu}}"}}}]}}}},
+            "template_variables": {"cpu": {"schema": {"type": "quantity", "maximum": "8"}}}}"#;
+        let out = import(text, None, None).unwrap();
+        assert_eq!(out.errors, Vec::<String>::new());
+        assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+        assert!(
+            out.warnings[0].starts_with(
+                r#"queues.q.limits: variable "cpu" (quantity at most 8) caps resources.limits.cpu only"#
+            ),
+            "{:?}",
+            out.warnings
+        );
+    }
+
+    #[test]
     fn unknown_input_is_explained() {
         assert!(
             import("- a\n", None, None)
@@ -468,6 +489,9 @@ pub(crate) fn run(args: &ImportQueueArgs) -> anyhow::Result<std::process::ExitCo
     out!("{}", imported.snippet)?;
     for line in &imported.enforces {
         eprintln!("enforces {line}");
+    }
+    for warning in &imported.warnings {
+        eprintln!("warning: {warning}");
     }
     if imported.errors.is_empty() {
         return Ok(std::process::ExitCode::SUCCESS);

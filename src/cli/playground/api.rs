@@ -199,6 +199,7 @@ fn load_wandb(request: &ReviewRequest, text: &str) -> Result<LoadedConfig, Input
         error: "config: invalid config".into(),
         details: e.0.iter().map(ToString::to_string).collect(),
     })?;
+    notes.extend(policy.warnings.iter().map(|w| format!("warning: {w}")));
     Ok(LoadedConfig {
         policy,
         summary: json!({
