@@ -172,3 +172,46 @@ fn offline_validate_gives_the_same_verdict_and_message() {
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("ALLOWED"), "{stdout}");
 }
+
+#[test]
+fn seed_queue_caps_requests_of_a_container_that_sets_no_limits() {
+    let policy = Policy::embedded_default();
+    let mut review = with_gpus(fixture_json("create-job-launch-acme-mnist.json"), "1");
+    let resources =
+        &mut review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["resources"];
+    *resources = serde_json::json!({"requests": {"cpu": "64", "memory": "500Gi"}});
+    let response = validate_response(&policy, &review);
+    assert_eq!(response["allowed"], false, "{response}");
+    let message = response["status"]["message"].as_str().unwrap_or_default();
+    for expected in [
+        r#"spec.template.spec.containers[0].resources.requests.cpu=64 exceeds maximum 4"#,
+        r#"spec.template.spec.containers[0].resources.requests.memory=500Gi exceeds maximum 12Gi"#,
+    ] {
+        assert!(message.contains(expected), "{message}");
+    }
+}
+
+#[test]
+fn check_config_warns_about_a_cap_on_limits_alone() {
+    let limits_only = r#"
+queues:
+  q:
+    limits:
+      fields:
+        - {path: "containers[*].resources.limits.cpu", type: quantity, maximum: "4"}
+        - {path: "containers[*].resources.limits.memory", type: quantity, maximum: 12Gi}
+"#;
+    let out = check_config(limits_only);
+    let err = text(&out.stderr);
+    // It loads (the caps do bound limits), with a warning per resource on stderr.
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(r#"warning: queues.q.limits: field "containers[*].resources.limits.cpu" (quantity at most 4) caps resources.limits.cpu only"#),
+        "{err}"
+    );
+    assert!(err.contains("caps resources.limits.memory only"), "{err}");
+    // The built-in policy bounds requests too: no warning.
+    let out = check_config(launchgate::policy::DEFAULT_CONFIG_YAML);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "the built-in policy's caps hold");
+}

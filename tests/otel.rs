@@ -685,3 +685,54 @@ async fn settings_it_cannot_export_with_stop_the_start_and_doubtful_ones_are_war
         "{log}"
     );
 }
+
+/// Credentials in the endpoint (userinfo, a token in the query) are used, never logged: not in
+/// the startup line, not in the error about an endpoint launchgate cannot use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_the_endpoint_are_never_logged() {
+    let (mut child, dir, _) = spawn(
+        &["--otlp-traces=true"],
+        &[(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "ftp://user:s3cr3t-pw@collector:4318/v1/traces?token=t0k3n",
+        )],
+    );
+    let until = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < until, "still running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains(
+            r#""ftp://***@collector:4318/v1/traces?token=***" is not an http:// or https:// URL"#
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("s3cr3t") && !log.contains("t0k3n"), "{log}");
+
+    let (_collector, endpoint) = Collector::start().await;
+    let with_secrets = format!(
+        "{}/v1/traces?token=t0k3n",
+        endpoint
+            .trim_end_matches('/')
+            .replacen("http://", "http://user:s3cr3t-pw@", 1)
+    );
+    let server = Launchgate::start(
+        &["--otlp-traces=true"],
+        &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &with_secrets)],
+    )
+    .await;
+    server
+        .review("/mutate", "create-job-launch-acme-mnist.json", &[])
+        .await;
+    let (status, log) = server.stop().await;
+    assert!(status.success(), "{log}");
+    assert!(log.contains("exporting admission traces"), "{log}");
+    assert!(log.contains("***@127.0.0.1"), "{log}");
+    assert!(!log.contains("s3cr3t") && !log.contains("t0k3n"), "{log}");
+}

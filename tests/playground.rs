@@ -404,6 +404,47 @@ async fn the_page_and_its_assets_come_from_the_binary() {
     assert_eq!(examples["configs"][0]["id"], "builtin");
 }
 
+/// A page of another origin whose host name resolves to 127.0.0.1 (DNS rebinding) reaches the
+/// playground's socket with its own name in `Host`: refused, for the API and the page alike.
+#[tokio::test]
+async fn a_request_for_another_host_name_is_refused() {
+    let p = playground();
+    let client = reqwest::Client::new();
+    let port = p.base.rsplit(':').next().unwrap().to_string();
+    let response = client
+        .post(format!("{}/api/review", p.base))
+        .header("host", format!("evil.example:{port}"))
+        .json(&json!({"manifest": EIGHT_GPUS}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let body: Value = response.json().await.unwrap();
+    let said = body["error"].as_str().unwrap();
+    assert!(
+        said.contains(&format!(
+            r#"Host "evil.example:{port}" is not this playground's"#
+        )),
+        "{said}"
+    );
+    let page = client
+        .get(format!("{}/", p.base))
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 403);
+    // The same request by a loopback name is answered.
+    let ok = client
+        .post(format!("{}/api/review", p.base))
+        .header("host", format!("localhost:{port}"))
+        .json(&json!({"manifest": EIGHT_GPUS}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+}
+
 #[test]
 fn a_non_loopback_address_is_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_launchgate"))

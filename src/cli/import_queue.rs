@@ -33,15 +33,19 @@ pub(crate) struct Imported {
     pub(crate) enforces: Vec<String>,
     /// Why the snippet would not load (empty when it loads).
     pub(crate) errors: Vec<String>,
+    /// What loads but does not hold as written, as `check-config` warns about it.
+    pub(crate) warnings: Vec<String>,
 }
 
 const CONFIG_KEYS: [&str; 3] = ["resource_config", "resourceConfig", "config"];
 const VARIABLE_KEYS: [&str; 2] = ["template_variables", "templateVariables"];
 
-/// A JSON string value (Terraform and GraphQL carry configs as JSON text) parsed, else as is.
+/// A JSON string value (Terraform and GraphQL carry configs as JSON text, an export may carry
+/// the YAML as written) parsed as the limits parse a template — an unquoted `{{var}}` is a
+/// placeholder, as `check-config` reads it — else as is.
 fn decoded(value: &Value) -> Value {
     match value {
-        Value::String(text) => serde_yaml::from_str::<Value>(text)
+        Value::String(text) => crate::validate::template::parse_text(text)
             .ok()
             .filter(|v| v.is_object() || v.is_array())
             .unwrap_or_else(|| value.clone()),
@@ -269,6 +273,9 @@ pub(crate) fn import(
         serde_yaml::to_string(&json!({"queues": snippet_queues})).map_err(|e| e.to_string())?;
     match Policy::from_config(config) {
         Ok(policy) => {
+            imported
+                .warnings
+                .extend(policy.warnings.iter().map(ToString::to_string));
             for queue in policy.queues.values() {
                 let lines = queue.limits.describe();
                 if lines.is_empty() {
@@ -395,6 +402,51 @@ mod tests {
     }
 
     #[test]
+    fn an_export_whose_config_text_has_unquoted_placeholders_imports() {
+        let config = "spec:\n  template:\n    spec:\n      containers:\n        - resources: {limits: {nvidia.com/gpu: {{gpus}}}}\n";
+        let variables = "\ntemplate_variables:\n  gpus: {schema: {type: integer, maximum: 4}}\n";
+        let yaml_export = format!(
+            "name: q\nconfig: |\n{}{variables}",
+            config
+                .lines()
+                .map(|l| format!("  {l}\n"))
+                .collect::<String>()
+        );
+        let json_export = json!({"name": "q", "config": config,
+            "template_variables": {"gpus": {"schema": {"type": "integer", "maximum": 4}}}})
+        .to_string();
+        for text in [yaml_export, json_export] {
+            let out = import(&text, None, None).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(out.errors, Vec::<String>::new(), "{text}");
+            assert_eq!(
+                out.enforces,
+                [
+                    r#"q: variable "gpus" (integer at most 4): spec.containers[0].resources.limits["nvidia.com/gpu"] of every pod template"#
+                ],
+                "{text}"
+            );
+            // The snippet loads as check-config reads it.
+            Policy::from_yaml(&out.snippet).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_cap_on_limits_alone_is_warned_about_as_check_config_does() {
+        let text = r#"{"name": "q", "config": {"spec": {"template": {"spec": {"containers": [{"resources": {"limits": {"cpu": "{{cpu}}"}}}]}}}},
+            "template_variables": {"cpu": {"schema": {"type": "quantity", "maximum": "8"}}}}"#;
+        let out = import(text, None, None).unwrap();
+        assert_eq!(out.errors, Vec::<String>::new());
+        assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+        assert!(
+            out.warnings[0].starts_with(
+                r#"queues.q.limits: variable "cpu" (quantity at most 8) caps resources.limits.cpu only"#
+            ),
+            "{:?}",
+            out.warnings
+        );
+    }
+
+    #[test]
     fn unknown_input_is_explained() {
         assert!(
             import("- a\n", None, None)
@@ -437,6 +489,9 @@ pub(crate) fn run(args: &ImportQueueArgs) -> anyhow::Result<std::process::ExitCo
     out!("{}", imported.snippet)?;
     for line in &imported.enforces {
         eprintln!("enforces {line}");
+    }
+    for warning in &imported.warnings {
+        eprintln!("warning: {warning}");
     }
     if imported.errors.is_empty() {
         return Ok(std::process::ExitCode::SUCCESS);

@@ -404,7 +404,9 @@ pub fn error_text(e: &anyhow::Error) -> String {
         }
         text.push_str(&part);
     }
-    text
+    // A URL in an error (an endpoint, the API server's echo of a webhook URL) may carry
+    // credentials.
+    crate::server::redact::in_text(&text).into_owned()
 }
 
 fn compile_native(args: &NativeArgs) -> Result<ExitCode> {
@@ -473,6 +475,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             match Policy::from_yaml(&text) {
                 Ok(p) => {
                     outln!("{shown}: ok ({} queue(s))", p.queues.len())?;
+                    for warning in &p.warnings {
+                        eprintln!("{shown}: warning: {warning}");
+                    }
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {

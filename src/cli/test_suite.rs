@@ -18,7 +18,7 @@
 //!       message: exceeds maximum 4  # substring(s) of the denial message; [] = no denial
 //!       warnings: [not configured]  # substring(s), each of some warning; [] = no warnings
 //!       mutated: {spec: {backoffLimit: 0}}   # the object after launchgate's mutation
-//!       mutatedMatch: subset        # subset (default) | full
+//!       mutatedMatch: subset        # subset (default; `[]` = an empty or absent list) | full
 //!       patch: [{op: add, path: /spec/backoffLimit, value: 0}]   # the exact JSON Patch
 //! ```
 //!
@@ -219,6 +219,17 @@ pub(crate) fn diff_values(
                     }
                 }
             }
+        }
+        // `[]` names no element to look for, so as a subset it would match any list: it means
+        // "empty" (an absent list is empty too, as Kubernetes reads it).
+        (Value::Array(e), None | Some(Value::Null))
+            if e.is_empty() && mode == MatchMode::Subset => {}
+        (Value::Array(e), Some(Value::Array(g))) if e.is_empty() && !g.is_empty() => {
+            out.push(Mismatch {
+                field: shown(path),
+                expected: "[] (an empty list)".into(),
+                got: show(&Value::Array(g.clone())),
+            })
         }
         (Value::Array(e), Some(Value::Array(g)))
             if mode == MatchMode::Subset || e.len() == g.len() =>
@@ -784,6 +795,28 @@ mod tests {
         assert_eq!(m[0].got, "allowed");
         assert_eq!((m[3].expected.as_str(), m[3].got.as_str()), ("3", "0"));
         assert_eq!(m[4].got, "(absent)");
+    }
+
+    #[test]
+    fn an_empty_list_in_a_subset_means_empty_not_any() {
+        // The mutation mounts the cache into the container.
+        let j = judged(job("1", None));
+        let e = expect(
+            "{result: allowed, mutated: {spec: {template: {spec: {containers: [{volumeMounts: []}]}}}}}",
+        );
+        let m = check(&e, &j);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(
+            m[0].field,
+            "mutated spec.template.spec.containers[0].volumeMounts"
+        );
+        assert_eq!(m[0].expected, "[] (an empty list)");
+        assert!(m[0].got.contains("launchgate-cache"), "{}", m[0].got);
+        // A list that is empty or absent holds.
+        let e = expect(
+            "{result: allowed, mutated: {spec: {template: {spec: {tolerations: [], containers: [{ports: []}]}}}}}",
+        );
+        assert_eq!(check(&e, &j), []);
     }
 
     #[test]

@@ -172,6 +172,9 @@ pub struct Policy {
     pub config: Config,
     /// The configured queues, by config key.
     pub queues: BTreeMap<String, Queue>,
+    /// What loads but does not hold as written (a cap on `resources.limits` alone): printed
+    /// by `check-config` and logged when the webhook loads the config.
+    pub warnings: Vec<ConfigError>,
 }
 
 impl Policy {
@@ -230,6 +233,7 @@ impl Policy {
             &mut errors,
         );
         let mut queues = BTreeMap::new();
+        let mut warnings = Vec::new();
         for (name, qc) in &config.queues {
             let at = format!("queues.{name}");
             exemption::check_all(&qc.exemptions, &format!("{at}.exemptions"), &mut errors);
@@ -262,6 +266,7 @@ impl Policy {
             }
             match QueueLimits::compile(&qc.limits, &format!("{at}.limits")) {
                 Ok(limits) => {
+                    warnings.extend(limits.warnings(&format!("{at}.limits")));
                     // /dev/shm counts against the container's memory limit: a size above what
                     // the queue lets any container have could never be mounted.
                     if let (Some(shm), Some((most, source)), Some(written)) = (
@@ -306,7 +311,11 @@ impl Policy {
             }
         }
         if errors.is_empty() {
-            Ok(Policy { config, queues })
+            Ok(Policy {
+                config,
+                queues,
+                warnings,
+            })
         } else {
             Err(ConfigErrors(errors))
         }

@@ -76,22 +76,23 @@ async fn admission(
         // What the review will hold in memory follows the body's shape, not its length: one
         // that could never fit the budget is denied unreviewed.
         let cost = budget::review_cost(&body);
-        if cost.by_shape > state.budget.bytes() {
-            return too_dense(&state, endpoint, &body, cost).map(Answer::Unreviewed);
-        }
         // Memory first (a large review waits until its share fits), then a processing slot;
         // both within the request deadline.
-        let _charge = state
-            .budget
-            .charge(cost.charge, time_left(&state, started))
-            .await
-            .map_err(|e| match e {
-                super::budget::BudgetError::Closed => AdmissionError::Stopping,
-                super::budget::BudgetError::Deadline => AdmissionError::MemoryBudget {
+        let _charge = match state.budget.admit(cost, time_left(&state, started)).await {
+            Ok(charge) => charge,
+            Err(budget::Refusal::TooDense(cost)) => {
+                return too_dense(&state, endpoint, &body, cost).map(Answer::Unreviewed);
+            }
+            Err(budget::Refusal::Budget(budget::BudgetError::Closed)) => {
+                return Err(AdmissionError::Stopping);
+            }
+            Err(budget::Refusal::Budget(budget::BudgetError::Deadline)) => {
+                return Err(AdmissionError::MemoryBudget {
                     body_bytes: body.len(),
                     deadline: state.request_deadline,
-                },
-            })?;
+                });
+            }
+        };
         let _slot = processing_slot(&state, started).await?;
         let observer: &mut dyn review::Observer = match trace.as_mut() {
             Some(trace) => trace,
@@ -165,13 +166,9 @@ fn too_dense(
         })?
         .request
         .uid;
-    let mib = |bytes: u64| bytes.div_ceil(1 << 20);
     let message = format!(
-        "launchgate: the object is too large to review: {} containers and {} JSON values need about {} MiB, more than launchgate's memory budget of {} MiB; it is denied unreviewed (split the workload, or raise the webhook's memory limit)",
-        cost.containers,
-        cost.values,
-        mib(cost.by_shape),
-        mib(state.budget.bytes())
+        "launchgate: {}; it is denied unreviewed (split the workload, or raise the webhook's memory limit)",
+        cost.too_dense_reason(state.budget.bytes())
     );
     state.metrics.count_error(endpoint, "too_dense");
     tracing::info!(
@@ -300,11 +297,14 @@ async fn processing_slot(
     state: &AppState,
     started: Instant,
 ) -> Result<SemaphorePermit<'_>, AdmissionError> {
-    match tokio::time::timeout(time_left(state, started), state.slots.acquire()).await {
-        Ok(Ok(slot)) => Ok(slot),
-        Ok(Err(_)) => Err(AdmissionError::Stopping),
-        Err(_) => Err(AdmissionError::Deadline(state.request_deadline)),
-    }
+    state
+        .slots
+        .take(time_left(state, started))
+        .await
+        .map_err(|e| match e {
+            budget::BudgetError::Closed => AdmissionError::Stopping,
+            budget::BudgetError::Deadline => AdmissionError::Deadline(state.request_deadline),
+        })
 }
 
 /// Runs the core on `body` with the policy in force, counted in `launchgate_admission_in_flight`.

@@ -64,6 +64,31 @@ pub struct ReviewCost {
     pub values: u64,
 }
 
+impl ReviewCost {
+    /// The cost of reviewing both (several objects judged by one request).
+    pub fn plus(self, other: ReviewCost) -> ReviewCost {
+        ReviewCost {
+            charge: self.charge.saturating_add(other.charge),
+            by_shape: self.by_shape.saturating_add(other.by_shape),
+            containers: self.containers.saturating_add(other.containers),
+            values: self.values.saturating_add(other.values),
+        }
+    }
+
+    /// Why a review of this cost is refused unreviewed under a budget of `budget_bytes`
+    /// (its shape alone needs more than the whole budget), said the same by every server.
+    pub fn too_dense_reason(&self, budget_bytes: u64) -> String {
+        let mib = |bytes: u64| bytes.div_ceil(1 << 20);
+        format!(
+            "the object is too large to review: {} containers and {} JSON values need about {} MiB, more than launchgate's memory budget of {} MiB",
+            self.containers,
+            self.values,
+            mib(self.by_shape),
+            mib(budget_bytes)
+        )
+    }
+}
+
 /// The [`ReviewCost`] of a review's body: one pass over the bytes, no allocation.
 pub fn review_cost(body: &[u8]) -> ReviewCost {
     if body.len() < SCAN_FROM_BYTES {
@@ -96,7 +121,16 @@ pub(crate) const UNLIMITED_DEFAULT_BYTES: u64 = 512 << 20;
 /// A review whose charge is at least this large makes the workers give memory back afterwards.
 const RELEASE_AFTER_BYTES: u64 = 8 << 20;
 
-/// Why a review could not be charged.
+/// Why a review is not run.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Its shape alone needs more than the whole budget: refused unreviewed, never queued.
+    TooDense(ReviewCost),
+    /// Its charge did not fit in time, or the server is stopping.
+    Budget(BudgetError),
+}
+
+/// Why a review could not be charged (or get a processing slot).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum BudgetError {
     /// The charge did not fit within the wait allowed.
@@ -172,6 +206,22 @@ impl MemoryBudget {
         (bytes.div_ceil(1024).max(1)).min(self.total_kib as u64) as u32
     }
 
+    /// The one gate a review passes before it runs: one whose shape alone needs more than the
+    /// whole budget is refused ([`Refusal::TooDense`]); any other waits (at most `wait`) until
+    /// its charge fits ([`MemoryBudget::charge`]).
+    pub(crate) async fn admit(
+        &self,
+        cost: ReviewCost,
+        wait: Duration,
+    ) -> Result<Charge<'_>, Refusal> {
+        if cost.by_shape > self.bytes() {
+            return Err(Refusal::TooDense(cost));
+        }
+        self.charge(cost.charge, wait)
+            .await
+            .map_err(Refusal::Budget)
+    }
+
     /// Waits (at most `wait`) until a review charged `bytes` ([`review_cost`]) fits, and
     /// charges it until the returned [`Charge`] is dropped.
     pub(crate) async fn charge(
@@ -198,6 +248,26 @@ impl MemoryBudget {
             bytes,
             _permit: permit,
         })
+    }
+}
+
+/// Processing slots: how many requests are worked on at once (`serve --max-concurrency`; the
+/// playground's few), each waited for within what is left of the request's deadline.
+pub(crate) struct Slots(Semaphore);
+
+impl Slots {
+    /// `n` slots (at least one).
+    pub(crate) fn new(n: usize) -> Self {
+        Slots(Semaphore::new(n.max(1)))
+    }
+
+    /// Waits (at most `wait`) for a slot, held until the permit is dropped.
+    pub(crate) async fn take(&self, wait: Duration) -> Result<SemaphorePermit<'_>, BudgetError> {
+        match tokio::time::timeout(wait, self.0.acquire()).await {
+            Ok(Ok(slot)) => Ok(slot),
+            Ok(Err(_)) => Err(BudgetError::Closed),
+            Err(_) => Err(BudgetError::Deadline),
+        }
     }
 }
 
@@ -360,6 +430,54 @@ mod tests {
         assert!(b.charge(1, Duration::from_millis(10)).await.is_err());
         drop(huge);
         assert!(b.charge(1, Duration::from_millis(10)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_review_whose_shape_exceeds_the_budget_is_refused_not_queued() {
+        let b = MemoryBudget::new(4 << 20);
+        let dense = ReviewCost {
+            charge: 5 << 20,
+            by_shape: 5 << 20,
+            containers: 400,
+            values: 4000,
+        };
+        match b.admit(dense, Duration::from_millis(10)).await {
+            Err(Refusal::TooDense(cost)) => assert_eq!(cost, dense),
+            _ => panic!("a review denser than the budget was admitted"),
+        }
+        assert_eq!(b.in_flight.get(), 0);
+        assert_eq!(
+            dense.too_dense_reason(b.bytes()),
+            "the object is too large to review: 400 containers and 4000 JSON values need about 5 MiB, more than launchgate's memory budget of 4 MiB"
+        );
+        // Two reviews of 3 MiB each: the second waits for the first and gets no charge in time.
+        let fits = ReviewCost {
+            charge: 3 << 20,
+            by_shape: 3 << 20,
+            ..dense
+        };
+        let first = b.admit(fits, Duration::from_millis(10)).await;
+        assert!(first.is_ok());
+        assert_eq!(
+            b.admit(fits, Duration::from_millis(10)).await.err(),
+            Some(Refusal::Budget(BudgetError::Deadline))
+        );
+        drop(first);
+        assert!(b.admit(fits, Duration::from_millis(10)).await.is_ok());
+        // Both charged together are more than the budget holds.
+        assert_eq!(fits.plus(fits).charge, 6 << 20);
+    }
+
+    #[tokio::test]
+    async fn a_slot_is_waited_for_within_the_deadline() {
+        let slots = Slots::new(1);
+        let held = slots.take(Duration::from_millis(10)).await.unwrap();
+        assert_eq!(
+            slots.take(Duration::from_millis(10)).await.err(),
+            Some(BudgetError::Deadline)
+        );
+        drop(held);
+        assert!(slots.take(Duration::from_millis(10)).await.is_ok());
     }
 
     #[test]

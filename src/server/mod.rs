@@ -26,6 +26,7 @@ pub mod native_sync;
 mod options;
 mod otel;
 pub mod owner_cache;
+pub mod redact;
 mod reload;
 pub(crate) mod tls;
 pub mod webhook_sync;
@@ -53,7 +54,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_http::trace::{
@@ -72,7 +73,7 @@ pub(crate) struct AppState {
     pub(crate) cluster: Arc<dyn ClusterView>,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) cert_valid: AtomicBool,
-    slots: Semaphore,
+    slots: budget::Slots,
     budget: budget::MemoryBudget,
     read_timeout: Duration,
     request_deadline: Duration,
@@ -209,6 +210,9 @@ pub async fn start_with_event_sink(
     sink: Option<Arc<dyn events::EventSink>>,
 ) -> Result<RunningServer> {
     let policy = load_policy(opts.config.as_deref())?;
+    for warning in &policy.warnings {
+        tracing::warn!(%warning, "config loads, but a limit does not hold as written");
+    }
     let (cert_source, dev_ca_pem) = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => (
             reload::CertSource::Files {
@@ -272,7 +276,7 @@ pub async fn start_with_event_sink(
         cluster: cluster.unwrap_or_else(|| Arc::new(NoCluster)),
         shutting_down: AtomicBool::new(false),
         cert_valid: AtomicBool::new(reload::not_expired(loaded.not_after_unix)),
-        slots: Semaphore::new(opts.max_concurrency.max(1)),
+        slots: budget::Slots::new(opts.max_concurrency),
         budget,
         read_timeout: opts.read_timeout,
         request_deadline: opts.request_deadline,

@@ -118,7 +118,7 @@ pub(crate) fn spawn(
                         synced = Some(policy);
                     }
                     Err(e) => {
-                        tracing::warn!(set = %set, error = %format!("{e:#}"), "cannot sync the native admission policies; retrying")
+                        tracing::warn!(set = %set, error = %super::redact::in_text(&format!("{e:#}")), "cannot sync the native admission policies; retrying")
                     }
                 }
             }

@@ -196,7 +196,7 @@ pub struct RegistrationOptions {
     pub webhook_service: Option<Endpoint>,
     /// Or the base URL the API server calls (local clusters): `/mutate` and `/validate` are
     /// appended. Default: https://<--listen address> (127.0.0.1 for 0.0.0.0).
-    #[arg(long, env = "LAUNCHGATE_WEBHOOK_URL")]
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_URL", hide_env_values = true)]
     pub webhook_url: Option<String>,
     /// PEM file with the CA bundle the API server verifies the serving certificate with
     /// (re-read on every check: a rotated CA is re-registered). Default: the generated

@@ -13,6 +13,7 @@
 //! its phases begins ([`review::Observer`]), and the spans are built with those times when the
 //! request is answered.
 
+use super::redact;
 use crate::admission::AdmissionRequest;
 use crate::review::{self, Endpoint, Outcome, ReviewSummary};
 use anyhow::{Context as _, Result};
@@ -211,11 +212,12 @@ pub(crate) fn plan(enabled: bool, env: &dyn Fn(&str) -> Option<String>) -> Resul
 fn checked_url(var: &str, url: &str) -> Result<String, String> {
     let parsed: axum::http::Uri = url
         .parse()
-        .map_err(|e| format!("{var}: {url:?} is not a URL: {e}"))?;
+        .map_err(|e| format!("{var}: {:?} is not a URL: {e}", redact::url(url)))?;
     match (parsed.scheme_str(), parsed.authority()) {
         (Some("http" | "https"), Some(a)) if !a.host().is_empty() => Ok(url.to_string()),
         _ => Err(format!(
-            "{var}: {url:?} is not an http:// or https:// URL with a host"
+            "{var}: {:?} is not an http:// or https:// URL with a host",
+            redact::url(url)
         )),
     }
 }
@@ -269,7 +271,7 @@ impl Telemetry {
                 .build(),
         );
         tracing::info!(
-            endpoint = settings.endpoint.as_str(),
+            endpoint = redact::url(&settings.endpoint),
             "exporting admission traces over OTLP/HTTP"
         );
         Ok(Some(Telemetry { provider, tracer }))
@@ -287,9 +289,11 @@ impl Telemetry {
         match tokio::task::spawn_blocking(move || provider.shutdown()).await {
             Ok(Ok(())) => tracing::debug!("OTLP trace export flushed and stopped"),
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "OTLP trace export: flushing at shutdown failed")
+                tracing::warn!(error = %redact::in_text(&e.to_string()), "OTLP trace export: flushing at shutdown failed")
             }
-            Err(e) => tracing::warn!(error = %e, "OTLP trace export: shutdown did not finish"),
+            Err(e) => {
+                tracing::warn!(error = %redact::in_text(&e.to_string()), "OTLP trace export: shutdown did not finish")
+            }
         }
     }
 }
@@ -329,7 +333,7 @@ impl OtlpClient {
                     anyhow::ensure!(
                         !roots.is_empty(),
                         "the OTLP endpoint {} is https but no system CA certificates were found; set OTEL_EXPORTER_OTLP_CERTIFICATE to the collector's CA",
-                        settings.endpoint
+                        redact::url(&settings.endpoint)
                     );
                 }
             }

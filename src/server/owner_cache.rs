@@ -122,7 +122,7 @@ where
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
         if let Err(e) = item {
-            tracing::warn!(error = %e, watched = what, "watch failed; retrying");
+            tracing::warn!(error = %super::redact::in_text(&e.to_string()), watched = what, "watch failed; retrying");
         }
     }
     tracing::warn!(watched = what, "the watch ended");

@@ -124,6 +124,9 @@ pub(crate) fn spawn(
                             .and_then(|text| Policy::from_yaml(text).map_err(|e| e.to_string()));
                         match parsed {
                             Ok(policy) => {
+                                for warning in &policy.warnings {
+                                    tracing::warn!(path = %path.display(), %warning, "config loads, but a limit does not hold as written");
+                                }
                                 state.policy.store(Arc::new(policy));
                                 let hash = crate::policy::config_hash(&bytes);
                                 state.metrics.config_loaded(hash.clone());

@@ -158,13 +158,13 @@ pub(crate) fn spawn(
                                     applied = Some((desired, Instant::now()));
                                 }
                                 Err(e) => {
-                                    tracing::warn!(configuration = %name, error = %format!("{e:#}"), "cannot register the webhook configurations; retrying")
+                                    tracing::warn!(configuration = %name, error = %super::redact::in_text(&format!("{e:#}")), "cannot register the webhook configurations; retrying")
                                 }
                             }
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(configuration = %name, error = %format!("{e:#}"), "cannot build the webhook configurations; retrying")
+                        tracing::warn!(configuration = %name, error = %super::redact::in_text(&format!("{e:#}")), "cannot build the webhook configurations; retrying")
                     }
                 }
             } else if !waiting_logged

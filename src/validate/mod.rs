@@ -592,6 +592,58 @@ impl QueueLimits {
         }
     }
 
+    /// Caps that do not hold, as config warnings at `at` (e.g. `queues.gpu-queue.limits`).
+    ///
+    /// A cap on `resources.limits.<r>` of an overcommitable resource (cpu, memory,
+    /// ephemeral-storage: a container may request it without a limit) bounds nothing for a
+    /// container that sets no limit: the scheduler reserves its `requests`, whatever they are.
+    /// Such a cap holds only with a bound on `resources.requests.<r>` too, or when every
+    /// container must set the limit (`required: true` on `containers[*]` and
+    /// `initContainers[*]`, since Kubernetes refuses requests above the limit).
+    pub fn warnings(&self, at: &str) -> Vec<ConfigError> {
+        let mut warnings = Vec::new();
+        for cap in self.envelope.iter().filter(|c| c.kind == "limits") {
+            let resource = cap.resource.as_str();
+            if !overcommitable(resource)
+                || self.container_ceiling("requests", resource).is_some()
+                || self.limit_required_on_every_container(resource)
+            {
+                continue;
+            }
+            warnings.push(ConfigError::new(
+                at,
+                format!(
+                    "{} ({}) caps resources.limits.{resource} only: a container that sets no limit can still request any amount of {resource} (requests are what the scheduler reserves); also bound `containers[*].resources.requests.{resource}` with the same maximum, or make the limit `required: true` on `containers[*]` and `initContainers[*]`",
+                    cap.source,
+                    cap.schema.describe()
+                ),
+            ));
+        }
+        warnings
+    }
+
+    /// True when a `fields` entry requires `resources.limits.<resource>` on every container
+    /// of every container list.
+    fn limit_required_on_every_container(&self, resource: &str) -> bool {
+        crate::workload::CONTAINER_LISTS.iter().all(|list| {
+            self.fields.iter().any(|f| {
+                f.schema.required
+                    && f.anchor == Anchor::PodTemplate
+                    && matches!(
+                        f.path.0.as_slice(),
+                        [
+                            Segment::Key(spec),
+                            Segment::Key(l),
+                            Segment::AnyIndex,
+                            Segment::Key(res),
+                            Segment::Key(kind),
+                            Segment::Key(r),
+                        ] if spec == "spec" && l == list && res == "resources" && kind == "limits" && r == resource
+                    )
+            })
+        })
+    }
+
     /// What the limits enforce, one line per limit, e.g. `variable "gpus" (integer 0..4):
     /// spec.containers[0].resources.limits["nvidia.com/gpu"] of every pod template`.
     pub fn describe(&self) -> Vec<String> {
@@ -674,6 +726,17 @@ impl QueueLimits {
             && self.allowed_registries.is_empty()
             && self.allowed_namespaces.is_empty()
     }
+}
+
+/// A resource a container may request without a limit: Kubernetes' native resources (no
+/// domain, or a `kubernetes.io/` one) except huge pages. Extended resources (`nvidia.com/gpu`)
+/// and huge pages must have a limit, and their request equals it.
+fn overcommitable(resource: &str) -> bool {
+    let native = match resource.split_once('/') {
+        None => true,
+        Some((domain, _)) => domain == "kubernetes.io" || domain.ends_with(".kubernetes.io"),
+    };
+    native && !resource.starts_with("hugepages-")
 }
 
 /// Why no check could ever read the template position of `leaf`, if so: a key filled in by
@@ -982,6 +1045,42 @@ allowedRegistries: [""]
             assert_eq!(errors.len(), 1, "{template}: {errors:#?}");
             assert!(errors[0].starts_with(expected), "{template}: {errors:#?}");
         }
+    }
+
+    #[test]
+    fn a_cap_on_limits_alone_is_a_warning_until_requests_are_bounded_or_limits_required() {
+        let warnings = |fields: &str| -> Vec<String> {
+            compile_yaml(&format!("fields:\n{fields}"))
+                .unwrap()
+                .warnings("queues.q.limits")
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        let limits_only = "  - {path: \"containers[*].resources.limits.cpu\", type: quantity, maximum: \"4\"}\n  - {path: \"containers[*].resources.limits.memory\", type: quantity, maximum: 12Gi}\n  - {path: \"containers[*].resources.limits[\\\"nvidia.com/gpu\\\"]\", type: integer, maximum: 4}\n";
+        let said = warnings(limits_only);
+        assert_eq!(said.len(), 2, "{said:#?}");
+        assert!(
+            said[0].starts_with(
+                "queues.q.limits: field \"containers[*].resources.limits.cpu\" (quantity at most 4) caps resources.limits.cpu only: a container that sets no limit can still request any amount of cpu"
+            ),
+            "{said:#?}"
+        );
+        assert!(
+            said[1].contains("resources.limits.memory only"),
+            "{said:#?}"
+        );
+        // Requests bounded too: the caps hold.
+        let both = format!(
+            "{limits_only}  - {{path: \"containers[*].resources.requests.cpu\", type: quantity, maximum: \"4\"}}\n  - {{path: \"initContainers[*].resources.requests.memory\", type: quantity, maximum: 12Gi}}\n"
+        );
+        assert_eq!(warnings(&both), Vec::<String>::new());
+        // Limits required on every container: requests cannot exceed them.
+        let required = "  - {path: \"containers[*].resources.limits.cpu\", type: quantity, maximum: \"4\", required: true}\n  - {path: \"initContainers[*].resources.limits.cpu\", type: quantity, maximum: \"4\", required: true}\n";
+        assert_eq!(warnings(required), Vec::<String>::new());
+        // Required on app containers only: an init container can still request any amount.
+        let app_only = "  - {path: \"containers[*].resources.limits.cpu\", type: quantity, maximum: \"4\", required: true}\n";
+        assert_eq!(warnings(app_only).len(), 1);
     }
 
     #[test]

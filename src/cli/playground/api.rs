@@ -123,6 +123,8 @@ fn load_launchgate(text: &str) -> Result<LoadedConfig, InputError> {
             summary: json!({
                 "source": "launchgate config",
                 "queues": policy.queues.keys().collect::<Vec<_>>(),
+                // check-config's warnings.
+                "notes": policy.warnings.iter().map(|w| format!("warning: {w}")).collect::<Vec<_>>(),
             }),
             policy,
         }),
@@ -197,6 +199,7 @@ fn load_wandb(request: &ReviewRequest, text: &str) -> Result<LoadedConfig, Input
         error: "config: invalid config".into(),
         details: e.0.iter().map(ToString::to_string).collect(),
     })?;
+    notes.extend(policy.warnings.iter().map(|w| format!("warning: {w}")));
     Ok(LoadedConfig {
         policy,
         summary: json!({
@@ -519,13 +522,53 @@ fn result(source: String, request: &AdmissionRequest, policy: &Policy) -> Value 
 }
 
 /// Judges the request's manifests under its config.
+#[cfg(test)]
 pub(crate) fn review(request: &ReviewRequest) -> Result<Value, InputError> {
+    Ok(prepare(request)?.judge())
+}
+
+/// A request read and checked, not judged yet: its config and admission requests.
+pub(crate) struct Prepared {
+    config: LoadedConfig,
+    requests: Vec<(String, AdmissionRequest)>,
+}
+
+/// Reads the config and the manifests of `request` (bounded by the body limit and
+/// [`MAX_DOCUMENTS`]); the judging, whose memory follows the objects' shape, is
+/// [`Prepared::judge`].
+pub(crate) fn prepare(request: &ReviewRequest) -> Result<Prepared, InputError> {
     let config = load_config(request)?;
-    let results: Vec<Value> = requests(request)?
-        .into_iter()
-        .map(|(source, req)| result(source, &req, &config.policy))
-        .collect();
-    Ok(json!({"config": config.summary, "results": results}))
+    let requests = requests(request)?;
+    Ok(Prepared { config, requests })
+}
+
+impl Prepared {
+    /// What judging every object costs in memory: each admission request charged as `serve`
+    /// charges its AdmissionReview ([`review_cost`](crate::server::budget::review_cost)).
+    pub(crate) fn cost(&self) -> crate::server::budget::ReviewCost {
+        use crate::server::budget::{ReviewCost, review_cost};
+        let none = ReviewCost {
+            charge: 0,
+            by_shape: 0,
+            containers: 0,
+            values: 0,
+        };
+        self.requests.iter().fold(none, |total, (_, req)| {
+            // An AdmissionRequest always serialises; an empty body would be charged nothing.
+            let body = serde_json::to_vec(req).unwrap_or_default();
+            total.plus(review_cost(&body))
+        })
+    }
+
+    /// The verdict on every object.
+    pub(crate) fn judge(self) -> Value {
+        let Prepared { config, requests } = self;
+        let results: Vec<Value> = requests
+            .into_iter()
+            .map(|(source, req)| result(source, &req, &config.policy))
+            .collect();
+        json!({"config": config.summary, "results": results})
+    }
 }
 
 #[cfg(test)]

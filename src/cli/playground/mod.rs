@@ -4,23 +4,105 @@
 //!
 //! Plain HTTP on a loopback address only (there is no authentication, and nothing is worth
 //! serving to others); the page, its script and its style are in the binary; the judging is
-//! the offline commands' ([`api::review`]), with cluster lookups off. Nothing leaves the machine.
+//! the offline commands' ([`api::prepare`], then `judge`), with cluster lookups off. Nothing leaves the machine.
+//!
+//! Only requests addressed to a loopback host name with the bound port (`localhost`,
+//! `127.0.0.1`, `[::1]`) are answered: a web page of another origin that makes its own host
+//! name resolve to 127.0.0.1 (DNS rebinding) gets a 403. Judging is bounded as `serve` bounds
+//! it ([`crate::server::budget`]): a few requests at a time, each charged against the memory
+//! budget by its objects' shape, and one whose shape alone exceeds the budget is refused (413).
 
 pub(crate) mod api;
 
+use crate::server::budget::{BudgetError, MemoryBudget, Refusal, Slots};
 use anyhow::{Context, Result, bail};
 use axum::Router;
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Largest request body `POST /api/review` reads.
 pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Reviews worked on at once (reading the config and manifests, then judging).
+const SLOTS: usize = 2;
+
+/// How long a review waits for a slot and for its memory charge before a 503.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// What bounds the playground: its port (the host names it answers carry it), its processing
+/// slots and its memory budget (as `serve` sizes it: from the memory limit, else the default).
+pub(crate) struct Limits {
+    port: u16,
+    slots: Slots,
+    budget: MemoryBudget,
+}
+
+impl Limits {
+    /// The limits of a playground bound to `port`, with a memory budget of `budget` bytes.
+    pub(crate) fn new(port: u16, budget: MemoryBudget) -> Self {
+        Limits {
+            port,
+            slots: Slots::new(SLOTS),
+            budget,
+        }
+    }
+}
+
+/// True when `host` (a `Host` header or URI authority) names this playground: a loopback host
+/// name (`localhost`, `127.0.0.1`, `[::1]`) with `port` (the port may be left out only when it
+/// is 80, as browsers do).
+fn is_own_host(host: &str, port: u16) -> bool {
+    let host = host.trim();
+    let (name, written_port) = match host.rsplit_once(':') {
+        // `[::1]:8090`, `localhost:8090`; a bare `[::1]` has its colons inside the brackets.
+        Some((name, p)) if !p.contains(']') => (name, Some(p)),
+        _ => (host, None),
+    };
+    let port_ok = match written_port {
+        Some(p) => p.parse::<u16>().ok() == Some(port),
+        None => port == 80,
+    };
+    let name = name.to_ascii_lowercase();
+    let name = name.strip_suffix('.').unwrap_or(&name);
+    port_ok && matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+}
+
+/// Refuses a request not addressed to this playground by a loopback host name.
+async fn own_host_only(
+    State(limits): State<Arc<Limits>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()));
+    match host {
+        Some(host) if is_own_host(&host, limits.port) => next.run(request).await,
+        other => {
+            let shown = other.map_or("none".to_string(), |h| format!("{h:?}"));
+            error(
+                StatusCode::FORBIDDEN,
+                "request",
+                format!(
+                    "request: Host {shown} is not this playground's; it answers loopback host names only (localhost, 127.0.0.1 or [::1], port {}): open http://127.0.0.1:{}/",
+                    limits.port, limits.port
+                ),
+            )
+        }
+    }
+}
 
 const INDEX_HTML: &str = include_str!("page/index.html");
 const APP_JS: &str = include_str!("page/app.js");
@@ -171,7 +253,7 @@ fn asset(content_type: &'static str, text: &'static str) -> Response {
     response
 }
 
-async fn review_handler(request: Request) -> Response {
+async fn review_handler(State(limits): State<Arc<Limits>>, request: Request) -> Response {
     let json_body = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -198,32 +280,79 @@ async fn review_handler(request: Request) -> Response {
             );
         }
     };
+    // A few reviews at a time: reading a manifest holds memory before its cost is known.
+    let _slot = match limits.slots.take(WAIT).await {
+        Ok(slot) => slot,
+        Err(e) => return busy(e),
+    };
     let parsed: api::ReviewRequest = match serde_json::from_slice(&bytes) {
         Ok(parsed) => parsed,
         Err(e) => return error(StatusCode::BAD_REQUEST, "request", format!("request: {e}")),
     };
-    // Judging is CPU work: off the async workers. A bug answers 500 instead of taking the
-    // server down (the task's panic ends in its JoinError).
-    match tokio::task::spawn_blocking(move || api::review(&parsed)).await {
-        Ok(Ok(answer)) => axum::Json(answer).into_response(),
-        Ok(Err(bad)) => (
-            StatusCode::BAD_REQUEST,
-            axum::Json(json!({"error": bad.error, "input": bad.input, "details": bad.details, "code": 400})),
-        )
-            .into_response(),
-        Err(e) => {
-            tracing::error!("BUG: the playground's review failed: {e}");
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "request",
-                "internal error while judging; please report it with the config and manifest",
-            )
+    drop(bytes);
+    // Reading and judging are CPU work: off the async workers. A bug answers 500 instead of
+    // taking the server down (the task's panic ends in its JoinError).
+    let prepared = match tokio::task::spawn_blocking(move || api::prepare(&parsed)).await {
+        Ok(Ok(prepared)) => prepared,
+        Ok(Err(bad)) => return bad_input(bad),
+        Err(e) => return internal(e),
+    };
+    // Judging holds memory by the objects' shape: charged against the budget as `serve`
+    // charges a review, and refused when its shape alone exceeds the budget.
+    let _charge = match limits.budget.admit(prepared.cost(), WAIT).await {
+        Ok(charge) => charge,
+        Err(Refusal::TooDense(cost)) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "manifest",
+                format!(
+                    "manifest: {}; split it into smaller objects",
+                    cost.too_dense_reason(limits.budget.bytes())
+                ),
+            );
         }
+        Err(Refusal::Budget(e)) => return busy(e),
+    };
+    match tokio::task::spawn_blocking(move || prepared.judge()).await {
+        Ok(answer) => axum::Json(answer).into_response(),
+        Err(e) => internal(e),
     }
 }
 
-/// The playground's routes.
-pub(crate) fn router() -> Router {
+fn bad_input(bad: api::InputError) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(
+            json!({"error": bad.error, "input": bad.input, "details": bad.details, "code": 400}),
+        ),
+    )
+        .into_response()
+}
+
+fn internal(e: tokio::task::JoinError) -> Response {
+    tracing::error!("BUG: the playground's review failed: {e}");
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "request",
+        "internal error while judging; please report it with the config and manifest",
+    )
+}
+
+fn busy(e: BudgetError) -> Response {
+    let why = match e {
+        BudgetError::Deadline => format!(
+            "request: busy with other reviews for {} s; try again",
+            WAIT.as_secs()
+        ),
+        BudgetError::Closed => "request: the playground is stopping".to_string(),
+    };
+    error(StatusCode::SERVICE_UNAVAILABLE, "request", why)
+}
+
+/// The playground's routes, answering only requests addressed to it by a loopback host name,
+/// bounded by `limits`.
+pub(crate) fn router(limits: Limits) -> Router {
+    let limits = Arc::new(limits);
     let examples = examples_json();
     Router::new()
         .route(
@@ -256,7 +385,12 @@ pub(crate) fn router() -> Router {
             }),
         )
         .fallback(|| async { error(StatusCode::NOT_FOUND, "request", "not found") })
+        .layer(axum::middleware::from_fn_with_state(
+            limits.clone(),
+            own_host_only,
+        ))
         .layer(tower_http::catch_panic::CatchPanicLayer::new())
+        .with_state(limits)
 }
 
 /// Refuses an address others could reach.
@@ -304,7 +438,8 @@ pub(crate) fn run(args: &PlaygroundArgs) -> Result<ExitCode> {
             .with_context(|| format!("listening on {}", args.listen))?;
         let addr = listener.local_addr()?;
         outln!("launchgate playground: http://{addr}/ (Ctrl-C to stop)")?;
-        axum::serve(listener, router())
+        let limits = Limits::new(addr.port(), MemoryBudget::from_environment());
+        axum::serve(listener, router(limits))
             .with_graceful_shutdown(shutdown_signal())
             .await
             .context("serving the playground")
@@ -323,6 +458,110 @@ mod tests {
         let err = check_listen("0.0.0.0:8090".parse().unwrap()).unwrap_err();
         assert!(err.to_string().contains("loopback address only"), "{err}");
         assert!(check_listen("192.168.1.4:80".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn only_loopback_host_names_with_the_bound_port_are_this_playground() {
+        for host in [
+            "127.0.0.1:8090",
+            "localhost:8090",
+            "LOCALHOST:8090",
+            "localhost.:8090",
+            "[::1]:8090",
+        ] {
+            assert!(is_own_host(host, 8090), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:8090",
+            "127.0.0.1",
+            "127.0.0.1:8091",
+            "localhost:80",
+            "[::1]",
+            "127.0.0.2:8090",
+            "localhost.evil.example:8090",
+            "",
+        ] {
+            assert!(!is_own_host(host, 8090), "{host}");
+        }
+        // Port 80 may be left out, as browsers do.
+        assert!(is_own_host("localhost", 80) && is_own_host("[::1]", 80));
+    }
+
+    async fn call(router: Router, request: Request) -> (StatusCode, Value) {
+        use tower::ServiceExt as _;
+        let response = router.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    fn review_request(host: &str, body: &Value) -> Request {
+        Request::post("/api/review")
+            .header(header::HOST, host)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_for_another_host_name_is_refused() {
+        let limits = || Limits::new(8090, MemoryBudget::new(64 << 20));
+        let manifest = json!({"manifest": MANIFESTS[1].text});
+        let (status, body) = call(
+            router(limits()),
+            review_request("evil.example:8090", &manifest),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        let said = body["error"].as_str().unwrap();
+        assert!(
+            said.contains(r#"Host "evil.example:8090" is not this playground's"#),
+            "{said}"
+        );
+        let page = Request::get("/")
+            .header(header::HOST, "evil.example")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(call(router(limits()), page).await.0, StatusCode::FORBIDDEN);
+        let (status, body) = call(
+            router(limits()),
+            review_request("127.0.0.1:8090", &manifest),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["results"][0]["verdict"], "allowed", "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_manifest_whose_shape_exceeds_the_memory_budget_is_refused_unjudged() {
+        // 2000 containers: about 24 MiB to judge, as `serve` charges it; the budget is 4 MiB.
+        let containers = vec![json!({"name": "c", "image": "busybox"}); 2000];
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "wide", "namespace": "default", "labels": {"wandb.ai/agent": "x"}},
+            "spec": {"template": {"spec": {"containers": containers}}}});
+        let limits = || Limits::new(8090, MemoryBudget::new(4 << 20));
+        let (status, body) = call(
+            router(limits()),
+            review_request("localhost:8090", &json!({"manifest": job.to_string()})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+        let said = body["error"].as_str().unwrap();
+        assert!(
+            said.starts_with("manifest: the object is too large to review: 2000 containers")
+                && said.contains("more than launchgate's memory budget of 4 MiB"),
+            "{said}"
+        );
+        // A launch Job of the usual size fits the same budget.
+        let (status, body) = call(
+            router(limits()),
+            review_request("localhost:8090", &json!({"manifest": MANIFESTS[1].text})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
     }
 
     #[test]
