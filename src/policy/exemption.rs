@@ -13,16 +13,77 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use wildmatch::WildMatch;
 
-/// Groups that every requester (or every service account) is in: exempting one of them would
-/// exempt everyone.
-const EVERYONE: [&str; 3] = [
-    "system:authenticated",
-    "system:unauthenticated",
-    "system:serviceaccounts",
-];
+/// Groups that every (authenticated, or anonymous) requester is in: exempting one of them
+/// would exempt everyone.
+const EVERY_REQUESTER_GROUPS: [&str; 2] = ["system:authenticated", "system:unauthenticated"];
+
+/// The group every service account is in.
+const EVERY_SERVICE_ACCOUNT_GROUP: &str = "system:serviceaccounts";
 
 /// The username prefix the API server gives a service account.
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+
+/// True when a wildcard pattern has no literal character and so matches every name of some
+/// length on (`*`, `?*`, `**`): every user, group or namespace there is.
+fn matches_anything(pattern: &str) -> bool {
+    pattern.contains('*') && pattern.chars().all(|c| c == '*' || c == '?')
+}
+
+/// Usernames as unlike each other as names get: a user pattern that matches all of them
+/// (`?*`, `*`, `*:*`…) is written for everyone, not for someone.
+const USER_PROBES: [&str; 5] = [
+    "a",
+    "alice",
+    "oidc:bob@example.com",
+    "system:node:gpu-7",
+    "system:serviceaccount:q:z",
+];
+
+/// Service-account usernames of different namespaces and names, short and long: a pattern that
+/// matches all of them (`system:serviceaccount:*`, `system:*`, `*:*:*:*`) is every service
+/// account.
+const SERVICE_ACCOUNT_PROBES: [&str; 3] = [
+    "system:serviceaccount:a:b",
+    "system:serviceaccount:kube-system:job-controller",
+    "system:serviceaccount:team-9x:w",
+];
+
+/// The per-namespace groups every service account is in (`system:serviceaccounts:<ns>`),
+/// for namespaces as unlike each other as names get.
+const SERVICE_ACCOUNT_GROUP_PROBES: [&str; 3] = [
+    "system:serviceaccounts:a",
+    "system:serviceaccounts:kube-system",
+    "system:serviceaccounts:team-9x",
+];
+
+fn matches_all(pattern: &str, probes: &[&str]) -> bool {
+    let p = WildMatch::new(pattern);
+    probes.iter().all(|probe| p.matches(probe))
+}
+
+/// Whom a `users` pattern covers when that is everyone (or every service account).
+fn user_pattern_covers_everyone(pattern: &str) -> Option<&'static str> {
+    if matches_anything(pattern) || matches_all(pattern, &USER_PROBES) {
+        Some("every user")
+    } else if matches_all(pattern, &SERVICE_ACCOUNT_PROBES) {
+        Some("every service account")
+    } else {
+        None
+    }
+}
+
+/// Whom a `groups` pattern covers when that is everyone (or every service account): a group
+/// every requester is in, or the groups every service account is in.
+fn group_pattern_covers_everyone(pattern: &str) -> Option<&'static str> {
+    let p = WildMatch::new(pattern);
+    if matches_anything(pattern) || EVERY_REQUESTER_GROUPS.iter().any(|g| p.matches(g)) {
+        Some("every requester")
+    } else if p.matches(EVERY_SERVICE_ACCOUNT_GROUP) || matches_all(pattern, &SERVICE_ACCOUNT_GROUP_PROBES) {
+        Some("every service account")
+    } else {
+        None
+    }
+}
 
 /// One exemption: requests it covers are allowed untouched (no mutation, no limit).
 ///
@@ -208,22 +269,19 @@ impl Exemption {
                 "a label exemption also needs users, groups or serviceAccounts: whoever creates an object writes its labels, so a label alone would let anyone opt out",
             ));
         }
-        let everyone = |p: &str| p.chars().all(|c| c == '*');
         for (i, user) in self.users.iter().enumerate() {
-            if everyone(user) {
+            if let Some(whom) = user_pattern_covers_everyone(user) {
                 errors.push(ConfigError::new(
                     format!("{at}.users[{i}]"),
-                    format!("{user:?} matches every user"),
+                    format!("{user:?} matches {whom}: it would exempt them all"),
                 ));
             }
         }
         for (i, group) in self.groups.iter().enumerate() {
-            if everyone(group) || EVERYONE.iter().any(|g| WildMatch::new(group).matches(g)) {
+            if let Some(whom) = group_pattern_covers_everyone(group) {
                 errors.push(ConfigError::new(
                     format!("{at}.groups[{i}]"),
-                    format!(
-                        "{group:?} covers every requester (or every service account): it would exempt everyone"
-                    ),
+                    format!("{group:?} covers {whom}: it would exempt them all"),
                 ));
             }
         }
@@ -231,8 +289,13 @@ impl Exemption {
             let path = format!("{at}.serviceAccounts[{i}]");
             match sa.split_once('/') {
                 Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-                    if everyone(ns) && everyone(name) {
-                        errors.push(ConfigError::new(path, "matches every service account"));
+                    if matches_anything(ns) && matches_anything(name) {
+                        errors.push(ConfigError::new(
+                            path,
+                            format!(
+                                "{sa:?} matches every service account: it would exempt them all"
+                            ),
+                        ));
                     }
                 }
                 _ => errors.push(ConfigError::new(
@@ -241,7 +304,7 @@ impl Exemption {
                 )),
             }
         }
-        if !self.has_requester() && self.namespaces.iter().any(|n| everyone(n)) {
+        if !self.has_requester() && self.namespaces.iter().any(|n| matches_anything(n)) {
             errors.push(ConfigError::new(
                 format!("{at}.namespaces"),
                 "matches every namespace: this would exempt every request",
@@ -421,6 +484,60 @@ mod tests {
         let mut twice = Vec::new();
         check_all(&[image_builds(), image_builds()], "m", &mut twice);
         assert!(twice[0].to_string().contains("defined twice"), "{twice:?}");
+    }
+
+    #[test]
+    fn every_pattern_that_covers_everyone_is_a_config_error() {
+        let errors = |users: &[&str], groups: &[&str], service_accounts: &[&str]| {
+            let mut errors = Vec::new();
+            let e = Exemption {
+                name: "x".into(),
+                users: users.iter().map(ToString::to_string).collect(),
+                groups: groups.iter().map(ToString::to_string).collect(),
+                service_accounts: service_accounts.iter().map(ToString::to_string).collect(),
+                ..Exemption::default()
+            };
+            check_all(&[e], "m", &mut errors);
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        for user in ["*", "?*", "*?", "**", "*:*", "system:serviceaccount:*", "system:*"] {
+            let e = errors(&[user], &[], &[]);
+            assert!(
+                matches!(&e[..], [one] if one.starts_with("m[0].users[0]:") && one.contains("every")),
+                "{user}: {e:?}"
+            );
+        }
+        for group in [
+            "system:authenticated",
+            "system:unauthenticated",
+            "system:serviceaccounts",
+            "system:serviceaccounts:*",
+            "system:serviceaccounts*",
+            "system:*",
+            "?*",
+        ] {
+            let e = errors(&[], &[group], &[]);
+            assert!(
+                matches!(&e[..], [one] if one.starts_with("m[0].groups[0]:") && one.contains("every")),
+                "{group}: {e:?}"
+            );
+        }
+        for sa in ["*/*", "?*/*", "*/?*"] {
+            let e = errors(&[], &[], &[sa]);
+            assert!(
+                matches!(&e[..], [one] if one.contains("every service account")),
+                "{sa}: {e:?}"
+            );
+        }
+        // Someone in particular is fine.
+        assert!(
+            errors(
+                &["alice", "system:serviceaccount:ci:*", "oidc:*@acme.com"],
+                &["platform-admins", "system:serviceaccounts:ci", "team-*"],
+                &["wandb/wandb-launch-serviceaccount-*", "ci/*"],
+            )
+            .is_empty()
+        );
     }
 
     #[test]
