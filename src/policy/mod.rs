@@ -85,6 +85,12 @@ pub struct MatchRules {
     pub pod_creators: BTreeMap<String, Vec<String>>,
 }
 
+/// The kaniko executor image the W&B agent builds with, by tag or digest.
+const KANIKO_EXECUTOR_IMAGES: [&str; 2] = [
+    "gcr.io/kaniko-project/executor:*",
+    "gcr.io/kaniko-project/executor@*",
+];
+
 impl Default for MatchRules {
     fn default() -> Self {
         MatchRules {
@@ -95,6 +101,10 @@ impl Default for MatchRules {
             exemptions: vec![Exemption {
                 name: "wandb-image-builds".into(),
                 labels: BTreeMap::from([("wandb".into(), "launch".into())]),
+                images: KANIKO_EXECUTOR_IMAGES
+                    .iter()
+                    .map(|i| i.to_string())
+                    .collect(),
                 service_accounts: vec!["wandb/wandb-launch-serviceaccount-*".into()],
                 ..Exemption::default()
             }],

@@ -977,6 +977,43 @@ mod subresource_tests {
     }
 
     #[test]
+    fn the_agents_training_run_labelled_like_an_image_build_is_judged() {
+        let policy = Policy::embedded_default();
+        let agent = "system:serviceaccount:wandb:wandb-launch-serviceaccount-prod";
+        let job = |container: Value| {
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "run", "namespace": "wandb", "labels": {"wandb": "launch"}},
+                "spec": {"backoffLimit": 0, "template": {
+                    "metadata": {"labels": {"wandb": "launch", "wandb.ai/monitor": "true"}},
+                    "spec": {"restartPolicy": "Never", "containers": [container]}}}})
+        };
+        let ask = |object: Value| {
+            let mut request = AdmissionRequest::synthetic_create(object, Some("wandb")).unwrap();
+            request.user_info = Some(json!({"username": agent}));
+            decide(&policy, Endpoint::Validate, &request, &NoCluster)
+        };
+        let run = ask(job(
+            json!({"name": "train", "image": "ghcr.io/acme/train:1",
+            "resources": {"limits": {"nvidia.com/gpu": 8}}}),
+        ));
+        assert!(!run.response.allowed, "{:?}", run.response);
+        let message = &run.response.status.as_ref().unwrap().message;
+        assert!(message.contains("maximum 4"), "{message}");
+        assert!(
+            message.contains("exemption \"wandb-image-builds\" does not apply"),
+            "{message}"
+        );
+        let build = ask(job(json!({"name": "wandb-container-build",
+            "image": "gcr.io/kaniko-project/executor:v1.8.0",
+            "args": ["--context=s3://b/ctx.tgz", "--destination=registry/img:tag"]})));
+        assert!(build.response.allowed, "{:?}", build.response);
+        assert_eq!(
+            build.summary.exempted_by.as_deref(),
+            Some("wandb-image-builds")
+        );
+    }
+
+    #[test]
     fn a_pytorchjob_scale_up_is_denied_and_a_scale_down_allowed() {
         let policy = Policy::embedded_default();
         let answer = |body: Vec<u8>| {

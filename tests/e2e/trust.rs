@@ -25,6 +25,26 @@ fn labelled_job(name: &str) -> Value {
     job
 }
 
+/// [`labelled_job`] shaped like the agent's image build: its one container the kaniko executor
+/// with the executor's own entrypoint.
+fn image_build(name: &str) -> Value {
+    let mut job = labelled_job(name);
+    let container = &mut job["spec"]["template"]["spec"]["containers"][0];
+    container["image"] = json!("gcr.io/kaniko-project/executor:v1.8.0");
+    container["args"] = json!([
+        "--context=s3://bucket/ctx.tgz",
+        "--destination=registry/img:tag"
+    ]);
+    for key in ["command", "env"] {
+        container.as_object_mut().unwrap().remove(key);
+    }
+    job["spec"]["template"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("initContainers");
+    job
+}
+
 /// Lets the agent's service account create workloads in the test's namespace.
 async fn grant_agent(ctx: &Ctx) -> Result<()> {
     let roles: Api<Role> = ctx.api();
@@ -60,7 +80,7 @@ async fn grant_agent(ctx: &Ctx) -> Result<()> {
 
 /// The image-build label on an over-limit Job: denied when a user sends it (with the reason the
 /// exemption did not apply), admitted untouched only when the agent's service account sends
-/// it, and the agent without the label is judged like anyone.
+/// a kaniko build, and the agent's training run (labelled or not) is judged like anyone's.
 pub async fn a_label_exempts_only_with_its_requester(ctx: &Ctx) -> Result<()> {
     let job = labelled_job("disguised");
     let (status, body, _) = ctx.create_raw(&job, false).await?;
@@ -82,8 +102,15 @@ pub async fn a_label_exempts_only_with_its_requester(ctx: &Ctx) -> Result<()> {
     );
 
     grant_agent(ctx).await?;
+    let (status, body, _) = ctx
+        .create_raw_as(&labelled_job("agent-run"), true, Some(AGENT))
+        .await?;
+    ensure!(
+        status == 403,
+        "the agent's training run labelled like an image build: status {status}: {body}"
+    );
     let (status, body, warnings) = ctx
-        .create_raw_as(&labelled_job("image-build"), false, Some(AGENT))
+        .create_raw_as(&image_build("image-build"), false, Some(AGENT))
         .await?;
     ensure!(
         status == 201,
