@@ -287,22 +287,37 @@ fn exemption_applies(e: &Exemption) -> String {
     if !e.namespaces.is_empty() {
         parts.push(cel::any_wildcard(&e.namespaces, "request.namespace"));
     }
-    if !e.labels.is_empty() {
-        let each: Vec<String> = e
-            .labels
-            .iter()
-            .map(|(k, v)| {
-                format!(
-                    "{} && c.metadata.labels[{}] == {}",
-                    has_label("c", k),
-                    lit(k),
-                    lit(v)
-                )
-            })
-            .collect();
-        parts.push(format!("{}.exists(c, {})", carriers(), cel::all(&each)));
+    // On the object itself, not on a pod template.
+    for (k, v) in &e.labels {
+        parts.push(format!(
+            "({} && object.metadata.labels[{}] == {})",
+            has_label("object", k),
+            lit(k),
+            lit(v)
+        ));
+    }
+    if !e.images.is_empty() {
+        // Every container (of every pod spec, and there is one) runs one of the images with
+        // the image's own entrypoint.
+        let containers = spec_containers("s");
+        let fits = format!(
+            "{}.all(s, {containers}.all(c, {} && !has(c.command)))",
+            pod_specs(),
+            cel::any_wildcard(&e.images, "(has(c.image) ? c.image : '')")
+        );
+        let some = format!("{}.exists(s, size({containers}) > 0)", pod_specs());
+        parts.push(format!("({fits} && {some})"));
     }
     cel::all(&parts)
+}
+
+/// The pod specs of the object: a Pod's own, a workload's templates'.
+fn pod_specs() -> String {
+    format!(
+        "({} ? (has(object.spec) ? [object.spec] : []) : {}.filter(t, has(t.spec)).map(t, t.spec))",
+        is_kind(WorkloadKind::Pod),
+        templates()
+    )
 }
 
 /// True when one of `exemptions` applies.
