@@ -137,6 +137,45 @@ pub(crate) fn owner_mark(kind: WorkloadKind) -> (&'static [&'static str], &'stat
     }
 }
 
+/// The controller owner reference of `object` (a `kind`) when it names a launch kind whose
+/// controller makes objects of `kind`.
+fn claimed_owner(kind: WorkloadKind, object: &Value) -> Option<(WorkloadKind, &Value)> {
+    let owners = owner_kinds_of(kind);
+    object
+        .at("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .find_map(|r| Some((WorkloadKind::of_object(r)?, r)))
+        .filter(|(k, _)| owners.contains(k))
+}
+
+/// For a child workload (a JobSet's Job, a TrainJob's JobSet) whose owner claim is not
+/// verified: the short warning that it is mutated as a standalone workload, naming the
+/// `match.podCreators` entry its controller's user belongs in. `None` for a pod or an object
+/// that claims no launch owner.
+pub fn standalone_child_warning(
+    kind: WorkloadKind,
+    object: &Value,
+    who: &Requester<'_>,
+) -> Option<String> {
+    if kind == WorkloadKind::Pod {
+        return None;
+    }
+    let (owner_kind, owner) = claimed_owner(kind, object)?;
+    let name = owner
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Some(format!(
+        "launchgate: {} is not in match.podCreators.{owner}, so this {kind} of {owner} {name:?} is wired and judged as a standalone {kind}, a world of its own",
+        who.describe(),
+        owner = owner_kind.as_str(),
+        kind = kind.as_str(),
+    ))
+}
+
 /// Judges the controller owner reference of `object` (a `kind`) for a request from `who`,
 /// with the configured pod creators.
 pub fn owner_claim(
@@ -154,15 +193,7 @@ pub fn owner_claim(
     } else {
         kind.as_str().to_string()
     };
-    let Some((owner_kind, owner)) = object
-        .at("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-        .find_map(|r| Some((WorkloadKind::of_object(r)?, r)))
-        .filter(|(k, _)| owners.contains(k))
-    else {
+    let Some((owner_kind, owner)) = claimed_owner(kind, object) else {
         return OwnerClaim::None;
     };
     fn text(v: Option<&Value>) -> &str {
@@ -176,10 +207,11 @@ pub fn owner_claim(
         .unwrap_or_default();
     if !any_match(allowed, who.username) {
         return OwnerClaim::Unverified(format!(
-            "launchgate: the {what} names {claimed} as its controller but is sent by {}, not by that kind's controller ({}); it is judged on every rule of its queue",
+            "launchgate: the {what} names {claimed} as its controller but is sent by {}, not by that kind's controller (match.podCreators.{}: {}); it is judged on every rule of its queue",
             who.describe(),
+            owner_kind.as_str(),
             if allowed.is_empty() {
-                "none configured in match.podCreators".to_string()
+                "none configured".to_string()
             } else {
                 allowed.join(", ")
             }

@@ -10,7 +10,10 @@ use crate::admission::{
 use crate::cluster::ClusterView;
 use crate::json::Pointer as _;
 use crate::mutate::{self, Findings, MutationContext};
-use crate::policy::{Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch, owner_claim};
+use crate::policy::{
+    Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch, owner_claim,
+    standalone_child_warning,
+};
 use crate::validate::{self, Enforcement, Scope};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
@@ -436,8 +439,11 @@ fn decide_object(
         OwnerClaim::Verified(_) => Scope::PerPod,
         OwnerClaim::None => Scope::Workload,
         OwnerClaim::Unverified(why) => {
-            if endpoint == Endpoint::Validate {
-                notes.push(why);
+            match endpoint {
+                Endpoint::Validate => notes.push(why),
+                // A child workload taken for a standalone one is mutated as one (its own
+                // wiring): the mutating webhook says so, and where its controller belongs.
+                Endpoint::Mutate => notes.extend(standalone_child_warning(kind, &object, &who)),
             }
             Scope::Workload
         }
@@ -1010,6 +1016,56 @@ mod subresource_tests {
         assert_eq!(
             build.summary.exempted_by.as_deref(),
             Some("wandb-image-builds")
+        );
+    }
+
+    #[test]
+    fn a_job_with_its_jobsets_marks_from_an_unconfigured_controller_is_rewired_with_a_warning() {
+        let policy =
+            Policy::from_yaml("defaultQueue: q\nqueues:\n  q:\n    pytorch: {indexedJobs: true}\n")
+                .unwrap();
+        // The Job JobSet's controller makes, sent under another account than the configured
+        // one (a JobSet install in its own namespace).
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "ddp-workers-0", "namespace": "wandb",
+                "labels": {"jobset.sigs.k8s.io/jobset-uid": "js-1",
+                    "jobset.sigs.k8s.io/jobset-name": "ddp", "wandb.ai/monitor": "true"},
+                "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                    "name": "ddp", "uid": "js-1", "controller": true}]},
+            "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
+                "template": {"spec": {"restartPolicy": "Never", "subdomain": "ddp",
+                    "containers": [{"name": "t", "image": "acme/train:1"}]}}}});
+        let mut request = AdmissionRequest::synthetic_create(job, Some("wandb")).unwrap();
+        request.user_info = Some(
+            json!({"username": "system:serviceaccount:ml-platform:jobset-controller-manager"}),
+        );
+        let mutated = decide(&policy, Endpoint::Mutate, &request, &NoCluster);
+        // Wired as a world of its own, and told so, with where to name the controller.
+        assert!(
+            serde_json::to_string(&mutated.patch)
+                .unwrap()
+                .contains("MASTER_ADDR")
+        );
+        let warnings = &mutated.response.warnings;
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("match.podCreators.JobSet")
+                    && w.contains(r#"of JobSet "ddp""#)
+                    && w.contains("standalone")
+                    && w.contains("ml-platform/jobset-controller-manager")
+                    && !w.ends_with('…')),
+            "{warnings:?}"
+        );
+        let validated = decide(&policy, Endpoint::Validate, &request, &NoCluster);
+        assert!(
+            validated
+                .response
+                .warnings
+                .iter()
+                .any(|w| w.contains("match.podCreators.JobSet")),
+            "{:?}",
+            validated.response.warnings
         );
     }
 
