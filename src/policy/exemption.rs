@@ -418,6 +418,121 @@ pub(crate) fn check_request<'e>(
     out
 }
 
+/// The annotation launchgate's mutating webhook writes on a workload an exemption covers (on
+/// the object and on each of its pod templates, so the pods and child workloads its controller
+/// makes carry it): the exemption's name. It is trusted only on an object its owner's
+/// controller verifiably sent (`match.podCreators` and the owner's mark), and only while that
+/// exemption is configured and covers the namespace; launchgate removes it from (and denies)
+/// any other object that carries it without having been given it.
+pub const EXEMPTED_BY_ANNOTATION: &str = "launchgate.io/exempted-by";
+
+/// Where the exemption mark of `object` (a `kind`) is: `metadata` of the object and of each pod
+/// template (by the template's dotted path), with the value found there (if any).
+fn mark_places(kind: WorkloadKind, object: &Value) -> Vec<(String, Option<&str>)> {
+    let Some(obj) = object.as_object() else {
+        return Vec::new();
+    };
+    let mut out = vec![(
+        "metadata".to_string(),
+        workload::annotation(obj, EXEMPTED_BY_ANNOTATION),
+    )];
+    for (info, template) in workload::templates(kind, object) {
+        if info.path.is_empty() {
+            continue; // a Pod: its template is itself
+        }
+        out.push((
+            format!("{}.metadata", info.path),
+            workload::annotation(template, EXEMPTED_BY_ANNOTATION),
+        ));
+    }
+    out
+}
+
+/// The places of `object` that carry the exemption mark but did not carry the same value in
+/// `old` (the object before an UPDATE; `None` on CREATE): marks launchgate did not write.
+pub(crate) fn unearned_marks(
+    kind: WorkloadKind,
+    object: &Value,
+    old: Option<&Value>,
+) -> Vec<String> {
+    let before = old.map(|o| mark_places(kind, o)).unwrap_or_default();
+    mark_places(kind, object)
+        .into_iter()
+        .filter_map(|(place, value)| {
+            let value = value?;
+            let kept = before.iter().any(|(p, v)| *p == place && *v == Some(value));
+            (!kept).then(|| format!("{place}.annotations"))
+        })
+        .collect()
+}
+
+/// Writes the exemption mark `name` on `object` and on each of its pod templates; true when
+/// something changed.
+pub(crate) fn write_marks(kind: WorkloadKind, object: &mut Value, name: &str) -> bool {
+    let mut changed = false;
+    let mut mark = |map: &mut serde_json::Map<String, Value>| {
+        let annotations = workload::metadata_map_mut(map, "annotations");
+        if annotations
+            .get(EXEMPTED_BY_ANNOTATION)
+            .and_then(Value::as_str)
+            != Some(name)
+        {
+            annotations.insert(EXEMPTED_BY_ANNOTATION.into(), Value::from(name));
+            changed = true;
+        }
+    };
+    if kind != WorkloadKind::Pod {
+        workload::for_each_template_mut(kind, object, |_, template| mark(template));
+    }
+    if let Some(obj) = object.as_object_mut() {
+        mark(obj);
+    }
+    changed
+}
+
+/// Removes the exemption mark from `object` and its pod templates; true when there was one.
+pub(crate) fn strip_marks(kind: WorkloadKind, object: &mut Value) -> bool {
+    let mut changed = false;
+    let mut strip = |map: &mut serde_json::Map<String, Value>| {
+        if let Some(annotations) = map
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut("annotations"))
+            .and_then(Value::as_object_mut)
+        {
+            changed |= annotations.remove(EXEMPTED_BY_ANNOTATION).is_some();
+        }
+    };
+    if kind != WorkloadKind::Pod {
+        workload::for_each_template_mut(kind, object, |_, template| strip(template));
+    }
+    if let Some(obj) = object.as_object_mut() {
+        strip(obj);
+    }
+    changed
+}
+
+/// The exemption a pod or child workload inherits from its owner: the one named by the mark it
+/// carries (its own, or its pod templates'), looked up in `lists` (the global exemptions, then
+/// its queue's), when that exemption still covers `namespace`. Only for an object whose owner
+/// claim is verified: the caller checks that.
+pub(crate) fn inherited<'e>(
+    lists: &[&'e [Exemption]],
+    kind: WorkloadKind,
+    object: &Value,
+    namespace: &str,
+) -> Option<&'e Exemption> {
+    let places = mark_places(kind, object);
+    let mut names = places.iter().filter_map(|(_, v)| *v);
+    let name = names.next()?;
+    // Marks that disagree were not all written by launchgate for one exemption.
+    if !names.all(|n| n == name) {
+        return None;
+    }
+    lists.iter().flat_map(|l| l.iter()).find(|e| {
+        e.name == name && (e.namespaces.is_empty() || any_match(&e.namespaces, namespace))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

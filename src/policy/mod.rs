@@ -3,12 +3,12 @@
 //! A config file is parsed once (unknown keys and bad values are rejected with the path of the
 //! offending key), checked, compiled into a [`Policy`] and then shared read-only.
 
-mod exemption;
+pub(crate) mod exemption;
 mod json_schema;
 mod owner;
 mod resolve;
 
-pub use exemption::{Exemption, Requester};
+pub use exemption::{EXEMPTED_BY_ANNOTATION, Exemption, Requester};
 pub(crate) use owner::{OWN_NAME, owner_kinds_of, owner_mark};
 pub use owner::{OwnerClaim, owner_claim, standalone_child_warning};
 
@@ -236,6 +236,19 @@ impl Policy {
         );
         owner::check_pod_creators(
             &config.match_rules.pod_creators,
+            "match.podCreators",
+            &mut errors,
+        );
+        let some_exemption = config
+            .match_rules
+            .exemptions
+            .iter()
+            .chain(config.queues.values().flat_map(|q| &q.exemptions))
+            .map(|e| e.name.as_str())
+            .next();
+        owner::check_inheritance(
+            &config.match_rules.pod_creators,
+            some_exemption,
             "match.podCreators",
             &mut errors,
         );

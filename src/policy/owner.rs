@@ -104,6 +104,41 @@ pub fn check_pod_creators(
     }
 }
 
+/// The owner kinds whose pods (or child workloads) inherit an exemption of the owner: their
+/// controller copies the pod templates' annotations, where launchgate writes the mark.
+pub(crate) const INHERITING_OWNER_KINDS: [WorkloadKind; 4] = [
+    WorkloadKind::BatchJob,
+    WorkloadKind::VolcanoJob,
+    WorkloadKind::PyTorchJob,
+    WorkloadKind::JobSet,
+];
+
+/// An exemption covers the workload, and so the pods its controller makes: with no controller
+/// of a kind named in `match.podCreators`, those pods could never be verified, never inherit
+/// the exemption, and would be judged (and, denied, retried forever). `exemption` names one
+/// configured exemption, if any.
+pub fn check_inheritance(
+    creators: &BTreeMap<String, Vec<String>>,
+    exemption: Option<&str>,
+    at: &str,
+    errors: &mut Vec<ConfigError>,
+) {
+    let Some(exemption) = exemption else {
+        return;
+    };
+    for kind in INHERITING_OWNER_KINDS {
+        if creators.get(kind.as_str()).is_none_or(Vec::is_empty) {
+            errors.push(ConfigError::new(
+                format!("{at}.{}", kind.as_str()),
+                format!(
+                    "exemption {exemption:?} covers a {kind}'s pods only through its controller, and none is named here: an exempt {kind} would have every pod (child workload) it creates judged and denied, retried forever; name the {kind} controller's user",
+                    kind = kind.as_str()
+                ),
+            ));
+        }
+    }
+}
+
 /// What a pod's controller owner reference is worth.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnerClaim {

@@ -11,8 +11,8 @@ use crate::cluster::ClusterView;
 use crate::json::Pointer as _;
 use crate::mutate::{self, Findings, MutationContext};
 use crate::policy::{
-    Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch, owner_claim,
-    standalone_child_warning,
+    EXEMPTED_BY_ANNOTATION, Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch,
+    exemption, owner_claim, standalone_child_warning,
 };
 use crate::validate::{self, Enforcement, Scope};
 use crate::workload::WorkloadKind;
@@ -409,7 +409,8 @@ fn decide_object(
     let who = Requester::of(request);
     let global = policy.exemptions_for(&policy.config.match_rules.exemptions, kind, &object, &who);
     if let Some(exemption) = global.exempt_by {
-        return exempted(skip(summary, "exempt"), exemption);
+        let d = skip(summary, "exempt");
+        return exempted(endpoint, request, kind, object, d, exemption);
     }
     let Some(resolution) = policy.resolve_queue(kind, &object, request.namespace.as_deref()) else {
         let mut d = skip(summary, "no-queue");
@@ -422,7 +423,28 @@ fn decide_object(
     let own = policy.exemptions_for(&queue.config.exemptions, kind, &object, &who);
     if let Some(exemption) = own.exempt_by {
         summary.queue = Some(queue.name.clone());
-        return exempted(skip(summary, "exempt"), exemption);
+        let d = skip(summary, "exempt");
+        return exempted(endpoint, request, kind, object, d, exemption);
+    }
+    // Made by its launch workload's controller (verified), or not.
+    let creators = &policy.config.match_rules.pod_creators;
+    let claim = owner_claim(kind, &object, &who, creators);
+    // A pod (child workload) its owner's controller verifiably made for an exempt workload
+    // inherits the exemption launchgate marked that workload with.
+    if matches!(claim, OwnerClaim::Verified(_))
+        && let Some(exemption) = exemption::inherited(
+            &[
+                &policy.config.match_rules.exemptions,
+                &queue.config.exemptions,
+            ],
+            kind,
+            &object,
+            who.namespace,
+        )
+    {
+        summary.queue = Some(queue.name.clone());
+        let d = skip(summary, "exempt");
+        return exempted(endpoint, request, kind, object, d, exemption);
     }
     summary.queue = Some(queue.name.clone());
     describe_request(&mut summary, request, &object);
@@ -433,9 +455,7 @@ fn decide_object(
         .into_iter()
         .chain(own.not_applied)
         .collect();
-    // Made by its launch workload's controller (verified), or not.
-    let creators = &policy.config.match_rules.pod_creators;
-    let scope = match owner_claim(kind, &object, &who, creators) {
+    let scope = match claim {
         OwnerClaim::Verified(_) => Scope::PerPod,
         OwnerClaim::None => Scope::Workload,
         OwnerClaim::Unverified(why) => {
@@ -528,8 +548,34 @@ fn scale_decision(
 }
 
 /// A request an exemption covers: allowed untouched, the exemption named in the API server's
-/// audit log.
-fn exempted(mut decision: Decision, exemption: &Exemption) -> Decision {
+/// audit log. On CREATE the mutating webhook marks the workload (and its pod templates) with the
+/// exemption's name: what its pods and child workloads inherit it by.
+fn exempted(
+    endpoint: Endpoint,
+    request: &AdmissionRequest,
+    kind: WorkloadKind,
+    object: Value,
+    mut decision: Decision,
+    exemption: &Exemption,
+) -> Decision {
+    if endpoint == Endpoint::Mutate && matches!(request.operation, Operation::Create) {
+        let mut marked = object.clone();
+        if exemption::write_marks(kind, &mut marked, &exemption.name) {
+            let patch = diff::diff_tree(&object, &marked);
+            decision.summary.skipped = Some("exempt");
+            let summary = std::mem::take(&mut decision.summary);
+            let warnings = std::mem::take(&mut decision.response.warnings);
+            decision = finish(
+                &request.uid,
+                Findings {
+                    warnings,
+                    denials: Vec::new(),
+                },
+                patch,
+                summary,
+            );
+        }
+    }
     decision
         .response
         .audit_annotations
@@ -644,6 +690,14 @@ fn mutate_decision(
     // builds (every test), free in release.
     let managed_fields = cfg!(debug_assertions).then(|| diff::managed_fields(object).cloned());
     mutate::apply_all(ctx, object, &mut findings);
+    // Only launchgate marks a workload exempt, and only when an exemption covers it (this one
+    // is not exempt): a mark it carries was not launchgate's, or names an exemption that no
+    // longer covers it.
+    if exemption::strip_marks(ctx.kind, object) {
+        findings.warn(format!(
+            "launchgate: removed the {EXEMPTED_BY_ANNOTATION} annotation: launchgate writes it, on a workload an exemption covers, and no exemption covers this one"
+        ));
+    }
     if let Some(before) = managed_fields {
         assert_eq!(
             diff::managed_fields(object),
@@ -687,6 +741,17 @@ fn validate_decision(
             object,
             ctx.object_name(object),
         ));
+    }
+    // A mark of exemption that launchgate did not write (a controller's pod or child workload
+    // carries its owner's, which was judged when the owner was).
+    if scope == Scope::Workload {
+        let forged = exemption::unearned_marks(ctx.kind, object, ctx.request.old_object.as_ref());
+        if !forged.is_empty() {
+            findings.denials.push(format!(
+                "launchgate: {} carries {EXEMPTED_BY_ANNOTATION}, which only launchgate writes (on a workload an exemption covers): remove it",
+                forged.join(", ")
+            ));
+        }
     }
     // Workload-level guardrails: a controller's pod or a child workload has its root's verdict.
     if scope == Scope::Workload {
@@ -1067,6 +1132,144 @@ mod subresource_tests {
             "{:?}",
             validated.response.warnings
         );
+    }
+
+    /// The docs' exemption example: the platform team's group is exempt in its namespaces.
+    fn platform_policy() -> Policy {
+        let mut config: Value = serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
+        config["queues"]["gpu-queue"]["exemptions"] = json!([{"name": "platform-smoke-tests",
+            "groups": ["platform-admins"], "namespaces": ["platform-*"]}]);
+        Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap()
+    }
+
+    /// An 8-GPU launch Job (the queue allows 4 per pod) in `namespace`.
+    fn eight_gpu_job(namespace: &str) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "smoke", "namespace": namespace, "uid": "job-uid-1",
+                "labels": {"wandb.ai/monitor": "true"}},
+            "spec": {"backoffLimit": 0, "template": {
+                "metadata": {"labels": {"wandb.ai/monitor": "true"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "t",
+                    "image": "acme/train:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}})
+    }
+
+    /// The pod the Job controller makes for `job`: its template, its owner, its mark.
+    fn controller_pod(job: &Value) -> Value {
+        let mut pod = job["spec"]["template"].clone();
+        let uid = job["metadata"]["uid"].clone();
+        pod["apiVersion"] = json!("v1");
+        pod["kind"] = json!("Pod");
+        pod["metadata"]["generateName"] = json!("smoke-");
+        pod["metadata"]["namespace"] = job["metadata"]["namespace"].clone();
+        pod["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = uid.clone();
+        pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] = json!("smoke");
+        pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job",
+            "name": "smoke", "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+        pod
+    }
+
+    fn ask(
+        policy: &Policy,
+        endpoint: Endpoint,
+        object: &Value,
+        user: &str,
+        groups: &[&str],
+    ) -> Decision {
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut request =
+            AdmissionRequest::synthetic_create(object.clone(), Some(&namespace)).unwrap();
+        request.user_info = Some(json!({"username": user, "groups": groups}));
+        decide(policy, endpoint, &request, &NoCluster)
+    }
+
+    /// What the API server stores: `object` with the mutating webhook's patch applied.
+    fn admitted(policy: &Policy, object: &Value, user: &str, groups: &[&str]) -> Value {
+        let d = ask(policy, Endpoint::Mutate, object, user, groups);
+        assert!(d.response.allowed, "{:?}", d.response);
+        let mut stored = object.clone();
+        json_patch::patch(&mut stored, &d.patch).unwrap();
+        let v = ask(policy, Endpoint::Validate, &stored, user, groups);
+        assert!(v.response.allowed, "{:?}", v.response);
+        stored
+    }
+
+    const JOB_CONTROLLER: &str = "system:serviceaccount:kube-system:job-controller";
+
+    #[test]
+    fn the_pods_of_an_exempt_job_are_exempt_and_a_tenant_cannot_claim_it() {
+        let policy = platform_policy();
+        let admins = ["system:authenticated", "platform-admins"];
+        // The exempt group's 8-GPU Job, and the pods the Job controller makes for it.
+        let job = admitted(&policy, &eight_gpu_job("platform-tools"), "ops", &admins);
+        let pod = controller_pod(&job);
+        let decision = ask(&policy, Endpoint::Validate, &pod, JOB_CONTROLLER, &[]);
+        assert!(decision.response.allowed, "{:?}", decision.response);
+        assert_eq!(
+            decision.summary.exempted_by.as_deref(),
+            Some("platform-smoke-tests")
+        );
+        let mutated = ask(&policy, Endpoint::Mutate, &pod, JOB_CONTROLLER, &[]);
+        assert!(mutated.patch.0.is_empty(), "{:?}", mutated.patch);
+        // A second pass over the exempt Job (reinvocation) changes nothing more.
+        let again = ask(&policy, Endpoint::Mutate, &job, "ops", &admins);
+        assert!(again.patch.0.is_empty(), "{:?}", again.patch);
+
+        // Someone else's same Job in that namespace is judged.
+        let theirs = ask(
+            &policy,
+            Endpoint::Validate,
+            &eight_gpu_job("platform-tools"),
+            "alice",
+            &["system:authenticated"],
+        );
+        assert!(!theirs.response.allowed);
+        // A tenant who copies the mark into their Job: removed, and denied if it stays.
+        let mut forged = eight_gpu_job("platform-tools");
+        forged["spec"]["template"]["metadata"]["annotations"] =
+            json!({EXEMPTED_BY_ANNOTATION: "platform-smoke-tests"});
+        forged["metadata"]["annotations"] = json!({EXEMPTED_BY_ANNOTATION: "platform-smoke-tests"});
+        let m = ask(&policy, Endpoint::Mutate, &forged, "alice", &[]);
+        let mut stored = forged.clone();
+        json_patch::patch(&mut stored, &m.patch).unwrap();
+        assert!(
+            !serde_json::to_string(&stored)
+                .unwrap()
+                .contains(EXEMPTED_BY_ANNOTATION)
+        );
+        assert!(
+            m.response.warnings.iter().any(|w| w.contains("removed")),
+            "{:?}",
+            m.response.warnings
+        );
+        let v = ask(&policy, Endpoint::Validate, &forged, "alice", &[]);
+        let message = &v.response.status.as_ref().unwrap().message;
+        assert!(
+            message
+                .contains("spec.template.metadata.annotations carries launchgate.io/exempted-by"),
+            "{message}"
+        );
+        // A bare pod with the mark (and a copied owner claim) is not the controller's.
+        let bare = ask(&policy, Endpoint::Validate, &pod, "alice", &[]);
+        assert!(!bare.response.allowed, "{:?}", bare.response);
+        // The controller's pod in a namespace the exemption does not cover is judged.
+        let mut elsewhere = pod.clone();
+        elsewhere["metadata"]["namespace"] = json!("team-a");
+        let d = ask(&policy, Endpoint::Validate, &elsewhere, JOB_CONTROLLER, &[]);
+        assert!(!d.response.allowed, "{:?}", d.response);
+    }
+
+    #[test]
+    fn an_exemption_whose_pods_could_never_inherit_it_is_a_config_error() {
+        let err = Policy::from_yaml(
+            "defaultQueue: q\nmatch:\n  exemptions: []\n  podCreators: {VolcanoJob: [v], PyTorchJob: [p], JobSet: [j]}\nqueues:\n  q:\n    exemptions: [{name: ops, groups: [ops], namespaces: [ops]}]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("match.podCreators.Job:"), "{err}");
+        assert!(err.contains(r#"exemption "ops""#), "{err}");
     }
 
     #[test]
