@@ -4,7 +4,9 @@
 //! variables.
 
 use crate::cel::{self, lit};
-use crate::policy::{Exemption, OWN_NAME, Policy, Queue, owner_kinds_of, owner_mark};
+use crate::policy::{
+    EXEMPTED_BY_ANNOTATION, Exemption, OWN_NAME, Policy, Queue, owner_kinds_of, owner_mark,
+};
 use crate::workload::WorkloadKind;
 
 /// The kinds native policies cover (a TrainJob's pods come from its runtime: webhook only).
@@ -414,5 +416,47 @@ pub fn match_conditions(policy: &Policy, queue: &Queue) -> Vec<(String, String)>
             format!("!{}", exempt(&queue.config.exemptions)),
         ));
     }
+    let all: Vec<&Exemption> = global.iter().chain(&queue.config.exemptions).collect();
+    if !all.is_empty() {
+        out.push((
+            "not-exempt-by-owner".into(),
+            format!("!({} && {})", is_verified_child(policy), inherits(&all)),
+        ));
+    }
     out
+}
+
+/// True when the object carries launchgate's exemption mark (on itself or its pod templates),
+/// every mark it carries names the same one of `exemptions`, and that exemption covers the
+/// request's namespace: what a verified child inherits (`policy::exemption::inherited`).
+fn inherits(exemptions: &[&Exemption]) -> String {
+    let key = lit(EXEMPTED_BY_ANNOTATION);
+    let marked = |c: &str| {
+        format!(
+            "(has({c}.metadata) && has({c}.metadata.annotations) && {key} in {c}.metadata.annotations)"
+        )
+    };
+    let each: Vec<String> = exemptions
+        .iter()
+        .map(|e| {
+            let name = lit(&e.name);
+            let mut parts = vec![
+                format!(
+                    "{}.exists(c, {} && c.metadata.annotations[{key}] == {name})",
+                    carriers(),
+                    marked("c")
+                ),
+                format!(
+                    "{}.all(c, !{} || c.metadata.annotations[{key}] == {name})",
+                    carriers(),
+                    marked("c")
+                ),
+            ];
+            if !e.namespaces.is_empty() {
+                parts.push(cel::any_wildcard(&e.namespaces, "request.namespace"));
+            }
+            cel::all(&parts)
+        })
+        .collect();
+    cel::any(&each)
 }
