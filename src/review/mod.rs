@@ -1262,6 +1262,53 @@ mod subresource_tests {
     }
 
     #[test]
+    fn an_exempt_jobsets_jobs_and_their_pods_inherit_its_exemption() {
+        let policy = platform_policy();
+        let admins = ["platform-admins"];
+        let jobset = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "ddp", "namespace": "platform-tools", "uid": "js-1",
+                "labels": {"wandb.ai/monitor": "true"}},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
+                "parallelism": 2, "completions": 2, "completionMode": "Indexed",
+                "template": {"metadata": {"labels": {"wandb.ai/monitor": "true"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "t",
+                        "image": "acme/train:1",
+                        "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]}});
+        let jobset = admitted(&policy, &jobset, "ops", &admins);
+        // The Job JobSet's controller makes from the replicated job.
+        let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "ddp-workers-0", "namespace": "platform-tools", "uid": "job-uid-1",
+                "labels": {"jobset.sigs.k8s.io/jobset-uid": "js-1"},
+                "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                    "name": "ddp", "uid": "js-1", "controller": true}]}});
+        job["spec"] = jobset["spec"]["replicatedJobs"][0]["template"]["spec"].clone();
+        let jobset_controller = "system:serviceaccount:jobset-system:jobset-controller-manager";
+        let d = ask(&policy, Endpoint::Validate, &job, jobset_controller, &[]);
+        assert_eq!(
+            d.summary.exempted_by.as_deref(),
+            Some("platform-smoke-tests"),
+            "{:?}",
+            d.response
+        );
+        let job = admitted(&policy, &job, jobset_controller, &[]);
+        let d = ask(
+            &policy,
+            Endpoint::Validate,
+            &controller_pod(&job),
+            JOB_CONTROLLER,
+            &[],
+        );
+        assert!(d.response.allowed, "{:?}", d.response);
+        assert_eq!(
+            d.summary.exempted_by.as_deref(),
+            Some("platform-smoke-tests")
+        );
+        // The same Job from anyone else is a workload of its own, judged.
+        let d = ask(&policy, Endpoint::Validate, &job, "alice", &[]);
+        assert!(!d.response.allowed, "{:?}", d.response);
+    }
+
+    #[test]
     fn an_exemption_whose_pods_could_never_inherit_it_is_a_config_error() {
         let err = Policy::from_yaml(
             "defaultQueue: q\nmatch:\n  exemptions: []\n  podCreators: {VolcanoJob: [v], PyTorchJob: [p], JobSet: [j]}\nqueues:\n  q:\n    exemptions: [{name: ops, groups: [ops], namespaces: [ops]}]\n",
