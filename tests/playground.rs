@@ -236,10 +236,22 @@ async fn the_api_imports_a_wandb_queue_and_reports_warnings_and_exemptions() {
     );
     assert!(rules(r).contains(&"warning".to_string()), "{r}");
 
-    // Exemptions go by who asks: the agent's kaniko build is left alone, anyone else's is not.
-    let build =
+    // Exemptions go by who asks and what it is: the agent's kaniko build is left alone; the
+    // agent's training run labelled like one, and anyone else's build, are not.
+    let disguised =
         include_str!("../examples/policy-tests/builtin/resources/labelled-image-build.yaml");
-    let by = |username: &str| json!({"manifest": build, "userInfo": {"username": username, "groups": ["system:authenticated"]}});
+    let build = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: build\n  namespace: wandb\n  labels: {wandb: launch, wandb.ai/monitor: \"true\"}\nspec:\n  template:\n    metadata:\n      labels: {wandb: launch}\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: wandb-container-build\n          image: gcr.io/kaniko-project/executor:v1.8.0\n          args: [--context=s3://b/ctx.tgz, --destination=registry/img:tag]\n          resources: {limits: {nvidia.com/gpu: \"8\"}}\n";
+    let as_user = |manifest: &str, username: &str| json!({"manifest": manifest, "userInfo": {"username": username, "groups": ["system:authenticated"]}});
+    let by = |username: &str| as_user(build, username);
+    let (_, run) = post(
+        &p.base,
+        &as_user(
+            disguised,
+            "system:serviceaccount:wandb:wandb-launch-serviceaccount-agent",
+        ),
+    )
+    .await;
+    assert_eq!(run["results"][0]["verdict"], "denied", "{run}");
     let (_, agent) = post(
         &p.base,
         &by("system:serviceaccount:wandb:wandb-launch-serviceaccount-agent"),

@@ -4,7 +4,9 @@
 //! variables.
 
 use crate::cel::{self, lit};
-use crate::policy::{Exemption, OWN_NAME, Policy, Queue, owner_kinds_of, owner_mark};
+use crate::policy::{
+    EXEMPTED_BY_ANNOTATION, Exemption, OWN_NAME, Policy, Queue, owner_kinds_of, owner_mark,
+};
 use crate::workload::WorkloadKind;
 
 /// The kinds native policies cover (a TrainJob's pods come from its runtime: webhook only).
@@ -287,22 +289,37 @@ fn exemption_applies(e: &Exemption) -> String {
     if !e.namespaces.is_empty() {
         parts.push(cel::any_wildcard(&e.namespaces, "request.namespace"));
     }
-    if !e.labels.is_empty() {
-        let each: Vec<String> = e
-            .labels
-            .iter()
-            .map(|(k, v)| {
-                format!(
-                    "{} && c.metadata.labels[{}] == {}",
-                    has_label("c", k),
-                    lit(k),
-                    lit(v)
-                )
-            })
-            .collect();
-        parts.push(format!("{}.exists(c, {})", carriers(), cel::all(&each)));
+    // On the object itself, not on a pod template.
+    for (k, v) in &e.labels {
+        parts.push(format!(
+            "({} && object.metadata.labels[{}] == {})",
+            has_label("object", k),
+            lit(k),
+            lit(v)
+        ));
+    }
+    if !e.images.is_empty() {
+        // Every container (of every pod spec, and there is one) runs one of the images with
+        // the image's own entrypoint.
+        let containers = spec_containers("s");
+        let fits = format!(
+            "{}.all(s, {containers}.all(c, {} && !has(c.command)))",
+            pod_specs(),
+            cel::any_wildcard(&e.images, "(has(c.image) ? c.image : '')")
+        );
+        let some = format!("{}.exists(s, size({containers}) > 0)", pod_specs());
+        parts.push(format!("({fits} && {some})"));
     }
     cel::all(&parts)
+}
+
+/// The pod specs of the object: a Pod's own, a workload's templates'.
+fn pod_specs() -> String {
+    format!(
+        "({} ? (has(object.spec) ? [object.spec] : []) : {}.filter(t, has(t.spec)).map(t, t.spec))",
+        is_kind(WorkloadKind::Pod),
+        templates()
+    )
 }
 
 /// True when one of `exemptions` applies.
@@ -399,5 +416,47 @@ pub fn match_conditions(policy: &Policy, queue: &Queue) -> Vec<(String, String)>
             format!("!{}", exempt(&queue.config.exemptions)),
         ));
     }
+    let all: Vec<&Exemption> = global.iter().chain(&queue.config.exemptions).collect();
+    if !all.is_empty() {
+        out.push((
+            "not-exempt-by-owner".into(),
+            format!("!({} && {})", is_verified_child(policy), inherits(&all)),
+        ));
+    }
     out
+}
+
+/// True when the object carries launchgate's exemption mark (on itself or its pod templates),
+/// every mark it carries names the same one of `exemptions`, and that exemption covers the
+/// request's namespace: what a verified child inherits (`policy::exemption::inherited`).
+fn inherits(exemptions: &[&Exemption]) -> String {
+    let key = lit(EXEMPTED_BY_ANNOTATION);
+    let marked = |c: &str| {
+        format!(
+            "(has({c}.metadata) && has({c}.metadata.annotations) && {key} in {c}.metadata.annotations)"
+        )
+    };
+    let each: Vec<String> = exemptions
+        .iter()
+        .map(|e| {
+            let name = lit(&e.name);
+            let mut parts = vec![
+                format!(
+                    "{}.exists(c, {} && c.metadata.annotations[{key}] == {name})",
+                    carriers(),
+                    marked("c")
+                ),
+                format!(
+                    "{}.all(c, !{} || c.metadata.annotations[{key}] == {name})",
+                    carriers(),
+                    marked("c")
+                ),
+            ];
+            if !e.namespaces.is_empty() {
+                parts.push(cel::any_wildcard(&e.namespaces, "request.namespace"));
+            }
+            cel::all(&parts)
+        })
+        .collect();
+    cel::any(&each)
 }

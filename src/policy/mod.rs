@@ -3,14 +3,14 @@
 //! A config file is parsed once (unknown keys and bad values are rejected with the path of the
 //! offending key), checked, compiled into a [`Policy`] and then shared read-only.
 
-mod exemption;
+pub(crate) mod exemption;
 mod json_schema;
 mod owner;
 mod resolve;
 
-pub use exemption::{Exemption, Requester};
+pub use exemption::{EXEMPTED_BY_ANNOTATION, Exemption, Requester};
 pub(crate) use owner::{OWN_NAME, owner_kinds_of, owner_mark};
-pub use owner::{OwnerClaim, owner_claim};
+pub use owner::{OwnerClaim, owner_claim, standalone_child_warning};
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
 pub(crate) use resolve::WorkloadMatch;
@@ -85,6 +85,12 @@ pub struct MatchRules {
     pub pod_creators: BTreeMap<String, Vec<String>>,
 }
 
+/// The kaniko executor image the W&B agent builds with, by tag or digest.
+const KANIKO_EXECUTOR_IMAGES: [&str; 2] = [
+    "gcr.io/kaniko-project/executor:*",
+    "gcr.io/kaniko-project/executor@*",
+];
+
 impl Default for MatchRules {
     fn default() -> Self {
         MatchRules {
@@ -95,6 +101,10 @@ impl Default for MatchRules {
             exemptions: vec![Exemption {
                 name: "wandb-image-builds".into(),
                 labels: BTreeMap::from([("wandb".into(), "launch".into())]),
+                images: KANIKO_EXECUTOR_IMAGES
+                    .iter()
+                    .map(|i| i.to_string())
+                    .collect(),
                 service_accounts: vec!["wandb/wandb-launch-serviceaccount-*".into()],
                 ..Exemption::default()
             }],
@@ -229,6 +239,19 @@ impl Policy {
         );
         owner::check_pod_creators(
             &config.match_rules.pod_creators,
+            "match.podCreators",
+            &mut errors,
+        );
+        let some_exemption = config
+            .match_rules
+            .exemptions
+            .iter()
+            .chain(config.queues.values().flat_map(|q| &q.exemptions))
+            .map(|e| e.name.as_str())
+            .next();
+        owner::check_inheritance(
+            &config.match_rules.pod_creators,
+            some_exemption,
             "match.podCreators",
             &mut errors,
         );

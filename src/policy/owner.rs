@@ -104,6 +104,41 @@ pub fn check_pod_creators(
     }
 }
 
+/// The owner kinds whose pods (or child workloads) inherit an exemption of the owner: their
+/// controller copies the pod templates' annotations, where launchgate writes the mark.
+pub(crate) const INHERITING_OWNER_KINDS: [WorkloadKind; 4] = [
+    WorkloadKind::BatchJob,
+    WorkloadKind::VolcanoJob,
+    WorkloadKind::PyTorchJob,
+    WorkloadKind::JobSet,
+];
+
+/// An exemption covers the workload, and so the pods its controller makes: with no controller
+/// of a kind named in `match.podCreators`, those pods could never be verified, never inherit
+/// the exemption, and would be judged (and, denied, retried forever). `exemption` names one
+/// configured exemption, if any.
+pub fn check_inheritance(
+    creators: &BTreeMap<String, Vec<String>>,
+    exemption: Option<&str>,
+    at: &str,
+    errors: &mut Vec<ConfigError>,
+) {
+    let Some(exemption) = exemption else {
+        return;
+    };
+    for kind in INHERITING_OWNER_KINDS {
+        if creators.get(kind.as_str()).is_none_or(Vec::is_empty) {
+            errors.push(ConfigError::new(
+                format!("{at}.{}", kind.as_str()),
+                format!(
+                    "exemption {exemption:?} covers a {kind}'s pods only through its controller, and none is named here: an exempt {kind} would have every pod (child workload) it creates judged and denied, retried forever; name the {kind} controller's user",
+                    kind = kind.as_str()
+                ),
+            ));
+        }
+    }
+}
+
 /// What a pod's controller owner reference is worth.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnerClaim {
@@ -137,6 +172,45 @@ pub(crate) fn owner_mark(kind: WorkloadKind) -> (&'static [&'static str], &'stat
     }
 }
 
+/// The controller owner reference of `object` (a `kind`) when it names a launch kind whose
+/// controller makes objects of `kind`.
+fn claimed_owner(kind: WorkloadKind, object: &Value) -> Option<(WorkloadKind, &Value)> {
+    let owners = owner_kinds_of(kind);
+    object
+        .at("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .find_map(|r| Some((WorkloadKind::of_object(r)?, r)))
+        .filter(|(k, _)| owners.contains(k))
+}
+
+/// For a child workload (a JobSet's Job, a TrainJob's JobSet) whose owner claim is not
+/// verified: the short warning that it is mutated as a standalone workload, naming the
+/// `match.podCreators` entry its controller's user belongs in. `None` for a pod or an object
+/// that claims no launch owner.
+pub fn standalone_child_warning(
+    kind: WorkloadKind,
+    object: &Value,
+    who: &Requester<'_>,
+) -> Option<String> {
+    if kind == WorkloadKind::Pod {
+        return None;
+    }
+    let (owner_kind, owner) = claimed_owner(kind, object)?;
+    let name = owner
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Some(format!(
+        "launchgate: {} is not in match.podCreators.{owner}, so this {kind} of {owner} {name:?} is wired and judged as a standalone {kind}, a world of its own",
+        who.describe(),
+        owner = owner_kind.as_str(),
+        kind = kind.as_str(),
+    ))
+}
+
 /// Judges the controller owner reference of `object` (a `kind`) for a request from `who`,
 /// with the configured pod creators.
 pub fn owner_claim(
@@ -154,15 +228,7 @@ pub fn owner_claim(
     } else {
         kind.as_str().to_string()
     };
-    let Some((owner_kind, owner)) = object
-        .at("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-        .find_map(|r| Some((WorkloadKind::of_object(r)?, r)))
-        .filter(|(k, _)| owners.contains(k))
-    else {
+    let Some((owner_kind, owner)) = claimed_owner(kind, object) else {
         return OwnerClaim::None;
     };
     fn text(v: Option<&Value>) -> &str {
@@ -176,10 +242,11 @@ pub fn owner_claim(
         .unwrap_or_default();
     if !any_match(allowed, who.username) {
         return OwnerClaim::Unverified(format!(
-            "launchgate: the {what} names {claimed} as its controller but is sent by {}, not by that kind's controller ({}); it is judged on every rule of its queue",
+            "launchgate: the {what} names {claimed} as its controller but is sent by {}, not by that kind's controller (match.podCreators.{}: {}); it is judged on every rule of its queue",
             who.describe(),
+            owner_kind.as_str(),
             if allowed.is_empty() {
-                "none configured in match.podCreators".to_string()
+                "none configured".to_string()
             } else {
                 allowed.join(", ")
             }

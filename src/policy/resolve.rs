@@ -72,7 +72,7 @@ impl Policy {
         if exemptions.is_empty() {
             return ExemptionCheck::default();
         }
-        check_request(exemptions, who, &label_carriers(kind, object))
+        check_request(exemptions, who, kind, object)
     }
 
     /// The queue a launch workload belongs to: queue label, container env, namespace

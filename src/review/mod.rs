@@ -10,7 +10,10 @@ use crate::admission::{
 use crate::cluster::ClusterView;
 use crate::json::Pointer as _;
 use crate::mutate::{self, Findings, MutationContext};
-use crate::policy::{Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch, owner_claim};
+use crate::policy::{
+    EXEMPTED_BY_ANNOTATION, Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch,
+    exemption, owner_claim, standalone_child_warning,
+};
 use crate::validate::{self, Enforcement, Scope};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
@@ -406,7 +409,8 @@ fn decide_object(
     let who = Requester::of(request);
     let global = policy.exemptions_for(&policy.config.match_rules.exemptions, kind, &object, &who);
     if let Some(exemption) = global.exempt_by {
-        return exempted(skip(summary, "exempt"), exemption);
+        let d = skip(summary, "exempt");
+        return exempted(endpoint, request, kind, object, d, exemption);
     }
     let Some(resolution) = policy.resolve_queue(kind, &object, request.namespace.as_deref()) else {
         let mut d = skip(summary, "no-queue");
@@ -419,7 +423,28 @@ fn decide_object(
     let own = policy.exemptions_for(&queue.config.exemptions, kind, &object, &who);
     if let Some(exemption) = own.exempt_by {
         summary.queue = Some(queue.name.clone());
-        return exempted(skip(summary, "exempt"), exemption);
+        let d = skip(summary, "exempt");
+        return exempted(endpoint, request, kind, object, d, exemption);
+    }
+    // Made by its launch workload's controller (verified), or not.
+    let creators = &policy.config.match_rules.pod_creators;
+    let claim = owner_claim(kind, &object, &who, creators);
+    // A pod (child workload) its owner's controller verifiably made for an exempt workload
+    // inherits the exemption launchgate marked that workload with.
+    if matches!(claim, OwnerClaim::Verified(_))
+        && let Some(exemption) = exemption::inherited(
+            &[
+                &policy.config.match_rules.exemptions,
+                &queue.config.exemptions,
+            ],
+            kind,
+            &object,
+            who.namespace,
+        )
+    {
+        summary.queue = Some(queue.name.clone());
+        let d = skip(summary, "exempt");
+        return exempted(endpoint, request, kind, object, d, exemption);
     }
     summary.queue = Some(queue.name.clone());
     describe_request(&mut summary, request, &object);
@@ -430,14 +455,15 @@ fn decide_object(
         .into_iter()
         .chain(own.not_applied)
         .collect();
-    // Made by its launch workload's controller (verified), or not.
-    let creators = &policy.config.match_rules.pod_creators;
-    let scope = match owner_claim(kind, &object, &who, creators) {
+    let scope = match claim {
         OwnerClaim::Verified(_) => Scope::PerPod,
         OwnerClaim::None => Scope::Workload,
         OwnerClaim::Unverified(why) => {
-            if endpoint == Endpoint::Validate {
-                notes.push(why);
+            match endpoint {
+                Endpoint::Validate => notes.push(why),
+                // A child workload taken for a standalone one is mutated as one (its own
+                // wiring): the mutating webhook says so, and where its controller belongs.
+                Endpoint::Mutate => notes.extend(standalone_child_warning(kind, &object, &who)),
             }
             Scope::Workload
         }
@@ -522,8 +548,34 @@ fn scale_decision(
 }
 
 /// A request an exemption covers: allowed untouched, the exemption named in the API server's
-/// audit log.
-fn exempted(mut decision: Decision, exemption: &Exemption) -> Decision {
+/// audit log. On CREATE the mutating webhook marks the workload (and its pod templates) with the
+/// exemption's name: what its pods and child workloads inherit it by.
+fn exempted(
+    endpoint: Endpoint,
+    request: &AdmissionRequest,
+    kind: WorkloadKind,
+    object: Value,
+    mut decision: Decision,
+    exemption: &Exemption,
+) -> Decision {
+    if endpoint == Endpoint::Mutate && matches!(request.operation, Operation::Create) {
+        let mut marked = object.clone();
+        if exemption::write_marks(kind, &mut marked, &exemption.name) {
+            let patch = diff::diff_tree(&object, &marked);
+            decision.summary.skipped = Some("exempt");
+            let summary = std::mem::take(&mut decision.summary);
+            let warnings = std::mem::take(&mut decision.response.warnings);
+            decision = finish(
+                &request.uid,
+                Findings {
+                    warnings,
+                    denials: Vec::new(),
+                },
+                patch,
+                summary,
+            );
+        }
+    }
     decision
         .response
         .audit_annotations
@@ -638,6 +690,14 @@ fn mutate_decision(
     // builds (every test), free in release.
     let managed_fields = cfg!(debug_assertions).then(|| diff::managed_fields(object).cloned());
     mutate::apply_all(ctx, object, &mut findings);
+    // Only launchgate marks a workload exempt, and only when an exemption covers it (this one
+    // is not exempt): a mark it carries was not launchgate's, or names an exemption that no
+    // longer covers it.
+    if exemption::strip_marks(ctx.kind, object) {
+        findings.warn(format!(
+            "launchgate: removed the {EXEMPTED_BY_ANNOTATION} annotation: launchgate writes it, on a workload an exemption covers, and no exemption covers this one"
+        ));
+    }
     if let Some(before) = managed_fields {
         assert_eq!(
             diff::managed_fields(object),
@@ -681,6 +741,17 @@ fn validate_decision(
             object,
             ctx.object_name(object),
         ));
+    }
+    // A mark of exemption that launchgate did not write (a controller's pod or child workload
+    // carries its owner's, which was judged when the owner was).
+    if scope == Scope::Workload {
+        let forged = exemption::unearned_marks(ctx.kind, object, ctx.request.old_object.as_ref());
+        if !forged.is_empty() {
+            findings.denials.push(format!(
+                "launchgate: {} carries {EXEMPTED_BY_ANNOTATION}, which only launchgate writes (on a workload an exemption covers): remove it",
+                forged.join(", ")
+            ));
+        }
     }
     // Workload-level guardrails: a controller's pod or a child workload has its root's verdict.
     if scope == Scope::Workload {
@@ -974,6 +1045,278 @@ mod subresource_tests {
             message.contains("names JobSet \"ddp\" as its controller but is sent by"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn the_agents_training_run_labelled_like_an_image_build_is_judged() {
+        let policy = Policy::embedded_default();
+        let agent = "system:serviceaccount:wandb:wandb-launch-serviceaccount-prod";
+        let job = |container: Value| {
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "run", "namespace": "wandb", "labels": {"wandb": "launch"}},
+                "spec": {"backoffLimit": 0, "template": {
+                    "metadata": {"labels": {"wandb": "launch", "wandb.ai/monitor": "true"}},
+                    "spec": {"restartPolicy": "Never", "containers": [container]}}}})
+        };
+        let ask = |object: Value| {
+            let mut request = AdmissionRequest::synthetic_create(object, Some("wandb")).unwrap();
+            request.user_info = Some(json!({"username": agent}));
+            decide(&policy, Endpoint::Validate, &request, &NoCluster)
+        };
+        let run = ask(job(
+            json!({"name": "train", "image": "ghcr.io/acme/train:1",
+            "resources": {"limits": {"nvidia.com/gpu": 8}}}),
+        ));
+        assert!(!run.response.allowed, "{:?}", run.response);
+        let message = &run.response.status.as_ref().unwrap().message;
+        assert!(message.contains("maximum 4"), "{message}");
+        assert!(
+            message.contains("exemption \"wandb-image-builds\" does not apply"),
+            "{message}"
+        );
+        let build = ask(job(json!({"name": "wandb-container-build",
+            "image": "gcr.io/kaniko-project/executor:v1.8.0",
+            "args": ["--context=s3://b/ctx.tgz", "--destination=registry/img:tag"]})));
+        assert!(build.response.allowed, "{:?}", build.response);
+        assert_eq!(
+            build.summary.exempted_by.as_deref(),
+            Some("wandb-image-builds")
+        );
+    }
+
+    #[test]
+    fn a_job_with_its_jobsets_marks_from_an_unconfigured_controller_is_rewired_with_a_warning() {
+        let policy =
+            Policy::from_yaml("defaultQueue: q\nqueues:\n  q:\n    pytorch: {indexedJobs: true}\n")
+                .unwrap();
+        // The Job JobSet's controller makes, sent under another account than the configured
+        // one (a JobSet install in its own namespace).
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "ddp-workers-0", "namespace": "wandb",
+                "labels": {"jobset.sigs.k8s.io/jobset-uid": "js-1",
+                    "jobset.sigs.k8s.io/jobset-name": "ddp", "wandb.ai/monitor": "true"},
+                "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                    "name": "ddp", "uid": "js-1", "controller": true}]},
+            "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
+                "template": {"spec": {"restartPolicy": "Never", "subdomain": "ddp",
+                    "containers": [{"name": "t", "image": "acme/train:1"}]}}}});
+        let mut request = AdmissionRequest::synthetic_create(job, Some("wandb")).unwrap();
+        request.user_info = Some(
+            json!({"username": "system:serviceaccount:ml-platform:jobset-controller-manager"}),
+        );
+        let mutated = decide(&policy, Endpoint::Mutate, &request, &NoCluster);
+        // Wired as a world of its own, and told so, with where to name the controller.
+        assert!(
+            serde_json::to_string(&mutated.patch)
+                .unwrap()
+                .contains("MASTER_ADDR")
+        );
+        let warnings = &mutated.response.warnings;
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("match.podCreators.JobSet")
+                    && w.contains(r#"of JobSet "ddp""#)
+                    && w.contains("standalone")
+                    && w.contains("ml-platform/jobset-controller-manager")
+                    && !w.ends_with('…')),
+            "{warnings:?}"
+        );
+        let validated = decide(&policy, Endpoint::Validate, &request, &NoCluster);
+        assert!(
+            validated
+                .response
+                .warnings
+                .iter()
+                .any(|w| w.contains("match.podCreators.JobSet")),
+            "{:?}",
+            validated.response.warnings
+        );
+    }
+
+    /// The docs' exemption example: the platform team's group is exempt in its namespaces.
+    fn platform_policy() -> Policy {
+        let mut config: Value = serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
+        config["queues"]["gpu-queue"]["exemptions"] = json!([{"name": "platform-smoke-tests",
+            "groups": ["platform-admins"], "namespaces": ["platform-*"]}]);
+        Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap()
+    }
+
+    /// An 8-GPU launch Job (the queue allows 4 per pod) in `namespace`.
+    fn eight_gpu_job(namespace: &str) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "smoke", "namespace": namespace, "uid": "job-uid-1",
+                "labels": {"wandb.ai/monitor": "true"}},
+            "spec": {"backoffLimit": 0, "template": {
+                "metadata": {"labels": {"wandb.ai/monitor": "true"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "t",
+                    "image": "acme/train:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}})
+    }
+
+    /// The pod the Job controller makes for `job`: its template, its owner, its mark.
+    fn controller_pod(job: &Value) -> Value {
+        let mut pod = job["spec"]["template"].clone();
+        let uid = job["metadata"]["uid"].clone();
+        pod["apiVersion"] = json!("v1");
+        pod["kind"] = json!("Pod");
+        pod["metadata"]["generateName"] = json!("smoke-");
+        pod["metadata"]["namespace"] = job["metadata"]["namespace"].clone();
+        pod["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = uid.clone();
+        pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] = json!("smoke");
+        pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job",
+            "name": "smoke", "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+        pod
+    }
+
+    fn ask(
+        policy: &Policy,
+        endpoint: Endpoint,
+        object: &Value,
+        user: &str,
+        groups: &[&str],
+    ) -> Decision {
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut request =
+            AdmissionRequest::synthetic_create(object.clone(), Some(&namespace)).unwrap();
+        request.user_info = Some(json!({"username": user, "groups": groups}));
+        decide(policy, endpoint, &request, &NoCluster)
+    }
+
+    /// What the API server stores: `object` with the mutating webhook's patch applied.
+    fn admitted(policy: &Policy, object: &Value, user: &str, groups: &[&str]) -> Value {
+        let d = ask(policy, Endpoint::Mutate, object, user, groups);
+        assert!(d.response.allowed, "{:?}", d.response);
+        let mut stored = object.clone();
+        json_patch::patch(&mut stored, &d.patch).unwrap();
+        let v = ask(policy, Endpoint::Validate, &stored, user, groups);
+        assert!(v.response.allowed, "{:?}", v.response);
+        stored
+    }
+
+    const JOB_CONTROLLER: &str = "system:serviceaccount:kube-system:job-controller";
+
+    #[test]
+    fn the_pods_of_an_exempt_job_are_exempt_and_a_tenant_cannot_claim_it() {
+        let policy = platform_policy();
+        let admins = ["system:authenticated", "platform-admins"];
+        // The exempt group's 8-GPU Job, and the pods the Job controller makes for it.
+        let job = admitted(&policy, &eight_gpu_job("platform-tools"), "ops", &admins);
+        let pod = controller_pod(&job);
+        let decision = ask(&policy, Endpoint::Validate, &pod, JOB_CONTROLLER, &[]);
+        assert!(decision.response.allowed, "{:?}", decision.response);
+        assert_eq!(
+            decision.summary.exempted_by.as_deref(),
+            Some("platform-smoke-tests")
+        );
+        let mutated = ask(&policy, Endpoint::Mutate, &pod, JOB_CONTROLLER, &[]);
+        assert!(mutated.patch.0.is_empty(), "{:?}", mutated.patch);
+        // A second pass over the exempt Job (reinvocation) changes nothing more.
+        let again = ask(&policy, Endpoint::Mutate, &job, "ops", &admins);
+        assert!(again.patch.0.is_empty(), "{:?}", again.patch);
+
+        // Someone else's same Job in that namespace is judged.
+        let theirs = ask(
+            &policy,
+            Endpoint::Validate,
+            &eight_gpu_job("platform-tools"),
+            "alice",
+            &["system:authenticated"],
+        );
+        assert!(!theirs.response.allowed);
+        // A tenant who copies the mark into their Job: removed, and denied if it stays.
+        let mut forged = eight_gpu_job("platform-tools");
+        forged["spec"]["template"]["metadata"]["annotations"] =
+            json!({EXEMPTED_BY_ANNOTATION: "platform-smoke-tests"});
+        forged["metadata"]["annotations"] = json!({EXEMPTED_BY_ANNOTATION: "platform-smoke-tests"});
+        let m = ask(&policy, Endpoint::Mutate, &forged, "alice", &[]);
+        let mut stored = forged.clone();
+        json_patch::patch(&mut stored, &m.patch).unwrap();
+        assert!(
+            !serde_json::to_string(&stored)
+                .unwrap()
+                .contains(EXEMPTED_BY_ANNOTATION)
+        );
+        assert!(
+            m.response.warnings.iter().any(|w| w.contains("removed")),
+            "{:?}",
+            m.response.warnings
+        );
+        let v = ask(&policy, Endpoint::Validate, &forged, "alice", &[]);
+        let message = &v.response.status.as_ref().unwrap().message;
+        assert!(
+            message
+                .contains("spec.template.metadata.annotations carries launchgate.io/exempted-by"),
+            "{message}"
+        );
+        // A bare pod with the mark (and a copied owner claim) is not the controller's.
+        let bare = ask(&policy, Endpoint::Validate, &pod, "alice", &[]);
+        assert!(!bare.response.allowed, "{:?}", bare.response);
+        // The controller's pod in a namespace the exemption does not cover is judged.
+        let mut elsewhere = pod.clone();
+        elsewhere["metadata"]["namespace"] = json!("team-a");
+        let d = ask(&policy, Endpoint::Validate, &elsewhere, JOB_CONTROLLER, &[]);
+        assert!(!d.response.allowed, "{:?}", d.response);
+    }
+
+    #[test]
+    fn an_exempt_jobsets_jobs_and_their_pods_inherit_its_exemption() {
+        let policy = platform_policy();
+        let admins = ["platform-admins"];
+        let jobset = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "ddp", "namespace": "platform-tools", "uid": "js-1",
+                "labels": {"wandb.ai/monitor": "true"}},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
+                "parallelism": 2, "completions": 2, "completionMode": "Indexed",
+                "template": {"metadata": {"labels": {"wandb.ai/monitor": "true"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "t",
+                        "image": "acme/train:1",
+                        "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]}});
+        let jobset = admitted(&policy, &jobset, "ops", &admins);
+        // The Job JobSet's controller makes from the replicated job.
+        let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "ddp-workers-0", "namespace": "platform-tools", "uid": "job-uid-1",
+                "labels": {"jobset.sigs.k8s.io/jobset-uid": "js-1"},
+                "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                    "name": "ddp", "uid": "js-1", "controller": true}]}});
+        job["spec"] = jobset["spec"]["replicatedJobs"][0]["template"]["spec"].clone();
+        let jobset_controller = "system:serviceaccount:jobset-system:jobset-controller-manager";
+        let d = ask(&policy, Endpoint::Validate, &job, jobset_controller, &[]);
+        assert_eq!(
+            d.summary.exempted_by.as_deref(),
+            Some("platform-smoke-tests"),
+            "{:?}",
+            d.response
+        );
+        let job = admitted(&policy, &job, jobset_controller, &[]);
+        let d = ask(
+            &policy,
+            Endpoint::Validate,
+            &controller_pod(&job),
+            JOB_CONTROLLER,
+            &[],
+        );
+        assert!(d.response.allowed, "{:?}", d.response);
+        assert_eq!(
+            d.summary.exempted_by.as_deref(),
+            Some("platform-smoke-tests")
+        );
+        // The same Job from anyone else is a workload of its own, judged.
+        let d = ask(&policy, Endpoint::Validate, &job, "alice", &[]);
+        assert!(!d.response.allowed, "{:?}", d.response);
+    }
+
+    #[test]
+    fn an_exemption_whose_pods_could_never_inherit_it_is_a_config_error() {
+        let err = Policy::from_yaml(
+            "defaultQueue: q\nmatch:\n  exemptions: []\n  podCreators: {VolcanoJob: [v], PyTorchJob: [p], JobSet: [j]}\nqueues:\n  q:\n    exemptions: [{name: ops, groups: [ops], namespaces: [ops]}]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("match.podCreators.Job:"), "{err}");
+        assert!(err.contains(r#"exemption "ops""#), "{err}");
     }
 
     #[test]

@@ -115,6 +115,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(semantics::only_pytorch_workloads_get_pytorch_env),
         e2e!(trust::a_label_exempts_only_with_its_requester),
         e2e!(trust::a_claimed_owner_is_not_trusted),
+        e2e!(trust::exempt_group_jobs_pods_inherit_the_exemption),
         e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit, alone),
         e2e!(subresources::ephemeral_containers_are_judged),
         e2e!(subresources::pytorchjob_scale_up_is_denied),

@@ -9,6 +9,10 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use std::time::Duration;
 
+/// The group the suite config exempts on the default queue in namespaces `exempt-group-*`
+/// (the docs' example: a platform team exempt in its own namespaces).
+pub const EXEMPT_GROUP: &str = "platform-admins";
+
 /// The W&B agent's service account as the default config's image-build exemption names it.
 const AGENT: &str = "system:serviceaccount:wandb:wandb-launch-serviceaccount-e2e";
 
@@ -22,6 +26,26 @@ fn labelled_job(name: &str) -> Value {
     job["metadata"]["name"] = json!(name);
     job["metadata"]["labels"]["wandb"] = json!("launch");
     job["spec"]["template"]["metadata"]["labels"]["wandb"] = json!("launch");
+    job
+}
+
+/// [`labelled_job`] shaped like the agent's image build: its one container the kaniko executor
+/// with the executor's own entrypoint.
+fn image_build(name: &str) -> Value {
+    let mut job = labelled_job(name);
+    let container = &mut job["spec"]["template"]["spec"]["containers"][0];
+    container["image"] = json!("gcr.io/kaniko-project/executor:v1.8.0");
+    container["args"] = json!([
+        "--context=s3://bucket/ctx.tgz",
+        "--destination=registry/img:tag"
+    ]);
+    for key in ["command", "env"] {
+        container.as_object_mut().unwrap().remove(key);
+    }
+    job["spec"]["template"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("initContainers");
     job
 }
 
@@ -60,7 +84,7 @@ async fn grant_agent(ctx: &Ctx) -> Result<()> {
 
 /// The image-build label on an over-limit Job: denied when a user sends it (with the reason the
 /// exemption did not apply), admitted untouched only when the agent's service account sends
-/// it, and the agent without the label is judged like anyone.
+/// a kaniko build, and the agent's training run (labelled or not) is judged like anyone's.
 pub async fn a_label_exempts_only_with_its_requester(ctx: &Ctx) -> Result<()> {
     let job = labelled_job("disguised");
     let (status, body, _) = ctx.create_raw(&job, false).await?;
@@ -82,8 +106,15 @@ pub async fn a_label_exempts_only_with_its_requester(ctx: &Ctx) -> Result<()> {
     );
 
     grant_agent(ctx).await?;
+    let (status, body, _) = ctx
+        .create_raw_as(&labelled_job("agent-run"), true, Some(AGENT))
+        .await?;
+    ensure!(
+        status == 403,
+        "the agent's training run labelled like an image build: status {status}: {body}"
+    );
     let (status, body, warnings) = ctx
-        .create_raw_as(&labelled_job("image-build"), false, Some(AGENT))
+        .create_raw_as(&image_build("image-build"), false, Some(AGENT))
         .await?;
     ensure!(
         status == 201,
@@ -146,5 +177,184 @@ pub async fn a_claimed_owner_is_not_trusted(ctx: &Ctx) -> Result<()> {
     ] {
         ensure!(message.contains(part), "message {message:?} lacks {part:?}");
     }
+    Ok(())
+}
+
+/// Sends `obj` as `user` in `groups` (`Impersonate-User`/`Impersonate-Group`, as `kubectl --as
+/// --as-group` sends them): the HTTP status, the body and the `Warning` headers.
+async fn create_as_member(
+    ctx: &Ctx,
+    obj: &Value,
+    dry_run: bool,
+    user: &str,
+    groups: &[&str],
+) -> Result<(u16, Value, Vec<String>)> {
+    let mut obj = obj.clone();
+    obj["metadata"]["namespace"] = json!(ctx.ns);
+    let resource = crate::ctx::resource_for(&obj)?;
+    let url = format!(
+        "{}/namespaces/{}/{}{}",
+        if resource.group.is_empty() {
+            format!("/api/{}", resource.version)
+        } else {
+            format!("/apis/{}/{}", resource.group, resource.version)
+        },
+        ctx.ns,
+        resource.plural,
+        if dry_run { "?dryRun=All" } else { "" }
+    );
+    let mut request = http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("impersonate-user", user);
+    for group in groups {
+        request = request.header("impersonate-group", *group);
+    }
+    let request = request.body(serde_json::to_vec(&obj)?)?;
+    let response = ctx
+        .client
+        .send(request.map(kube::client::Body::from))
+        .await?;
+    let status = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .collect();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await?
+        .to_bytes();
+    Ok((
+        status,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+        warnings,
+    ))
+}
+
+/// The docs' exemption example on the real control plane: a group exempt in a namespace creates
+/// an over-limit Job there; the kube-controller-manager's Job controller creates its pods, and
+/// they are admitted (they inherit the Job's exemption: no FailedCreate). Someone else's same
+/// Job is denied, and a tenant can neither copy the exemption's mark into their own Job nor
+/// claim the exempt Job from a bare pod.
+pub async fn exempt_group_jobs_pods_inherit_the_exemption(ctx: &Ctx) -> Result<()> {
+    ensure!(
+        ctx.ns.starts_with("exempt-group-"),
+        "the suite config exempts {EXEMPT_GROUP} in exempt-group-*, not in {}",
+        ctx.ns
+    );
+    // The platform team and a tenant may create Jobs and Pods here.
+    let roles: Api<Role> = ctx.api();
+    let role = serde_json::from_value(json!({
+        "metadata": {"name": "workloads"},
+        "rules": [{"apiGroups": ["batch", ""], "resources": ["jobs", "pods"], "verbs": ["create"]}],
+    }))?;
+    roles.create(&PostParams::default(), &role).await?;
+    let bindings: Api<RoleBinding> = ctx.api();
+    let binding = serde_json::from_value(json!({
+        "metadata": {"name": "workloads"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "workloads"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": EXEMPT_GROUP},
+                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant"}],
+    }))?;
+    bindings.create(&PostParams::default(), &binding).await?;
+    let probe = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "rbac-probe"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox"}]}}},
+    });
+    ctx.wait_for(
+        "the RoleBinding to take effect",
+        Duration::from_secs(20),
+        || async {
+            let (a, _, _) = create_as_member(ctx, &probe, true, "ops", &[EXEMPT_GROUP]).await?;
+            let (b, _, _) = create_as_member(ctx, &probe, true, "tenant", &[]).await?;
+            Ok(a != 403 && b != 403)
+        },
+    )
+    .await?;
+
+    let mut job = manifest("wandb-job.yaml");
+    job["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("generateName");
+    job["metadata"]["name"] = json!("smoke");
+    job["spec"]["parallelism"] = json!(2);
+    job["spec"]["completions"] = json!(2);
+
+    // Someone outside the group: denied (8 GPUs, the queue allows 4).
+    let (status, body, _) = create_as_member(ctx, &job, true, "tenant", &[]).await?;
+    ensure!(
+        status == 403,
+        "the tenant's 8-GPU Job: status {status}: {body}"
+    );
+    // The tenant writing launchgate's mark into their Job: removed, and judged.
+    let mut forged = job.clone();
+    forged["metadata"]["name"] = json!("forged");
+    for at in ["metadata", "spec.template.metadata"] {
+        let meta = at.split('.').fold(&mut forged, |v, k| &mut v[k]);
+        meta["annotations"] = json!({"launchgate.io/exempted-by": "platform-smoke-tests"});
+    }
+    let (status, body, _) = create_as_member(ctx, &forged, false, "tenant", &[]).await?;
+    ensure!(
+        status == 403
+            && body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("maximum 4"),
+        "the tenant's Job carrying the exemption's mark: status {status}: {body}"
+    );
+
+    // The exempt group's Job: admitted, and the Job controller's pods with it.
+    let (status, body, _) = create_as_member(ctx, &job, false, "ops", &[EXEMPT_GROUP]).await?;
+    ensure!(
+        status == 201,
+        "the exempt group's Job: status {status}: {body}"
+    );
+    let uid = body["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let pods = ctx
+        .wait_for_pods("batch.kubernetes.io/job-name=smoke", 2)
+        .await?;
+    for pod in &pods {
+        ensure!(
+            pod.pointer("/metadata/annotations/launchgate.io~1exempted-by")
+                == Some(&json!("platform-smoke-tests")),
+            "a pod of the exempt Job without the exemption's mark: {pod}"
+        );
+    }
+    let events = ctx.events_text().await;
+    ensure!(
+        !events.contains("FailedCreate"),
+        "the Job controller could not create the exempt Job's pods: {events}"
+    );
+
+    // A tenant's bare pod that claims the exempt Job, its labels and its mark: judged.
+    let mut bare = pods[0].clone();
+    let meta = bare["metadata"].as_object_mut().unwrap();
+    for key in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "managedFields",
+        "name",
+    ] {
+        meta.remove(key);
+    }
+    meta.insert("generateName".into(), json!("claims-smoke-"));
+    bare["spec"].as_object_mut().unwrap().remove("nodeName");
+    bare.as_object_mut().unwrap().remove("status");
+    ensure!(
+        bare.pointer("/metadata/labels/batch.kubernetes.io~1controller-uid") == Some(&json!(uid)),
+        "the copied pod lost its owner's labels: {bare}"
+    );
+    let (status, body, _) = create_as_member(ctx, &bare, true, "tenant", &[]).await?;
+    ensure!(
+        status == 403,
+        "a tenant's bare pod claiming the exempt Job: status {status}: {body}"
+    );
     Ok(())
 }

@@ -302,6 +302,9 @@ pub fn suite_config() -> Result<String> {
         json!({"defaultDeadlineSeconds": 3600, "maxGpuHours": 8});
     guarded["guardrails"]["rendezvousPreflight"] = json!(true);
     config["queues"][GUARDRAILS_QUEUE] = guarded;
+    // The docs' exemption example, on the default queue only.
+    config["queues"][&default_queue]["exemptions"] = json!([{"name": "platform-smoke-tests",
+        "groups": [crate::trust::EXEMPT_GROUP], "namespaces": ["exempt-group-*"]}]);
     config["queues"][WARN_QUEUE] = warn;
     config["queues"][DEADLINE_QUEUE] = deadline;
     config["queues"][KUBEFLOW_QUEUE] = kubeflow;

@@ -690,7 +690,7 @@ mod tests {
 
     #[test]
     fn an_exemption_goes_by_who_asks() {
-        let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: kaniko, namespace: wandb, labels: {wandb: launch, wandb.ai/monitor: 'true'}}\nspec: {containers: [{name: k, image: kaniko}]}\n";
+        let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: kaniko, namespace: wandb, labels: {wandb: launch, wandb.ai/monitor: 'true'}}\nspec: {containers: [{name: k, image: 'gcr.io/kaniko-project/executor:v1.8.0'}]}\n";
         let by = |username: &str| {
             let request = ReviewRequest {
                 manifest: pod.into(),
