@@ -694,7 +694,7 @@ fn validate_decision(
         findings.denials.extend(report.denials);
         findings.warnings.extend(report.warnings);
     }
-    let report = validate::check_limits(
+    let mut report = validate::check_limits(
         &queue.name,
         &queue.limits,
         &validate::Candidate {
@@ -707,6 +707,23 @@ fn validate_decision(
         },
         ctx.sidecars,
     );
+    // The queue's Kueue labels: a workload's own (a controller's child has its root's), judged
+    // on CREATE and UPDATE like a limit.
+    if scope == Scope::Workload
+        && let Some(cfg) = &queue.config.kueue
+        && matches!(ctx.request.operation, Operation::Create | Operation::Update)
+    {
+        let found = mutate::kueue::violations(&queue.name, cfg, ctx.kind, object);
+        let before = match (&ctx.request.operation, &ctx.request.old_object) {
+            (Operation::Update, Some(old)) if !found.is_empty() => {
+                mutate::kueue::violations(&queue.name, cfg, ctx.kind, old)
+                    .into_iter()
+                    .collect()
+            }
+            _ => std::collections::BTreeSet::new(),
+        };
+        validate::add_violations(&mut report, found, &before);
+    }
     findings.warnings.extend(report.warnings);
     summary.outcome = Outcome::Allowed;
     if !report.violations.is_empty() {
@@ -996,5 +1013,98 @@ mod subresource_tests {
         let mutate = review(&policy, Endpoint::Mutate, &scale_review(2, 64), &NoCluster).unwrap();
         let mutate: Value = serde_json::from_slice(&mutate.body).unwrap();
         assert_eq!(mutate["response"]["allowed"], true);
+    }
+}
+
+#[cfg(test)]
+mod kueue_tests {
+    use super::*;
+    use crate::cluster::NoCluster;
+    use serde_json::json;
+
+    const CONFIG: &str = "defaultQueue: q\nqueues:\n  q:\n    kueue: {localQueue: team-a, priorityClass: research, maxExecutionSeconds: 3600}\n";
+
+    fn job(labels: Value) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "wandb", "labels": labels},
+            "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "t", "image": "acme/t:1"}]}}}})
+    }
+
+    fn labels(queue_name: &str, seconds: &str) -> Value {
+        json!({"wandb.ai/monitor": "true", "kueue.x-k8s.io/queue-name": queue_name,
+            "kueue.x-k8s.io/priority-class": "research",
+            "kueue.x-k8s.io/max-exec-time-seconds": seconds})
+    }
+
+    fn ask(endpoint: Endpoint, object: Value, old: Option<Value>) -> Decision {
+        let policy = Policy::from_yaml(CONFIG).unwrap();
+        let mut request = AdmissionRequest::synthetic_create(object, Some("wandb")).unwrap();
+        if let Some(old) = old {
+            request.operation = Operation::Update;
+            request.old_object = Some(old);
+        }
+        request.user_info = Some(json!({"username": "alice"}));
+        decide(&policy, endpoint, &request, &NoCluster)
+    }
+
+    #[test]
+    fn a_tenants_kueue_labels_are_replaced_at_create_and_denied_when_they_still_differ() {
+        for (queue_name, seconds) in [("", "3600"), ("team-b", "3600"), ("team-a", "7200")] {
+            let tenant = job(labels(queue_name, seconds));
+            let mutated = ask(Endpoint::Mutate, tenant.clone(), None);
+            let patch = serde_json::to_string(&mutated.patch).unwrap();
+            assert!(
+                patch.contains("team-a") || patch.contains("\"3600\""),
+                "{patch}"
+            );
+            assert!(!patch.contains("suspend"), "{patch}");
+            // The mutating webhook bypassed: the validating webhook denies it.
+            let denied = ask(Endpoint::Validate, tenant.clone(), None);
+            assert!(!denied.response.allowed, "{queue_name:?} {seconds}");
+            let message = &denied.response.status.as_ref().unwrap().message;
+            assert!(
+                message.contains("queue \"q\": label kueue.x-k8s.io/"),
+                "{message}"
+            );
+            // Applying the patch gives a Job the validating webhook admits.
+            let mut fixed = tenant.clone();
+            json_patch::patch(&mut fixed, &mutated.patch).unwrap();
+            assert!(ask(Endpoint::Validate, fixed, None).response.allowed);
+        }
+    }
+
+    #[test]
+    fn kueues_admission_update_passes_and_a_changed_queue_name_is_denied() {
+        let admitted = job(labels("team-a", "3600"));
+        let mut unsuspended = admitted.clone();
+        unsuspended["spec"]["suspend"] = json!(false);
+        unsuspended["spec"]["template"]["spec"]["nodeSelector"] = json!({"flavor": "a100"});
+        let update = ask(
+            Endpoint::Validate,
+            unsuspended.clone(),
+            Some(admitted.clone()),
+        );
+        assert!(update.response.allowed);
+        let mutate = ask(Endpoint::Mutate, unsuspended, Some(admitted.clone()));
+        assert!(
+            mutate.patch.0.is_empty(),
+            "Kueue's admission UPDATE is never patched"
+        );
+        // A tenant's UPDATE taking the Job out of Kueue.
+        let mut out = admitted.clone();
+        out["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("");
+        let denied = ask(Endpoint::Validate, out, Some(admitted.clone()));
+        assert!(!denied.response.allowed);
+        assert!(denied.response.status.as_ref().unwrap().message.contains(
+            r#"label kueue.x-k8s.io/queue-name="" is not the queue's "team-a" (kueue.localQueue)"#
+        ));
+        // A Job that already differed before launchgate's rule: its UPDATEs pass, with a warning.
+        let old = job(labels("team-b", "3600"));
+        let mut relabelled = old.clone();
+        relabelled["metadata"]["labels"]["note"] = json!("x");
+        let kept = ask(Endpoint::Validate, relabelled, Some(old));
+        assert!(kept.response.allowed);
+        assert!(kept.response.warnings[0].contains("already so before this update"));
     }
 }
