@@ -386,7 +386,15 @@ fn decide_object(
             .as_ref()
             .is_some_and(|r| r.group == "kubeflow.org" && r.resource == "pytorchjobs")
     {
-        return scale_decision(endpoint, request, object.as_ref(), summary);
+        return scale_decision(
+            policy,
+            endpoint,
+            request,
+            object.as_ref(),
+            summary,
+            cluster,
+            observer,
+        );
     }
     let (Some(kind), Some(mut object)) = (kind, object) else {
         return skip(summary, "not-a-workload");
@@ -479,16 +487,26 @@ fn decide_object(
     decision
 }
 
-/// `pytorchjobs/scale`: the training operator's CRD scales `Worker.replicas` through a
-/// `autoscaling/v1` Scale, which carries neither labels nor pod templates, so neither the
-/// PyTorchJob's queue nor its limits can be judged from it. A scale-up is denied with the way
-/// that is judged (changing `Worker.replicas` on the PyTorchJob itself); a scale-down, or a
-/// Scale that keeps the count, is allowed.
+/// Where the PyTorchJob CRD's scale subresource writes (`specReplicasPath`).
+const SCALED_REPLICAS: &str = "/spec/pytorchReplicaSpecs/Worker/replicas";
+
+/// `pytorchjobs/scale`: the training operator's CRD scales `Worker.replicas` through an
+/// `autoscaling/v1` Scale, which carries neither labels nor pod templates. The Scale is judged
+/// against the PyTorchJob it scales, read from the cluster view (a cached watch): a PyTorchJob
+/// that is no launch workload (or is exempt) is not launchgate's, and passes; a launch
+/// workload's Scale is judged by its queue exactly as an UPDATE of its `Worker.replicas` to the
+/// new count. When the PyTorchJob cannot be read (no cluster lookups, or not in the cache yet)
+/// a scale-up is denied with the way that is judged (changing `Worker.replicas` on the
+/// PyTorchJob itself); a scale-down, or a Scale that keeps the count, is allowed. Nothing is
+/// ever patched.
 fn scale_decision(
+    policy: &Policy,
     endpoint: Endpoint,
     request: &AdmissionRequest,
     object: Option<&Value>,
     mut summary: ReviewSummary,
+    cluster: &dyn ClusterView,
+    observer: &mut dyn Observer,
 ) -> Decision {
     summary.kind = WorkloadKind::PyTorchJob.as_str();
     if let Some(scale) = object {
@@ -500,13 +518,58 @@ fn scale_decision(
             .unwrap_or(0)
     };
     let (new, old) = (replicas(object), replicas(request.old_object.as_ref()));
+    let namespace = request.namespace.as_deref().unwrap_or_default();
+    let owner = cluster.pytorch_job(namespace, &request.name);
+    let judged = endpoint == Endpoint::Validate && matches!(request.operation, Operation::Update);
+    if judged && let Some(owner) = owner {
+        // The UPDATE this Scale amounts to: the PyTorchJob with the new Worker count.
+        let mut scaled = owner.as_ref().clone();
+        if let Some(replicas) = scaled.pointer_mut(SCALED_REPLICAS) {
+            *replicas = Value::from(new);
+        } else if let Some(worker) = scaled
+            .pointer_mut("/spec/pytorchReplicaSpecs/Worker")
+            .and_then(Value::as_object_mut)
+        {
+            worker.insert("replicas".into(), Value::from(new));
+        }
+        let mut update = request.clone();
+        update.kind = kube::core::GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob");
+        update.sub_resource = None;
+        update.object = None;
+        update.old_object = Some(owner.as_ref().clone());
+        let mut decision = decide_object(
+            policy,
+            Endpoint::Validate,
+            &update,
+            Some(scaled),
+            Original::Tree(None),
+            cluster,
+            observer,
+        );
+        if let Some(status) = decision.response.status.as_mut() {
+            status.message = format!(
+                "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas is judged as an update of {}:\n{}",
+                request.name,
+                SCALED_REPLICAS.trim_start_matches('/').replace('/', "."),
+                status.message
+            );
+            decision.summary.message = Some(status.message.clone());
+        }
+        return decision;
+    }
     let mut findings = Findings::default();
-    if endpoint == Endpoint::Validate && matches!(request.operation, Operation::Update) && new > old
-    {
-        findings.denials.push(format!(
-            "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels, so the queue's limits cannot be checked; change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
-            request.name
-        ));
+    if judged && new > old {
+        findings.denials.push(if cluster.is_connected() {
+            format!(
+                "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels and the PyTorchJob is not in launchgate's cache (created a moment ago, or in a namespace its cluster lookups do not watch), so its queue's limits cannot be checked; retry, or change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
+                request.name
+            )
+        } else {
+            format!(
+                "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels and without cluster lookups launchgate cannot read the PyTorchJob, so its queue's limits cannot be checked; change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
+                request.name
+            )
+        });
     }
     let mut decision = finish(
         &request.uid,
@@ -990,6 +1053,61 @@ mod subresource_tests {
         assert!(
             message.contains("names JobSet \"ddp\" as its controller but is sent by"),
             "{message}"
+        );
+    }
+
+    fn pytorchjob(labels: Value) -> Value {
+        let replica = |n: i64| {
+            json!({"replicas": n, "template": {"metadata": {"labels": labels.clone()},
+                "spec": {"containers": [{"name": "pytorch", "image": "acme/train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}})
+        };
+        json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "ddp", "namespace": "wandb", "labels": labels.clone()},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(2)}}})
+    }
+
+    #[test]
+    fn a_scale_is_judged_against_the_pytorchjob_it_scales() {
+        use crate::cluster::StaticCluster;
+        let policy = Policy::from_yaml(
+            "queues:\n  gpu-queue:\n    limits: {totals: {nvidia.com/gpu: {maximum: 16}}}\n",
+        )
+        .unwrap();
+        let answer = |cluster: &dyn ClusterView, body: Vec<u8>| {
+            let out = review(&policy, Endpoint::Validate, &body, cluster).unwrap();
+            serde_json::from_slice::<Value>(&out.body).unwrap()["response"].clone()
+        };
+        // Another team's elastic job: not launchgate's, scales freely.
+        let other = StaticCluster::default().with_pytorch_job(pytorchjob(json!({"team": "b"})));
+        assert_eq!(answer(&other, scale_review(2, 64))["allowed"], true);
+        // A launch workload: judged by its queue, as an update of Worker.replicas.
+        let launch = StaticCluster::default().with_pytorch_job(pytorchjob(
+            json!({"wandb.ai/monitor": "true", "launchgate.io/queue": "gpu-queue"}),
+        ));
+        let up = answer(&launch, scale_review(2, 64));
+        assert_eq!(up["allowed"], false, "{up}");
+        let message = up["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("scaling PyTorchJob \"ddp\" from 2 to 64 Worker replicas")
+                && message.contains(
+                    "queue \"gpu-queue\": total nvidia.com/gpu over all pods=65 exceeds maximum 16 (totals)"
+                ),
+            "{message}"
+        );
+        assert_eq!(answer(&launch, scale_review(2, 15))["allowed"], true);
+        // Connected, but the PyTorchJob is not in the cache: a scale-up cannot be judged.
+        let unknown = answer(&StaticCluster::default(), scale_review(2, 64));
+        assert_eq!(unknown["allowed"], false);
+        assert!(
+            unknown["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not in launchgate's cache")
+        );
+        assert_eq!(
+            answer(&StaticCluster::default(), scale_review(2, 1))["allowed"],
+            true
         );
     }
 

@@ -523,7 +523,8 @@ pub async fn run_until_signal(
     server.wait().await
 }
 
-/// The cluster view backed by the Kubernetes API (owner Volcano Jobs, cached watch).
+/// The cluster view backed by the Kubernetes API (owner Volcano Jobs, Services, PyTorchJobs;
+/// cached watches).
 ///
 /// Uses the in-cluster service account (or the local kubeconfig) and starts the Volcano Job
 /// watch, limited to `scope` (namespaces and a label selector). Serving does not wait for the
@@ -543,7 +544,7 @@ pub async fn cluster_view(
     } else {
         tracing::warn!(
             timeout = ?ready_timeout,
-            "Volcano Job cache not filled yet (is the Volcano CRD installed and RBAC granted?); serving anyway"
+            "Volcano Job, Service or PyTorchJob cache not filled yet (are the Volcano and PyTorchJob CRDs installed and RBAC granted?); serving anyway"
         );
     }
     Ok(Arc::new(cache))

@@ -117,7 +117,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(trust::a_claimed_owner_is_not_trusted),
         e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit, alone),
         e2e!(subresources::ephemeral_containers_are_judged),
-        e2e!(subresources::pytorchjob_scale_up_is_denied),
+        e2e!(subresources::pytorchjob_scale_is_judged_against_its_pytorchjob),
         e2e!(pytorch_guarantees::volcano_pods_see_the_rendezvous_size_despite_the_plugin),
         e2e!(launch_stack::jobset_is_hardened_limited_and_wired),
         e2e!(jobset_order::jobset_defaults_before_or_after_launchgate_give_the_same_jobset),
