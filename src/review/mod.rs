@@ -140,7 +140,8 @@ pub struct ReviewSummary {
     /// Why a skipped request was left alone: `not-a-workload` (a kind launchgate does not
     /// handle, or no object), `operation` (not a CREATE or UPDATE of an object),
     /// `subresource`, `not-launch` (not a launch workload), `exempt`, `no-queue` (no queue
-    /// and no default queue), `scale` (a PyTorchJob scale that is not a scale-up).
+    /// and no default queue), `scale` (a PyTorchJob Scale whose PyTorchJob could not be read and
+    /// that is not a scale-up).
     pub skipped: Option<&'static str>,
     /// Operations in the JSON Patch sent.
     pub patch_operations: usize,
