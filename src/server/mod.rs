@@ -544,7 +544,7 @@ pub async fn cluster_view(
     } else {
         tracing::warn!(
             timeout = ?ready_timeout,
-            "Volcano Job, Service or PyTorchJob cache not filled yet (are the Volcano and PyTorchJob CRDs installed and RBAC granted?); serving anyway"
+            "Volcano Job cache not filled yet (is the Volcano CRD installed and RBAC granted?); serving anyway"
         );
     }
     Ok(Arc::new(cache))

@@ -93,16 +93,13 @@ fn lookup(
 }
 
 impl VolcanoJobCache {
-    /// Waits until the first list of every watch has been stored (or `timeout` passes); true
-    /// when ready.
+    /// Waits until the first list of the Volcano Job and Service watches has been stored (or
+    /// `timeout` passes); true when ready. PyTorchJobs are not waited for (a cluster without
+    /// their CRD must not delay serving): until their list arrives a PyTorchJob's scale-up is
+    /// refused as unjudgeable, and retried.
     pub async fn wait_until_ready(&self, timeout: Duration) -> bool {
         let all = async {
-            for (_, store) in self
-                .stores
-                .iter()
-                .chain(&self.services)
-                .chain(&self.pytorch_jobs)
-            {
+            for (_, store) in self.stores.iter().chain(&self.services) {
                 if store.wait_until_ready().await.is_err() {
                     return false;
                 }
