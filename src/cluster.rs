@@ -16,6 +16,11 @@ pub trait ClusterView: Send + Sync {
     fn service(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
         None
     }
+    /// The PyTorchJob `namespace/name` (`kubeflow.org/v1`), if known (`None` also when this
+    /// view holds no PyTorchJobs): what a label-less `pytorchjobs/scale` request scales.
+    fn pytorch_job(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
+        None
+    }
     /// True when this view is backed by a live cluster (false offline).
     fn is_connected(&self) -> bool;
 }
@@ -37,6 +42,7 @@ impl ClusterView for NoCluster {
 pub struct StaticCluster {
     volcano_jobs: HashMap<(String, String), Arc<Value>>,
     services: HashMap<(String, String), Arc<Value>>,
+    pytorch_jobs: HashMap<(String, String), Arc<Value>>,
 }
 
 /// `(namespace, name)` of an object (namespace `default` when unset).
@@ -55,6 +61,12 @@ impl StaticCluster {
         self
     }
 
+    /// Adds a PyTorchJob to the view.
+    pub fn with_pytorch_job(mut self, job: Value) -> Self {
+        self.pytorch_jobs.insert(key_of(&job), Arc::new(job));
+        self
+    }
+
     /// Adds a Service to the view.
     pub fn with_service(mut self, service: Value) -> Self {
         self.services.insert(key_of(&service), Arc::new(service));
@@ -70,6 +82,11 @@ impl ClusterView for StaticCluster {
     }
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.services
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+    fn pytorch_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.pytorch_jobs
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }

@@ -321,7 +321,7 @@ fn rule_targets(rules: &[RuleWithOperations]) -> Vec<(String, String, String)> {
                     // Only the subresources that change what the limits cover.
                     if let Some((_, sub)) = res.split_once('/') {
                         assert!(
-                            ["ephemeralcontainers", "resize", "scale"].contains(&sub),
+                            ["ephemeralcontainers", "resize"].contains(&sub),
                             "a subresource launchgate does not judge: {res}"
                         );
                     }
@@ -376,8 +376,38 @@ fn check_hook(h: &Hook, path: &str, service: &str) {
 fn hooks_of(objs: &[Value]) -> (Hook, Hook) {
     let mut m = mutating_hooks(objs);
     let mut v = validating_hooks(objs);
+    // With PyTorchJobs covered, `pytorchjobs/scale` has a validating webhook of its own.
+    if v.len() == 2 {
+        let scale = v.remove(1);
+        check_scale_hook(&scale, &v[0]);
+    }
     assert_eq!((m.len(), v.len()), (1, 1));
     (m.remove(0), v.remove(0))
+}
+
+/// `pytorchjobs/scale`'s webhook: a label-less Scale, judged against the PyTorchJob it scales,
+/// failing open (matchConditions cannot tell a launch PyTorchJob's Scale from another team's),
+/// sent where the main validating webhook is.
+fn check_scale_hook(scale: &Hook, validate: &Hook) {
+    assert_eq!(scale.name, validate.name.replacen('.', "-scale.", 1));
+    assert_eq!(scale.failure_policy.as_deref(), Some("Ignore"));
+    assert!(!scale.has_match_conditions);
+    assert_eq!(scale.rules.len(), 1);
+    let rule = &scale.rules[0];
+    assert_eq!(
+        rule.operations.as_deref(),
+        Some(&["UPDATE".to_string()][..])
+    );
+    assert_eq!(
+        (rule.api_groups.clone(), rule.resources.clone()),
+        (
+            Some(vec!["kubeflow.org".to_string()]),
+            Some(vec!["pytorchjobs/scale".to_string()])
+        )
+    );
+    assert_eq!(scale.client, validate.client);
+    assert_eq!(scale.namespace_selector, validate.namespace_selector);
+    assert_eq!(scale.timeout, validate.timeout);
 }
 
 fn ca_bundle(h: &Hook) -> String {
@@ -449,7 +479,6 @@ fn default_render_is_a_safe_webhook() {
         gvr("batch", "v1", "jobs"),
         gvr("batch.volcano.sh", "v1alpha1", "jobs"),
         gvr("kubeflow.org", "v1", "pytorchjobs"),
-        gvr("kubeflow.org", "v1", "pytorchjobs/scale"),
         gvr("jobset.x-k8s.io", "v1alpha2", "jobsets"),
         gvr("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
     ];
@@ -695,7 +724,7 @@ fn cert_manager_mode_with_crd_rules_off() {
         .map(typed)
         .expect("the owner-watch ClusterRole");
     let rules = role.rules.unwrap();
-    assert_eq!(rules.len(), 2);
+    assert_eq!(rules.len(), 3);
     assert_eq!(
         rules[0].api_groups.as_deref(),
         Some(&["batch.volcano.sh".to_string()][..])
@@ -703,6 +732,10 @@ fn cert_manager_mode_with_crd_rules_off() {
     assert_eq!(
         rules[1].resources.as_deref(),
         Some(&["services".to_string()][..])
+    );
+    assert_eq!(
+        rules[2].resources.as_deref(),
+        Some(&["pytorchjobs".to_string()][..])
     );
     for rule in &rules {
         assert_eq!(rule.verbs, ["get", "list", "watch"], "read-only");
@@ -1039,13 +1072,19 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
         split,
         [
             ("validate-deny.launchgate.io", "Fail"),
-            ("validate-warn.launchgate.io", "Ignore")
+            ("validate-warn.launchgate.io", "Ignore"),
+            ("validate-scale.launchgate.io", "Ignore")
         ]
     );
-    for h in &sv {
+    let (scale, sv) = sv.split_last().unwrap();
+    for h in sv {
         assert_eq!(comparable(h), comparable(&cv[0]));
         assert_eq!(h["matchConditions"][0]["name"], "launch-workload");
     }
+    // pytorchjobs/scale's own webhook is the chart's too.
+    assert_eq!(comparable(scale), comparable(&cv[1]));
+    assert_eq!(scale["name"], cv[1]["name"]);
+    assert_eq!(cv[1]["failurePolicy"], "Ignore");
     for o in &server {
         assert_eq!(o["metadata"]["name"], "launchgate");
     }
@@ -1061,7 +1100,8 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
     ]);
     let server = server_registered(&objs);
     let v = hooks(&server, "ValidatingWebhookConfiguration");
-    assert_eq!(v.len(), 1);
+    assert_eq!(v.len(), 2);
+    assert_eq!(v[1]["name"], "validate-scale.launchgate.io");
     assert_eq!(v[0]["failurePolicy"], "Ignore");
     assert_eq!(v[0]["timeoutSeconds"], 3);
     assert_eq!(

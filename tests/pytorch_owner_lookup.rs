@@ -80,6 +80,24 @@ async fn services(RawQuery(query): RawQuery) -> Response {
     ([("content-type", "application/json")], list.to_string()).into_response()
 }
 
+/// `GET /apis/kubeflow.org/v1/pytorchjobs`: one PyTorchJob, then a quiet watch.
+async fn pytorch_jobs(RawQuery(query): RawQuery) -> Response {
+    let query = query.unwrap_or_default();
+    if query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1")
+    {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        return ([("content-type", "application/json")], String::new()).into_response();
+    }
+    let job = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": "ddp", "namespace": "wandb", "resourceVersion": "5"},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}}});
+    let list = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList",
+                      "metadata": {"resourceVersion": "5"}, "items": [job]});
+    ([("content-type", "application/json")], list.to_string()).into_response()
+}
+
 async fn not_found(uri: Uri) -> Response {
     (
         StatusCode::NOT_FOUND,
@@ -111,7 +129,11 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
             "/apis/batch.volcano.sh/v1alpha1/jobs",
             axum::routing::get(jobs),
         )
-        .route("/api/v1/services", axum::routing::get(services));
+        .route("/api/v1/services", axum::routing::get(services))
+        .route(
+            "/apis/kubeflow.org/v1/pytorchjobs",
+            axum::routing::get(pytorch_jobs),
+        );
     let client = kube_client(&fake_api(routes, calls.clone()).await);
     let cache = owner_cache::start(client, owner_cache::WatchScope::default()).await;
     assert!(
@@ -123,6 +145,18 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
         .service("wandb", "ddp")
         .expect("the Service is cached");
     assert_eq!(service["spec"]["clusterIP"], "None");
+    // The PyTorchJobs a label-less Scale is judged against (not waited for by readiness).
+    let mut job = None;
+    for _ in 0..100 {
+        job = cache.pytorch_job("wandb", "ddp");
+        if job.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let job = job.expect("the PyTorchJob is cached");
+    assert_eq!(job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"], 2);
+    assert!(cache.pytorch_job("wandb", "other").is_none());
     assert!(cache.service("other", "ddp").is_none());
     let job = cache
         .volcano_job("wandb", "wandb-job-run42")

@@ -9,6 +9,7 @@
 //! native policies do: the two decide alike on every request (the differential suite on a real
 //! API server compares them).
 
+mod kueue;
 mod mutations;
 mod select;
 pub mod webhooks;
@@ -385,7 +386,19 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 what: what.clone(),
                 why: why.clone(),
             }));
-        if !cel.checks.is_empty() {
+        let kueue = queue
+            .config
+            .kueue
+            .as_ref()
+            .and_then(|cfg| kueue::violations(cfg, &queue.name, "variables.child"));
+        if let Some(cfg) = queue.config.kueue.as_ref().filter(|_| kueue.is_some()) {
+            let labels: Vec<&str> = cfg.settings().iter().map(|s| s.label).collect();
+            report.native.push(format!(
+                "the Kueue labels are the queue's: a Job, JobSet or PyTorchJob whose {} still differs after the mutation is a violation, as is a Pod carrying a different one",
+                labels.join(", ")
+            ));
+        }
+        if !cel.checks.is_empty() || kueue.is_some() {
             let enforcement = queue.config.limits.enforcement;
             let name = format!("{base}-limits");
             let mut variables = vec![
@@ -395,11 +408,15 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             for (var, expression) in &cel.variables {
                 variables.push(json!({"name": var, "expression": expression}));
             }
-            let all: Vec<String> = cel
+            let mut all: Vec<String> = cel
                 .checks
                 .iter()
                 .map(|c| format!("variables.{c}"))
                 .collect();
+            if let Some(expression) = &kueue {
+                variables.push(json!({"name": "kueueLabels", "expression": expression}));
+                all.push("variables.kueueLabels".into());
+            }
             variables.push(json!({"name": "violations", "expression": all.join(" + ")}));
             report
                 .native

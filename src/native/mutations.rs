@@ -385,8 +385,8 @@ fn upsert_labels(map: &str, ptr: &str, labels: &[(String, String, String)]) -> S
 
 /// The labels launchgate writes on the object itself: the queue label (kept as is unless it is
 /// the queue's raw name where that is no label value) and, for the kinds Kueue manages and not
-/// on a JobSet's Jobs, the Kueue labels where unset; with the queue's full name in an
-/// annotation where the label value is not the name.
+/// on a JobSet's Jobs, the Kueue labels where they do not keep the queue's settings; with the
+/// queue's full name in an annotation where the label value is not the name.
 fn label_entries(
     queue: &Queue,
     labels: &str,
@@ -404,12 +404,11 @@ fn label_entries(
     };
     let mut out = vec![(QUEUE_LABEL.to_string(), lit(&value), when)];
     if let (Some(cfg), Some(kueue_when)) = (&queue.config.kueue, kueue_when) {
-        for (k, v) in cfg.labels() {
-            let kl = lit(k);
+        for setting in cfg.settings() {
             out.push((
-                k.to_string(),
-                lit(&v),
-                format!("{kueue_when} && (!({kl} in {labels}) || {labels}[{kl}] == null)"),
+                setting.label.to_string(),
+                lit(&setting.value()),
+                format!("{kueue_when} && !{}", super::kueue::holds(&setting, labels)),
             ));
         }
     }

@@ -6,9 +6,13 @@
 //!
 //! A request's queue is resolved in CEL exactly as the native policies resolve it
 //! ([`super::select::queue_key`]: queue label, container env, namespace default, default queue).
-//! What CEL cannot resolve the way the webhook does — a PyTorchJob's `scale` subresource (a
-//! label-less Scale) and a TrainJob whose queue may come from its trainer's env — goes to the
-//! fail-closed webhook while any queue denies.
+//! What CEL cannot resolve the way the webhook does — a TrainJob whose queue may come from its
+//! trainer's env — goes to the fail-closed webhook while any queue denies.
+//!
+//! A PyTorchJob's `scale` subresource has a validating webhook of its own ([`scale_hook`]): its
+//! Scale carries no labels, so no CEL can tell a launch PyTorchJob's from another team's, and
+//! launchgate judges it against the PyTorchJob it scales (cluster lookups). It fails open, so an
+//! outage never stops another team's scaling.
 
 use super::select;
 use crate::cel;
@@ -156,7 +160,8 @@ pub fn split_name(name: &str, suffix: &str) -> String {
 }
 
 /// The admission rules: CREATE and UPDATE of the chosen kinds (with the subresources that
-/// change what the limits cover: ephemeral containers, pod resize, a PyTorchJob's scale).
+/// change what the limits cover: ephemeral containers, pod resize; a PyTorchJob's scale has a
+/// webhook of its own, [`scale_hook`]).
 fn rules(kinds: &[String]) -> Result<Value, String> {
     let mut out = Vec::new();
     for (rule, kind) in RULE_NAMES {
@@ -170,7 +175,6 @@ fn rules(kinds: &[String]) -> Result<Value, String> {
                 format!("{resource}/ephemeralcontainers"),
                 format!("{resource}/resize"),
             ],
-            WorkloadKind::PyTorchJob => vec![resource.into(), format!("{resource}/scale")],
             _ => vec![resource.into()],
         };
         out.push(json!({
@@ -194,18 +198,38 @@ fn rules(kinds: &[String]) -> Result<Value, String> {
     Ok(Value::Array(out))
 }
 
-/// The CEL test for the launch workloads the webhooks are sent (a PyTorchJob's Scale carries
-/// no labels: every `pytorchjobs/scale` request is sent).
+/// The CEL test for the launch workloads the webhooks are sent.
 fn launch_condition(policy: &Policy, settings: &Settings) -> String {
-    let labels = if settings.launch_labels.is_empty() {
+    if settings.launch_labels.is_empty() {
         select::is_launch(policy)
     } else {
         select::carries_label(&settings.launch_labels)
-    };
-    format!("{SCALE} || {labels}")
+    }
 }
 
-const SCALE: &str = "(has(request.subResource) && request.subResource == 'scale')";
+/// `pytorchjobs/scale`'s validating webhook, `validate-scale.*` (with the PyTorchJob rule):
+/// every Scale UPDATE, judged against the PyTorchJob it scales, failing open. A Scale carries
+/// no labels, so neither `matchConditions` nor the object selector can tell a launch
+/// PyTorchJob's Scale from another team's; fail-closed, an outage would stop every team's
+/// scaling.
+fn scale_hook(base: &Value, name: &str) -> Value {
+    let mut hook = base.clone();
+    hook["name"] = json!(split_name(name, "scale"));
+    hook["failurePolicy"] = json!("Ignore");
+    let (group, version, resource) = WorkloadKind::PyTorchJob.api_resource();
+    hook["rules"] = json!([{
+        "apiGroups": [group],
+        "apiVersions": [version],
+        "resources": [format!("{resource}/scale")],
+        "operations": ["UPDATE"],
+        "scope": "Namespaced",
+    }]);
+    if let Some(h) = hook.as_object_mut() {
+        h.remove("matchConditions");
+        h.remove("objectSelector");
+    }
+    hook
+}
 
 /// The CEL test for "this request fails closed": it resolves to a `deny` queue, or CEL cannot
 /// resolve its queue the way the webhook does. `None` when no queue denies.
@@ -231,7 +255,7 @@ pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
     } else {
         None
     };
-    let mut parts = vec![SCALE.to_string()];
+    let mut parts = Vec::new();
     if let Some(unknown) = trainjob {
         parts.push(format!(
             "({} && {unknown})",
@@ -340,6 +364,11 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
                 Vec::new(),
             )],
         };
+        let mut hooks = hooks;
+        if settings.kinds.is_empty() || settings.kinds.iter().any(|k| k == "pytorchjob") {
+            let base = hook(&v.name, "/validate", "Ignore", Vec::new());
+            hooks.push(scale_hook(&base, &v.name));
+        }
         out.push(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
@@ -363,12 +392,72 @@ mod tests {
         Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).expect("policy")
     }
 
-    fn hooks(objects: &[Value], kind: &str) -> Vec<Value> {
+    fn all_hooks(objects: &[Value], kind: &str) -> Vec<Value> {
         objects
             .iter()
             .find(|o| o["kind"] == kind)
             .map(|o| o["webhooks"].as_array().cloned().unwrap_or_default())
             .unwrap_or_default()
+    }
+
+    /// The webhooks but `pytorchjobs/scale`'s own.
+    fn hooks(objects: &[Value], kind: &str) -> Vec<Value> {
+        all_hooks(objects, kind)
+            .into_iter()
+            .filter(|h| !h["name"].as_str().unwrap_or_default().contains("-scale."))
+            .collect()
+    }
+
+    #[test]
+    fn a_pytorchjob_scale_has_a_fail_open_webhook_of_its_own() {
+        for (settings, closed) in [
+            (Settings::default(), "validate-deny.launchgate.io"),
+            (
+                Settings {
+                    match_conditions: false,
+                    ..Settings::default()
+                },
+                "validate.launchgate.io",
+            ),
+        ] {
+            let objects = configurations(&policy("warn"), &settings).unwrap();
+            let validate = all_hooks(&objects, "ValidatingWebhookConfiguration");
+            let scale: Vec<&Value> = validate
+                .iter()
+                .filter(|h| h["rules"].to_string().contains("/scale"))
+                .collect();
+            assert_eq!(scale.len(), 1, "{validate:?}");
+            assert_eq!(scale[0]["name"], "validate-scale.launchgate.io");
+            assert_eq!(scale[0]["failurePolicy"], "Ignore");
+            assert_eq!(
+                scale[0]["rules"],
+                json!([{"apiGroups": ["kubeflow.org"], "apiVersions": ["v1"],
+                    "resources": ["pytorchjobs/scale"], "operations": ["UPDATE"], "scope": "Namespaced"}])
+            );
+            assert!(scale[0].get("matchConditions").is_none());
+            assert_eq!(
+                scale[0]["clientConfig"]["url"],
+                "https://127.0.0.1:8443/validate"
+            );
+            let closed = validate.iter().find(|h| h["name"] == closed).unwrap();
+            assert_eq!(closed["failurePolicy"], "Fail");
+            assert!(!closed["rules"].to_string().contains("/scale"));
+            assert!(
+                !closed["matchConditions"].to_string().contains("scale"),
+                "{closed}"
+            );
+        }
+        // Without the PyTorchJob rule, no scale webhook.
+        let settings = Settings {
+            kinds: vec!["jobs".into()],
+            ..Settings::default()
+        };
+        let objects = configurations(&policy("warn"), &settings).unwrap();
+        assert!(
+            !all_hooks(&objects, "ValidatingWebhookConfiguration")
+                .iter()
+                .any(|h| h["rules"].to_string().contains("/scale"))
+        );
     }
 
     #[test]
@@ -504,13 +593,7 @@ mod tests {
                 .iter()
                 .map(|r| &r["resources"])
                 .collect();
-            assert_eq!(
-                resources,
-                [
-                    &json!(["jobs"]),
-                    &json!(["pytorchjobs", "pytorchjobs/scale"])
-                ]
-            );
+            assert_eq!(resources, [&json!(["jobs"]), &json!(["pytorchjobs"])]);
             let conditions = h["matchConditions"].as_array().unwrap();
             assert!(
                 conditions[0]["expression"]

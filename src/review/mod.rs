@@ -143,7 +143,8 @@ pub struct ReviewSummary {
     /// Why a skipped request was left alone: `not-a-workload` (a kind launchgate does not
     /// handle, or no object), `operation` (not a CREATE or UPDATE of an object),
     /// `subresource`, `not-launch` (not a launch workload), `exempt`, `no-queue` (no queue
-    /// and no default queue), `scale` (a PyTorchJob scale that is not a scale-up).
+    /// and no default queue), `scale` (a PyTorchJob Scale whose PyTorchJob could not be read and
+    /// that is not a scale-up).
     pub skipped: Option<&'static str>,
     /// Operations in the JSON Patch sent.
     pub patch_operations: usize,
@@ -389,7 +390,15 @@ fn decide_object(
             .as_ref()
             .is_some_and(|r| r.group == "kubeflow.org" && r.resource == "pytorchjobs")
     {
-        return scale_decision(endpoint, request, object.as_ref(), summary);
+        return scale_decision(
+            policy,
+            endpoint,
+            request,
+            object.as_ref(),
+            summary,
+            cluster,
+            observer,
+        );
     }
     let (Some(kind), Some(mut object)) = (kind, object) else {
         return skip(summary, "not-a-workload");
@@ -505,16 +514,26 @@ fn decide_object(
     decision
 }
 
-/// `pytorchjobs/scale`: the training operator's CRD scales `Worker.replicas` through a
-/// `autoscaling/v1` Scale, which carries neither labels nor pod templates, so neither the
-/// PyTorchJob's queue nor its limits can be judged from it. A scale-up is denied with the way
-/// that is judged (changing `Worker.replicas` on the PyTorchJob itself); a scale-down, or a
-/// Scale that keeps the count, is allowed.
+/// Where the PyTorchJob CRD's scale subresource writes (`specReplicasPath`).
+const SCALED_REPLICAS: &str = "/spec/pytorchReplicaSpecs/Worker/replicas";
+
+/// `pytorchjobs/scale`: the training operator's CRD scales `Worker.replicas` through an
+/// `autoscaling/v1` Scale, which carries neither labels nor pod templates. The Scale is judged
+/// against the PyTorchJob it scales, read from the cluster view (a cached watch): a PyTorchJob
+/// that is no launch workload (or is exempt) is not launchgate's, and passes; a launch
+/// workload's Scale is judged by its queue exactly as an UPDATE of its `Worker.replicas` to the
+/// new count. When the PyTorchJob cannot be read (no cluster lookups, or not in the cache yet)
+/// a scale-up is denied with the way that is judged (changing `Worker.replicas` on the
+/// PyTorchJob itself); a scale-down, or a Scale that keeps the count, is allowed. Nothing is
+/// ever patched.
 fn scale_decision(
+    policy: &Policy,
     endpoint: Endpoint,
     request: &AdmissionRequest,
     object: Option<&Value>,
     mut summary: ReviewSummary,
+    cluster: &dyn ClusterView,
+    observer: &mut dyn Observer,
 ) -> Decision {
     summary.kind = WorkloadKind::PyTorchJob.as_str();
     if let Some(scale) = object {
@@ -526,13 +545,58 @@ fn scale_decision(
             .unwrap_or(0)
     };
     let (new, old) = (replicas(object), replicas(request.old_object.as_ref()));
+    let namespace = request.namespace.as_deref().unwrap_or_default();
+    let owner = cluster.pytorch_job(namespace, &request.name);
+    let judged = endpoint == Endpoint::Validate && matches!(request.operation, Operation::Update);
+    if judged && let Some(owner) = owner {
+        // The UPDATE this Scale amounts to: the PyTorchJob with the new Worker count.
+        let mut scaled = owner.as_ref().clone();
+        if let Some(replicas) = scaled.pointer_mut(SCALED_REPLICAS) {
+            *replicas = Value::from(new);
+        } else if let Some(worker) = scaled
+            .pointer_mut("/spec/pytorchReplicaSpecs/Worker")
+            .and_then(Value::as_object_mut)
+        {
+            worker.insert("replicas".into(), Value::from(new));
+        }
+        let mut update = request.clone();
+        update.kind = kube::core::GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob");
+        update.sub_resource = None;
+        update.object = None;
+        update.old_object = Some(owner.as_ref().clone());
+        let mut decision = decide_object(
+            policy,
+            Endpoint::Validate,
+            &update,
+            Some(scaled),
+            Original::Tree(None),
+            cluster,
+            observer,
+        );
+        if let Some(status) = decision.response.status.as_mut() {
+            status.message = format!(
+                "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas is judged as an update of {}:\n{}",
+                request.name,
+                SCALED_REPLICAS.trim_start_matches('/').replace('/', "."),
+                status.message
+            );
+            decision.summary.message = Some(status.message.clone());
+        }
+        return decision;
+    }
     let mut findings = Findings::default();
-    if endpoint == Endpoint::Validate && matches!(request.operation, Operation::Update) && new > old
-    {
-        findings.denials.push(format!(
-            "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels, so the queue's limits cannot be checked; change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
-            request.name
-        ));
+    if judged && new > old {
+        findings.denials.push(if cluster.is_connected() {
+            format!(
+                "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels and the PyTorchJob is not in launchgate's cache (created a moment ago, or in a namespace its cluster lookups do not watch), so its queue's limits cannot be checked; retry, or change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
+                request.name
+            )
+        } else {
+            format!(
+                "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels and without cluster lookups launchgate cannot read the PyTorchJob, so its queue's limits cannot be checked; change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
+                request.name
+            )
+        });
     }
     let mut decision = finish(
         &request.uid,
@@ -765,7 +829,7 @@ fn validate_decision(
         findings.denials.extend(report.denials);
         findings.warnings.extend(report.warnings);
     }
-    let report = validate::check_limits(
+    let mut report = validate::check_limits(
         &queue.name,
         &queue.limits,
         &validate::Candidate {
@@ -778,6 +842,23 @@ fn validate_decision(
         },
         ctx.sidecars,
     );
+    // The queue's Kueue labels: a workload's own (a controller's child has its root's), judged
+    // on CREATE and UPDATE like a limit.
+    if scope == Scope::Workload
+        && let Some(cfg) = &queue.config.kueue
+        && matches!(ctx.request.operation, Operation::Create | Operation::Update)
+    {
+        let found = mutate::kueue::violations(&queue.name, cfg, ctx.kind, object);
+        let before = match (&ctx.request.operation, &ctx.request.old_object) {
+            (Operation::Update, Some(old)) if !found.is_empty() => {
+                mutate::kueue::violations(&queue.name, cfg, ctx.kind, old)
+                    .into_iter()
+                    .collect()
+            }
+            _ => std::collections::BTreeSet::new(),
+        };
+        validate::add_violations(&mut report, found, &before);
+    }
     findings.warnings.extend(report.warnings);
     summary.outcome = Outcome::Allowed;
     if !report.violations.is_empty() {
@@ -1044,6 +1125,61 @@ mod subresource_tests {
         assert!(
             message.contains("names JobSet \"ddp\" as its controller but is sent by"),
             "{message}"
+        );
+    }
+
+    fn pytorchjob(labels: Value) -> Value {
+        let replica = |n: i64| {
+            json!({"replicas": n, "template": {"metadata": {"labels": labels.clone()},
+                "spec": {"containers": [{"name": "pytorch", "image": "acme/train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}})
+        };
+        json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "ddp", "namespace": "wandb", "labels": labels.clone()},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(2)}}})
+    }
+
+    #[test]
+    fn a_scale_is_judged_against_the_pytorchjob_it_scales() {
+        use crate::cluster::StaticCluster;
+        let policy = Policy::from_yaml(
+            "queues:\n  gpu-queue:\n    limits: {totals: {nvidia.com/gpu: {maximum: 16}}}\n",
+        )
+        .unwrap();
+        let answer = |cluster: &dyn ClusterView, body: Vec<u8>| {
+            let out = review(&policy, Endpoint::Validate, &body, cluster).unwrap();
+            serde_json::from_slice::<Value>(&out.body).unwrap()["response"].clone()
+        };
+        // Another team's elastic job: not launchgate's, scales freely.
+        let other = StaticCluster::default().with_pytorch_job(pytorchjob(json!({"team": "b"})));
+        assert_eq!(answer(&other, scale_review(2, 64))["allowed"], true);
+        // A launch workload: judged by its queue, as an update of Worker.replicas.
+        let launch = StaticCluster::default().with_pytorch_job(pytorchjob(
+            json!({"wandb.ai/monitor": "true", "launchgate.io/queue": "gpu-queue"}),
+        ));
+        let up = answer(&launch, scale_review(2, 64));
+        assert_eq!(up["allowed"], false, "{up}");
+        let message = up["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("scaling PyTorchJob \"ddp\" from 2 to 64 Worker replicas")
+                && message.contains(
+                    "queue \"gpu-queue\": total nvidia.com/gpu over all pods=65 exceeds maximum 16 (totals)"
+                ),
+            "{message}"
+        );
+        assert_eq!(answer(&launch, scale_review(2, 15))["allowed"], true);
+        // Connected, but the PyTorchJob is not in the cache: a scale-up cannot be judged.
+        let unknown = answer(&StaticCluster::default(), scale_review(2, 64));
+        assert_eq!(unknown["allowed"], false);
+        assert!(
+            unknown["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not in launchgate's cache")
+        );
+        assert_eq!(
+            answer(&StaticCluster::default(), scale_review(2, 1))["allowed"],
+            true
         );
     }
 
@@ -1339,5 +1475,98 @@ mod subresource_tests {
         let mutate = review(&policy, Endpoint::Mutate, &scale_review(2, 64), &NoCluster).unwrap();
         let mutate: Value = serde_json::from_slice(&mutate.body).unwrap();
         assert_eq!(mutate["response"]["allowed"], true);
+    }
+}
+
+#[cfg(test)]
+mod kueue_tests {
+    use super::*;
+    use crate::cluster::NoCluster;
+    use serde_json::json;
+
+    const CONFIG: &str = "defaultQueue: q\nqueues:\n  q:\n    kueue: {localQueue: team-a, priorityClass: research, maxExecutionSeconds: 3600}\n";
+
+    fn job(labels: Value) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "wandb", "labels": labels},
+            "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "t", "image": "acme/t:1"}]}}}})
+    }
+
+    fn labels(queue_name: &str, seconds: &str) -> Value {
+        json!({"wandb.ai/monitor": "true", "kueue.x-k8s.io/queue-name": queue_name,
+            "kueue.x-k8s.io/priority-class": "research",
+            "kueue.x-k8s.io/max-exec-time-seconds": seconds})
+    }
+
+    fn ask(endpoint: Endpoint, object: Value, old: Option<Value>) -> Decision {
+        let policy = Policy::from_yaml(CONFIG).unwrap();
+        let mut request = AdmissionRequest::synthetic_create(object, Some("wandb")).unwrap();
+        if let Some(old) = old {
+            request.operation = Operation::Update;
+            request.old_object = Some(old);
+        }
+        request.user_info = Some(json!({"username": "alice"}));
+        decide(&policy, endpoint, &request, &NoCluster)
+    }
+
+    #[test]
+    fn a_tenants_kueue_labels_are_replaced_at_create_and_denied_when_they_still_differ() {
+        for (queue_name, seconds) in [("", "3600"), ("team-b", "3600"), ("team-a", "7200")] {
+            let tenant = job(labels(queue_name, seconds));
+            let mutated = ask(Endpoint::Mutate, tenant.clone(), None);
+            let patch = serde_json::to_string(&mutated.patch).unwrap();
+            assert!(
+                patch.contains("team-a") || patch.contains("\"3600\""),
+                "{patch}"
+            );
+            assert!(!patch.contains("suspend"), "{patch}");
+            // The mutating webhook bypassed: the validating webhook denies it.
+            let denied = ask(Endpoint::Validate, tenant.clone(), None);
+            assert!(!denied.response.allowed, "{queue_name:?} {seconds}");
+            let message = &denied.response.status.as_ref().unwrap().message;
+            assert!(
+                message.contains("queue \"q\": label kueue.x-k8s.io/"),
+                "{message}"
+            );
+            // Applying the patch gives a Job the validating webhook admits.
+            let mut fixed = tenant.clone();
+            json_patch::patch(&mut fixed, &mutated.patch).unwrap();
+            assert!(ask(Endpoint::Validate, fixed, None).response.allowed);
+        }
+    }
+
+    #[test]
+    fn kueues_admission_update_passes_and_a_changed_queue_name_is_denied() {
+        let admitted = job(labels("team-a", "3600"));
+        let mut unsuspended = admitted.clone();
+        unsuspended["spec"]["suspend"] = json!(false);
+        unsuspended["spec"]["template"]["spec"]["nodeSelector"] = json!({"flavor": "a100"});
+        let update = ask(
+            Endpoint::Validate,
+            unsuspended.clone(),
+            Some(admitted.clone()),
+        );
+        assert!(update.response.allowed);
+        let mutate = ask(Endpoint::Mutate, unsuspended, Some(admitted.clone()));
+        assert!(
+            mutate.patch.0.is_empty(),
+            "Kueue's admission UPDATE is never patched"
+        );
+        // A tenant's UPDATE taking the Job out of Kueue.
+        let mut out = admitted.clone();
+        out["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("");
+        let denied = ask(Endpoint::Validate, out, Some(admitted.clone()));
+        assert!(!denied.response.allowed);
+        assert!(denied.response.status.as_ref().unwrap().message.contains(
+            r#"label kueue.x-k8s.io/queue-name="" is not the queue's "team-a" (kueue.localQueue)"#
+        ));
+        // A Job that already differed before launchgate's rule: its UPDATEs pass, with a warning.
+        let old = job(labels("team-b", "3600"));
+        let mut relabelled = old.clone();
+        relabelled["metadata"]["labels"]["note"] = json!("x");
+        let kept = ask(Endpoint::Validate, relabelled, Some(old));
+        assert!(kept.response.allowed);
+        assert!(kept.response.warnings[0].contains("already so before this update"));
     }
 }

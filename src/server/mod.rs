@@ -527,7 +527,8 @@ pub async fn run_until_signal(
     server.wait().await
 }
 
-/// The cluster view backed by the Kubernetes API (owner Volcano Jobs, cached watch).
+/// The cluster view backed by the Kubernetes API (owner Volcano Jobs, Services, PyTorchJobs;
+/// cached watches).
 ///
 /// Uses the in-cluster service account (or the local kubeconfig) and starts the Volcano Job
 /// watch, limited to `scope` (namespaces and a label selector). Serving does not wait for the

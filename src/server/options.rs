@@ -124,7 +124,8 @@ pub struct ServeOptions {
         value_parser = clap::value_parser!(u64).map(|mib| mib.saturating_mul(1 << 20))
     )]
     pub memory_budget: Option<u64>,
-    /// Read owner Volcano Jobs through the Kubernetes API (cached watch).
+    /// Read owner Volcano Jobs, rendezvous Services and the PyTorchJobs a `pytorchjobs/scale`
+    /// request scales through the Kubernetes API (cached watches).
     #[arg(long, env = "LAUNCHGATE_CLUSTER_LOOKUPS", default_value_t = false, action = clap::ArgAction::Set)]
     pub cluster_lookups: bool,
     /// Tokio worker threads (default: number of cores).
@@ -150,8 +151,8 @@ pub struct ServeOptions {
     /// The Events' reportingInstance (the chart passes the pod name); default: the hostname.
     #[arg(long, env = "LAUNCHGATE_POD_NAME")]
     pub pod_name: Option<String>,
-    /// With --cluster-lookups: watch Volcano Jobs only in these namespaces (comma-separated;
-    /// empty: all namespaces).
+    /// With --cluster-lookups: watch Volcano Jobs, Services and PyTorchJobs only in these
+    /// namespaces (comma-separated; empty: all namespaces).
     #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_NAMESPACES", value_delimiter = ',')]
     pub owner_watch_namespaces: Vec<String>,
     /// With --cluster-lookups: watch only Volcano Jobs matching this label selector

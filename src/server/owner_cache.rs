@@ -1,4 +1,4 @@
-//! Cluster lookups for the pure core: cached watches of Volcano Jobs and of Services.
+//! Cluster lookups for the pure core: cached watches of Volcano Jobs, Services and PyTorchJobs.
 //!
 //! A Volcano pod whose Job launchgate never mutated (the Job was created before launchgate was
 //! installed, or its webhook was not registered for `batch.volcano.sh` jobs) lacks
@@ -19,6 +19,11 @@
 //! Services (core/v1, the same namespaces, no label selector: a headless Service carries no
 //! launch labels) answer [`ClusterView::service`] for the rendezvous preflight
 //! (`guardrails.rendezvousPreflight`). RBAC: `get`, `list`, `watch` on `services`.
+//!
+//! PyTorchJobs (`kubeflow.org/v1`, the same namespaces, no label selector: a scale may come for
+//! any of them, and one without launch labels must be told apart from one not yet seen) answer
+//! [`ClusterView::pytorch_job`], so a label-less `pytorchjobs/scale` request is judged against
+//! the PyTorchJob it scales. RBAC: `get`, `list`, `watch` on `pytorchjobs.kubeflow.org`.
 
 use crate::cluster::ClusterView;
 use kube::api::{Api, DynamicObject};
@@ -52,15 +57,24 @@ fn service_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Service"), "services")
 }
 
+/// The watched PyTorchJobs.
+fn pytorch_job_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob"),
+        "pytorchjobs",
+    )
+}
+
 /// One store per watched namespace, or one store under `None` for all namespaces.
 type Stores = Vec<(Option<String>, Store<DynamicObject>)>;
 
-/// A [`ClusterView`] backed by watch caches of Volcano Jobs and Services.
+/// A [`ClusterView`] backed by watch caches of Volcano Jobs, Services and PyTorchJobs.
 #[derive(Clone)]
 pub struct VolcanoJobCache {
     stores: Stores,
     resource: ApiResource,
     services: Stores,
+    pytorch_jobs: Stores,
 }
 
 /// `namespace/name` in `stores`, as a JSON value.
@@ -79,8 +93,10 @@ fn lookup(
 }
 
 impl VolcanoJobCache {
-    /// Waits until the first list of every watch has been stored (or `timeout` passes); true
-    /// when ready.
+    /// Waits until the first list of the Volcano Job and Service watches has been stored (or
+    /// `timeout` passes); true when ready. PyTorchJobs are not waited for (a cluster without
+    /// their CRD must not delay serving): until their list arrives a PyTorchJob's scale-up is
+    /// refused as unjudgeable, and retried.
     pub async fn wait_until_ready(&self, timeout: Duration) -> bool {
         let all = async {
             for (_, store) in self.stores.iter().chain(&self.services) {
@@ -106,6 +122,10 @@ impl ClusterView for VolcanoJobCache {
 
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         lookup(&self.services, &service_resource(), namespace, name)
+    }
+
+    fn pytorch_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        lookup(&self.pytorch_jobs, &pytorch_job_resource(), namespace, name)
     }
 
     fn is_connected(&self) -> bool {
@@ -162,10 +182,16 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> VolcanoJobCache {
     };
     let stores = watch(&resource, config, "Volcano Jobs");
     let services = watch(&service_resource(), watcher::Config::default(), "Services");
+    let pytorch_jobs = watch(
+        &pytorch_job_resource(),
+        watcher::Config::default(),
+        "PyTorchJobs",
+    );
     VolcanoJobCache {
         stores,
         resource,
         services,
+        pytorch_jobs,
     }
 }
 

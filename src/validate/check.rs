@@ -74,8 +74,17 @@ pub fn check_limits(
             .collect(),
         _ => BTreeSet::new(),
     };
+    add_violations(&mut report, found, &before);
+    cap_lines(&mut report.violations, queue_name, "violations");
+    cap_lines(&mut report.warnings, queue_name, "unchanged violations");
+    report
+}
+
+/// Adds the violations `found` on the object to `report`; on UPDATE, one the old object already
+/// had (in `before`) does not block and becomes a warning, except under `audit`.
+pub fn add_violations(report: &mut LimitReport, found: Vec<String>, before: &BTreeSet<String>) {
     for violation in found {
-        if before.contains(&violation) && limits.enforcement != Enforcement::Audit {
+        if before.contains(&violation) && report.enforcement != Enforcement::Audit {
             report.warnings.push(format!(
                 "{violation} (already so before this update; allowed because this update does not change it)"
             ));
@@ -83,9 +92,6 @@ pub fn check_limits(
             report.violations.push(violation);
         }
     }
-    cap_lines(&mut report.violations, queue_name, "violations");
-    cap_lines(&mut report.warnings, queue_name, "unchanged violations");
-    report
 }
 
 /// The object the API server asks about.

@@ -26,7 +26,7 @@ pub mod path;
 pub mod schema;
 pub mod template;
 
-pub use check::{Candidate, Scope, check_limits};
+pub use check::{Candidate, Scope, add_violations, check_limits};
 pub use schema::ValueType;
 
 use crate::error::ConfigError;

@@ -375,3 +375,85 @@ pub async fn kueue_admission_is_left_alone_and_revalidated(ctx: &Ctx) -> Result<
     }
     Ok(())
 }
+
+/// A queue's Kueue labels are the queue's: a tenant's empty or foreign LocalQueue, other
+/// priority class or longer run time is replaced at CREATE (Job and JobSet) with a warning;
+/// Kueue's admission UPDATE still passes untouched; a tenant's UPDATE taking a workload out of
+/// Kueue, or lengthening its run, is denied naming the queue, the label, its value and the
+/// queue's setting.
+pub async fn a_tenants_kueue_labels_are_replaced_or_denied(ctx: &Ctx) -> Result<()> {
+    let tenant_labels = |queue_name: &str| {
+        json!({"wandb.ai/monitor": "true", "launchgate.io/queue": KUEUE_QUEUE,
+            "kueue.x-k8s.io/queue-name": queue_name,
+            "kueue.x-k8s.io/priority-class": "urgent",
+            "kueue.x-k8s.io/max-exec-time-seconds": "999999"})
+    };
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "escape", "labels": tenant_labels("")},
+        "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [gpu_container(1)]}}}});
+    let mut set = jobset("escape-js", 1, 2, 1);
+    set["metadata"]["labels"] = tenant_labels("team-b");
+    for object in [&job, &set] {
+        let (status, stored, warnings) = ctx.create_raw(object, false).await?;
+        ensure!(status == 201, "{status} {stored}");
+        let labels = &stored["metadata"]["labels"];
+        ensure!(
+            labels["kueue.x-k8s.io/queue-name"] == "team-a"
+                && labels["kueue.x-k8s.io/priority-class"] == "research"
+                && labels["kueue.x-k8s.io/max-exec-time-seconds"] == "3600",
+            "{}: the tenant's Kueue labels were kept: {labels}",
+            object["kind"]
+        );
+        ensure!(
+            warnings
+                .iter()
+                .filter(|w| w.contains("replaced by") && w.contains("kueue.x-k8s.io/"))
+                .count()
+                == 3,
+            "warnings {warnings:?}"
+        );
+    }
+    ensure!(
+        ctx.get(&job, "escape").await?.context("the Job")?["spec"]["suspend"] == true,
+        "suspend is Kueue's"
+    );
+    // Kueue admits the Job: passes, untouched.
+    let api = ctx.api_for(&job)?;
+    let before = ctx.get(&job, "escape").await?.context("the Job")?;
+    let stored = update(&api, "escape", |job| {
+        job["spec"]["suspend"] = json!(false);
+        job["spec"]["template"]["spec"]["nodeSelector"] = json!({"cloud.example.com/gpu": "a100"});
+    })
+    .await
+    .context("Kueue's admission UPDATE")?;
+    ensure!(
+        stored["metadata"]["labels"] == before["metadata"]["labels"]
+            && stored["spec"]["template"]["spec"]["nodeSelector"]
+                == json!({"cloud.example.com/gpu": "a100"}),
+        "Kueue's admission UPDATE was changed: {}",
+        stored["metadata"]
+    );
+    // A tenant's UPDATE taking the Job out of Kueue, or lengthening the JobSet's run.
+    let out = update(&api, "escape", |job| {
+        job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("");
+    })
+    .await;
+    ensure!(
+        matches!(&out, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains(&format!(
+            r#"queue "{KUEUE_QUEUE}": label kueue.x-k8s.io/queue-name="" is not the queue's "team-a" (kueue.localQueue)"#
+        ))),
+        "an UPDATE emptying the queue name was not denied: {out:?}"
+    );
+    let longer = update(&ctx.api_for(&set)?, "escape-js", |js| {
+        js["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = json!("7200");
+    })
+    .await;
+    ensure!(
+        matches!(&longer, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains(
+            r#"label kueue.x-k8s.io/max-exec-time-seconds="7200" exceeds maximum 3600 (kueue.maxExecutionSeconds)"#
+        )),
+        "an UPDATE lengthening the run was not denied: {longer:?}"
+    );
+    Ok(())
+}

@@ -253,6 +253,7 @@ fn limits_named(message: &str) -> BTreeSet<String> {
             "maxActiveDeadlineSeconds",
             "allowedRegistries",
             "allowedNamespaces",
+            "kueue.",
         ]
         .iter()
         .any(|p| named.starts_with(p))
@@ -340,10 +341,14 @@ fn variants(obj: &Value) -> Vec<(&'static str, Value)> {
     for c in containers_mut(&mut elsewhere) {
         c["image"] = json!("evil.example/miner:1");
     }
+    let mut kueue = obj.clone();
+    kueue["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("team-b");
+    kueue["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = json!("999999");
     vec![
         ("as recorded", obj.clone()),
         ("over the limits", over),
         ("another registry", elsewhere),
+        ("a tenant's Kueue labels", kueue),
     ]
 }
 

@@ -274,9 +274,11 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
                 let v = configuration(ctx, "ValidatingWebhookConfiguration", &name).await?;
                 Ok(v.is_some_and(|v| {
                     let hooks = v["webhooks"].as_array().cloned().unwrap_or_default();
-                    hooks.len() == 1
+                    hooks.len() == 2
                         && hooks[0]["name"] == "validate-warn.launchgate.io"
                         && hooks[0]["failurePolicy"] == "Ignore"
+                        && hooks[1]["name"] == "validate-scale.launchgate.io"
+                        && hooks[1]["failurePolicy"] == "Ignore"
                 }))
             },
         )
@@ -293,7 +295,8 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
 }
 
 /// With the registered webhooks' server stopped: a `warn` queue's Job is admitted (its
-/// webhook fails open) while a `deny` queue's Job is refused (its webhook fails closed). The
+/// webhook fails open) while a `deny` queue's Job is refused (its webhook fails closed), and
+/// another team's PyTorchJob still scales (`pytorchjobs/scale`'s own webhook fails open). The
 /// configurations outlive the server (other replicas serve) and `delete-webhooks` removes them.
 pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Result<()> {
     let (name, flags) = registration(ctx);
@@ -326,7 +329,12 @@ pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Res
                             )
                         })
                         .collect();
-                    hooks == [(deny_hook, "Fail"), (warn_hook, "Ignore")]
+                    hooks
+                        == [
+                            (deny_hook, "Fail"),
+                            (warn_hook, "Ignore"),
+                            ("validate-scale.launchgate.io", "Ignore"),
+                        ]
                 }))
             },
         )
@@ -366,7 +374,25 @@ pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Res
         )
         .await?;
 
+        // Another team's PyTorchJob (no launch label), to scale while launchgate is down.
+        let mut elastic = manifest("ptjob.yaml");
+        elastic["metadata"]["name"] = json!("elastic-b");
+        elastic["metadata"]["labels"] = json!({"team": "b"});
+        for role in ["Master", "Worker"] {
+            elastic["spec"]["pytorchReplicaSpecs"][role]["template"]["metadata"]["labels"] =
+                json!({"team": "b"});
+        }
+        let elastic = ctx.create(&elastic, false).await?;
         ensure!(server.stop().is_some(), "the webhook process did not stop");
+        // pytorchjobs/scale fails open: an outage never stops another team's scaling.
+        ctx.api_for(&elastic)?
+            .patch_scale(
+                "elastic-b",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"replicas": 8}})),
+            )
+            .await
+            .context("scaling another team's PyTorchJob while launchgate was down")?;
         for kind in [
             "MutatingWebhookConfiguration",
             "ValidatingWebhookConfiguration",

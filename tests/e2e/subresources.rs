@@ -3,11 +3,12 @@
 //! `Worker.replicas`), as the chart registers them.
 
 use crate::ctx::{Ctx, manifest};
-use crate::webhook::REGISTRY_QUEUE;
+use crate::webhook::{KUEUE_QUEUE, REGISTRY_QUEUE};
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
+use serde_json::{Value, json};
+use std::time::Duration;
 
 /// `kubectl debug` adds an ephemeral container: it gets the queue's container securityContext
 /// defaults, and one from a registry the queue does not allow is denied.
@@ -54,31 +55,91 @@ pub async fn ephemeral_containers_are_judged(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// Scales `name` through the scale subresource once launchgate's PyTorchJob cache has it (a
+/// Scale of a PyTorchJob the cache has not seen yet is refused as unjudgeable).
+async fn scale(
+    ctx: &Ctx,
+    api: &Api<kube::api::DynamicObject>,
+    name: &str,
+    replicas: i64,
+) -> Result<Result<(), Box<kube::core::Status>>> {
+    let patch = &Patch::Merge(json!({"spec": {"replicas": replicas}}));
+    ctx.poll(
+        "launchgate's PyTorchJob cache to hold the job",
+        Duration::from_secs(30),
+        || async move {
+            match api.patch_scale(name, &PatchParams::default(), patch).await {
+                Ok(_) => Ok(Some(Ok(()))),
+                Err(kube::Error::Api(s)) if s.message.contains("not in launchgate's cache") => {
+                    Ok(None)
+                }
+                Err(kube::Error::Api(s)) => Ok(Some(Err(s))),
+                Err(e) => bail!("unexpected error: {e}"),
+            }
+        },
+    )
+    .await
+}
+
 /// The PyTorchJob CRD's scale subresource sets `Worker.replicas` through a Scale that carries
-/// no labels: a scale-up is denied with the judged way to do it, a scale-down is allowed.
-pub async fn pytorchjob_scale_up_is_denied(ctx: &Ctx) -> Result<()> {
-    let job = ctx.create(&manifest("ptjob.yaml"), false).await?;
-    let name = job["metadata"]["name"].as_str().context("name")?;
-    let api = ctx.api_for(&job)?;
-    let scale = |n: i64| Patch::Merge(json!({"spec": {"replicas": n}}));
-    match api
-        .patch_scale(name, &PatchParams::default(), &scale(64))
-        .await
-    {
-        Ok(s) => bail!("scaling Worker replicas 2 → 64 was admitted: {s:?}"),
-        Err(kube::Error::Api(s)) => ensure!(
+/// no labels. launchgate judges it against the PyTorchJob it scales (its cached watch): another
+/// team's PyTorchJob scales freely; a launch PyTorchJob's scale is judged by its queue, as an
+/// update of `Worker.replicas` (a scale-up over the queue's totals is denied naming the queue,
+/// the total, its value and the limit; one within them and a scale-down pass).
+pub async fn pytorchjob_scale_is_judged_against_its_pytorchjob(ctx: &Ctx) -> Result<()> {
+    let with_gpu_and_labels = |name: &str, labels: Value| {
+        let mut job = manifest("ptjob.yaml");
+        job["metadata"]["name"] = json!(name);
+        job["metadata"]["labels"] = labels.clone();
+        for role in ["Master", "Worker"] {
+            let t = &mut job["spec"]["pytorchReplicaSpecs"][role]["template"];
+            t["metadata"]["labels"] = labels.clone();
+            t["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": 1}});
+        }
+        job
+    };
+    // Another team's PyTorchJob (no launch label): not launchgate's to judge.
+    let other = ctx
+        .create(
+            &with_gpu_and_labels("elastic-b", json!({"team": "b"})),
+            false,
+        )
+        .await?;
+    let api = ctx.api_for(&other)?;
+    if let Err(s) = scale(ctx, &api, "elastic-b", 64).await? {
+        bail!(
+            "scaling another team's PyTorchJob 2 → 64 was refused: {}",
             s.message
-                .contains("through the scale subresource is denied")
-                && s.message.contains("Worker.replicas"),
+        );
+    }
+    // A launch PyTorchJob of a queue with at most 4 GPUs in all: 1 master + 2 workers.
+    let launch = with_gpu_and_labels(
+        "ddp",
+        json!({"wandb.ai/monitor": "true", "launchgate.io/queue": KUEUE_QUEUE}),
+    );
+    ctx.create(&launch, false).await?;
+    match scale(ctx, &api, "ddp", 64).await? {
+        Ok(()) => bail!("scaling a launch PyTorchJob 2 → 64 Worker replicas was admitted"),
+        Err(s) => ensure!(
+            s.code == 403
+                && s.message.contains("scaling PyTorchJob \"ddp\" from 2 to 64 Worker replicas")
+                && s.message.contains(&format!(
+                    "queue \"{KUEUE_QUEUE}\": total nvidia.com/gpu over all pods=65 exceeds maximum 4 (totals)"
+                )),
             "message {:?}",
             s.message
         ),
-        Err(e) => bail!("unexpected error: {e}"),
     }
-    api.patch_scale(name, &PatchParams::default(), &scale(1))
-        .await
-        .context("a scale-down")?;
-    let stored = ctx.get(&job, name).await?.context("the PyTorchJob")?;
+    if let Err(s) = scale(ctx, &api, "ddp", 3).await? {
+        bail!(
+            "a scale within the queue's totals was refused: {}",
+            s.message
+        );
+    }
+    if let Err(s) = scale(ctx, &api, "ddp", 1).await? {
+        bail!("a scale-down was refused: {}", s.message);
+    }
+    let stored = ctx.get(&launch, "ddp").await?.context("the PyTorchJob")?;
     ensure!(
         stored["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1,
         "{}",

@@ -103,8 +103,6 @@ Arguments: list of path segments after the root, the root variable, and the key 
 {{- define "launchgate.celLaunchWorkload" -}}
 {{- $keys := include "launchgate.launchLabelKeys" . | fromJsonArray }}
 {{- $parts := list }}
-{{- /* A PyTorchJob's Scale carries no labels: every pytorchjobs/scale request is sent. */}}
-{{- $parts = append $parts "(has(request.subResource) && request.subResource == 'scale')" }}
 {{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "metadata" "labels") $keys)) }}
 {{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "spec" "template" "metadata" "labels") $keys)) }}
 {{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.tasks) && object.spec.tasks.exists(t, %s))" (include "launchgate.celHasLabel" (list "t" (list "template" "metadata" "labels") $keys))) }}
@@ -171,8 +169,8 @@ rules:
   {{- if .Values.webhook.rules.pytorchjob }}
   - apiGroups: ["kubeflow.org"]
     apiVersions: ["v1"]
-    # pytorchjobs/scale sets Worker.replicas through a label-less Scale: a scale-up is denied.
-    resources: ["pytorchjobs", "pytorchjobs/scale"]
+    # pytorchjobs/scale has a validating webhook of its own (launchgate.scaleWebhook).
+    resources: ["pytorchjobs"]
     operations: ["CREATE", "UPDATE"]
     scope: Namespaced
   {{- end }}
@@ -248,4 +246,47 @@ LAUNCHGATE_POD_NAME, set before it), then tracing.otlp.resourceAttributes.
 {{- $attrs = append $attrs (printf "%s=%s" $k $v) -}}
 {{- end -}}
 {{- join "," $attrs -}}
+{{- end }}
+
+{{/*
+pytorchjobs/scale: the training operator's CRD scales Worker.replicas through a Scale that carries
+no labels, so no matchCondition can tell a launch PyTorchJob's Scale from another team's. It is
+judged against the PyTorchJob it scales (clusterLookups), in a webhook of its own that fails
+open: an outage never stops another team's scaling (docs/queue-limits.md#subresources).
+*/}}
+{{- define "launchgate.scaleWebhook" -}}
+- name: {{ regexReplaceAll "^([^.]+)" .Values.webhook.validate.name "${1}-scale" }}
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+  failurePolicy: Ignore
+  matchPolicy: {{ .Values.webhook.matchPolicy }}
+  clientConfig:
+    service:
+      name: {{ include "launchgate.fullname" . }}
+      namespace: {{ .Release.Namespace }}
+      path: /validate
+      port: {{ .Values.service.port }}
+    {{- if .caBundle }}
+    caBundle: {{ .caBundle }}
+    {{- end }}
+  rules:
+    - apiGroups: ["kubeflow.org"]
+      apiVersions: ["v1"]
+      resources: ["pytorchjobs/scale"]
+      operations: ["UPDATE"]
+      scope: Namespaced
+  namespaceSelector:
+    {{- with .Values.webhook.namespaceSelector.matchLabels }}
+    matchLabels:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+          {{- toYaml (uniq (append .Values.webhook.excludeNamespaces .Release.Namespace)) | nindent 10 }}
+      {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
 {{- end }}
