@@ -8,6 +8,7 @@ use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::json::Pointer as _;
 use crate::quantity::Quantity;
+use crate::workload::trainjob::{self, RuntimeRef};
 use crate::workload::{
     self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
 };
@@ -38,6 +39,7 @@ pub fn check_limits(
         namespace,
         operation,
         scope,
+        runtime,
     } = *candidate;
     let mut report = LimitReport {
         enforcement: limits.enforcement,
@@ -54,6 +56,7 @@ pub fn check_limits(
             namespace,
             scope,
             sidecars,
+            runtime,
         },
         &mut report.warnings,
     );
@@ -67,6 +70,7 @@ pub fn check_limits(
                     namespace,
                     scope,
                     sidecars,
+                    runtime,
                 },
                 &mut Vec::new(),
             )
@@ -99,6 +103,18 @@ pub struct Candidate<'a> {
     pub operation: &'a Operation,
     /// Which rules apply: [`Scope::PerPod`] only for a pod verified as its workload's.
     pub scope: Scope,
+    /// A TrainJob's runtime, when it could be read: the TrainJob is counted as the JobSet
+    /// Trainer makes from it.
+    pub runtime: Option<&'a TrainingRuntime>,
+}
+
+/// A TrainJob's runtime as read from the cluster.
+#[derive(Debug, Clone)]
+pub struct TrainingRuntime {
+    /// What the TrainJob names.
+    pub reference: RuntimeRef,
+    /// The runtime object.
+    pub object: std::sync::Arc<Value>,
 }
 
 /// What is checked, and how.
@@ -108,6 +124,7 @@ struct Subject<'a> {
     namespace: Option<&'a str>,
     scope: Scope,
     sidecars: &'a [String],
+    runtime: Option<&'a TrainingRuntime>,
 }
 
 /// Which of the queue's rules an object is checked on.
@@ -121,6 +138,10 @@ pub enum Scope {
     /// was already checked on the workload rules (deadline, totals, the strict template
     /// contract, everything at the object's root).
     PerPod,
+    /// The per-pod rules and `totals`: a JobSet Trainer made for a TrainJob (verified). Its
+    /// size is the TrainJob's as Trainer rendered it from the runtime, which may have changed
+    /// since the TrainJob was admitted.
+    PerPodAndTotals,
 }
 
 /// Most lines reported per kind; an object with thousands of violating containers gets a
@@ -179,12 +200,43 @@ fn same_literal(template: &Value, actual: &Value) -> bool {
     }
 }
 
+/// A TrainJob's pods as Trainer makes them from its runtime.
+struct RuntimeView<'a> {
+    /// `ClusterTrainingRuntime "torch-distributed"`.
+    source: String,
+    jobset: &'a Value,
+    templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
+}
+
+impl<'a> RuntimeView<'a> {
+    fn new(source: String, jobset: &'a Value) -> Self {
+        RuntimeView {
+            source,
+            jobset,
+            templates: workload::templates(WorkloadKind::JobSet, jobset),
+        }
+    }
+
+    /// `ClusterTrainingRuntime "x" replicatedJobs[1] (node)` for a template of the JobSet.
+    fn label(&self, info: &TemplateInfo) -> String {
+        match &info.role {
+            TemplateRole::ReplicatedJob { index, name } => {
+                format!("{} replicatedJobs[{index}] ({name})", self.source)
+            }
+            _ => self.source.clone(),
+        }
+    }
+}
+
 /// One evaluation of one object.
 struct Evaluation<'a> {
     queue: &'a str,
     kind: WorkloadKind,
     object: &'a Value,
     templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
+    /// A TrainJob whose runtime is known: the JobSet Trainer makes for it, its pod templates,
+    /// and the runtime named in messages.
+    runtime: Option<RuntimeView<'a>>,
     shape: &'a TemplateShape,
     sidecars: &'a [String],
     /// Every place a variable or field limit looked at (the envelope holds the others).
@@ -459,24 +511,27 @@ impl<'a> Evaluation<'a> {
     /// How much of `resource` the workload can use at once (`None`: too much to count), and the
     /// parts of the sum (`spec.template: 4 × 2`).
     fn total(&self, resource: &str) -> (Option<Quantity>, Vec<String>) {
-        let mut total = Some(Quantity::ZERO);
-        let mut parts = Vec::new();
-        for (info, template) in &self.templates {
-            let per_pod = Self::per_pod(template, resource);
-            if per_pod == Some(Quantity::ZERO) {
-                continue;
-            }
-            let replicas = self.pods_at_once(info);
-            let shown = per_pod.map_or("too much".into(), |q| q.to_string());
-            parts.push(format!("{}: {replicas} × {shown}", template_label(info)));
-            total = total.zip(per_pod).and_then(|(total, per_pod)| {
-                per_pod
-                    .checked_mul_int(replicas)
-                    .and_then(|p| total.checked_add(&p))
-            });
+        // A TrainJob whose runtime is known: the JobSet Trainer makes from it.
+        if let Some(view) = &self.runtime {
+            let jobset = Evaluation {
+                queue: self.queue,
+                kind: WorkloadKind::JobSet,
+                object: view.jobset,
+                templates: view.templates.clone(),
+                runtime: None,
+                shape: self.shape,
+                sidecars: self.sidecars,
+                reached: HashSet::new(),
+                violations: Vec::new(),
+                seen: HashSet::new(),
+            };
+            return jobset.templates_total(resource, |info| view.label(info));
         }
-        // A TrainJob: `numNodes` pods, each with `resourcesPerNode` (numNodes unset: the
-        // runtime's, counted as 1).
+        let (mut total, mut parts) =
+            self.templates_total(resource, |info| template_label(info).to_string());
+        // A TrainJob whose runtime could not be read: `numNodes` pods, each with
+        // `resourcesPerNode` (numNodes unset: counted as 1, said so, and the queue's
+        // `unverifiableRuntime` decides whether that is enough).
         if let Some(resources) = self.trainer_resources() {
             let per_node = Self::amount(&Value::Object(resources.clone()), resource);
             if per_node != Quantity::ZERO {
@@ -492,6 +547,32 @@ impl<'a> Evaluation<'a> {
                         .and_then(|p| total.checked_add(&p))
                 });
             }
+        }
+        (total, parts)
+    }
+
+    /// Σ over the pod templates of (pods at once × per pod), with the parts of the sum, each
+    /// named by `label`.
+    fn templates_total(
+        &self,
+        resource: &str,
+        label: impl Fn(&TemplateInfo) -> String,
+    ) -> (Option<Quantity>, Vec<String>) {
+        let mut total = Some(Quantity::ZERO);
+        let mut parts = Vec::new();
+        for (info, template) in &self.templates {
+            let per_pod = Self::per_pod(template, resource);
+            if per_pod == Some(Quantity::ZERO) {
+                continue;
+            }
+            let replicas = self.pods_at_once(info);
+            let shown = per_pod.map_or("too much".into(), |q| q.to_string());
+            parts.push(format!("{}: {replicas} × {shown}", label(info)));
+            total = total.zip(per_pod).and_then(|(total, per_pod)| {
+                per_pod
+                    .checked_mul_int(replicas)
+                    .and_then(|p| total.checked_add(&p))
+            });
         }
         (total, parts)
     }
@@ -554,8 +635,31 @@ impl<'a> Evaluation<'a> {
                 }
             }
         }
-        // A TrainJob's image (unset: the runtime's, which the platform team wrote).
+        // A TrainJob whose runtime is known: every image of the JobSet Trainer makes.
+        for (view, (info, template)) in self
+            .runtime
+            .iter()
+            .flat_map(|v| v.templates.iter().map(move |t| (v, t)))
+        {
+            let spec = workload::pod_spec(template);
+            for (slot, c) in spec.into_iter().flat_map(|s| workload::containers(s, &[])) {
+                let place = format!("{} {}[{}].image", view.label(info), slot.list, slot.index);
+                match c.get("image").and_then(Value::as_str) {
+                    Some(image) => {
+                        if !allowed
+                            .iter()
+                            .any(|p| image_allowed_by(&normalized_image(image), p))
+                        {
+                            bad.push(format!("{place}={image:?}"));
+                        }
+                    }
+                    None => bad.push(format!("{place}=<none>")),
+                }
+            }
+        }
+        // A TrainJob's image (unset and the runtime unknown: the runtime's).
         if self.kind == WorkloadKind::TrainJob
+            && self.runtime.is_none()
             && let Some(image) = workload::trainer(self.object)
                 .and_then(|t| t.get("image"))
                 .and_then(Value::as_str)
@@ -576,13 +680,24 @@ impl<'a> Evaluation<'a> {
 
 /// The GPUs (every `*/gpu` resource) a workload can use at once, by the totals arithmetic, with
 /// the parts of the sum; `None` when the sum does not fit.
-pub fn gpus_at_once(kind: WorkloadKind, object: &Value) -> Option<(Quantity, Vec<String>)> {
+///
+/// A TrainJob whose `runtime` is known counts as the JobSet Trainer makes from it.
+pub fn gpus_at_once(
+    kind: WorkloadKind,
+    object: &Value,
+    runtime: Option<&TrainingRuntime>,
+) -> Option<(Quantity, Vec<String>)> {
     let shape = TemplateShape::default();
+    let runtime = runtime.filter(|_| kind == WorkloadKind::TrainJob);
+    let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
     let eval = Evaluation {
         queue: "",
         kind,
         object,
         templates: workload::templates(kind, object),
+        runtime: runtime
+            .zip(effective.as_ref())
+            .map(|(r, js)| RuntimeView::new(r.reference.describe(), js)),
         shape: &shape,
         sidecars: &[],
         reached: HashSet::new(),
@@ -604,7 +719,8 @@ pub fn gpus_at_once(kind: WorkloadKind, object: &Value) -> Option<(Quantity, Vec
             );
         }
     };
-    for (_, template) in &eval.templates {
+    let runtime_templates = eval.runtime.iter().flat_map(|v| &v.templates);
+    for (_, template) in eval.templates.iter().chain(runtime_templates) {
         for (_, c) in workload::pod_spec(template)
             .into_iter()
             .flat_map(|s| workload::containers(s, &[]))
@@ -658,13 +774,19 @@ impl QueueLimits {
             namespace,
             scope,
             sidecars,
+            runtime,
         } = subject;
-        let per_pod_only = scope == Scope::PerPod;
+        let per_pod_only = scope != Scope::Workload;
+        let runtime = runtime.filter(|_| kind == WorkloadKind::TrainJob);
+        let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
         let mut eval = Evaluation {
             queue,
             kind,
             object,
             templates: workload::templates(kind, object),
+            runtime: runtime
+                .zip(effective.as_ref())
+                .map(|(r, js)| RuntimeView::new(r.reference.describe(), js)),
             shape: &self.shape,
             sidecars,
             reached: HashSet::new(),
@@ -758,9 +880,13 @@ impl QueueLimits {
                     eval.check_fixed_value(leaf);
                 }
             }
+        }
+        if scope != Scope::PerPod {
             for total in &self.totals {
                 eval.check_total(&total.resource, &total.schema);
             }
+        }
+        if !per_pod_only {
             if let Some(maximum) = self.max_active_deadline_seconds {
                 eval.check_deadline(maximum);
             }
@@ -825,6 +951,7 @@ mod tests {
             namespace: Some("ns"),
             operation: &Operation::Create,
             scope,
+            runtime: None,
         };
         check_limits(
             &queue.name,

@@ -2,7 +2,7 @@
 //! start half (`gang: deny`), and a run over the queue's GPU-hour cap
 //! (`costCeiling.maxGpuHours`), denied with the arithmetic.
 
-use super::check::gpus_at_once;
+use super::check::{TrainingRuntime, gpus_at_once};
 use crate::topology::guardrails::{
     GangAction, GuardrailEnforcement, GuardrailsConfig, gang_shortfalls, run_deadline,
 };
@@ -24,6 +24,7 @@ pub fn check(
     cfg: &GuardrailsConfig,
     object: &Value,
     object_name: &str,
+    runtime: Option<&TrainingRuntime>,
 ) -> GuardrailReport {
     let mut report = GuardrailReport::default();
     if cfg.gang == GangAction::Deny {
@@ -36,7 +37,7 @@ pub fn check(
         }
     }
     if let Some(max) = cfg.cost_ceiling.max_gpu_hours
-        && let Some(problem) = gpu_hours_problem(queue, kind, object, max)
+        && let Some(problem) = gpu_hours_problem(queue, kind, object, max, runtime)
     {
         match cfg.cost_ceiling.enforcement {
             GuardrailEnforcement::Deny => report.denials.push(problem),
@@ -46,8 +47,14 @@ pub fn check(
     report
 }
 
-fn gpu_hours_problem(queue: &str, kind: WorkloadKind, object: &Value, max: f64) -> Option<String> {
-    let Some((gpus, parts)) = gpus_at_once(kind, object) else {
+fn gpu_hours_problem(
+    queue: &str,
+    kind: WorkloadKind,
+    object: &Value,
+    max: f64,
+    runtime: Option<&TrainingRuntime>,
+) -> Option<String> {
+    let Some((gpus, parts)) = gpus_at_once(kind, object, runtime) else {
         return Some(format!(
             "queue {queue:?}: the GPUs this run can use at once are too many to count (guardrails.costCeiling.maxGpuHours {max})"
         ));
@@ -98,7 +105,7 @@ mod tests {
             ..GuardrailsConfig::default()
         };
         let denials = |cfg: &GuardrailsConfig, job: &Value| {
-            check("q", WorkloadKind::BatchJob, cfg, job, "j").denials
+            check("q", WorkloadKind::BatchJob, cfg, job, "j", None).denials
         };
         // 8 GPUs × 8 h = 64: at the cap.
         assert!(denials(&cfg, &job(Some(8 * 3600))).is_empty());
@@ -118,7 +125,14 @@ mod tests {
         assert!(denials(&cfg, &cpu_only).is_empty());
         // `warn`: the same words, as a warning.
         cfg.cost_ceiling.enforcement = GuardrailEnforcement::Warn;
-        let report = check("q", WorkloadKind::BatchJob, &cfg, &job(Some(86400)), "j");
+        let report = check(
+            "q",
+            WorkloadKind::BatchJob,
+            &cfg,
+            &job(Some(86400)),
+            "j",
+            None,
+        );
         assert!(report.denials.is_empty());
         assert!(
             report.warnings[0].contains("192.00 GPU-hours"),

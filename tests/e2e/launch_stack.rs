@@ -375,3 +375,160 @@ pub async fn kueue_admission_is_left_alone_and_revalidated(ctx: &Ctx) -> Result<
     }
     Ok(())
 }
+
+const TRAINER_CONTROLLER: &str =
+    "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager";
+
+/// Lets Trainer's controller (its service account) create JobSets in the test's namespace.
+async fn grant_jobsets(ctx: &Ctx) -> Result<()> {
+    let roles: Api<Role> = ctx.api();
+    roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "trainer"},
+                "rules": [{"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create"]}]}))?,
+        )
+        .await?;
+    let bindings: Api<RoleBinding> = ctx.api();
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "trainer"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainer"},
+                "subjects": [{"kind": "ServiceAccount", "name": "kubeflow-trainer-controller-manager",
+                              "namespace": "kubeflow-system"}]}))?,
+        )
+        .await?;
+    // Not a launch workload: only RBAC can refuse it.
+    let probe = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "rbac-probe"},
+        "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}]}});
+    ctx.wait_for("Trainer's RoleBinding", Duration::from_secs(20), || async {
+        let (status, _, _) = ctx
+            .create_raw_as(&probe, true, Some(TRAINER_CONTROLLER))
+            .await?;
+        Ok(status != 403)
+    })
+    .await
+}
+
+/// A ClusterTrainingRuntime of `nodes` × `gpus` GPUs, as Trainer's manifests write one.
+fn cluster_runtime(name: &str, nodes: i64, gpus: i64) -> Value {
+    json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name},
+        "spec": {"mlPolicy": {"numNodes": nodes, "torch": {"numProcPerNode": "auto"}},
+            "template": {"spec": {"replicatedJobs": [{"name": "node", "replicas": 1,
+                "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": {"spec": {"containers": [{"name": "node",
+                        "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                        "command": ["torchrun", "train.py"],
+                        "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}}]}}}})
+}
+
+/// The JobSet Trainer makes for the stored TrainJob `tj` when its runtime renders `nodes` ×
+/// `gpus` (named after the TrainJob, owned by it, with the trainer pods' queue label that
+/// launchgate's runtime patch gave them).
+fn trainer_jobset(tj: &Value, nodes: i64, gpus: i64) -> Value {
+    let labels = &tj["spec"]["runtimePatches"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["manager"] == "launchgate.io/admission"))
+        .map(|p| p["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"].clone())
+        .unwrap_or(Value::Null);
+    json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": tj["metadata"]["name"],
+            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "name": tj["metadata"]["name"], "uid": tj["metadata"]["uid"],
+                "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"parallelism": nodes, "completions": nodes, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "node",
+                    "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}}]}})
+}
+
+/// A TrainJob that leaves numNodes and resourcesPerNode to its ClusterTrainingRuntime (64 × 8
+/// GPUs) is counted as the runtime, read through the server's cluster lookups, and denied by
+/// its queue's totals with the queue, the total, its value, the limit and where the size comes
+/// from. The JobSet Trainer makes for an admitted TrainJob is held to the same totals.
+pub async fn trainjob_is_sized_by_its_runtime(ctx: &Ctx) -> Result<()> {
+    use kube::api::{DeleteParams, DynamicObject};
+    use kube::core::GroupVersionKind;
+    use kube::discovery::ApiResource;
+    let runtimes: Api<DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime"),
+            "clustertrainingruntimes",
+        ),
+    );
+    let name = format!("torch-64x8-{}", ctx.ns);
+    runtimes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(cluster_runtime(&name, 64, 8))?,
+        )
+        .await?;
+    let result = async {
+        let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "big", "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": TRAINJOB_QUEUE}},
+            "spec": {"runtimeRef": {"name": name}, "trainer": {"image": "acme/train:1"}}});
+        let expected = [
+            format!("queue {TRAINJOB_QUEUE:?}"),
+            "total nvidia.com/gpu over all pods=512 exceeds maximum 16 (totals)".to_string(),
+            format!("(ClusterTrainingRuntime {name:?} replicatedJobs[0] (node): 64 × 8)"),
+        ];
+        // The runtime reaches launchgate through its watch a moment after it is created.
+        let last = ctx
+            .poll("the runtime in launchgate's cache", Duration::from_secs(30), || {
+                let tj = tj.clone();
+                async move {
+                    let (status, body, _) = ctx.create_raw(&tj, true).await?;
+                    ensure!(
+                        status == 403,
+                        "a TrainJob of 64 × 8 GPUs was admitted: {status} {body}"
+                    );
+                    let read = body["message"]
+                        .as_str()
+                        .is_some_and(|m| !m.contains("cannot verify the runtime's size"));
+                    Ok(read.then_some(body))
+                }
+            })
+            .await?;
+        let message = last["message"].as_str().unwrap_or_default();
+        for part in &expected {
+            ensure!(message.contains(part.as_str()), "{message:?} lacks {part:?}");
+        }
+
+        // A TrainJob that sets its size within the totals is admitted: 2 × 8 = 16.
+        let mut fits = tj.clone();
+        fits["metadata"]["name"] = json!("fits");
+        fits["spec"]["trainer"]["numNodes"] = json!(2);
+        fits["spec"]["trainer"]["resourcesPerNode"] = json!({"limits": {"nvidia.com/gpu": 8}});
+        let stored = ctx.create(&fits, false).await?;
+        grant_jobsets(ctx).await?;
+        // Trainer renders it as the TrainJob says: judged per pod, admitted.
+        let (status, body, _) = ctx
+            .create_raw_as(&trainer_jobset(&stored, 2, 8), true, Some(TRAINER_CONTROLLER))
+            .await?;
+        ensure!(status == 201, "Trainer's 2 × 8 JobSet: {status} {body}");
+        // A JobSet of 8 × 8 for it (the runtime grew since) is held to the queue's totals.
+        let (status, body, _) = ctx
+            .create_raw_as(&trainer_jobset(&stored, 8, 8), true, Some(TRAINER_CONTROLLER))
+            .await?;
+        let message = body["message"].as_str().unwrap_or_default();
+        ensure!(status == 403, "Trainer's 8 × 8 JobSet: {status} {body}");
+        for part in [
+            format!("queue {TRAINJOB_QUEUE:?}"),
+            "total nvidia.com/gpu over all pods=64 exceeds maximum 16 (totals)".to_string(),
+        ] {
+            ensure!(message.contains(&part), "{message:?} lacks {part:?}");
+        }
+        Ok(())
+    }
+    .await;
+    let _ = runtimes.delete(&name, &DeleteParams::default()).await;
+    result
+}
