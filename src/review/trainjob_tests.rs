@@ -162,3 +162,123 @@ fn the_jobset_trainer_makes_is_held_to_its_trainjobs_queue_totals() {
     let j = as_trainer(trainer_jobset(2, 8));
     assert!(j.allowed(), "{}", j.message());
 }
+
+/// The node container of launchgate's runtime patch in a mutated TrainJob.
+fn patched_node(tj: &Value) -> Value {
+    tj["spec"]["runtimePatches"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["manager"] == "launchgate.io/admission"))
+        .map(|p| {
+            p["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+                ["template"]["spec"]["containers"][0]
+                .clone()
+        })
+        .unwrap_or(Value::Null)
+}
+
+/// What the API server says of a container whose securityContext is the runtime's with the
+/// patch's over it (the checks `ValidateSecurityContext` makes that hardening can break).
+fn invalid_merged(runtime_sc: &Value, patch_sc: &Value) -> Option<&'static str> {
+    let field = |k: &str| patch_sc.get(k).or_else(|| runtime_sc.get(k));
+    let privileged = field("privileged") == Some(&json!(true));
+    let no_escalation = field("allowPrivilegeEscalation") == Some(&json!(false));
+    let adds = |sc: &Value| {
+        sc["capabilities"]["add"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|c| c == "SYS_ADMIN" || c == "CAP_SYS_ADMIN"))
+    };
+    if no_escalation && privileged {
+        return Some("cannot set allowPrivilegeEscalation to false and privileged to true");
+    }
+    if no_escalation && (adds(runtime_sc) || adds(patch_sc)) {
+        return Some(
+            "cannot set allowPrivilegeEscalation to false and capabilities.Add CAP_SYS_ADMIN",
+        );
+    }
+    None
+}
+
+fn runtime_with_node_sc(name: &str, sc: Value) -> Value {
+    let mut rt = runtime(name, 2, 8);
+    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+        [0]["securityContext"] = sc;
+    rt
+}
+
+#[test]
+fn hardening_never_makes_a_privileged_runtime_invalid() {
+    let unbounded = Policy::from_yaml("queues:\n  q: {}\n").unwrap();
+    for sc in [
+        json!({"privileged": true}),
+        json!({"capabilities": {"add": ["IPC_LOCK", "SYS_ADMIN"]}}),
+    ] {
+        let cluster = StaticCluster::default()
+            .with_training_runtime(runtime_with_node_sc("rdma", sc.clone()));
+        let j = judged(&unbounded, trainjob("rdma"), &cluster);
+        assert!(j.allowed(), "{}", j.message());
+        let node = patched_node(j.mutated.as_ref().unwrap());
+        assert_eq!(
+            invalid_merged(&sc, &node["securityContext"]),
+            None,
+            "the merged node container is invalid: runtime {sc}, patch {node}"
+        );
+    }
+    // Privileged: left as is and said so, as for a Job.
+    let cluster = StaticCluster::default()
+        .with_training_runtime(runtime_with_node_sc("rdma", json!({"privileged": true})));
+    let j = judged(&unbounded, trainjob("rdma"), &cluster);
+    assert!(
+        j.warnings()
+            .iter()
+            .any(|w| w.contains(
+                r#"the node container of ClusterTrainingRuntime "rdma" (a TrainJob's trainer)"#
+            ) && w.contains("is privileged; its securityContext was left as is")),
+        "{:?}",
+        j.warnings()
+    );
+    // A runtime that is not privileged gets every default, except what it sets itself.
+    let cluster = StaticCluster::default().with_training_runtime(runtime_with_node_sc(
+        "plain",
+        json!({"seccompProfile": {"type": "Unconfined"}}),
+    ));
+    let j = judged(&unbounded, trainjob("plain"), &cluster);
+    let node = patched_node(j.mutated.as_ref().unwrap());
+    assert_eq!(
+        node["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}),
+        "{node}"
+    );
+    // A second pass (reinvocation) changes nothing.
+    let again = judged(&unbounded, j.mutated.clone().unwrap(), &cluster);
+    assert!(
+        again.mutation.patch.0.is_empty(),
+        "{:?}",
+        again.mutation.patch
+    );
+}
+
+#[test]
+fn a_runtime_that_cannot_be_read_gets_no_field_it_could_contradict() {
+    let unbounded = Policy::from_yaml("queues:\n  q: {}\n").unwrap();
+    let j = judged(&unbounded, trainjob("rdma"), &NoCluster);
+    assert!(j.allowed(), "{}", j.message());
+    let node = patched_node(j.mutated.as_ref().unwrap());
+    assert_eq!(
+        node["securityContext"],
+        json!({"capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}),
+        "{node}"
+    );
+    assert!(
+        j.warnings().iter().any(|w| w.contains(
+            r#"launchgate: ClusterTrainingRuntime "rdma" cannot be read, so allowPrivilegeEscalation was not set on the TrainJob's node pods"#
+        )),
+        "{:?}",
+        j.warnings()
+    );
+    let again = judged(&unbounded, j.mutated.clone().unwrap(), &NoCluster);
+    assert!(
+        again.mutation.patch.0.is_empty(),
+        "{:?}",
+        again.mutation.patch
+    );
+}

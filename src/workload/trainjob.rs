@@ -137,6 +137,19 @@ pub fn effective_jobset(trainjob: &Value, runtime: &Value) -> Value {
         "spec": spec})
 }
 
+/// The pod spec of the runtime's trainer step (the pod Trainer makes for each node, before the
+/// TrainJob's runtime patches).
+pub fn trainer_pod_spec(runtime: &Value) -> Option<Map<String, Value>> {
+    runtime
+        .at("/spec/template/spec/replicatedJobs")?
+        .as_array()?
+        .iter()
+        .find(|j| is_trainer_step(j))?
+        .at("/template/spec/template/spec")?
+        .as_object()
+        .cloned()
+}
+
 fn set_trainer_fields(
     node: &mut Map<String, Value>,
     resources: Option<&Value>,
