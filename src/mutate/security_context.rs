@@ -230,9 +230,11 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
         let runtime = ctx.runtime;
         let named = trainjob::runtime_ref(object)
             .map_or_else(|| "its runtime".to_string(), |r| r.describe());
+        // The tenant's own runtime patches are merged into the same pods, before launchgate's.
+        let tenant = trainjob::tenant_patch_pod_spec(object, runtime_patch::MANAGER);
         return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| match runtime {
-            Some(runtime) => harden_over_runtime(cfg, spec, spec_path, runtime, findings),
-            None => harden_blind(ctx, cfg, spec, spec_path, &named, findings),
+            Some(runtime) => harden_over_runtime(cfg, spec, spec_path, runtime, &tenant, findings),
+            None => harden_blind(cfg, spec, spec_path, &named, &tenant, findings),
         });
     }
     let mut changed = false;
@@ -278,25 +280,40 @@ fn harden_over_runtime(
     patch: &mut Map<String, Value>,
     spec_path: &str,
     runtime: &TrainingRuntime,
+    tenant: &Map<String, Value>,
     findings: &mut Findings,
 ) -> bool {
-    let mut merged = trainjob::trainer_pod_spec(&runtime.object).unwrap_or_default();
-    overlay(&mut merged, patch);
-    if workload::is_windows(&merged) {
-        return false;
-    }
-    let before = merged.clone();
+    let mut base = trainjob::trainer_pod_spec(&runtime.object).unwrap_or_default();
+    trainjob::merge_pod_spec(&mut base, tenant);
     let where_ = format!(
         "the node container of {} (a TrainJob's trainer)",
         runtime.reference.describe()
     );
+    harden_over(cfg, patch, spec_path, base, &where_, findings)
+}
+
+/// Hardens launchgate's `patch` as it would the pod `merged` with `patch` over it, writing
+/// into `patch` only what the hardening adds.
+fn harden_over(
+    cfg: &SecurityContextConfig,
+    patch: &mut Map<String, Value>,
+    spec_path: &str,
+    mut merged: Map<String, Value>,
+    where_: &str,
+    findings: &mut Findings,
+) -> bool {
+    trainjob::merge_pod_spec(&mut merged, patch);
+    if workload::is_windows(&merged) {
+        return false;
+    }
+    let before = merged.clone();
     default_pod(cfg, &mut merged, spec_path, findings);
     let pod_sets_seccomp = merged
         .get("securityContext")
         .and_then(|s| s.get("seccompProfile"))
         .is_some_and(|v| !v.is_null());
     if let Some(node) = node_container_mut(&mut merged) {
-        default_container(cfg, pod_sets_seccomp, node, &where_, findings);
+        default_container(cfg, pod_sets_seccomp, node, where_, findings);
     }
     // Only what the hardening added goes into the patch.
     let mut changed = false;
@@ -327,11 +344,11 @@ fn harden_over_runtime(
 /// pod-level `runAsNonRoot` (a runtime container running as UID 0 would never start); the
 /// user is told.
 fn harden_blind(
-    ctx: &MutationContext<'_>,
     cfg: &SecurityContextConfig,
     spec: &mut Map<String, Value>,
     spec_path: &str,
     runtime: &str,
+    tenant: &Map<String, Value>,
     findings: &mut Findings,
 ) -> bool {
     let cautious = SecurityContextConfig {
@@ -339,7 +356,15 @@ fn harden_blind(
         run_as_non_root: None,
         ..cfg.clone()
     };
-    let changed = harden_pod_spec(ctx, &cautious, spec, spec_path, findings);
+    let where_ = format!("the node container of the TrainJob's runtime patches ({runtime})");
+    let changed = harden_over(
+        &cautious,
+        spec,
+        spec_path,
+        tenant.clone(),
+        &where_,
+        findings,
+    );
     let unset =
         |key: &str, sc: Option<&Value>| sc.and_then(|s| s.get(key)).is_none_or(Value::is_null);
     let node_sc = node_container_mut(spec).and_then(|c| c.get("securityContext").cloned());
@@ -368,43 +393,6 @@ fn node_container_mut(spec: &mut Map<String, Value>) -> Option<&mut Map<String, 
         .iter_mut()
         .filter_map(Value::as_object_mut)
         .find(|c| workload::name_in(c) == Some(workload::TRAINER_NODE))
-}
-
-/// `patch` over `base`, as Trainer merges a runtime patch into the runtime's pod spec (for the
-/// fields hardening reads): pod `securityContext` and each container's `securityContext` by
-/// name, field by field.
-fn overlay(base: &mut Map<String, Value>, patch: &Map<String, Value>) {
-    if let Some(sc) = patch.get("securityContext") {
-        merge_into(object_entry(base, "securityContext"), sc);
-    }
-    for list in workload::CONTAINER_LISTS {
-        for c in patch
-            .get(list)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let Some(name) = workload::name_of(c) else {
-                continue;
-            };
-            let items = base.entry(list).or_insert_with(|| json!([]));
-            let Some(items) = items.as_array_mut() else {
-                continue;
-            };
-            let existing = items
-                .iter_mut()
-                .filter_map(Value::as_object_mut)
-                .find(|e| workload::name_in(e) == Some(name));
-            match existing {
-                Some(e) => {
-                    if let Some(sc) = c.get("securityContext") {
-                        merge_into(object_entry(e, "securityContext"), sc);
-                    }
-                }
-                None => items.push(c.clone()),
-            }
-        }
-    }
 }
 
 /// Deep-merges the object `from` into `into`; true when `into` changed.

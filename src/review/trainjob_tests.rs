@@ -282,3 +282,31 @@ fn a_runtime_that_cannot_be_read_gets_no_field_it_could_contradict() {
         again.mutation.patch
     );
 }
+
+#[test]
+fn a_tenants_privileged_runtime_patch_is_never_contradicted() {
+    let unbounded = Policy::from_yaml("queues:\n  q: {}\n").unwrap();
+    let mut tj = trainjob("plain");
+    tj["spec"]["runtimePatches"] = json!([{"manager": "acme.io/rdma",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node",
+            "template": {"spec": {"template": {"spec": {"containers": [
+                {"name": "node", "securityContext": {"privileged": true}}]}}}}}]}}}}]);
+    let cluster = StaticCluster::default().with_training_runtime(runtime("plain", 1, 8));
+    for cluster in [&cluster as &dyn ClusterView, &NoCluster] {
+        let j = judged(&unbounded, tj.clone(), cluster);
+        assert!(j.allowed(), "{}", j.message());
+        let node = patched_node(j.mutated.as_ref().unwrap());
+        assert_eq!(
+            invalid_merged(&json!({"privileged": true}), &node["securityContext"]),
+            None,
+            "{node}"
+        );
+        assert!(
+            j.warnings()
+                .iter()
+                .any(|w| w.contains("is privileged; its securityContext was left as is")),
+            "{:?}",
+            j.warnings()
+        );
+    }
+}

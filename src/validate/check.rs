@@ -256,14 +256,15 @@ impl<'a> Evaluation<'a> {
 
     /// Every place `path` designates: under the root, or under each pod template.
     fn places(&self, anchor: Anchor, path: &FieldPath) -> Vec<(String, Option<&'a Value>)> {
-        match anchor {
+        let places = match anchor {
             Anchor::Root => path::resolve(self.object, "", &path.0),
             Anchor::PodTemplate => self
                 .templates
                 .iter()
                 .flat_map(|(info, template)| path::resolve_in_map(template, &info.path, &path.0))
                 .collect(),
-        }
+        };
+        without_unset_patch_places(places)
     }
 
     /// Every place a template position designates: under the root, or in the workload's pod
@@ -274,13 +275,14 @@ impl<'a> Evaluation<'a> {
         template_path: &FieldPath,
         path: &FieldPath,
     ) -> Vec<(String, Option<&'a Value>)> {
-        match anchor {
+        let places = match anchor {
             Anchor::Root => self.shape.root_places(self.kind, self.object, path),
             Anchor::PodTemplate => {
                 self.shape
                     .places(&self.templates, self.sidecars, template_path, path)
             }
-        }
+        };
+        without_unset_patch_places(places)
     }
 
     /// Holds every container no variable or field limit looked at to the queue's envelope.
@@ -561,6 +563,10 @@ impl<'a> Evaluation<'a> {
         let mut total = Some(Quantity::ZERO);
         let mut parts = Vec::new();
         for (info, template) in &self.templates {
+            if trainjob::is_patch_place(&info.path) {
+                // A runtime patch adds no pods (and its schema has no resources).
+                continue;
+            }
             let per_pod = Self::per_pod(template, resource);
             if per_pod == Some(Quantity::ZERO) {
                 continue;
@@ -616,6 +622,10 @@ impl<'a> Evaluation<'a> {
             let Some(spec) = template.get("spec") else {
                 continue;
             };
+            // A runtime patch carries no image (its containers' images are the runtime's).
+            if trainjob::is_patch_place(&info.path) {
+                continue;
+            }
             // `kubectl debug` adds ephemeral containers to a running pod: their images too.
             for list in CONTAINER_LISTS.into_iter().chain(["ephemeralContainers"]) {
                 let Some(containers) = spec.get(list).and_then(Value::as_array) else {
@@ -751,6 +761,17 @@ pub(super) fn is_per_pod(anchor: Anchor, path: &FieldPath) -> bool {
     anchor == Anchor::PodTemplate && !controller_named
 }
 
+/// A TrainJob's runtime patch is a partial pod spec: what it leaves out is the runtime's, so
+/// only what it sets is judged (a missing value there is no violation).
+fn without_unset_patch_places<'a>(
+    places: Vec<(String, Option<&'a Value>)>,
+) -> Vec<(String, Option<&'a Value>)> {
+    places
+        .into_iter()
+        .filter(|(place, value)| value.is_some() || !trainjob::is_patch_place(place))
+        .collect()
+}
+
 /// `spec.tasks[1].template`, or `pod` for a bare Pod.
 fn template_label(info: &TemplateInfo) -> &str {
     if info.path.is_empty() {
@@ -779,11 +800,16 @@ impl QueueLimits {
         let per_pod_only = scope != Scope::Workload;
         let runtime = runtime.filter(|_| kind == WorkloadKind::TrainJob);
         let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
+        let mut templates = workload::templates(kind, object);
+        if kind == WorkloadKind::TrainJob {
+            // Its runtime patches are pod specs, judged like a Job's pod template.
+            templates.extend(trainjob::patch_templates(object));
+        }
         let mut eval = Evaluation {
             queue,
             kind,
             object,
-            templates: workload::templates(kind, object),
+            templates,
             runtime: runtime
                 .zip(effective.as_ref())
                 .map(|(r, js)| RuntimeView::new(r.reference.describe(), js)),
@@ -1017,6 +1043,65 @@ allowedRegistries: [docker.io/acme]"#;
         assert!(
             text.contains("(spec.trainer: 1 (numNodes unset) × 16)"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_trainjobs_runtime_patches_are_judged_like_a_jobs_pod_template() {
+        use serde_json::json;
+        // A queue written for batch/v1 Jobs: its pod-template positions and fields hold a
+        // TrainJob's runtime patches, whichever kind the run is sent as.
+        let limits = r#"template: |
+  apiVersion: batch/v1
+  kind: Job
+  spec:
+    template:
+      spec:
+        nodeSelector: {node.kubernetes.io/instance-type: "{{instance}}"}
+        containers: [{name: train, image: acme/train:1}]
+variables:
+  instance: {type: string, enum: [a100]}
+fields:
+  - {path: serviceAccountName, type: string, enum: [default]}
+  - {path: 'volumes[*].hostPath.path', type: string, enum: [/dev/shm]}
+  - {path: 'tolerations[*].key', type: string, enum: [nvidia.com/gpu]}"#;
+        let tj = |pod_spec: Value| {
+            json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "run"},
+                "spec": {"runtimeRef": {"name": "torch"}, "runtimePatches": [
+                    {"manager": "acme.io/tenant", "trainingRuntimeSpec": {"template": {"spec": {
+                        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
+                            "spec": pod_spec}}}}]}}}}]}})
+        };
+        // What the patch leaves out is the runtime's: nothing to judge.
+        assert_eq!(
+            violations_of(limits, WorkloadKind::TrainJob, &tj(json!({}))),
+            Vec::<String>::new()
+        );
+        let escaping = tj(json!({
+            "nodeSelector": {"node.kubernetes.io/instance-type": "h100"},
+            "serviceAccountName": "cluster-admin",
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+            "containers": [{"name": "node", "securityContext": {"privileged": true}}]}));
+        let at = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec";
+        let found = violations_of(limits, WorkloadKind::TrainJob, &escaping);
+        assert_eq!(
+            found,
+            [
+                format!(
+                    r#"queue "q": {at}.nodeSelector["node.kubernetes.io/instance-type"]="h100" is not one of "a100" (variable "instance")"#
+                ),
+                format!(
+                    r#"queue "q": {at}.serviceAccountName="cluster-admin" is not one of "default" (field "serviceAccountName")"#
+                ),
+                format!(
+                    r#"queue "q": {at}.volumes[0].hostPath.path="/" is not one of "/dev/shm" (field "volumes[*].hostPath.path")"#
+                ),
+                format!(
+                    r#"queue "q": {at}.tolerations[0].key="dedicated" is not one of "nvidia.com/gpu" (field "tolerations[*].key")"#
+                ),
+            ]
         );
     }
 

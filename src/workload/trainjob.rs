@@ -9,7 +9,7 @@
 //! [`effective_jobset`] is that JobSet; the limits count it as they count a JobSet, so a
 //! TrainJob and the JobSet Trainer makes for it are the same size to the queue.
 
-use super::{TRAINER_NODE, name_in, trainer, trainer_num_nodes};
+use super::{TRAINER_NODE, TemplateInfo, TemplateRole, name_in, trainer, trainer_num_nodes};
 use crate::json::Pointer as _;
 use serde_json::{Map, Value, json};
 
@@ -148,6 +148,142 @@ pub fn trainer_pod_spec(runtime: &Value) -> Option<Map<String, Value>> {
         .at("/template/spec/template/spec")?
         .as_object()
         .cloned()
+}
+
+/// Where a TrainJob's runtime patches are (`spec.runtimePatches`): each entry's pod templates
+/// are merged by Trainer into the runtime's pods.
+pub const PATCHES_PATH: &str = "spec.runtimePatches";
+
+/// The pod templates of a TrainJob's runtime patches
+/// (`spec.runtimePatches[i].trainingRuntimeSpec.template.spec.replicatedJobs[j].template.spec.template`),
+/// every entry's, the tenant's and launchgate's alike: each is a pod spec Trainer merges into
+/// the pods of the replicated job it names. They add no pods (`replicas` 0), and what they leave
+/// out is the runtime's.
+pub fn patch_templates(trainjob: &Value) -> Vec<(TemplateInfo, &Map<String, Value>)> {
+    let mut out = Vec::new();
+    let patches = trainjob
+        .at("/spec/runtimePatches")
+        .and_then(Value::as_array);
+    for (i, patch) in patches.into_iter().flatten().enumerate() {
+        let jobs = patch
+            .at("/trainingRuntimeSpec/template/spec/replicatedJobs")
+            .and_then(Value::as_array);
+        for (j, rjob) in jobs.into_iter().flatten().enumerate() {
+            let Some(template) = rjob
+                .at("/template/spec/template")
+                .and_then(Value::as_object)
+            else {
+                continue;
+            };
+            out.push((
+                TemplateInfo {
+                    role: TemplateRole::ReplicatedJob {
+                        index: j,
+                        name: rjob
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                    },
+                    path: format!(
+                        "{PATCHES_PATH}[{i}].trainingRuntimeSpec.template.spec.replicatedJobs[{j}].template.spec.template"
+                    ),
+                    replicas: 0,
+                },
+                template,
+            ));
+        }
+    }
+    out
+}
+
+/// The trainer's pod spec as the runtime patches of every manager but `except` write it (the
+/// `node` replicated job's, in list order): what the tenant's own patches put into the
+/// trainer's pods.
+pub fn tenant_patch_pod_spec(trainjob: &Value, except: &str) -> Map<String, Value> {
+    let mut out = Map::new();
+    let patches = trainjob
+        .at("/spec/runtimePatches")
+        .and_then(Value::as_array);
+    for patch in patches.into_iter().flatten() {
+        if patch.get("manager").and_then(Value::as_str) == Some(except) {
+            continue;
+        }
+        let jobs = patch
+            .at("/trainingRuntimeSpec/template/spec/replicatedJobs")
+            .and_then(Value::as_array);
+        for rjob in jobs.into_iter().flatten() {
+            if rjob.get("name").and_then(Value::as_str) != Some(TRAINER_NODE) {
+                continue;
+            }
+            if let Some(spec) = rjob
+                .at("/template/spec/template/spec")
+                .and_then(Value::as_object)
+            {
+                merge_pod_spec(&mut out, spec);
+            }
+        }
+    }
+    out
+}
+
+/// `patch` over `base` for the fields hardening reads: pod `securityContext`, and each
+/// container's `securityContext` by name, field by field; other keys are replaced.
+pub fn merge_pod_spec(base: &mut Map<String, Value>, patch: &Map<String, Value>) {
+    for (key, value) in patch {
+        match key.as_str() {
+            "securityContext" => merge_objects(base, key, value),
+            "containers" | "initContainers" => {
+                let items = base.entry(key.clone()).or_insert_with(|| json!([]));
+                if !items.is_array() {
+                    *items = json!([]);
+                }
+                let items = items.as_array_mut().expect("just made an array");
+                for c in value.as_array().into_iter().flatten() {
+                    let Some(name) = c.get("name").and_then(Value::as_str) else {
+                        continue;
+                    };
+                    let existing = items
+                        .iter_mut()
+                        .filter_map(Value::as_object_mut)
+                        .find(|e| name_in(e) == Some(name));
+                    match (existing, c.get("securityContext")) {
+                        (Some(e), Some(sc)) => merge_objects(e, "securityContext", sc),
+                        (Some(_), None) => {}
+                        (None, _) => items.push(c.clone()),
+                    }
+                }
+            }
+            _ => {
+                base.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+fn merge_objects(into: &mut Map<String, Value>, key: &str, from: &Value) {
+    let Some(from) = from.as_object() else {
+        return;
+    };
+    let slot = into.entry(key.to_string()).or_insert_with(|| json!({}));
+    if !slot.is_object() {
+        *slot = json!({});
+    }
+    let slot = slot.as_object_mut().expect("just made an object");
+    for (k, v) in from {
+        if slot.get(k).is_some_and(Value::is_object) && v.is_object() {
+            merge_objects(slot, k, v);
+        } else {
+            slot.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+/// True for a place inside a TrainJob's runtime patches.
+pub fn is_patch_place(place: &str) -> bool {
+    place
+        .strip_prefix(PATCHES_PATH)
+        .is_some_and(|rest| rest.starts_with('['))
 }
 
 fn set_trainer_fields(
