@@ -25,6 +25,11 @@ pub trait ClusterView: Send + Sync {
     fn is_connected(&self) -> bool;
 }
 
+/// The cluster-scoped runtime kind a TrainJob names by default.
+pub const CLUSTER_RUNTIME: &str = "ClusterTrainingRuntime";
+/// The namespaced runtime kind.
+pub const NAMESPACED_RUNTIME: &str = "TrainingRuntime";
+
 /// What looking up a TrainJob's runtime found.
 #[derive(Debug, Clone)]
 pub enum RuntimeLookup {
@@ -82,7 +87,7 @@ impl StaticCluster {
             .unwrap_or_default()
             .to_string();
         let (namespace, name) = key_of(&runtime);
-        let namespace = if kind == crate::workload::trainjob::CLUSTER_RUNTIME {
+        let namespace = if kind == CLUSTER_RUNTIME {
             String::new()
         } else {
             namespace
@@ -111,7 +116,7 @@ impl ClusterView for StaticCluster {
             .cloned()
     }
     fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
-        let namespace = if kind == crate::workload::trainjob::CLUSTER_RUNTIME {
+        let namespace = if kind == CLUSTER_RUNTIME {
             ""
         } else {
             namespace

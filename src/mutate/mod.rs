@@ -46,7 +46,7 @@ pub struct MutationContext<'a> {
     /// what applies to every pod template is done again.
     pub child: bool,
     /// A TrainJob's runtime, when it could be read from the cluster.
-    pub runtime: Option<&'a crate::validate::TrainingRuntime>,
+    pub runtime: Option<&'a crate::workload::trainjob::TrainingRuntime>,
 }
 
 impl MutationContext<'_> {

@@ -8,8 +8,8 @@
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
-use crate::validate::TrainingRuntime;
-use crate::workload::{self, WorkloadKind, trainjob};
+use crate::workload::trainjob::{self, TrainingRuntime};
+use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 

@@ -11,9 +11,9 @@ use crate::cluster::{ClusterView, RuntimeLookup};
 use crate::json::Pointer as _;
 use crate::mutate::{self, Findings, MutationContext};
 use crate::policy::{Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch, owner_claim};
-use crate::validate::{self, Enforcement, Scope, TrainingRuntime, UnverifiableRuntime};
+use crate::validate::{self, Enforcement, Scope, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
-use crate::workload::trainjob::{self, RuntimeRef};
+use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::fmt;
@@ -1108,6 +1108,3 @@ mod subresource_tests {
         assert_eq!(mutate["response"]["allowed"], true);
     }
 }
-
-#[cfg(test)]
-mod trainjob_tests;

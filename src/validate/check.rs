@@ -8,7 +8,7 @@ use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::json::Pointer as _;
 use crate::quantity::Quantity;
-use crate::workload::trainjob::{self, RuntimeRef};
+use crate::workload::trainjob::{self, TrainingRuntime};
 use crate::workload::{
     self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
 };
@@ -106,15 +106,6 @@ pub struct Candidate<'a> {
     /// A TrainJob's runtime, when it could be read: the TrainJob is counted as the JobSet
     /// Trainer makes from it.
     pub runtime: Option<&'a TrainingRuntime>,
-}
-
-/// A TrainJob's runtime as read from the cluster.
-#[derive(Debug, Clone)]
-pub struct TrainingRuntime {
-    /// What the TrainJob names.
-    pub reference: RuntimeRef,
-    /// The runtime object.
-    pub object: std::sync::Arc<Value>,
 }
 
 /// What is checked, and how.

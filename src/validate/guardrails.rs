@@ -2,11 +2,12 @@
 //! start half (`gang: deny`), and a run over the queue's GPU-hour cap
 //! (`costCeiling.maxGpuHours`), denied with the arithmetic.
 
-use super::check::{TrainingRuntime, gpus_at_once};
+use super::check::gpus_at_once;
 use crate::topology::guardrails::{
     GangAction, GuardrailEnforcement, GuardrailsConfig, gang_shortfalls, run_deadline,
 };
 use crate::workload::WorkloadKind;
+use crate::workload::trainjob::TrainingRuntime;
 use serde_json::Value;
 
 /// How a workload breaks the queue's guardrails.

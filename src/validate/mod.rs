@@ -26,7 +26,7 @@ pub mod path;
 pub mod schema;
 pub mod template;
 
-pub use check::{Candidate, Scope, TrainingRuntime, check_limits};
+pub use check::{Candidate, Scope, check_limits};
 pub use schema::ValueType;
 
 use crate::error::ConfigError;
@@ -686,6 +686,12 @@ impl QueueLimits {
                 "total {} over all pods ({})",
                 total.resource,
                 total.schema.describe()
+            ));
+        }
+        if !self.totals.is_empty() {
+            lines.push(format!(
+                "a TrainJob whose size is its runtime's, which cannot be read: {} (unverifiableRuntime)",
+                self.unverifiable_runtime.as_str()
             ));
         }
         if let Some(seconds) = self.max_active_deadline_seconds {

@@ -13,10 +13,7 @@ use super::{TRAINER_NODE, TemplateInfo, TemplateRole, name_in, trainer, trainer_
 use crate::json::Pointer as _;
 use serde_json::{Map, Value, json};
 
-/// The runtime kinds a TrainJob may name.
-pub const CLUSTER_RUNTIME: &str = "ClusterTrainingRuntime";
-/// The namespaced runtime kind.
-pub const NAMESPACED_RUNTIME: &str = "TrainingRuntime";
+pub use crate::cluster::{CLUSTER_RUNTIME, NAMESPACED_RUNTIME};
 /// The label Trainer reads to find a runtime's trainer step.
 const ANCESTOR_STEP: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
 
@@ -38,6 +35,15 @@ impl RuntimeRef {
     pub fn is_known_kind(&self) -> bool {
         self.kind == CLUSTER_RUNTIME || self.kind == NAMESPACED_RUNTIME
     }
+}
+
+/// A TrainJob's runtime as read from the cluster.
+#[derive(Debug, Clone)]
+pub struct TrainingRuntime {
+    /// What the TrainJob names.
+    pub reference: RuntimeRef,
+    /// The runtime object.
+    pub object: std::sync::Arc<Value>,
 }
 
 /// The TrainJob's `spec.runtimeRef`, when it names a runtime.
