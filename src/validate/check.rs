@@ -754,9 +754,9 @@ pub(super) fn is_per_pod(anchor: Anchor, path: &FieldPath) -> bool {
 
 /// A TrainJob's runtime patch is a partial pod spec: what it leaves out is the runtime's, so
 /// only what it sets is judged (a missing value there is no violation).
-fn without_unset_patch_places<'a>(
-    places: Vec<(String, Option<&'a Value>)>,
-) -> Vec<(String, Option<&'a Value>)> {
+fn without_unset_patch_places(
+    places: Vec<(String, Option<&Value>)>,
+) -> Vec<(String, Option<&Value>)> {
     places
         .into_iter()
         .filter(|(place, value)| value.is_some() || !trainjob::is_patch_place(place))
@@ -903,10 +903,8 @@ impl QueueLimits {
                 eval.check_total(&total.resource, &total.schema);
             }
         }
-        if !per_pod_only {
-            if let Some(maximum) = self.max_active_deadline_seconds {
-                eval.check_deadline(maximum);
-            }
+        if !per_pod_only && let Some(maximum) = self.max_active_deadline_seconds {
+            eval.check_deadline(maximum);
         }
 
         if !self.allowed_registries.is_empty() {
