@@ -21,8 +21,30 @@ pub trait ClusterView: Send + Sync {
     fn pytorch_job(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
         None
     }
+    /// The TrainJob runtime `kind` (`ClusterTrainingRuntime`, cluster-scoped: `namespace` is
+    /// ignored; or `TrainingRuntime`) named `name`.
+    fn training_runtime(&self, _kind: &str, _namespace: &str, _name: &str) -> RuntimeLookup {
+        RuntimeLookup::Unavailable
+    }
     /// True when this view is backed by a live cluster (false offline).
     fn is_connected(&self) -> bool;
+}
+
+/// The cluster-scoped runtime kind a TrainJob names by default.
+pub const CLUSTER_RUNTIME: &str = "ClusterTrainingRuntime";
+/// The namespaced runtime kind.
+pub const NAMESPACED_RUNTIME: &str = "TrainingRuntime";
+
+/// What looking up a TrainJob's runtime found.
+#[derive(Debug, Clone)]
+pub enum RuntimeLookup {
+    /// The runtime as stored.
+    Found(Arc<Value>),
+    /// The runtimes are known (the watch has listed them) and this one is not among them.
+    NotFound,
+    /// Runtimes cannot be read: offline, no cluster lookups, the Trainer CRDs not installed,
+    /// no RBAC, or the watch has not listed them yet.
+    Unavailable,
 }
 
 /// No cluster: the offline CLI.
@@ -43,6 +65,8 @@ pub struct StaticCluster {
     volcano_jobs: HashMap<(String, String), Arc<Value>>,
     services: HashMap<(String, String), Arc<Value>>,
     pytorch_jobs: HashMap<(String, String), Arc<Value>>,
+    /// By `(kind, namespace, name)`; namespace empty for a ClusterTrainingRuntime.
+    runtimes: HashMap<(String, String, String), Arc<Value>>,
 }
 
 /// `(namespace, name)` of an object (namespace `default` when unset).
@@ -64,6 +88,24 @@ impl StaticCluster {
     /// Adds a PyTorchJob to the view.
     pub fn with_pytorch_job(mut self, job: Value) -> Self {
         self.pytorch_jobs.insert(key_of(&job), Arc::new(job));
+        self
+    }
+
+    /// Adds a ClusterTrainingRuntime or TrainingRuntime (by its `kind`) to the view.
+    pub fn with_training_runtime(mut self, runtime: Value) -> Self {
+        let kind = runtime
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let (namespace, name) = key_of(&runtime);
+        let namespace = if kind == CLUSTER_RUNTIME {
+            String::new()
+        } else {
+            namespace
+        };
+        self.runtimes
+            .insert((kind, namespace, name), Arc::new(runtime));
         self
     }
 
@@ -89,6 +131,18 @@ impl ClusterView for StaticCluster {
         self.pytorch_jobs
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
+    }
+    fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
+        let namespace = if kind == CLUSTER_RUNTIME {
+            ""
+        } else {
+            namespace
+        };
+        let key = (kind.to_string(), namespace.to_string(), name.to_string());
+        match self.runtimes.get(&key) {
+            Some(runtime) => RuntimeLookup::Found(runtime.clone()),
+            None => RuntimeLookup::NotFound,
+        }
     }
     fn is_connected(&self) -> bool {
         true

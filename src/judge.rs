@@ -275,3 +275,6 @@ mod tests {
         assert_eq!(w.iter().filter(|w| w.contains("nope")).count(), 1, "{w:?}");
     }
 }
+
+#[cfg(test)]
+mod trainjob_tests;

@@ -724,7 +724,7 @@ fn cert_manager_mode_with_crd_rules_off() {
         .map(typed)
         .expect("the owner-watch ClusterRole");
     let rules = role.rules.unwrap();
-    assert_eq!(rules.len(), 3);
+    assert_eq!(rules.len(), 4);
     assert_eq!(
         rules[0].api_groups.as_deref(),
         Some(&["batch.volcano.sh".to_string()][..])
@@ -736,6 +736,15 @@ fn cert_manager_mode_with_crd_rules_off() {
     assert_eq!(
         rules[2].resources.as_deref(),
         Some(&["pytorchjobs".to_string()][..])
+    );
+    assert_eq!(
+        rules[3].resources.as_deref(),
+        Some(
+            &[
+                "trainingruntimes".to_string(),
+                "clustertrainingruntimes".to_string()
+            ][..]
+        )
     );
     for rule in &rules {
         assert_eq!(rule.verbs, ["get", "list", "watch"], "read-only");
@@ -1874,8 +1883,11 @@ fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
         of_kind(&objs, "ClusterRole").iter().all(|o| {
             o["metadata"]["annotations"]["helm.sh/hook"].is_string()
                 || o["metadata"]["name"] == "launchgate-webhooks"
+                || (o["metadata"]["name"] == "launchgate-runtimes"
+                    && o["rules"] == serde_json::json!([{"apiGroups": ["trainer.kubeflow.org"],
+                        "resources": ["clustertrainingruntimes"], "verbs": ["get", "list", "watch"]}]))
         }),
-        "only the uninstall hook's ClusterRole and the webhook registration's"
+        "only the uninstall hook's ClusterRole, the webhook registration's and the cluster-scoped runtimes' read"
     );
     // All namespaces: one ClusterRole.
     let objs = helm.render(&[

@@ -45,6 +45,8 @@ pub struct MutationContext<'a> {
     /// a TrainJob's JobSet, a Job's pods): its root got the workload-level mutations, so only
     /// what applies to every pod template is done again.
     pub child: bool,
+    /// A TrainJob's runtime, when it could be read from the cluster.
+    pub runtime: Option<&'a crate::workload::trainjob::TrainingRuntime>,
 }
 
 impl MutationContext<'_> {
@@ -176,6 +178,7 @@ pub(crate) mod test_support {
             request: &request,
             cluster: &NoCluster,
             child: false,
+            runtime: None,
         };
         let mut out = object.clone();
         let mut findings = Findings::default();

@@ -8,6 +8,7 @@
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
+use crate::workload::trainjob::{self, TrainingRuntime};
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -226,8 +227,14 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
         return false;
     }
     if ctx.kind == WorkloadKind::TrainJob {
-        return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| {
-            harden_pod_spec(ctx, cfg, spec, spec_path, findings)
+        let runtime = ctx.runtime;
+        let named = trainjob::runtime_ref(object)
+            .map_or_else(|| "its runtime".to_string(), |r| r.describe());
+        // The tenant's own runtime patches are merged into the same pods, before launchgate's.
+        let tenant = trainjob::tenant_patch_pod_spec(object, runtime_patch::MANAGER);
+        return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| match runtime {
+            Some(runtime) => harden_over_runtime(cfg, spec, spec_path, runtime, &tenant, findings),
+            None => harden_blind(cfg, spec, spec_path, &named, &tenant, findings),
         });
     }
     let mut changed = false;
@@ -261,6 +268,167 @@ fn harden_pod_spec(
         changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
     });
     changed
+}
+
+/// A TrainJob whose runtime is known: the defaults the trainer's pod would get, judged on the
+/// pod Trainer makes (the runtime's trainer pod with the TrainJob's runtime patches over it),
+/// and written into launchgate's patch only where that pod leaves them unset. A field the
+/// runtime sets keeps the runtime's value; a privileged node container (RDMA, GPUDirect) is
+/// left as is and warned about, as in a Job.
+fn harden_over_runtime(
+    cfg: &SecurityContextConfig,
+    patch: &mut Map<String, Value>,
+    spec_path: &str,
+    runtime: &TrainingRuntime,
+    tenant: &Map<String, Value>,
+    findings: &mut Findings,
+) -> bool {
+    let mut base = trainjob::trainer_pod_spec(&runtime.object).unwrap_or_default();
+    trainjob::merge_pod_spec(&mut base, tenant);
+    let where_ = format!(
+        "the node container of {} (a TrainJob's trainer)",
+        runtime.reference.describe()
+    );
+    harden_over(cfg, patch, spec_path, base, &where_, findings)
+}
+
+/// Hardens launchgate's `patch` as it would the pod `merged` with `patch` over it, writing
+/// into `patch` only what the hardening adds.
+fn harden_over(
+    cfg: &SecurityContextConfig,
+    patch: &mut Map<String, Value>,
+    spec_path: &str,
+    mut merged: Map<String, Value>,
+    where_: &str,
+    findings: &mut Findings,
+) -> bool {
+    trainjob::merge_pod_spec(&mut merged, patch);
+    if workload::is_windows(&merged) {
+        return false;
+    }
+    let before = merged.clone();
+    default_pod(cfg, &mut merged, spec_path, findings);
+    let pod_sets_seccomp = merged
+        .get("securityContext")
+        .and_then(|s| s.get("seccompProfile"))
+        .is_some_and(|v| !v.is_null());
+    if let Some(node) = node_container_mut(&mut merged) {
+        default_container(cfg, pod_sets_seccomp, node, where_, findings);
+    }
+    // Only what the hardening added goes into the patch.
+    let mut changed = false;
+    if let Some(added) = added_leaves(before.get("securityContext"), merged.get("securityContext"))
+    {
+        changed |= merge_into(object_entry(patch, "securityContext"), &added);
+    }
+    let node_sc = |spec: &Map<String, Value>| {
+        spec.get("containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| workload::name_of(c) == Some(workload::TRAINER_NODE))
+            .and_then(|c| c.get("securityContext"))
+            .cloned()
+    };
+    if let Some(added) = added_leaves(node_sc(&before).as_ref(), node_sc(&merged).as_ref())
+        && let Some(node) = node_container_mut(patch)
+    {
+        changed |= merge_into(object_entry(node, "securityContext"), &added);
+    }
+    changed
+}
+
+/// A TrainJob whose runtime cannot be read: only the defaults no runtime can make invalid.
+/// `allowPrivilegeEscalation: false` is not written (with a runtime whose node container is
+/// privileged or adds CAP_SYS_ADMIN the API server would reject every pod Trainer makes), nor
+/// pod-level `runAsNonRoot` (a runtime container running as UID 0 would never start); the
+/// user is told.
+fn harden_blind(
+    cfg: &SecurityContextConfig,
+    spec: &mut Map<String, Value>,
+    spec_path: &str,
+    runtime: &str,
+    tenant: &Map<String, Value>,
+    findings: &mut Findings,
+) -> bool {
+    let cautious = SecurityContextConfig {
+        allow_privilege_escalation: None,
+        run_as_non_root: None,
+        ..cfg.clone()
+    };
+    let where_ = format!("the node container of the TrainJob's runtime patches ({runtime})");
+    let changed = harden_over(
+        &cautious,
+        spec,
+        spec_path,
+        tenant.clone(),
+        &where_,
+        findings,
+    );
+    let unset =
+        |key: &str, sc: Option<&Value>| sc.and_then(|s| s.get(key)).is_none_or(Value::is_null);
+    let node_sc = node_container_mut(spec).and_then(|c| c.get("securityContext").cloned());
+    let mut left = Vec::new();
+    if cfg.allow_privilege_escalation.is_some()
+        && unset("allowPrivilegeEscalation", node_sc.as_ref())
+    {
+        left.push("allowPrivilegeEscalation");
+    }
+    if cfg.run_as_non_root.is_some() && unset("runAsNonRoot", spec.get("securityContext")) {
+        left.push("runAsNonRoot");
+    }
+    if !left.is_empty() {
+        findings.warn(format!(
+            "launchgate: {runtime} cannot be read, so {} was not set on the TrainJob's node pods (a privileged or root runtime would make them invalid)",
+            left.join(" and ")
+        ));
+    }
+    changed
+}
+
+/// The `node` container of a pod spec.
+fn node_container_mut(spec: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
+    spec.get_mut("containers")?
+        .as_array_mut()?
+        .iter_mut()
+        .filter_map(Value::as_object_mut)
+        .find(|c| workload::name_in(c) == Some(workload::TRAINER_NODE))
+}
+
+/// Deep-merges the object `from` into `into`; true when `into` changed.
+fn merge_into(into: &mut Map<String, Value>, from: &Value) -> bool {
+    let Some(from) = from.as_object() else {
+        return false;
+    };
+    let mut changed = false;
+    for (k, v) in from {
+        match (into.get_mut(k), v) {
+            (Some(Value::Object(existing)), Value::Object(_)) => changed |= merge_into(existing, v),
+            (Some(existing), _) if existing == v => {}
+            _ => {
+                into.insert(k.clone(), v.clone());
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// The leaves of `after` that `before` lacks (or has otherwise), as an object; `None` when
+/// nothing was added.
+fn added_leaves(before: Option<&Value>, after: Option<&Value>) -> Option<Value> {
+    let after = after?;
+    match (before, after) {
+        (Some(Value::Object(b)), Value::Object(a)) => {
+            let out: Map<String, Value> = a
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), added_leaves(b.get(k), Some(v))?)))
+                .collect();
+            (!out.is_empty()).then_some(Value::Object(out))
+        }
+        (Some(b), a) if b == a => None,
+        _ => Some(after.clone()),
+    }
 }
 
 /// `kubectl debug` adds an ephemeral container through the `pods/ephemeralcontainers`

@@ -180,7 +180,7 @@ fn everywhere() -> Vec<Gap> {
     vec![
         gap(
             "TrainJob",
-            "a TrainJob's pods come from its training runtime: launchgate writes its defaults into a runtime patch whose shape depends on the runtime",
+            "a TrainJob's pods come from its training runtime: its size and node container are read from the runtime (cluster lookups), its own runtimePatches are judged as pod specs, and launchgate writes its defaults into a runtime patch whose shape depends on the runtime",
         ),
         gap(
             "UPDATE",

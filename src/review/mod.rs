@@ -7,15 +7,16 @@ use crate::admission::{
     ADMISSION_API_VERSION, ADMISSION_KIND, AdmissionRequest, AdmissionResponse,
     AdmissionReviewRequest, Operation, bounded_warnings,
 };
-use crate::cluster::ClusterView;
+use crate::cluster::{ClusterView, RuntimeLookup};
 use crate::json::Pointer as _;
 use crate::mutate::{self, Findings, MutationContext};
 use crate::policy::{
     EXEMPTED_BY_ANNOTATION, Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch,
     exemption, owner_claim, standalone_child_warning,
 };
-use crate::validate::{self, Enforcement, Scope};
+use crate::validate::{self, Enforcement, Scope, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
+use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::fmt;
@@ -465,6 +466,11 @@ fn decide_object(
         .chain(own.not_applied)
         .collect();
     let scope = match claim {
+        // The JobSet Trainer makes for a TrainJob is the TrainJob's size as Trainer rendered
+        // it from the runtime (which may have changed since the TrainJob was admitted): its
+        // totals are checked too, against the queue its labels name (launchgate's runtime
+        // patch puts the TrainJob's queue label on the trainer's pods).
+        OwnerClaim::Verified(WorkloadKind::TrainJob) => Scope::PerPodAndTotals,
         OwnerClaim::Verified(_) => Scope::PerPod,
         OwnerClaim::None => Scope::Workload,
         OwnerClaim::Unverified(why) => {
@@ -477,6 +483,11 @@ fn decide_object(
             Scope::Workload
         }
     };
+    let runtime = if kind == WorkloadKind::TrainJob {
+        lookup_runtime(cluster, &object, request.namespace.as_deref())
+    } else {
+        RuntimeState::NotATrainJob
+    };
     let ctx = MutationContext {
         kind,
         queue_name: &queue.name,
@@ -484,7 +495,11 @@ fn decide_object(
         sidecars: &policy.config.match_rules.sidecar_containers,
         request,
         cluster,
-        child: scope == Scope::PerPod,
+        child: scope != Scope::Workload,
+        runtime: match &runtime {
+            RuntimeState::Found(r) => Some(r),
+            _ => None,
+        },
     };
     let mut findings = Findings::default();
     findings.warnings.extend(resolution.warning.clone());
@@ -499,7 +514,7 @@ fn decide_object(
         }
         Endpoint::Validate => {
             findings.warnings.extend(notes.iter().cloned());
-            validate_decision(&ctx, queue, &object, scope, findings, summary)
+            validate_decision(&ctx, queue, &object, scope, &runtime, findings, summary)
         }
     };
     if !notes.is_empty()
@@ -790,14 +805,107 @@ fn base64_decoded_len(b64: &str) -> usize {
     (b64.len() / 4 * 3).saturating_sub(padding)
 }
 
+/// What is known of a TrainJob's runtime.
+enum RuntimeState {
+    /// Not a TrainJob.
+    NotATrainJob,
+    /// Read from the cluster.
+    Found(TrainingRuntime),
+    /// Cannot be read: why, and the runtime named (if any).
+    Unknown {
+        reference: Option<RuntimeRef>,
+        why: &'static str,
+    },
+}
+
+/// The runtime `trainjob` names, from the cluster view.
+fn lookup_runtime(
+    cluster: &dyn ClusterView,
+    trainjob: &Value,
+    namespace: Option<&str>,
+) -> RuntimeState {
+    let Some(reference) = trainjob::runtime_ref(trainjob) else {
+        return RuntimeState::Unknown {
+            reference: None,
+            why: "names no runtime (spec.runtimeRef.name)",
+        };
+    };
+    if !reference.is_known_kind() {
+        return RuntimeState::Unknown {
+            reference: Some(reference),
+            why: "is not a kind Trainer runs (ClusterTrainingRuntime or TrainingRuntime)",
+        };
+    }
+    let namespace = namespace
+        .or_else(|| trainjob.at("/metadata/namespace").and_then(Value::as_str))
+        .unwrap_or("default");
+    match cluster.training_runtime(&reference.kind, namespace, &reference.name) {
+        RuntimeLookup::Found(object) => RuntimeState::Found(TrainingRuntime { reference, object }),
+        RuntimeLookup::NotFound => RuntimeState::Unknown {
+            reference: Some(reference),
+            why: "is not in the cluster",
+        },
+        RuntimeLookup::Unavailable => RuntimeState::Unknown {
+            reference: Some(reference),
+            why: "launchgate cannot read (no cluster lookups of runtimes: offline, `serve` without --cluster-lookups, or the runtime watch has no access)",
+        },
+    }
+}
+
+/// Why a TrainJob's size cannot be verified, when its queue bounds sizes (totals, GPU-hours)
+/// and the TrainJob leaves its size to a runtime that cannot be read.
+fn unverifiable_size(queue: &Queue, object: &Value, runtime: &RuntimeState) -> Option<String> {
+    let RuntimeState::Unknown { reference, why } = runtime else {
+        return None;
+    };
+    let bounded: Vec<&str> = [
+        queue.limits.has_totals().then_some("totals"),
+        queue
+            .config
+            .guardrails
+            .cost_ceiling
+            .max_gpu_hours
+            .is_some()
+            .then_some("guardrails.costCeiling.maxGpuHours"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let left = trainjob::left_to_runtime(object);
+    if bounded.is_empty() || left.is_empty() {
+        return None;
+    }
+    let named = reference
+        .as_ref()
+        .map_or_else(|| "its runtime".to_string(), RuntimeRef::describe);
+    Some(format!(
+        "queue {:?}: cannot verify the runtime's size: the TrainJob leaves {} to {named}, which {why}, so its size is unknown to the queue's {} (limits.unverifiableRuntime: {}); set them on the TrainJob",
+        queue.name,
+        left.join(" and "),
+        bounded.join(" and "),
+        queue.limits.unverifiable_runtime().as_str(),
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn validate_decision(
     ctx: &MutationContext<'_>,
     queue: &Queue,
     object: &Value,
     scope: Scope,
+    runtime: &RuntimeState,
     mut findings: Findings,
     mut summary: ReviewSummary,
 ) -> Decision {
+    if scope == Scope::Workload
+        && matches!(ctx.request.operation, Operation::Create)
+        && let Some(problem) = unverifiable_size(queue, object, runtime)
+    {
+        match queue.limits.unverifiable_runtime() {
+            UnverifiableRuntime::Deny => findings.denials.push(problem),
+            UnverifiableRuntime::Warn => findings.warnings.push(problem),
+        }
+    }
     if matches!(ctx.request.operation, Operation::Create) {
         findings.denials.extend(validate::distributed::denials(
             ctx.kind,
@@ -825,6 +933,7 @@ fn validate_decision(
             &queue.config.guardrails,
             object,
             ctx.object_name(object),
+            ctx.runtime,
         );
         findings.denials.extend(report.denials);
         findings.warnings.extend(report.warnings);
@@ -839,6 +948,7 @@ fn validate_decision(
             namespace: ctx.request.namespace.as_deref(),
             operation: &ctx.request.operation,
             scope,
+            runtime: ctx.runtime,
         },
         ctx.sidecars,
     );

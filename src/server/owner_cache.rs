@@ -24,8 +24,15 @@
 //! any of them, and one without launch labels must be told apart from one not yet seen) answer
 //! [`ClusterView::pytorch_job`], so a label-less `pytorchjobs/scale` request is judged against
 //! the PyTorchJob it scales. RBAC: `get`, `list`, `watch` on `pytorchjobs.kubeflow.org`.
+//!
+//! TrainJob runtimes (`trainer.kubeflow.org/v1alpha1`: TrainingRuntimes in the same namespaces,
+//! ClusterTrainingRuntimes cluster-wide, no label selector) answer
+//! [`ClusterView::training_runtime`]: a TrainJob is sized as Trainer will run it. RBAC: `get`,
+//! `list`, `watch` on `trainingruntimes` and `clustertrainingruntimes`. Without them (Trainer
+//! not installed, RBAC refused, not listed yet) a runtime is unknown, never "not found".
 
-use crate::cluster::ClusterView;
+use crate::cluster::{ClusterView, RuntimeLookup};
+use crate::workload::trainjob::{CLUSTER_RUNTIME, NAMESPACED_RUNTIME};
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -33,6 +40,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The watched resource: Volcano Jobs.
@@ -65,16 +73,43 @@ fn pytorch_job_resource() -> ApiResource {
     )
 }
 
+/// The watched TrainJob runtimes: cluster-scoped ClusterTrainingRuntimes and namespaced
+/// TrainingRuntimes (`trainer.kubeflow.org/v1alpha1`).
+fn runtime_resource(kind: &str) -> ApiResource {
+    let plural = if kind == CLUSTER_RUNTIME {
+        "clustertrainingruntimes"
+    } else {
+        "trainingruntimes"
+    };
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
+        plural,
+    )
+}
+
 /// One store per watched namespace, or one store under `None` for all namespaces.
 type Stores = Vec<(Option<String>, Store<DynamicObject>)>;
 
-/// A [`ClusterView`] backed by watch caches of Volcano Jobs, Services and PyTorchJobs.
+/// The TrainJob runtime watches and whether each has listed its objects yet (a runtime is
+/// "not found" only once its kind's list has arrived; before that, or when the Trainer CRDs
+/// are not installed or RBAC refuses, it is unknown).
+#[derive(Clone)]
+struct RuntimeStores {
+    cluster: Store<DynamicObject>,
+    namespaced: Stores,
+    cluster_ready: Arc<AtomicBool>,
+    namespaced_ready: Arc<AtomicBool>,
+}
+
+/// A [`ClusterView`] backed by watch caches of Volcano Jobs, Services, PyTorchJobs and TrainJob
+/// runtimes.
 #[derive(Clone)]
 pub struct VolcanoJobCache {
     stores: Stores,
     resource: ApiResource,
     services: Stores,
     pytorch_jobs: Stores,
+    runtimes: RuntimeStores,
 }
 
 /// `namespace/name` in `stores`, as a JSON value.
@@ -128,9 +163,53 @@ impl ClusterView for VolcanoJobCache {
         lookup(&self.pytorch_jobs, &pytorch_job_resource(), namespace, name)
     }
 
+    fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
+        let runtimes = &self.runtimes;
+        let (ready, found) = if kind == CLUSTER_RUNTIME {
+            let key = ObjectRef::new_with(name, runtime_resource(kind));
+            let found = runtimes
+                .cluster
+                .get(&key)
+                .and_then(|o| serde_json::to_value(o.as_ref()).ok().map(Arc::new));
+            (runtimes.cluster_ready.load(Ordering::Acquire), found)
+        } else {
+            let watched = runtimes
+                .namespaced
+                .iter()
+                .any(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace));
+            let found = lookup(
+                &runtimes.namespaced,
+                &runtime_resource(kind),
+                namespace,
+                name,
+            );
+            (
+                watched && runtimes.namespaced_ready.load(Ordering::Acquire),
+                found,
+            )
+        };
+        match found {
+            Some(runtime) => RuntimeLookup::Found(runtime),
+            None if ready => RuntimeLookup::NotFound,
+            None => RuntimeLookup::Unavailable,
+        }
+    }
+
     fn is_connected(&self) -> bool {
         true
     }
+}
+
+/// Sets `flag` once every store in `stores` has listed its objects.
+fn mark_ready(stores: Vec<Store<DynamicObject>>, flag: Arc<AtomicBool>) {
+    tokio::spawn(async move {
+        for store in stores {
+            if store.wait_until_ready().await.is_err() {
+                return;
+            }
+        }
+        flag.store(true, Ordering::Release);
+    });
 }
 
 /// Polls the reflector stream until it ends, logging watch errors (the default backoff
@@ -187,11 +266,41 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> VolcanoJobCache {
         watcher::Config::default(),
         "PyTorchJobs",
     );
+    // TrainJob runtimes: every namespaced one in the watched namespaces (runtimes carry no
+    // launch labels), and the cluster-scoped ones. They do not hold up readiness: until a
+    // kind has listed, its runtimes are unknown and the queue's `unverifiableRuntime` decides.
+    let namespaced = watch(
+        &runtime_resource(NAMESPACED_RUNTIME),
+        watcher::Config::default(),
+        "TrainingRuntimes",
+    );
+    let cluster_resource = runtime_resource(CLUSTER_RUNTIME);
+    let writer = reflector::store::Writer::new(cluster_resource.clone());
+    let cluster = writer.as_reader();
+    let stream = watcher(
+        Api::<DynamicObject>::all_with(client.clone(), &cluster_resource),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer);
+    tokio::spawn(drive("ClusterTrainingRuntimes", stream));
+    let runtimes = RuntimeStores {
+        cluster: cluster.clone(),
+        namespaced: namespaced.clone(),
+        cluster_ready: Arc::new(AtomicBool::new(false)),
+        namespaced_ready: Arc::new(AtomicBool::new(false)),
+    };
+    mark_ready(vec![cluster], runtimes.cluster_ready.clone());
+    mark_ready(
+        namespaced.into_iter().map(|(_, s)| s).collect(),
+        runtimes.namespaced_ready.clone(),
+    );
     VolcanoJobCache {
         stores,
         resource,
         services,
         pytorch_jobs,
+        runtimes,
     }
 }
 

@@ -8,6 +8,7 @@ use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::json::Pointer as _;
 use crate::quantity::Quantity;
+use crate::workload::trainjob::{self, TrainingRuntime};
 use crate::workload::{
     self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
 };
@@ -38,6 +39,7 @@ pub fn check_limits(
         namespace,
         operation,
         scope,
+        runtime,
     } = *candidate;
     let mut report = LimitReport {
         enforcement: limits.enforcement,
@@ -54,6 +56,7 @@ pub fn check_limits(
             namespace,
             scope,
             sidecars,
+            runtime,
         },
         &mut report.warnings,
     );
@@ -67,6 +70,7 @@ pub fn check_limits(
                     namespace,
                     scope,
                     sidecars,
+                    runtime,
                 },
                 &mut Vec::new(),
             )
@@ -105,6 +109,9 @@ pub struct Candidate<'a> {
     pub operation: &'a Operation,
     /// Which rules apply: [`Scope::PerPod`] only for a pod verified as its workload's.
     pub scope: Scope,
+    /// A TrainJob's runtime, when it could be read: the TrainJob is counted as the JobSet
+    /// Trainer makes from it.
+    pub runtime: Option<&'a TrainingRuntime>,
 }
 
 /// What is checked, and how.
@@ -114,6 +121,7 @@ struct Subject<'a> {
     namespace: Option<&'a str>,
     scope: Scope,
     sidecars: &'a [String],
+    runtime: Option<&'a TrainingRuntime>,
 }
 
 /// Which of the queue's rules an object is checked on.
@@ -127,6 +135,10 @@ pub enum Scope {
     /// was already checked on the workload rules (deadline, totals, the strict template
     /// contract, everything at the object's root).
     PerPod,
+    /// The per-pod rules and `totals`: a JobSet Trainer made for a TrainJob (verified). Its
+    /// size is the TrainJob's as Trainer rendered it from the runtime, which may have changed
+    /// since the TrainJob was admitted.
+    PerPodAndTotals,
 }
 
 /// Most lines reported per kind; an object with thousands of violating containers gets a
@@ -185,12 +197,43 @@ fn same_literal(template: &Value, actual: &Value) -> bool {
     }
 }
 
+/// A TrainJob's pods as Trainer makes them from its runtime.
+struct RuntimeView<'a> {
+    /// `ClusterTrainingRuntime "torch-distributed"`.
+    source: String,
+    jobset: &'a Value,
+    templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
+}
+
+impl<'a> RuntimeView<'a> {
+    fn new(source: String, jobset: &'a Value) -> Self {
+        RuntimeView {
+            source,
+            jobset,
+            templates: workload::templates(WorkloadKind::JobSet, jobset),
+        }
+    }
+
+    /// `ClusterTrainingRuntime "x" replicatedJobs[1] (node)` for a template of the JobSet.
+    fn label(&self, info: &TemplateInfo) -> String {
+        match &info.role {
+            TemplateRole::ReplicatedJob { index, name } => {
+                format!("{} replicatedJobs[{index}] ({name})", self.source)
+            }
+            _ => self.source.clone(),
+        }
+    }
+}
+
 /// One evaluation of one object.
 struct Evaluation<'a> {
     queue: &'a str,
     kind: WorkloadKind,
     object: &'a Value,
     templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
+    /// A TrainJob whose runtime is known: the JobSet Trainer makes for it, its pod templates,
+    /// and the runtime named in messages.
+    runtime: Option<RuntimeView<'a>>,
     shape: &'a TemplateShape,
     sidecars: &'a [String],
     /// Every place a variable or field limit looked at (the envelope holds the others).
@@ -210,14 +253,15 @@ impl<'a> Evaluation<'a> {
 
     /// Every place `path` designates: under the root, or under each pod template.
     fn places(&self, anchor: Anchor, path: &FieldPath) -> Vec<(String, Option<&'a Value>)> {
-        match anchor {
+        let places = match anchor {
             Anchor::Root => path::resolve(self.object, "", &path.0),
             Anchor::PodTemplate => self
                 .templates
                 .iter()
                 .flat_map(|(info, template)| path::resolve_in_map(template, &info.path, &path.0))
                 .collect(),
-        }
+        };
+        without_unset_patch_places(places)
     }
 
     /// Every place a template position designates: under the root, or in the workload's pod
@@ -228,13 +272,14 @@ impl<'a> Evaluation<'a> {
         template_path: &FieldPath,
         path: &FieldPath,
     ) -> Vec<(String, Option<&'a Value>)> {
-        match anchor {
+        let places = match anchor {
             Anchor::Root => self.shape.root_places(self.kind, self.object, path),
             Anchor::PodTemplate => {
                 self.shape
                     .places(&self.templates, self.sidecars, template_path, path)
             }
-        }
+        };
+        without_unset_patch_places(places)
     }
 
     /// Holds every container no variable or field limit looked at to the queue's envelope.
@@ -465,24 +510,27 @@ impl<'a> Evaluation<'a> {
     /// How much of `resource` the workload can use at once (`None`: too much to count), and the
     /// parts of the sum (`spec.template: 4 × 2`).
     fn total(&self, resource: &str) -> (Option<Quantity>, Vec<String>) {
-        let mut total = Some(Quantity::ZERO);
-        let mut parts = Vec::new();
-        for (info, template) in &self.templates {
-            let per_pod = Self::per_pod(template, resource);
-            if per_pod == Some(Quantity::ZERO) {
-                continue;
-            }
-            let replicas = self.pods_at_once(info);
-            let shown = per_pod.map_or("too much".into(), |q| q.to_string());
-            parts.push(format!("{}: {replicas} × {shown}", template_label(info)));
-            total = total.zip(per_pod).and_then(|(total, per_pod)| {
-                per_pod
-                    .checked_mul_int(replicas)
-                    .and_then(|p| total.checked_add(&p))
-            });
+        // A TrainJob whose runtime is known: the JobSet Trainer makes from it.
+        if let Some(view) = &self.runtime {
+            let jobset = Evaluation {
+                queue: self.queue,
+                kind: WorkloadKind::JobSet,
+                object: view.jobset,
+                templates: view.templates.clone(),
+                runtime: None,
+                shape: self.shape,
+                sidecars: self.sidecars,
+                reached: HashSet::new(),
+                violations: Vec::new(),
+                seen: HashSet::new(),
+            };
+            return jobset.templates_total(resource, |info| view.label(info));
         }
-        // A TrainJob: `numNodes` pods, each with `resourcesPerNode` (numNodes unset: the
-        // runtime's, counted as 1).
+        let (mut total, mut parts) =
+            self.templates_total(resource, |info| template_label(info).to_string());
+        // A TrainJob whose runtime could not be read: `numNodes` pods, each with
+        // `resourcesPerNode` (numNodes unset: counted as 1, said so, and the queue's
+        // `unverifiableRuntime` decides whether that is enough).
         if let Some(resources) = self.trainer_resources() {
             let per_node = Self::amount(&Value::Object(resources.clone()), resource);
             if per_node != Quantity::ZERO {
@@ -498,6 +546,36 @@ impl<'a> Evaluation<'a> {
                         .and_then(|p| total.checked_add(&p))
                 });
             }
+        }
+        (total, parts)
+    }
+
+    /// Σ over the pod templates of (pods at once × per pod), with the parts of the sum, each
+    /// named by `label`.
+    fn templates_total(
+        &self,
+        resource: &str,
+        label: impl Fn(&TemplateInfo) -> String,
+    ) -> (Option<Quantity>, Vec<String>) {
+        let mut total = Some(Quantity::ZERO);
+        let mut parts = Vec::new();
+        for (info, template) in &self.templates {
+            if trainjob::is_patch_place(&info.path) {
+                // A runtime patch adds no pods (and its schema has no resources).
+                continue;
+            }
+            let per_pod = Self::per_pod(template, resource);
+            if per_pod == Some(Quantity::ZERO) {
+                continue;
+            }
+            let replicas = self.pods_at_once(info);
+            let shown = per_pod.map_or("too much".into(), |q| q.to_string());
+            parts.push(format!("{}: {replicas} × {shown}", label(info)));
+            total = total.zip(per_pod).and_then(|(total, per_pod)| {
+                per_pod
+                    .checked_mul_int(replicas)
+                    .and_then(|p| total.checked_add(&p))
+            });
         }
         (total, parts)
     }
@@ -541,6 +619,10 @@ impl<'a> Evaluation<'a> {
             let Some(spec) = template.get("spec") else {
                 continue;
             };
+            // A runtime patch carries no image (its containers' images are the runtime's).
+            if trainjob::is_patch_place(&info.path) {
+                continue;
+            }
             // `kubectl debug` adds ephemeral containers to a running pod: their images too.
             for list in CONTAINER_LISTS.into_iter().chain(["ephemeralContainers"]) {
                 let Some(containers) = spec.get(list).and_then(Value::as_array) else {
@@ -560,8 +642,31 @@ impl<'a> Evaluation<'a> {
                 }
             }
         }
-        // A TrainJob's image (unset: the runtime's, which the platform team wrote).
+        // A TrainJob whose runtime is known: every image of the JobSet Trainer makes.
+        for (view, (info, template)) in self
+            .runtime
+            .iter()
+            .flat_map(|v| v.templates.iter().map(move |t| (v, t)))
+        {
+            let spec = workload::pod_spec(template);
+            for (slot, c) in spec.into_iter().flat_map(|s| workload::containers(s, &[])) {
+                let place = format!("{} {}[{}].image", view.label(info), slot.list, slot.index);
+                match c.get("image").and_then(Value::as_str) {
+                    Some(image) => {
+                        if !allowed
+                            .iter()
+                            .any(|p| image_allowed_by(&normalized_image(image), p))
+                        {
+                            bad.push(format!("{place}={image:?}"));
+                        }
+                    }
+                    None => bad.push(format!("{place}=<none>")),
+                }
+            }
+        }
+        // A TrainJob's image (unset and the runtime unknown: the runtime's).
         if self.kind == WorkloadKind::TrainJob
+            && self.runtime.is_none()
             && let Some(image) = workload::trainer(self.object)
                 .and_then(|t| t.get("image"))
                 .and_then(Value::as_str)
@@ -582,13 +687,24 @@ impl<'a> Evaluation<'a> {
 
 /// The GPUs (every `*/gpu` resource) a workload can use at once, by the totals arithmetic, with
 /// the parts of the sum; `None` when the sum does not fit.
-pub fn gpus_at_once(kind: WorkloadKind, object: &Value) -> Option<(Quantity, Vec<String>)> {
+///
+/// A TrainJob whose `runtime` is known counts as the JobSet Trainer makes from it.
+pub fn gpus_at_once(
+    kind: WorkloadKind,
+    object: &Value,
+    runtime: Option<&TrainingRuntime>,
+) -> Option<(Quantity, Vec<String>)> {
     let shape = TemplateShape::default();
+    let runtime = runtime.filter(|_| kind == WorkloadKind::TrainJob);
+    let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
     let eval = Evaluation {
         queue: "",
         kind,
         object,
         templates: workload::templates(kind, object),
+        runtime: runtime
+            .zip(effective.as_ref())
+            .map(|(r, js)| RuntimeView::new(r.reference.describe(), js)),
         shape: &shape,
         sidecars: &[],
         reached: HashSet::new(),
@@ -610,7 +726,8 @@ pub fn gpus_at_once(kind: WorkloadKind, object: &Value) -> Option<(Quantity, Vec
             );
         }
     };
-    for (_, template) in &eval.templates {
+    let runtime_templates = eval.runtime.iter().flat_map(|v| &v.templates);
+    for (_, template) in eval.templates.iter().chain(runtime_templates) {
         for (_, c) in workload::pod_spec(template)
             .into_iter()
             .flat_map(|s| workload::containers(s, &[]))
@@ -641,6 +758,17 @@ pub(super) fn is_per_pod(anchor: Anchor, path: &FieldPath) -> bool {
     anchor == Anchor::PodTemplate && !controller_named
 }
 
+/// A TrainJob's runtime patch is a partial pod spec: what it leaves out is the runtime's, so
+/// only what it sets is judged (a missing value there is no violation).
+fn without_unset_patch_places(
+    places: Vec<(String, Option<&Value>)>,
+) -> Vec<(String, Option<&Value>)> {
+    places
+        .into_iter()
+        .filter(|(place, value)| value.is_some() || !trainjob::is_patch_place(place))
+        .collect()
+}
+
 /// `spec.tasks[1].template`, or `pod` for a bare Pod.
 fn template_label(info: &TemplateInfo) -> &str {
     if info.path.is_empty() {
@@ -664,13 +792,24 @@ impl QueueLimits {
             namespace,
             scope,
             sidecars,
+            runtime,
         } = subject;
-        let per_pod_only = scope == Scope::PerPod;
+        let per_pod_only = scope != Scope::Workload;
+        let runtime = runtime.filter(|_| kind == WorkloadKind::TrainJob);
+        let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
+        let mut templates = workload::templates(kind, object);
+        if kind == WorkloadKind::TrainJob {
+            // Its runtime patches are pod specs, judged like a Job's pod template.
+            templates.extend(trainjob::patch_templates(object));
+        }
         let mut eval = Evaluation {
             queue,
             kind,
             object,
-            templates: workload::templates(kind, object),
+            templates,
+            runtime: runtime
+                .zip(effective.as_ref())
+                .map(|(r, js)| RuntimeView::new(r.reference.describe(), js)),
             shape: &self.shape,
             sidecars,
             reached: HashSet::new(),
@@ -764,12 +903,14 @@ impl QueueLimits {
                     eval.check_fixed_value(leaf);
                 }
             }
+        }
+        if scope != Scope::PerPod {
             for total in &self.totals {
                 eval.check_total(&total.resource, &total.schema);
             }
-            if let Some(maximum) = self.max_active_deadline_seconds {
-                eval.check_deadline(maximum);
-            }
+        }
+        if !per_pod_only && let Some(maximum) = self.max_active_deadline_seconds {
+            eval.check_deadline(maximum);
         }
 
         if !self.allowed_registries.is_empty() {
@@ -831,6 +972,7 @@ mod tests {
             namespace: Some("ns"),
             operation: &Operation::Create,
             scope,
+            runtime: None,
         };
         check_limits(
             &queue.name,
@@ -896,6 +1038,65 @@ allowedRegistries: [docker.io/acme]"#;
         assert!(
             text.contains("(spec.trainer: 1 (numNodes unset) × 16)"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_trainjobs_runtime_patches_are_judged_like_a_jobs_pod_template() {
+        use serde_json::json;
+        // A queue written for batch/v1 Jobs: its pod-template positions and fields hold a
+        // TrainJob's runtime patches, whichever kind the run is sent as.
+        let limits = r#"template: |
+  apiVersion: batch/v1
+  kind: Job
+  spec:
+    template:
+      spec:
+        nodeSelector: {node.kubernetes.io/instance-type: "{{instance}}"}
+        containers: [{name: train, image: acme/train:1}]
+variables:
+  instance: {type: string, enum: [a100]}
+fields:
+  - {path: serviceAccountName, type: string, enum: [default]}
+  - {path: 'volumes[*].hostPath.path', type: string, enum: [/dev/shm]}
+  - {path: 'tolerations[*].key', type: string, enum: [nvidia.com/gpu]}"#;
+        let tj = |pod_spec: Value| {
+            json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "run"},
+                "spec": {"runtimeRef": {"name": "torch"}, "runtimePatches": [
+                    {"manager": "acme.io/tenant", "trainingRuntimeSpec": {"template": {"spec": {
+                        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
+                            "spec": pod_spec}}}}]}}}}]}})
+        };
+        // What the patch leaves out is the runtime's: nothing to judge.
+        assert_eq!(
+            violations_of(limits, WorkloadKind::TrainJob, &tj(json!({}))),
+            Vec::<String>::new()
+        );
+        let escaping = tj(json!({
+            "nodeSelector": {"node.kubernetes.io/instance-type": "h100"},
+            "serviceAccountName": "cluster-admin",
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+            "containers": [{"name": "node", "securityContext": {"privileged": true}}]}));
+        let at = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec";
+        let found = violations_of(limits, WorkloadKind::TrainJob, &escaping);
+        assert_eq!(
+            found,
+            [
+                format!(
+                    r#"queue "q": {at}.nodeSelector["node.kubernetes.io/instance-type"]="h100" is not one of "a100" (variable "instance")"#
+                ),
+                format!(
+                    r#"queue "q": {at}.serviceAccountName="cluster-admin" is not one of "default" (field "serviceAccountName")"#
+                ),
+                format!(
+                    r#"queue "q": {at}.volumes[0].hostPath.path="/" is not one of "/dev/shm" (field "volumes[*].hostPath.path")"#
+                ),
+                format!(
+                    r#"queue "q": {at}.tolerations[0].key="dedicated" is not one of "nvidia.com/gpu" (field "tolerations[*].key")"#
+                ),
+            ]
         );
     }
 

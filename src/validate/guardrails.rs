@@ -7,6 +7,7 @@ use crate::topology::guardrails::{
     GangAction, GuardrailEnforcement, GuardrailsConfig, RunLength, gang_shortfalls, run_length,
 };
 use crate::workload::WorkloadKind;
+use crate::workload::trainjob::TrainingRuntime;
 use serde_json::Value;
 
 /// How a workload breaks the queue's guardrails.
@@ -24,6 +25,7 @@ pub fn check(
     cfg: &GuardrailsConfig,
     object: &Value,
     object_name: &str,
+    runtime: Option<&TrainingRuntime>,
 ) -> GuardrailReport {
     let mut report = GuardrailReport::default();
     if cfg.gang == GangAction::Deny {
@@ -36,7 +38,7 @@ pub fn check(
         }
     }
     if let Some(max) = cfg.cost_ceiling.max_gpu_hours
-        && let Some(problem) = gpu_hours_problem(queue, kind, object, max)
+        && let Some(problem) = gpu_hours_problem(queue, kind, object, max, runtime)
     {
         match cfg.cost_ceiling.enforcement {
             GuardrailEnforcement::Deny => report.denials.push(problem),
@@ -46,8 +48,14 @@ pub fn check(
     report
 }
 
-fn gpu_hours_problem(queue: &str, kind: WorkloadKind, object: &Value, max: f64) -> Option<String> {
-    let Some((gpus, parts)) = gpus_at_once(kind, object) else {
+fn gpu_hours_problem(
+    queue: &str,
+    kind: WorkloadKind,
+    object: &Value,
+    max: f64,
+    runtime: Option<&TrainingRuntime>,
+) -> Option<String> {
+    let Some((gpus, parts)) = gpus_at_once(kind, object, runtime) else {
         return Some(format!(
             "queue {queue:?}: the GPUs this run can use at once are too many to count (guardrails.costCeiling.maxGpuHours {max})"
         ));
@@ -116,7 +124,7 @@ mod tests {
             ..GuardrailsConfig::default()
         };
         let denials = |cfg: &GuardrailsConfig, job: &Value| {
-            check("q", WorkloadKind::BatchJob, cfg, job, "j").denials
+            check("q", WorkloadKind::BatchJob, cfg, job, "j", None).denials
         };
         // 8 GPUs × 8 h = 64: at the cap.
         assert!(denials(&cfg, &job(Some(8 * 3600))).is_empty());
@@ -136,7 +144,14 @@ mod tests {
         assert!(denials(&cfg, &cpu_only).is_empty());
         // `warn`: the same words, as a warning.
         cfg.cost_ceiling.enforcement = GuardrailEnforcement::Warn;
-        let report = check("q", WorkloadKind::BatchJob, &cfg, &job(Some(86400)), "j");
+        let report = check(
+            "q",
+            WorkloadKind::BatchJob,
+            &cfg,
+            &job(Some(86400)),
+            "j",
+            None,
+        );
         assert!(report.denials.is_empty());
         assert!(
             report.warnings[0].contains("192.00 GPU-hours"),
@@ -161,7 +176,15 @@ mod tests {
             "spec": {"completions": 100, "parallelism": 2, "backoffLimit": 6, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
-        let d = check("q", WorkloadKind::BatchJob, &capped(8.0), &long, "sweep").denials;
+        let d = check(
+            "q",
+            WorkloadKind::BatchJob,
+            &capped(8.0),
+            &long,
+            "sweep",
+            None,
+        )
+        .denials;
         assert_eq!(
             d,
             [
@@ -172,15 +195,29 @@ mod tests {
         let mut bounded = long.clone();
         bounded["spec"]["activeDeadlineSeconds"] = json!(14400);
         assert!(
-            check("q", WorkloadKind::BatchJob, &capped(8.0), &bounded, "sweep")
-                .denials
-                .is_empty()
+            check(
+                "q",
+                WorkloadKind::BatchJob,
+                &capped(8.0),
+                &bounded,
+                "sweep",
+                None
+            )
+            .denials
+            .is_empty()
         );
         bounded["spec"]["activeDeadlineSeconds"] = json!(14401);
         assert_eq!(
-            check("q", WorkloadKind::BatchJob, &capped(8.0), &bounded, "sweep")
-                .denials
-                .len(),
+            check(
+                "q",
+                WorkloadKind::BatchJob,
+                &capped(8.0),
+                &bounded,
+                "sweep",
+                None
+            )
+            .denials
+            .len(),
             1
         );
     }
@@ -191,7 +228,7 @@ mod tests {
             "spec": {"maxRetry": 3, "tasks": [{"name": "w", "replicas": 2, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}});
-        let d = check("q", WorkloadKind::VolcanoJob, &capped(6.0), &vc, "v").denials;
+        let d = check("q", WorkloadKind::VolcanoJob, &capped(6.0), &vc, "v", None).denials;
         assert_eq!(
             d,
             [
@@ -199,7 +236,7 @@ mod tests {
             ]
         );
         assert!(
-            check("q", WorkloadKind::VolcanoJob, &capped(8.0), &vc, "v")
+            check("q", WorkloadKind::VolcanoJob, &capped(8.0), &vc, "v", None)
                 .denials
                 .is_empty()
         );
@@ -207,13 +244,13 @@ mod tests {
             "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": [{"name": "w", "replicas": 1,
                 "template": {"spec": {"parallelism": 2, "completions": 2, "activeDeadlineSeconds": 3600,
                     "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}]}});
-        let d = check("q", WorkloadKind::JobSet, &capped(3.0), &js, "s").denials;
+        let d = check("q", WorkloadKind::JobSet, &capped(3.0), &js, "s", None).denials;
         assert!(
             d[0].contains("× 2 runs (spec.failurePolicy.maxRestarts 1 + 1) × spec.replicatedJobs[0].template.spec.activeDeadlineSeconds 3600 (2.00 h) = 4.00 GPU-hours"),
             "{d:?}"
         );
         assert!(
-            check("q", WorkloadKind::JobSet, &capped(4.0), &js, "s")
+            check("q", WorkloadKind::JobSet, &capped(4.0), &js, "s", None)
                 .denials
                 .is_empty()
         );
@@ -240,7 +277,7 @@ mod tests {
                 job["spec"]["activeDeadlineSeconds"] = json!(d);
             }
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, "j").denials.is_empty();
+            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, "j", None).denials.is_empty();
             // Pods at once: min(parallelism, completions).
             let at_once = parallelism.min(completions) * gpus;
             let within = run_deadline.is_some_and(|d| at_once as f64 * d as f64 / 3600.0 <= max);
@@ -261,7 +298,7 @@ mod tests {
             let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
                 "spec": {"failurePolicy": {"maxRestarts": restarts}, "replicatedJobs": jobs}});
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, "s").denials.is_empty();
+            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, "s", None).denials.is_empty();
             let longest = deadlines.iter().copied().max().unwrap_or(0);
             let hours = (gpus * deadlines.len() as i64) as f64 * (restarts + 1) as f64 * longest as f64 / 3600.0;
             proptest::prop_assert_eq!(denied, hours > max);

@@ -68,6 +68,32 @@ pub struct LimitsConfig {
     pub allowed_registries: Vec<String>,
     /// Namespaces the queue's workloads may run in.
     pub allowed_namespaces: Vec<String>,
+    /// A TrainJob that leaves `spec.trainer.numNodes` or `resourcesPerNode` to a runtime
+    /// launchgate cannot read (no cluster lookups, or the runtime is not found): `deny`
+    /// (default) or `warn` that the runtime's size cannot be verified. Applies when the queue
+    /// has `totals` or a GPU-hour ceiling (`guardrails.costCeiling.maxGpuHours`).
+    pub unverifiable_runtime: UnverifiableRuntime,
+}
+
+/// What happens to a TrainJob whose size its runtime decides and cannot be read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum UnverifiableRuntime {
+    /// Rejected, naming what is left to which runtime.
+    #[default]
+    Deny,
+    /// Allowed with a warning.
+    Warn,
+}
+
+impl UnverifiableRuntime {
+    /// `deny` or `warn`, as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnverifiableRuntime::Deny => "deny",
+            UnverifiableRuntime::Warn => "warn",
+        }
+    }
 }
 
 /// What happens to a violation.
@@ -276,9 +302,20 @@ pub struct QueueLimits {
     max_active_deadline_seconds: Option<i64>,
     allowed_registries: Vec<String>,
     allowed_namespaces: Vec<String>,
+    unverifiable_runtime: UnverifiableRuntime,
 }
 
 impl QueueLimits {
+    /// True when the queue bounds a workload's totals.
+    pub fn has_totals(&self) -> bool {
+        !self.totals.is_empty()
+    }
+
+    /// What happens to a TrainJob whose runtime-decided size cannot be read.
+    pub fn unverifiable_runtime(&self) -> UnverifiableRuntime {
+        self.unverifiable_runtime
+    }
+
     /// The most of `resource` (`limits`: `kind`) any container of this queue may have, with the
     /// limit it comes from, when the queue bounds it for every container.
     pub fn container_ceiling(
@@ -298,6 +335,7 @@ impl QueueLimits {
         let mut errors = Vec::new();
         let mut limits = QueueLimits {
             enforcement: cfg.enforcement,
+            unverifiable_runtime: cfg.unverifiable_runtime,
             ..QueueLimits::default()
         };
 
@@ -700,6 +738,12 @@ impl QueueLimits {
                 "total {} over all pods ({})",
                 total.resource,
                 total.schema.describe()
+            ));
+        }
+        if !self.totals.is_empty() {
+            lines.push(format!(
+                "a TrainJob whose size is its runtime's, which cannot be read: {} (unverifiableRuntime)",
+                self.unverifiable_runtime.as_str()
             ));
         }
         if let Some(seconds) = self.max_active_deadline_seconds {

@@ -465,10 +465,19 @@ impl QueueLimits {
             ));
         }
 
+        // The JobSet Trainer makes for a TrainJob (the one verified child that is a JobSet) is
+        // held to the totals too, as in the webhook.
+        let trainer_jobset = format!(
+            "request.kind.group == {}",
+            lit(WorkloadKind::JobSet.api_group())
+        );
         for total in &self.totals {
             out.check(
                 format!("c{}", out.variables.len()),
-                workload_only(total_check(&prefix, &total.resource, &total.schema)),
+                format!(
+                    "(({child}) && !({trainer_jobset}) ? [] : {})",
+                    total_check(&prefix, &total.resource, &total.schema)
+                ),
             );
         }
 

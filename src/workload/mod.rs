@@ -10,6 +10,7 @@
 
 pub mod edit;
 pub mod intent;
+pub mod trainjob;
 
 use crate::json;
 use serde_json::{Map, Value};

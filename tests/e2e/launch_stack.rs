@@ -205,17 +205,76 @@ pub async fn jobset_is_hardened_limited_and_wired(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-fn trainjob(name: &str, nodes: i64, gpus: i64) -> Value {
+fn trainjob(name: &str, runtime: &str, nodes: i64, gpus: i64) -> Value {
     json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": name, "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": TRAINJOB_QUEUE}},
-        "spec": {"runtimeRef": {"name": "torch-distributed"},
+        "spec": {"runtimeRef": {"name": runtime},
                  "trainer": {"image": "acme/train:1", "numNodes": nodes,
                              "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}}}})
+}
+
+/// The ClusterTrainingRuntimes API (cluster-scoped).
+fn cluster_runtimes(ctx: &Ctx) -> Api<kube::api::DynamicObject> {
+    use kube::core::GroupVersionKind;
+    use kube::discovery::ApiResource;
+    Api::all_with(
+        ctx.client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime"),
+            "clustertrainingruntimes",
+        ),
+    )
+}
+
+/// Creates the ClusterTrainingRuntime `runtime`, runs `test`, and deletes the runtime again.
+async fn with_cluster_runtime<F, Fut>(ctx: &Ctx, runtime: Value, test: F) -> Result<()>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let api = cluster_runtimes(ctx);
+    let name = runtime["metadata"]["name"]
+        .as_str()
+        .context("runtime name")?
+        .to_string();
+    api.create(&PostParams::default(), &serde_json::from_value(runtime)?)
+        .await?;
+    let result = test().await;
+    let _ = api.delete(&name, &Default::default()).await;
+    result
+}
+
+/// Dry-runs `tj` until launchgate reads its runtime (the watch delivers a new runtime a moment
+/// after it is created); returns the last answer: status, body, warnings.
+async fn dry_run_once_runtime_is_read(ctx: &Ctx, tj: &Value) -> Result<(u16, Value, Vec<String>)> {
+    ctx.poll(
+        "the runtime in launchgate's cache",
+        Duration::from_secs(30),
+        || async {
+            let (status, body, warnings) = ctx.create_raw(tj, true).await?;
+            let unread = body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("cannot verify the runtime's size"))
+                || warnings.iter().any(|w| w.contains("cannot be read"));
+            Ok((!unread).then_some((status, body, warnings)))
+        },
+    )
+    .await
 }
 
 /// A launch TrainJob is hardened through launchgate's runtime patch, which the real TrainJob
 /// schema keeps whole; it gets no PyTorch env; over its queue's limits it is denied.
 pub async fn trainjob_is_hardened_through_a_runtime_patch_and_limited(ctx: &Ctx) -> Result<()> {
+    let runtime = format!("torch-{}", ctx.ns);
+    with_cluster_runtime(ctx, cluster_runtime(&runtime, 1, 8), || {
+        trainjob_hardened(ctx, &runtime)
+    })
+    .await
+}
+
+async fn trainjob_hardened(ctx: &Ctx, runtime: &str) -> Result<()> {
+    let trainjob = |name: &str, nodes: i64, gpus: i64| trainjob(name, runtime, nodes, gpus);
+    dry_run_once_runtime_is_read(ctx, &trainjob("probe", 1, 1)).await?;
     let (status, body, _) = ctx.create_raw(&trainjob("too-big", 8, 8), false).await?;
     let message = body["message"].as_str().unwrap_or_default();
     ensure!(status == 403, "an 8-node TrainJob: {status} {body}");
@@ -456,4 +515,198 @@ pub async fn a_tenants_kueue_labels_are_replaced_or_denied(ctx: &Ctx) -> Result<
         "an UPDATE lengthening the run was not denied: {longer:?}"
     );
     Ok(())
+}
+
+const TRAINER_CONTROLLER: &str =
+    "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager";
+
+/// Lets Trainer's controller (its service account) create JobSets in the test's namespace.
+async fn grant_jobsets(ctx: &Ctx) -> Result<()> {
+    let roles: Api<Role> = ctx.api();
+    roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "trainer"},
+                "rules": [{"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create"]}]}))?,
+        )
+        .await?;
+    let bindings: Api<RoleBinding> = ctx.api();
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "trainer"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainer"},
+                "subjects": [{"kind": "ServiceAccount", "name": "kubeflow-trainer-controller-manager",
+                              "namespace": "kubeflow-system"}]}))?,
+        )
+        .await?;
+    // Not a launch workload: only RBAC can refuse it.
+    let probe = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "rbac-probe"},
+        "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}]}});
+    ctx.wait_for("Trainer's RoleBinding", Duration::from_secs(20), || async {
+        let (status, _, _) = ctx
+            .create_raw_as(&probe, true, Some(TRAINER_CONTROLLER))
+            .await?;
+        Ok(status != 403)
+    })
+    .await
+}
+
+/// A ClusterTrainingRuntime of `nodes` × `gpus` GPUs, as Trainer's manifests write one.
+fn cluster_runtime(name: &str, nodes: i64, gpus: i64) -> Value {
+    json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name},
+        "spec": {"mlPolicy": {"numNodes": nodes, "torch": {"numProcPerNode": "auto"}},
+            "template": {"spec": {"replicatedJobs": [{"name": "node", "replicas": 1,
+                "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": {"spec": {"containers": [{"name": "node",
+                        "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                        "command": ["torchrun", "train.py"],
+                        "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}}]}}}})
+}
+
+/// The JobSet Trainer makes for the stored TrainJob `tj` when its runtime renders `nodes` ×
+/// `gpus` (named after the TrainJob, owned by it, with the trainer pods' queue label that
+/// launchgate's runtime patch gave them).
+fn trainer_jobset(tj: &Value, nodes: i64, gpus: i64) -> Value {
+    let labels = &tj["spec"]["runtimePatches"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["manager"] == "launchgate.io/admission"))
+        .map(|p| p["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"].clone())
+        .unwrap_or(Value::Null);
+    json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": tj["metadata"]["name"],
+            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "name": tj["metadata"]["name"], "uid": tj["metadata"]["uid"],
+                "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"parallelism": nodes, "completions": nodes, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "node",
+                    "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}}]}})
+}
+
+/// A TrainJob that leaves numNodes and resourcesPerNode to its ClusterTrainingRuntime (64 × 8
+/// GPUs) is counted as the runtime, read through the server's cluster lookups, and denied by
+/// its queue's totals with the queue, the total, its value, the limit and where the size comes
+/// from. The JobSet Trainer makes for an admitted TrainJob is held to the same totals.
+pub async fn trainjob_is_sized_by_its_runtime(ctx: &Ctx) -> Result<()> {
+    let name = format!("torch-64x8-{}", ctx.ns);
+    with_cluster_runtime(ctx, cluster_runtime(&name, 64, 8), || async {
+        let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "big", "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": TRAINJOB_QUEUE}},
+            "spec": {"runtimeRef": {"name": name}, "trainer": {"image": "acme/train:1"}}});
+        let (status, body, _) = dry_run_once_runtime_is_read(ctx, &tj).await?;
+        ensure!(status == 403, "a TrainJob of 64 × 8 GPUs was admitted: {status} {body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        for part in [
+            format!("queue {TRAINJOB_QUEUE:?}"),
+            "total nvidia.com/gpu over all pods=512 exceeds maximum 16 (totals)".to_string(),
+            format!("(ClusterTrainingRuntime {name:?} replicatedJobs[0] (node): 64 × 8)"),
+        ] {
+            ensure!(message.contains(&part), "{message:?} lacks {part:?}");
+        }
+        // Created for real, the same answer.
+        let (status, _, _) = ctx.create_raw(&tj, false).await?;
+        ensure!(status == 403, "created: {status}");
+
+        // A TrainJob that sets its size within the totals is admitted: 2 × 8 = 16.
+        let mut fits = tj.clone();
+        fits["metadata"]["name"] = json!("fits");
+        fits["spec"]["trainer"]["numNodes"] = json!(2);
+        fits["spec"]["trainer"]["resourcesPerNode"] = json!({"limits": {"nvidia.com/gpu": 8}});
+        let stored = ctx.create(&fits, false).await?;
+        grant_jobsets(ctx).await?;
+        // Trainer renders it as the TrainJob says: judged per pod, admitted.
+        let (status, body, _) = ctx
+            .create_raw_as(&trainer_jobset(&stored, 2, 8), true, Some(TRAINER_CONTROLLER))
+            .await?;
+        ensure!(status == 201, "Trainer's 2 × 8 JobSet: {status} {body}");
+        // A JobSet of 8 × 8 for it (the runtime grew since) is held to the queue's totals.
+        let (status, body, _) = ctx
+            .create_raw_as(&trainer_jobset(&stored, 8, 8), true, Some(TRAINER_CONTROLLER))
+            .await?;
+        let message = body["message"].as_str().unwrap_or_default();
+        ensure!(status == 403, "Trainer's 8 × 8 JobSet: {status} {body}");
+        for part in [
+            format!("queue {TRAINJOB_QUEUE:?}"),
+            "total nvidia.com/gpu over all pods=64 exceeds maximum 16 (totals)".to_string(),
+        ] {
+            ensure!(message.contains(&part), "{message:?} lacks {part:?}");
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// The pod Trainer makes for a node of `tj` from the runtime's trainer pod template with the
+/// TrainJob's runtime patches merged over it (container securityContext field by field, as a
+/// strategic merge does).
+fn trainer_pod(runtime: &Value, tj: &Value) -> Value {
+    let mut template = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+        ["template"]
+        .clone();
+    for patch in tj["spec"]["runtimePatches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let patched = &patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+            ["spec"]["template"];
+        for c in patched["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let Some(node) = template["spec"]["containers"]
+                .as_array_mut()
+                .and_then(|cs| cs.iter_mut().find(|x| x["name"] == c["name"]))
+            else {
+                continue;
+            };
+            for (k, v) in c["securityContext"].as_object().into_iter().flatten() {
+                node["securityContext"][k] = v.clone();
+            }
+        }
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-node-0"},
+        "spec": template["spec"]})
+}
+
+/// A runtime whose node container adds CAP_SYS_ADMIN (RDMA, GPUDirect; a privileged one is
+/// refused by this control plane's `--allow-privileged=false` whatever launchgate does):
+/// launchgate's hardening writes nothing that contradicts it, so the pod Trainer makes from
+/// the runtime and the patches is one the API server accepts, and the user is told.
+pub async fn trainjob_hardening_keeps_a_privileged_runtime_valid(ctx: &Ctx) -> Result<()> {
+    let name = format!("rdma-{}", ctx.ns);
+    let mut runtime = cluster_runtime(&name, 2, 4);
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        ["containers"][0]["securityContext"] =
+        json!({"capabilities": {"add": ["IPC_LOCK", "CAP_SYS_ADMIN"]}});
+    let rt = runtime.clone();
+    with_cluster_runtime(ctx, runtime, || async {
+        let tj = trainjob("rdma", &name, 2, 4);
+        let (status, body, warnings) = dry_run_once_runtime_is_read(ctx, &tj).await?;
+        ensure!(status == 201, "{status} {body}");
+        ensure!(
+            warnings.iter().any(|w| w.contains(&format!(
+                "the node container of ClusterTrainingRuntime {name:?} (a TrainJob's trainer) adds CAP_SYS_ADMIN; allowPrivilegeEscalation was left unset"
+            ))),
+            "no word about the node container's CAP_SYS_ADMIN: {warnings:?}"
+        );
+        let stored = ctx.create(&tj, false).await?;
+        // Not a launch pod: only the API server's own validation judges it.
+        let pod = trainer_pod(&rt, &stored);
+        let (status, body, _) = ctx.create_raw(&pod, true).await?;
+        ensure!(
+            status == 201,
+            "the pod Trainer would make is invalid: {status} {body}\n{pod}"
+        );
+        Ok(())
+    })
+    .await
 }

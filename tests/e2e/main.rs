@@ -123,6 +123,8 @@ fn tests() -> Vec<E2eTest> {
         e2e!(launch_stack::jobset_is_hardened_limited_and_wired),
         e2e!(jobset_order::jobset_defaults_before_or_after_launchgate_give_the_same_jobset),
         e2e!(launch_stack::trainjob_is_hardened_through_a_runtime_patch_and_limited),
+        e2e!(launch_stack::trainjob_is_sized_by_its_runtime),
+        e2e!(launch_stack::trainjob_hardening_keeps_a_privileged_runtime_valid),
         e2e!(launch_stack::kueue_admission_is_left_alone_and_revalidated),
         e2e!(launch_stack::a_tenants_kueue_labels_are_replaced_or_denied),
         e2e!(guardrails::a_gang_starts_whole_or_is_denied),
