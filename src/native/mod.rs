@@ -13,6 +13,8 @@ mod mutations;
 mod select;
 pub mod webhooks;
 
+use crate::cel::Identifier;
+use crate::ident;
 use crate::mutate::labels::queue_label_value;
 use crate::policy::{Config, Policy, Queue};
 use crate::topology::guardrails::GangAction;
@@ -170,6 +172,17 @@ fn match_conditions(policy: &Policy, queue: &Queue) -> Value {
     )
 }
 
+/// A policy's `variables`: the only way the compiler writes them, so every name is an
+/// [`Identifier`] (never a CEL reserved word, which the API server refuses).
+fn policy_variables(named: &[(Identifier, String)]) -> Value {
+    Value::Array(
+        named
+            .iter()
+            .map(|(name, expression)| json!({"name": name.as_str(), "expression": expression}))
+            .collect(),
+    )
+}
+
 /// What the webhook does for every queue that the native policies do not.
 fn everywhere() -> Vec<Gap> {
     let gap = |what: &str, why: &str| Gap {
@@ -321,9 +334,9 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             native: Vec::new(),
             webhook_only: queue_gaps(queue),
         };
-        let variables = json!([
-            {"name": "specs", "expression": specs},
-            {"name": "child", "expression": child},
+        let variables = policy_variables(&[
+            (ident!("specs"), specs.clone()),
+            (ident!("child"), child.clone()),
         ]);
 
         // Mutations.
@@ -388,19 +401,14 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
         if !cel.checks.is_empty() {
             let enforcement = queue.config.limits.enforcement;
             let name = format!("{base}-limits");
-            let mut variables = vec![
-                json!({"name": "specs", "expression": specs}),
-                json!({"name": "child", "expression": child}),
+            let all: Vec<String> = cel.checks.iter().map(Identifier::reference).collect();
+            let mut named = vec![
+                (ident!("specs"), specs.clone()),
+                (ident!("child"), child.clone()),
             ];
-            for (var, expression) in &cel.variables {
-                variables.push(json!({"name": var, "expression": expression}));
-            }
-            let all: Vec<String> = cel
-                .checks
-                .iter()
-                .map(|c| format!("variables.{c}"))
-                .collect();
-            variables.push(json!({"name": "violations", "expression": all.join(" + ")}));
+            named.extend(cel.variables.iter().cloned());
+            named.push((ident!("violations"), all.join(" + ")));
+            let variables = policy_variables(&named);
             report
                 .native
                 .extend(cel.described.iter().map(|d| format!("limit: {d}")));
@@ -518,6 +526,48 @@ mod tests {
                 .any(|g| g.what == "queues.gpu-queue.pytorch")
         );
         assert!(compiled.report.to_markdown().contains("## queue gpu-queue"));
+    }
+
+    /// The built-in queue with every limit set (namespaces, registries, deadline, totals).
+    fn every_limit() -> Policy {
+        let mut config: Value =
+            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
+        let limits = &mut config["queues"]["gpu-queue"]["limits"];
+        limits["allowedNamespaces"] = json!(["wandb", "ml"]);
+        limits["allowedRegistries"] = json!(["docker.io/acme"]);
+        limits["maxActiveDeadlineSeconds"] = json!(86400);
+        limits["totals"] = json!({"nvidia.com/gpu": {"maximum": 8}});
+        Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).expect("policy")
+    }
+
+    #[test]
+    fn every_variable_name_is_one_the_api_server_accepts() {
+        let compiled = compile(&every_limit(), &Options::default());
+        let mut names = Vec::new();
+        for object in &compiled.objects {
+            for v in object["spec"]["variables"].as_array().into_iter().flatten() {
+                let name = v["name"].as_str().unwrap();
+                assert!(
+                    crate::cel::is_identifier(name),
+                    "{name:?} in {}",
+                    object["metadata"]["name"]
+                );
+                names.push(name.to_string());
+            }
+        }
+        assert!(names.iter().any(|n| n == "allowedNamespaces"), "{names:?}");
+        let limits = compiled
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
+            .unwrap();
+        let all = limits["spec"]["variables"].as_array().unwrap();
+        assert!(
+            all.last().unwrap()["expression"]
+                .as_str()
+                .unwrap()
+                .contains("variables.allowedNamespaces")
+        );
     }
 
     #[test]

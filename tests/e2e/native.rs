@@ -46,15 +46,63 @@ fn compile_with_cli(path: &std::path::Path) -> Result<Vec<Value>> {
     Ok(list["items"].as_array().cloned().unwrap_or_default())
 }
 
-/// Every queue config the tests use: the built-in example, the suite's queues, and a policy
-/// per recorded W&B queue config (its template pasted as-is, `gpus` 0..4).
-fn test_configs() -> Result<Vec<(String, String)>> {
+/// The built-in queue with every limit set: namespaces, registries, a deadline cap, totals.
+pub(crate) fn every_limit_config() -> Result<String> {
+    let mut config: Value = serde_yaml::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
+    let limits = &mut config["queues"]["gpu-queue"]["limits"];
+    limits["allowedNamespaces"] = json!(["wandb", "ml-team"]);
+    limits["allowedRegistries"] = json!(["docker.io/acme"]);
+    limits["maxActiveDeadlineSeconds"] = json!(86400);
+    limits["totals"] = json!({"nvidia.com/gpu": {"maximum": 8}});
+    Ok(serde_yaml::to_string(&config)?)
+}
+
+/// `launchgate import-queue` of the recorded Terraform state: the config snippet it writes.
+fn imported_terraform_queues() -> Result<String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args(["import-queue"])
+        .arg(crate::common::queue_config_path("terraform-show.json"))
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "import-queue: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Every queue config the tests use: the built-in example, the suite's queues, a queue with
+/// every limit, the example policy suites' configs, the chart's default, the fuzzing policy,
+/// the queues imported from the recorded Terraform state, and a policy per recorded W&B queue
+/// config (its template pasted as-is, `gpus` 0..4).
+pub(crate) fn test_configs() -> Result<Vec<(String, String)>> {
+    let root = crate::common::root();
+    let file = |path: &str| -> Result<(String, String)> {
+        Ok((path.to_string(), std::fs::read_to_string(root.join(path))?))
+    };
+    let chart: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        root.join("charts/launchgate/values.yaml"),
+    )?)?;
     let mut out = vec![
         (
             "the built-in example".to_string(),
             launchgate::policy::DEFAULT_CONFIG_YAML.to_string(),
         ),
         ("the e2e suite's queues".to_string(), suite_config()?),
+        (
+            "a queue with every limit".to_string(),
+            every_limit_config()?,
+        ),
+        file("examples/policy-tests/strict-queue/config.yaml")?,
+        file("fuzz/src/wide-config.yaml")?,
+        (
+            "the chart's default config".to_string(),
+            serde_yaml::to_string(&chart["config"])?,
+        ),
+        (
+            "terraform-show.json, imported".to_string(),
+            imported_terraform_queues()?,
+        ),
     ];
     let dir = crate::common::root().join("tests/fixtures/wandb-queues");
     let mut files: Vec<_> = std::fs::read_dir(&dir)?
