@@ -71,14 +71,14 @@ pub const fn is_identifier(name: &str) -> bool {
 }
 
 /// The name of a policy variable: only a CEL identifier that is not a reserved word can be
-/// made one ([`ident!`](crate::ident) checks a fixed name when the program is compiled;
+/// made one ([`ident!`] checks a fixed name when the program is compiled;
 /// [`Identifier::numbered`] appends digits, which keeps it one), so a compiled policy never
 /// carries a name the API server refuses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identifier(Cow<'static, str>);
 
 impl Identifier {
-    /// A fixed name; use it through [`ident!`](crate::ident), which evaluates the check when
+    /// A fixed name; use it through [`ident!`], which evaluates the check when
     /// the program is compiled.
     pub const fn new(name: &'static str) -> Identifier {
         assert!(
@@ -123,13 +123,13 @@ impl std::fmt::Display for Identifier {
 }
 
 /// A fixed [`Identifier`], checked when the program is compiled: `ident!("specs")`.
-#[macro_export]
 macro_rules! ident {
     ($name:literal) => {{
         const ID: $crate::cel::Identifier = $crate::cel::Identifier::new($name);
         ID
     }};
 }
+pub(crate) use ident;
 
 /// A CEL string literal (single-quoted, escaped).
 pub fn lit(text: &str) -> String {
@@ -260,8 +260,8 @@ mod tests {
         ] {
             assert_eq!(Identifier::parse(good).unwrap().as_str(), good);
         }
-        assert_eq!(crate::ident!("p").numbered(3).as_str(), "p3");
-        assert_eq!(crate::ident!("child").reference(), "variables.child");
+        assert_eq!(ident!("p").numbered(3).as_str(), "p3");
+        assert_eq!(ident!("child").reference(), "variables.child");
     }
 
     #[test]

@@ -14,8 +14,7 @@ use super::path::{FieldPath, Segment};
 use super::schema::{Schema, SchemaParts, ValueType};
 use super::template::{Anchor, Piece};
 use super::{FieldLimit, LimitsConfig, QueueLimits, VariableConfig, VariableLimit};
-use crate::cel::{self, Identifier, lit};
-use crate::ident;
+use crate::cel::{self, Identifier, ident, lit};
 use crate::workload::{CONTAINER_LISTS, WorkloadKind};
 
 /// A queue's limits compiled to CEL.
