@@ -13,8 +13,7 @@ mod mutations;
 mod select;
 pub mod webhooks;
 
-use crate::cel::Identifier;
-use crate::ident;
+use crate::cel::{Identifier, ident};
 use crate::mutate::labels::queue_label_value;
 use crate::policy::{Config, Policy, Queue};
 use crate::topology::guardrails::GangAction;
@@ -568,6 +567,44 @@ mod tests {
                 .unwrap()
                 .contains("variables.allowedNamespaces")
         );
+    }
+
+    /// Every place a compiled expression walks a PyTorchJob's replicas: it walks the sorted
+    /// replica types, never the map itself (CEL iterates a map in no defined order).
+    #[test]
+    fn no_expression_walks_the_replica_map_in_map_order() {
+        let policy = every_limit();
+        let mut texts: Vec<String> = compile(&policy, &Options::default())
+            .objects
+            .iter()
+            .map(|o| o.to_string())
+            .collect();
+        let settings = webhooks::Settings::default();
+        texts.extend(
+            webhooks::configurations(&policy, &settings)
+                .unwrap()
+                .iter()
+                .map(|o| o.to_string()),
+        );
+        let sorted = select::replica_types();
+        let mut walks = 0;
+        for text in &texts {
+            for (at, _) in text.match_indices("object.spec.pytorchReplicaSpecs.") {
+                let rest = &text[at + "object.spec.pytorchReplicaSpecs".len()..];
+                if ["filter(", "map(", "exists(", "all(", "exists_one("]
+                    .iter()
+                    .any(|m| rest[1..].starts_with(m))
+                {
+                    assert!(
+                        text[at..].starts_with(sorted),
+                        "map-order walk: {}",
+                        &text[at..at + 120]
+                    );
+                    walks += 1;
+                }
+            }
+        }
+        assert!(walks > 0);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use crate::apiserver_metrics;
 use crate::ctx::{Ctx, manifest, resource_for};
-use crate::webhook::{Launchgate, suite_config};
+use crate::webhook::{Launchgate, WARN_QUEUE, suite_config};
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -256,6 +256,196 @@ async fn clean_up(
     for ns in namespaces {
         ns.cleanup().await;
     }
+}
+
+/// One config judged two ways: the webhook alone (running the config the native policies are
+/// equivalent to) in one namespace, the compiled native policies alone in another.
+pub(crate) struct Sides {
+    pub(crate) policy: Policy,
+    compiled: Vec<Value>,
+    tag: String,
+    webhook: Launchgate,
+    installed: Vec<(ApiResource, String)>,
+    pub(crate) webhook_ns: Ctx,
+    pub(crate) native_ns: Ctx,
+}
+
+impl Sides {
+    /// Starts the webhook for `config` (YAML) and makes both namespaces; nothing is registered
+    /// yet ([`Sides::install`]); `id` tells this pair from others of the same test.
+    pub(crate) async fn start(ctx: &Ctx, config: &str, id: &str) -> Result<Sides> {
+        let policy = Policy::from_yaml(config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let compiled = launchgate::native::compile(&policy, &Default::default()).objects;
+        let equivalent = serde_yaml::to_string(&launchgate::native::native_subset(&policy))?;
+        let tag = format!("{id}-{}", &ctx.ns[ctx.ns.len() - 4..]);
+        let webhook_ns =
+            namespace(ctx, &format!("{id}-webhook"), &format!("{tag}-webhook")).await?;
+        let native_ns =
+            match namespace(ctx, &format!("{id}-native"), &format!("{tag}-native")).await {
+                Ok(ns) => ns,
+                Err(e) => {
+                    webhook_ns.cleanup().await;
+                    return Err(e);
+                }
+            };
+        let dir = tempfile::tempdir()?;
+        let webhook =
+            match Launchgate::start_with(dir.path(), None, "127.0.0.1", &equivalent, &[]).await {
+                Ok(w) => w,
+                Err(e) => {
+                    webhook_ns.cleanup().await;
+                    native_ns.cleanup().await;
+                    return Err(e);
+                }
+            };
+        Ok(Sides {
+            policy,
+            compiled,
+            tag,
+            webhook,
+            installed: Vec::new(),
+            webhook_ns,
+            native_ns,
+        })
+    }
+
+    /// Registers the webhook and creates the native policies, then waits until both act: every
+    /// queue's mutation, and the denial of every deny queue.
+    pub(crate) async fn install(&mut self, ctx: &Ctx) -> Result<()> {
+        let tag = self.tag.clone();
+        self.webhook
+            .register_with(
+                &ctx.client,
+                &format!("{tag}-webhook"),
+                &[json!({"key": SELECT_LABEL, "operator": "In", "values": [format!("{tag}-webhook")]})],
+                None,
+            )
+            .await?;
+        self.installed =
+            install_native(&ctx.client, &self.compiled, &format!("{tag}-native")).await?;
+        for queue in self.policy.queues.values() {
+            let mut probe = ctx.launch_pod("probe");
+            probe["metadata"]["labels"]["launchgate.io/queue"] = json!(queue.name);
+            // Within every queue's limits (one requires a deadline).
+            probe["spec"]["activeDeadlineSeconds"] = json!(60);
+            let mut over = probe.clone();
+            over["spec"]["containers"][0]["resources"] =
+                json!({"limits": {"nvidia.com/gpu": "99"}});
+            let denies =
+                serde_json::to_value(queue.config.limits.enforcement).ok() == Some(json!("deny"));
+            for (ns, what) in [
+                (&self.webhook_ns.ns, "the webhook"),
+                (&self.native_ns.ns, "the native policies"),
+            ] {
+                ctx.wait_for(
+                    &format!("{what} to take effect for queue {}", queue.name),
+                    Duration::from_secs(30),
+                    || async {
+                        let made = create_in(&ctx.client, ns, &probe, true).await?;
+                        let mutated = made.is_ok_and(|p| {
+                            p.pointer("/metadata/labels/launchgate.io~1queue").is_some()
+                        });
+                        let denied =
+                            !denies || create_in(&ctx.client, ns, &over, true).await?.is_err();
+                        Ok(mutated && denied)
+                    },
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The first difference in judging `obj`, waiting out the moment the API server takes to
+    /// load new policies and bindings (resource by resource): up to 5 tries, 1 s apart, until
+    /// the two agree.
+    pub(crate) async fn settled_difference(
+        &self,
+        ctx: &Ctx,
+        obj: &Value,
+    ) -> Result<Option<String>> {
+        let mut attempt = 0;
+        loop {
+            let (by_webhook, by_native) = self.judge(ctx, obj).await?;
+            let found = difference(obj, by_webhook, by_native);
+            attempt += 1;
+            if found.is_none() || attempt == 5 {
+                return Ok(found);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Both sides' outcomes for a dry-run create of `obj`.
+    pub(crate) async fn judge(&self, ctx: &Ctx, obj: &Value) -> Result<(Outcome, Outcome)> {
+        let (by_webhook, by_native) = tokio::join!(
+            create_in(&ctx.client, &self.webhook_ns.ns, obj, true),
+            create_in(&ctx.client, &self.native_ns.ns, obj, true)
+        );
+        Ok((by_webhook?, by_native?))
+    }
+
+    /// The webhook unregistered and stopped, the native objects and the namespaces deleted.
+    pub(crate) async fn clean_up(self, ctx: &Ctx) {
+        clean_up(
+            ctx,
+            self.webhook,
+            self.installed,
+            &[&self.webhook_ns, &self.native_ns],
+        )
+        .await;
+    }
+}
+
+/// A PyTorchJob whose replicas name different queues (the Master a deny queue, the Worker a
+/// warn queue, and the reverse), over a GPU limit, created by dry run 30 times each: the native
+/// policies decide as the webhook does every time (the queue of the first replica type in name
+/// order, whatever order the API server's CEL walks the replica map in).
+pub async fn a_pytorchjob_is_judged_the_same_every_time(ctx: &Ctx) -> Result<()> {
+    let mut sides = Sides::start(ctx, &suite_config()?, "replica-order").await?;
+    let result =
+        async {
+            sides.install(ctx).await?;
+            let mut differences = Vec::new();
+            let mut denied = 0;
+            for (master, worker) in [("gpu-queue", WARN_QUEUE), (WARN_QUEUE, "gpu-queue")] {
+                let mut job = manifest("ptjob.yaml");
+                for (replica, queue) in [("Master", master), ("Worker", worker)] {
+                    job["spec"]["pytorchReplicaSpecs"][replica]["template"]["metadata"]["labels"]
+                        ["launchgate.io/queue"] = json!(queue);
+                }
+                for c in containers_mut(&mut job) {
+                    c["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
+                }
+                if let Some(d) = sides.settled_difference(ctx, &job).await? {
+                    differences.push(format!("Master in {master}, Worker in {worker}: {d}"));
+                }
+                for attempt in 0..30 {
+                    let (by_webhook, by_native) = sides.judge(ctx, &job).await?;
+                    denied += usize::from(by_webhook.is_err());
+                    if let Some(d) = difference(&job, by_webhook, by_native) {
+                        differences.push(format!(
+                            "Master in {master}, Worker in {worker}, try {attempt}: {d}"
+                        ));
+                    }
+                }
+            }
+            // The deny queue's Master decides one of the two: 30 denials by the webhook.
+            ensure!(
+                denied == 30,
+                "the webhook denied {denied} of 60 creates, not 30"
+            );
+            ensure!(
+                differences.is_empty(),
+                "{} of 60 creates differ:\n{}",
+                differences.len(),
+                differences.join("\n")
+            );
+            Ok(())
+        }
+        .await;
+    sides.clean_up(ctx).await;
+    result
 }
 
 /// What a created object is, for comparing two of them: without identity, timestamps, field
