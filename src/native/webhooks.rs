@@ -1,8 +1,9 @@
 //! The webhook configurations launchgate registers itself (`serve --register-webhooks`): the
 //! chart's `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` (its rules,
 //! selectors, timeouts and launch-workload `matchConditions`), with the validating webhook split
-//! by the queue a request resolves to, so each queue gets the failure policy its enforcement
-//! implies: a `deny` queue fails closed, a `warn` or `audit` queue fails open.
+//! by the queue a request resolves to, so each queue gets the failure policy its rules imply: a
+//! queue with any deny rule ([`crate::policy::Queue::deny_rules`]) fails closed, a queue whose
+//! every rule only warns or audits fails open.
 //!
 //! A request's queue is resolved in CEL exactly as the native policies resolve it
 //! ([`super::select::queue_key`]: queue label, container env, namespace default, default queue).
@@ -13,7 +14,6 @@
 use super::select;
 use crate::cel;
 use crate::policy::Policy;
-use crate::validate::Enforcement;
 use crate::workload::WorkloadKind;
 use base64::Engine;
 use serde_json::{Value, json};
@@ -116,7 +116,8 @@ pub struct MutateHook {
 pub struct ValidateHook {
     /// The name; the split webhooks insert `-deny` / `-warn` after its first label.
     pub name: String,
-    /// True: requests of `deny` queues fail closed, the others open. False: all fail open.
+    /// True: requests of queues with a deny rule fail closed, the others open. False: all fail
+    /// open.
     pub fail_closed: bool,
 }
 
@@ -207,13 +208,14 @@ fn launch_condition(policy: &Policy, settings: &Settings) -> String {
 
 const SCALE: &str = "(has(request.subResource) && request.subResource == 'scale')";
 
-/// The CEL test for "this request fails closed": it resolves to a `deny` queue, or CEL cannot
-/// resolve its queue the way the webhook does. `None` when no queue denies.
+/// The CEL test for "this request fails closed": it resolves to a queue with a deny rule
+/// ([`crate::policy::Queue::has_deny_rule`]: its limits, onUnwirable, gang or cost ceiling), or
+/// CEL cannot resolve its queue the way the webhook does. `None` when no queue denies.
 pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
     let deny: Vec<&str> = policy
         .queues
         .values()
-        .filter(|q| q.config.limits.enforcement == Enforcement::Deny)
+        .filter(|q| q.has_deny_rule())
         .map(|q| q.key.as_str())
         .collect();
     if deny.is_empty() {
@@ -354,13 +356,69 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
 mod tests {
     use super::*;
 
+    /// The built-in config plus `other-queue`, a copy of its queue whose every rule only warns
+    /// and whose limits' enforcement is `extra`.
     fn policy(extra: &str) -> Policy {
+        policy_with(extra, |_| {})
+    }
+
+    fn policy_with(extra: &str, edit: impl FnOnce(&mut Value)) -> Policy {
         let mut config: Value =
             serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
         let mut warn = config["queues"]["gpu-queue"].clone();
         warn["limits"]["enforcement"] = json!(extra);
+        warn["pytorch"]["onUnwirable"] = json!("warn");
+        edit(&mut warn);
         config["queues"]["other-queue"] = warn;
         Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).expect("policy")
+    }
+
+    #[test]
+    fn a_queue_with_any_deny_rule_fails_closed() {
+        let closed = |p: &Policy| {
+            deny_queue_condition(p)
+                .unwrap()
+                .contains("in ['gpu-queue', 'other-queue']")
+        };
+        assert!(!closed(&policy("warn")));
+        assert!(
+            policy("warn")
+                .queue("other-queue")
+                .unwrap()
+                .deny_rules()
+                .is_empty()
+        );
+        for (rule, edit) in [
+            (
+                "limits.enforcement",
+                json!({"limits": {"enforcement": "deny"}}),
+            ),
+            (
+                "pytorch.onUnwirable",
+                json!({"pytorch": {"onUnwirable": "deny"}}),
+            ),
+            ("guardrails.gang", json!({"guardrails": {"gang": "deny"}})),
+            (
+                "guardrails.costCeiling.maxGpuHours",
+                json!({"guardrails": {"costCeiling": {"maxGpuHours": 8}}}),
+            ),
+        ] {
+            let p = policy_with("warn", |q| {
+                for (section, settings) in edit.as_object().unwrap() {
+                    for (k, v) in settings.as_object().unwrap() {
+                        q[section][k] = v.clone();
+                    }
+                }
+            });
+            assert_eq!(p.queue("other-queue").unwrap().deny_rules(), [rule]);
+            assert!(closed(&p), "{rule}: {}", deny_queue_condition(&p).unwrap());
+        }
+        // A cost ceiling that only warns, or the wiring off, does not deny.
+        let p = policy_with("warn", |q| {
+            q["guardrails"]["costCeiling"] = json!({"maxGpuHours": 8, "enforcement": "warn"});
+            q["pytorch"] = json!({"enabled": false, "onUnwirable": "deny"});
+        });
+        assert!(!closed(&p));
     }
 
     fn hooks(objects: &[Value], kind: &str) -> Vec<Value> {
@@ -436,6 +494,7 @@ mod tests {
         let mut config: Value =
             serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
         config["queues"]["gpu-queue"]["limits"]["enforcement"] = json!("audit");
+        config["queues"]["gpu-queue"]["pytorch"]["onUnwirable"] = json!("warn");
         let policy = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
         assert!(deny_queue_condition(&policy).is_none());
         let objects = configurations(&policy, &Settings::default()).unwrap();

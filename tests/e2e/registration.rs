@@ -292,17 +292,27 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
         .and(removed)
 }
 
+/// A queue whose limits only warn but whose cost ceiling denies.
+const CEILING_QUEUE: &str = "ceiling-queue";
+
 /// With the registered webhooks' server stopped: a `warn` queue's Job is admitted (its
-/// webhook fails open) while a `deny` queue's Job is refused (its webhook fails closed). The
-/// configurations outlive the server (other replicas serve) and `delete-webhooks` removes them.
+/// webhook fails open) while a `deny` queue's Job is refused (its webhook fails closed), and so
+/// is the Job of a queue whose limits only warn but whose cost ceiling denies (any deny rule
+/// fails closed). The configurations outlive the server (other replicas serve) and
+/// `delete-webhooks` removes them.
 pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Result<()> {
     let (name, flags) = registration(ctx);
     let dir = tempfile::tempdir()?;
+    let mut config: Value = serde_yaml::from_str(&suite_config()?)?;
+    let mut ceiling = config["queues"][WARN_QUEUE].clone();
+    ceiling["guardrails"]["costCeiling"] =
+        json!({"defaultDeadlineSeconds": 3600, "maxGpuHours": 8, "enforcement": "deny"});
+    config["queues"][CEILING_QUEUE] = ceiling;
     let mut server = Launchgate::start_with(
         dir.path(),
         Some(&ctx.env.kubeconfig),
         "127.0.0.1",
-        &suite_config()?,
+        &serde_yaml::to_string(&config)?,
         &flags,
     )
     .await?;
@@ -387,14 +397,29 @@ pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Res
             crate::ctx::mutations(&admitted).is_none(),
             "the webhook answered although it was stopped"
         );
-        match create_in(&ctx.client, &ctx.ns, &job("denied", "gpu-queue", 1), false).await? {
-            Ok(_) => bail!("a deny queue's Job was admitted while its webhook was down"),
-            Err(e) => ensure!(
-                e.message.contains(deny_hook) && e.message.contains("failed calling webhook"),
-                "unexpected refusal: {} {}",
-                e.code,
-                e.message
+        for (queue, what) in [
+            ("gpu-queue", "a deny queue's Job"),
+            (
+                CEILING_QUEUE,
+                "the Job of a warn queue whose cost ceiling denies",
             ),
+        ] {
+            match create_in(
+                &ctx.client,
+                &ctx.ns,
+                &job(&format!("denied-{queue}"), queue, 1),
+                false,
+            )
+            .await?
+            {
+                Ok(_) => bail!("{what} was admitted while its webhook was down"),
+                Err(e) => ensure!(
+                    e.message.contains(deny_hook) && e.message.contains("failed calling webhook"),
+                    "{what}: unexpected refusal: {} {}",
+                    e.code,
+                    e.message
+                ),
+            }
         }
         uninstall(ctx, &name)?;
         for kind in [
