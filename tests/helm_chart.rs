@@ -1046,6 +1046,15 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
         assert_eq!(comparable(h), comparable(&cv[0]));
         assert_eq!(h["matchConditions"][0]["name"], "launch-workload");
     }
+    // Which UPDATEs are sent: one condition, written alike by the chart and the server.
+    for h in sv.iter().chain(&sm).chain(&cv).chain(&cm) {
+        assert_eq!(
+            h["matchConditions"][1], sm[0]["matchConditions"][1],
+            "{}",
+            h["name"]
+        );
+    }
+    assert_eq!(sm[0]["matchConditions"][1]["name"], "relevant-update");
     for o in &server {
         assert_eq!(o["metadata"]["name"], "launchgate");
     }

@@ -208,6 +208,60 @@ fn launch_condition(policy: &Policy, settings: &Settings) -> String {
 
 const SCALE: &str = "(has(request.subResource) && request.subResource == 'scale')";
 
+/// The label keys whose change on an UPDATE is sent to the webhooks: the launch and queue
+/// labels (`settings.launch_labels`, else the config's), in order, without repeats.
+fn decision_labels(policy: &Policy, settings: &Settings) -> Vec<String> {
+    let rules = &policy.config.match_rules;
+    let keys: Vec<&String> = if settings.launch_labels.is_empty() {
+        rules
+            .launch_labels
+            .iter()
+            .chain(&rules.queue_labels)
+            .collect()
+    } else {
+        settings.launch_labels.iter().collect()
+    };
+    let mut out: Vec<String> = Vec::new();
+    for k in keys {
+        if !out.contains(k) {
+            out.push(k.clone());
+        }
+    }
+    out
+}
+
+/// The prefix of the Kueue labels a queue's `kueue` settings govern (queue name, priority
+/// class, maximum execution time).
+const KUEUE_LABELS: &str = "kueue.x-k8s.io/";
+
+/// The CEL test for "this request can change what launchgate judges": every CREATE; every
+/// UPDATE through a subresource (ephemeral containers, a resize, a Scale); an UPDATE of the
+/// object itself only when its `spec` changes or a label that decides whether it is a launch
+/// workload and its queue (`keys`) or its Kueue settings (`kueue.x-k8s.io/*`) does. Everything
+/// else — the Job controller removing its `batch.kubernetes.io/job-tracking` finalizer, any
+/// other label or annotation change — is never sent, so a webhook outage cannot block it. The
+/// chart writes the same condition (`launchgate.celRelevantUpdate`).
+pub fn relevant_update<S: AsRef<str>>(keys: &[S]) -> String {
+    let value = |o: &str| {
+        format!(
+            "(has({o}.metadata.labels) && k in {o}.metadata.labels ? [{o}.metadata.labels[k]] : [])"
+        )
+    };
+    let changed = format!("{} != {}", value("object"), value("oldObject"));
+    let kueue = |o: &str| {
+        format!(
+            "(has({o}.metadata.labels) && {o}.metadata.labels.exists(k, k.startsWith({}) && {changed}))",
+            cel::lit(KUEUE_LABELS)
+        )
+    };
+    format!(
+        "request.operation != 'UPDATE' || (has(request.subResource) && request.subResource != '') || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec || {}.exists(k, {changed}) || {} || {}",
+        cel::str_list(keys),
+        kueue("object"),
+        kueue("oldObject"),
+    )
+}
+
 /// The CEL test for "this request fails closed": it resolves to a queue with a deny rule
 /// ([`crate::policy::Queue::has_deny_rule`]: its limits, onUnwirable, gang or cost ceiling), or
 /// CEL cannot resolve its queue the way the webhook does. `None` when no queue denies.
@@ -272,6 +326,7 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
         }),
     };
     let launch = launch_condition(policy, settings);
+    let update = relevant_update(&decision_labels(policy, settings));
     let hook = |name: &str, path: &str, failure: &str, conditions: Vec<Value>| {
         let mut h = json!({
             "name": name,
@@ -288,7 +343,10 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
             h["objectSelector"] = selector.clone();
         }
         if settings.match_conditions {
-            let mut all = vec![condition("launch-workload", &launch)];
+            let mut all = vec![
+                condition("launch-workload", &launch),
+                condition("relevant-update", &update),
+            ];
             all.extend(conditions);
             all.extend(settings.extra_conditions.iter().cloned());
             h["matchConditions"] = Value::Array(all);
@@ -374,6 +432,48 @@ mod tests {
     }
 
     #[test]
+    fn only_updates_that_change_what_is_judged_are_sent() {
+        let objects = configurations(&policy("warn"), &Settings::default()).unwrap();
+        let mut hooks_seen = 0;
+        for kind in [
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ] {
+            for h in hooks(&objects, kind) {
+                let update = &h["matchConditions"][1];
+                assert_eq!(update["name"], "relevant-update");
+                let expression = update["expression"].as_str().unwrap();
+                assert!(
+                    expression.starts_with("request.operation != 'UPDATE' || (has(request.subResource) && request.subResource != '') ||")
+                        && expression.contains("object.spec != oldObject.spec")
+                        && expression.contains("['wandb.ai/monitor', 'wandb.ai/agent', 'launchgate.io/queue', 'queue'].exists(k,")
+                        && expression.contains("k.startsWith('kueue.x-k8s.io/')"),
+                    "{expression}"
+                );
+                // Only the operations and subresources that can change what a limit covers.
+                for rule in h["rules"].as_array().unwrap() {
+                    assert_eq!(rule["operations"], json!(["CREATE", "UPDATE"]));
+                }
+                hooks_seen += 1;
+            }
+        }
+        assert_eq!(hooks_seen, 3);
+        // The chart's launch labels replace the config's.
+        let settings = Settings {
+            launch_labels: vec!["acme.io/launch".into(), "acme.io/launch".into()],
+            ..Settings::default()
+        };
+        let objects = configurations(&policy("warn"), &settings).unwrap();
+        let m = hooks(&objects, "MutatingWebhookConfiguration");
+        assert!(
+            m[0]["matchConditions"][1]["expression"]
+                .as_str()
+                .unwrap()
+                .contains("['acme.io/launch'].exists(k,")
+        );
+    }
+
+    #[test]
     fn a_queue_with_any_deny_rule_fails_closed() {
         let closed = |p: &Policy| {
             deny_queue_condition(p)
@@ -449,12 +549,12 @@ mod tests {
                 ("validate-warn.launchgate.io", "Ignore")
             ]
         );
-        let deny = validate[0]["matchConditions"][1]["expression"]
+        let deny = validate[0]["matchConditions"][2]["expression"]
             .as_str()
             .unwrap();
         assert!(deny.contains("in ['gpu-queue']"), "{deny}");
         assert!(!deny.contains("other-queue']"), "{deny}");
-        let open = validate[1]["matchConditions"][1]["expression"]
+        let open = validate[1]["matchConditions"][2]["expression"]
             .as_str()
             .unwrap();
         assert_eq!(open, format!("!({deny})"));
@@ -462,7 +562,7 @@ mod tests {
         assert_eq!(mutate.len(), 1);
         assert_eq!(mutate[0]["failurePolicy"], "Ignore");
         assert_eq!(mutate[0]["reinvocationPolicy"], "IfNeeded");
-        assert_eq!(mutate[0]["matchConditions"].as_array().unwrap().len(), 1);
+        assert_eq!(mutate[0]["matchConditions"].as_array().unwrap().len(), 2);
     }
 
     #[test]

@@ -141,6 +141,10 @@ fn tests() -> Vec<E2eTest> {
             registration::a_stopped_webhook_fails_open_only_for_warn_queues,
             unregistered
         ),
+        e2e!(
+            registration::a_stopped_webhook_never_blocks_the_job_controller,
+            unregistered
+        ),
         e2e!(native::admission_cost_webhook_vs_native, alone),
     ]
 }
