@@ -310,7 +310,7 @@ impl Sides {
     }
 
     /// Registers the webhook and creates the native policies, then waits until both act: every
-    /// queue's mutation, and the denial of every deny queue.
+    /// queue's mutation on both sides, and both sides judging an over-limit pod alike.
     pub(crate) async fn install(&mut self, ctx: &Ctx) -> Result<()> {
         let tag = self.tag.clone();
         self.webhook
@@ -326,32 +326,28 @@ impl Sides {
         for queue in self.policy.queues.values() {
             let mut probe = ctx.launch_pod("probe");
             probe["metadata"]["labels"]["launchgate.io/queue"] = json!(queue.name);
-            // Within every queue's limits (one requires a deadline).
+            // Within most queues' limits (one requires a deadline).
             probe["spec"]["activeDeadlineSeconds"] = json!(60);
             let mut over = probe.clone();
             over["spec"]["containers"][0]["resources"] =
                 json!({"limits": {"nvidia.com/gpu": "99"}});
-            let denies =
-                serde_json::to_value(queue.config.limits.enforcement).ok() == Some(json!("deny"));
-            for (ns, what) in [
-                (&self.webhook_ns.ns, "the webhook"),
-                (&self.native_ns.ns, "the native policies"),
-            ] {
-                ctx.wait_for(
-                    &format!("{what} to take effect for queue {}", queue.name),
-                    Duration::from_secs(30),
-                    || async {
-                        let made = create_in(&ctx.client, ns, &probe, true).await?;
-                        let mutated = made.is_ok_and(|p| {
-                            p.pointer("/metadata/labels/launchgate.io~1queue").is_some()
-                        });
-                        let denied =
-                            !denies || create_in(&ctx.client, ns, &over, true).await?.is_err();
-                        Ok(mutated && denied)
-                    },
-                )
-                .await?;
-            }
+            let mutated = |made: &Outcome| {
+                made.as_ref()
+                    .is_ok_and(|p| p.pointer("/metadata/labels/launchgate.io~1queue").is_some())
+            };
+            ctx.wait_for(
+                &format!("both sides to take effect for queue {}", queue.key),
+                Duration::from_secs(30),
+                || async {
+                    let (w, n) = self.judge(ctx, &probe).await?;
+                    let (ow, on) = self.judge(ctx, &over).await?;
+                    Ok((mutated(&w) || w.is_err())
+                        && (mutated(&n) || n.is_err())
+                        && w.is_ok() == n.is_ok()
+                        && ow.is_ok() == on.is_ok())
+                },
+            )
+            .await?;
         }
         Ok(())
     }
@@ -615,13 +611,21 @@ fn difference(obj: &Value, by_webhook: Outcome, by_native: Outcome) -> Option<St
     }
 }
 
+/// How many times each case is judged once both sides have taken effect (CEL that depends on
+/// something undefined, such as map order, shows as a difference between repetitions).
+const REPEATS: usize = 10;
+
+/// How many dry-run creates are in flight at once.
+const IN_FLIGHT: usize = 8;
+
 /// The webhook alone and the compiled policies alone, each in its own namespace, judge every
-/// recorded workload of every kind in every suite queue (as recorded, over the limits, from
-/// another registry): the stored objects are equal and the denials name the same limits. The
-/// webhook runs the equivalent config (`compile-native --equivalent-config`); what that
-/// leaves out is what the report lists. A TrainJob is the webhook's only: the native policies
-/// leave it alone.
+/// recorded workload of every kind in every queue of every config the tests use (as recorded,
+/// over the limits, from another registry), each case [`REPEATS`] times: the stored objects are
+/// equal and the denials name the same limits, every time. The webhook runs the equivalent
+/// config (`compile-native --equivalent-config`); what that leaves out is what the report
+/// lists. A TrainJob is the webhook's only: the native policies leave it alone.
 pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()> {
+    use futures_util::StreamExt as _;
     let policy = Policy::from_yaml(&suite_config()?).map_err(|e| anyhow::anyhow!("{e}"))?;
     let compiled = launchgate::native::compile(&policy, &Default::default());
     ensure!(
@@ -632,86 +636,77 @@ pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()>
             .any(|g| g.what == "TrainJob"),
         "the report does not say TrainJobs stay in the webhook"
     );
-    let equivalent = serde_yaml::to_string(&launchgate::native::native_subset(&policy))?;
-    let tag = format!("differential-{}", &ctx.ns[ctx.ns.len() - 4..]);
-    let webhook_ns = namespace(
-        ctx,
-        "native-differential-webhook",
-        &format!("{tag}-webhook"),
-    )
-    .await?;
-    let native_ns = namespace(ctx, "native-differential-native", &format!("{tag}-native")).await?;
-    let dir = tempfile::tempdir()?;
-    let mut webhook =
-        Launchgate::start_with(dir.path(), None, "127.0.0.1", &equivalent, &[]).await?;
-    let mut installed = Vec::new();
-    let result = async {
-        webhook
-            .register_with(
-                &ctx.client,
-                &format!("{tag}-webhook"),
-                &[json!({"key": SELECT_LABEL, "operator": "In", "values": [format!("{tag}-webhook")]})],
-                None,
-            )
-            .await?;
-        installed = install_native(&ctx.client, &compiled.objects, &format!("{tag}-native")).await?;
-        // Both take effect a moment after they are created: every queue's mutation, and the
-        // denial of every deny queue.
-        let queues: Vec<String> = policy.queues.values().map(|q| q.name.clone()).collect();
-        for queue in &queues {
-            let mut probe = ctx.launch_pod("probe");
-            probe["metadata"]["labels"]["launchgate.io/queue"] = json!(queue);
-            // Within every queue's limits (one requires a deadline).
-            probe["spec"]["activeDeadlineSeconds"] = json!(60);
-            let mut over = probe.clone();
-            over["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "99"}});
-            let denies = policy.queues.values().any(|q| q.name == *queue && serde_json::to_value(q.config.limits.enforcement).ok() == Some(json!("deny")));
-            for (ns, what) in [(&webhook_ns.ns, "the webhook"), (&native_ns.ns, "the native policies")] {
-                ctx.wait_for(&format!("{what} to take effect for queue {queue}"), Duration::from_secs(30), || async {
-                    let made = create_in(&ctx.client, ns, &probe, true).await?;
-                    let mutated = made.is_ok_and(|p| p.pointer("/metadata/labels/launchgate.io~1queue").is_some());
-                    let denied = !denies || create_in(&ctx.client, ns, &over, true).await?.is_err();
-                    Ok(mutated && denied)
-                })
-                .await?;
-            }
-        }
-        let mut differences = Vec::new();
-        let mut judged = 0;
-        for (file, object) in recorded_workloads()? {
-            for queue in &queues {
-                for (variant, mut obj) in variants(&object) {
-                    obj["metadata"]["labels"]["launchgate.io/queue"] = json!(queue);
-                    let what = format!("{file} in queue {queue}, {variant}");
-                    judged += 1;
-                    // The API server loads new policies and bindings a moment after they are
-                    // created, resource by resource: a difference counts when it persists.
-                    let mut attempt = 0;
-                    let difference = loop {
-                        let by_webhook = create_in(&ctx.client, &webhook_ns.ns, &obj, true).await?;
-                        let by_native = create_in(&ctx.client, &native_ns.ns, &obj, true).await?;
-                        let found = difference(&obj, by_webhook, by_native);
-                        attempt += 1;
-                        if found.is_none() || attempt == 5 {
-                            break found;
-                        }
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    };
-                    if let Some(difference) = difference {
-                        differences.push(format!("{what}: {difference}"));
+    let workloads = recorded_workloads()?;
+    let mut differences = Vec::new();
+    let mut judged = 0;
+    let mut configs = 0;
+    for (n, (what, config)) in test_configs()?.into_iter().enumerate() {
+        configs += 1;
+        let mut sides = Sides::start(ctx, &config, &format!("differential{n}")).await?;
+        let result = async {
+            sides.install(ctx).await?;
+            let mut cases = Vec::new();
+            for (file, object) in &workloads {
+                for queue in sides.policy.queues.values() {
+                    for (variant, mut obj) in variants(object) {
+                        obj["metadata"]["labels"]["launchgate.io/queue"] = json!(queue.name);
+                        cases.push((
+                            format!("{what}: {file} in queue {}, {variant}", queue.key),
+                            obj,
+                        ));
                     }
                 }
             }
+            let sides = &sides;
+            let found: Vec<Result<Option<String>>> = futures_util::stream::iter(cases)
+                .map(|(case, obj)| async move {
+                    // The API server loads new policies and bindings a moment after they are
+                    // created, resource by resource: wait that out, then every repetition counts.
+                    if let Some(d) = sides.settled_difference(ctx, &obj).await? {
+                        return Ok(Some(format!("{case}: {d}")));
+                    }
+                    for attempt in 0..REPEATS {
+                        let (by_webhook, by_native) = sides.judge(ctx, &obj).await?;
+                        if let Some(d) = difference(&obj, by_webhook, by_native) {
+                            return Ok(Some(format!("{case}, repetition {attempt}: {d}")));
+                        }
+                    }
+                    Ok(None)
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect()
+                .await;
+            let mut out = (0, Vec::new());
+            for f in found {
+                out.0 += 1;
+                if let Some(d) = f? {
+                    out.1.push(d);
+                }
+            }
+            Ok::<_, anyhow::Error>(out)
         }
-        ensure!(judged > 100, "only {judged} cases judged");
-        if !differences.is_empty() {
-            bail!("{} of {judged} cases differ:\n{}", differences.len(), differences.join("\n"));
-        }
-        Ok(())
+        .await;
+        sides.clean_up(ctx).await;
+        let (cases, found) = result.with_context(|| what.clone())?;
+        judged += cases;
+        differences.extend(found);
     }
-    .await;
-    clean_up(ctx, webhook, installed, &[&webhook_ns, &native_ns]).await;
-    result
+    ensure!(
+        configs > 10 && judged > 500,
+        "only {judged} cases of {configs} configs judged"
+    );
+    if !differences.is_empty() {
+        bail!(
+            "{} of {judged} cases differ:\n{}",
+            differences.len(),
+            differences.join("\n")
+        );
+    }
+    println!(
+        "e2e: differential: {judged} cases of {configs} configs, each judged {} times alike",
+        REPEATS + 1
+    );
+    Ok(())
 }
 
 /// Hybrid mode: native policies for the limits and the static mutations, the webhook (failure
