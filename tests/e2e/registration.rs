@@ -257,7 +257,8 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
             Err(e) => bail!("a Job within the limits was refused: {}", e.message),
         }
 
-        // A config change re-registers: with every queue warning, no webhook fails closed.
+        // A config change re-registers: with every rule of every queue only warning, no
+        // webhook fails closed.
         let mut all_warn: Value = serde_yaml::from_str(&suite_config()?)?;
         for queue in all_warn["queues"]
             .as_object_mut()
@@ -265,6 +266,11 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
             .flat_map(|q| q.values_mut())
         {
             queue["limits"]["enforcement"] = json!("warn");
+            queue["pytorch"]["onUnwirable"] = json!("warn");
+            if queue["guardrails"]["gang"] == "deny" {
+                queue["guardrails"]["gang"] = json!("raise");
+            }
+            queue["guardrails"]["costCeiling"]["enforcement"] = json!("warn");
         }
         std::fs::write(&config, serde_yaml::to_string(&all_warn)?)?;
         ctx.wait_for(
