@@ -1094,6 +1094,16 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
     assert_eq!(comparable(scale), comparable(&cv[1]));
     assert_eq!(scale["name"], cv[1]["name"]);
     assert_eq!(cv[1]["failurePolicy"], "Ignore");
+    // Which UPDATEs are sent: one condition, written alike by the chart and the server (the
+    // scale webhook takes every scale UPDATE).
+    for h in sv.iter().chain(&sm).chain(&cv[..1]).chain(&cm) {
+        assert_eq!(
+            h["matchConditions"][1], sm[0]["matchConditions"][1],
+            "{}",
+            h["name"]
+        );
+    }
+    assert_eq!(sm[0]["matchConditions"][1]["name"], "relevant-update");
     for o in &server {
         assert_eq!(o["metadata"]["name"], "launchgate");
     }

@@ -14,6 +14,7 @@ mod mutations;
 mod select;
 pub mod webhooks;
 
+use crate::cel::{Identifier, ident};
 use crate::mutate::labels::queue_label_value;
 use crate::policy::{Config, Policy, Queue};
 use crate::topology::guardrails::GangAction;
@@ -171,6 +172,17 @@ fn match_conditions(policy: &Policy, queue: &Queue) -> Value {
     )
 }
 
+/// A policy's `variables`: the only way the compiler writes them, so every name is an
+/// [`Identifier`] (never a CEL reserved word, which the API server refuses).
+fn policy_variables(named: &[(Identifier, String)]) -> Value {
+    Value::Array(
+        named
+            .iter()
+            .map(|(name, expression)| json!({"name": name.as_str(), "expression": expression}))
+            .collect(),
+    )
+}
+
 /// What the webhook does for every queue that the native policies do not.
 fn everywhere() -> Vec<Gap> {
     let gap = |what: &str, why: &str| Gap {
@@ -322,9 +334,9 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             native: Vec::new(),
             webhook_only: queue_gaps(queue),
         };
-        let variables = json!([
-            {"name": "specs", "expression": specs},
-            {"name": "child", "expression": child},
+        let variables = policy_variables(&[
+            (ident!("specs"), specs.clone()),
+            (ident!("child"), child.clone()),
         ]);
 
         // Mutations.
@@ -401,23 +413,19 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
         if !cel.checks.is_empty() || kueue.is_some() {
             let enforcement = queue.config.limits.enforcement;
             let name = format!("{base}-limits");
-            let mut variables = vec![
-                json!({"name": "specs", "expression": specs}),
-                json!({"name": "child", "expression": child}),
+            let mut all: Vec<String> = cel.checks.iter().map(Identifier::reference).collect();
+            let mut named = vec![
+                (ident!("specs"), specs.clone()),
+                (ident!("child"), child.clone()),
             ];
-            for (var, expression) in &cel.variables {
-                variables.push(json!({"name": var, "expression": expression}));
-            }
-            let mut all: Vec<String> = cel
-                .checks
-                .iter()
-                .map(|c| format!("variables.{c}"))
-                .collect();
+            named.extend(cel.variables.iter().cloned());
             if let Some(expression) = &kueue {
-                variables.push(json!({"name": "kueueLabels", "expression": expression}));
-                all.push("variables.kueueLabels".into());
+                let var = ident!("kueueLabels");
+                all.push(var.reference());
+                named.push((var, expression.clone()));
             }
-            variables.push(json!({"name": "violations", "expression": all.join(" + ")}));
+            named.push((ident!("violations"), all.join(" + ")));
+            let variables = policy_variables(&named);
             report
                 .native
                 .extend(cel.described.iter().map(|d| format!("limit: {d}")));
@@ -535,6 +543,86 @@ mod tests {
                 .any(|g| g.what == "queues.gpu-queue.pytorch")
         );
         assert!(compiled.report.to_markdown().contains("## queue gpu-queue"));
+    }
+
+    /// The built-in queue with every limit set (namespaces, registries, deadline, totals).
+    fn every_limit() -> Policy {
+        let mut config: Value =
+            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
+        let limits = &mut config["queues"]["gpu-queue"]["limits"];
+        limits["allowedNamespaces"] = json!(["wandb", "ml"]);
+        limits["allowedRegistries"] = json!(["docker.io/acme"]);
+        limits["maxActiveDeadlineSeconds"] = json!(86400);
+        limits["totals"] = json!({"nvidia.com/gpu": {"maximum": 8}});
+        Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).expect("policy")
+    }
+
+    #[test]
+    fn every_variable_name_is_one_the_api_server_accepts() {
+        let compiled = compile(&every_limit(), &Options::default());
+        let mut names = Vec::new();
+        for object in &compiled.objects {
+            for v in object["spec"]["variables"].as_array().into_iter().flatten() {
+                let name = v["name"].as_str().unwrap();
+                assert!(
+                    crate::cel::is_identifier(name),
+                    "{name:?} in {}",
+                    object["metadata"]["name"]
+                );
+                names.push(name.to_string());
+            }
+        }
+        assert!(names.iter().any(|n| n == "allowedNamespaces"), "{names:?}");
+        let limits = compiled
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
+            .unwrap();
+        let all = limits["spec"]["variables"].as_array().unwrap();
+        assert!(
+            all.last().unwrap()["expression"]
+                .as_str()
+                .unwrap()
+                .contains("variables.allowedNamespaces")
+        );
+    }
+
+    /// Every place a compiled expression walks a PyTorchJob's replicas: it walks the sorted
+    /// replica types, never the map itself (CEL iterates a map in no defined order).
+    #[test]
+    fn no_expression_walks_the_replica_map_in_map_order() {
+        let policy = every_limit();
+        let mut texts: Vec<String> = compile(&policy, &Options::default())
+            .objects
+            .iter()
+            .map(|o| o.to_string())
+            .collect();
+        let settings = webhooks::Settings::default();
+        texts.extend(
+            webhooks::configurations(&policy, &settings)
+                .unwrap()
+                .iter()
+                .map(|o| o.to_string()),
+        );
+        let sorted = select::replica_types();
+        let mut walks = 0;
+        for text in &texts {
+            for (at, _) in text.match_indices("object.spec.pytorchReplicaSpecs.") {
+                let rest = &text[at + "object.spec.pytorchReplicaSpecs".len()..];
+                if ["filter(", "map(", "exists(", "all(", "exists_one("]
+                    .iter()
+                    .any(|m| rest[1..].starts_with(m))
+                {
+                    assert!(
+                        text[at..].starts_with(sorted),
+                        "map-order walk: {}",
+                        &text[at..at + 120]
+                    );
+                    walks += 1;
+                }
+            }
+        }
+        assert!(walks > 0);
     }
 
     #[test]

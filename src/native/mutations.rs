@@ -459,13 +459,14 @@ pub fn labels(queue: &Queue, child: &str) -> String {
     let templates = format!(
         "({job} ? (has(object.spec.template) ? [{{'t': dyn(object.spec.template), 'ptr': dyn('/spec/template')}}] : []) : \
          {volcano} ? (has(object.spec.tasks) ? lists.range(size(object.spec.tasks)).filter(i, has(object.spec.tasks[i].template)).map(i, {{'t': dyn(object.spec.tasks[i].template), 'ptr': dyn('/spec/tasks/' + string(i) + '/template')}}) : []) : \
-         {pytorch} ? (has(object.spec.pytorchReplicaSpecs) ? object.spec.pytorchReplicaSpecs.filter(k, has(object.spec.pytorchReplicaSpecs[k].template)).map(k, {{'t': dyn(object.spec.pytorchReplicaSpecs[k].template), 'ptr': dyn('/spec/pytorchReplicaSpecs/' + {seg} + '/template')}}) : []) : \
+         {pytorch} ? (has(object.spec.pytorchReplicaSpecs) ? {replicas}.filter(k, has(object.spec.pytorchReplicaSpecs[k].template)).map(k, {{'t': dyn(object.spec.pytorchReplicaSpecs[k].template), 'ptr': dyn('/spec/pytorchReplicaSpecs/' + {seg} + '/template')}}) : []) : \
          {jobset} ? (has(object.spec.replicatedJobs) ? lists.range(size(object.spec.replicatedJobs)).filter(i, has(object.spec.replicatedJobs[i].template) && has(object.spec.replicatedJobs[i].template.spec) && has(object.spec.replicatedJobs[i].template.spec.template)).map(i, {{'t': dyn(object.spec.replicatedJobs[i].template.spec.template), 'ptr': dyn('/spec/replicatedJobs/' + string(i) + '/template/spec/template')}}) : []) : [])",
         job = is_kind(WorkloadKind::BatchJob),
         volcano = is_kind(WorkloadKind::VolcanoJob),
         pytorch = is_kind(WorkloadKind::PyTorchJob),
         jobset = is_kind(WorkloadKind::JobSet),
         seg = cel::pointer_segment("k"),
+        replicas = select::replica_types(),
     );
     format!(
         "{} + (has(object.spec) ? {templates}.map(x, {}).flatten() : [])",

@@ -23,17 +23,25 @@ pub fn is_kind(kind: WorkloadKind) -> String {
     format!("request.kind.group == {}", lit(kind.api_group()))
 }
 
+/// A PyTorchJob's replica types in the order launchgate reads its pod templates
+/// ([`crate::workload::replica_types_in_order`]: byte order of the names). CEL iterates a map
+/// in no defined order, so every expression that walks `pytorchReplicaSpecs` walks this list.
+pub fn replica_types() -> &'static str {
+    "object.spec.pytorchReplicaSpecs.map(k, string(k)).sort()"
+}
+
 /// The workload's pod templates (maps with `metadata` and `spec`); none for a Pod.
 pub fn templates() -> String {
     format!(
         "({job} ? (has(object.spec) && has(object.spec.template) ? [object.spec.template] : []) : \
          {volcano} ? (has(object.spec) && has(object.spec.tasks) ? object.spec.tasks.filter(t, has(t.template)).map(t, t.template) : []) : \
-         {pytorch} ? (has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? object.spec.pytorchReplicaSpecs.filter(k, has(object.spec.pytorchReplicaSpecs[k].template)).map(k, object.spec.pytorchReplicaSpecs[k].template) : []) : \
+         {pytorch} ? (has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? {replicas}.filter(k, has(object.spec.pytorchReplicaSpecs[k].template)).map(k, object.spec.pytorchReplicaSpecs[k].template) : []) : \
          {jobset} ? (has(object.spec) && has(object.spec.replicatedJobs) ? object.spec.replicatedJobs.filter(j, has(j.template) && has(j.template.spec) && has(j.template.spec.template)).map(j, j.template.spec.template) : []) : [])",
         job = is_kind(WorkloadKind::BatchJob),
         volcano = is_kind(WorkloadKind::VolcanoJob),
         pytorch = is_kind(WorkloadKind::PyTorchJob),
         jobset = is_kind(WorkloadKind::JobSet),
+        replicas = replica_types(),
     )
 }
 
@@ -124,13 +132,14 @@ pub fn specs() -> String {
         "({pod_is} ? (has(object.spec) ? [{pod}] : []) : \
          {job_is} ? (has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) ? [{job}] : []) : \
          {volcano_is} ? (has(object.spec) && has(object.spec.tasks) ? lists.range(size(object.spec.tasks)).filter(i, has(object.spec.tasks[i].template) && has(object.spec.tasks[i].template.spec)).map(i, {task}) : []) : \
-         {pytorch_is} ? (has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? object.spec.pytorchReplicaSpecs.filter(k, has(object.spec.pytorchReplicaSpecs[k].template) && has(object.spec.pytorchReplicaSpecs[k].template.spec)).map(k, {replica}) : []) : \
+         {pytorch_is} ? (has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? {replicas}.filter(k, has(object.spec.pytorchReplicaSpecs[k].template) && has(object.spec.pytorchReplicaSpecs[k].template.spec)).map(k, {replica}) : []) : \
          {jobset_is} ? (has(object.spec) && has(object.spec.replicatedJobs) ? lists.range(size(object.spec.replicatedJobs)).filter(i, has(object.spec.replicatedJobs[i].template) && has(object.spec.replicatedJobs[i].template.spec) && has(object.spec.replicatedJobs[i].template.spec.template) && has(object.spec.replicatedJobs[i].template.spec.template.spec)).map(i, {rjob}) : []) : [])",
         pod_is = is_kind(WorkloadKind::Pod),
         job_is = is_kind(WorkloadKind::BatchJob),
         volcano_is = is_kind(WorkloadKind::VolcanoJob),
         pytorch_is = is_kind(WorkloadKind::PyTorchJob),
         jobset_is = is_kind(WorkloadKind::JobSet),
+        replicas = replica_types(),
     )
 }
 

@@ -1,8 +1,9 @@
 //! The webhook configurations launchgate registers itself (`serve --register-webhooks`): the
 //! chart's `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` (its rules,
 //! selectors, timeouts and launch-workload `matchConditions`), with the validating webhook split
-//! by the queue a request resolves to, so each queue gets the failure policy its enforcement
-//! implies: a `deny` queue fails closed, a `warn` or `audit` queue fails open.
+//! by the queue a request resolves to, so each queue gets the failure policy its rules imply: a
+//! queue with any deny rule ([`crate::policy::Queue::deny_rules`]) fails closed, a queue whose
+//! every rule only warns or audits fails open.
 //!
 //! A request's queue is resolved in CEL exactly as the native policies resolve it
 //! ([`super::select::queue_key`]: queue label, container env, namespace default, default queue).
@@ -17,7 +18,6 @@
 use super::select;
 use crate::cel;
 use crate::policy::Policy;
-use crate::validate::Enforcement;
 use crate::workload::WorkloadKind;
 use base64::Engine;
 use serde_json::{Value, json};
@@ -120,7 +120,8 @@ pub struct MutateHook {
 pub struct ValidateHook {
     /// The name; the split webhooks insert `-deny` / `-warn` after its first label.
     pub name: String,
-    /// True: requests of `deny` queues fail closed, the others open. False: all fail open.
+    /// True: requests of queues with a deny rule fail closed, the others open. False: all fail
+    /// open.
     pub fail_closed: bool,
 }
 
@@ -231,13 +232,68 @@ fn scale_hook(base: &Value, name: &str) -> Value {
     hook
 }
 
-/// The CEL test for "this request fails closed": it resolves to a `deny` queue, or CEL cannot
-/// resolve its queue the way the webhook does. `None` when no queue denies.
+/// The label keys whose change on an UPDATE is sent to the webhooks: the launch and queue
+/// labels (`settings.launch_labels`, else the config's), in order, without repeats.
+fn decision_labels(policy: &Policy, settings: &Settings) -> Vec<String> {
+    let rules = &policy.config.match_rules;
+    let keys: Vec<&String> = if settings.launch_labels.is_empty() {
+        rules
+            .launch_labels
+            .iter()
+            .chain(&rules.queue_labels)
+            .collect()
+    } else {
+        settings.launch_labels.iter().collect()
+    };
+    let mut out: Vec<String> = Vec::new();
+    for k in keys {
+        if !out.contains(k) {
+            out.push(k.clone());
+        }
+    }
+    out
+}
+
+/// The prefix of the Kueue labels a queue's `kueue` settings govern (queue name, priority
+/// class, maximum execution time).
+const KUEUE_LABELS: &str = "kueue.x-k8s.io/";
+
+/// The CEL test for "this request can change what launchgate judges": every CREATE; every
+/// UPDATE through a subresource (ephemeral containers, a resize, a Scale); an UPDATE of the
+/// object itself only when its `spec` changes or a label that decides whether it is a launch
+/// workload and its queue (`keys`) or its Kueue settings (`kueue.x-k8s.io/*`) does. Everything
+/// else — the Job controller removing its `batch.kubernetes.io/job-tracking` finalizer, any
+/// other label or annotation change — is never sent, so a webhook outage cannot block it. The
+/// chart writes the same condition (`launchgate.celRelevantUpdate`).
+pub fn relevant_update<S: AsRef<str>>(keys: &[S]) -> String {
+    let value = |o: &str| {
+        format!(
+            "(has({o}.metadata.labels) && k in {o}.metadata.labels ? [{o}.metadata.labels[k]] : [])"
+        )
+    };
+    let changed = format!("{} != {}", value("object"), value("oldObject"));
+    let kueue = |o: &str| {
+        format!(
+            "(has({o}.metadata.labels) && {o}.metadata.labels.exists(k, k.startsWith({}) && {changed}))",
+            cel::lit(KUEUE_LABELS)
+        )
+    };
+    format!(
+        "request.operation != 'UPDATE' || (has(request.subResource) && request.subResource != '') || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec || {}.exists(k, {changed}) || {} || {}",
+        cel::str_list(keys),
+        kueue("object"),
+        kueue("oldObject"),
+    )
+}
+
+/// The CEL test for "this request fails closed": it resolves to a queue with a deny rule
+/// ([`crate::policy::Queue::has_deny_rule`]: its limits, onUnwirable, gang or cost ceiling), or
+/// CEL cannot resolve its queue the way the webhook does. `None` when no queue denies.
 pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
     let deny: Vec<&str> = policy
         .queues
         .values()
-        .filter(|q| q.config.limits.enforcement == Enforcement::Deny)
+        .filter(|q| q.has_deny_rule())
         .map(|q| q.key.as_str())
         .collect();
     if deny.is_empty() {
@@ -294,6 +350,7 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
         }),
     };
     let launch = launch_condition(policy, settings);
+    let update = relevant_update(&decision_labels(policy, settings));
     let hook = |name: &str, path: &str, failure: &str, conditions: Vec<Value>| {
         let mut h = json!({
             "name": name,
@@ -310,7 +367,10 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
             h["objectSelector"] = selector.clone();
         }
         if settings.match_conditions {
-            let mut all = vec![condition("launch-workload", &launch)];
+            let mut all = vec![
+                condition("launch-workload", &launch),
+                condition("relevant-update", &update),
+            ];
             all.extend(conditions);
             all.extend(settings.extra_conditions.iter().cloned());
             h["matchConditions"] = Value::Array(all);
@@ -383,13 +443,111 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
 mod tests {
     use super::*;
 
+    /// The built-in config plus `other-queue`, a copy of its queue whose every rule only warns
+    /// and whose limits' enforcement is `extra`.
     fn policy(extra: &str) -> Policy {
+        policy_with(extra, |_| {})
+    }
+
+    fn policy_with(extra: &str, edit: impl FnOnce(&mut Value)) -> Policy {
         let mut config: Value =
             serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
         let mut warn = config["queues"]["gpu-queue"].clone();
         warn["limits"]["enforcement"] = json!(extra);
+        warn["pytorch"]["onUnwirable"] = json!("warn");
+        edit(&mut warn);
         config["queues"]["other-queue"] = warn;
         Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).expect("policy")
+    }
+
+    #[test]
+    fn only_updates_that_change_what_is_judged_are_sent() {
+        let objects = configurations(&policy("warn"), &Settings::default()).unwrap();
+        let mut hooks_seen = 0;
+        for kind in [
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ] {
+            for h in hooks(&objects, kind) {
+                let update = &h["matchConditions"][1];
+                assert_eq!(update["name"], "relevant-update");
+                let expression = update["expression"].as_str().unwrap();
+                assert!(
+                    expression.starts_with("request.operation != 'UPDATE' || (has(request.subResource) && request.subResource != '') ||")
+                        && expression.contains("object.spec != oldObject.spec")
+                        && expression.contains("['wandb.ai/monitor', 'wandb.ai/agent', 'launchgate.io/queue', 'queue'].exists(k,")
+                        && expression.contains("k.startsWith('kueue.x-k8s.io/')"),
+                    "{expression}"
+                );
+                // Only the operations and subresources that can change what a limit covers.
+                for rule in h["rules"].as_array().unwrap() {
+                    assert_eq!(rule["operations"], json!(["CREATE", "UPDATE"]));
+                }
+                hooks_seen += 1;
+            }
+        }
+        assert_eq!(hooks_seen, 3);
+        // The chart's launch labels replace the config's.
+        let settings = Settings {
+            launch_labels: vec!["acme.io/launch".into(), "acme.io/launch".into()],
+            ..Settings::default()
+        };
+        let objects = configurations(&policy("warn"), &settings).unwrap();
+        let m = hooks(&objects, "MutatingWebhookConfiguration");
+        assert!(
+            m[0]["matchConditions"][1]["expression"]
+                .as_str()
+                .unwrap()
+                .contains("['acme.io/launch'].exists(k,")
+        );
+    }
+
+    #[test]
+    fn a_queue_with_any_deny_rule_fails_closed() {
+        let closed = |p: &Policy| {
+            deny_queue_condition(p)
+                .unwrap()
+                .contains("in ['gpu-queue', 'other-queue']")
+        };
+        assert!(!closed(&policy("warn")));
+        assert!(
+            policy("warn")
+                .queue("other-queue")
+                .unwrap()
+                .deny_rules()
+                .is_empty()
+        );
+        for (rule, edit) in [
+            (
+                "limits.enforcement",
+                json!({"limits": {"enforcement": "deny"}}),
+            ),
+            (
+                "pytorch.onUnwirable",
+                json!({"pytorch": {"onUnwirable": "deny"}}),
+            ),
+            ("guardrails.gang", json!({"guardrails": {"gang": "deny"}})),
+            (
+                "guardrails.costCeiling.maxGpuHours",
+                json!({"guardrails": {"costCeiling": {"maxGpuHours": 8}}}),
+            ),
+        ] {
+            let p = policy_with("warn", |q| {
+                for (section, settings) in edit.as_object().unwrap() {
+                    for (k, v) in settings.as_object().unwrap() {
+                        q[section][k] = v.clone();
+                    }
+                }
+            });
+            assert_eq!(p.queue("other-queue").unwrap().deny_rules(), [rule]);
+            assert!(closed(&p), "{rule}: {}", deny_queue_condition(&p).unwrap());
+        }
+        // A cost ceiling that only warns, or the wiring off, does not deny.
+        let p = policy_with("warn", |q| {
+            q["guardrails"]["costCeiling"] = json!({"maxGpuHours": 8, "enforcement": "warn"});
+            q["pytorch"] = json!({"enabled": false, "onUnwirable": "deny"});
+        });
+        assert!(!closed(&p));
     }
 
     fn all_hooks(objects: &[Value], kind: &str) -> Vec<Value> {
@@ -480,12 +638,12 @@ mod tests {
                 ("validate-warn.launchgate.io", "Ignore")
             ]
         );
-        let deny = validate[0]["matchConditions"][1]["expression"]
+        let deny = validate[0]["matchConditions"][2]["expression"]
             .as_str()
             .unwrap();
         assert!(deny.contains("in ['gpu-queue']"), "{deny}");
         assert!(!deny.contains("other-queue']"), "{deny}");
-        let open = validate[1]["matchConditions"][1]["expression"]
+        let open = validate[1]["matchConditions"][2]["expression"]
             .as_str()
             .unwrap();
         assert_eq!(open, format!("!({deny})"));
@@ -493,7 +651,7 @@ mod tests {
         assert_eq!(mutate.len(), 1);
         assert_eq!(mutate[0]["failurePolicy"], "Ignore");
         assert_eq!(mutate[0]["reinvocationPolicy"], "IfNeeded");
-        assert_eq!(mutate[0]["matchConditions"].as_array().unwrap().len(), 1);
+        assert_eq!(mutate[0]["matchConditions"].as_array().unwrap().len(), 2);
     }
 
     #[test]
@@ -525,6 +683,7 @@ mod tests {
         let mut config: Value =
             serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
         config["queues"]["gpu-queue"]["limits"]["enforcement"] = json!("audit");
+        config["queues"]["gpu-queue"]["pytorch"]["onUnwirable"] = json!("warn");
         let policy = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
         assert!(deny_queue_condition(&policy).is_none());
         let objects = configurations(&policy, &Settings::default()).unwrap();

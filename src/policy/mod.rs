@@ -162,6 +162,36 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// The queue's settings that can deny a request, by config key: the limits with
+    /// `enforcement: deny`, `pytorch.onUnwirable: deny` (with the wiring on), `guardrails.gang:
+    /// deny`, a `guardrails.costCeiling.maxGpuHours` with `enforcement: deny`. These are every
+    /// denial the validating webhook gives for a queue; a queue with any is registered on the
+    /// fail-closed webhook, so an outage never admits what launchgate would deny.
+    pub fn deny_rules(&self) -> Vec<&'static str> {
+        use crate::topology::guardrails::{GangAction, GuardrailEnforcement};
+        let c = &self.config;
+        let mut out = Vec::new();
+        if c.limits.enforcement == crate::validate::Enforcement::Deny {
+            out.push("limits.enforcement");
+        }
+        if c.pytorch.enabled && c.pytorch.on_unwirable == crate::topology::OnUnwirable::Deny {
+            out.push("pytorch.onUnwirable");
+        }
+        if c.guardrails.gang == GangAction::Deny {
+            out.push("guardrails.gang");
+        }
+        let cost = &c.guardrails.cost_ceiling;
+        if cost.max_gpu_hours.is_some() && cost.enforcement == GuardrailEnforcement::Deny {
+            out.push("guardrails.costCeiling.maxGpuHours");
+        }
+        out
+    }
+
+    /// True when some setting of the queue denies ([`Queue::deny_rules`]).
+    pub fn has_deny_rule(&self) -> bool {
+        !self.deny_rules().is_empty()
+    }
+
     /// The queue's settings for the mutators.
     pub fn mutation_settings(&self) -> crate::mutate::Settings<'_> {
         crate::mutate::Settings {

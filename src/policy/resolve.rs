@@ -211,6 +211,33 @@ mod tests {
     }
 
     #[test]
+    fn a_pytorchjob_takes_its_queue_from_its_replicas_in_name_order() {
+        let p = Policy::from_yaml(
+            "defaultQueue: a\nmatch: {queueEnv: WANDB_LAUNCH_QUEUE_NAME}\nqueues:\n  a: {}\n  b: {}\n  c: {}\n",
+        )
+        .unwrap();
+        let template = |queue: &str| {
+            json!({"metadata": {"labels": {"queue": queue}}, "spec": {"containers": [
+                {"name": "c", "env": [{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": queue}]}]}})
+        };
+        // Written Worker first: the Master's queue still decides, by label and by env.
+        let pt = json!({"spec": {"pytorchReplicaSpecs": {
+            "Worker": {"template": template("b")}, "Master": {"template": template("c")}}}});
+        let r = p
+            .resolve_queue(WorkloadKind::PyTorchJob, &pt, None)
+            .unwrap();
+        assert_eq!(r.queue.name, "c");
+        let mut by_env = pt.clone();
+        for t in ["Worker", "Master"] {
+            by_env["spec"]["pytorchReplicaSpecs"][t]["template"]["metadata"] = json!({});
+        }
+        let r = p
+            .resolve_queue(WorkloadKind::PyTorchJob, &by_env, None)
+            .unwrap();
+        assert_eq!(r.queue.name, "c");
+    }
+
+    #[test]
     fn classify_by_labels_alone() {
         let p = policy();
         let pod = |labels: Value| json!({"metadata": {"labels": labels}, "spec": {}});

@@ -184,7 +184,7 @@ pub struct RegistrationOptions {
     /// MutatingWebhookConfiguration and ValidatingWebhookConfiguration named NAME (field
     /// manager `launchgate-webhook-registration`), again on every config change and certificate
     /// rotation; never deleted on shutdown (`delete-webhooks` removes them). The validating
-    /// webhook is split per queue: `deny` queues fail closed, `warn`/`audit` queues fail open.
+    /// webhook is split per queue: queues with any deny rule fail closed, the others fail open.
     /// Needs get, create and patch on both kinds.
     #[arg(long, env = "LAUNCHGATE_REGISTER_WEBHOOKS", value_name = "NAME")]
     pub register_webhooks: Option<String>,
@@ -260,7 +260,7 @@ pub struct RegistrationOptions {
         default_value = "validate.launchgate.io"
     )]
     pub webhook_validate_name: String,
-    /// Fail: requests of `deny` queues fail closed, of `warn`/`audit` queues open (split by
+    /// Fail: requests of queues with a deny rule fail closed, of the others open (split by
     /// matchConditions). Ignore: every validating request fails open (the chart's hybrid mode).
     #[arg(long, env = "LAUNCHGATE_WEBHOOK_VALIDATE_FAILURE_POLICY", default_value = "Fail", value_parser = ["Fail", "Ignore"])]
     pub webhook_validate_failure_policy: String,

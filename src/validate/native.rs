@@ -14,7 +14,7 @@ use super::path::{FieldPath, Segment};
 use super::schema::{Schema, SchemaParts, ValueType};
 use super::template::{Anchor, Piece};
 use super::{FieldLimit, LimitsConfig, QueueLimits, VariableConfig, VariableLimit};
-use crate::cel::{self, lit};
+use crate::cel::{self, Identifier, ident, lit};
 use crate::workload::{CONTAINER_LISTS, WorkloadKind};
 
 /// A queue's limits compiled to CEL.
@@ -22,9 +22,9 @@ use crate::workload::{CONTAINER_LISTS, WorkloadKind};
 pub struct LimitsCel {
     /// Named CEL expressions for the policy's `variables`, in order (a later one may read an
     /// earlier one as `variables.<name>`).
-    pub variables: Vec<(String, String)>,
+    pub variables: Vec<(Identifier, String)>,
     /// The names among `variables` holding violation lines, in the webhook's order.
-    pub checks: Vec<String>,
+    pub checks: Vec<Identifier>,
     /// What each check enforces, in words.
     pub described: Vec<String>,
     /// What stays in the webhook: (config key, why).
@@ -34,12 +34,18 @@ pub struct LimitsCel {
 }
 
 impl LimitsCel {
-    fn place(&mut self, name: String, expression: String) -> String {
-        self.variables.push((name.clone(), expression));
-        format!("variables.{name}")
+    fn place(&mut self, name: Identifier, expression: String) -> String {
+        let reference = name.reference();
+        self.variables.push((name, expression));
+        reference
     }
 
-    fn check(&mut self, name: String, expression: String) {
+    /// A variable name made of `prefix` and the number of variables so far.
+    fn next(&self, prefix: Identifier) -> Identifier {
+        prefix.numbered(self.variables.len())
+    }
+
+    fn check(&mut self, name: Identifier, expression: String) {
         self.variables.push((name.clone(), expression));
         self.checks.push(name);
     }
@@ -321,7 +327,7 @@ impl QueueLimits {
 
         if !self.allowed_namespaces.is_empty() {
             out.check(
-                "namespace".into(),
+                ident!("allowedNamespaces"),
                 format!(
                     "request.namespace in {} ? [] : [{} + request.namespace + {}]",
                     cel::str_list(&self.allowed_namespaces),
@@ -370,7 +376,7 @@ impl QueueLimits {
                         pod_template_places(role, &body)
                     }
                 };
-                let places = out.place(format!("p{}", out.variables.len()), places);
+                let places = out.place(out.next(ident!("p")), places);
                 let mut check = check_places(&prefix, &places, &variable.schema, &source);
                 if location.anchor == Anchor::Root {
                     // Root positions mean something only for the template's own kind.
@@ -383,7 +389,7 @@ impl QueueLimits {
                 if !super::check::is_per_pod(location.anchor, &location.path) {
                     check = workload_only(check);
                 }
-                let name = format!("c{}", out.variables.len());
+                let name = out.next(ident!("c"));
                 out.check(name, check);
             }
         }
@@ -395,7 +401,7 @@ impl QueueLimits {
                     pod_template_places(None, &template_path_places(&field.path))
                 }
             };
-            let places = out.place(format!("p{}", out.variables.len()), places);
+            let places = out.place(out.next(ident!("p")), places);
             let mut check = check_places(
                 &prefix,
                 &places,
@@ -405,7 +411,7 @@ impl QueueLimits {
             if !super::check::is_per_pod(field.anchor, &field.path) {
                 check = workload_only(check);
             }
-            out.check(format!("c{}", out.variables.len()), check);
+            out.check(out.next(ident!("c")), check);
         }
 
         // The envelope holds every container no position looked at, from the positions placed
@@ -413,15 +419,15 @@ impl QueueLimits {
         let reached: Vec<String> = out
             .variables
             .iter()
-            .filter(|(name, _)| name.starts_with('p'))
-            .map(|(name, _)| format!("variables.{name}"))
+            .filter(|(name, _)| name.as_str().starts_with('p'))
+            .map(|(name, _)| name.reference())
             .collect();
         let reached = if reached.is_empty() {
             "[]".to_string()
         } else {
             format!("({}).map(e, e.at)", reached.join(" + "))
         };
-        let reached = out.place("reached".into(), reached);
+        let reached = out.place(ident!("reached"), reached);
         let fields: Vec<FieldLimit> = self.fields.clone();
         for (n, ceiling) in binding::envelope(&placed, &fields).iter().enumerate() {
             let path = FieldPath(vec![
@@ -446,7 +452,7 @@ impl QueueLimits {
                 per_container("initContainers")
             );
             out.check(
-                format!("envelope{n}"),
+                ident!("envelope").numbered(n),
                 check_places(
                     &prefix,
                     &places,
@@ -473,7 +479,7 @@ impl QueueLimits {
         );
         for total in &self.totals {
             out.check(
-                format!("c{}", out.variables.len()),
+                out.next(ident!("c")),
                 format!(
                     "(({child}) && !({trainer_jobset}) ? [] : {})",
                     total_check(&prefix, &total.resource, &total.schema)
@@ -483,14 +489,14 @@ impl QueueLimits {
 
         if let Some(maximum) = self.max_active_deadline_seconds {
             out.check(
-                "deadline".into(),
+                ident!("deadline"),
                 workload_only(deadline_check(&prefix, maximum)),
             );
         }
 
         if !self.allowed_registries.is_empty() {
             out.check(
-                "registries".into(),
+                ident!("registries"),
                 registry_check(&prefix, &self.allowed_registries),
             );
         }

@@ -222,7 +222,7 @@ fn template_places(kind: WorkloadKind, object: &Value) -> Vec<TemplateInfo> {
                 .get("spec")
                 .and_then(|s| s.get("pytorchReplicaSpecs"))
                 .and_then(Value::as_object);
-            for (replica_type, rs) in specs.into_iter().flatten() {
+            for (replica_type, rs) in specs.map(replica_types_in_order).into_iter().flatten() {
                 if !rs.is_object() || !has_template(rs) {
                     continue;
                 }
@@ -236,6 +236,17 @@ fn template_places(kind: WorkloadKind, object: &Value) -> Vec<TemplateInfo> {
             }
         }
     }
+    out
+}
+
+/// A PyTorchJob's `pytorchReplicaSpecs` in the one order launchgate reads them wherever the
+/// first template decides (the queue label, the queue env, violation order): byte order of the
+/// replica type names (`Master` before `Worker`). It is the order the API server writes the map
+/// in, so it does not depend on how a file lists them; the compiled CEL sorts the keys the same
+/// way (`native::select::replica_types`), as CEL walks a map in no defined order.
+pub fn replica_types_in_order(specs: &Map<String, Value>) -> Vec<(&String, &Value)> {
+    let mut out: Vec<(&String, &Value)> = specs.iter().collect();
+    out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     out
 }
 
@@ -607,6 +618,24 @@ mod tests {
         let t = templates(WorkloadKind::PyTorchJob, &pt);
         assert_eq!(t.len(), 2);
         assert_eq!(t[1].0.replicas, 3);
+    }
+
+    #[test]
+    fn pytorch_replicas_are_read_in_name_order_whatever_the_document_order() {
+        let pt = json!({"spec":{"pytorchReplicaSpecs":{
+            "Worker":{"template":{}}, "Master":{"template":{}}, "Launcher":{"template":{}}}}});
+        let paths: Vec<String> = templates(WorkloadKind::PyTorchJob, &pt)
+            .into_iter()
+            .map(|(info, _)| info.path)
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.pytorchReplicaSpecs.Launcher.template",
+                "spec.pytorchReplicaSpecs.Master.template",
+                "spec.pytorchReplicaSpecs.Worker.template"
+            ]
+        );
     }
 
     #[test]

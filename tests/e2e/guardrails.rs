@@ -27,7 +27,7 @@ fn container(gpus: i64, command: &[&str]) -> Value {
 
 /// Marks `pod` terminal as a kubelet would: `phase`, its container's exit code and, for a
 /// disruption, the `DisruptionTarget` condition the scheduler or the eviction API sets.
-async fn finish_pod(
+pub(crate) async fn finish_pod(
     ctx: &Ctx,
     pod: &Value,
     phase: &str,
@@ -57,7 +57,7 @@ async fn finish_pod(
 }
 
 /// The Job's condition of `type`, when true.
-async fn condition(ctx: &Ctx, name: &str, kind: &str) -> Result<bool> {
+pub(crate) async fn condition(ctx: &Ctx, name: &str, kind: &str) -> Result<bool> {
     let jobs: Api<Job> = ctx.api();
     let job = serde_json::to_value(jobs.get(name).await?)?;
     Ok(job["status"]["conditions"]

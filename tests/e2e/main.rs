@@ -135,6 +135,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(guardrails::the_rendezvous_service_is_preflighted),
         e2e!(native::compiled_policies_apply_to_the_api_server),
         e2e!(native::native_policies_decide_as_the_webhook_does),
+        e2e!(native::a_pytorchjob_is_judged_the_same_every_time),
         e2e!(native::hybrid_mode_enforces_while_the_webhook_is_down),
         e2e!(native::the_server_keeps_native_policies_in_step_with_its_config),
         e2e!(
@@ -143,6 +144,10 @@ fn tests() -> Vec<E2eTest> {
         ),
         e2e!(
             registration::a_stopped_webhook_fails_open_only_for_warn_queues,
+            unregistered
+        ),
+        e2e!(
+            registration::a_stopped_webhook_never_blocks_the_job_controller,
             unregistered
         ),
         e2e!(native::admission_cost_webhook_vs_native, alone),

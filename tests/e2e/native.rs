@@ -6,7 +6,7 @@
 
 use crate::apiserver_metrics;
 use crate::ctx::{Ctx, manifest, resource_for};
-use crate::webhook::{Launchgate, suite_config};
+use crate::webhook::{Launchgate, WARN_QUEUE, suite_config};
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -46,15 +46,63 @@ fn compile_with_cli(path: &std::path::Path) -> Result<Vec<Value>> {
     Ok(list["items"].as_array().cloned().unwrap_or_default())
 }
 
-/// Every queue config the tests use: the built-in example, the suite's queues, and a policy
-/// per recorded W&B queue config (its template pasted as-is, `gpus` 0..4).
-fn test_configs() -> Result<Vec<(String, String)>> {
+/// The built-in queue with every limit set: namespaces, registries, a deadline cap, totals.
+pub(crate) fn every_limit_config() -> Result<String> {
+    let mut config: Value = serde_yaml::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
+    let limits = &mut config["queues"]["gpu-queue"]["limits"];
+    limits["allowedNamespaces"] = json!(["wandb", "ml-team"]);
+    limits["allowedRegistries"] = json!(["docker.io/acme"]);
+    limits["maxActiveDeadlineSeconds"] = json!(86400);
+    limits["totals"] = json!({"nvidia.com/gpu": {"maximum": 8}});
+    Ok(serde_yaml::to_string(&config)?)
+}
+
+/// `launchgate import-queue` of the recorded Terraform state: the config snippet it writes.
+fn imported_terraform_queues() -> Result<String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args(["import-queue"])
+        .arg(crate::common::queue_config_path("terraform-show.json"))
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "import-queue: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Every queue config the tests use: the built-in example, the suite's queues, a queue with
+/// every limit, the example policy suites' configs, the chart's default, the fuzzing policy,
+/// the queues imported from the recorded Terraform state, and a policy per recorded W&B queue
+/// config (its template pasted as-is, `gpus` 0..4).
+pub(crate) fn test_configs() -> Result<Vec<(String, String)>> {
+    let root = crate::common::root();
+    let file = |path: &str| -> Result<(String, String)> {
+        Ok((path.to_string(), std::fs::read_to_string(root.join(path))?))
+    };
+    let chart: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        root.join("charts/launchgate/values.yaml"),
+    )?)?;
     let mut out = vec![
         (
             "the built-in example".to_string(),
             launchgate::policy::DEFAULT_CONFIG_YAML.to_string(),
         ),
         ("the e2e suite's queues".to_string(), suite_config()?),
+        (
+            "a queue with every limit".to_string(),
+            every_limit_config()?,
+        ),
+        file("examples/policy-tests/strict-queue/config.yaml")?,
+        file("fuzz/src/wide-config.yaml")?,
+        (
+            "the chart's default config".to_string(),
+            serde_yaml::to_string(&chart["config"])?,
+        ),
+        (
+            "terraform-show.json, imported".to_string(),
+            imported_terraform_queues()?,
+        ),
     ];
     let dir = crate::common::root().join("tests/fixtures/wandb-queues");
     let mut files: Vec<_> = std::fs::read_dir(&dir)?
@@ -208,6 +256,192 @@ async fn clean_up(
     for ns in namespaces {
         ns.cleanup().await;
     }
+}
+
+/// One config judged two ways: the webhook alone (running the config the native policies are
+/// equivalent to) in one namespace, the compiled native policies alone in another.
+pub(crate) struct Sides {
+    pub(crate) policy: Policy,
+    compiled: Vec<Value>,
+    tag: String,
+    webhook: Launchgate,
+    installed: Vec<(ApiResource, String)>,
+    pub(crate) webhook_ns: Ctx,
+    pub(crate) native_ns: Ctx,
+}
+
+impl Sides {
+    /// Starts the webhook for `config` (YAML) and makes both namespaces; nothing is registered
+    /// yet ([`Sides::install`]); `id` tells this pair from others of the same test.
+    pub(crate) async fn start(ctx: &Ctx, config: &str, id: &str) -> Result<Sides> {
+        let policy = Policy::from_yaml(config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let compiled = launchgate::native::compile(&policy, &Default::default()).objects;
+        let equivalent = serde_yaml::to_string(&launchgate::native::native_subset(&policy))?;
+        let tag = format!("{id}-{}", &ctx.ns[ctx.ns.len() - 4..]);
+        let webhook_ns =
+            namespace(ctx, &format!("{id}-webhook"), &format!("{tag}-webhook")).await?;
+        let native_ns =
+            match namespace(ctx, &format!("{id}-native"), &format!("{tag}-native")).await {
+                Ok(ns) => ns,
+                Err(e) => {
+                    webhook_ns.cleanup().await;
+                    return Err(e);
+                }
+            };
+        let dir = tempfile::tempdir()?;
+        let webhook =
+            match Launchgate::start_with(dir.path(), None, "127.0.0.1", &equivalent, &[]).await {
+                Ok(w) => w,
+                Err(e) => {
+                    webhook_ns.cleanup().await;
+                    native_ns.cleanup().await;
+                    return Err(e);
+                }
+            };
+        Ok(Sides {
+            policy,
+            compiled,
+            tag,
+            webhook,
+            installed: Vec::new(),
+            webhook_ns,
+            native_ns,
+        })
+    }
+
+    /// Registers the webhook and creates the native policies, then waits until both act: every
+    /// queue's mutation on both sides, and both sides judging an over-limit pod alike.
+    pub(crate) async fn install(&mut self, ctx: &Ctx) -> Result<()> {
+        let tag = self.tag.clone();
+        self.webhook
+            .register_with(
+                &ctx.client,
+                &format!("{tag}-webhook"),
+                &[json!({"key": SELECT_LABEL, "operator": "In", "values": [format!("{tag}-webhook")]})],
+                None,
+            )
+            .await?;
+        self.installed =
+            install_native(&ctx.client, &self.compiled, &format!("{tag}-native")).await?;
+        for queue in self.policy.queues.values() {
+            let mut probe = ctx.launch_pod("probe");
+            probe["metadata"]["labels"]["launchgate.io/queue"] = json!(queue.name);
+            // Within most queues' limits (one requires a deadline).
+            probe["spec"]["activeDeadlineSeconds"] = json!(60);
+            let mut over = probe.clone();
+            over["spec"]["containers"][0]["resources"] =
+                json!({"limits": {"nvidia.com/gpu": "99"}});
+            let mutated = |made: &Outcome| {
+                made.as_ref()
+                    .is_ok_and(|p| p.pointer("/metadata/labels/launchgate.io~1queue").is_some())
+            };
+            ctx.wait_for(
+                &format!("both sides to take effect for queue {}", queue.key),
+                Duration::from_secs(30),
+                || async {
+                    let (w, n) = self.judge(ctx, &probe).await?;
+                    let (ow, on) = self.judge(ctx, &over).await?;
+                    Ok((mutated(&w) || w.is_err())
+                        && (mutated(&n) || n.is_err())
+                        && w.is_ok() == n.is_ok()
+                        && ow.is_ok() == on.is_ok())
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The first difference in judging `obj`, waiting out the moment the API server takes to
+    /// load new policies and bindings (resource by resource): up to 5 tries, 1 s apart, until
+    /// the two agree.
+    pub(crate) async fn settled_difference(
+        &self,
+        ctx: &Ctx,
+        obj: &Value,
+    ) -> Result<Option<String>> {
+        let mut attempt = 0;
+        loop {
+            let (by_webhook, by_native) = self.judge(ctx, obj).await?;
+            let found = difference(obj, by_webhook, by_native);
+            attempt += 1;
+            if found.is_none() || attempt == 5 {
+                return Ok(found);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Both sides' outcomes for a dry-run create of `obj`.
+    pub(crate) async fn judge(&self, ctx: &Ctx, obj: &Value) -> Result<(Outcome, Outcome)> {
+        let (by_webhook, by_native) = tokio::join!(
+            create_in(&ctx.client, &self.webhook_ns.ns, obj, true),
+            create_in(&ctx.client, &self.native_ns.ns, obj, true)
+        );
+        Ok((by_webhook?, by_native?))
+    }
+
+    /// The webhook unregistered and stopped, the native objects and the namespaces deleted.
+    pub(crate) async fn clean_up(self, ctx: &Ctx) {
+        clean_up(
+            ctx,
+            self.webhook,
+            self.installed,
+            &[&self.webhook_ns, &self.native_ns],
+        )
+        .await;
+    }
+}
+
+/// A PyTorchJob whose replicas name different queues (the Master a deny queue, the Worker a
+/// warn queue, and the reverse), over a GPU limit, created by dry run 30 times each: the native
+/// policies decide as the webhook does every time (the queue of the first replica type in name
+/// order, whatever order the API server's CEL walks the replica map in).
+pub async fn a_pytorchjob_is_judged_the_same_every_time(ctx: &Ctx) -> Result<()> {
+    let mut sides = Sides::start(ctx, &suite_config()?, "replica-order").await?;
+    let result =
+        async {
+            sides.install(ctx).await?;
+            let mut differences = Vec::new();
+            let mut denied = 0;
+            for (master, worker) in [("gpu-queue", WARN_QUEUE), (WARN_QUEUE, "gpu-queue")] {
+                let mut job = manifest("ptjob.yaml");
+                for (replica, queue) in [("Master", master), ("Worker", worker)] {
+                    job["spec"]["pytorchReplicaSpecs"][replica]["template"]["metadata"]["labels"]
+                        ["launchgate.io/queue"] = json!(queue);
+                }
+                for c in containers_mut(&mut job) {
+                    c["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
+                }
+                if let Some(d) = sides.settled_difference(ctx, &job).await? {
+                    differences.push(format!("Master in {master}, Worker in {worker}: {d}"));
+                }
+                for attempt in 0..30 {
+                    let (by_webhook, by_native) = sides.judge(ctx, &job).await?;
+                    denied += usize::from(by_webhook.is_err());
+                    if let Some(d) = difference(&job, by_webhook, by_native) {
+                        differences.push(format!(
+                            "Master in {master}, Worker in {worker}, try {attempt}: {d}"
+                        ));
+                    }
+                }
+            }
+            // The deny queue's Master decides one of the two: 30 denials by the webhook.
+            ensure!(
+                denied == 30,
+                "the webhook denied {denied} of 60 creates, not 30"
+            );
+            ensure!(
+                differences.is_empty(),
+                "{} of 60 creates differ:\n{}",
+                differences.len(),
+                differences.join("\n")
+            );
+            Ok(())
+        }
+        .await;
+    sides.clean_up(ctx).await;
+    result
 }
 
 /// What a created object is, for comparing two of them: without identity, timestamps, field
@@ -382,13 +616,21 @@ fn difference(obj: &Value, by_webhook: Outcome, by_native: Outcome) -> Option<St
     }
 }
 
+/// How many times each case is judged once both sides have taken effect (CEL that depends on
+/// something undefined, such as map order, shows as a difference between repetitions).
+const REPEATS: usize = 10;
+
+/// How many dry-run creates are in flight at once.
+const IN_FLIGHT: usize = 8;
+
 /// The webhook alone and the compiled policies alone, each in its own namespace, judge every
-/// recorded workload of every kind in every suite queue (as recorded, over the limits, from
-/// another registry): the stored objects are equal and the denials name the same limits. The
-/// webhook runs the equivalent config (`compile-native --equivalent-config`); what that
-/// leaves out is what the report lists. A TrainJob is the webhook's only: the native policies
-/// leave it alone.
+/// recorded workload of every kind in every queue of every config the tests use (as recorded,
+/// over the limits, from another registry), each case [`REPEATS`] times: the stored objects are
+/// equal and the denials name the same limits, every time. The webhook runs the equivalent
+/// config (`compile-native --equivalent-config`); what that leaves out is what the report
+/// lists. A TrainJob is the webhook's only: the native policies leave it alone.
 pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()> {
+    use futures_util::StreamExt as _;
     let policy = Policy::from_yaml(&suite_config()?).map_err(|e| anyhow::anyhow!("{e}"))?;
     let compiled = launchgate::native::compile(&policy, &Default::default());
     ensure!(
@@ -399,86 +641,77 @@ pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()>
             .any(|g| g.what == "TrainJob"),
         "the report does not say TrainJobs stay in the webhook"
     );
-    let equivalent = serde_yaml::to_string(&launchgate::native::native_subset(&policy))?;
-    let tag = format!("differential-{}", &ctx.ns[ctx.ns.len() - 4..]);
-    let webhook_ns = namespace(
-        ctx,
-        "native-differential-webhook",
-        &format!("{tag}-webhook"),
-    )
-    .await?;
-    let native_ns = namespace(ctx, "native-differential-native", &format!("{tag}-native")).await?;
-    let dir = tempfile::tempdir()?;
-    let mut webhook =
-        Launchgate::start_with(dir.path(), None, "127.0.0.1", &equivalent, &[]).await?;
-    let mut installed = Vec::new();
-    let result = async {
-        webhook
-            .register_with(
-                &ctx.client,
-                &format!("{tag}-webhook"),
-                &[json!({"key": SELECT_LABEL, "operator": "In", "values": [format!("{tag}-webhook")]})],
-                None,
-            )
-            .await?;
-        installed = install_native(&ctx.client, &compiled.objects, &format!("{tag}-native")).await?;
-        // Both take effect a moment after they are created: every queue's mutation, and the
-        // denial of every deny queue.
-        let queues: Vec<String> = policy.queues.values().map(|q| q.name.clone()).collect();
-        for queue in &queues {
-            let mut probe = ctx.launch_pod("probe");
-            probe["metadata"]["labels"]["launchgate.io/queue"] = json!(queue);
-            // Within every queue's limits (one requires a deadline).
-            probe["spec"]["activeDeadlineSeconds"] = json!(60);
-            let mut over = probe.clone();
-            over["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "99"}});
-            let denies = policy.queues.values().any(|q| q.name == *queue && serde_json::to_value(q.config.limits.enforcement).ok() == Some(json!("deny")));
-            for (ns, what) in [(&webhook_ns.ns, "the webhook"), (&native_ns.ns, "the native policies")] {
-                ctx.wait_for(&format!("{what} to take effect for queue {queue}"), Duration::from_secs(30), || async {
-                    let made = create_in(&ctx.client, ns, &probe, true).await?;
-                    let mutated = made.is_ok_and(|p| p.pointer("/metadata/labels/launchgate.io~1queue").is_some());
-                    let denied = !denies || create_in(&ctx.client, ns, &over, true).await?.is_err();
-                    Ok(mutated && denied)
-                })
-                .await?;
-            }
-        }
-        let mut differences = Vec::new();
-        let mut judged = 0;
-        for (file, object) in recorded_workloads()? {
-            for queue in &queues {
-                for (variant, mut obj) in variants(&object) {
-                    obj["metadata"]["labels"]["launchgate.io/queue"] = json!(queue);
-                    let what = format!("{file} in queue {queue}, {variant}");
-                    judged += 1;
-                    // The API server loads new policies and bindings a moment after they are
-                    // created, resource by resource: a difference counts when it persists.
-                    let mut attempt = 0;
-                    let difference = loop {
-                        let by_webhook = create_in(&ctx.client, &webhook_ns.ns, &obj, true).await?;
-                        let by_native = create_in(&ctx.client, &native_ns.ns, &obj, true).await?;
-                        let found = difference(&obj, by_webhook, by_native);
-                        attempt += 1;
-                        if found.is_none() || attempt == 5 {
-                            break found;
-                        }
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    };
-                    if let Some(difference) = difference {
-                        differences.push(format!("{what}: {difference}"));
+    let workloads = recorded_workloads()?;
+    let mut differences = Vec::new();
+    let mut judged = 0;
+    let mut configs = 0;
+    for (n, (what, config)) in test_configs()?.into_iter().enumerate() {
+        configs += 1;
+        let mut sides = Sides::start(ctx, &config, &format!("differential{n}")).await?;
+        let result = async {
+            sides.install(ctx).await?;
+            let mut cases = Vec::new();
+            for (file, object) in &workloads {
+                for queue in sides.policy.queues.values() {
+                    for (variant, mut obj) in variants(object) {
+                        obj["metadata"]["labels"]["launchgate.io/queue"] = json!(queue.name);
+                        cases.push((
+                            format!("{what}: {file} in queue {}, {variant}", queue.key),
+                            obj,
+                        ));
                     }
                 }
             }
+            let sides = &sides;
+            let found: Vec<Result<Option<String>>> = futures_util::stream::iter(cases)
+                .map(|(case, obj)| async move {
+                    // The API server loads new policies and bindings a moment after they are
+                    // created, resource by resource: wait that out, then every repetition counts.
+                    if let Some(d) = sides.settled_difference(ctx, &obj).await? {
+                        return Ok(Some(format!("{case}: {d}")));
+                    }
+                    for attempt in 0..REPEATS {
+                        let (by_webhook, by_native) = sides.judge(ctx, &obj).await?;
+                        if let Some(d) = difference(&obj, by_webhook, by_native) {
+                            return Ok(Some(format!("{case}, repetition {attempt}: {d}")));
+                        }
+                    }
+                    Ok(None)
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect()
+                .await;
+            let mut out = (0, Vec::new());
+            for f in found {
+                out.0 += 1;
+                if let Some(d) = f? {
+                    out.1.push(d);
+                }
+            }
+            Ok::<_, anyhow::Error>(out)
         }
-        ensure!(judged > 100, "only {judged} cases judged");
-        if !differences.is_empty() {
-            bail!("{} of {judged} cases differ:\n{}", differences.len(), differences.join("\n"));
-        }
-        Ok(())
+        .await;
+        sides.clean_up(ctx).await;
+        let (cases, found) = result.with_context(|| what.clone())?;
+        judged += cases;
+        differences.extend(found);
     }
-    .await;
-    clean_up(ctx, webhook, installed, &[&webhook_ns, &native_ns]).await;
-    result
+    ensure!(
+        configs > 10 && judged > 500,
+        "only {judged} cases of {configs} configs judged"
+    );
+    if !differences.is_empty() {
+        bail!(
+            "{} of {judged} cases differ:\n{}",
+            differences.len(),
+            differences.join("\n")
+        );
+    }
+    println!(
+        "e2e: differential: {judged} cases of {configs} configs, each judged {} times alike",
+        REPEATS + 1
+    );
+    Ok(())
 }
 
 /// Hybrid mode: native policies for the limits and the static mutations, the webhook (failure

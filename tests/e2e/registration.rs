@@ -257,7 +257,8 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
             Err(e) => bail!("a Job within the limits was refused: {}", e.message),
         }
 
-        // A config change re-registers: with every queue warning, no webhook fails closed.
+        // A config change re-registers: with every rule of every queue only warning, no
+        // webhook fails closed.
         let mut all_warn: Value = serde_yaml::from_str(&suite_config()?)?;
         for queue in all_warn["queues"]
             .as_object_mut()
@@ -265,6 +266,11 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
             .flat_map(|q| q.values_mut())
         {
             queue["limits"]["enforcement"] = json!("warn");
+            queue["pytorch"]["onUnwirable"] = json!("warn");
+            if queue["guardrails"]["gang"] == "deny" {
+                queue["guardrails"]["gang"] = json!("raise");
+            }
+            queue["guardrails"]["costCeiling"]["enforcement"] = json!("warn");
         }
         std::fs::write(&config, serde_yaml::to_string(&all_warn)?)?;
         ctx.wait_for(
@@ -294,18 +300,28 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
         .and(removed)
 }
 
+/// A queue whose limits only warn but whose cost ceiling denies.
+const CEILING_QUEUE: &str = "ceiling-queue";
+
 /// With the registered webhooks' server stopped: a `warn` queue's Job is admitted (its
-/// webhook fails open) while a `deny` queue's Job is refused (its webhook fails closed), and
-/// another team's PyTorchJob still scales (`pytorchjobs/scale`'s own webhook fails open). The
-/// configurations outlive the server (other replicas serve) and `delete-webhooks` removes them.
+/// webhook fails open) while a `deny` queue's Job is refused (its webhook fails closed), and so
+/// is the Job of a queue whose limits only warn but whose cost ceiling denies (any deny rule
+/// fails closed); another team's PyTorchJob still scales (`pytorchjobs/scale`'s own webhook
+/// fails open). The configurations outlive the server (other replicas serve) and
+/// `delete-webhooks` removes them.
 pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Result<()> {
     let (name, flags) = registration(ctx);
     let dir = tempfile::tempdir()?;
+    let mut config: Value = serde_yaml::from_str(&suite_config()?)?;
+    let mut ceiling = config["queues"][WARN_QUEUE].clone();
+    ceiling["guardrails"]["costCeiling"] =
+        json!({"defaultDeadlineSeconds": 3600, "maxGpuHours": 8, "enforcement": "deny"});
+    config["queues"][CEILING_QUEUE] = ceiling;
     let mut server = Launchgate::start_with(
         dir.path(),
         Some(&ctx.env.kubeconfig),
         "127.0.0.1",
-        &suite_config()?,
+        &serde_yaml::to_string(&config)?,
         &flags,
     )
     .await?;
@@ -413,14 +429,29 @@ pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Res
             crate::ctx::mutations(&admitted).is_none(),
             "the webhook answered although it was stopped"
         );
-        match create_in(&ctx.client, &ctx.ns, &job("denied", "gpu-queue", 1), false).await? {
-            Ok(_) => bail!("a deny queue's Job was admitted while its webhook was down"),
-            Err(e) => ensure!(
-                e.message.contains(deny_hook) && e.message.contains("failed calling webhook"),
-                "unexpected refusal: {} {}",
-                e.code,
-                e.message
+        for (queue, what) in [
+            ("gpu-queue", "a deny queue's Job"),
+            (
+                CEILING_QUEUE,
+                "the Job of a warn queue whose cost ceiling denies",
             ),
+        ] {
+            match create_in(
+                &ctx.client,
+                &ctx.ns,
+                &job(&format!("denied-{queue}"), queue, 1),
+                false,
+            )
+            .await?
+            {
+                Ok(_) => bail!("{what} was admitted while its webhook was down"),
+                Err(e) => ensure!(
+                    e.message.contains(deny_hook) && e.message.contains("failed calling webhook"),
+                    "{what}: unexpected refusal: {} {}",
+                    e.code,
+                    e.message
+                ),
+            }
         }
         uninstall(ctx, &name)?;
         for kind in [
@@ -440,4 +471,112 @@ pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Res
         let _ = uninstall(ctx, &name);
     }
     result
+}
+
+/// An outage never blocks the Job controller: with the registered webhooks' server stopped
+/// (the validating webhook of the deny queue fails closed), a launch Job's pod still takes a
+/// label and an annotation, and once the pod has succeeded the real Job controller removes its
+/// `batch.kubernetes.io/job-tracking` finalizer and completes the Job. A pod UPDATE that changes
+/// its spec (an image) and a new launch Job still fail closed.
+pub async fn a_stopped_webhook_never_blocks_the_job_controller(ctx: &Ctx) -> Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    const TRACKING: &str = "batch.kubernetes.io/job-tracking";
+    let (name, flags) = registration(ctx);
+    let dir = tempfile::tempdir()?;
+    let mut server = Launchgate::start_with(
+        dir.path(),
+        Some(&ctx.env.kubeconfig),
+        "127.0.0.1",
+        &suite_config()?,
+        &flags,
+    )
+    .await?;
+    let result = async {
+        let deny_hook = "validate-deny.launchgate.io";
+        ctx.wait_for(
+            "the webhooks to be registered and to act",
+            Duration::from_secs(30),
+            || async {
+                let v = configuration(ctx, "ValidatingWebhookConfiguration", &name).await?;
+                let denied =
+                    create_in(&ctx.client, &ctx.ns, &job("probe", "gpu-queue", 8), true).await?;
+                Ok(v.is_some() && denied.is_err_and(|e| e.message.contains(deny_hook)))
+            },
+        )
+        .await?;
+        ctx.create(&job("tracked", "gpu-queue", 1), false).await?;
+        let pods = ctx
+            .wait_for_pods("batch.kubernetes.io/job-name=tracked", 1)
+            .await?;
+        let pod = &pods[0];
+        let pod_name = pod["metadata"]["name"].as_str().context("pod name")?.to_string();
+        ensure!(
+            pod["metadata"]["finalizers"].to_string().contains(TRACKING),
+            "the Job controller's pod has no tracking finalizer: {}",
+            pod["metadata"]
+        );
+        ensure!(server.stop().is_some(), "the webhook process did not stop");
+
+        let pods_api: Api<Pod> = ctx.api();
+        let patch = |p: Value| Patch::Merge(p);
+        pods_api
+            .patch(
+                &pod_name,
+                &PatchParams::default(),
+                &patch(json!({"metadata": {"labels": {"e2e.launchgate.io/seen": "yes"},
+                    "annotations": {"e2e.launchgate.io/note": "while launchgate is down"}}})),
+            )
+            .await
+            .context("a label and annotation update was refused while the webhook was down")?;
+        let mut image = serde_json::to_value(pods_api.get(&pod_name).await?)?;
+        image["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+        match pods_api
+            .replace(&pod_name, &Default::default(), &serde_json::from_value(image)?)
+            .await
+        {
+            Ok(p) => {
+                let v = configuration(ctx, "ValidatingWebhookConfiguration", &name).await?;
+                bail!(
+                    "a pod image change was admitted while the fail-closed webhook was down: {}\nVWC: {}",
+                    serde_json::to_value(p)?["spec"]["containers"][0]["image"],
+                    serde_json::to_string_pretty(&v)?
+                )
+            }
+            Err(e) => ensure!(
+                e.to_string().contains(deny_hook) && e.to_string().contains("failed calling webhook"),
+                "unexpected refusal of the image change: {e}"
+            ),
+        }
+        match create_in(&ctx.client, &ctx.ns, &job("refused", "gpu-queue", 1), false).await? {
+            Ok(_) => bail!("a deny queue's Job was admitted while its webhook was down"),
+            Err(e) => ensure!(
+                e.message.contains(deny_hook) && e.message.contains("failed calling webhook"),
+                "unexpected refusal: {} {}",
+                e.code,
+                e.message
+            ),
+        }
+
+        // Play the kubelet: the pod succeeds; the Job controller does the rest.
+        let current = serde_json::to_value(pods_api.get(&pod_name).await?)?;
+        crate::guardrails::finish_pod(ctx, &current, "Succeeded", 0, false).await?;
+        ctx.wait_for(
+            "the Job controller to complete the Job",
+            crate::ctx::CONTROLLER_WAIT,
+            || async { crate::guardrails::condition(ctx, "tracked", "Complete").await },
+        )
+        .await?;
+        let after = serde_json::to_value(pods_api.get(&pod_name).await?)?;
+        ensure!(
+            !after["metadata"]["finalizers"].to_string().contains(TRACKING),
+            "the tracking finalizer is still there: {}",
+            after["metadata"]
+        );
+        Ok(())
+    }
+    .await;
+    server.stop();
+    let removed = uninstall(ctx, &name);
+    result.and(removed)
 }

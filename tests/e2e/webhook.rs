@@ -267,6 +267,8 @@ pub fn suite_config() -> Result<String> {
         .to_string();
     let mut warn = config["queues"][&default_queue].clone();
     warn["limits"]["enforcement"] = json!("warn");
+    // Every rule of the warn queue only warns (a deny rule would make it fail closed).
+    warn["pytorch"]["onUnwirable"] = json!("warn");
     let mut deadline = config["queues"][&default_queue].clone();
     deadline["limits"]["maxActiveDeadlineSeconds"] = json!(86400);
     let mut kubeflow = config["queues"][&default_queue].clone();

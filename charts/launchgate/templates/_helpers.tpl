@@ -111,6 +111,25 @@ Arguments: list of path segments after the root, the root variable, and the key 
 {{- join " || " $parts }}
 {{- end }}
 
+{{/*
+CEL: the request can change what launchgate judges. Every CREATE and every UPDATE through a
+subresource; an UPDATE of the object itself only when its spec changes or a launch/queue label or
+a kueue.x-k8s.io/ label does. The Job controller removing its job-tracking finalizer and other
+label/annotation changes are never sent, so a webhook outage cannot block them. The server
+registers the same condition (native::webhooks::relevant_update).
+*/}}
+{{- define "launchgate.celRelevantUpdate" -}}
+{{- $keys := include "launchgate.launchLabelKeys" . | fromJsonArray }}
+{{- $quoted := list }}
+{{- range $keys }}
+{{- $quoted = append $quoted (printf "'%s'" .) }}
+{{- end }}
+{{- $value := "(has(%s.metadata.labels) && k in %s.metadata.labels ? [%s.metadata.labels[k]] : [])" }}
+{{- $changed := printf "%s != %s" (printf $value "object" "object" "object") (printf $value "oldObject" "oldObject" "oldObject") }}
+{{- $kueue := "(has(%s.metadata.labels) && %s.metadata.labels.exists(k, k.startsWith('kueue.x-k8s.io/') && %s))" }}
+{{- printf "request.operation != 'UPDATE' || (has(request.subResource) && request.subResource != '') || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec || [%s].exists(k, %s) || %s || %s" (join ", " $quoted) $changed (printf $kueue "object" "object" $changed) (printf $kueue "oldObject" "oldObject" $changed) }}
+{{- end }}
+
 {{/* Shared parts of both webhooks (namespaceSelector, objectSelector, matchConditions). */}}
 {{- define "launchgate.webhookSelectors" -}}
 namespaceSelector:
@@ -134,13 +153,16 @@ objectSelector:
 matchConditions:
   - name: launch-workload
     expression: {{ include "launchgate.celLaunchWorkload" . | quote }}
+  - name: relevant-update
+    expression: {{ include "launchgate.celRelevantUpdate" . | quote }}
   {{- with .Values.webhook.matchConditions.extra }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end }}
 {{- end }}
 
-{{/* Admission rules: CREATE and UPDATE only (on DELETE `object` is null). */}}
+{{/* Admission rules: CREATE and UPDATE only (on DELETE `object` is null); an UPDATE is sent
+only when it can change what the limits cover (matchConditions: relevant-update). */}}
 {{- define "launchgate.webhookRules" -}}
 rules:
   {{- if .Values.webhook.rules.pods }}
