@@ -167,6 +167,18 @@ impl Ctx {
         dry_run: bool,
         user: Option<&str>,
     ) -> Result<(u16, Value, Vec<String>)> {
+        self.create_raw_impersonating(obj, dry_run, user, &[]).await
+    }
+
+    /// [`Ctx::create_raw_as`] with the user's groups too (`Impersonate-Group`, as
+    /// `kubectl --as-group` sends them).
+    pub async fn create_raw_impersonating(
+        &self,
+        obj: &Value,
+        dry_run: bool,
+        user: Option<&str>,
+        groups: &[&str],
+    ) -> Result<(u16, Value, Vec<String>)> {
         let mut obj = obj.clone();
         obj["metadata"]["namespace"] = json!(self.ns);
         let resource = resource_for(&obj)?;
@@ -184,6 +196,9 @@ impl Ctx {
         let mut request = http::Request::post(url).header("content-type", "application/json");
         if let Some(user) = user {
             request = request.header("impersonate-user", user);
+        }
+        for group in groups {
+            request = request.header("impersonate-group", *group);
         }
         let request = request.body(serde_json::to_vec(&obj)?)?;
         let response = self

@@ -180,57 +180,6 @@ pub async fn a_claimed_owner_is_not_trusted(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-/// Sends `obj` as `user` in `groups` (`Impersonate-User`/`Impersonate-Group`, as `kubectl --as
-/// --as-group` sends them): the HTTP status, the body and the `Warning` headers.
-async fn create_as_member(
-    ctx: &Ctx,
-    obj: &Value,
-    dry_run: bool,
-    user: &str,
-    groups: &[&str],
-) -> Result<(u16, Value, Vec<String>)> {
-    let mut obj = obj.clone();
-    obj["metadata"]["namespace"] = json!(ctx.ns);
-    let resource = crate::ctx::resource_for(&obj)?;
-    let url = format!(
-        "{}/namespaces/{}/{}{}",
-        if resource.group.is_empty() {
-            format!("/api/{}", resource.version)
-        } else {
-            format!("/apis/{}/{}", resource.group, resource.version)
-        },
-        ctx.ns,
-        resource.plural,
-        if dry_run { "?dryRun=All" } else { "" }
-    );
-    let mut request = http::Request::post(url)
-        .header("content-type", "application/json")
-        .header("impersonate-user", user);
-    for group in groups {
-        request = request.header("impersonate-group", *group);
-    }
-    let request = request.body(serde_json::to_vec(&obj)?)?;
-    let response = ctx
-        .client
-        .send(request.map(kube::client::Body::from))
-        .await?;
-    let status = response.status().as_u16();
-    let warnings = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        .collect();
-    let body = http_body_util::BodyExt::collect(response.into_body())
-        .await?
-        .to_bytes();
-    Ok((
-        status,
-        serde_json::from_slice(&body).unwrap_or(Value::Null),
-        warnings,
-    ))
-}
-
 /// The docs' exemption example on the real control plane: a group exempt in a namespace creates
 /// an over-limit Job there; the kube-controller-manager's Job controller creates its pods, and
 /// they are admitted (they inherit the Job's exemption: no FailedCreate). Someone else's same
@@ -267,8 +216,12 @@ pub async fn exempt_group_jobs_pods_inherit_the_exemption(ctx: &Ctx) -> Result<(
         "the RoleBinding to take effect",
         Duration::from_secs(20),
         || async {
-            let (a, _, _) = create_as_member(ctx, &probe, true, "ops", &[EXEMPT_GROUP]).await?;
-            let (b, _, _) = create_as_member(ctx, &probe, true, "tenant", &[]).await?;
+            let (a, _, _) = ctx
+                .create_raw_impersonating(&probe, true, Some("ops"), &[EXEMPT_GROUP])
+                .await?;
+            let (b, _, _) = ctx
+                .create_raw_impersonating(&probe, true, Some("tenant"), &[])
+                .await?;
             Ok(a != 403 && b != 403)
         },
     )
@@ -284,7 +237,9 @@ pub async fn exempt_group_jobs_pods_inherit_the_exemption(ctx: &Ctx) -> Result<(
     job["spec"]["completions"] = json!(2);
 
     // Someone outside the group: denied (8 GPUs, the queue allows 4).
-    let (status, body, _) = create_as_member(ctx, &job, true, "tenant", &[]).await?;
+    let (status, body, _) = ctx
+        .create_raw_impersonating(&job, true, Some("tenant"), &[])
+        .await?;
     ensure!(
         status == 403,
         "the tenant's 8-GPU Job: status {status}: {body}"
@@ -296,7 +251,9 @@ pub async fn exempt_group_jobs_pods_inherit_the_exemption(ctx: &Ctx) -> Result<(
         let meta = at.split('.').fold(&mut forged, |v, k| &mut v[k]);
         meta["annotations"] = json!({"launchgate.io/exempted-by": "platform-smoke-tests"});
     }
-    let (status, body, _) = create_as_member(ctx, &forged, false, "tenant", &[]).await?;
+    let (status, body, _) = ctx
+        .create_raw_impersonating(&forged, false, Some("tenant"), &[])
+        .await?;
     ensure!(
         status == 403
             && body["message"]
@@ -307,7 +264,9 @@ pub async fn exempt_group_jobs_pods_inherit_the_exemption(ctx: &Ctx) -> Result<(
     );
 
     // The exempt group's Job: admitted, and the Job controller's pods with it.
-    let (status, body, _) = create_as_member(ctx, &job, false, "ops", &[EXEMPT_GROUP]).await?;
+    let (status, body, _) = ctx
+        .create_raw_impersonating(&job, false, Some("ops"), &[EXEMPT_GROUP])
+        .await?;
     ensure!(
         status == 201,
         "the exempt group's Job: status {status}: {body}"
@@ -351,7 +310,9 @@ pub async fn exempt_group_jobs_pods_inherit_the_exemption(ctx: &Ctx) -> Result<(
         bare.pointer("/metadata/labels/batch.kubernetes.io~1controller-uid") == Some(&json!(uid)),
         "the copied pod lost its owner's labels: {bare}"
     );
-    let (status, body, _) = create_as_member(ctx, &bare, true, "tenant", &[]).await?;
+    let (status, body, _) = ctx
+        .create_raw_impersonating(&bare, true, Some("tenant"), &[])
+        .await?;
     ensure!(
         status == 403,
         "a tenant's bare pod claiming the exempt Job: status {status}: {body}"
