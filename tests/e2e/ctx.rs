@@ -4,6 +4,7 @@
 use crate::webhook::UNREGISTERED_LABEL;
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -295,6 +296,45 @@ impl Ctx {
         }
     }
 
+    /// Grants the Role `name` (its `rules`) to `subjects` (a RoleBinding) in the test's
+    /// namespace, then waits until each of `requesters` (a user and its groups) may create
+    /// `probe` (a dry run): the authorizer reads bindings from an informer.
+    pub async fn grant(
+        &self,
+        name: &str,
+        rules: Value,
+        subjects: Value,
+        probe: &Value,
+        requesters: &[(&str, &[&str])],
+    ) -> Result<()> {
+        let roles: Api<Role> = self.api();
+        let role = serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules}))?;
+        roles.create(&PostParams::default(), &role).await?;
+        let bindings: Api<RoleBinding> = self.api();
+        let binding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subjects,
+        }))?;
+        bindings.create(&PostParams::default(), &binding).await?;
+        self.wait_for(
+            &format!("the RoleBinding {name:?} to take effect"),
+            Duration::from_secs(20),
+            || async {
+                for (user, groups) in requesters {
+                    let (status, _, _) = self
+                        .create_raw_impersonating(probe, true, Some(user), groups)
+                        .await?;
+                    if status == 403 {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            },
+        )
+        .await
+    }
+
     /// Polls `check` until it is true or `timeout` passes.
     pub async fn wait_for<F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> Result<()>
     where
@@ -403,4 +443,11 @@ pub fn manifest(name: &str) -> Value {
 pub fn mutations(obj: &Value) -> Option<&str> {
     obj.pointer("/metadata/annotations/launchgate.io~1mutations")
         .and_then(Value::as_str)
+}
+
+/// A Job no rule judges (not a launch workload): only RBAC can refuse its creation.
+pub fn rbac_probe_job() -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rbac-probe"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox"}]}}}})
 }

@@ -4,10 +4,9 @@
 //! would, as that controller's service account; it sends Kueue's admission UPDATE).
 
 use crate::common::env_entry;
-use crate::ctx::{Ctx, mutations};
+use crate::ctx::{Ctx, mutations, rbac_probe_job};
 use crate::webhook::{KUEUE_QUEUE, TRAINJOB_QUEUE};
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -36,32 +35,12 @@ async fn grant_jobs(ctx: &Ctx, user: &str) -> Result<()> {
         .strip_prefix("system:serviceaccount:")
         .and_then(|s| s.split_once(':'))
         .context("a service account")?;
-    let roles: Api<Role> = ctx.api();
-    roles
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "controller"},
-                "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]}))?,
-        )
-        .await?;
-    let bindings: Api<RoleBinding> = ctx.api();
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "controller"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "controller"},
-                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": sa_ns}]}))?,
-        )
-        .await?;
-    let probe = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rbac-probe"},
-        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}});
-    ctx.wait_for(
-        "the controller's RoleBinding",
-        Duration::from_secs(20),
-        || async {
-            let (status, _, _) = ctx.create_raw_as(&probe, true, Some(user)).await?;
-            Ok(status != 403)
-        },
+    ctx.grant(
+        "controller",
+        json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
+        json!([{"kind": "ServiceAccount", "name": sa, "namespace": sa_ns}]),
+        &rbac_probe_job(),
+        &[(user, &[])],
     )
     .await
 }
@@ -522,35 +501,19 @@ const TRAINER_CONTROLLER: &str =
 
 /// Lets Trainer's controller (its service account) create JobSets in the test's namespace.
 async fn grant_jobsets(ctx: &Ctx) -> Result<()> {
-    let roles: Api<Role> = ctx.api();
-    roles
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "trainer"},
-                "rules": [{"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create"]}]}))?,
-        )
-        .await?;
-    let bindings: Api<RoleBinding> = ctx.api();
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "trainer"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainer"},
-                "subjects": [{"kind": "ServiceAccount", "name": "kubeflow-trainer-controller-manager",
-                              "namespace": "kubeflow-system"}]}))?,
-        )
-        .await?;
     // Not a launch workload: only RBAC can refuse it.
     let probe = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
         "metadata": {"name": "rbac-probe"},
         "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {
             "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}]}});
-    ctx.wait_for("Trainer's RoleBinding", Duration::from_secs(20), || async {
-        let (status, _, _) = ctx
-            .create_raw_as(&probe, true, Some(TRAINER_CONTROLLER))
-            .await?;
-        Ok(status != 403)
-    })
+    ctx.grant(
+        "trainer",
+        json!([{"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create"]}]),
+        json!([{"kind": "ServiceAccount", "name": "kubeflow-trainer-controller-manager",
+                "namespace": "kubeflow-system"}]),
+        &probe,
+        &[(TRAINER_CONTROLLER, &[])],
+    )
     .await
 }
 

@@ -1,13 +1,10 @@
 //! Nothing a tenant writes into an object takes it out of policy: exemptions go by who sends
 //! the request, as the API server authenticated it.
 
-use crate::ctx::{Ctx, manifest};
+use crate::ctx::{Ctx, manifest, rbac_probe_job};
 use crate::webhook::DEADLINE_QUEUE;
 use anyhow::{Result, ensure};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use std::time::Duration;
 
 /// The group the suite config exempts on the default queue in namespaces `exempt-group-*`
 /// (the docs' example: a platform team exempt in its own namespaces).
@@ -51,33 +48,12 @@ fn image_build(name: &str) -> Value {
 
 /// Lets the agent's service account create workloads in the test's namespace.
 async fn grant_agent(ctx: &Ctx) -> Result<()> {
-    let roles: Api<Role> = ctx.api();
-    let role = serde_json::from_value(json!({
-        "metadata": {"name": "wandb-agent"},
-        "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}],
-    }))?;
-    roles.create(&PostParams::default(), &role).await?;
-    let bindings: Api<RoleBinding> = ctx.api();
-    let binding = serde_json::from_value(json!({
-        "metadata": {"name": "wandb-agent"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "wandb-agent"},
-        "subjects": [{"kind": "ServiceAccount", "name": "wandb-launch-serviceaccount-e2e", "namespace": "wandb"}],
-    }))?;
-    bindings.create(&PostParams::default(), &binding).await?;
-    // The authorizer reads bindings from an informer: wait until the agent may create a Job.
-    let probe = json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "rbac-probe"},
-        "spec": {"template": {"spec": {"restartPolicy": "Never",
-            "containers": [{"name": "c", "image": "busybox"}]}}},
-    });
-    ctx.wait_for(
-        "the agent's RoleBinding to take effect",
-        Duration::from_secs(20),
-        || async {
-            let (status, _, _) = ctx.create_raw_as(&probe, true, Some(AGENT)).await?;
-            Ok(status != 403)
-        },
+    ctx.grant(
+        "wandb-agent",
+        json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
+        json!([{"kind": "ServiceAccount", "name": "wandb-launch-serviceaccount-e2e", "namespace": "wandb"}]),
+        &rbac_probe_job(),
+        &[(AGENT, &[])],
     )
     .await
 }
@@ -192,38 +168,13 @@ pub async fn exempt_group_jobs_pods_inherit_the_exemption(ctx: &Ctx) -> Result<(
         ctx.ns
     );
     // The platform team and a tenant may create Jobs and Pods here.
-    let roles: Api<Role> = ctx.api();
-    let role = serde_json::from_value(json!({
-        "metadata": {"name": "workloads"},
-        "rules": [{"apiGroups": ["batch", ""], "resources": ["jobs", "pods"], "verbs": ["create"]}],
-    }))?;
-    roles.create(&PostParams::default(), &role).await?;
-    let bindings: Api<RoleBinding> = ctx.api();
-    let binding = serde_json::from_value(json!({
-        "metadata": {"name": "workloads"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "workloads"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": EXEMPT_GROUP},
-                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant"}],
-    }))?;
-    bindings.create(&PostParams::default(), &binding).await?;
-    let probe = json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "rbac-probe"},
-        "spec": {"template": {"spec": {"restartPolicy": "Never",
-            "containers": [{"name": "c", "image": "busybox"}]}}},
-    });
-    ctx.wait_for(
-        "the RoleBinding to take effect",
-        Duration::from_secs(20),
-        || async {
-            let (a, _, _) = ctx
-                .create_raw_impersonating(&probe, true, Some("ops"), &[EXEMPT_GROUP])
-                .await?;
-            let (b, _, _) = ctx
-                .create_raw_impersonating(&probe, true, Some("tenant"), &[])
-                .await?;
-            Ok(a != 403 && b != 403)
-        },
+    ctx.grant(
+        "workloads",
+        json!([{"apiGroups": ["batch", ""], "resources": ["jobs", "pods"], "verbs": ["create"]}]),
+        json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": EXEMPT_GROUP},
+               {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant"}]),
+        &rbac_probe_job(),
+        &[("ops", &[EXEMPT_GROUP]), ("tenant", &[])],
     )
     .await?;
 
