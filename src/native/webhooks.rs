@@ -529,7 +529,8 @@ mod tests {
             ("guardrails.gang", json!({"guardrails": {"gang": "deny"}})),
             (
                 "guardrails.costCeiling.maxGpuHours",
-                json!({"guardrails": {"costCeiling": {"maxGpuHours": 8}}}),
+                json!({"guardrails": {"costCeiling": {"maxGpuHours": 8}},
+                    "limits": {"unverifiableRuntime": "warn"}}),
             ),
         ] {
             let p = policy_with("warn", |q| {
@@ -542,9 +543,26 @@ mod tests {
             assert_eq!(p.queue("other-queue").unwrap().deny_rules(), [rule]);
             assert!(closed(&p), "{rule}: {}", deny_queue_condition(&p).unwrap());
         }
-        // A cost ceiling that only warns, or the wiring off, does not deny.
+        // A bound on a run's size denies a TrainJob whose runtime cannot be read, unless
+        // limits.unverifiableRuntime says warn.
+        let p = policy_with("warn", |q| {
+            q["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 16}});
+        });
+        assert_eq!(
+            p.queue("other-queue").unwrap().deny_rules(),
+            ["limits.unverifiableRuntime"]
+        );
+        assert!(closed(&p));
+        let p = policy_with("warn", |q| {
+            q["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 16}});
+            q["limits"]["unverifiableRuntime"] = json!("warn");
+        });
+        assert!(!closed(&p));
+        // A cost ceiling that only warns (and a runtime it cannot read only warned about), or
+        // the wiring off, does not deny.
         let p = policy_with("warn", |q| {
             q["guardrails"]["costCeiling"] = json!({"maxGpuHours": 8, "enforcement": "warn"});
+            q["limits"]["unverifiableRuntime"] = json!("warn");
             q["pytorch"] = json!({"enabled": false, "onUnwirable": "deny"});
         });
         assert!(!closed(&p));

@@ -164,9 +164,11 @@ pub struct Queue {
 impl Queue {
     /// The queue's settings that can deny a request, by config key: the limits with
     /// `enforcement: deny`, `pytorch.onUnwirable: deny` (with the wiring on), `guardrails.gang:
-    /// deny`, a `guardrails.costCeiling.maxGpuHours` with `enforcement: deny`. These are every
-    /// denial the validating webhook gives for a queue; a queue with any is registered on the
-    /// fail-closed webhook, so an outage never admits what launchgate would deny.
+    /// deny`, a `guardrails.costCeiling.maxGpuHours` with `enforcement: deny`,
+    /// `limits.unverifiableRuntime: deny` where something bounds a run's size
+    /// ([`Queue::size_bounds`]). These are every denial the validating webhook gives for a queue;
+    /// a queue with any is registered on the fail-closed webhook, so an outage never admits what
+    /// launchgate would deny.
     pub fn deny_rules(&self) -> Vec<&'static str> {
         use crate::topology::guardrails::{GangAction, GuardrailEnforcement};
         let c = &self.config;
@@ -184,7 +186,30 @@ impl Queue {
         if cost.max_gpu_hours.is_some() && cost.enforcement == GuardrailEnforcement::Deny {
             out.push("guardrails.costCeiling.maxGpuHours");
         }
+        if !self.size_bounds().is_empty()
+            && self.limits.unverifiable_runtime() == crate::validate::UnverifiableRuntime::Deny
+        {
+            out.push("limits.unverifiableRuntime");
+        }
         out
+    }
+
+    /// The settings that bound a run's size (`totals`, the GPU-hour ceiling), by config key: a
+    /// TrainJob that leaves its size to a runtime launchgate cannot read is judged by
+    /// `limits.unverifiableRuntime` where there is one.
+    pub fn size_bounds(&self) -> Vec<&'static str> {
+        [
+            self.limits.has_totals().then_some("totals"),
+            self.config
+                .guardrails
+                .cost_ceiling
+                .max_gpu_hours
+                .is_some()
+                .then_some("guardrails.costCeiling.maxGpuHours"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// True when some setting of the queue denies ([`Queue::deny_rules`]).

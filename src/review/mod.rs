@@ -858,19 +858,7 @@ fn unverifiable_size(queue: &Queue, object: &Value, runtime: &RuntimeState) -> O
     let RuntimeState::Unknown { reference, why } = runtime else {
         return None;
     };
-    let bounded: Vec<&str> = [
-        queue.limits.has_totals().then_some("totals"),
-        queue
-            .config
-            .guardrails
-            .cost_ceiling
-            .max_gpu_hours
-            .is_some()
-            .then_some("guardrails.costCeiling.maxGpuHours"),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let bounded = queue.size_bounds();
     let left = trainjob::left_to_runtime(object);
     if bounded.is_empty() || left.is_empty() {
         return None;

@@ -271,6 +271,7 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
                 queue["guardrails"]["gang"] = json!("raise");
             }
             queue["guardrails"]["costCeiling"]["enforcement"] = json!("warn");
+            queue["limits"]["unverifiableRuntime"] = json!("warn");
         }
         std::fs::write(&config, serde_yaml::to_string(&all_warn)?)?;
         ctx.wait_for(
