@@ -62,7 +62,7 @@ fn matches_all(pattern: &str, probes: &[&str]) -> bool {
 }
 
 /// Whom a `users` pattern covers when that is everyone (or every service account).
-fn user_pattern_covers_everyone(pattern: &str) -> Option<&'static str> {
+pub(crate) fn user_pattern_covers_everyone(pattern: &str) -> Option<&'static str> {
     if matches_anything(pattern) || matches_all(pattern, &USER_PROBES) {
         Some("every user")
     } else if matches_all(pattern, &SERVICE_ACCOUNT_PROBES) {

@@ -13,7 +13,7 @@
 //! per-pod rules and gets no workload-level mutation (job defaults, PyTorch wiring, queue
 //! hand-off): its root was given those, and a denial would only make its controller retry.
 
-use super::exemption::{Requester, any_match};
+use super::exemption::{Requester, any_match, user_pattern_covers_everyone};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
 use crate::workload::{self, WorkloadKind};
@@ -94,10 +94,15 @@ pub fn check_pod_creators(
             ));
         }
         for (i, user) in users.iter().enumerate() {
-            if user.is_empty() || user.chars().all(|c| c == '*') {
+            let everyone = if user.is_empty() {
+                Some("everyone")
+            } else {
+                user_pattern_covers_everyone(user)
+            };
+            if let Some(everyone) = everyone {
                 errors.push(ConfigError::new(
                     format!("{here}[{i}]"),
-                    "a pod creator names the controller's user; this matches everyone, so any pod could claim an owner",
+                    format!("a pod creator names the controller's user; this matches {everyone}, so any pod could claim an owner"),
                 ));
             }
         }
@@ -450,11 +455,28 @@ mod tests {
         let creators = BTreeMap::from([
             ("Deployment".to_string(), vec!["x".to_string()]),
             ("Job".to_string(), vec!["*".to_string()]),
+            (
+                "JobSet".to_string(),
+                vec![
+                    "?*".to_string(),
+                    "system:serviceaccount:*".to_string(),
+                    "system:serviceaccount:jobset-system:*".to_string(),
+                ],
+            ),
         ]);
         check_pod_creators(&creators, "match.podCreators", &mut errors);
         let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        assert_eq!(text.len(), 2, "{text:?}");
+        assert_eq!(text.len(), 4, "{text:?}");
         assert!(text[0].starts_with("match.podCreators.Deployment: unknown workload kind"));
         assert!(text[1].starts_with("match.podCreators.Job[0]:"));
+        assert!(
+            text[2].starts_with("match.podCreators.JobSet[0]:"),
+            "{text:?}"
+        );
+        assert!(
+            text[3].starts_with("match.podCreators.JobSet[1]:"),
+            "{text:?}"
+        );
+        assert!(text[3].contains("every service account"), "{text:?}");
     }
 }
