@@ -88,7 +88,9 @@ impl Identifier {
         Identifier(Cow::Borrowed(name))
     }
 
-    /// A name checked at run time.
+    /// A name checked at run time (the tests' way to ask whether a word can name a variable;
+    /// the compiler names its variables with [`ident!`](crate::ident) and [`Identifier::numbered`]).
+    #[cfg(test)]
     pub fn parse(name: &str) -> Result<Identifier, String> {
         if is_identifier(name) {
             Ok(Identifier(Cow::Owned(name.to_string())))

@@ -178,19 +178,16 @@ pub const EXEC_SECONDS_REGEX: &str = "^[1-9][0-9]{0,17}$";
 
 /// The kinds whose top-level object Kueue manages through its labels (a Volcano Job is
 /// Volcano's; a Pod's labels are checked, never written).
-pub fn manages(kind: WorkloadKind) -> bool {
-    matches!(
-        kind,
-        WorkloadKind::BatchJob
-            | WorkloadKind::JobSet
-            | WorkloadKind::TrainJob
-            | WorkloadKind::PyTorchJob
-    )
-}
+pub const MANAGED: [WorkloadKind; 4] = [
+    WorkloadKind::BatchJob,
+    WorkloadKind::JobSet,
+    WorkloadKind::PyTorchJob,
+    WorkloadKind::TrainJob,
+];
 
-/// The label `key` of `object`, `None` when unset (or not a string).
-fn label<'v>(object: &'v Value, key: &str) -> Option<&'v str> {
-    object.get("metadata")?.get("labels")?.get(key)?.as_str()
+/// True when Kueue manages `kind` through its labels ([`MANAGED`]).
+pub fn manages(kind: WorkloadKind) -> bool {
+    MANAGED.contains(&kind)
 }
 
 /// The queue's Kueue settings `object` breaks, one line each, for a workload the queue owns
@@ -210,7 +207,9 @@ pub fn violations(
     cfg.settings()
         .into_iter()
         .filter_map(|setting| {
-            let value = label(object, setting.label);
+            let value = object
+                .as_object()
+                .and_then(|o| workload::label(o, setting.label));
             let checked = !pod || value.is_some_and(|v| !v.is_empty());
             (checked && !setting.holds(value)).then(|| setting.violation(queue_name, value))
         })

@@ -4,7 +4,7 @@
 
 use super::select::is_kind;
 use crate::cel::lit;
-use crate::mutate::kueue::{EXEC_SECONDS_REGEX, KueueConfig, Rule, Setting};
+use crate::mutate::kueue::{EXEC_SECONDS_REGEX, KueueConfig, MANAGED, Rule, Setting};
 use crate::workload::WorkloadKind;
 
 /// CEL: the label map `labels` (known to exist) keeps `setting`.
@@ -62,14 +62,7 @@ pub fn violations(cfg: &KueueConfig, queue_name: &str, child: &str) -> Option<St
     let labels = "object.metadata.labels";
     let has = format!("(has(object.metadata) && has({labels}) && {labels} != null)");
     let pod = is_kind(WorkloadKind::Pod);
-    let managed = [
-        WorkloadKind::BatchJob,
-        WorkloadKind::JobSet,
-        WorkloadKind::PyTorchJob,
-        WorkloadKind::TrainJob,
-    ]
-    .map(is_kind)
-    .join(" || ");
+    let managed = MANAGED.map(is_kind).join(" || ");
     let each: Vec<String> = settings
         .iter()
         .map(|s| {

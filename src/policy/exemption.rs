@@ -192,6 +192,11 @@ impl Exemption {
         !(self.users.is_empty() && self.groups.is_empty() && self.service_accounts.is_empty())
     }
 
+    /// True when the exemption covers `namespace` (it names none: every namespace).
+    fn covers_namespace(&self, namespace: &str) -> bool {
+        self.namespaces.is_empty() || any_match(&self.namespaces, namespace)
+    }
+
     fn requester_fits(&self, who: &Requester<'_>) -> bool {
         !self.has_requester()
             || any_match(&self.users, who.username)
@@ -247,7 +252,7 @@ impl Exemption {
     fn fit(&self, who: &Requester<'_>, kind: WorkloadKind, object: &Value) -> Fit {
         let labels = self.labels_fit(object);
         let requester = self.requester_fits(who);
-        let place = self.namespaces.is_empty() || any_match(&self.namespaces, who.namespace);
+        let place = self.covers_namespace(who.namespace);
         if !labels {
             return Fit::Unrelated;
         }
@@ -466,49 +471,48 @@ pub(crate) fn unearned_marks(
         .collect()
 }
 
-/// Writes the exemption mark `name` on `object` and on each of its pod templates; true when
-/// something changed.
-pub(crate) fn write_marks(kind: WorkloadKind, object: &mut Value, name: &str) -> bool {
+/// Calls `f` on each place of `object` that carries the exemption mark, the places
+/// [`mark_places`] reads: each pod template (a Pod is its own), then the object; true when any
+/// call changed something.
+fn edit_mark_places(
+    kind: WorkloadKind,
+    object: &mut Value,
+    mut f: impl FnMut(&mut serde_json::Map<String, Value>) -> bool,
+) -> bool {
     let mut changed = false;
-    let mut mark = |map: &mut serde_json::Map<String, Value>| {
-        let annotations = workload::metadata_map_mut(map, "annotations");
-        if annotations
-            .get(EXEMPTED_BY_ANNOTATION)
-            .and_then(Value::as_str)
-            != Some(name)
-        {
-            annotations.insert(EXEMPTED_BY_ANNOTATION.into(), Value::from(name));
-            changed = true;
-        }
-    };
     if kind != WorkloadKind::Pod {
-        workload::for_each_template_mut(kind, object, |_, template| mark(template));
+        workload::for_each_template_mut(kind, object, |_, template| changed |= f(template));
     }
     if let Some(obj) = object.as_object_mut() {
-        mark(obj);
+        changed |= f(obj);
     }
     changed
 }
 
+/// Writes the exemption mark `name` on `object` and on each of its pod templates; true when
+/// something changed.
+pub(crate) fn write_marks(kind: WorkloadKind, object: &mut Value, name: &str) -> bool {
+    edit_mark_places(kind, object, |map| {
+        let annotations = workload::metadata_map_mut(map, "annotations");
+        let marked = annotations
+            .get(EXEMPTED_BY_ANNOTATION)
+            .and_then(Value::as_str)
+            == Some(name);
+        if !marked {
+            annotations.insert(EXEMPTED_BY_ANNOTATION.into(), Value::from(name));
+        }
+        !marked
+    })
+}
+
 /// Removes the exemption mark from `object` and its pod templates; true when there was one.
 pub(crate) fn strip_marks(kind: WorkloadKind, object: &mut Value) -> bool {
-    let mut changed = false;
-    let mut strip = |map: &mut serde_json::Map<String, Value>| {
-        if let Some(annotations) = map
-            .get_mut("metadata")
+    edit_mark_places(kind, object, |map| {
+        map.get_mut("metadata")
             .and_then(|m| m.get_mut("annotations"))
             .and_then(Value::as_object_mut)
-        {
-            changed |= annotations.remove(EXEMPTED_BY_ANNOTATION).is_some();
-        }
-    };
-    if kind != WorkloadKind::Pod {
-        workload::for_each_template_mut(kind, object, |_, template| strip(template));
-    }
-    if let Some(obj) = object.as_object_mut() {
-        strip(obj);
-    }
-    changed
+            .is_some_and(|annotations| annotations.remove(EXEMPTED_BY_ANNOTATION).is_some())
+    })
 }
 
 /// The exemption a pod or child workload inherits from its owner: the one named by the mark it
@@ -528,9 +532,10 @@ pub(crate) fn inherited<'e>(
     if !names.all(|n| n == name) {
         return None;
     }
-    lists.iter().flat_map(|l| l.iter()).find(|e| {
-        e.name == name && (e.namespaces.is_empty() || any_match(&e.namespaces, namespace))
-    })
+    lists
+        .iter()
+        .flat_map(|l| l.iter())
+        .find(|e| e.name == name && e.covers_namespace(namespace))
 }
 
 #[cfg(test)]
