@@ -152,8 +152,15 @@ pub enum OwnerClaim {
     None,
     /// Verified: the owner's controller sent it, with the owner's labels. Per-pod rules only.
     Verified(WorkloadKind),
-    /// Claimed but not verifiable: every rule, and why in a warning.
-    Unverified(String),
+    /// Claimed but not verifiable: every rule, and why in a warning (`why`, for the validating
+    /// webhook); a child workload (not a pod) is then mutated as a standalone workload, and
+    /// `standalone` says so (for the mutating webhook).
+    Unverified {
+        /// Why the claim is not trusted.
+        why: String,
+        /// For a child workload: the warning that it is wired as a workload of its own.
+        standalone: Option<String>,
+    },
 }
 
 /// Stands for the object's own `metadata.name` in [`owner_mark`]'s keys.
@@ -191,31 +198,6 @@ fn claimed_owner(kind: WorkloadKind, object: &Value) -> Option<(WorkloadKind, &V
         .filter(|(k, _)| owners.contains(k))
 }
 
-/// For a child workload (a JobSet's Job, a TrainJob's JobSet) whose owner claim is not
-/// verified: the short warning that it is mutated as a standalone workload, naming the
-/// `match.podCreators` entry its controller's user belongs in. `None` for a pod or an object
-/// that claims no launch owner.
-pub fn standalone_child_warning(
-    kind: WorkloadKind,
-    object: &Value,
-    who: &Requester<'_>,
-) -> Option<String> {
-    if kind == WorkloadKind::Pod {
-        return None;
-    }
-    let (owner_kind, owner) = claimed_owner(kind, object)?;
-    let name = owner
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    Some(format!(
-        "launchgate: {} is not in match.podCreators.{owner}, so this {kind} of {owner} {name:?} is wired and judged as a standalone {kind}, a world of its own",
-        who.describe(),
-        owner = owner_kind.as_str(),
-        kind = kind.as_str(),
-    ))
-}
-
 /// Judges the controller owner reference of `object` (a `kind`) for a request from `who`,
 /// with the configured pod creators.
 pub fn owner_claim(
@@ -245,17 +227,32 @@ pub fn owner_claim(
         .get(owner_kind.as_str())
         .map(Vec::as_slice)
         .unwrap_or_default();
+    let child = kind != WorkloadKind::Pod;
     if !any_match(allowed, who.username) {
-        return OwnerClaim::Unverified(format!(
-            "launchgate: the {what} names {claimed} as its controller but is sent by {}, not by that kind's controller (match.podCreators.{}: {}); it is judged on every rule of its queue",
-            who.describe(),
-            owner_kind.as_str(),
-            if allowed.is_empty() {
-                "none configured".to_string()
-            } else {
-                allowed.join(", ")
-            }
-        ));
+        // A child workload (a JobSet's Job, a TrainJob's JobSet) from a user that is not its
+        // owner's controller: the short warning names the `match.podCreators` entry that
+        // user belongs in, if it is the controller.
+        let standalone = child.then(|| {
+            format!(
+                "launchgate: {} is not in match.podCreators.{owner}, so this {kind} of {owner} {owner_name:?} is wired and judged as a standalone {kind}, a world of its own",
+                who.describe(),
+                owner = owner_kind.as_str(),
+                kind = kind.as_str(),
+            )
+        });
+        return OwnerClaim::Unverified {
+            why: format!(
+                "launchgate: the {what} names {claimed} as its controller but is sent by {}, not by that kind's controller (match.podCreators.{}: {}); it is judged on every rule of its queue",
+                who.describe(),
+                owner_kind.as_str(),
+                if allowed.is_empty() {
+                    "none configured".to_string()
+                } else {
+                    allowed.join(", ")
+                }
+            ),
+            standalone,
+        };
     }
     let (keys, field) = owner_mark(owner_kind);
     let expected = text(owner.get(field));
@@ -276,10 +273,14 @@ pub fn owner_claim(
     if marked {
         OwnerClaim::Verified(owner_kind)
     } else {
-        OwnerClaim::Unverified(format!(
+        let why = format!(
             "launchgate: the {what} names {claimed} as its controller but does not carry {} = the owner's {field}; it is judged on every rule of its queue",
             keys.join(" or ")
-        ))
+        );
+        OwnerClaim::Unverified {
+            standalone: child.then(|| why.clone()),
+            why,
+        }
     }
 }
 
@@ -342,7 +343,7 @@ mod tests {
             "batch/v1",
             json!({"batch.kubernetes.io/controller-uid": "u-1"}),
         );
-        let OwnerClaim::Unverified(why) = claim(&decoy, "alice") else {
+        let OwnerClaim::Unverified { why, .. } = claim(&decoy, "alice") else {
             panic!("verified")
         };
         assert!(
@@ -356,7 +357,7 @@ mod tests {
                 &decoy,
                 "system:serviceaccount:volcano-system:volcano-controllers"
             ),
-            OwnerClaim::Unverified(_)
+            OwnerClaim::Unverified { .. }
         ));
         // The controller's pod must carry the owner's uid.
         let other = pod(
@@ -364,12 +365,12 @@ mod tests {
             "batch/v1",
             json!({"batch.kubernetes.io/controller-uid": "u-2"}),
         );
-        let OwnerClaim::Unverified(why) = claim(&other, JOB_CONTROLLER) else {
+        let OwnerClaim::Unverified { why, .. } = claim(&other, JOB_CONTROLLER) else {
             panic!("verified")
         };
         assert!(why.contains("controller-uid"), "{why}");
         // Offline (no requester): never verified.
-        assert!(matches!(claim(&decoy, ""), OwnerClaim::Unverified(_)));
+        assert!(matches!(claim(&decoy, ""), OwnerClaim::Unverified { .. }));
         // No controller owner of a launch kind: no claim at all.
         let mut plain = decoy.clone();
         plain["metadata"]["ownerReferences"][0]["controller"] = json!(false);
@@ -411,7 +412,7 @@ mod tests {
             &creators,
         );
         assert!(
-            matches!(&claimed, OwnerClaim::Unverified(why) if why.contains("the Job names JobSet \"ddp\"")),
+            matches!(&claimed, OwnerClaim::Unverified { why, .. } if why.contains("the Job names JobSet \"ddp\"")),
             "{claimed:?}"
         );
         let trainer_jobset = json!({"metadata": {"name": "run",
@@ -428,10 +429,26 @@ mod tests {
         );
         let mut renamed = trainer_jobset.clone();
         renamed["metadata"]["name"] = json!("other");
-        assert!(matches!(
-            owner_claim(WorkloadKind::JobSet, &renamed, &as_user(TRAINER), &creators),
-            OwnerClaim::Unverified(_)
-        ));
+        // Sent by Trainer's controller but without the owner's mark: the standalone warning
+        // says what is missing, not that the controller is unconfigured.
+        let OwnerClaim::Unverified { why, standalone } =
+            owner_claim(WorkloadKind::JobSet, &renamed, &as_user(TRAINER), &creators)
+        else {
+            panic!("a JobSet without its TrainJob's name is not verified");
+        };
+        assert!(why.contains("does not carry"), "{why}");
+        assert_eq!(standalone.as_deref(), Some(why.as_str()));
+        // From another user: the standalone warning names match.podCreators.
+        let OwnerClaim::Unverified { standalone, .. } =
+            owner_claim(WorkloadKind::JobSet, &renamed, &as_user("alice"), &creators)
+        else {
+            panic!("a JobSet from alice is not verified");
+        };
+        let standalone = standalone.unwrap_or_default();
+        assert!(
+            standalone.contains("is not in match.podCreators.TrainJob"),
+            "{standalone}"
+        );
         // A top-level Job names no JobSet; a Volcano Job has no launch owner kind.
         let top = json!({"metadata": {"name": "j"}});
         assert_eq!(

@@ -12,7 +12,7 @@ use crate::json::Pointer as _;
 use crate::mutate::{self, Findings, MutationContext};
 use crate::policy::{
     EXEMPTED_BY_ANNOTATION, Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch,
-    exemption, owner_claim, standalone_child_warning,
+    exemption, owner_claim,
 };
 use crate::validate::{self, Enforcement, Scope, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
@@ -473,12 +473,12 @@ fn decide_object(
         OwnerClaim::Verified(WorkloadKind::TrainJob) => Scope::PerPodAndTotals,
         OwnerClaim::Verified(_) => Scope::PerPod,
         OwnerClaim::None => Scope::Workload,
-        OwnerClaim::Unverified(why) => {
+        OwnerClaim::Unverified { why, standalone } => {
             match endpoint {
                 Endpoint::Validate => notes.push(why),
                 // A child workload taken for a standalone one is mutated as one (its own
                 // wiring): the mutating webhook says so, and where its controller belongs.
-                Endpoint::Mutate => notes.extend(standalone_child_warning(kind, &object, &who)),
+                Endpoint::Mutate => notes.extend(standalone),
             }
             Scope::Workload
         }
