@@ -529,8 +529,11 @@ fn decide_object(
     decision
 }
 
-/// Where the PyTorchJob CRD's scale subresource writes (`specReplicasPath`).
-const SCALED_REPLICAS: &str = "/spec/pytorchReplicaSpecs/Worker/replicas";
+/// The replica spec whose `replicas` the PyTorchJob CRD's scale subresource writes
+/// (`specReplicasPath: .spec.pytorchReplicaSpecs.Worker.replicas`), and that field as messages
+/// name it.
+const SCALED_WORKER: &str = "/spec/pytorchReplicaSpecs/Worker";
+const SCALED_REPLICAS_FIELD: &str = "spec.pytorchReplicaSpecs.Worker.replicas";
 
 /// `pytorchjobs/scale`: the training operator's CRD scales `Worker.replicas` through an
 /// `autoscaling/v1` Scale, which carries neither labels nor pod templates. The Scale is judged
@@ -561,15 +564,13 @@ fn scale_decision(
     };
     let (new, old) = (replicas(object), replicas(request.old_object.as_ref()));
     let namespace = request.namespace.as_deref().unwrap_or_default();
-    let owner = cluster.pytorch_job(namespace, &request.name);
     let judged = endpoint == Endpoint::Validate && matches!(request.operation, Operation::Update);
-    if judged && let Some(owner) = owner {
+    // Read (and converted from the cache) only when a Scale is judged.
+    if judged && let Some(owner) = cluster.pytorch_job(namespace, &request.name) {
         // The UPDATE this Scale amounts to: the PyTorchJob with the new Worker count.
         let mut scaled = owner.as_ref().clone();
-        if let Some(replicas) = scaled.pointer_mut(SCALED_REPLICAS) {
-            *replicas = Value::from(new);
-        } else if let Some(worker) = scaled
-            .pointer_mut("/spec/pytorchReplicaSpecs/Worker")
+        if let Some(worker) = scaled
+            .pointer_mut(SCALED_WORKER)
             .and_then(Value::as_object_mut)
         {
             worker.insert("replicas".into(), Value::from(new));
@@ -591,9 +592,7 @@ fn scale_decision(
         if let Some(status) = decision.response.status.as_mut() {
             status.message = format!(
                 "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas is judged as an update of {}:\n{}",
-                request.name,
-                SCALED_REPLICAS.trim_start_matches('/').replace('/', "."),
-                status.message
+                request.name, SCALED_REPLICAS_FIELD, status.message
             );
             decision.summary.message = Some(status.message.clone());
         }
