@@ -14,7 +14,7 @@
 //! written (the API server would prune any other, silently).
 
 use crate::json::Pointer as _;
-use crate::workload::{self, edit};
+use crate::workload::{self, edit, trainjob};
 use serde_json::{Map, Value, json};
 
 /// The `manager` of launchgate's runtime patch.
@@ -129,14 +129,7 @@ pub fn with_trainer_pod_template(
 
 /// Removes the `env` of the `node` container (Trainer takes it only in `spec.trainer.env`).
 fn take_node_env(spec: &mut Map<String, Value>) -> Vec<Value> {
-    let node = spec
-        .get_mut("containers")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_object_mut)
-        .find(|c| workload::name_in(c) == Some(workload::TRAINER_NODE));
-    match node.and_then(|c| c.remove("env")) {
+    match trainjob::node_container_mut(spec).and_then(|c| c.remove("env")) {
         Some(Value::Array(env)) => env,
         _ => Vec::new(),
     }

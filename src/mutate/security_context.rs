@@ -8,6 +8,7 @@
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
+use crate::workload::edit::{deep_merge, object_mut};
 use crate::workload::trainjob::{self, TrainingRuntime};
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
@@ -80,14 +81,6 @@ pub const MUTATOR: Mutator = Mutator {
     run: mutate,
 };
 
-fn object_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    let v = map.entry(key).or_insert_with(|| json!({}));
-    if !v.is_object() {
-        *v = json!({});
-    }
-    v.as_object_mut().expect("just made an object")
-}
-
 fn is_unset(map: &Map<String, Value>, key: &str) -> bool {
     map.get(key).is_none_or(Value::is_null)
 }
@@ -132,7 +125,7 @@ fn default_container(
         return false;
     }
     let before = container.get("securityContext").cloned();
-    let sc = object_entry(container, "securityContext");
+    let sc = object_mut(container, "securityContext");
     if let Some(ape) = cfg.allow_privilege_escalation {
         // The API rejects allowPrivilegeEscalation=false together with CAP_SYS_ADMIN.
         let conflicts_with_sys_admin = !ape && adds_sys_admin(sc);
@@ -145,7 +138,7 @@ fn default_container(
         }
     }
     if !cfg.drop_capabilities.is_empty() {
-        let caps = object_entry(sc, "capabilities");
+        let caps = object_mut(sc, "capabilities");
         set_if_unset(caps, "drop", json!(cfg.drop_capabilities));
     }
     if let Some(profile) = &cfg.seccomp_profile
@@ -197,7 +190,7 @@ fn default_pod(
         Vec::new()
     };
     let had_sc = pod_spec.contains_key("securityContext");
-    let sc = object_entry(pod_spec, "securityContext");
+    let sc = object_mut(pod_spec, "securityContext");
     let mut changed = false;
     if let Some(v) = cfg.run_as_non_root {
         if roots.is_empty() {
@@ -312,28 +305,24 @@ fn harden_over(
         .get("securityContext")
         .and_then(|s| s.get("seccompProfile"))
         .is_some_and(|v| !v.is_null());
-    if let Some(node) = node_container_mut(&mut merged) {
+    if let Some(node) = trainjob::node_container_mut(&mut merged) {
         default_container(cfg, pod_sets_seccomp, node, where_, findings);
     }
     // Only what the hardening added goes into the patch.
     let mut changed = false;
     if let Some(added) = added_leaves(before.get("securityContext"), merged.get("securityContext"))
     {
-        changed |= merge_into(object_entry(patch, "securityContext"), &added);
+        changed |= deep_merge(object_mut(patch, "securityContext"), &added);
     }
     let node_sc = |spec: &Map<String, Value>| {
-        spec.get("containers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find(|c| workload::name_of(c) == Some(workload::TRAINER_NODE))
+        trainjob::node_container(spec)
             .and_then(|c| c.get("securityContext"))
             .cloned()
     };
     if let Some(added) = added_leaves(node_sc(&before).as_ref(), node_sc(&merged).as_ref())
-        && let Some(node) = node_container_mut(patch)
+        && let Some(node) = trainjob::node_container_mut(patch)
     {
-        changed |= merge_into(object_entry(node, "securityContext"), &added);
+        changed |= deep_merge(object_mut(node, "securityContext"), &added);
     }
     changed
 }
@@ -367,7 +356,8 @@ fn harden_blind(
     );
     let unset =
         |key: &str, sc: Option<&Value>| sc.and_then(|s| s.get(key)).is_none_or(Value::is_null);
-    let node_sc = node_container_mut(spec).and_then(|c| c.get("securityContext").cloned());
+    let node_sc =
+        trainjob::node_container_mut(spec).and_then(|c| c.get("securityContext").cloned());
     let mut left = Vec::new();
     if cfg.allow_privilege_escalation.is_some()
         && unset("allowPrivilegeEscalation", node_sc.as_ref())
@@ -382,34 +372,6 @@ fn harden_blind(
             "launchgate: {runtime} cannot be read, so {} was not set on the TrainJob's node pods (a privileged or root runtime would make them invalid)",
             left.join(" and ")
         ));
-    }
-    changed
-}
-
-/// The `node` container of a pod spec.
-fn node_container_mut(spec: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
-    spec.get_mut("containers")?
-        .as_array_mut()?
-        .iter_mut()
-        .filter_map(Value::as_object_mut)
-        .find(|c| workload::name_in(c) == Some(workload::TRAINER_NODE))
-}
-
-/// Deep-merges the object `from` into `into`; true when `into` changed.
-fn merge_into(into: &mut Map<String, Value>, from: &Value) -> bool {
-    let Some(from) = from.as_object() else {
-        return false;
-    };
-    let mut changed = false;
-    for (k, v) in from {
-        match (into.get_mut(k), v) {
-            (Some(Value::Object(existing)), Value::Object(_)) => changed |= merge_into(existing, v),
-            (Some(existing), _) if existing == v => {}
-            _ => {
-                into.insert(k.clone(), v.clone());
-                changed = true;
-            }
-        }
     }
     changed
 }

@@ -49,6 +49,35 @@ pub fn array_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<
     v.as_array_mut().expect("just made an array")
 }
 
+/// `map[key]` as a mutable object, created when missing (or when not an object).
+pub fn object_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let v = map.entry(key).or_insert_with(|| Value::Object(Map::new()));
+    if !v.is_object() {
+        *v = Value::Object(Map::new());
+    }
+    v.as_object_mut().expect("just made an object")
+}
+
+/// Deep-merges the object `from` into `into` (objects member by member, anything else
+/// replaced); true when `into` changed. Nothing when `from` is not an object.
+pub fn deep_merge(into: &mut Map<String, Value>, from: &Value) -> bool {
+    let Some(from) = from.as_object() else {
+        return false;
+    };
+    let mut changed = false;
+    for (k, v) in from {
+        match (into.get_mut(k), v) {
+            (Some(Value::Object(existing)), Value::Object(_)) => changed |= deep_merge(existing, v),
+            (Some(existing), _) if existing == v => {}
+            _ => {
+                into.insert(k.clone(), v.clone());
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
 /// Upserts `item` (which has a `name`) into `map[list]`. An existing entry with that name is
 /// kept unless `replace` is set, in which case it is replaced in place.
 ///

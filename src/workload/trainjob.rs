@@ -9,7 +9,7 @@
 //! [`effective_jobset`] is that JobSet; the limits count it as they count a JobSet, so a
 //! TrainJob and the JobSet Trainer makes for it are the same size to the queue.
 
-use super::{TRAINER_NODE, TemplateInfo, TemplateRole, name_in, trainer, trainer_num_nodes};
+use super::{TRAINER_NODE, TemplateInfo, TemplateRole, edit, name_in, trainer, trainer_num_nodes};
 use crate::json::Pointer as _;
 use serde_json::{Map, Value, json};
 
@@ -127,12 +127,8 @@ pub fn effective_jobset(trainjob: &Value, runtime: &Value) -> Value {
             let node = job_spec
                 .get_mut("template")
                 .and_then(|t| t.get_mut("spec"))
-                .and_then(|s| s.get_mut("containers"))
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_object_mut)
-                .find(|c| name_in(c) == Some(TRAINER_NODE));
+                .and_then(Value::as_object_mut)
+                .and_then(node_container_mut);
             if let Some(node) = node {
                 set_trainer_fields(node, resources, image);
             }
@@ -240,11 +236,7 @@ pub fn merge_pod_spec(base: &mut Map<String, Value>, patch: &Map<String, Value>)
         match key.as_str() {
             "securityContext" => merge_objects(base, key, value),
             "containers" | "initContainers" => {
-                let items = base.entry(key.clone()).or_insert_with(|| json!([]));
-                if !items.is_array() {
-                    *items = json!([]);
-                }
-                let items = items.as_array_mut().expect("just made an array");
+                let items = edit::array_mut(base, key);
                 for c in value.as_array().into_iter().flatten() {
                     let Some(name) = c.get("name").and_then(Value::as_str) else {
                         continue;
@@ -267,22 +259,29 @@ pub fn merge_pod_spec(base: &mut Map<String, Value>, patch: &Map<String, Value>)
     }
 }
 
+/// Deep-merges the object `from` into `into[key]` (created when `from` is an object).
 fn merge_objects(into: &mut Map<String, Value>, key: &str, from: &Value) {
-    let Some(from) = from.as_object() else {
-        return;
-    };
-    let slot = into.entry(key.to_string()).or_insert_with(|| json!({}));
-    if !slot.is_object() {
-        *slot = json!({});
+    if from.is_object() {
+        edit::deep_merge(edit::object_mut(into, key), from);
     }
-    let slot = slot.as_object_mut().expect("just made an object");
-    for (k, v) in from {
-        if slot.get(k).is_some_and(Value::is_object) && v.is_object() {
-            merge_objects(slot, k, v);
-        } else {
-            slot.insert(k.clone(), v.clone());
-        }
-    }
+}
+
+/// The `node` container of a pod spec (the trainer's, by name).
+pub fn node_container(spec: &Map<String, Value>) -> Option<&Map<String, Value>> {
+    spec.get("containers")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_object)
+        .find(|c| name_in(c) == Some(TRAINER_NODE))
+}
+
+/// [`node_container`], mutable.
+pub fn node_container_mut(spec: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
+    spec.get_mut("containers")?
+        .as_array_mut()?
+        .iter_mut()
+        .filter_map(Value::as_object_mut)
+        .find(|c| name_in(c) == Some(TRAINER_NODE))
 }
 
 /// True for a place inside a TrainJob's runtime patches.
