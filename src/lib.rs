@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod error;
 pub(crate) mod json;
 pub(crate) mod judge;
+pub(crate) mod kinds;
 pub(crate) mod manifest;
 pub(crate) mod mutate;
 pub mod native;

@@ -15,6 +15,8 @@ const LAYERS: &[&[&str]] = &[
     &["json", "cel"],
     // Leaves: wire types, the cluster view, config errors, quantities, certificates.
     &["admission", "cluster", "error", "quantity", "certs"],
+    // The model of the kinds: one descriptor per kind.
+    &["kinds"],
     // The object view: where pod specs live, the one container walk, env reads, edits.
     &["workload"],
     // What a distributed job looks like (both paths read it).

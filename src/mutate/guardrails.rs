@@ -152,8 +152,9 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
         return false;
     }
     let codes = &cfg.retriable_exit_codes;
-    match ctx.kind {
-        WorkloadKind::BatchJob => {
+    let kind = ctx.kind;
+    if kind == WorkloadKind::BatchJob {
+        {
             let wrote = UserIntent::of(object).wrote(&["spec", "podReplacementPolicy"]);
             object
                 .get_mut("spec")
@@ -162,7 +163,8 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
                     add_pod_failure_policy(spec, "spec.template.spec", codes, wrote, findings)
                 })
         }
-        WorkloadKind::JobSet => {
+    } else if kind == WorkloadKind::JobSet {
+        {
             let mut changed = false;
             let jobs = object
                 .at_mut("/spec/replicatedJobs")
@@ -186,7 +188,8 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
             }
             changed
         }
-        _ => false,
+    } else {
+        false
     }
 }
 
@@ -319,7 +322,7 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> 
         return false;
     }
     match deadline_place(ctx.kind) {
-        DeadlinePlace::Run(holder, key) => set_absent(object, holder, key, seconds),
+        DeadlinePlace::Run(holder, key, _) => set_absent(object, holder, key, seconds),
         DeadlinePlace::EachJob => {
             let mut changed = false;
             let jobs = object

@@ -228,12 +228,17 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     if !cfg.enabled || ctx.child {
         return false;
     }
-    match ctx.kind {
-        WorkloadKind::Pod | WorkloadKind::TrainJob => false,
-        WorkloadKind::JobSet => jobset(cfg, object),
-        WorkloadKind::BatchJob => batch_job(cfg, object),
-        WorkloadKind::VolcanoJob => volcano_job(cfg, object),
-        WorkloadKind::PyTorchJob => pytorch_job(cfg, object, findings),
+    let kind = ctx.kind;
+    if kind == WorkloadKind::JobSet {
+        jobset(cfg, object)
+    } else if kind == WorkloadKind::BatchJob {
+        batch_job(cfg, object)
+    } else if kind == WorkloadKind::VolcanoJob {
+        volcano_job(cfg, object)
+    } else if kind == WorkloadKind::PyTorchJob {
+        pytorch_job(cfg, object, findings)
+    } else {
+        false
     }
 }
 

@@ -98,7 +98,7 @@ pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static
     };
     changed |= add_label(top);
     workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        if !matches!(info.role, workload::TemplateRole::Pod) {
+        if !info.is_pod() {
             changed |= add_label(template);
         }
     });

@@ -367,7 +367,7 @@ pub fn is_verified_child(policy: &Policy) -> String {
     for kind in KINDS {
         let mut claims = Vec::new();
         for owner in owner_kinds_of(kind) {
-            let (keys, field) = owner_mark(*owner);
+            let (keys, field) = owner_mark(owner, kind);
             let users = creators
                 .get(owner.as_str())
                 .map(Vec::as_slice)

@@ -170,14 +170,14 @@ fn rules(kinds: &[String]) -> Result<Value, String> {
             continue;
         }
         let (group, version, resource) = kind.api_resource();
-        let resources: Vec<String> = match kind {
-            WorkloadKind::Pod => vec![
-                resource.into(),
-                format!("{resource}/ephemeralcontainers"),
-                format!("{resource}/resize"),
-            ],
-            _ => vec![resource.into()],
-        };
+        let resources: Vec<String> = std::iter::once(resource.to_string())
+            .chain(
+                kind.spec()
+                    .subresources
+                    .iter()
+                    .map(|sub| format!("{resource}/{sub}")),
+            )
+            .collect();
         out.push(json!({
             "apiGroups": [group],
             "apiVersions": [version],

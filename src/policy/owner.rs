@@ -21,61 +21,24 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The kinds whose pods (or child workloads) a controller creates, as `match.podCreators`
-/// names them.
-pub const OWNER_KINDS: [WorkloadKind; 5] = [
-    WorkloadKind::BatchJob,
-    WorkloadKind::VolcanoJob,
-    WorkloadKind::PyTorchJob,
-    WorkloadKind::JobSet,
-    WorkloadKind::TrainJob,
-];
+/// names them: every kind whose descriptor says what its controller makes.
+pub fn owner_kinds() -> impl Iterator<Item = WorkloadKind> {
+    WorkloadKind::all().filter(|k| !k.spec().makes.is_empty())
+}
 
 /// The owner kinds whose controller makes objects of `kind`.
-pub(crate) fn owner_kinds_of(kind: WorkloadKind) -> &'static [WorkloadKind] {
-    match kind {
-        WorkloadKind::Pod => &[
-            WorkloadKind::BatchJob,
-            WorkloadKind::VolcanoJob,
-            WorkloadKind::PyTorchJob,
-        ],
-        WorkloadKind::BatchJob => &[WorkloadKind::JobSet],
-        WorkloadKind::JobSet => &[WorkloadKind::TrainJob],
-        WorkloadKind::VolcanoJob | WorkloadKind::PyTorchJob | WorkloadKind::TrainJob => &[],
-    }
+pub(crate) fn owner_kinds_of(kind: WorkloadKind) -> Vec<WorkloadKind> {
+    kind.made_by().collect()
 }
 
 /// The default `match.podCreators`: the identities the upstream controllers run as.
 pub fn default_pod_creators() -> BTreeMap<String, Vec<String>> {
-    BTreeMap::from([
-        (
-            WorkloadKind::BatchJob.as_str().to_string(),
-            vec![
-                // kube-controller-manager with --use-service-account-credentials (kubeadm,
-                // most distributions), and without it.
-                "system:serviceaccount:kube-system:job-controller".to_string(),
-                "system:kube-controller-manager".to_string(),
-            ],
-        ),
-        (
-            WorkloadKind::VolcanoJob.as_str().to_string(),
-            vec!["system:serviceaccount:volcano-system:volcano-controllers".to_string()],
-        ),
-        (
-            WorkloadKind::PyTorchJob.as_str().to_string(),
-            vec!["system:serviceaccount:kubeflow:training-operator".to_string()],
-        ),
-        (
-            WorkloadKind::JobSet.as_str().to_string(),
-            vec!["system:serviceaccount:jobset-system:jobset-controller-manager".to_string()],
-        ),
-        (
-            WorkloadKind::TrainJob.as_str().to_string(),
-            vec![
-                "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
-                    .to_string(),
-            ],
-        ),
-    ])
+    owner_kinds()
+        .map(|k| {
+            let users = k.spec().controller.iter().map(|u| u.to_string()).collect();
+            (k.as_str().to_string(), users)
+        })
+        .collect()
 }
 
 /// Checks `match.podCreators` at `at`.
@@ -86,8 +49,8 @@ pub fn check_pod_creators(
 ) {
     for (kind, users) in creators {
         let here = format!("{at}.{kind}");
-        if !OWNER_KINDS.iter().any(|k| k.as_str() == kind) {
-            let known: Vec<&str> = OWNER_KINDS.iter().map(|k| k.as_str()).collect();
+        if !owner_kinds().any(|k| k.as_str() == kind) {
+            let known: Vec<&str> = owner_kinds().map(|k| k.as_str()).collect();
             errors.push(ConfigError::new(
                 here.clone(),
                 format!("unknown workload kind; one of {}", known.join(", ")),
@@ -110,13 +73,11 @@ pub fn check_pod_creators(
 }
 
 /// The owner kinds whose pods (or child workloads) inherit an exemption of the owner: their
-/// controller copies the pod templates' annotations, where launchgate writes the mark.
-pub(crate) const INHERITING_OWNER_KINDS: [WorkloadKind; 4] = [
-    WorkloadKind::BatchJob,
-    WorkloadKind::VolcanoJob,
-    WorkloadKind::PyTorchJob,
-    WorkloadKind::JobSet,
-];
+/// controller copies the pod templates' annotations, where launchgate writes the mark (a kind
+/// whose pods come from a runtime has no templates to carry it).
+pub(crate) fn inheriting_owner_kinds() -> impl Iterator<Item = WorkloadKind> {
+    owner_kinds().filter(|k| !k.spec().pods_from_runtime)
+}
 
 /// An exemption covers the workload, and so the pods its controller makes: with no controller
 /// of a kind named in `match.podCreators`, those pods could never be verified, never inherit
@@ -131,7 +92,7 @@ pub fn check_inheritance(
     let Some(exemption) = exemption else {
         return;
     };
-    for kind in INHERITING_OWNER_KINDS {
+    for kind in inheriting_owner_kinds() {
         if creators.get(kind.as_str()).is_none_or(Vec::is_empty) {
             errors.push(ConfigError::new(
                 format!("{at}.{}", kind.as_str()),
@@ -164,24 +125,16 @@ pub enum OwnerClaim {
 }
 
 /// Stands for the object's own `metadata.name` in [`owner_mark`]'s keys.
-pub(crate) const OWN_NAME: &str = "metadata.name";
+pub(crate) use crate::kinds::OWN_NAME;
 
-/// The label (or annotation) the owner's controller sets to the owner's identity on what it
-/// makes, and which field of the owner reference it must equal.
-pub(crate) fn owner_mark(kind: WorkloadKind) -> (&'static [&'static str], &'static str) {
-    match kind {
-        // The Job's generated selector: every pod it selects carries the Job's uid.
-        WorkloadKind::BatchJob => (
-            &["batch.kubernetes.io/controller-uid", "controller-uid"],
-            "uid",
-        ),
-        WorkloadKind::VolcanoJob => (&["volcano.sh/job-name"], "name"),
-        WorkloadKind::PyTorchJob => (&["training.kubeflow.org/job-name"], "name"),
-        WorkloadKind::JobSet => (&["jobset.sigs.k8s.io/jobset-uid"], "uid"),
-        // Trainer names a TrainJob's JobSet after the TrainJob.
-        WorkloadKind::TrainJob => (&[OWN_NAME], "name"),
-        WorkloadKind::Pod => (&[], "uid"),
-    }
+/// The label (or annotation) `owner`'s controller sets to the owner's identity on what it
+/// makes of `kind`, and which field of the owner reference it must equal.
+pub(crate) fn owner_mark(
+    owner: WorkloadKind,
+    kind: WorkloadKind,
+) -> (&'static [&'static str], &'static str) {
+    kind.mark_from(owner)
+        .map_or((&[], "uid"), |m| (m.mark, m.of))
 }
 
 /// The controller owner reference of `object` (a `kind`) when it names a launch kind whose
@@ -254,7 +207,7 @@ pub fn owner_claim(
             standalone,
         };
     }
-    let (keys, field) = owner_mark(owner_kind);
+    let (keys, field) = owner_mark(owner_kind, kind);
     let expected = text(owner.get(field));
     let marked = !expected.is_empty()
         && object.as_object().is_some_and(|made| {

@@ -346,8 +346,6 @@ enum Untouched<'a> {
 
 /// `pods/ephemeralcontainers`: `kubectl debug` adding a container to a running pod.
 const EPHEMERAL_CONTAINERS: &str = "ephemeralcontainers";
-/// `pods/resize`: changing a running pod's container resources in place.
-const RESIZE: &str = "resize";
 
 /// From this body size on, the patch is diffed against the object's text in the body (no copy
 /// of the object: memory is what a large review is short of); below it, against a copy made
@@ -409,9 +407,9 @@ fn decide_object(
     }
     // Subresources that change what the queue's limits cover are judged (docs/queue-limits.md
     // lists them); every other subresource (status, binding, eviction, …) is not.
-    match (kind, request.sub_resource.as_deref().unwrap_or_default()) {
-        (_, "") | (WorkloadKind::Pod, EPHEMERAL_CONTAINERS | RESIZE) => {}
-        _ => return skip(summary, "subresource"),
+    let sub_resource = request.sub_resource.as_deref().unwrap_or_default();
+    if !sub_resource.is_empty() && !kind.spec().subresources.contains(&sub_resource) {
+        return skip(summary, "subresource");
     }
     if policy.classify(kind, &object) != WorkloadMatch::Launch {
         return skip(summary, "not-launch");
@@ -470,7 +468,7 @@ fn decide_object(
         // it from the runtime (which may have changed since the TrainJob was admitted): its
         // totals are checked too, against the queue its labels name (launchgate's runtime
         // patch puts the TrainJob's queue label on the trainer's pods).
-        OwnerClaim::Verified(WorkloadKind::TrainJob) => Scope::PerPodAndTotals,
+        OwnerClaim::Verified(owner) if owner.spec().pods_from_runtime => Scope::PerPodAndTotals,
         OwnerClaim::Verified(_) => Scope::PerPod,
         OwnerClaim::None => Scope::Workload,
         OwnerClaim::Unverified { why, standalone } => {

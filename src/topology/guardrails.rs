@@ -153,34 +153,12 @@ impl GuardrailsConfig {
     }
 }
 
-/// Where the queue's default deadline goes (`costCeiling.defaultDeadlineSeconds`), so that the
-/// GPU-hour ceiling can read the run's bound ([`run_length`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadlinePlace {
-    /// The run's own deadline: (JSON Pointer of the holder, key). A batch/v1 Job's
-    /// `spec.activeDeadlineSeconds` counts from the Job's start across every wave and retry of
-    /// its pods; a PyTorchJob's `spec.runPolicy.activeDeadlineSeconds`, a TrainJob's
-    /// `spec.activeDeadlineSeconds` likewise; a bare Pod's is its own.
-    Run(&'static str, &'static str),
-    /// A JobSet has none: each replicated Job's own `template.spec.activeDeadlineSeconds`, and
-    /// the JobSet runs its Jobs again up to `failurePolicy.maxRestarts` times. (The default
-    /// also goes to each of its pod templates that sets none.)
-    EachJob,
-    /// A Volcano Job has none (nor a Job-level one): each task's pod template
-    /// `activeDeadlineSeconds`, and Volcano restarts up to `maxRetry` times.
-    EachPod,
-}
+/// Where a kind keeps the deadline the ceiling reads (its descriptor's run-level deadline).
+pub use crate::kinds::Deadline as DeadlinePlace;
 
 /// Where `kind` keeps the deadline the ceiling reads.
 pub fn deadline_place(kind: WorkloadKind) -> DeadlinePlace {
-    match kind {
-        WorkloadKind::BatchJob | WorkloadKind::TrainJob | WorkloadKind::Pod => {
-            DeadlinePlace::Run("/spec", "activeDeadlineSeconds")
-        }
-        WorkloadKind::PyTorchJob => DeadlinePlace::Run("/spec/runPolicy", "activeDeadlineSeconds"),
-        WorkloadKind::JobSet => DeadlinePlace::EachJob,
-        WorkloadKind::VolcanoJob => DeadlinePlace::EachPod,
-    }
+    kind.spec().run.deadline
 }
 
 /// Volcano's `maxRetry` when the Job leaves it at 0 (the CRD's default, and what Volcano's own
@@ -275,22 +253,22 @@ fn pod_deadlines_note(kind: WorkloadKind, object: &Value) -> String {
     if pod_deadlines.is_empty() {
         return String::new();
     }
-    let why = match kind {
-        WorkloadKind::BatchJob => {
-            let more = object.get("spec").map(job_lengtheners).unwrap_or_default();
-            if more.is_empty() {
-                "the Job replaces a pod that fails or is deleted".to_string()
-            } else {
-                format!("the Job runs longer: {}", more.join(", "))
-            }
+    let why = if kind == WorkloadKind::BatchJob {
+        let more = object.get("spec").map(job_lengtheners).unwrap_or_default();
+        if more.is_empty() {
+            "the Job replaces a pod that fails or is deleted".to_string()
+        } else {
+            format!("the Job runs longer: {}", more.join(", "))
         }
-        WorkloadKind::PyTorchJob => match int(object.at("/spec/runPolicy/backoffLimit")) {
+    } else if kind == WorkloadKind::PyTorchJob {
+        match int(object.at("/spec/runPolicy/backoffLimit")) {
             Some(b) => {
                 format!("the training operator restarts failed pods (runPolicy.backoffLimit {b})")
             }
             None => "the training operator restarts failed pods".to_string(),
-        },
-        _ => "the controller replaces failed pods".to_string(),
+        }
+    } else {
+        "the controller replaces failed pods".to_string()
     };
     format!(
         "; {} bounds one pod, not the run ({why})",
@@ -303,12 +281,8 @@ fn pod_deadlines_note(kind: WorkloadKind, object: &Value) -> String {
 /// the kind has no other (a Volcano Job), multiplied by the restarts the kind allows.
 pub fn run_length(kind: WorkloadKind, object: &Value) -> RunLength {
     match deadline_place(kind) {
-        DeadlinePlace::Run(holder, key) => {
-            let field = format!("{}.{key}", holder.trim_start_matches('/').replace('/', "."));
-            let set = match kind {
-                WorkloadKind::PyTorchJob => "spec.runPolicy.activeDeadlineSeconds",
-                _ => "spec.activeDeadlineSeconds",
-            };
+        DeadlinePlace::Run(holder, key, set) => {
+            let field = set.to_string();
             match int(object.at(holder).and_then(|h| h.get(key))) {
                 Some(deadline) => RunLength::Bounded(RunBound {
                     runs: 1,
@@ -463,21 +437,21 @@ pub struct GangShortfall {
 /// PyTorchJob with a gang scheduler (`spec.runPolicy.schedulingPolicy.minAvailable`). An unset
 /// minimum is the operator's (Volcano and the training operator default it to every replica).
 pub fn gang_shortfalls(kind: WorkloadKind, object: &Value, name: &str) -> Vec<GangShortfall> {
-    let (needed, path) = match kind {
-        WorkloadKind::VolcanoJob => match volcano::analyse(object, name) {
+    let (needed, path) = if kind == WorkloadKind::VolcanoJob {
+        match volcano::analyse(object, name) {
             Ok(Some(job)) => (job.wiring.nnodes, "spec.minAvailable"),
             _ => return Vec::new(),
-        },
-        WorkloadKind::PyTorchJob => {
-            let specs = super::pytorchjob::replica_specs(object);
-            let master = super::pytorchjob::replicas_of(&specs, "Master").unwrap_or(0);
-            let workers = super::pytorchjob::replicas_of(&specs, "Worker").unwrap_or(0);
-            (
-                master.saturating_add(workers),
-                "spec.runPolicy.schedulingPolicy.minAvailable",
-            )
         }
-        _ => return Vec::new(),
+    } else if kind == WorkloadKind::PyTorchJob {
+        let specs = super::pytorchjob::replica_specs(object);
+        let master = super::pytorchjob::replicas_of(&specs, "Master").unwrap_or(0);
+        let workers = super::pytorchjob::replicas_of(&specs, "Worker").unwrap_or(0);
+        (
+            master.saturating_add(workers),
+            "spec.runPolicy.schedulingPolicy.minAvailable",
+        )
+    } else {
+        return Vec::new();
     };
     let pointer = format!("/{}", path.replace('.', "/"));
     match object.at(&pointer).and_then(Value::as_i64) {

@@ -20,7 +20,7 @@
 use super::indexed_job::{OptIn, pod_spec_evidence};
 use super::{IndexedJobs, OPT_IN_ANNOTATION, PytorchConfig, host_network_dns_problem, string_at};
 use crate::json::Pointer as _;
-use crate::workload::{self, TemplateRole, WorkloadKind};
+use crate::workload::{self, WorkloadKind};
 use serde_json::Value;
 
 /// The label JobSet's controller gives every Job and pod: its Job's index within the
@@ -128,7 +128,7 @@ pub fn layout(jobset: &Value, how: OptIn, name: &str) -> Result<Layout, Vec<Stri
     let mut ranked = Vec::new();
     let mut base: i64 = 0;
     for (info, _) in workload::templates(WorkloadKind::JobSet, jobset) {
-        let TemplateRole::ReplicatedJob { index, name: rj } = info.role else {
+        let (index, Some(rj)) = (info.index, info.name) else {
             continue;
         };
         let Some(rjob) = jobset.at(&format!("/spec/replicatedJobs/{index}")) else {

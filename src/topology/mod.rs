@@ -400,16 +400,18 @@ pub fn problems(
     if !cfg.enabled || !object.is_object() {
         return Vec::new();
     }
-    match kind {
-        WorkloadKind::VolcanoJob => volcano::job_problems(object, object_name),
-        WorkloadKind::BatchJob => indexed_job::problems(cfg, object, object_name),
-        WorkloadKind::PyTorchJob => {
-            let mut problems = pytorchjob::problems(object);
-            problems.extend(pytorchjob::dns_problems(object));
-            problems
-        }
-        WorkloadKind::JobSet => jobset::problems(cfg, object, object_name),
-        WorkloadKind::Pod | WorkloadKind::TrainJob => Vec::new(),
+    if kind == WorkloadKind::VolcanoJob {
+        volcano::job_problems(object, object_name)
+    } else if kind == WorkloadKind::BatchJob {
+        indexed_job::problems(cfg, object, object_name)
+    } else if kind == WorkloadKind::PyTorchJob {
+        let mut problems = pytorchjob::problems(object);
+        problems.extend(pytorchjob::dns_problems(object));
+        problems
+    } else if kind == WorkloadKind::JobSet {
+        jobset::problems(cfg, object, object_name)
+    } else {
+        Vec::new()
     }
 }
 

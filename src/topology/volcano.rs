@@ -5,7 +5,7 @@
 
 use super::{DEFAULT_PORT, JOB_PLACEHOLDER, JobWiring, host_network_dns_problem, string_at};
 use crate::json::Pointer as _;
-use crate::workload::{self, TemplateRole, WorkloadKind};
+use crate::workload::{self, WorkloadKind};
 use serde_json::{Map, Value};
 
 /// Template (and so pod) annotation: rank of the task's pod 0, or `none` for a task whose
@@ -250,7 +250,9 @@ pub fn job_problems(object: &Value, object_name: &str) -> Vec<String> {
     workload::templates(WorkloadKind::VolcanoJob, object)
         .into_iter()
         .filter(|(info, _)| {
-            matches!(&info.role, TemplateRole::VolcanoTask { name, .. } if job.rank_offset(name).is_some())
+            info.name
+                .as_deref()
+                .is_some_and(|name| job.rank_offset(name).is_some())
         })
         .filter_map(|(info, template)| {
             let spec = workload::pod_spec(template)?;

@@ -25,9 +25,7 @@ use super::template::{Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{FieldLimit, VariableLimit};
 use crate::json::Pointer as _;
 use crate::quantity::Quantity;
-use crate::workload::{
-    self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
-};
+use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -63,12 +61,10 @@ pub(super) struct TemplateShape {
 /// The role of a pod template of the workload: the Volcano task name,
 /// the PyTorchJob replica type, or for a Pod the task / replica type it carries.
 fn role_of(info: &TemplateInfo, template: &Map<String, Value>) -> Option<String> {
-    let role = match &info.role {
-        TemplateRole::VolcanoTask { name, .. } => Some(name.clone()),
-        TemplateRole::PyTorchReplica { replica_type } => Some(replica_type.clone()),
-        TemplateRole::ReplicatedJob { name, .. } => Some(name.clone()),
-        TemplateRole::JobTemplate => None,
-        TemplateRole::Pod => workload::label(template, VOLCANO_TASK_KEY)
+    let role = match &info.name {
+        Some(name) => Some(name.clone()),
+        None if !info.is_pod() => None,
+        None => workload::label(template, VOLCANO_TASK_KEY)
             .or_else(|| workload::annotation(template, VOLCANO_TASK_KEY))
             .or_else(|| workload::label(template, PYTORCH_REPLICA_KEY))
             .or_else(|| workload::label(template, REPLICATED_JOB_KEY))
@@ -114,36 +110,37 @@ fn template_role(
     if template != "template" {
         return None;
     }
-    match kind? {
-        WorkloadKind::VolcanoJob => {
-            let mut name_at = parent.to_vec();
-            name_at.push(holder.clone());
-            name_at.push(Segment::Key("name".into()));
-            leaves.iter().find_map(|l| match &l.content {
-                LeafContent::Literal(Value::String(name)) if l.template_path.0 == name_at => {
-                    Some(name.clone())
-                }
-                _ => None,
-            })
-        }
-        WorkloadKind::PyTorchJob => match holder {
+    let kind = kind?;
+    if kind == WorkloadKind::VolcanoJob {
+        let mut name_at = parent.to_vec();
+        name_at.push(holder.clone());
+        name_at.push(Segment::Key("name".into()));
+        leaves.iter().find_map(|l| match &l.content {
+            LeafContent::Literal(Value::String(name)) if l.template_path.0 == name_at => {
+                Some(name.clone())
+            }
+            _ => None,
+        })
+    } else if kind == WorkloadKind::PyTorchJob {
+        match holder {
             Segment::Key(replica_type) => Some(replica_type.clone()),
             _ => None,
-        },
-        WorkloadKind::BatchJob
-        | WorkloadKind::Pod
-        | WorkloadKind::JobSet
-        | WorkloadKind::TrainJob => None,
+        }
+    } else {
+        None
     }
     .filter(|r| !r.is_empty())
 }
 
 /// The list of a kind whose entries are bound by `name` (Volcano tasks, JobSet replicated jobs).
 fn named_list(kind: Option<WorkloadKind>) -> Option<&'static str> {
-    match kind? {
-        WorkloadKind::VolcanoJob => Some("tasks"),
-        WorkloadKind::JobSet => Some("replicatedJobs"),
-        _ => None,
+    let kind = kind?;
+    if kind == WorkloadKind::VolcanoJob {
+        Some("tasks")
+    } else if kind == WorkloadKind::JobSet {
+        Some("replicatedJobs")
+    } else {
+        None
     }
 }
 
@@ -254,11 +251,11 @@ impl TemplateShape {
         path: &FieldPath,
     ) -> Vec<(String, Option<&'a Value>)> {
         let key = |s: &Segment, k: &str| matches!(s, Segment::Key(x) if x == k);
-        match (kind, path.0.as_slice()) {
-            (
-                WorkloadKind::VolcanoJob | WorkloadKind::JobSet,
-                [spec, tasks, Segment::Index(i), rest @ ..],
-            ) if key(spec, "spec") && named_list(Some(kind)).is_some_and(|l| key(tasks, l)) => {
+        let pytorch = kind == WorkloadKind::PyTorchJob;
+        match path.0.as_slice() {
+            [spec, tasks, Segment::Index(i), rest @ ..]
+                if key(spec, "spec") && named_list(Some(kind)).is_some_and(|l| key(tasks, l)) =>
+            {
                 let list = named_list(Some(kind)).unwrap_or_default();
                 let want = self.task_names.get(i).map(String::as_str);
                 let items = object
@@ -289,8 +286,8 @@ impl TemplateShape {
                 }
                 out
             }
-            (WorkloadKind::PyTorchJob, [spec, specs, Segment::Key(want), rest @ ..])
-                if key(spec, "spec") && key(specs, "pytorchReplicaSpecs") =>
+            [spec, specs, Segment::Key(want), rest @ ..]
+                if pytorch && key(spec, "spec") && key(specs, "pytorchReplicaSpecs") =>
             {
                 let replicas = object
                     .get("spec")

@@ -9,9 +9,7 @@ use crate::admission::Operation;
 use crate::json::Pointer as _;
 use crate::quantity::Quantity;
 use crate::workload::trainjob::{self, TrainingRuntime};
-use crate::workload::{
-    self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
-};
+use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashSet};
 
@@ -216,11 +214,9 @@ impl<'a> RuntimeView<'a> {
 
     /// `ClusterTrainingRuntime "x" replicatedJobs[1] (node)` for a template of the JobSet.
     fn label(&self, info: &TemplateInfo) -> String {
-        match &info.role {
-            TemplateRole::ReplicatedJob { index, name } => {
-                format!("{} replicatedJobs[{index}] ({name})", self.source)
-            }
-            _ => self.source.clone(),
+        match &info.name {
+            Some(name) => format!("{} replicatedJobs[{}] ({name})", self.source, info.index),
+            None => self.source.clone(),
         }
     }
 }
@@ -450,40 +446,11 @@ impl<'a> Evaluation<'a> {
             .unwrap_or(Quantity::ZERO)
     }
 
-    /// How many pods of one pod template can run at the same time: a batch/v1 Job runs
-    /// min(parallelism, completions) (API defaults: parallelism 1, completions = parallelism);
-    /// the Worker replicas of an elastic PyTorchJob scale up to `elasticPolicy.maxReplicas`;
-    /// otherwise every replica (Volcano task, PyTorchJob replica type) can run at once.
+    /// How many pods of one pod template can run at the same time: the position's upper
+    /// bound ([`TemplateInfo::at_most`]: a batch/v1 Job runs min(parallelism, completions),
+    /// the Worker replicas of an elastic PyTorchJob scale up to `elasticPolicy.maxReplicas`).
     fn pods_at_once(&self, info: &TemplateInfo) -> i64 {
-        let spec = self.object.get("spec");
-        let int = |v: Option<&Value>| v.and_then(Value::as_i64);
-        match (&info.role, self.kind) {
-            (TemplateRole::JobTemplate, WorkloadKind::BatchJob) => {
-                let parallelism = int(spec.and_then(|s| s.get("parallelism"))).unwrap_or(1);
-                let completions = int(spec.and_then(|s| s.get("completions")));
-                completions.map_or(parallelism, |c| parallelism.min(c))
-            }
-            (TemplateRole::PyTorchReplica { replica_type }, WorkloadKind::PyTorchJob)
-                if replica_type.eq_ignore_ascii_case("worker") =>
-            {
-                let max_replicas = int(spec
-                    .and_then(|s| s.get("elasticPolicy"))
-                    .and_then(|e| e.get("maxReplicas")));
-                max_replicas.map_or(info.replicas, |m| m.max(info.replicas))
-            }
-            (TemplateRole::ReplicatedJob { index, .. }, WorkloadKind::JobSet) => {
-                let rjob = spec
-                    .and_then(|s| s.get("replicatedJobs"))
-                    .and_then(|r| r.get(*index));
-                let job = rjob.and_then(|r| r.at("/template/spec"));
-                let replicas = int(rjob.and_then(|r| r.get("replicas"))).unwrap_or(1);
-                let parallelism = int(job.and_then(|s| s.get("parallelism"))).unwrap_or(1);
-                let completions = int(job.and_then(|s| s.get("completions")));
-                replicas.saturating_mul(completions.map_or(parallelism, |c| parallelism.min(c)))
-            }
-            _ => info.replicas,
-        }
-        .max(0)
+        info.at_most
     }
 
     fn check_total(&mut self, resource: &str, schema: &Schema) {

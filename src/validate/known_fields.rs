@@ -130,13 +130,13 @@ fn schema_for(kind: Option<WorkloadKind>, in_pod_template: bool) -> Option<&'sta
     if in_pod_template {
         return Some(pod_template());
     }
-    match kind? {
-        WorkloadKind::Pod => Some(pod()),
-        WorkloadKind::BatchJob => Some(job()),
-        WorkloadKind::VolcanoJob
-        | WorkloadKind::PyTorchJob
-        | WorkloadKind::JobSet
-        | WorkloadKind::TrainJob => None,
+    let kind = kind?;
+    if kind == WorkloadKind::Pod {
+        Some(pod())
+    } else if kind == WorkloadKind::BatchJob {
+        Some(job())
+    } else {
+        None
     }
 }
 

@@ -81,10 +81,15 @@ fn placeable(
         ));
     }
     if location.anchor == Anchor::Root
-        && !matches!(
-            template_kind,
-            Some(WorkloadKind::BatchJob | WorkloadKind::Pod)
-        )
+        && !template_kind.is_some_and(|k| {
+            matches!(
+                k.spec().positions,
+                [crate::kinds::Position {
+                    naming: crate::kinds::Naming::None,
+                    ..
+                }]
+            )
+        })
     {
         return Err(format!(
             "{} is bound by task, replica or node name",

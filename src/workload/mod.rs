@@ -15,123 +15,38 @@ pub mod trainjob;
 use crate::json;
 use serde_json::{Map, Value};
 
-/// The workload kinds launchgate understands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WorkloadKind {
-    /// core/v1 Pod
-    Pod,
-    /// batch/v1 Job
-    BatchJob,
-    /// batch.volcano.sh/v1alpha1 Job
-    VolcanoJob,
-    /// kubeflow.org/v1 PyTorchJob (legacy: training-operator v1)
-    PyTorchJob,
-    /// jobset.x-k8s.io/v1alpha2 JobSet
-    JobSet,
-    /// trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2)
-    TrainJob,
-}
-
-impl WorkloadKind {
-    /// Recognises a kind from the admission request's group/version/kind.
-    pub fn from_gvk(group: &str, version: &str, kind: &str) -> Option<Self> {
-        match (group, version, kind) {
-            ("", "v1", "Pod") => Some(Self::Pod),
-            ("batch", "v1", "Job") => Some(Self::BatchJob),
-            ("batch.volcano.sh", "v1alpha1", "Job") => Some(Self::VolcanoJob),
-            ("kubeflow.org", "v1", "PyTorchJob") => Some(Self::PyTorchJob),
-            ("jobset.x-k8s.io", "v1alpha2", "JobSet") => Some(Self::JobSet),
-            ("trainer.kubeflow.org", "v1alpha1", "TrainJob") => Some(Self::TrainJob),
-            _ => None,
-        }
-    }
-
-    /// Recognises a kind from an object's `apiVersion` and `kind`.
-    pub fn of_object(object: &Value) -> Option<Self> {
-        let api_version = object.get("apiVersion")?.as_str()?;
-        let kind = object.get("kind")?.as_str()?;
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        Self::from_gvk(group, version, kind)
-    }
-
-    /// A short stable name (used in metrics and messages).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pod => "Pod",
-            Self::BatchJob => "Job",
-            Self::VolcanoJob => "VolcanoJob",
-            Self::PyTorchJob => "PyTorchJob",
-            Self::JobSet => "JobSet",
-            Self::TrainJob => "TrainJob",
-        }
-    }
-
-    /// The kind's API group, version and resource (plural), as admission rules name them.
-    pub fn api_resource(self) -> (&'static str, &'static str, &'static str) {
-        match self {
-            Self::Pod => ("", "v1", "pods"),
-            Self::BatchJob => ("batch", "v1", "jobs"),
-            Self::VolcanoJob => ("batch.volcano.sh", "v1alpha1", "jobs"),
-            Self::PyTorchJob => ("kubeflow.org", "v1", "pytorchjobs"),
-            Self::JobSet => ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-            Self::TrainJob => ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
-        }
-    }
-
-    /// The object's `kind` (a Volcano Job is a `Job` of its own group).
-    pub fn api_kind(self) -> &'static str {
-        match self {
-            Self::Pod => "Pod",
-            Self::BatchJob | Self::VolcanoJob => "Job",
-            Self::PyTorchJob => "PyTorchJob",
-            Self::JobSet => "JobSet",
-            Self::TrainJob => "TrainJob",
-        }
-    }
-
-    /// The object's `apiVersion` (`batch/v1`, `v1`).
-    pub fn api_version(self) -> String {
-        match self.api_resource() {
-            ("", version, _) => version.to_string(),
-            (group, version, _) => format!("{group}/{version}"),
-        }
-    }
-
-    /// The kind's API group (`""` for core).
-    pub fn api_group(self) -> &'static str {
-        self.api_resource().0
-    }
-
-    /// True for the kinds that own pod templates (everything but a Pod).
-    pub fn is_job(self) -> bool {
-        !matches!(self, Self::Pod)
-    }
-}
-
-/// Which template of the workload this is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TemplateRole {
-    /// The Pod object itself.
-    Pod,
-    /// `spec.template` of a batch/v1 Job.
-    JobTemplate,
-    /// `spec.tasks[index].template` of a Volcano Job.
-    VolcanoTask { index: usize, name: String },
-    /// `spec.pytorchReplicaSpecs.<replica_type>.template` of a PyTorchJob.
-    PyTorchReplica { replica_type: String },
-    /// `spec.replicatedJobs[index].template.spec.template` of a JobSet.
-    ReplicatedJob { index: usize, name: String },
-}
+pub use crate::kinds::WorkloadKind;
+use crate::kinds::{Holders, Naming, Position, field};
 
 /// Where a template sits and how many pods it stands for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct TemplateInfo {
-    pub role: TemplateRole,
+    /// The kind's position this template is at.
+    pub position: &'static Position,
+    /// The holder's index in its list ([`Holders::Each`]), else 0.
+    pub index: usize,
+    /// What binds it to the queue template's holder: the holder's name field (`""` when
+    /// absent) or its map key; `None` for a position with one holder.
+    pub name: Option<String>,
     /// Dotted path of the template, e.g. `spec.tasks[1].template` (empty for a Pod).
     pub path: String,
-    /// How many pods run from this template (`replicas`, `parallelism`, a JobSet's
-    /// `replicas × parallelism`; 1 for a Pod).
+    /// How many pods run from this template, as written (`replicas`, `parallelism`, a
+    /// JobSet's `replicas × parallelism`; 1 for a Pod).
     pub replicas: i64,
+    /// The most pods of this template that can run at once (scaling bounds counted; never
+    /// below 0).
+    pub at_most: i64,
+}
+
+impl PartialEq for TemplateInfo {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.position, other.position)
+            && self.index == other.index
+            && self.name == other.name
+            && self.path == other.path
+            && self.replicas == other.replicas
+            && self.at_most == other.at_most
+    }
 }
 
 impl TemplateInfo {
@@ -143,166 +58,126 @@ impl TemplateInfo {
             format!("{}.spec", self.path)
         }
     }
+
+    /// True for the Pod object itself.
+    pub fn is_pod(&self) -> bool {
+        matches!(self.position.holders, Holders::Root)
+    }
 }
 
-fn int_at(v: Option<&Value>, default: i64) -> i64 {
-    v.and_then(Value::as_i64).unwrap_or(default)
+/// The holders of one position in `object`: (index, map key, holder).
+fn holders<'a>(
+    position: &Position,
+    object: &'a Value,
+) -> Vec<(usize, Option<&'a String>, &'a Value)> {
+    match position.holders {
+        Holders::Root => vec![(0, None, object)],
+        Holders::At(at) => field(object, at)
+            .map(|h| (0, None, h))
+            .into_iter()
+            .collect(),
+        Holders::Each(at) => field(object, at)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, h)| (i, None, h))
+            .collect(),
+        Holders::Keyed(at) => field(object, at)
+            .and_then(Value::as_object)
+            .map(replica_types_in_order)
+            .into_iter()
+            .flatten()
+            .map(|(k, h)| (0, Some(k), h))
+            .collect(),
+    }
 }
 
-/// The one template walk: every pod template of the workload and how many pods it stands
-/// for. Malformed shapes are skipped, never a panic.
-fn template_places(kind: WorkloadKind, object: &Value) -> Vec<TemplateInfo> {
+/// Dotted path of a holder's template.
+fn template_path(position: &Position, index: usize, key: Option<&str>) -> String {
+    let mut out = position.holders.path().join(".");
+    match position.holders {
+        Holders::Root | Holders::At(_) => {}
+        Holders::Each(_) => out.push_str(&format!("[{index}]")),
+        Holders::Keyed(_) => {
+            out.push('.');
+            out.push_str(key.unwrap_or_default());
+        }
+    }
+    for k in position.template {
+        out.push('.');
+        out.push_str(k);
+    }
+    out
+}
+
+/// The one template walk: every pod template of the workload, where it is and how many pods
+/// it stands for, read from the kind's positions. Malformed shapes are skipped, never a
+/// panic.
+fn template_places(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<String, Value>)> {
     let mut out = Vec::new();
-    let has_template = |holder: &Value| holder.get("template").is_some_and(Value::is_object);
-    match kind {
-        WorkloadKind::Pod => {
-            if object.is_object() {
-                out.push(TemplateInfo {
-                    role: TemplateRole::Pod,
-                    path: String::new(),
-                    replicas: 1,
-                });
-            }
-        }
-        WorkloadKind::BatchJob => {
-            if let Some(spec) = object.get("spec").filter(|s| has_template(s)) {
-                out.push(TemplateInfo {
-                    role: TemplateRole::JobTemplate,
-                    path: "spec.template".into(),
-                    replicas: int_at(spec.get("parallelism"), 1),
-                });
-            }
-        }
-        WorkloadKind::VolcanoJob => {
-            let tasks = object
-                .get("spec")
-                .and_then(|s| s.get("tasks"))
-                .and_then(Value::as_array);
-            for (index, task) in tasks.into_iter().flatten().enumerate() {
-                if !task.is_object() || !has_template(task) {
-                    continue;
-                }
-                let name = name_of(task).unwrap_or_default();
-                out.push(TemplateInfo {
-                    role: TemplateRole::VolcanoTask {
-                        index,
-                        name: name.to_string(),
-                    },
-                    path: format!("spec.tasks[{index}].template"),
-                    replicas: int_at(task.get("replicas"), 1),
-                });
-            }
-        }
-        WorkloadKind::JobSet => {
-            let jobs = object
-                .get("spec")
-                .and_then(|s| s.get("replicatedJobs"))
-                .and_then(Value::as_array);
-            for (index, rj) in jobs.into_iter().flatten().enumerate() {
-                let Some(job_spec) = rj.get("template").and_then(|t| t.get("spec")) else {
-                    continue;
-                };
-                if !has_template(job_spec) {
-                    continue;
-                }
-                let parallelism = int_at(job_spec.get("parallelism"), 1);
-                out.push(TemplateInfo {
-                    role: TemplateRole::ReplicatedJob {
-                        index,
-                        name: name_of(rj).unwrap_or_default().to_string(),
-                    },
-                    path: format!("spec.replicatedJobs[{index}].template.spec.template"),
-                    replicas: int_at(rj.get("replicas"), 1).saturating_mul(parallelism),
-                });
-            }
-        }
-        WorkloadKind::TrainJob => {}
-        WorkloadKind::PyTorchJob => {
-            let specs = object
-                .get("spec")
-                .and_then(|s| s.get("pytorchReplicaSpecs"))
-                .and_then(Value::as_object);
-            for (replica_type, rs) in specs.map(replica_types_in_order).into_iter().flatten() {
-                if !rs.is_object() || !has_template(rs) {
-                    continue;
-                }
-                out.push(TemplateInfo {
-                    role: TemplateRole::PyTorchReplica {
-                        replica_type: replica_type.clone(),
-                    },
-                    path: format!("spec.pytorchReplicaSpecs.{replica_type}.template"),
-                    replicas: int_at(rs.get("replicas"), 1),
-                });
-            }
+    for position in kind.spec().positions {
+        for (index, key, holder) in holders(position, object) {
+            let Some(template) = field(holder, position.template).and_then(Value::as_object) else {
+                continue;
+            };
+            let name = match position.naming {
+                Naming::None => None,
+                Naming::Field(f) => Some(
+                    holder
+                        .get(f)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+                Naming::Key => key.cloned(),
+            };
+            let key = key.map(String::as_str);
+            out.push((
+                TemplateInfo {
+                    position,
+                    index,
+                    name,
+                    path: template_path(position, index, key),
+                    replicas: position.replicas.eval(object, holder, key),
+                    at_most: position.at_most.eval(object, holder, key).max(0),
+                },
+                template,
+            ));
         }
     }
     out
 }
 
-/// A PyTorchJob's `pytorchReplicaSpecs` in the one order launchgate reads them wherever the
-/// first template decides (the queue label, the queue env, violation order): byte order of the
-/// replica type names (`Master` before `Worker`). It is the order the API server writes the map
-/// in, so it does not depend on how a file lists them; the compiled CEL sorts the keys the same
-/// way (`native::select::replica_types`), as CEL walks a map in no defined order.
+/// A PyTorchJob's `pytorchReplicaSpecs` (any [`Holders::Keyed`] map) in the one order
+/// launchgate reads them wherever the first template decides (the queue label, the queue
+/// env, violation order): byte order of the keys (`Master` before `Worker`). It is the order
+/// the API server writes the map in, so it does not depend on how a file lists them; the
+/// compiled CEL sorts the keys the same way, as CEL walks a map in no defined order.
 pub fn replica_types_in_order(specs: &Map<String, Value>) -> Vec<(&String, &Value)> {
     let mut out: Vec<(&String, &Value)> = specs.iter().collect();
     out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     out
 }
 
-/// The template a role names, in `object`.
-fn template_at<'a>(object: &'a Value, role: &TemplateRole) -> Option<&'a Map<String, Value>> {
-    let template = match role {
-        TemplateRole::Pod => object,
-        TemplateRole::JobTemplate => object.get("spec")?.get("template")?,
-        TemplateRole::VolcanoTask { index, .. } => object
-            .get("spec")?
-            .get("tasks")?
-            .get(*index)?
-            .get("template")?,
-        TemplateRole::PyTorchReplica { replica_type } => object
-            .get("spec")?
-            .get("pytorchReplicaSpecs")?
-            .get(replica_type)?
-            .get("template")?,
-        TemplateRole::ReplicatedJob { index, .. } => object
-            .get("spec")?
-            .get("replicatedJobs")?
-            .get(*index)?
-            .get("template")?
-            .get("spec")?
-            .get("template")?,
-    };
-    template.as_object()
-}
-
-/// [`template_at`], writable.
+/// The template of `info`, writable.
 fn template_at_mut<'a>(
     object: &'a mut Value,
-    role: &TemplateRole,
+    info: &TemplateInfo,
 ) -> Option<&'a mut Map<String, Value>> {
-    let template = match role {
-        TemplateRole::Pod => object,
-        TemplateRole::JobTemplate => object.get_mut("spec")?.get_mut("template")?,
-        TemplateRole::VolcanoTask { index, .. } => object
-            .get_mut("spec")?
-            .get_mut("tasks")?
-            .get_mut(*index)?
-            .get_mut("template")?,
-        TemplateRole::PyTorchReplica { replica_type } => object
-            .get_mut("spec")?
-            .get_mut("pytorchReplicaSpecs")?
-            .get_mut(replica_type)?
-            .get_mut("template")?,
-        TemplateRole::ReplicatedJob { index, .. } => object
-            .get_mut("spec")?
-            .get_mut("replicatedJobs")?
-            .get_mut(*index)?
-            .get_mut("template")?
-            .get_mut("spec")?
-            .get_mut("template")?,
-    };
-    template.as_object_mut()
+    let position = info.position;
+    let at = position.holders.path();
+    let mut holder = at.iter().try_fold(object, |v, k| v.get_mut(*k))?;
+    match position.holders {
+        Holders::Root | Holders::At(_) => {}
+        Holders::Each(_) => holder = holder.get_mut(info.index)?,
+        Holders::Keyed(_) => holder = holder.get_mut(info.name.as_deref()?)?,
+    }
+    position
+        .template
+        .iter()
+        .try_fold(holder, |v, k| v.get_mut(*k))?
+        .as_object_mut()
 }
 
 /// Calls `f` for every pod template of the workload with the template object
@@ -312,8 +187,12 @@ pub fn for_each_template_mut(
     object: &mut Value,
     mut f: impl FnMut(&TemplateInfo, &mut Map<String, Value>),
 ) {
-    for info in template_places(kind, object) {
-        if let Some(template) = template_at_mut(object, &info.role) {
+    let infos: Vec<TemplateInfo> = template_places(kind, object)
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
+    for info in infos {
+        if let Some(template) = template_at_mut(object, &info) {
             f(&info, template);
         }
     }
@@ -322,12 +201,6 @@ pub fn for_each_template_mut(
 /// Every pod template of the workload, read-only.
 pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<String, Value>)> {
     template_places(kind, object)
-        .into_iter()
-        .filter_map(|info| {
-            let template = template_at(object, &info.role)?;
-            Some((info, template))
-        })
-        .collect()
 }
 
 /// Path of a TrainJob's trainer settings.
@@ -578,23 +451,6 @@ pub fn metadata_map_mut<'a>(
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn kinds_are_recognised() {
-        assert_eq!(
-            WorkloadKind::from_gvk("", "v1", "Pod"),
-            Some(WorkloadKind::Pod)
-        );
-        assert_eq!(
-            WorkloadKind::from_gvk("batch.volcano.sh", "v1alpha1", "Job"),
-            Some(WorkloadKind::VolcanoJob)
-        );
-        assert_eq!(WorkloadKind::from_gvk("apps", "v1", "Deployment"), None);
-        assert_eq!(
-            WorkloadKind::of_object(&json!({"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob"})),
-            Some(WorkloadKind::PyTorchJob)
-        );
-    }
 
     #[test]
     fn volcano_tasks_and_pytorch_replicas_are_visited() {

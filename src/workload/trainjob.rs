@@ -9,7 +9,7 @@
 //! [`effective_jobset`] is that JobSet; the limits count it as they count a JobSet, so a
 //! TrainJob and the JobSet Trainer makes for it are the same size to the queue.
 
-use super::{TRAINER_NODE, TemplateInfo, TemplateRole, edit, name_in, trainer, trainer_num_nodes};
+use super::{TRAINER_NODE, TemplateInfo, WorkloadKind, edit, name_in, trainer, trainer_num_nodes};
 use crate::json::Pointer as _;
 use serde_json::{Map, Value, json};
 
@@ -179,18 +179,19 @@ pub fn patch_templates(trainjob: &Value) -> Vec<(TemplateInfo, &Map<String, Valu
             };
             out.push((
                 TemplateInfo {
-                    role: TemplateRole::ReplicatedJob {
-                        index: j,
-                        name: rjob
-                            .get("name")
+                    position: &WorkloadKind::JobSet.spec().positions[0],
+                    index: j,
+                    name: Some(
+                        rjob.get("name")
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_string(),
-                    },
+                    ),
                     path: format!(
                         "{PATCHES_PATH}[{i}].trainingRuntimeSpec.template.spec.replicatedJobs[{j}].template.spec.template"
                     ),
                     replicas: 0,
+                    at_most: 0,
                 },
                 template,
             ));

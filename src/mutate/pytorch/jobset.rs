@@ -11,7 +11,7 @@ use super::warn_unwirable;
 use crate::mutate::{Findings, MutationContext};
 use crate::topology::jobset::{layout, opt_in};
 use crate::topology::{JOB_PLACEHOLDER, PytorchConfig};
-use crate::workload::{self, TemplateRole, WorkloadKind};
+use crate::workload::{self, WorkloadKind};
 use serde_json::Value;
 
 /// Records the wiring on every taking-part template of an opted-in JobSet.
@@ -35,9 +35,7 @@ pub fn mutate(
     let master_addr = layout.master_addr(JOB_PLACEHOLDER);
     let mut changed = false;
     workload::for_each_template_mut(WorkloadKind::JobSet, object, |info, template| {
-        let TemplateRole::ReplicatedJob { index, .. } = info.role else {
-            return;
-        };
+        let index = info.index;
         let Some(ranked) = layout.ranked_at(index) else {
             return;
         };

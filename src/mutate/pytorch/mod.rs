@@ -61,16 +61,23 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, f: &mut Findings) -
     if !cfg.enabled || !object.is_object() || (ctx.child && ctx.kind != WorkloadKind::Pod) {
         return false;
     }
-    match ctx.kind {
-        WorkloadKind::VolcanoJob => volcano::mutate_job(ctx, cfg, object, f),
-        WorkloadKind::Pod if deferred::is_deferred(object) => {
-            deferred::mutate_pod(ctx, cfg, object, f)
-        }
-        WorkloadKind::Pod => volcano::mutate_pod(ctx, cfg, object, f),
-        WorkloadKind::BatchJob => indexed_job::mutate(ctx, cfg, object, f),
-        WorkloadKind::PyTorchJob => pytorchjob::mutate(ctx, cfg, object, f),
-        WorkloadKind::JobSet => jobset::mutate(ctx, cfg, object, f),
-        WorkloadKind::TrainJob => trainjob(cfg, object, f),
+    let kind = ctx.kind;
+    if kind == WorkloadKind::VolcanoJob {
+        volcano::mutate_job(ctx, cfg, object, f)
+    } else if kind == WorkloadKind::Pod && deferred::is_deferred(object) {
+        deferred::mutate_pod(ctx, cfg, object, f)
+    } else if kind == WorkloadKind::Pod {
+        volcano::mutate_pod(ctx, cfg, object, f)
+    } else if kind == WorkloadKind::BatchJob {
+        indexed_job::mutate(ctx, cfg, object, f)
+    } else if kind == WorkloadKind::PyTorchJob {
+        pytorchjob::mutate(ctx, cfg, object, f)
+    } else if kind == WorkloadKind::JobSet {
+        jobset::mutate(ctx, cfg, object, f)
+    } else if kind == WorkloadKind::TrainJob {
+        trainjob(cfg, object, f)
+    } else {
+        false
     }
 }
 

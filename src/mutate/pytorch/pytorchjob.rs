@@ -19,7 +19,7 @@ use crate::mutate::{Findings, MutationContext};
 use crate::topology::PytorchConfig;
 use crate::topology::pytorchjob::{problems, replica_specs, replicas_of};
 use crate::workload::intent::UserIntent;
-use crate::workload::{self, TemplateRole, WorkloadKind};
+use crate::workload::{self, WorkloadKind};
 use serde_json::{Value, json};
 
 /// What the operator's defaulting writes into an unset `spec.nprocPerNode`.
@@ -106,7 +106,7 @@ pub fn mutate(
         );
     }
     workload::for_each_template_mut(WorkloadKind::PyTorchJob, object, |info, template| {
-        let TemplateRole::PyTorchReplica { replica_type } = &info.role else {
+        let Some(replica_type) = &info.name else {
             return;
         };
         let Some(spec) = workload::pod_spec_mut(template) else {

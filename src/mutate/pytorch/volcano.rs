@@ -25,7 +25,7 @@ use crate::topology::volcano::{
     parse_plugin_args, pod_place, pytorch_plugin,
 };
 use crate::workload::intent::UserIntent;
-use crate::workload::{self, TemplateRole, WorkloadKind};
+use crate::workload::{self, WorkloadKind};
 use serde_json::{Map, Value, json};
 
 fn set_annotation(template: &mut Map<String, Value>, key: &str, value: &str) -> bool {
@@ -75,7 +75,7 @@ pub fn mutate_job(
     let vars = env::job_vars(cfg, &job.wiring);
     let mut changed = false;
     workload::for_each_template_mut(WorkloadKind::VolcanoJob, object, |info, template| {
-        let TemplateRole::VolcanoTask { name, .. } = &info.role else {
+        let Some(name) = &info.name else {
             return;
         };
         let offset = job.rank_offset(name);

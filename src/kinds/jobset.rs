@@ -1,0 +1,55 @@
+//! jobset.x-k8s.io/v1alpha2 JobSet: a list of replicated Jobs, each `replicas` Jobs of one
+//! pod template, bound by its `name`. Its controller makes the Jobs; the Job controller makes
+//! their pods.
+
+use super::{Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
+
+static REPLICAS: Num = Num::Int {
+    from: From::Holder,
+    at: &["replicas"],
+    default: 1,
+};
+
+static PARALLELISM: Num = Num::Int {
+    from: From::Holder,
+    at: &["template", "spec", "parallelism"],
+    default: 1,
+};
+
+static COMPLETIONS: Num = Num::Int {
+    from: From::Holder,
+    at: &["template", "spec", "completions"],
+    default: i64::MAX,
+};
+
+static AT_ONCE: Num = Num::Min(&PARALLELISM, &COMPLETIONS);
+
+pub static JOBSET: KindSpec = KindSpec {
+    name: "JobSet",
+    group: "jobset.x-k8s.io",
+    version: "v1alpha2",
+    kind: "JobSet",
+    resource: "jobsets",
+    subresources: &[],
+    signature: &["replicatedJobs"],
+    positions: &[Position {
+        role: "replicated job",
+        holders: Holders::Each(&["spec", "replicatedJobs"]),
+        template: &["template", "spec", "template"],
+        naming: Naming::Field("name"),
+        replicas: Num::Mul(&REPLICAS, &PARALLELISM),
+        at_most: Num::Mul(&REPLICAS, &AT_ONCE),
+    }],
+    pods_from_runtime: false,
+    run: Run {
+        deadline: Deadline::EachJob,
+    },
+    makes: &[Makes {
+        kind: "Job",
+        mark: &["jobset.sigs.k8s.io/jobset-uid"],
+        of: "uid",
+    }],
+    controller: &["system:serviceaccount:jobset-system:jobset-controller-manager"],
+    kueue: Kueue::Suspends,
+    native: Ok(()),
+};

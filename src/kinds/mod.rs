@@ -1,0 +1,476 @@
+//! The model of the workload kinds launchgate understands: one descriptor per kind, one file
+//! per kind, and everything that differs between kinds read from them.
+//!
+//! A descriptor ([`KindSpec`]) states, as data, what a kind is: its API coordinates, every
+//! pod-template position with its role, its pod count and its upper bound, how a position binds
+//! to a queue template (by name, never by index), its run-level fields, the objects its
+//! controller makes and how they prove it, and its Kueue integration. The Rust template walk
+//! (`workload`), the queue-template binding and totals (`validate`), owner verification
+//! (`policy::owner`), the compiled CEL (`native`), `compile-native --report`, `audit`'s list of
+//! kinds and the webhook rules all read the descriptors, so a kind is added by adding its file
+//! and one line in [`ALL`].
+
+mod job;
+mod jobset;
+mod pod;
+mod pytorchjob;
+mod trainjob;
+mod volcano;
+
+use serde_json::Value;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+/// Every kind launchgate understands, in the order lists of kinds are printed.
+pub static ALL: &[&KindSpec] = &[
+    &pod::POD,
+    &job::JOB,
+    &volcano::VOLCANO_JOB,
+    &pytorchjob::PYTORCH_JOB,
+    &jobset::JOBSET,
+    &trainjob::TRAIN_JOB,
+];
+
+/// A kind's descriptor.
+#[derive(Debug)]
+pub struct KindSpec {
+    /// A short stable name, unique among the kinds: metrics, messages, `match.podCreators` keys.
+    pub name: &'static str,
+    /// API group (`""` for core), version, the object's `kind` and the plural resource.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub resource: &'static str,
+    /// The subresources whose requests change what the queue's limits cover, which are judged
+    /// (every other subresource is not).
+    pub subresources: &'static [&'static str],
+    /// Fields of `spec` that tell this kind apart in a queue template that names no
+    /// `apiVersion` (a PyTorchJob has `pytorchReplicaSpecs`); empty for the kinds a template
+    /// recognises by `kind` alone.
+    pub signature: &'static [&'static str],
+    /// Every pod-template position, in the order the walk visits them.
+    pub positions: &'static [Position],
+    /// Its pods come from a runtime the object names (a Trainer v2 TrainJob), not from pod
+    /// templates of its own.
+    pub pods_from_runtime: bool,
+    /// The run-level fields.
+    pub run: Run,
+    /// What this kind's controller makes, and how each proves it.
+    pub makes: &'static [Makes],
+    /// The identities the upstream controller of this kind runs as (the default
+    /// `match.podCreators` entry).
+    pub controller: &'static [&'static str],
+    /// How Kueue manages it.
+    pub kueue: Kueue,
+    /// The native admission policies cover it (else the webhook only, with the reason).
+    pub native: Result<(), &'static str>,
+}
+
+/// One pod-template position of a kind: a holder (or a list or map of them) and the template
+/// under it.
+#[derive(Debug)]
+pub struct Position {
+    /// What a pod of this position is, for messages and docs (`task`, `worker group`).
+    pub role: &'static str,
+    /// Where the holders are.
+    pub holders: Holders,
+    /// The path from a holder to its pod template (empty when the holder is the template).
+    pub template: &'static [&'static str],
+    /// How a holder binds to the queue template's holder of the same position.
+    pub naming: Naming,
+    /// How many pods run from one holder, as written.
+    pub replicas: Num,
+    /// The most pods of one holder that can run at once: scaling bounds (elastic, autoscaling)
+    /// counted, `replicas` otherwise. Totals and the cost ceiling read it.
+    pub at_most: Num,
+}
+
+/// Where a position's holders are, from the object's root.
+#[derive(Debug, Clone, Copy)]
+pub enum Holders {
+    /// The object is the template (a bare Pod).
+    Root,
+    /// One holder at the path.
+    At(&'static [&'static str]),
+    /// Every entry of the list at the path.
+    Each(&'static [&'static str]),
+    /// Every entry of the map at the path, in byte order of the keys (CEL walks a map in no
+    /// defined order, so the compiled CEL sorts the keys the same way).
+    Keyed(&'static [&'static str]),
+}
+
+impl Holders {
+    /// The path of the holders from the root (empty for [`Holders::Root`]).
+    pub fn path(self) -> &'static [&'static str] {
+        match self {
+            Holders::Root => &[],
+            Holders::At(p) | Holders::Each(p) | Holders::Keyed(p) => p,
+        }
+    }
+}
+
+/// What names a holder, so a queue template's holder binds to the workload's of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// One holder: nothing to bind.
+    None,
+    /// The holder's field (`name` of a Volcano task, `groupName` of a Ray worker group).
+    Field(&'static str),
+    /// The map key (a PyTorchJob's replica type), compared case-insensitively.
+    Key,
+}
+
+/// Where a [`Num`] reads a field from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum From {
+    /// The holder of the position.
+    Holder,
+    /// The object.
+    Object,
+}
+
+/// A count read from the object: the one small language both the Rust walk and the compiled
+/// CEL evaluate, so they count alike.
+#[derive(Debug)]
+pub enum Num {
+    /// A constant.
+    Lit(i64),
+    /// An integer field, or `default` when it is absent or not an integer.
+    Int {
+        from: From,
+        at: &'static [&'static str],
+        default: i64,
+    },
+    /// The smaller of two.
+    Min(&'static Num, &'static Num),
+    /// The larger of two.
+    Max(&'static Num, &'static Num),
+    /// The product of two (saturating).
+    Mul(&'static Num, &'static Num),
+    /// `then` when `when` holds, else `otherwise`.
+    If {
+        when: Cond,
+        then: &'static Num,
+        otherwise: &'static Num,
+    },
+}
+
+/// A condition a [`Num`] can test.
+#[derive(Debug)]
+pub enum Cond {
+    /// A boolean field is `true`.
+    True {
+        from: From,
+        at: &'static [&'static str],
+    },
+    /// A field is present (not null).
+    Has {
+        from: From,
+        at: &'static [&'static str],
+    },
+    /// The holder's map key equals this, compared case-insensitively.
+    KeyIs(&'static str),
+}
+
+/// A field reached by a path of keys from a value.
+pub fn field<'a>(from: &'a Value, at: &[&str]) -> Option<&'a Value> {
+    at.iter().try_fold(from, |v, k| v.get(*k))
+}
+
+impl Num {
+    /// Evaluates the count for a holder (`key`: its map key, for [`Holders::Keyed`]).
+    pub fn eval(&self, object: &Value, holder: &Value, key: Option<&str>) -> i64 {
+        match self {
+            Num::Lit(n) => *n,
+            Num::Int { from, at, default } => {
+                let base = match from {
+                    From::Holder => holder,
+                    From::Object => object,
+                };
+                field(base, at).and_then(Value::as_i64).unwrap_or(*default)
+            }
+            Num::Min(a, b) => a.eval(object, holder, key).min(b.eval(object, holder, key)),
+            Num::Max(a, b) => a.eval(object, holder, key).max(b.eval(object, holder, key)),
+            Num::Mul(a, b) => a
+                .eval(object, holder, key)
+                .saturating_mul(b.eval(object, holder, key)),
+            Num::If {
+                when,
+                then,
+                otherwise,
+            } => {
+                if when.holds(object, holder, key) {
+                    then.eval(object, holder, key)
+                } else {
+                    otherwise.eval(object, holder, key)
+                }
+            }
+        }
+    }
+}
+
+impl Cond {
+    /// Whether the condition holds for a holder.
+    pub fn holds(&self, object: &Value, holder: &Value, key: Option<&str>) -> bool {
+        let base = |from: &From| match from {
+            From::Holder => holder,
+            From::Object => object,
+        };
+        match self {
+            Cond::True { from, at } => field(base(from), at).and_then(Value::as_bool) == Some(true),
+            Cond::Has { from, at } => field(base(from), at).is_some_and(|v| !v.is_null()),
+            Cond::KeyIs(want) => key.is_some_and(|k| k.eq_ignore_ascii_case(want)),
+        }
+    }
+}
+
+/// The run-level fields of a kind.
+#[derive(Debug)]
+pub struct Run {
+    /// Where the run's deadline lives, which the GPU-hour ceiling reads and
+    /// `guardrails.costCeiling.defaultDeadlineSeconds` writes.
+    pub deadline: Deadline,
+}
+
+/// Where a kind keeps the deadline that bounds a whole run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// The run's own deadline: (JSON Pointer of the holder, key, dotted path). A batch/v1 Job's
+    /// `spec.activeDeadlineSeconds` counts from the Job's start across every wave and retry of
+    /// its pods; a PyTorchJob's `spec.runPolicy.activeDeadlineSeconds`, a TrainJob's
+    /// `spec.activeDeadlineSeconds` likewise; a bare Pod's is its own.
+    Run(&'static str, &'static str, &'static str),
+    /// A JobSet has none: each replicated Job's own `template.spec.activeDeadlineSeconds`, and
+    /// the JobSet runs its Jobs again up to `failurePolicy.maxRestarts` times. (The default
+    /// also goes to each of its pod templates that sets none.)
+    EachJob,
+    /// A Volcano Job has none (nor a Job-level one): each task's pod template
+    /// `activeDeadlineSeconds`, and Volcano restarts up to `maxRetry` times.
+    EachPod,
+}
+
+/// Something a kind's controller makes (pods, or a child workload), and how it proves whose it
+/// is: the label (or annotation) the controller writes on it, equal to a field of the owner
+/// reference.
+#[derive(Debug)]
+pub struct Makes {
+    /// The [`KindSpec::name`] of what it makes.
+    pub kind: &'static str,
+    /// The keys, any of which carries the mark ([`OWN_NAME`] stands for the made object's own
+    /// name).
+    pub mark: &'static [&'static str],
+    /// The owner reference field the mark equals: `uid` or `name`.
+    pub of: &'static str,
+}
+
+/// Stands for the made object's own `metadata.name` in a [`Makes::mark`].
+pub const OWN_NAME: &str = "metadata.name";
+
+/// How Kueue manages a kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kueue {
+    /// Kueue's integration for this kind admits it by `spec.suspend` (batch/v1 Job, JobSet,
+    /// PyTorchJob, TrainJob, RayJob).
+    Suspends,
+    /// Kueue manages it as a plain pod (its pod integration, by scheduling gate).
+    Pod,
+    /// Kueue does not manage this kind (why, for the warning).
+    No(&'static str),
+}
+
+/// A workload kind: a handle on its descriptor.
+#[derive(Clone, Copy)]
+pub struct WorkloadKind(&'static KindSpec);
+
+#[allow(non_upper_case_globals)]
+impl WorkloadKind {
+    /// core/v1 Pod
+    pub const Pod: WorkloadKind = WorkloadKind(&pod::POD);
+    /// batch/v1 Job
+    pub const BatchJob: WorkloadKind = WorkloadKind(&job::JOB);
+    /// batch.volcano.sh/v1alpha1 Job
+    pub const VolcanoJob: WorkloadKind = WorkloadKind(&volcano::VOLCANO_JOB);
+    /// kubeflow.org/v1 PyTorchJob (legacy: training-operator v1)
+    pub const PyTorchJob: WorkloadKind = WorkloadKind(&pytorchjob::PYTORCH_JOB);
+    /// jobset.x-k8s.io/v1alpha2 JobSet
+    pub const JobSet: WorkloadKind = WorkloadKind(&jobset::JOBSET);
+    /// trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2)
+    pub const TrainJob: WorkloadKind = WorkloadKind(&trainjob::TRAIN_JOB);
+}
+
+impl PartialEq for WorkloadKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for WorkloadKind {}
+
+impl Hash for WorkloadKind {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name.hash(state);
+    }
+}
+
+impl fmt::Debug for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl WorkloadKind {
+    /// Every kind, in [`ALL`]'s order.
+    pub fn all() -> impl Iterator<Item = WorkloadKind> {
+        ALL.iter().map(|spec| WorkloadKind(spec))
+    }
+
+    /// The kind's descriptor.
+    pub fn spec(self) -> &'static KindSpec {
+        self.0
+    }
+
+    /// Recognises a kind from the admission request's group/version/kind.
+    pub fn from_gvk(group: &str, version: &str, kind: &str) -> Option<Self> {
+        Self::all().find(|k| k.0.group == group && k.0.version == version && k.0.kind == kind)
+    }
+
+    /// Recognises a kind by its [`KindSpec::name`].
+    pub fn named(name: &str) -> Option<Self> {
+        Self::all().find(|k| k.0.name == name)
+    }
+
+    /// Recognises a kind from an object's `apiVersion` and `kind`.
+    pub fn of_object(object: &Value) -> Option<Self> {
+        let api_version = object.get("apiVersion")?.as_str()?;
+        let kind = object.get("kind")?.as_str()?;
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        Self::from_gvk(group, version, kind)
+    }
+
+    /// A short stable name (used in metrics and messages).
+    pub fn as_str(self) -> &'static str {
+        self.0.name
+    }
+
+    /// The kind's API group, version and resource (plural), as admission rules name them.
+    pub fn api_resource(self) -> (&'static str, &'static str, &'static str) {
+        (self.0.group, self.0.version, self.0.resource)
+    }
+
+    /// The object's `kind` (a Volcano Job is a `Job` of its own group).
+    pub fn api_kind(self) -> &'static str {
+        self.0.kind
+    }
+
+    /// The object's `apiVersion` (`batch/v1`, `v1`).
+    pub fn api_version(self) -> String {
+        match self.0.group {
+            "" => self.0.version.to_string(),
+            group => format!("{group}/{}", self.0.version),
+        }
+    }
+
+    /// The kind's API group (`""` for core).
+    pub fn api_group(self) -> &'static str {
+        self.0.group
+    }
+
+    /// True for the kinds that own pod templates (everything but a Pod).
+    pub fn is_job(self) -> bool {
+        !matches!(
+            self.0.positions,
+            [Position {
+                holders: Holders::Root,
+                ..
+            }]
+        )
+    }
+
+    /// True for a bare Pod: the object is its own pod template.
+    pub fn is_pod(self) -> bool {
+        !self.is_job()
+    }
+
+    /// The kinds whose controller makes objects of this kind.
+    pub fn made_by(self) -> impl Iterator<Item = WorkloadKind> {
+        Self::all().filter(move |owner| owner.0.makes.iter().any(|m| m.kind == self.0.name))
+    }
+
+    /// How `owner`'s controller marks what it makes of this kind.
+    pub fn mark_from(self, owner: WorkloadKind) -> Option<&'static Makes> {
+        owner.0.makes.iter().find(|m| m.kind == self.0.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_and_coordinates_are_unique() {
+        let mut names: Vec<_> = ALL.iter().map(|k| k.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len());
+        let mut gvk: Vec<_> = ALL.iter().map(|k| (k.group, k.version, k.kind)).collect();
+        gvk.sort();
+        gvk.dedup();
+        assert_eq!(gvk.len(), ALL.len());
+        for k in ALL {
+            for m in k.makes {
+                assert!(
+                    WorkloadKind::named(m.kind).is_some(),
+                    "{} makes an unknown kind {}",
+                    k.name,
+                    m.kind
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn kinds_are_recognised() {
+        assert_eq!(
+            WorkloadKind::from_gvk("", "v1", "Pod"),
+            Some(WorkloadKind::Pod)
+        );
+        assert_eq!(
+            WorkloadKind::from_gvk("batch.volcano.sh", "v1alpha1", "Job"),
+            Some(WorkloadKind::VolcanoJob)
+        );
+        assert_eq!(WorkloadKind::from_gvk("apps", "v1", "Deployment"), None);
+        assert_eq!(
+            WorkloadKind::of_object(&json!({"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob"})),
+            Some(WorkloadKind::PyTorchJob)
+        );
+        assert_eq!(WorkloadKind::BatchJob.api_version(), "batch/v1");
+        assert_eq!(WorkloadKind::Pod.api_version(), "v1");
+        assert!(WorkloadKind::Pod.is_pod() && WorkloadKind::JobSet.is_job());
+    }
+
+    #[test]
+    fn counts_evaluate_as_written() {
+        static PAR: Num = Num::Int {
+            from: From::Holder,
+            at: &["parallelism"],
+            default: 1,
+        };
+        static COMP: Num = Num::Int {
+            from: From::Holder,
+            at: &["completions"],
+            default: i64::MAX,
+        };
+        static AT_ONCE: Num = Num::Min(&PAR, &COMP);
+        let h = json!({"parallelism": 4, "completions": 2});
+        assert_eq!(AT_ONCE.eval(&json!({}), &h, None), 2);
+        assert_eq!(AT_ONCE.eval(&json!({}), &json!({}), None), 1);
+        static ELASTIC: Num = Num::If {
+            when: Cond::KeyIs("worker"),
+            then: &Num::Lit(8),
+            otherwise: &Num::Lit(1),
+        };
+        assert_eq!(ELASTIC.eval(&json!({}), &h, Some("Worker")), 8);
+        assert_eq!(ELASTIC.eval(&json!({}), &h, Some("Master")), 1);
+    }
+}

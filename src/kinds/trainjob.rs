@@ -1,0 +1,33 @@
+//! trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2): no pod template of its own;
+//! its pods come from the (Cluster)TrainingRuntime it names, with `spec.trainer` applied to the
+//! runtime's `node` container. Trainer makes a JobSet named after it.
+
+use super::{Deadline, KindSpec, Kueue, Makes, OWN_NAME, Run};
+
+pub static TRAIN_JOB: KindSpec = KindSpec {
+    name: "TrainJob",
+    group: "trainer.kubeflow.org",
+    version: "v1alpha1",
+    kind: "TrainJob",
+    resource: "trainjobs",
+    subresources: &[],
+    signature: &["runtimeRef", "trainer"],
+    positions: &[],
+    pods_from_runtime: true,
+    run: Run {
+        deadline: Deadline::Run(
+            "/spec",
+            "activeDeadlineSeconds",
+            "spec.activeDeadlineSeconds",
+        ),
+    },
+    // Trainer names a TrainJob's JobSet after the TrainJob.
+    makes: &[Makes {
+        kind: "JobSet",
+        mark: &[OWN_NAME],
+        of: "name",
+    }],
+    controller: &["system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"],
+    kueue: Kueue::Suspends,
+    native: Err("a TrainJob's pods come from its runtime, which the API server cannot read"),
+};
