@@ -15,6 +15,9 @@ static COMPLETIONS: Num = Num::Int {
     default: i64::MAX,
 };
 
+/// The kinds this file describes.
+pub static KINDS: &[&KindSpec] = &[&JOB];
+
 pub static JOB: KindSpec = KindSpec {
     name: "Job",
     group: "batch",

@@ -24,6 +24,9 @@ static COMPLETIONS: Num = Num::Int {
 
 static AT_ONCE: Num = Num::Min(&PARALLELISM, &COMPLETIONS);
 
+/// The kinds this file describes.
+pub static KINDS: &[&KindSpec] = &[&JOBSET];
+
 pub static JOBSET: KindSpec = KindSpec {
     name: "JobSet",
     group: "jobset.x-k8s.io",

@@ -8,7 +8,7 @@
 //! (`workload`), the queue-template binding and totals (`validate`), owner verification
 //! (`policy::owner`), the compiled CEL (`native`), `compile-native --report`, `audit`'s list of
 //! kinds and the webhook rules all read the descriptors, so a kind is added by adding its file
-//! and one line in [`ALL`].
+//! and one line in [`FILES`].
 
 mod job;
 mod jobset;
@@ -21,15 +21,21 @@ use serde_json::Value;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
-/// Every kind launchgate understands, in the order lists of kinds are printed.
-pub static ALL: &[&KindSpec] = &[
-    &pod::POD,
-    &job::JOB,
-    &volcano::VOLCANO_JOB,
-    &pytorchjob::PYTORCH_JOB,
-    &jobset::JOBSET,
-    &trainjob::TRAIN_JOB,
+/// Every kind launchgate understands, by the file that describes it, in the order lists of
+/// kinds are printed.
+static FILES: &[&[&KindSpec]] = &[
+    pod::KINDS,
+    job::KINDS,
+    volcano::KINDS,
+    pytorchjob::KINDS,
+    jobset::KINDS,
+    trainjob::KINDS,
 ];
+
+/// Every kind's descriptor, in [`FILES`]' order.
+pub fn all() -> impl Iterator<Item = &'static KindSpec> {
+    FILES.iter().flat_map(|file| file.iter().copied())
+}
 
 /// A kind's descriptor.
 #[derive(Debug)]
@@ -319,9 +325,9 @@ impl fmt::Debug for WorkloadKind {
 }
 
 impl WorkloadKind {
-    /// Every kind, in [`ALL`]'s order.
+    /// Every kind, in [`FILES`]' order.
     pub fn all() -> impl Iterator<Item = WorkloadKind> {
-        ALL.iter().map(|spec| WorkloadKind(spec))
+        all().map(WorkloadKind)
     }
 
     /// The kind's descriptor.
@@ -409,15 +415,15 @@ mod tests {
 
     #[test]
     fn names_and_coordinates_are_unique() {
-        let mut names: Vec<_> = ALL.iter().map(|k| k.name).collect();
+        let mut names: Vec<_> = all().map(|k| k.name).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), ALL.len());
-        let mut gvk: Vec<_> = ALL.iter().map(|k| (k.group, k.version, k.kind)).collect();
+        assert_eq!(names.len(), all().count());
+        let mut gvk: Vec<_> = all().map(|k| (k.group, k.version, k.kind)).collect();
         gvk.sort();
         gvk.dedup();
-        assert_eq!(gvk.len(), ALL.len());
-        for k in ALL {
+        assert_eq!(gvk.len(), all().count());
+        for k in all() {
             for m in k.makes {
                 assert!(
                     WorkloadKind::named(m.kind).is_some(),

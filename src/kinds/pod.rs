@@ -2,6 +2,9 @@
 
 use super::{Deadline, Holders, KindSpec, Kueue, Naming, Num, Position, Run};
 
+/// The kinds this file describes.
+pub static KINDS: &[&KindSpec] = &[&POD];
+
 pub static POD: KindSpec = KindSpec {
     name: "Pod",
     group: "",

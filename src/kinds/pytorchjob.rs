@@ -18,6 +18,9 @@ static MAX_REPLICAS: Num = Num::Int {
 
 static ELASTIC_WORKERS: Num = Num::Max(&REPLICAS, &MAX_REPLICAS);
 
+/// The kinds this file describes.
+pub static KINDS: &[&KindSpec] = &[&PYTORCH_JOB];
+
 pub static PYTORCH_JOB: KindSpec = KindSpec {
     name: "PyTorchJob",
     group: "kubeflow.org",

@@ -4,6 +4,9 @@
 
 use super::{Deadline, KindSpec, Kueue, Makes, OWN_NAME, Run};
 
+/// The kinds this file describes.
+pub static KINDS: &[&KindSpec] = &[&TRAIN_JOB];
+
 pub static TRAIN_JOB: KindSpec = KindSpec {
     name: "TrainJob",
     group: "trainer.kubeflow.org",

@@ -2,6 +2,9 @@
 
 use super::{Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
 
+/// The kinds this file describes.
+pub static KINDS: &[&KindSpec] = &[&VOLCANO_JOB];
+
 pub static VOLCANO_JOB: KindSpec = KindSpec {
     name: "VolcanoJob",
     group: "batch.volcano.sh",
