@@ -81,7 +81,8 @@ pub struct MatchRules {
     /// Who creates the pods of each workload kind (`Job`, `VolcanoJob`, `PyTorchJob`: the
     /// usernames the controllers run as; `*` and `?` are wildcards). A pod naming such an
     /// owner as its controller is judged as that workload's pod only when one of these sends
-    /// it.
+    /// it. A kind left out keeps the identities its upstream controller runs as; `[]` trusts
+    /// no one for it.
     pub pod_creators: BTreeMap<String, Vec<String>>,
 }
 
@@ -263,7 +264,8 @@ impl Policy {
     }
 
     /// Checks and compiles a parsed config.
-    pub fn from_config(config: Config) -> Result<Self, ConfigErrors> {
+    pub fn from_config(mut config: Config) -> Result<Self, ConfigErrors> {
+        owner::complete_pod_creators(&mut config.match_rules.pod_creators);
         let mut errors = Vec::new();
         let mut check_queue_ref = |path: String, name: &str| {
             if !config.queues.contains_key(name) {

@@ -41,6 +41,15 @@ pub fn default_pod_creators() -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
+/// Gives every owner kind `creators` leaves out its default identities (a config written before
+/// launchgate knew a kind keeps working, and verifies that kind's children); a kind listed with
+/// `[]` stays trusted by no one.
+pub fn complete_pod_creators(creators: &mut BTreeMap<String, Vec<String>>) {
+    for (kind, users) in default_pod_creators() {
+        creators.entry(kind).or_insert(users);
+    }
+}
+
 /// Checks `match.podCreators` at `at`.
 pub fn check_pod_creators(
     creators: &BTreeMap<String, Vec<String>>,
@@ -257,6 +266,54 @@ mod tests {
             namespace: "ns",
         };
         owner_claim(WorkloadKind::Pod, object, &who, &default_pod_creators())
+    }
+
+    #[test]
+    fn a_kind_left_out_of_pod_creators_keeps_its_controller_and_an_empty_list_trusts_no_one() {
+        let policy = |creators: &str| {
+            crate::Policy::from_yaml(&format!(
+                "match:\n  exemptions: []\n  podCreators:\n{creators}\nqueues: {{q: {{}}}}\ndefaultQueue: q\n"
+            ))
+            .unwrap()
+        };
+        let written = policy("    Job: [system:kube-controller-manager]");
+        let creators = &written.config.match_rules.pod_creators;
+        assert_eq!(creators["Job"], ["system:kube-controller-manager"]);
+        assert_eq!(
+            creators["VolcanoJob"],
+            default_pod_creators()["VolcanoJob"],
+            "a kind the config leaves out keeps its controller's identity"
+        );
+        let none = policy("    VolcanoJob: []");
+        assert!(none.config.match_rules.pod_creators["VolcanoJob"].is_empty());
+        let who = Requester {
+            username: "system:serviceaccount:volcano-system:volcano-controllers",
+            groups: &[],
+            namespace: "ns",
+        };
+        let volcano_pod = pod(
+            "Job",
+            "batch.volcano.sh/v1alpha1",
+            json!({"volcano.sh/job-name": "train"}),
+        );
+        assert_eq!(
+            owner_claim(
+                WorkloadKind::Pod,
+                &volcano_pod,
+                &who,
+                &written.config.match_rules.pod_creators
+            ),
+            OwnerClaim::Verified(WorkloadKind::VolcanoJob)
+        );
+        assert!(matches!(
+            owner_claim(
+                WorkloadKind::Pod,
+                &volcano_pod,
+                &who,
+                &none.config.match_rules.pod_creators
+            ),
+            OwnerClaim::Unverified { .. }
+        ));
     }
 
     #[test]
