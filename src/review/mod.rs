@@ -1542,7 +1542,7 @@ mod subresource_tests {
     #[test]
     fn an_exemption_whose_pods_could_never_inherit_it_is_a_config_error() {
         let err = Policy::from_yaml(
-            "defaultQueue: q\nmatch:\n  exemptions: []\n  podCreators: {VolcanoJob: [v], PyTorchJob: [p], JobSet: [j]}\nqueues:\n  q:\n    exemptions: [{name: ops, groups: [ops], namespaces: [ops]}]\n",
+            "defaultQueue: q\nmatch:\n  exemptions: []\n  podCreators: {Job: [], VolcanoJob: [v], PyTorchJob: [p], JobSet: [j]}\nqueues:\n  q:\n    exemptions: [{name: ops, groups: [ops], namespaces: [ops]}]\n",
         )
         .unwrap_err()
         .to_string();

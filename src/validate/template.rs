@@ -725,7 +725,7 @@ spec:
         for bad in [
             json!({"kind": "TFJob"}),
             json!({"kind": "Job", "apiVersion": "kubeflow.org/v1"}),
-            json!({"kind": "RayJob", "apiVersion": "ray.io/v1"}),
+            json!({"kind": "MPIJob", "apiVersion": "kubeflow.org/v2beta1"}),
             json!({"kind": "${kind}"}),
             json!({"kind": 3}),
             json!({"apiVersion": "kubeflow.org/v1"}),
