@@ -36,7 +36,12 @@ fn cell(text: &str) -> String {
             out.push('`');
         }
         if i % 2 == 0 {
-            out.push_str(&part.replace('<', "&lt;").replace('>', "&gt;"));
+            out.push_str(
+                &part
+                    .replace('<', "&lt;")
+                    .replace('>', "&gt;")
+                    .replace('*', "\\*"),
+            );
         } else {
             out.push_str(part);
         }
@@ -331,11 +336,7 @@ fn command_section(cmd: &clap::Command, path: &str, out: &mut String, missing: &
     let _ = writeln!(out, "## `{path}`\n");
     if !about.is_empty() {
         let about = about.trim();
-        let stop = if about.ends_with(['.', ')', ':']) {
-            ""
-        } else {
-            "."
-        };
+        let stop = if about.ends_with('.') { "" } else { "." };
         let _ = writeln!(out, "{about}{stop}\n");
     }
     let args: Vec<&clap::Arg> = cmd
@@ -386,7 +387,7 @@ fn command_section(cmd: &clap::Command, path: &str, out: &mut String, missing: &
                 .map(|v| format!("`{}`", v.get_name()))
                 .collect();
             let mut description = cell(&help);
-            if !description.ends_with(['.', ')', ':']) {
+            if !description.ends_with('.') {
                 description.push('.');
             }
             if !values.is_empty() && !matches!(arg.get_action(), clap::ArgAction::SetTrue) {
@@ -401,9 +402,15 @@ fn command_section(cmd: &clap::Command, path: &str, out: &mut String, missing: &
         }
         out.push('\n');
     }
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+    for sub in subcommands(cmd) {
         command_section(sub, &format!("{path} {}", sub.get_name()), out, missing);
     }
+}
+
+/// The subcommands a user sees: not hidden, not clap's own `help`.
+fn subcommands(cmd: &clap::Command) -> impl Iterator<Item = &clap::Command> {
+    cmd.get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
 }
 
 /// `docs/reference/cli.md`: every command and flag, from the clap definition.
@@ -417,7 +424,7 @@ pub fn cli_page_from(mut cmd: clap::Command) -> Result<String, String> {
     let name = cmd.get_name().to_owned();
     let mut body = String::new();
     let mut missing = Vec::new();
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+    for sub in subcommands(&cmd) {
         command_section(
             sub,
             &format!("{name} {}", sub.get_name()),
@@ -646,15 +653,31 @@ pub fn chart_values_page(
         });
     }
     walk.walk(&top, "", &mut Vec::new());
+    let described = |path: &str| comments.get(path).or_else(|| table.get(path)).cloned();
+    let paths: Vec<String> = walk.rows.iter().map(|r| r.path.clone()).collect();
     for row in &mut walk.rows {
         if row.default.is_none() {
             row.default = lookup(&values, &row.path).cloned();
         }
         if row.description.is_none() {
-            row.description = comments
-                .get(&row.path)
-                .or_else(|| table.get(&row.path))
-                .cloned();
+            row.description = described(&row.path);
+        }
+        if row.description.is_none() {
+            let section = format!("{}.", row.path);
+            if paths.iter().any(|p| p.starts_with(&section)) {
+                row.description = Some(format!("The `{section}*` values below."));
+            }
+        }
+        // A part of a value described as a whole (an issuerRef's name, a list entry's field).
+        let mut parent = row.path.as_str();
+        while row.description.is_none() {
+            let Some(cut) = parent.rfind(['.', '[']) else {
+                break;
+            };
+            parent = &parent[..cut];
+            if let Some(d) = described(parent) {
+                row.description = Some(format!("Part of `{parent}`: {d}"));
+            }
         }
     }
     let mut out = header(
@@ -805,6 +828,9 @@ mod tests {
 
     #[test]
     fn table_cells_escape_pipes_and_angle_brackets_outside_code() {
-        assert_eq!(cell("a | b <name> `<x>`"), "a \\| b &lt;name&gt; `<x>`");
+        assert_eq!(
+            cell("a | b <name> `<x>` *.yaml"),
+            "a \\| b &lt;name&gt; `<x>` \\*.yaml"
+        );
     }
 }
