@@ -15,6 +15,7 @@
 //! * [`native`] — the policy compiled to ValidatingAdmissionPolicies and
 //!   MutatingAdmissionPolicies, with what stays in the webhook.
 //! * [`server`], [`cli`], [`certs`] — the HTTPS server, the offline CLI and certificate tooling.
+//! * [`reference`] — the documentation site's reference pages, written from the code.
 
 #![deny(missing_docs)]
 
@@ -33,6 +34,7 @@ pub(crate) mod mutate;
 pub mod native;
 pub mod policy;
 pub mod quantity;
+pub mod reference;
 pub mod review;
 pub mod server;
 pub(crate) mod topology;

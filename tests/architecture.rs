@@ -34,6 +34,8 @@ const LAYERS: &[&[&str]] = &[
     // The shells.
     &["server"],
     &["cli"],
+    // The documentation's reference pages, written from the shells' definitions.
+    &["reference"],
 ];
 
 fn layer_of(module: &str) -> usize {

@@ -27,10 +27,13 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct CacheConfig {
+    /// Add the cache (false: configured but not mounted).
     pub enabled: bool,
     /// Name of the volume launchgate adds.
     pub volume_name: String,
+    /// Mount this PersistentVolumeClaim as the cache (or `nfs`).
     pub persistent_volume_claim: Option<ClaimSource>,
+    /// Mount this NFS export as the cache (or `persistentVolumeClaim`).
     pub nfs: Option<NfsSource>,
     /// Mount path for root containers.
     pub mount_path: String,
@@ -38,6 +41,7 @@ pub struct CacheConfig {
     pub non_root_mount_path: String,
     /// Env vars to point into the cache: name → sub-directory ("" = the cache root).
     pub env: BTreeMap<String, String>,
+    /// Mount the cache read-only (then no cache env is set).
     pub read_only: bool,
 }
 
@@ -45,6 +49,7 @@ pub struct CacheConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClaimSource {
+    /// Name of the PersistentVolumeClaim, in the workload's namespace.
     pub claim_name: String,
 }
 
@@ -52,7 +57,9 @@ pub struct ClaimSource {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NfsSource {
+    /// NFS server name or address.
     pub server: String,
+    /// Exported path on the NFS server.
     pub path: String,
 }
 

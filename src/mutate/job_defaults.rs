@@ -32,8 +32,13 @@ pub const KEEP_BACKOFF_LIMIT_ANNOTATION: &str = "launchgate.io/keep-backoff-limi
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct JobDefaultsConfig {
+    /// Apply the Job defaults below (false: leave retries and cleanup alone).
     pub enabled: bool,
+    /// Job `spec.backoffLimit` (a PyTorchJob's `spec.runPolicy.backoffLimit`, a JobSet's
+    /// `spec.failurePolicy.maxRestarts`) where the user left it unset.
     pub backoff_limit: Option<i64>,
+    /// `ttlSecondsAfterFinished`: seconds after which a finished run is deleted (a PyTorchJob's
+    /// under `spec.runPolicy`).
     pub ttl_seconds_after_finished: Option<i64>,
     /// Volcano Job `spec.maxRetry`.
     pub volcano_max_retry: Option<i64>,

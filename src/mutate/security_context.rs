@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct SecurityContextConfig {
+    /// Apply these defaults to the queue's pod specs (false: leave every securityContext alone).
     pub enabled: bool,
     /// Container `allowPrivilegeEscalation` (null: leave alone).
     pub allow_privilege_escalation: Option<bool>,

@@ -265,6 +265,40 @@ impl Metrics {
         }
     }
 
+    /// The registry with one series in every family, so its encoding names every metric's
+    /// labels: what the metrics reference page is written from (`crate::reference`). A family
+    /// added without a series here is reported by that page's generator.
+    pub(crate) fn with_example_series() -> Self {
+        let m = Self::new();
+        let queue = || "<queue>".to_owned();
+        drop(m.requests.get_or_create(&RequestLabels {
+            endpoint: "<endpoint>",
+            kind: "<kind>",
+            operation: "<operation>",
+            outcome: "<outcome>",
+        }));
+        let ep = EndpointLabels {
+            endpoint: "<endpoint>",
+        };
+        drop(m.patch_operations.get_or_create(&ep));
+        drop(
+            m.audit_violations
+                .get_or_create(&QueueLabels { queue: queue() }),
+        );
+        m.config_loaded("<sha256>".into());
+        drop(m.decisions.decisions.get_or_create(&DecisionLabels {
+            endpoint: "<endpoint>",
+            queue: queue(),
+            outcome: "<outcome>",
+        }));
+        drop(m.decisions.violations.get_or_create(&ViolationLabels {
+            queue: queue(),
+            rule: "<rule>".into(),
+            enforcement: "<enforcement>",
+        }));
+        m
+    }
+
     /// Records the config in force (its hash) after a successful load or reload.
     pub(crate) fn config_loaded(&self, hash: String) {
         self.config_last_reload_successful.set(1);

@@ -28,6 +28,7 @@ pub enum GangAction {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PreemptionConfig {
+    /// Give Jobs a `podFailurePolicy` that ignores disruptions (preemption, node drain).
     pub enabled: bool,
     /// Container exit codes that are retried without counting as a failure (1..=255).
     pub retriable_exit_codes: Vec<i32>,

@@ -117,12 +117,16 @@ pub struct VariableConfig {
     /// Terraform provider's map (`variable1: {name: gpus, …}`); defaults to the map key.
     #[serde(default, skip_serializing)]
     pub name: Option<String>,
+    /// The variable's type: `integer`, `number` (W&B's `float`), `string` or `quantity`.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub value_type: Option<ValueType>,
+    /// Smallest value the variable may take (a quantity for `quantity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Value>,
+    /// Largest value the variable may take (a quantity for `quantity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Value>,
+    /// The only values the variable may take.
     #[serde(default, rename = "enum", skip_serializing_if = "Option::is_none")]
     pub allowed: Option<Vec<Value>>,
     /// The value W&B fills in when the user gives none; checked against the schema.
@@ -131,6 +135,7 @@ pub struct VariableConfig {
     /// A workload without the value is a violation (otherwise an absent value is allowed).
     #[serde(default)]
     pub required: bool,
+    /// What the variable is for (W&B shows it in the launch UI); not checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// W&B's nested form: `gpus: {schema: {type: integer, minimum: 0, maximum: 4}}`.
@@ -227,14 +232,19 @@ pub struct FieldLimitConfig {
     /// E.g. `containers[*].resources.limits.memory` (relative to each pod spec) or
     /// `spec.parallelism` (absolute).
     pub path: String,
+    /// How the field's value is compared: `integer`, `number` (W&B's `float`), `string` or `quantity`.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub value_type: Option<ValueType>,
+    /// Smallest value allowed (a quantity for `quantity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Value>,
+    /// Largest value allowed (a quantity for `quantity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Value>,
+    /// The only values allowed.
     #[serde(default, rename = "enum", skip_serializing_if = "Option::is_none")]
     pub allowed: Option<Vec<Value>>,
+    /// A workload without the field is a violation (otherwise an absent field is allowed).
     #[serde(default)]
     pub required: bool,
 }
@@ -243,8 +253,10 @@ pub struct FieldLimitConfig {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TotalLimitConfig {
+    /// Smallest total a workload may ask for (a quantity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Value>,
+    /// Largest total a workload may ask for (a quantity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Value>,
 }
