@@ -32,6 +32,7 @@ pub(crate) mod manifest;
 pub(crate) mod mutate;
 pub mod native;
 pub mod policy;
+pub(crate) mod pytorch;
 pub mod quantity;
 pub mod review;
 pub mod server;

@@ -19,7 +19,10 @@ const LAYERS: &[&[&str]] = &[
     &["kinds"],
     // The object view: where pod specs live, the one container walk, env reads, edits.
     &["workload"],
-    // What a distributed job looks like (both paths read it).
+    // Distributed PyTorch: per kind, the topology of a distributed job (master, world size,
+    // ranks, why it can never rendezvous) and the wiring it drives (both paths read it).
+    &["pytorch"],
+    // The launch guardrails (both paths read them; they read the rendezvous size of `pytorch`).
     &["topology"],
     // The two paths, siblings.
     &["mutate", "validate"],

@@ -1,34 +1,13 @@
-//! What a distributed PyTorch job looks like, read from the object: where its master is, how
-//! many pods rendezvous (the world size) and where each pod's rank comes from — and why a job
-//! that asks for wiring can never rendezvous.
-//!
-//! Both paths use it: the mutating webhook writes the wiring it describes
-//! ([`crate::mutate::pytorch`]); the validating webhook denies the jobs it finds unwirable
-//! ([`crate::validate::distributed`]). Nothing here changes an object.
-//!
-//! * [`volcano`] — a Volcano Job with the `pytorch` plugin, and a Volcano pod's place in it;
-//! * [`indexed_job`] — an opted-in batch/v1 Indexed Job;
-//! * [`pytorchjob`] — a Kubeflow PyTorchJob, wired by the training operator;
-//! * [`jobset`] — a JobSet opted in like an Indexed Job.
-//!
-//! A Trainer v2 TrainJob is never wired: Trainer's torch plugin owns the torchrun env.
-//!
-//! The queue's PyTorch settings ([`PytorchConfig`]) and launch guardrails ([`guardrails`]) live
-//! here too: both paths read them.
-
-pub mod guardrails;
-pub mod indexed_job;
-pub mod jobset;
-pub mod pytorchjob;
-pub mod volcano;
+//! The queue's PyTorch settings (`queues.<name>.pytorch`): whether and how workloads are
+//! wired, what to do with one that can never rendezvous, the wait-for-master init container.
+//! Both paths read them: the mutating webhook wires by them, the validating webhook denies by
+//! `onUnwirable`.
 
 use crate::error::ConfigError;
-use crate::json::Pointer as _;
 use crate::quantity::Quantity;
-use crate::workload::WorkloadKind;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -344,76 +323,6 @@ impl PytorchConfig {
 
 /// Job annotation opting a batch/v1 Job in (`"true"`) or out (`"false"`) of PyTorch wiring.
 pub const OPT_IN_ANNOTATION: &str = "launchgate.io/pytorch";
-
-/// Stands for the Job's name in [`Deferred::master_addr`] (never part of a Kubernetes name).
-pub const JOB_PLACEHOLDER: &str = "{job}";
-
-/// What every pod of one job shares.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobWiring {
-    /// `None` when it cannot be derived (a Job with only `generateName`).
-    pub master_addr: Option<String>,
-    pub master_port: u16,
-    /// Pods that rendezvous (master + workers).
-    pub nnodes: i64,
-}
-
-/// The only `dnsPolicy` under which a `hostNetwork` pod resolves cluster DNS names.
-pub const HOST_NETWORK_DNS_POLICY: &str = "ClusterFirstWithHostNet";
-
-/// Why a `hostNetwork` pod spec that must resolve `MASTER_ADDR` cannot, if it cannot: a
-/// `dnsPolicy` the user wrote that is neither `ClusterFirstWithHostNet` nor `None` (their own
-/// `dnsConfig`). `user_wrote_dns` comes from [`crate::workload::intent`] for built-in kinds
-/// (the API server defaults `ClusterFirst`) and is "present" for custom resources.
-pub fn host_network_dns_problem(
-    pod_spec: &Map<String, Value>,
-    spec_path: &str,
-    user_wrote_dns: bool,
-) -> Option<String> {
-    if pod_spec.get("hostNetwork").and_then(Value::as_bool) != Some(true) {
-        return None;
-    }
-    let policy = pod_spec.get("dnsPolicy").and_then(Value::as_str)?;
-    if !user_wrote_dns || policy == HOST_NETWORK_DNS_POLICY || policy == "None" {
-        return None;
-    }
-    Some(format!(
-        "{spec_path} uses hostNetwork with dnsPolicy: {policy}, which you wrote; pod DNS names such as MASTER_ADDR resolve from a hostNetwork pod only with dnsPolicy: {HOST_NETWORK_DNS_POLICY} (set that, or leave dnsPolicy out and launchgate sets it)"
-    ))
-}
-
-/// `metadata.name` of an object or template.
-pub fn string_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.at(pointer)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-}
-
-/// Why a workload that asks for PyTorch wiring can never rendezvous (empty when it can, or
-/// when it asks for none). `object_name` is the request's name (empty with `generateName`).
-pub fn problems(
-    kind: WorkloadKind,
-    cfg: &PytorchConfig,
-    object: &Value,
-    object_name: &str,
-) -> Vec<String> {
-    if !cfg.enabled || !object.is_object() {
-        return Vec::new();
-    }
-    if kind == WorkloadKind::VolcanoJob {
-        volcano::job_problems(object, object_name)
-    } else if kind == WorkloadKind::BatchJob {
-        indexed_job::problems(cfg, object, object_name)
-    } else if kind == WorkloadKind::PyTorchJob {
-        let mut problems = pytorchjob::problems(object);
-        problems.extend(pytorchjob::dns_problems(object));
-        problems
-    } else if kind == WorkloadKind::JobSet {
-        jobset::problems(cfg, object, object_name)
-    } else {
-        Vec::new()
-    }
-}
 
 #[cfg(test)]
 mod tests {

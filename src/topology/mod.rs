@@ -1,0 +1,8 @@
+//! The launch guardrails both paths read ([`guardrails`]: a gang below its rendezvous size,
+//! the rendezvous Service, a run's GPU-hours, their config). They read the rendezvous size of a
+//! distributed job from [`crate::pytorch`].
+
+pub mod guardrails;
+
+// `guardrails` names the Volcano and PyTorchJob topology as its siblings.
+use crate::pytorch::{pytorchjob, volcano};
