@@ -153,3 +153,40 @@ pub fn problems(
         None => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_kind_has_at_most_one_entry() {
+        for (i, (kind, _)) in WIRING.iter().enumerate() {
+            assert!(
+                WIRING[i + 1..].iter().all(|(other, _)| other != kind),
+                "{kind:?} has two entries: the second would never be read"
+            );
+        }
+    }
+
+    #[test]
+    fn the_kind_alone_selects_the_unwirable_check() {
+        // A Volcano Job with two masters can never rendezvous; the same object judged as a
+        // kind whose entry has no check (or without an entry) is never unwirable.
+        let job = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "j"},
+        "spec": {"plugins": {"pytorch": []}, "tasks": [
+            {"name": "master", "replicas": 2, "template": {"spec": {"containers": [{"name": "t"}]}}}
+        ]}});
+        let cfg = PytorchConfig::default();
+        assert!(!problems(WorkloadKind::VolcanoJob, &cfg, &job, "j").is_empty());
+        for kind in [WorkloadKind::Pod, WorkloadKind::TrainJob] {
+            assert!(problems(kind, &cfg, &job, "j").is_empty(), "{kind:?}");
+        }
+        let off = PytorchConfig {
+            enabled: false,
+            ..PytorchConfig::default()
+        };
+        assert!(problems(WorkloadKind::VolcanoJob, &off, &job, "j").is_empty());
+    }
+}

@@ -4,5 +4,6 @@
 
 pub mod guardrails;
 
-// `guardrails` names the Volcano and PyTorchJob topology as its siblings.
+// `guardrails` reads the Volcano and PyTorchJob topology as `super::volcano` and
+// `super::pytorchjob`.
 use crate::pytorch::{pytorchjob, volcano};
