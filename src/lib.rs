@@ -33,6 +33,7 @@ pub(crate) mod manifest;
 pub(crate) mod mutate;
 pub mod native;
 pub mod policy;
+pub(crate) mod pytorch;
 pub mod quantity;
 pub mod reference;
 pub mod review;

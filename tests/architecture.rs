@@ -1,7 +1,8 @@
 //! The module layering of the crate, checked on its sources: every module depends only on
 //! modules of lower layers, so there is no import cycle, and the mutating and validating
-//! paths (`mutate`, `validate`) never import each other. `cargo test --test architecture`
-//! prints the module graph it checked.
+//! paths (`mutate`, `validate`) never import each other. Inside every module, its parts
+//! (submodules, at any depth) form no import cycle either. `cargo test --test architecture`
+//! prints the graphs it checked.
 //!
 //! Test code (`#[cfg(test)]` items) may use any layer and is not counted.
 
@@ -19,7 +20,10 @@ const LAYERS: &[&[&str]] = &[
     &["kinds"],
     // The object view: where pod specs live, the one container walk, env reads, edits.
     &["workload"],
-    // What a distributed job looks like (both paths read it).
+    // Distributed PyTorch: per kind, the topology of a distributed job (master, world size,
+    // ranks, why it can never rendezvous) and the wiring it drives (both paths read it).
+    &["pytorch"],
+    // The launch guardrails (both paths read them; they read the rendezvous size of `pytorch`).
     &["topology"],
     // The two paths, siblings.
     &["mutate", "validate"],
@@ -202,4 +206,302 @@ fn the_checker_sees_uses_and_skips_test_code() {
     let found: Vec<String> = uses(&code).into_iter().collect();
     assert_eq!(found, ["policy", "workload"]);
     assert!(code.contains("fn g()"));
+}
+
+/// Every module of src/ by its path (`["mutate", "guardrails"]`), with its file.
+fn module_tree() -> BTreeMap<Vec<String>, PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut tree = BTreeMap::new();
+    for file in files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let mut path: Vec<String> = rel
+            .iter()
+            .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
+            .collect();
+        if path.last().is_some_and(|last| last == "mod") {
+            path.pop();
+        }
+        // The crate root (lib.rs) and the binary (main.rs, another crate) are no part.
+        if path == ["lib"] || path == ["main"] {
+            continue;
+        }
+        tree.insert(path, file);
+    }
+    tree
+}
+
+/// Reads the module paths of a source text, as `use` trees or in expressions.
+struct PathReader<'a> {
+    code: &'a [u8],
+    at: usize,
+}
+
+impl PathReader<'_> {
+    fn skip_space(&mut self) {
+        while self.code.get(self.at).is_some_and(u8::is_ascii_whitespace) {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, token: &str) -> bool {
+        self.skip_space();
+        if self.code[self.at..].starts_with(token.as_bytes()) {
+            self.at += token.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn ident(&mut self) -> Option<String> {
+        self.skip_space();
+        let start = self.at;
+        while self
+            .code
+            .get(self.at)
+            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        {
+            self.at += 1;
+        }
+        (self.at > start).then(|| String::from_utf8_lossy(&self.code[start..self.at]).into())
+    }
+
+    /// The paths that continue a prefix: `::a::b`, `::{a, b::{self, c}}`, `::*`.
+    fn tails(&mut self) -> Vec<Vec<String>> {
+        let before = self.at;
+        if !self.eat("::") {
+            return vec![Vec::new()];
+        }
+        if self.eat("{") {
+            let mut out = Vec::new();
+            loop {
+                let start = self.at;
+                if self.eat("}") {
+                    break;
+                }
+                out.extend(self.item());
+                self.eat(",");
+                if self.at == start {
+                    break;
+                }
+            }
+            return out;
+        }
+        if self.eat("*") {
+            return vec![Vec::new()];
+        }
+        match self.ident() {
+            Some(segment) => self
+                .tails()
+                .into_iter()
+                .map(|tail| [vec![segment.clone()], tail].concat())
+                .collect(),
+            None => {
+                // `::<T>` (a turbofish) or anything else: the path ends here.
+                self.at = before;
+                vec![Vec::new()]
+            }
+        }
+    }
+
+    /// One item of a `{…}` group.
+    fn item(&mut self) -> Vec<Vec<String>> {
+        match self.ident().as_deref() {
+            Some("self") => vec![Vec::new()],
+            Some(segment) => {
+                let paths = self
+                    .tails()
+                    .into_iter()
+                    .map(|tail| [vec![segment.to_string()], tail].concat())
+                    .collect();
+                if self.eat("as ") {
+                    self.ident();
+                }
+                paths
+            }
+            None => {
+                self.eat("*");
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// The modules a file of module `here` names: every path that starts at `crate`, `super`,
+/// `self` or one of `here`'s own submodules, resolved to the deepest module it reaches.
+fn modules_named(
+    code: &str,
+    here: &[String],
+    tree: &BTreeMap<Vec<String>, PathBuf>,
+) -> BTreeSet<Vec<String>> {
+    let bytes = code.as_bytes();
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut found = BTreeSet::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let starts_path =
+            is_ident(bytes[at]) && (at == 0 || !(is_ident(bytes[at - 1]) || bytes[at - 1] == b':'));
+        if !starts_path {
+            at += 1;
+            continue;
+        }
+        let mut reader = PathReader { code: bytes, at };
+        let first = reader.ident().unwrap();
+        let after_first = reader.at;
+        let base: Option<Vec<String>> = match first.as_str() {
+            "crate" => Some(Vec::new()),
+            "self" => Some(here.to_vec()),
+            "super" => {
+                let mut base = here[..here.len().saturating_sub(1)].to_vec();
+                loop {
+                    let before = reader.at;
+                    if reader.eat("::") && reader.ident().as_deref() == Some("super") {
+                        base.pop();
+                    } else {
+                        reader.at = before;
+                        break;
+                    }
+                }
+                Some(base)
+            }
+            child => {
+                let path = [here.to_vec(), vec![child.to_string()]].concat();
+                tree.contains_key(&path).then_some(path)
+            }
+        };
+        if let Some(base) = base
+            && bytes[reader.at..].starts_with(b"::")
+        {
+            for tail in reader.tails() {
+                let mut module = base.clone();
+                for segment in tail {
+                    module.push(segment);
+                    if !tree.contains_key(&module) {
+                        module.pop();
+                        break;
+                    }
+                }
+                found.insert(module);
+            }
+        }
+        at = after_first.max(at + 1);
+    }
+    found
+}
+
+/// For every module (the crate root is `[]`), the import graph of its direct parts: part `a`
+/// uses part `b` when code anywhere inside `a` names anything inside `b`. A module's own file
+/// (its facade: shared types, a table of its parts) is the module itself, not one of its
+/// parts: its parts may use it and it may use them.
+fn part_graphs() -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
+    let tree = module_tree();
+    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (here, file) in &tree {
+        let code = production_code(&std::fs::read_to_string(file).unwrap());
+        for there in modules_named(&code, here, &tree) {
+            if here.starts_with(&there) || there.starts_with(here) {
+                continue;
+            }
+            let common = here.iter().zip(&there).take_while(|(a, b)| a == b).count();
+            graphs
+                .entry(here[..common].to_vec())
+                .or_default()
+                .entry(here[common].clone())
+                .or_default()
+                .insert(there[common].clone());
+        }
+    }
+    graphs
+}
+
+/// The first import cycle of a graph, if any.
+fn cycle_in(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        m: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|s| s == m) {
+            return Some([&stack[at..], &[m.to_string()]].concat());
+        }
+        if done.contains(m) {
+            return None;
+        }
+        stack.push(m.to_string());
+        for dep in graph.get(m).into_iter().flatten() {
+            if let Some(cycle) = visit(dep, graph, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(m.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|m| visit(m, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_module_has_an_import_cycle_among_its_parts() {
+    let mut cycles = Vec::new();
+    for (module, graph) in part_graphs() {
+        let name = if module.is_empty() {
+            "crate".to_string()
+        } else {
+            module.join("::")
+        };
+        for (part, used) in &graph {
+            println!("{name}: {part} -> {used:?}");
+        }
+        if let Some(cycle) = cycle_in(&graph) {
+            cycles.push(format!("in {name}: {}", cycle.join(" -> ")));
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn the_path_reader_resolves_use_trees_super_self_and_own_parts() {
+    let tree: BTreeMap<Vec<String>, PathBuf> = [
+        vec!["a"],
+        vec!["a", "b"],
+        vec!["a", "c"],
+        vec!["a", "c", "d"],
+        vec!["e"],
+    ]
+    .into_iter()
+    .map(|p| (p.iter().map(|s| s.to_string()).collect(), PathBuf::new()))
+    .collect();
+    let at = |code: &str, here: &[&str]| -> Vec<String> {
+        let here: Vec<String> = here.iter().map(|s| s.to_string()).collect();
+        modules_named(code, &here, &tree)
+            .into_iter()
+            .map(|m| m.join("::"))
+            .collect()
+    };
+    assert_eq!(
+        at("use super::{b::{self, X}, c::d::Y as Z, W};", &["a", "c"]),
+        ["a", "a::b", "a::c::d"]
+    );
+    assert_eq!(
+        at("fn f() { super::super::b::g::<u8>(); }", &["a", "c", "d"]),
+        ["a::b"]
+    );
+    assert_eq!(
+        at("use crate::a::{\n    c::{d, self},\n};", &["e"]),
+        ["a::c", "a::c::d"]
+    );
+    assert_eq!(
+        at("let x = d::f(); self::d::g(); b::h();", &["a", "c"]),
+        ["a::c::d"]
+    );
+    assert_eq!(
+        at("x::crate::a; Self::b; y.e::f", &["a"]),
+        Vec::<String>::new()
+    );
 }

@@ -24,11 +24,11 @@
 
 use super::{Findings, MutationContext, Mutator};
 use crate::json::Pointer as _;
+use crate::pytorch::indexed_job::{self, launcher_of};
 use crate::quantity::Quantity;
 use crate::topology::guardrails::{
     DeadlinePlace, GangAction, GuardrailsConfig, deadline_place, gang_shortfalls,
 };
-use crate::topology::indexed_job::{self, launcher_of};
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, ContainerRole, WorkloadKind, edit};
 use serde_json::{Map, Value, json};

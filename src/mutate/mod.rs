@@ -12,7 +12,7 @@ pub mod security_context;
 
 use crate::admission::AdmissionRequest;
 use crate::cluster::ClusterView;
-use crate::topology::PytorchConfig;
+use crate::pytorch::PytorchConfig;
 use crate::workload::{ContainerRole, WorkloadKind};
 use cache::CacheConfig;
 use job_defaults::JobDefaultsConfig;

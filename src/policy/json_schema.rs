@@ -6,7 +6,7 @@
 //! `check-config`.)
 
 use super::Config;
-use crate::topology::{IndexedJobs, NprocPerNode, QuantityText};
+use crate::pytorch::{IndexedJobs, NprocPerNode, QuantityText};
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::Value;

@@ -20,7 +20,7 @@ use crate::mutate::labels::queue_label_value;
 use crate::mutate::{
     cache::CacheConfig, job_defaults::JobDefaultsConfig, security_context::SecurityContextConfig,
 };
-use crate::topology::PytorchConfig;
+use crate::pytorch::PytorchConfig;
 use crate::validate::{LimitsConfig, QueueLimits};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -177,7 +177,7 @@ impl Queue {
         if c.limits.enforcement == crate::validate::Enforcement::Deny {
             out.push("limits.enforcement");
         }
-        if c.pytorch.enabled && c.pytorch.on_unwirable == crate::topology::OnUnwirable::Deny {
+        if c.pytorch.enabled && c.pytorch.on_unwirable == crate::pytorch::OnUnwirable::Deny {
             out.push("pytorch.onUnwirable");
         }
         if c.guardrails.gang == GangAction::Deny {

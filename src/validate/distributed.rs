@@ -1,8 +1,8 @@
-//! Distributed PyTorch jobs that can never rendezvous ([`crate::topology::problems`]) are
+//! Distributed PyTorch jobs that can never rendezvous ([`crate::pytorch::problems`]) are
 //! denied on CREATE when the queue says `onUnwirable: deny`; with `warn` the mutating
 //! webhook's warning is all the user gets.
 
-use crate::topology::{self, OnUnwirable, PytorchConfig};
+use crate::pytorch::{self, OnUnwirable, PytorchConfig};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
 
@@ -16,7 +16,7 @@ pub fn denials(
     if cfg.on_unwirable != OnUnwirable::Deny {
         return Vec::new();
     }
-    topology::problems(kind, cfg, object, object_name)
+    pytorch::problems(kind, cfg, object, object_name)
         .into_iter()
         .map(|p| format!("launchgate: {p}"))
         .collect()

@@ -1,54 +1,17 @@
-//! PyTorch distributed wiring: `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK` (env://),
-//! their torchrun twins `PET_MASTER_ADDR`, `PET_MASTER_PORT`, `PET_NNODES`, `PET_NODE_RANK`,
-//! `PET_NPROC_PER_NODE`, the `pytorchjob-port` container port and an optional TCP
-//! wait-for-master init container — done in admission, for every kind of launch workload.
-//!
-//! One module per workload kind, all writing through [`env`]:
-//!
-//! * [`volcano`] — a Volcano Job with `spec.plugins.pytorch` gets the job-wide values in every
-//!   task template; each Volcano pod gets its `RANK` from the `volcano.sh/task-index`
-//!   annotation (never the pod name). A pod whose Job was never mutated is completed from the
-//!   owner Job read through [`crate::cluster::ClusterView`].
-//! * [`indexed_job`] — an opted-in batch/v1 Indexed Job gets everything at Job level, `RANK`
-//!   as a downward-API `fieldRef` on the completion-index annotation.
-//! * [`pytorchjob`] — a Kubeflow PyTorchJob: the operator sets the env itself; only what it
-//!   lacks is added.
-//! * [`jobset`] — a JobSet opted in like an Indexed Job: its templates record the decision and
-//!   each pod is wired in full at pod admission, its rank from its job and completion index.
-//! * [`deferred`] — a Job with only a `generateName`: the decision is recorded on its
-//!   templates and each pod is wired in full at pod admission (never half-wired).
-//!
-//! A Trainer v2 TrainJob is never given PyTorch env: Trainer's torch plugin sets `PET_NNODES`,
-//! `PET_NPROC_PER_NODE`, `PET_NODE_RANK` and `PET_MASTER_ADDR/PORT` itself and rejects them
-//! from anyone else. A queue's `nprocPerNode` becomes the TrainJob's
-//! `spec.trainer.numProcPerNode` when that is unset; a TrainJob that asks for wiring is told why
-//! it gets none.
-//!
-//! hostNetwork pods get `dnsPolicy: ClusterFirstWithHostNet` unless the user wrote a
-//! `dnsPolicy` ([`crate::workload::intent`]); every env read and write follows the last entry of
-//! a name (the one the kubelet uses).
-//!
-//! `WORLD_SIZE` (and `PET_NNODES`) is the number of **pods** (nodes) that rendezvous, never the
-//! number of processes: with one process per pod it is what `init_process_group("env://")`
-//! needs, and torchrun replaces `WORLD_SIZE`/`RANK` for its workers with
-//! `nnodes × nproc_per_node` and the global process rank.
-//!
-//! Structural problems (no master task, several master replicas, an Indexed Job that can never
-//! rendezvous) are read by [`crate::topology`] and denied by the validating webhook
-//! ([`crate::validate::distributed`]) when the queue says
-//! `onUnwirable: deny`; the mutator skips the wiring and warns either way.
-
-pub mod deferred;
-pub mod env;
-pub mod indexed_job;
-pub mod jobset;
-pub mod pytorchjob;
-pub mod volcano;
+//! The `pytorch` mutator: distributed PyTorch wiring ([`crate::pytorch`]) run by the mutating
+//! webhook. It hands the wiring what it needs from the admission ([`Site`]: the queue's
+//! settings, the request, the cluster, the training-container walk, the rendezvous preflight)
+//! and takes its warnings ([`Warnings`]); which kinds are wired, and how, is the folder's
+//! table ([`crate::pytorch::wire`]).
 
 use super::{Findings, MutationContext, Mutator};
-use crate::topology::{IndexedJobs, NprocPerNode, OPT_IN_ANNOTATION, PytorchConfig};
-use crate::workload::{self, WorkloadKind};
-use serde_json::{Value, json};
+use crate::cluster::ClusterView;
+use crate::json::Pointer as _;
+use crate::pytorch::site::{Site, Warnings};
+use crate::pytorch::{self, PytorchConfig};
+use crate::topology::guardrails::rendezvous_service_problems;
+use crate::workload::WorkloadKind;
+use serde_json::{Map, Value};
 
 /// The pytorch mutator.
 pub const MUTATOR: Mutator = Mutator {
@@ -61,59 +24,80 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, f: &mut Findings) -
     if !cfg.enabled || !object.is_object() || (ctx.child && ctx.kind != WorkloadKind::Pod) {
         return false;
     }
-    let kind = ctx.kind;
-    if kind == WorkloadKind::VolcanoJob {
-        volcano::mutate_job(ctx, cfg, object, f)
-    } else if kind == WorkloadKind::Pod && deferred::is_deferred(object) {
-        deferred::mutate_pod(ctx, cfg, object, f)
-    } else if kind == WorkloadKind::Pod {
-        volcano::mutate_pod(ctx, cfg, object, f)
-    } else if kind == WorkloadKind::BatchJob {
-        indexed_job::mutate(ctx, cfg, object, f)
-    } else if kind == WorkloadKind::PyTorchJob {
-        pytorchjob::mutate(ctx, cfg, object, f)
-    } else if kind == WorkloadKind::JobSet {
-        jobset::mutate(ctx, cfg, object, f)
-    } else if kind == WorkloadKind::TrainJob {
-        trainjob(cfg, object, f)
-    } else {
-        false
-    }
+    pytorch::wire(ctx.kind, ctx, object, f)
 }
 
-/// A TrainJob: never env (Trainer owns it); the queue's process count as
-/// `spec.trainer.numProcPerNode` when unset; a word when the TrainJob or queue asks for wiring.
-fn trainjob(cfg: &PytorchConfig, object: &mut Value, findings: &mut Findings) -> bool {
-    let asked = object
-        .as_object()
-        .and_then(|o| workload::annotation(o, OPT_IN_ANNOTATION))
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
-        || cfg.indexed_jobs == IndexedJobs::All;
-    if asked {
-        findings.warn(
-            "launchgate: a TrainJob gets no PyTorch env from launchgate: Kubeflow Trainer sets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT from spec.trainer.numNodes and numProcPerNode and rejects them from anyone else",
-        );
+impl Site for MutationContext<'_> {
+    fn pytorch(&self) -> &PytorchConfig {
+        self.settings.pytorch
     }
-    let Some(NprocPerNode::Count(n)) = cfg.nproc_per_node else {
-        return false;
-    };
-    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
-        return false;
-    };
-    let trainer = spec.entry("trainer").or_insert_with(|| json!({}));
-    match trainer.as_object_mut() {
-        Some(t) if t.get("numProcPerNode").is_none_or(Value::is_null) => {
-            t.insert("numProcPerNode".into(), json!(n));
-            true
+
+    fn sidecars(&self) -> &[String] {
+        self.sidecars
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.request.namespace.as_deref()
+    }
+
+    fn cluster(&self) -> &dyn ClusterView {
+        self.cluster
+    }
+
+    fn object_name<'v>(&'v self, object: &'v Value) -> &'v str {
+        MutationContext::object_name(self, object)
+    }
+
+    fn for_each_training_container(
+        &self,
+        pod_spec: &mut Map<String, Value>,
+        spec_path: &str,
+        f: &mut dyn FnMut(&str, &mut Map<String, Value>),
+    ) {
+        MutationContext::for_each_training_container(self, pod_spec, spec_path, f)
+    }
+
+    /// The rendezvous preflight (`guardrails.rendezvousPreflight`, with cluster lookups): the
+    /// headless Service the pods' subdomain names, as the cluster has it now.
+    fn preflight_rendezvous_service(
+        &self,
+        job: &Value,
+        job_name: &str,
+        subdomain: &str,
+        port: u16,
+        findings: &mut dyn Warnings,
+    ) {
+        if !self.settings.guardrails.rendezvous_preflight || !self.cluster.is_connected() {
+            return;
         }
-        _ => false,
+        let Some(namespace) = self.request.namespace.as_deref() else {
+            return;
+        };
+        let service = self.cluster.service(namespace, subdomain);
+        let labels = job
+            .at("/spec/template/metadata/labels")
+            .and_then(Value::as_object);
+        for problem in rendezvous_service_problems(
+            service.as_deref(),
+            namespace,
+            subdomain,
+            labels,
+            job_name,
+            port,
+        ) {
+            // The API server cuts long warnings: what and why first.
+            findings.warn(format!("launchgate: rendezvous preflight: {problem}"));
+        }
     }
 }
 
-/// Reports problems found while wiring: always a warning from the mutator.
-pub(crate) fn warn_unwirable(findings: &mut Findings, problems: &[String]) {
-    for p in problems {
-        findings.warn(format!("launchgate: PyTorch wiring skipped: {p}"));
+impl Warnings for Findings {
+    fn warn(&mut self, message: String) {
+        Findings::warn(self, message);
+    }
+
+    fn env_from(&mut self, where_: &str, vars: &[(&str, String)]) {
+        Findings::warn(self, super::env_from_warning(where_, vars));
     }
 }
 
@@ -121,8 +105,8 @@ pub(crate) fn warn_unwirable(findings: &mut Findings, problems: &[String]) {
 mod mutator_tests {
     use super::*;
     use crate::mutate::test_support::mutate_with;
-    use crate::topology::OPT_IN_ANNOTATION;
-    use crate::topology::volcano::RANK_OFFSET_ANNOTATION;
+    use crate::pytorch::config::OPT_IN_ANNOTATION;
+    use crate::pytorch::volcano::RANK_OFFSET_ANNOTATION;
     use serde_json::json;
 
     fn vcjob(master_replicas: i64) -> Value {

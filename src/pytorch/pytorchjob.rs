@@ -1,4 +1,6 @@
-//! Kubeflow PyTorchJobs (`kubeflow.org/v1`).
+//! A Kubeflow PyTorchJob (`kubeflow.org/v1`): its replica specs as the training operator reads
+//! them (types matched case-insensitively, replicas defaulted to 1) and the jobs the operator
+//! cannot wire — and what launchgate adds to it.
 //!
 //! The training operator sets `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK` and the
 //! `PET_*` variables itself (appended at pod creation) and defaults the `pytorchjob-port` port,
@@ -12,15 +14,75 @@
 //! win) and about a job the operator cannot wire (several Masters; several Workers without a
 //! Master or an elastic policy get no `MASTER_ADDR`/`RANK` at all).
 
-use super::env;
-use super::warn_unwirable;
+use super::env::{self, host_network_dns_problem, string_at};
+use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
-use crate::mutate::{Findings, MutationContext};
-use crate::topology::PytorchConfig;
-use crate::topology::pytorchjob::{problems, replica_specs, replicas_of};
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
 use serde_json::{Value, json};
+
+/// `(replica type as written, replicas)`; the operator matches types case-insensitively and
+/// defaults replicas to 1.
+pub fn replica_specs(job: &Value) -> Vec<(String, i64)> {
+    job.at("/spec/pytorchReplicaSpecs")
+        .and_then(Value::as_object)
+        .map(|specs| {
+            specs
+                .iter()
+                .map(|(t, rs)| {
+                    let replicas = rs.get("replicas").and_then(Value::as_i64).unwrap_or(1);
+                    (t.clone(), replicas)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn replicas_of(specs: &[(String, i64)], replica_type: &str) -> Option<i64> {
+    specs
+        .iter()
+        .filter(|(t, _)| t.eq_ignore_ascii_case(replica_type))
+        .map(|(_, r)| *r)
+        // Saturating: replicas come from the request, and only `== 1` / `> 1` matter.
+        .reduce(i64::saturating_add)
+}
+
+/// Problems the operator cannot wire around (denied by [`super::problems`] under `deny`).
+pub fn problems(job: &Value) -> Vec<String> {
+    let specs = replica_specs(job);
+    let name = string_at(job, "/metadata/name").unwrap_or("(generateName)");
+    let mut out = Vec::new();
+    match replicas_of(&specs, "Master") {
+        Some(1) => {}
+        Some(n) => out.push(format!(
+            "PyTorchJob {name:?}: spec.pytorchReplicaSpecs.Master.replicas is {n}; it must be exactly 1 (one rank 0)"
+        )),
+        None => {
+            let workers = replicas_of(&specs, "Worker").unwrap_or(0);
+            let elastic = job.at("/spec/elasticPolicy").is_some();
+            if workers > 1 && !elastic {
+                out.push(format!(
+                    "PyTorchJob {name:?} has {workers} Workers but no Master and no elasticPolicy: the operator then sets no MASTER_ADDR, RANK or WORLD_SIZE and the workers can never rendezvous; add a Master replica or an elasticPolicy"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// hostNetwork replicas whose `dnsPolicy` (written by the user: the API server does not default
+/// a custom resource's template) keeps the operator's service names from resolving.
+pub fn dns_problems(job: &Value) -> Vec<String> {
+    let name = string_at(job, "/metadata/name").unwrap_or("(generateName)");
+    workload::templates(WorkloadKind::PyTorchJob, job)
+        .into_iter()
+        .filter_map(|(info, template)| {
+            let spec = workload::pod_spec(template)?;
+            host_network_dns_problem(spec, &info.spec_path(), spec.contains_key("dnsPolicy"))
+        })
+        .map(|p| format!("PyTorchJob {name:?}: {p}"))
+        .collect()
+}
 
 /// What the operator's defaulting writes into an unset `spec.nprocPerNode`.
 const OPERATOR_DEFAULT_NPROC: &str = "auto";
@@ -63,12 +125,8 @@ fn master_port(job: &Value) -> u16 {
 }
 
 /// Adds what the operator lacks.
-pub fn mutate(
-    ctx: &MutationContext<'_>,
-    cfg: &PytorchConfig,
-    object: &mut Value,
-    findings: &mut Findings,
-) -> bool {
+pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -> bool {
+    let cfg = ctx.pytorch();
     let unwirable = problems(object);
     if !unwirable.is_empty() {
         warn_unwirable(findings, &unwirable);
@@ -102,7 +160,7 @@ pub fn mutate(
 
     if cfg.wait_for_master.enabled && has_master && job_name.is_empty() {
         findings.warn(
-            "launchgate: this PyTorchJob has only a generateName, so its master's address (<name>-master-0) is not known at admission and its workers get no wait-for-master init container; give the PyTorchJob a name to have it",
+            "launchgate: this PyTorchJob has only a generateName, so its master's address (<name>-master-0) is not known at admission and its workers get no wait-for-master init container; give the PyTorchJob a name to have it".into(),
         );
     }
     workload::for_each_template_mut(WorkloadKind::PyTorchJob, object, |info, template| {
@@ -114,7 +172,7 @@ pub fn mutate(
         };
         let wrote_dns = spec.contains_key("dnsPolicy");
         changed |= env::ensure_host_network_dns(spec, &info.spec_path(), wrote_dns, findings);
-        ctx.for_each_training_container(spec, &info.spec_path(), |where_, c| {
+        ctx.for_each_training_container(spec, &info.spec_path(), &mut |where_, c| {
             for name in OPERATOR_VARS {
                 if workload::effective_env(c, name).is_some() {
                     findings.warn(format!(

@@ -13,14 +13,53 @@
 //! A user who set only one name of an address/port pair gets the other one with the same
 //! value, so env:// and torchrun never disagree about where the master is.
 
-use crate::mutate::{Findings, MutationContext};
-use crate::topology::{
-    HOST_NETWORK_DNS_POLICY, JobWiring, PytorchConfig, WaitForMasterConfig,
-    host_network_dns_problem,
-};
+use super::config::{PytorchConfig, WaitForMasterConfig};
+use super::site::{Site, Warnings};
+use crate::json::Pointer as _;
 use crate::workload;
 use crate::workload::edit;
 use serde_json::{Map, Value, json};
+
+/// What every pod of one job shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobWiring {
+    /// `None` when it cannot be derived (a Job with only `generateName`).
+    pub master_addr: Option<String>,
+    pub master_port: u16,
+    /// Pods that rendezvous (master + workers).
+    pub nnodes: i64,
+}
+
+/// The only `dnsPolicy` under which a `hostNetwork` pod resolves cluster DNS names.
+pub const HOST_NETWORK_DNS_POLICY: &str = "ClusterFirstWithHostNet";
+
+/// Why a `hostNetwork` pod spec that must resolve `MASTER_ADDR` cannot, if it cannot: a
+/// `dnsPolicy` the user wrote that is neither `ClusterFirstWithHostNet` nor `None` (their own
+/// `dnsConfig`). `user_wrote_dns` comes from [`crate::workload::intent`] for built-in kinds
+/// (the API server defaults `ClusterFirst`) and is "present" for custom resources.
+pub fn host_network_dns_problem(
+    pod_spec: &Map<String, Value>,
+    spec_path: &str,
+    user_wrote_dns: bool,
+) -> Option<String> {
+    if pod_spec.get("hostNetwork").and_then(Value::as_bool) != Some(true) {
+        return None;
+    }
+    let policy = pod_spec.get("dnsPolicy").and_then(Value::as_str)?;
+    if !user_wrote_dns || policy == HOST_NETWORK_DNS_POLICY || policy == "None" {
+        return None;
+    }
+    Some(format!(
+        "{spec_path} uses hostNetwork with dnsPolicy: {policy}, which you wrote; pod DNS names such as MASTER_ADDR resolve from a hostNetwork pod only with dnsPolicy: {HOST_NETWORK_DNS_POLICY} (set that, or leave dnsPolicy out and launchgate sets it)"
+    ))
+}
+
+/// `metadata.name` of an object or template.
+pub fn string_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.at(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
 
 /// Name of the rendezvous container port.
 pub const PORT_NAME: &str = "pytorchjob-port";
@@ -139,7 +178,7 @@ pub fn write_env(
     vars: &[(&'static str, EnvValue)],
     cfg: &PytorchConfig,
     where_: &str,
-    findings: &mut Findings,
+    findings: &mut dyn Warnings,
 ) -> bool {
     let mut changed = false;
     let mut from_env_from = Vec::new();
@@ -176,7 +215,7 @@ pub fn write_env(
         }
     }
     if !from_env_from.is_empty() {
-        findings.warn(crate::mutate::env_from_warning(where_, &from_env_from));
+        findings.env_from(where_, &from_env_from);
     }
     if cfg.torchrun {
         changed |= follow_shadowed_twins(container);
@@ -264,7 +303,7 @@ pub fn write_port(
     container: &mut Map<String, Value>,
     port: u16,
     where_: &str,
-    findings: &mut Findings,
+    findings: &mut dyn Warnings,
 ) -> bool {
     let same_name_other_number = container
         .get("ports")
@@ -292,23 +331,23 @@ pub fn write_port(
 /// goes only to the first training container, and not at all when any container of the pod
 /// already declares that number.
 pub fn wire_pod_spec(
-    ctx: &MutationContext<'_>,
+    ctx: &dyn Site,
     pod_spec: &mut Map<String, Value>,
     spec_path: &str,
     vars: &[(&'static str, EnvValue)],
     port: Option<u16>,
-    findings: &mut Findings,
+    findings: &mut dyn Warnings,
 ) -> bool {
-    let cfg = ctx.settings.pytorch;
+    let cfg = ctx.pytorch();
     let host_network =
         crate::json::member(pod_spec, "hostNetwork").and_then(Value::as_bool) == Some(true);
     let mut host_port_taken = host_network
         && port.is_some_and(|port| {
-            workload::containers(pod_spec, ctx.sidecars)
+            workload::containers(pod_spec, ctx.sidecars())
                 .any(|(_, c)| edit::declares_tcp_port(c, i64::from(port)))
         });
     let mut changed = false;
-    ctx.for_each_training_container(pod_spec, spec_path, |where_, c| {
+    ctx.for_each_training_container(pod_spec, spec_path, &mut |where_, c| {
         changed |= write_env(c, vars, cfg, where_, findings);
         // The port is the one the container rendezvous on: a MASTER_PORT you kept wins.
         let port = port.map(|p| {
@@ -334,7 +373,7 @@ pub fn ensure_host_network_dns(
     pod_spec: &mut Map<String, Value>,
     spec_path: &str,
     user_wrote_dns: bool,
-    findings: &mut Findings,
+    findings: &mut dyn Warnings,
 ) -> bool {
     if crate::json::member(pod_spec, "hostNetwork").and_then(Value::as_bool) != Some(true) {
         return false;
@@ -455,7 +494,8 @@ mod tests {
     }
 
     use super::*;
-    use crate::topology::NprocPerNode;
+    use crate::mutate::Findings;
+    use crate::pytorch::config::NprocPerNode;
 
     fn cfg() -> PytorchConfig {
         PytorchConfig::default()

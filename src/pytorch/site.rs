@@ -1,0 +1,53 @@
+//! What the wiring needs from the mutating webhook that runs it, and where it leaves its
+//! warnings. The mutating webhook's `pytorch` mutator provides both (`crate::mutate::pytorch`),
+//! so this folder sits below the two paths and never imports either.
+
+use super::config::PytorchConfig;
+use crate::cluster::ClusterView;
+use serde_json::{Map, Value};
+
+/// The admission a workload is wired in: the queue's settings, the request, the cluster.
+pub trait Site {
+    /// The queue's PyTorch settings.
+    fn pytorch(&self) -> &PytorchConfig;
+    /// Container names that are sidecars, never training containers.
+    fn sidecars(&self) -> &[String];
+    /// The request's namespace.
+    fn namespace(&self) -> Option<&str>;
+    /// Read-only snapshot of cluster state (owner Jobs); empty offline.
+    fn cluster(&self) -> &dyn ClusterView;
+    /// The object's name: the request's, else `metadata.name` (empty with `generateName`).
+    fn object_name<'v>(&'v self, object: &'v Value) -> &'v str;
+    /// Calls `f` for every training container of a pod spec with its display path.
+    fn for_each_training_container(
+        &self,
+        pod_spec: &mut Map<String, Value>,
+        spec_path: &str,
+        f: &mut dyn FnMut(&str, &mut Map<String, Value>),
+    );
+    /// The rendezvous preflight (`guardrails.rendezvousPreflight`): warns about the headless
+    /// Service `subdomain` a wired Job's pods need, as the cluster has it now.
+    fn preflight_rendezvous_service(
+        &self,
+        job: &Value,
+        job_name: &str,
+        subdomain: &str,
+        port: u16,
+        warnings: &mut dyn Warnings,
+    );
+}
+
+/// Where the wiring leaves its warnings (shown by kubectl as `Warning: ...`).
+pub trait Warnings {
+    /// Leaves a warning for the user.
+    fn warn(&mut self, message: String);
+    /// Leaves the warning for variables left unset because `envFrom` may set them.
+    fn env_from(&mut self, where_: &str, vars: &[(&str, String)]);
+}
+
+/// Reports problems found while wiring: always a warning from the mutator.
+pub fn warn_unwirable(findings: &mut dyn Warnings, problems: &[String]) {
+    for p in problems {
+        findings.warn(format!("launchgate: PyTorch wiring skipped: {p}"));
+    }
+}
