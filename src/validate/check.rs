@@ -345,7 +345,7 @@ impl<'a> Evaluation<'a> {
 
     /// A TrainJob's `spec.trainer.resourcesPerNode`.
     fn trainer_resources(&self) -> Option<&'a Map<String, Value>> {
-        if self.kind != WorkloadKind::TrainJob {
+        if !self.kind.spec().pods_from_runtime {
             return None;
         }
         workload::trainer(self.object)?
@@ -632,7 +632,7 @@ impl<'a> Evaluation<'a> {
             }
         }
         // A TrainJob's image (unset and the runtime unknown: the runtime's).
-        if self.kind == WorkloadKind::TrainJob
+        if self.kind.spec().pods_from_runtime
             && self.runtime.is_none()
             && let Some(image) = workload::trainer(self.object)
                 .and_then(|t| t.get("image"))
@@ -662,7 +662,7 @@ pub fn gpus_at_once(
     runtime: Option<&TrainingRuntime>,
 ) -> Option<(Quantity, Vec<String>)> {
     let shape = TemplateShape::default();
-    let runtime = runtime.filter(|_| kind == WorkloadKind::TrainJob);
+    let runtime = runtime.filter(|_| kind.spec().pods_from_runtime);
     let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
     let eval = Evaluation {
         queue: "",
@@ -762,10 +762,10 @@ impl QueueLimits {
             runtime,
         } = subject;
         let per_pod_only = scope != Scope::Workload;
-        let runtime = runtime.filter(|_| kind == WorkloadKind::TrainJob);
+        let runtime = runtime.filter(|_| kind.spec().pods_from_runtime);
         let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
         let mut templates = workload::templates(kind, object);
-        if kind == WorkloadKind::TrainJob {
+        if kind.spec().pods_from_runtime {
             // Its runtime patches are pod specs, judged like a Job's pod template.
             templates.extend(trainjob::patch_templates(object));
         }
