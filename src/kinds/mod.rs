@@ -285,8 +285,10 @@ pub enum Replaces {
     Value(i64),
     /// The value the API server writes when the user sets none, before admission (a batch/v1
     /// Job's `backoffLimit: 6`): replaced unless the user wrote it (kubectl's
-    /// last-applied-configuration, a server-side apply manager owning the field, the
-    /// `launchgate.io/keep-backoff-limit` annotation) or the queue says otherwise.
+    /// last-applied-configuration, a server-side apply manager owning the field; for a
+    /// `backoffLimit` also the `launchgate.io/keep-backoff-limit` annotation, and the queue's
+    /// `treatApiDefaultBackoffAsUnset`). A CRD's schema defaults (a RayJob's `backoffLimit: 0`)
+    /// arrive the same way.
     ApiDefault(i64),
     /// This text, which pod defaulting fills in and the kind does not allow (`Always`).
     Text(&'static str),

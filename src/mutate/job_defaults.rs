@@ -99,13 +99,15 @@ pub const MUTATOR: Mutator = Mutator {
     run: mutate,
 };
 
-/// Did the user write the field at `at` themselves (or keep the API default by annotation)?
-fn is_explicit(job: &Value, at: &[&str]) -> bool {
+/// Did the user write the field of `default` themselves (or keep a `backoffLimit` as the
+/// API server defaulted it, by annotation)?
+fn is_explicit(job: &Value, default: &RunDefault) -> bool {
     let Some(meta) = job.as_object() else {
         return false;
     };
-    workload::annotation(meta, KEEP_BACKOFF_LIMIT_ANNOTATION) == Some("true")
-        || UserIntent::of(job).wrote(at)
+    (default.setting == Setting::BackoffLimit
+        && workload::annotation(meta, KEEP_BACKOFF_LIMIT_ANNOTATION) == Some("true"))
+        || UserIntent::of(job).wrote(default.at)
 }
 
 /// The value of `setting` in the queue's job defaults.
@@ -151,7 +153,7 @@ fn apply(
         return false;
     };
     let explicit =
-        matches!(default.replaces, Replaces::ApiDefault(_)) && is_explicit(object, default.at);
+        matches!(default.replaces, Replaces::ApiDefault(_)) && is_explicit(object, default);
     // The holder of the field: its parents must exist, but for the last with `make`.
     let Some((last, above)) = parents.split_last() else {
         return false;
@@ -182,8 +184,11 @@ fn apply(
         }
         Replaces::ApiDefault(api) => {
             let current = current.and_then(Value::as_i64);
-            let api_default =
-                current == Some(api) && cfg.treat_api_default_backoff_as_unset && !explicit;
+            // `treatApiDefaultBackoffAsUnset` speaks for retries; any other API default is
+            // the API server's, never the user's, unless they wrote it.
+            let treat =
+                default.setting != Setting::BackoffLimit || cfg.treat_api_default_backoff_as_unset;
+            let api_default = current == Some(api) && treat && !explicit;
             current.is_none() || (api_default && value.as_i64() != Some(api))
         }
         Replaces::Text(t) => current.and_then(Value::as_str).is_none_or(|c| c == t),

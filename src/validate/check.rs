@@ -7,6 +7,7 @@ use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::json::Pointer as _;
+use crate::kinds::Deadline;
 use crate::quantity::Quantity;
 use crate::workload::trainjob::{self, TrainingRuntime};
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
@@ -548,11 +549,18 @@ impl<'a> Evaluation<'a> {
     }
 
     fn check_deadline(&mut self, maximum: i64) {
+        // Every place a kind keeps its run-level deadline (`spec.activeDeadlineSeconds`,
+        // `spec.runPolicy.activeDeadlineSeconds`), each once.
+        let mut roots: Vec<&str> = Vec::new();
+        for kind in WorkloadKind::all() {
+            if let Deadline::Run(_, _, dotted) = kind.spec().run.deadline
+                && !roots.contains(&dotted)
+            {
+                roots.push(dotted);
+            }
+        }
         let mut places = Vec::new();
-        for root in [
-            "spec.activeDeadlineSeconds",
-            "spec.runPolicy.activeDeadlineSeconds",
-        ] {
+        for root in roots {
             let path = FieldPath::parse(root).unwrap_or_default();
             places.extend(path::resolve(self.object, "", &path.0));
         }
