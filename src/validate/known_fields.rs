@@ -135,7 +135,8 @@ fn schema_for(kind: Option<WorkloadKind>, in_pod_template: bool) -> Option<&'sta
     // The kinds k8s-openapi has a type for, recognised by their apiVersion and kind.
     use k8s_openapi::Resource;
     use k8s_openapi::api::{batch::v1::Job, core::v1::Pod};
-    let typed: [(&str, &str, fn() -> &'static Value); 2] = [
+    type Schema = fn() -> &'static Value;
+    let typed: [(&str, &str, Schema); 2] = [
         (Pod::API_VERSION, Pod::KIND, pod),
         (Job::API_VERSION, Job::KIND, job),
     ];
