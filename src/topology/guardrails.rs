@@ -625,6 +625,72 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A kind with a run-level deadline that each retry starts afresh, known only to this test.
+    static RETRIED: crate::kinds::KindSpec = {
+        use crate::kinds::*;
+        KindSpec {
+            name: "Retried",
+            group: "example.com",
+            version: "v1",
+            kind: "Retried",
+            resource: "retrieds",
+            subresources: &[],
+            signature: &[],
+            positions: &[],
+            pods_from_runtime: false,
+            run: Run {
+                deadline: Deadline::Run(
+                    "/spec",
+                    "activeDeadlineSeconds",
+                    "spec.activeDeadlineSeconds",
+                ),
+                defaults: &[],
+                restarts: Some(Restarts {
+                    at: &["spec", "backoffLimit"],
+                    dotted: "spec.backoffLimit",
+                    default: 0,
+                    zero_is_default: false,
+                    default_is: "the default",
+                    per_holder: None,
+                }),
+            },
+            makes: &[],
+            controller: &[],
+            kueue: Kueue::Suspends,
+            native: Ok(()),
+            role_marks: &[],
+            job_specs: JobSpecs::None,
+            shared_version: false,
+        }
+    };
+
+    #[test]
+    fn a_run_deadline_counts_once_per_retry_the_descriptor_names() {
+        let kind = WorkloadKind::unregistered(&RETRIED);
+        let bound = |object: Value| match run_length(kind, &object) {
+            RunLength::Bounded(b) => (b.runs, b.runs_from, b.restarts),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            bound(json!({"spec": {"activeDeadlineSeconds": 600, "backoffLimit": 2}})),
+            (
+                3,
+                Some("spec.backoffLimit 2 + 1".to_string()),
+                Some("spec.backoffLimit")
+            )
+        );
+        assert_eq!(
+            bound(json!({"spec": {"activeDeadlineSeconds": 600}})),
+            (1, None, Some("spec.backoffLimit"))
+        );
+        // A kind whose deadline covers every restart runs once.
+        let job = json!({"spec": {"activeDeadlineSeconds": 600, "backoffLimit": 2}});
+        assert!(matches!(
+            run_length(WorkloadKind::BatchJob, &job),
+            RunLength::Bounded(RunBound { runs: 1, .. })
+        ));
+    }
+
     #[test]
     fn a_volcano_gang_below_its_rendezvous_size_is_found() {
         let vc = json!({"metadata": {"name": "j"}, "spec": {"minAvailable": 1, "plugins": {"pytorch": []},

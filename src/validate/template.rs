@@ -739,6 +739,28 @@ spec:
             Ok(WorkloadKind::BatchJob)
         );
         assert_eq!(kind(json!({})), Ok(WorkloadKind::BatchJob));
+        assert_eq!(
+            kind(json!({"spec": {"replicatedJobs": []}})),
+            Ok(WorkloadKind::JobSet)
+        );
+        assert_eq!(
+            kind(json!({"spec": {"trainer": {}}})),
+            Ok(WorkloadKind::TrainJob)
+        );
+        assert_eq!(
+            kind(json!({"apiVersion": "kubeflow.org/v1", "spec": {"pytorchReplicaSpecs": {}}})),
+            Ok(WorkloadKind::PyTorchJob)
+        );
+        assert_eq!(
+            kind(json!({"apiVersion": "jobset.x-k8s.io/v1alpha2"})),
+            Ok(WorkloadKind::JobSet)
+        );
+        // The message lists every registered kind.
+        let err = kind(json!({"kind": "TFJob"})).unwrap_err();
+        for k in WorkloadKind::all() {
+            let shown = format!("{} ({})", k.api_kind(), k.api_version());
+            assert!(err.contains(&shown), "{err}");
+        }
         for bad in [
             json!({"kind": "TFJob"}),
             json!({"kind": "Job", "apiVersion": "kubeflow.org/v1"}),
