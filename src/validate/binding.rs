@@ -899,6 +899,17 @@ fields:
     }
 
     #[test]
+    fn a_wrapped_jobsets_replicated_jobs_bind_by_name() {
+        let t = template::parse(&json!(
+            "kubernetes:\n  apiVersion: jobset.x-k8s.io/v1alpha2\n  kind: JobSet\n  spec:\n    replicatedJobs:\n    - name: leader\n      template: {spec: {template: {spec: {containers: [{name: c, resources: {limits: {cpu: '{{l}}'}}}]}}}}\n    - name: workers\n      template: {spec: {template: {spec: {containers: [{name: c, resources: {limits: {cpu: '{{w}}'}}}]}}}}\n"
+        ))
+        .unwrap();
+        let s = TemplateShape::of(Some(t.kind), &t.leaves);
+        let roles: Vec<_> = s.pod_templates.iter().map(|p| p.role.as_deref()).collect();
+        assert_eq!(roles, vec![Some("leader"), Some("workers")]);
+    }
+
+    #[test]
     fn pytorchjob_replicas_bind_by_type_and_pods_by_their_replica_type_label() {
         let s = shape(
             "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nspec:\n  pytorchReplicaSpecs:\n    Master: {template: {spec: {containers: [{name: pytorch, resources: {limits: {cpu: '{{m}}'}}}]}}}\n    Worker: {template: {spec: {containers: [{name: pytorch, resources: {limits: {cpu: '{{w}}'}}}]}}}\n",
