@@ -4,7 +4,7 @@
 
 use super::{
     Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position, Replaces,
-    Restarts, Run, RunDefault, Setting,
+    Restarts, RoleMark, Run, RunDefault, Setting,
 };
 
 static REPLICAS: Num = Num::Int {
@@ -84,7 +84,7 @@ pub static JOBSET: KindSpec = KindSpec {
     controller: &["system:serviceaccount:jobset-system:jobset-controller-manager"],
     kueue: Kueue::Suspends,
     native: Ok(()),
-    role_marks: &["jobset.sigs.k8s.io/replicatedjob-name"],
+    role_marks: &[RoleMark::Label("jobset.sigs.k8s.io/replicatedjob-name")],
     job_specs: JobSpecs::Templates,
     shared_version: false,
 };

@@ -66,9 +66,9 @@ pub struct KindSpec {
     pub native: Result<(), &'static str>,
     /// The labels (or annotations) by which a pod this kind's controller makes names the
     /// holder it comes from (a Volcano task, a PyTorchJob replica type, a JobSet replicated
-    /// job, a Ray group): a controller-made Pod binds to the queue template's holder of that
-    /// name.
-    pub role_marks: &'static [&'static str],
+    /// job, a Ray group), in the order they are read: a controller-made Pod binds to the queue
+    /// template's holder of that name.
+    pub role_marks: &'static [RoleMark],
     /// Where its batch/v1 Job specs are (the preemption guardrail gives them a
     /// `podFailurePolicy`; an Indexed Job can end with rank zero).
     pub job_specs: JobSpecs,
@@ -76,6 +76,13 @@ pub struct KindSpec {
     /// MPIJob), so a queue template that names the apiVersion without a `kind` is of this kind
     /// only with a [`KindSpec::signature`] field.
     pub shared_version: bool,
+}
+
+/// Where a controller-made pod names the holder it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleMark {
+    Label(&'static str),
+    Annotation(&'static str),
 }
 
 /// Where a kind's batch/v1 Job specs are.

@@ -4,7 +4,7 @@
 
 use super::{
     Cond, Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
-    Replaces, Run, RunDefault, Setting,
+    Replaces, RoleMark, Run, RunDefault, Setting,
 };
 
 static REPLICAS: Num = Num::Int {
@@ -83,7 +83,7 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
     controller: &["system:serviceaccount:kubeflow:training-operator"],
     kueue: Kueue::Suspends,
     native: Ok(()),
-    role_marks: &["training.kubeflow.org/replica-type"],
+    role_marks: &[RoleMark::Label("training.kubeflow.org/replica-type")],
     job_specs: JobSpecs::None,
     shared_version: true,
 };

@@ -2,7 +2,7 @@
 
 use super::{
     Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position, Replaces,
-    Restarts, Run, RunDefault, Setting,
+    Restarts, RoleMark, Run, RunDefault, Setting,
 };
 
 pub static VOLCANO_JOB: KindSpec = KindSpec {
@@ -70,7 +70,10 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
     controller: &["system:serviceaccount:volcano-system:volcano-controllers"],
     kueue: Kueue::No("Kueue does not manage Volcano Jobs (Volcano's scheduler queues them)"),
     native: Ok(()),
-    role_marks: &["volcano.sh/task-spec"],
+    role_marks: &[
+        RoleMark::Label("volcano.sh/task-spec"),
+        RoleMark::Annotation("volcano.sh/task-spec"),
+    ],
     job_specs: JobSpecs::None,
     shared_version: false,
 };

@@ -23,7 +23,7 @@ use super::path::{self, FieldPath, Segment};
 use super::schema::Schema;
 use super::template::{Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{FieldLimit, VariableLimit};
-use crate::kinds::{From as KindFrom, Holders, Naming, Num, Position};
+use crate::kinds::{From as KindFrom, Holders, Naming, Num, Position, RoleMark};
 use crate::quantity::Quantity;
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
@@ -64,8 +64,9 @@ fn role_of(info: &TemplateInfo, template: &Map<String, Value>) -> Option<String>
         None if !info.is_pod() => None,
         None => WorkloadKind::all()
             .flat_map(|k| k.spec().role_marks.iter())
-            .find_map(|mark| {
-                workload::label(template, mark).or_else(|| workload::annotation(template, mark))
+            .find_map(|mark| match mark {
+                RoleMark::Label(key) => workload::label(template, key),
+                RoleMark::Annotation(key) => workload::annotation(template, key),
             })
             .map(str::to_string),
     };
