@@ -1,7 +1,10 @@
 //! batch/v1 Job: one pod template, `parallelism` pods at once (fewer when `completions` is
 //! smaller).
 
-use super::{Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
+use super::{
+    Cond, Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
+    Replaces, Run, RunDefault, Setting,
+};
 
 static PARALLELISM: Num = Num::Int {
     from: From::Holder,
@@ -46,6 +49,41 @@ pub static JOB: KindSpec = KindSpec {
             "activeDeadlineSeconds",
             "spec.activeDeadlineSeconds",
         ),
+        defaults: &[
+            RunDefault {
+                setting: Setting::BackoffLimit,
+                at: &["spec", "backoffLimit"],
+                replaces: Replaces::ApiDefault(6),
+                make: false,
+                when: None,
+                // With backoffLimitPerIndex the API default is different and meaningful.
+                unless: Some(Cond::Has {
+                    from: From::Object,
+                    at: &["spec", "backoffLimitPerIndex"],
+                }),
+                misplaced: None,
+            },
+            RunDefault {
+                setting: Setting::Ttl,
+                at: &["spec", "ttlSecondsAfterFinished"],
+                replaces: Replaces::Absent,
+                make: false,
+                when: None,
+                unless: None,
+                misplaced: None,
+            },
+            // "Always" is what pod defaulting fills in and is invalid for a Job.
+            RunDefault {
+                setting: Setting::RestartPolicy,
+                at: &["spec", "template", "spec", "restartPolicy"],
+                replaces: Replaces::Text("Always"),
+                make: false,
+                when: None,
+                unless: None,
+                misplaced: None,
+            },
+        ],
+        restarts: None,
     },
     // The Job's generated selector: every pod it selects carries the Job's uid.
     makes: &[Makes {
@@ -61,4 +99,7 @@ pub static JOB: KindSpec = KindSpec {
     ],
     kueue: Kueue::Suspends,
     native: Ok(()),
+    role_marks: &[],
+    job_specs: JobSpecs::Object,
+    shared_version: false,
 };

@@ -2,7 +2,10 @@
 //! pod template, bound by its `name`. Its controller makes the Jobs; the Job controller makes
 //! their pods.
 
-use super::{Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
+use super::{
+    Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position, Replaces,
+    Restarts, RoleMark, Run, RunDefault, Setting,
+};
 
 static REPLICAS: Num = Num::Int {
     from: From::Holder,
@@ -46,6 +49,35 @@ pub static JOBSET: KindSpec = KindSpec {
     pods_from_runtime: false,
     run: Run {
         deadline: Deadline::EachJob,
+        defaults: &[
+            RunDefault {
+                setting: Setting::Ttl,
+                at: &["spec", "ttlSecondsAfterFinished"],
+                replaces: Replaces::Absent,
+                make: false,
+                when: None,
+                unless: None,
+                misplaced: None,
+            },
+            // How often the whole JobSet is restarted after a Job fails.
+            RunDefault {
+                setting: Setting::BackoffLimit,
+                at: &["spec", "failurePolicy", "maxRestarts"],
+                replaces: Replaces::Absent,
+                make: true,
+                when: None,
+                unless: None,
+                misplaced: None,
+            },
+        ],
+        restarts: Some(Restarts {
+            at: &["spec", "failurePolicy", "maxRestarts"],
+            dotted: "spec.failurePolicy.maxRestarts",
+            default: 0,
+            zero_is_default: false,
+            default_is: "JobSet's default",
+            per_holder: None,
+        }),
     },
     makes: &[Makes {
         kind: "Job",
@@ -55,4 +87,7 @@ pub static JOBSET: KindSpec = KindSpec {
     controller: &["system:serviceaccount:jobset-system:jobset-controller-manager"],
     kueue: Kueue::Suspends,
     native: Ok(()),
+    role_marks: &[RoleMark::Label("jobset.sigs.k8s.io/replicatedjob-name")],
+    job_specs: JobSpecs::Templates,
+    shared_version: false,
 };

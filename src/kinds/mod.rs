@@ -70,6 +70,39 @@ pub struct KindSpec {
     pub kueue: Kueue,
     /// The native admission policies cover it (else the webhook only, with the reason).
     pub native: Result<(), &'static str>,
+    /// The labels (or annotations) by which a pod this kind's controller makes names the
+    /// holder it comes from (a Volcano task, a PyTorchJob replica type, a JobSet replicated
+    /// job, a Ray group), in the order they are read: a controller-made Pod binds to the queue
+    /// template's holder of that name.
+    pub role_marks: &'static [RoleMark],
+    /// Where its batch/v1 Job specs are (the preemption guardrail gives them a
+    /// `podFailurePolicy`; an Indexed Job can end with rank zero).
+    pub job_specs: JobSpecs,
+    /// Its apiVersion also serves kinds launchgate does not check (kubeflow.org/v1: TFJob,
+    /// MPIJob), so a queue template that names the apiVersion without a `kind` is of this kind
+    /// only with a [`KindSpec::signature`] field.
+    pub shared_version: bool,
+}
+
+/// Where a controller-made pod names the holder it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleMark {
+    Label(&'static str),
+    Annotation(&'static str),
+}
+
+/// Where a kind's batch/v1 Job specs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobSpecs {
+    /// None.
+    None,
+    /// The object is a batch/v1 Job: its `spec`, defaulted by the API server before admission
+    /// (an unset `podReplacementPolicy` arrives as the default).
+    Object,
+    /// Each pod template sits in the spec of a Job template (its `template`), which nothing
+    /// defaults before admission; its controller's webhook defaults the pods'
+    /// `restartPolicy` (a JobSet's replicated Jobs).
+    Templates,
 }
 
 /// One pod-template position of a kind: a holder (or a list or map of them) and the template
@@ -236,6 +269,78 @@ pub struct Run {
     /// Where the run's deadline lives, which the GPU-hour ceiling reads and
     /// `guardrails.costCeiling.defaultDeadlineSeconds` writes.
     pub deadline: Deadline,
+    /// The fields the queue's job defaults (`jobDefaults`) write, in this order.
+    pub defaults: &'static [RunDefault],
+    /// How often the run starts over with a fresh deadline (`None`: its deadline covers every
+    /// restart).
+    pub restarts: Option<Restarts>,
+}
+
+/// The `jobDefaults` setting a [`RunDefault`] takes its value from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    /// `backoffLimit`: how often the run is retried.
+    BackoffLimit,
+    /// `ttlSecondsAfterFinished`.
+    Ttl,
+    /// `volcanoMaxRetry`.
+    VolcanoMaxRetry,
+    /// `restartPolicy` of the pods.
+    RestartPolicy,
+}
+
+/// What already written value a [`RunDefault`] replaces, besides an absent or null one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaces {
+    /// Nothing else.
+    Absent,
+    /// This value, which the controller reads as unset (Volcano's `maxRetry: 0`).
+    Value(i64),
+    /// The value the API server writes when the user sets none, before admission (a batch/v1
+    /// Job's `backoffLimit: 6`): replaced unless the user wrote it (kubectl's
+    /// last-applied-configuration, a server-side apply manager owning the field; for a
+    /// `backoffLimit` also the `launchgate.io/keep-backoff-limit` annotation, and the queue's
+    /// `treatApiDefaultBackoffAsUnset`). A CRD's schema defaults (a RayJob's `backoffLimit: 0`)
+    /// arrive the same way.
+    ApiDefault(i64),
+    /// This text, which pod defaulting fills in and the kind does not allow (`Always`).
+    Text(&'static str),
+}
+
+/// A run-level field the queue's job defaults write when it is unset.
+#[derive(Debug)]
+pub struct RunDefault {
+    pub setting: Setting,
+    /// The field, from the object's root.
+    pub at: &'static [&'static str],
+    /// What counts as unset, besides absent or null.
+    pub replaces: Replaces,
+    /// The field's map may be created (a PyTorchJob's `runPolicy`); else it must exist.
+    pub make: bool,
+    /// Written only when this holds of the object (a RayJob's TTL applies only with
+    /// `shutdownAfterJobFinishes`).
+    pub when: Option<Cond>,
+    /// Never written when this holds of the object (a Job with `backoffLimitPerIndex`).
+    pub unless: Option<Cond>,
+    /// A field users write by mistake for this one, which the controller never reads (a
+    /// PyTorchJob's spec-level `ttlSecondsAfterFinished`): its value is honoured here, with a
+    /// warning.
+    pub misplaced: Option<&'static [&'static str]>,
+}
+
+/// How often a run starts over, each time with a fresh deadline.
+#[derive(Debug)]
+pub struct Restarts {
+    /// The field, from the object's root, and its dotted form.
+    pub at: &'static [&'static str],
+    pub dotted: &'static str,
+    /// The count when the field is absent (or 0, with `zero_is_default`), and what to call it.
+    pub default: i64,
+    pub zero_is_default: bool,
+    pub default_is: &'static str,
+    /// A field of each holder that can raise the count for its pods (a Volcano task's own
+    /// `maxRetry`).
+    pub per_holder: Option<&'static str>,
 }
 
 /// Where a kind keeps the deadline that bounds a whole run.
@@ -338,6 +443,13 @@ impl WorkloadKind {
     /// Recognises a kind from the admission request's group/version/kind.
     pub fn from_gvk(group: &str, version: &str, kind: &str) -> Option<Self> {
         Self::all().find(|k| k.0.group == group && k.0.version == version && k.0.kind == kind)
+    }
+
+    /// A handle on a descriptor that is not registered in [`ALL`] (unit tests of what reads
+    /// descriptors).
+    #[cfg(test)]
+    pub(crate) fn unregistered(spec: &'static KindSpec) -> Self {
+        WorkloadKind(spec)
     }
 
     /// Recognises a kind by its [`KindSpec::name`].

@@ -1,6 +1,6 @@
 //! core/v1 Pod: its own pod template.
 
-use super::{Deadline, Holders, KindSpec, Kueue, Naming, Num, Position, Run};
+use super::{Deadline, Holders, JobSpecs, KindSpec, Kueue, Naming, Num, Position, Run};
 
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&POD];
@@ -28,9 +28,14 @@ pub static POD: KindSpec = KindSpec {
             "activeDeadlineSeconds",
             "spec.activeDeadlineSeconds",
         ),
+        defaults: &[],
+        restarts: None,
     },
     makes: &[],
     controller: &[],
     kueue: Kueue::Pod,
     native: Ok(()),
+    role_marks: &[],
+    job_specs: JobSpecs::None,
+    shared_version: false,
 };

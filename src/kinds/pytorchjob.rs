@@ -2,7 +2,10 @@
 //! template bound by its type name; an elastic job's Workers scale up to
 //! `elasticPolicy.maxReplicas`.
 
-use super::{Cond, Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
+use super::{
+    Cond, Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
+    Replaces, RoleMark, Run, RunDefault, Setting,
+};
 
 static REPLICAS: Num = Num::Int {
     from: From::Holder,
@@ -52,6 +55,28 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
             "activeDeadlineSeconds",
             "spec.runPolicy.activeDeadlineSeconds",
         ),
+        defaults: &[
+            RunDefault {
+                setting: Setting::BackoffLimit,
+                at: &["spec", "runPolicy", "backoffLimit"],
+                replaces: Replaces::Absent,
+                make: true,
+                when: None,
+                unless: None,
+                misplaced: None,
+            },
+            RunDefault {
+                setting: Setting::Ttl,
+                at: &["spec", "runPolicy", "ttlSecondsAfterFinished"],
+                replaces: Replaces::Absent,
+                make: true,
+                when: None,
+                unless: None,
+                // A common mistake (also in the W&B docs).
+                misplaced: Some(&["spec", "ttlSecondsAfterFinished"]),
+            },
+        ],
+        restarts: None,
     },
     makes: &[Makes {
         kind: "Pod",
@@ -61,4 +86,7 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
     controller: &["system:serviceaccount:kubeflow:training-operator"],
     kueue: Kueue::Suspends,
     native: Ok(()),
+    role_marks: &[RoleMark::Label("training.kubeflow.org/replica-type")],
+    job_specs: JobSpecs::None,
+    shared_version: true,
 };

@@ -2,7 +2,7 @@
 //! its pods come from the (Cluster)TrainingRuntime it names, with `spec.trainer` applied to the
 //! runtime's `node` container. Trainer makes a JobSet named after it.
 
-use super::{Deadline, KindSpec, Kueue, Makes, OWN_NAME, Run};
+use super::{Deadline, JobSpecs, KindSpec, Kueue, Makes, OWN_NAME, Run};
 
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&TRAIN_JOB];
@@ -23,6 +23,8 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
             "activeDeadlineSeconds",
             "spec.activeDeadlineSeconds",
         ),
+        defaults: &[],
+        restarts: None,
     },
     // Trainer names a TrainJob's JobSet after the TrainJob.
     makes: &[Makes {
@@ -33,4 +35,7 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
     controller: &["system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"],
     kueue: Kueue::Suspends,
     native: Err("a TrainJob's pods come from its runtime, which the API server cannot read"),
+    role_marks: &[],
+    job_specs: JobSpecs::None,
+    shared_version: false,
 };

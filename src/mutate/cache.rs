@@ -17,8 +17,8 @@
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
+use crate::workload;
 use crate::workload::edit::{self, Upsert, normalise_path};
-use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -380,7 +380,7 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     let Some(cfg) = ctx.settings.cache.filter(|c| c.enabled) else {
         return false;
     };
-    if ctx.kind == WorkloadKind::TrainJob {
+    if ctx.kind.spec().pods_from_runtime {
         return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| {
             add_to_pod_spec(ctx, cfg, spec, spec_path, findings)
         });

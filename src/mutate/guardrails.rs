@@ -24,6 +24,7 @@
 
 use super::{Findings, MutationContext, Mutator};
 use crate::json::Pointer as _;
+use crate::kinds::{Holders, JobSpecs};
 use crate::pytorch::indexed_job::{self, launcher_of};
 use crate::quantity::Quantity;
 use crate::topology::guardrails::{
@@ -152,9 +153,9 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
         return false;
     }
     let codes = &cfg.retriable_exit_codes;
-    let kind = ctx.kind;
-    if kind == WorkloadKind::BatchJob {
-        {
+    match ctx.kind.spec().job_specs {
+        JobSpecs::None => false,
+        JobSpecs::Object => {
             let wrote = UserIntent::of(object).wrote(&["spec", "podReplacementPolicy"]);
             object
                 .get_mut("spec")
@@ -163,38 +164,62 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
                     add_pod_failure_policy(spec, "spec.template.spec", codes, wrote, findings)
                 })
         }
-    } else if kind == WorkloadKind::JobSet {
-        {
+        JobSpecs::Templates => {
             let mut changed = false;
-            let jobs = object
-                .at_mut("/spec/replicatedJobs")
-                .and_then(Value::as_array_mut);
-            for (i, rjob) in jobs.into_iter().flatten().enumerate() {
-                let Some(spec) = rjob.at_mut("/template/spec").and_then(Value::as_object_mut)
-                else {
+            for (pointer, at) in job_templates(ctx.kind, object) {
+                let Some(spec) = object.pointer_mut(&pointer).and_then(Value::as_object_mut) else {
                     continue;
                 };
-                // JobSet's webhook defaults an unset restartPolicy to OnFailure, before or after
-                // launchgate: only a Never written in the JobSet takes a policy.
+                // The kind's webhook defaults an unset restartPolicy (JobSet's to OnFailure),
+                // before or after launchgate: only a Never written in the object takes a
+                // policy.
                 let never = spec
                     .get("template")
                     .and_then(|t| t.at("/spec/restartPolicy"))
                     .and_then(Value::as_str)
                     == Some("Never");
                 if never {
-                    let at = format!("spec.replicatedJobs[{i}].template.spec.template.spec");
                     changed |= add_pod_failure_policy(spec, &at, codes, true, findings);
                 }
             }
             changed
         }
-    } else {
-        false
     }
 }
 
+/// The Job templates of a kind whose pod templates sit in them ([`JobSpecs::Templates`]):
+/// the JSON Pointer of each Job spec (the parent of its pod template) and the dotted path of
+/// its pod spec.
+fn job_templates(kind: WorkloadKind, object: &Value) -> Vec<(String, String)> {
+    let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
+    workload::templates(kind, object)
+        .into_iter()
+        .filter_map(|(info, _)| {
+            let position = info.position;
+            let (_, up) = position.template.split_last()?;
+            let mut pointer: String = position
+                .holders
+                .path()
+                .iter()
+                .map(|k| format!("/{}", escape(k)))
+                .collect();
+            match position.holders {
+                Holders::Root | Holders::At(_) => {}
+                Holders::Each(_) => pointer.push_str(&format!("/{}", info.index)),
+                Holders::Keyed(_) => {
+                    pointer.push_str(&format!("/{}", escape(info.name.as_deref()?)))
+                }
+            }
+            for k in up {
+                pointer.push_str(&format!("/{}", escape(k)));
+            }
+            Some((pointer, info.spec_path()))
+        })
+        .collect()
+}
+
 fn success_policy(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> bool {
-    if !cfg(ctx).end_with_rank_zero || ctx.child || ctx.kind != WorkloadKind::BatchJob {
+    if !cfg(ctx).end_with_rank_zero || ctx.child || ctx.kind.spec().job_specs != JobSpecs::Object {
         return false;
     }
     let indexed = object.at("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
@@ -277,7 +302,7 @@ fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut F
         }
         changed
     };
-    if ctx.kind == WorkloadKind::TrainJob {
+    if ctx.kind.spec().pods_from_runtime {
         return super::runtime_patch::with_trainer_pod_spec(object, |spec, path| {
             add(spec, path, findings)
         });
@@ -325,11 +350,8 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> 
         DeadlinePlace::Run(holder, key, _) => set_absent(object, holder, key, seconds),
         DeadlinePlace::EachJob => {
             let mut changed = false;
-            let jobs = object
-                .at_mut("/spec/replicatedJobs")
-                .and_then(Value::as_array_mut);
-            for job in jobs.into_iter().flatten() {
-                if let Some(spec) = job.at_mut("/template/spec")
+            for (pointer, _) in job_templates(ctx.kind, object) {
+                if let Some(spec) = object.pointer_mut(&pointer)
                     && spec.is_object()
                 {
                     changed |= set_absent(spec, "", "activeDeadlineSeconds", seconds);

@@ -8,6 +8,10 @@
 //! runtime. The Jobs a JobSet makes, and a TrainJob's JobSet, get none either (see
 //! [`MutationContext::child`]).
 //!
+//! Which fields a kind takes, where they are and what counts as unset is its descriptor's
+//! ([`crate::kinds::Run::defaults`]); this module only reads it, so a new kind gets its
+//! defaults from its descriptor.
+//!
 //! **The backoffLimit rule.** The API server defaults a batch/v1 Job's `backoffLimit` to 6
 //! *before* mutating admission, so "unset" cannot be read off the object. launchgate treats a
 //! `backoffLimit` of exactly 6 on CREATE as the API default, and replaces it — unless
@@ -18,10 +22,11 @@
 
 use super::{Findings, MutationContext, Mutator};
 use crate::error::ConfigError;
+use crate::kinds::{Replaces, RunDefault, Setting, field};
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// The value the API server gives `spec.backoffLimit` when the user sets none.
 pub const API_DEFAULT_BACKOFF_LIMIT: i64 = 6;
@@ -99,133 +104,116 @@ pub const MUTATOR: Mutator = Mutator {
     run: mutate,
 };
 
-fn set_if_absent(map: &mut Map<String, Value>, key: &str, value: Option<i64>) -> bool {
-    match value {
-        Some(v) if map.get(key).is_none_or(Value::is_null) => {
-            map.insert(key.into(), json!(v));
-            true
-        }
-        _ => false,
-    }
-}
-
-/// Did the user write `spec.backoffLimit` themselves?
-fn backoff_limit_is_explicit(job: &Value) -> bool {
+/// Did the user write the field of `default` themselves (or keep a `backoffLimit` as the
+/// API server defaulted it, by annotation)?
+fn is_explicit(job: &Value, default: &RunDefault) -> bool {
     let Some(meta) = job.as_object() else {
         return false;
     };
-    workload::annotation(meta, KEEP_BACKOFF_LIMIT_ANNOTATION) == Some("true")
-        || UserIntent::of(job).wrote(&["spec", "backoffLimit"])
+    (default.setting == Setting::BackoffLimit
+        && workload::annotation(meta, KEEP_BACKOFF_LIMIT_ANNOTATION) == Some("true"))
+        || UserIntent::of(job).wrote(default.at)
 }
 
-fn batch_job(cfg: &JobDefaultsConfig, job: &mut Value) -> bool {
-    let explicit = backoff_limit_is_explicit(job);
-    let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
+/// The value of `setting` in the queue's job defaults.
+fn value_of(cfg: &JobDefaultsConfig, setting: Setting) -> Option<Value> {
+    match setting {
+        Setting::BackoffLimit => cfg.backoff_limit.map(Value::from),
+        Setting::Ttl => cfg.ttl_seconds_after_finished.map(Value::from),
+        Setting::VolcanoMaxRetry => cfg.volcano_max_retry.map(Value::from),
+        Setting::RestartPolicy => cfg.restart_policy.clone().map(Value::from),
+    }
+}
+
+/// Writes one run-level default of the kind's descriptor where it is unset.
+fn apply(
+    cfg: &JobDefaultsConfig,
+    kind: WorkloadKind,
+    default: &RunDefault,
+    object: &mut Value,
+    findings: &mut Findings,
+) -> bool {
+    let Some((key, parents)) = default.at.split_last() else {
         return false;
     };
-    let mut changed = false;
-    if let Some(limit) = cfg.backoff_limit {
-        let current = spec.get("backoffLimit").and_then(Value::as_i64);
-        let per_index = spec
-            .get("backoffLimitPerIndex")
-            .is_some_and(|v| !v.is_null());
-        let api_default = current == Some(API_DEFAULT_BACKOFF_LIMIT)
-            && cfg.treat_api_default_backoff_as_unset
-            && !explicit
-            && !per_index;
-        if (current.is_none() && !per_index) || (api_default && limit != API_DEFAULT_BACKOFF_LIMIT)
-        {
-            spec.insert("backoffLimit".into(), json!(limit));
-            changed = true;
-        }
-    }
-    changed |= set_if_absent(
-        spec,
-        "ttlSecondsAfterFinished",
-        cfg.ttl_seconds_after_finished,
-    );
-    if let Some(policy) = &cfg.restart_policy
-        && let Some(pod_spec) = spec
-            .get_mut("template")
-            .and_then(|t| t.get_mut("spec"))
-            .and_then(Value::as_object_mut)
+    if default
+        .when
+        .as_ref()
+        .is_some_and(|c| !c.holds(object, object, None))
+        || default
+            .unless
+            .as_ref()
+            .is_some_and(|c| c.holds(object, object, None))
     {
-        // "Always" is what pod defaulting fills in and is invalid for a Job.
-        let current = pod_spec.get("restartPolicy").and_then(Value::as_str);
-        if matches!(current, None | Some("Always")) {
-            pod_spec.insert("restartPolicy".into(), json!(policy));
-            changed = true;
-        }
+        return false;
     }
-    changed
-}
-
-fn volcano_job(cfg: &JobDefaultsConfig, job: &mut Value) -> bool {
-    let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
+    let misplaced = default
+        .misplaced
+        .and_then(|at| field(object, at))
+        .and_then(Value::as_i64);
+    let Some(value) = misplaced
+        .map(Value::from)
+        .or_else(|| value_of(cfg, default.setting))
+    else {
         return false;
     };
-    let mut changed = set_if_absent(
-        spec,
-        "ttlSecondsAfterFinished",
-        cfg.ttl_seconds_after_finished,
-    );
-    // Volcano treats `maxRetry: 0` as unset (its webhook writes 3), so launchgate does too.
-    if let Some(retry) = cfg.volcano_max_retry
-        && spec
-            .get("maxRetry")
-            .is_none_or(|v| v.is_null() || v.as_i64() == Some(0))
-        && spec.get("maxRetry").and_then(Value::as_i64) != Some(retry)
-    {
-        spec.insert("maxRetry".into(), json!(retry));
-        changed = true;
-    }
-    changed
-}
-
-fn pytorch_job(cfg: &JobDefaultsConfig, job: &mut Value, findings: &mut Findings) -> bool {
-    let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
+    let explicit =
+        matches!(default.replaces, Replaces::ApiDefault(_)) && is_explicit(object, default);
+    // The holder of the field: its parents must exist, but for the last with `make`.
+    let Some((last, above)) = parents.split_last() else {
         return false;
     };
-    // A common mistake (also in the W&B docs): ttlSecondsAfterFinished at spec level, where
-    // the operator never reads it. Honour the user's value in the right place.
-    let misplaced_ttl = spec.get("ttlSecondsAfterFinished").and_then(Value::as_i64);
-    let run_policy = spec.entry("runPolicy").or_insert_with(|| json!({}));
-    if !run_policy.is_object() {
-        return false;
-    }
-    let run_policy = run_policy.as_object_mut().expect("checked above");
-    let mut changed = set_if_absent(run_policy, "backoffLimit", cfg.backoff_limit);
-    let ttl = misplaced_ttl.or(cfg.ttl_seconds_after_finished);
-    if set_if_absent(run_policy, "ttlSecondsAfterFinished", ttl) {
-        changed = true;
-        if let Some(v) = misplaced_ttl {
-            findings.warn(format!(
-                "launchgate: spec.ttlSecondsAfterFinished is not a PyTorchJob field; set spec.runPolicy.ttlSecondsAfterFinished={v} instead"
-            ));
-        }
-    }
-    if run_policy.is_empty() {
-        spec.remove("runPolicy");
-    }
-    changed
-}
-
-fn jobset(cfg: &JobDefaultsConfig, jobset: &mut Value) -> bool {
-    let Some(spec) = jobset.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(grand) = above
+        .iter()
+        .try_fold(&mut *object, |v, k| v.get_mut(*k))
+        .and_then(Value::as_object_mut)
+    else {
         return false;
     };
-    let mut changed = set_if_absent(
-        spec,
-        "ttlSecondsAfterFinished",
-        cfg.ttl_seconds_after_finished,
-    );
-    if let Some(limit) = cfg.backoff_limit {
-        let policy = spec.entry("failurePolicy").or_insert_with(|| json!({}));
-        if let Some(policy) = policy.as_object_mut() {
-            changed |= set_if_absent(policy, "maxRestarts", Some(limit));
+    let holder = if default.make {
+        grand.entry(*last).or_insert_with(|| json!({}))
+    } else {
+        match grand.get_mut(*last) {
+            Some(h) => h,
+            None => return false,
         }
+    };
+    let Some(holder) = holder.as_object_mut() else {
+        return false;
+    };
+    let current = holder.get(*key);
+    let unset = match default.replaces {
+        Replaces::Absent => current.is_none_or(Value::is_null),
+        Replaces::Value(v) => {
+            current.is_none_or(|c| c.is_null() || c.as_i64() == Some(v)) && current != Some(&value)
+        }
+        Replaces::ApiDefault(api) => {
+            let current = current.and_then(Value::as_i64);
+            // `treatApiDefaultBackoffAsUnset` speaks for retries; any other API default is
+            // the API server's, never the user's, unless they wrote it.
+            let treat =
+                default.setting != Setting::BackoffLimit || cfg.treat_api_default_backoff_as_unset;
+            let api_default = current == Some(api) && treat && !explicit;
+            current.is_none() || (api_default && value.as_i64() != Some(api))
+        }
+        Replaces::Text(t) => current.and_then(Value::as_str).is_none_or(|c| c == t),
+    };
+    if !unset {
+        if default.make && holder.is_empty() {
+            grand.remove(*last);
+        }
+        return false;
     }
-    changed
+    holder.insert((*key).to_string(), value.clone());
+    if let Some(v) = misplaced {
+        let from = default.misplaced.unwrap_or_default().join(".");
+        findings.warn(format!(
+            "launchgate: {from} is not a {} field; set {}={v} instead",
+            kind.api_kind(),
+            default.at.join(".")
+        ));
+    }
+    true
 }
 
 pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
@@ -233,18 +221,11 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     if !cfg.enabled || ctx.child {
         return false;
     }
-    let kind = ctx.kind;
-    if kind == WorkloadKind::JobSet {
-        jobset(cfg, object)
-    } else if kind == WorkloadKind::BatchJob {
-        batch_job(cfg, object)
-    } else if kind == WorkloadKind::VolcanoJob {
-        volcano_job(cfg, object)
-    } else if kind == WorkloadKind::PyTorchJob {
-        pytorch_job(cfg, object, findings)
-    } else {
-        false
+    let mut changed = false;
+    for default in ctx.kind.spec().run.defaults {
+        changed |= apply(cfg, ctx.kind, default, object, findings);
     }
+    changed
 }
 
 #[cfg(test)]
@@ -412,5 +393,49 @@ mod tests {
             .to_string();
         assert!(err.contains("queues.q.jobDefaults.restartPolicy"), "{err}");
         assert!(queue_yaml("jobDefaults: {backoffLimit: -1}").is_err());
+    }
+
+    #[test]
+    fn a_default_that_applies_only_when_its_condition_holds_is_written_only_then() {
+        use crate::kinds::{Cond, From};
+        // A run's TTL that its controller honours only when the run shuts down at the end.
+        static TTL: RunDefault = RunDefault {
+            setting: Setting::Ttl,
+            at: &["spec", "ttlSecondsAfterFinished"],
+            replaces: Replaces::Absent,
+            make: false,
+            when: Some(Cond::True {
+                from: From::Object,
+                at: &["spec", "shutdownAfterJobFinishes"],
+            }),
+            unless: None,
+            misplaced: None,
+        };
+        static RETRIES: RunDefault = RunDefault {
+            setting: Setting::BackoffLimit,
+            at: &["spec", "policy", "retries"],
+            replaces: Replaces::Value(0),
+            make: true,
+            when: None,
+            unless: None,
+            misplaced: None,
+        };
+        let cfg = JobDefaultsConfig::default();
+        let kind = WorkloadKind::BatchJob;
+        let mut findings = Findings::default();
+        let mut kept = json!({"spec": {"shutdownAfterJobFinishes": false}});
+        assert!(!apply(&cfg, kind, &TTL, &mut kept, &mut findings));
+        assert_eq!(kept, json!({"spec": {"shutdownAfterJobFinishes": false}}));
+        let mut shut = json!({"spec": {"shutdownAfterJobFinishes": true}});
+        assert!(apply(&cfg, kind, &TTL, &mut shut, &mut findings));
+        assert_eq!(shut["spec"]["ttlSecondsAfterFinished"], json!(60));
+        assert!(apply(&cfg, kind, &RETRIES, &mut shut, &mut findings));
+        assert_eq!(shut["spec"]["policy"], json!({"retries": 0}));
+        let mut zero = json!({"spec": {"policy": {"retries": 0}}});
+        assert!(
+            !apply(&cfg, kind, &RETRIES, &mut zero, &mut findings),
+            "0 is already the value"
+        );
+        assert!(findings.warnings.is_empty());
     }
 }

@@ -17,6 +17,7 @@
 
 use super::{Findings, MutationContext, Mutator};
 use crate::error::ConfigError;
+use crate::kinds::Kueue;
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -176,8 +177,9 @@ pub fn exec_seconds(value: &str) -> Option<i64> {
 /// [`exec_seconds`] as a regular expression (RE2, for CEL's `matches`).
 pub const EXEC_SECONDS_REGEX: &str = "^[1-9][0-9]{0,17}$";
 
-/// The kinds whose top-level object Kueue manages through its labels (a Volcano Job is
-/// Volcano's; a Pod's labels are checked, never written).
+/// The kinds whose top-level object Kueue manages through its labels, as their descriptors say
+/// ([`Kueue::Suspends`]; a Volcano Job is Volcano's; a Pod's labels are checked, never
+/// written), for the compiled CEL; [`manages`] reads the descriptors.
 pub const MANAGED: [WorkloadKind; 4] = [
     WorkloadKind::BatchJob,
     WorkloadKind::JobSet,
@@ -185,9 +187,10 @@ pub const MANAGED: [WorkloadKind; 4] = [
     WorkloadKind::TrainJob,
 ];
 
-/// True when Kueue manages `kind` through its labels ([`MANAGED`]).
+/// True when Kueue manages `kind` through its labels: its integration admits it by
+/// `spec.suspend` ([`Kueue::Suspends`]).
 pub fn manages(kind: WorkloadKind) -> bool {
-    MANAGED.contains(&kind)
+    kind.spec().kueue == Kueue::Suspends
 }
 
 /// The queue's Kueue settings `object` breaks, one line each, for a workload the queue owns
@@ -200,7 +203,7 @@ pub fn violations(
     kind: WorkloadKind,
     object: &Value,
 ) -> Vec<String> {
-    let pod = kind == WorkloadKind::Pod;
+    let pod = kind.spec().kueue == Kueue::Pod;
     if !pod && !manages(kind) {
         return Vec::new();
     }
@@ -239,11 +242,11 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     if ctx.child {
         return false;
     }
-    if ctx.kind == WorkloadKind::VolcanoJob {
+    if let Kueue::No(why) = ctx.kind.spec().kueue {
         if cfg.local_queue.is_some() {
-            findings.warn(
-                "launchgate: the queue hands off to a Kueue LocalQueue, but Kueue does not manage Volcano Jobs (Volcano's scheduler queues them); no Kueue label was written",
-            );
+            findings.warn(format!(
+                "launchgate: the queue hands off to a Kueue LocalQueue, but {why}; no Kueue label was written"
+            ));
         }
         return false;
     }
@@ -277,6 +280,13 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
 mod tests {
     use super::*;
     use crate::mutate::test_support::{mutate_with, queue_yaml};
+
+    #[test]
+    fn the_managed_list_is_what_the_descriptors_say() {
+        let managed: Vec<WorkloadKind> = WorkloadKind::all().filter(|k| manages(*k)).collect();
+        assert_eq!(managed.len(), MANAGED.len());
+        assert!(MANAGED.iter().all(|k| managed.contains(k)));
+    }
 
     const QUEUE: &str =
         "kueue: {localQueue: team-a, priorityClass: research, maxExecutionSeconds: 86400}";

@@ -103,7 +103,7 @@ pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static
         }
     });
     // A TrainJob's pods come from its runtime: the label goes into launchgate's runtime patch.
-    if ctx.kind == workload::WorkloadKind::TrainJob {
+    if ctx.kind.spec().pods_from_runtime {
         changed |= super::runtime_patch::with_trainer_pod_template(object, add_label);
     }
     if applied.is_empty() {

@@ -8,9 +8,9 @@
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
+use crate::workload;
 use crate::workload::edit::{deep_merge, object_mut};
 use crate::workload::trainjob::{self, TrainingRuntime};
-use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -220,7 +220,7 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     if !cfg.enabled {
         return false;
     }
-    if ctx.kind == WorkloadKind::TrainJob {
+    if ctx.kind.spec().pods_from_runtime {
         let runtime = ctx.runtime;
         let named = trainjob::runtime_ref(object)
             .map_or_else(|| "its runtime".to_string(), |r| r.describe());

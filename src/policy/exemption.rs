@@ -480,7 +480,7 @@ fn edit_mark_places(
     mut f: impl FnMut(&mut serde_json::Map<String, Value>) -> bool,
 ) -> bool {
     let mut changed = false;
-    if kind != WorkloadKind::Pod {
+    if kind.is_job() {
         workload::for_each_template_mut(kind, object, |_, template| changed |= f(template));
     }
     if let Some(obj) = object.as_object_mut() {

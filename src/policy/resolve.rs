@@ -176,7 +176,7 @@ impl Policy {
 /// last entry of that name, as the kubelet reads it).
 fn env_value(kind: WorkloadKind, object: &Value, env_name: &str) -> Option<String> {
     // A TrainJob's trainer env goes into its `node` container.
-    let trainer = workload::trainer(object).filter(|_| kind == WorkloadKind::TrainJob);
+    let trainer = workload::trainer(object).filter(|_| kind.spec().pods_from_runtime);
     workload::templates(kind, object)
         .into_iter()
         .filter_map(|(_, template)| workload::pod_spec(template))

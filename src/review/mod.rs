@@ -481,7 +481,7 @@ fn decide_object(
             Scope::Workload
         }
     };
-    let runtime = if kind == WorkloadKind::TrainJob {
+    let runtime = if kind.spec().pods_from_runtime {
         lookup_runtime(cluster, &object, request.namespace.as_deref())
     } else {
         RuntimeState::NotATrainJob

@@ -7,6 +7,7 @@
 use super::volcano;
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
+use crate::kinds::{Holders, JobSpecs, Position, field};
 use crate::quantity::Quantity;
 use crate::workload::WorkloadKind;
 use serde::{Deserialize, Serialize};
@@ -162,10 +163,6 @@ pub fn deadline_place(kind: WorkloadKind) -> DeadlinePlace {
     kind.spec().run.deadline
 }
 
-/// Volcano's `maxRetry` when the Job leaves it at 0 (the CRD's default, and what Volcano's own
-/// admission writes for 0).
-pub const VOLCANO_DEFAULT_MAX_RETRY: i64 = 3;
-
 /// The longest a run can hold its GPUs, as written: `runs` × `deadline` seconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunBound {
@@ -241,7 +238,7 @@ fn job_lengtheners(spec: &Value) -> Vec<String> {
 
 /// Why pod templates' own deadlines do not bound the run: "; X bounds one pod, not the run: …".
 fn pod_deadlines_note(kind: WorkloadKind, object: &Value) -> String {
-    if kind == WorkloadKind::Pod {
+    if kind.is_pod() {
         return String::new();
     }
     let pod_deadlines: Vec<String> = crate::workload::templates(kind, object)
@@ -254,7 +251,7 @@ fn pod_deadlines_note(kind: WorkloadKind, object: &Value) -> String {
     if pod_deadlines.is_empty() {
         return String::new();
     }
-    let why = if kind == WorkloadKind::BatchJob {
+    let why = if kind.spec().job_specs == JobSpecs::Object {
         let more = object.get("spec").map(job_lengtheners).unwrap_or_default();
         if more.is_empty() {
             "the Job replaces a pod that fails or is deleted".to_string()
@@ -279,20 +276,24 @@ fn pod_deadlines_note(kind: WorkloadKind, object: &Value) -> String {
 
 /// The bound the GPU-hour ceiling reads. A pod template's `activeDeadlineSeconds` bounds one
 /// pod, not a run that starts pods in waves and replaces failed ones, so it counts only where
-/// the kind has no other (a Volcano Job), multiplied by the restarts the kind allows.
+/// the kind has no other (a Volcano Job), multiplied by the restarts the kind allows (its
+/// descriptor's [`crate::kinds::Run::restarts`]).
 pub fn run_length(kind: WorkloadKind, object: &Value) -> RunLength {
     match deadline_place(kind) {
         DeadlinePlace::Run(holder, key, set) => {
             let field = set.to_string();
             match int(object.at(holder).and_then(|h| h.get(key))) {
-                Some(deadline) => RunLength::Bounded(RunBound {
-                    runs: 1,
-                    runs_from: None,
-                    deadline,
-                    field,
-                    set,
-                    restarts: None,
-                }),
+                Some(deadline) => {
+                    let (runs, runs_from, restarts) = runs_of(kind, object);
+                    RunLength::Bounded(RunBound {
+                        runs,
+                        runs_from,
+                        deadline,
+                        field,
+                        set,
+                        restarts,
+                    })
+                }
                 None => RunLength::Unbounded {
                     why: format!(
                         "this run has no {field}{}",
@@ -302,23 +303,85 @@ pub fn run_length(kind: WorkloadKind, object: &Value) -> RunLength {
                 },
             }
         }
-        DeadlinePlace::EachJob => jobset_length(object),
-        DeadlinePlace::EachPod => volcano_length(object),
+        DeadlinePlace::EachJob => jobset_length(kind, object),
+        DeadlinePlace::EachPod => volcano_length(kind, object),
     }
 }
 
-fn jobset_length(object: &Value) -> RunLength {
+/// Every holder of the kind's pod-template positions, with its dotted path and position,
+/// whether or not it has a pod template.
+fn holders_of(kind: WorkloadKind, object: &Value) -> Vec<(String, &Value, &'static Position)> {
+    let mut out = Vec::new();
+    for position in kind.spec().positions {
+        let at = position.holders.path();
+        let dotted = at.join(".");
+        match position.holders {
+            Holders::Root => out.push((String::new(), object, position)),
+            Holders::At(_) => {
+                if let Some(h) = field(object, at) {
+                    out.push((dotted, h, position));
+                }
+            }
+            Holders::Each(_) => {
+                let items = field(object, at).and_then(Value::as_array);
+                for (i, h) in items.into_iter().flatten().enumerate() {
+                    out.push((format!("{dotted}[{i}]"), h, position));
+                }
+            }
+            Holders::Keyed(_) => {
+                let items = field(object, at).and_then(Value::as_object);
+                for (k, h) in items.into_iter().flatten() {
+                    out.push((format!("{dotted}.{k}"), h, position));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// How many times a run starts with a fresh deadline (its descriptor's restarts + 1), where
+/// that comes from (`None` when once), and the field that sets it.
+fn runs_of(kind: WorkloadKind, object: &Value) -> (i64, Option<String>, Option<&'static str>) {
+    let Some(r) = &kind.spec().run.restarts else {
+        return (1, None, None);
+    };
+    let (mut restarts, mut from) = match int(field(object, r.at)) {
+        Some(n) if n > 0 || (n == 0 && !r.zero_is_default) => (n, r.dotted.to_string()),
+        _ => (r.default, format!("{} ({})", r.dotted, r.default_is)),
+    };
+    if let Some(key) = r.per_holder {
+        for (at, holder, _) in holders_of(kind, object) {
+            if let Some(n) = int(holder.get(key)).filter(|n| *n > restarts) {
+                restarts = n;
+                from = format!("{at}.{key}");
+            }
+        }
+    }
+    (
+        restarts.saturating_add(1),
+        (restarts > 0).then(|| format!("{from} {restarts} + 1")),
+        Some(r.dotted),
+    )
+}
+
+/// A run bounded by each of its Job templates' own deadline (a JobSet's replicated Jobs), run
+/// again as often as the kind restarts.
+fn jobset_length(kind: WorkloadKind, object: &Value) -> RunLength {
     const SET: &str = "each replicated Job's template.spec.activeDeadlineSeconds";
-    let jobs = object.at("/spec/replicatedJobs").and_then(Value::as_array);
     let mut missing = Vec::new();
     let mut longest: Option<(i64, String)> = None;
-    for (i, rj) in jobs.into_iter().flatten().enumerate() {
-        let at = format!("spec.replicatedJobs[{i}].template.spec.activeDeadlineSeconds");
-        match int(rj.at("/template/spec/activeDeadlineSeconds")) {
+    for (at, holder, position) in holders_of(kind, object) {
+        // The Job spec holds the pod template.
+        let Some((_, up)) = position.template.split_last() else {
+            continue;
+        };
+        let at = format!("{at}.{}.activeDeadlineSeconds", up.join("."));
+        match int(field(holder, up).and_then(|j| j.get("activeDeadlineSeconds"))) {
             Some(d) if longest.as_ref().is_none_or(|(l, _)| d > *l) => longest = Some((d, at)),
             Some(_) => {}
             None => {
-                let pod = int(rj.at("/template/spec/template/spec/activeDeadlineSeconds"))
+                let pod = int(field(holder, position.template)
+                    .and_then(|t| t.at("/spec/activeDeadlineSeconds")))
                     .map(|d| format!(" (its pod template's activeDeadlineSeconds {d} bounds one pod, not the Job)"))
                     .unwrap_or_default();
                 missing.push(format!("{at} is not set{pod}"));
@@ -334,6 +397,7 @@ fn jobset_length(object: &Value) -> RunLength {
             set: SET,
         };
     }
+    // JobSet's failure policy actions that restart without counting.
     let rules = object
         .at("/spec/failurePolicy/rules")
         .and_then(Value::as_array);
@@ -355,42 +419,29 @@ fn jobset_length(object: &Value) -> RunLength {
             set: SET,
         };
     };
-    let restarts = int(object.at("/spec/failurePolicy/maxRestarts"))
-        .unwrap_or(0)
-        .max(0);
+    let (runs, runs_from, restarts) = runs_of(kind, object);
     RunLength::Bounded(RunBound {
-        runs: restarts.saturating_add(1),
-        runs_from: (restarts > 0).then(|| format!("spec.failurePolicy.maxRestarts {restarts} + 1")),
+        runs,
+        runs_from,
         deadline,
         field,
         set: SET,
-        restarts: Some("spec.failurePolicy.maxRestarts"),
+        restarts,
     })
 }
 
-fn volcano_length(object: &Value) -> RunLength {
+/// A run bounded only by its pod templates' own deadlines (a Volcano Job's tasks), run again
+/// as often as the kind restarts.
+fn volcano_length(kind: WorkloadKind, object: &Value) -> RunLength {
     const SET: &str = "each task's template.spec.activeDeadlineSeconds";
-    let tasks = object.at("/spec/tasks").and_then(Value::as_array);
     let mut missing = Vec::new();
     let mut longest: Option<(i64, String)> = None;
-    let mut retry_from = "spec.maxRetry".to_string();
-    let mut retries = match int(object.at("/spec/maxRetry")) {
-        Some(r) if r > 0 => r,
-        _ => {
-            retry_from = "spec.maxRetry (Volcano's default)".to_string();
-            VOLCANO_DEFAULT_MAX_RETRY
-        }
-    };
-    for (i, task) in tasks.into_iter().flatten().enumerate() {
-        if let Some(r) = int(task.get("maxRetry")).filter(|r| *r > retries) {
-            retries = r;
-            retry_from = format!("spec.tasks[{i}].maxRetry");
-        }
-        if !task.get("template").is_some_and(Value::is_object) {
-            continue;
-        }
-        let at = format!("spec.tasks[{i}].template.spec.activeDeadlineSeconds");
-        match int(task.at("/template/spec/activeDeadlineSeconds")) {
+    for (info, template) in crate::workload::templates(kind, object) {
+        let at = format!("{}.activeDeadlineSeconds", info.spec_path());
+        match int(template
+            .get("spec")
+            .and_then(|s| s.get("activeDeadlineSeconds")))
+        {
             Some(d) if longest.as_ref().is_none_or(|(l, _)| d > *l) => longest = Some((d, at)),
             Some(_) => {}
             None => missing.push(format!("{at} is not set")),
@@ -411,13 +462,14 @@ fn volcano_length(object: &Value) -> RunLength {
             set: SET,
         };
     };
+    let (runs, runs_from, restarts) = runs_of(kind, object);
     RunLength::Bounded(RunBound {
-        runs: retries.saturating_add(1),
-        runs_from: Some(format!("{retry_from} {retries} + 1")),
+        runs,
+        runs_from,
         deadline,
         field,
         set: SET,
-        restarts: Some("spec.maxRetry"),
+        restarts,
     })
 }
 
@@ -573,6 +625,72 @@ pub fn rendezvous_service_problems(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A kind with a run-level deadline that each retry starts afresh, known only to this test.
+    static RETRIED: crate::kinds::KindSpec = {
+        use crate::kinds::*;
+        KindSpec {
+            name: "Retried",
+            group: "example.com",
+            version: "v1",
+            kind: "Retried",
+            resource: "retrieds",
+            subresources: &[],
+            signature: &[],
+            positions: &[],
+            pods_from_runtime: false,
+            run: Run {
+                deadline: Deadline::Run(
+                    "/spec",
+                    "activeDeadlineSeconds",
+                    "spec.activeDeadlineSeconds",
+                ),
+                defaults: &[],
+                restarts: Some(Restarts {
+                    at: &["spec", "backoffLimit"],
+                    dotted: "spec.backoffLimit",
+                    default: 0,
+                    zero_is_default: false,
+                    default_is: "the default",
+                    per_holder: None,
+                }),
+            },
+            makes: &[],
+            controller: &[],
+            kueue: Kueue::Suspends,
+            native: Ok(()),
+            role_marks: &[],
+            job_specs: JobSpecs::None,
+            shared_version: false,
+        }
+    };
+
+    #[test]
+    fn a_run_deadline_counts_once_per_retry_the_descriptor_names() {
+        let kind = WorkloadKind::unregistered(&RETRIED);
+        let bound = |object: Value| match run_length(kind, &object) {
+            RunLength::Bounded(b) => (b.runs, b.runs_from, b.restarts),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            bound(json!({"spec": {"activeDeadlineSeconds": 600, "backoffLimit": 2}})),
+            (
+                3,
+                Some("spec.backoffLimit 2 + 1".to_string()),
+                Some("spec.backoffLimit")
+            )
+        );
+        assert_eq!(
+            bound(json!({"spec": {"activeDeadlineSeconds": 600}})),
+            (1, None, Some("spec.backoffLimit"))
+        );
+        // A kind whose deadline covers every restart runs once.
+        let job = json!({"spec": {"activeDeadlineSeconds": 600, "backoffLimit": 2}});
+        assert!(matches!(
+            run_length(WorkloadKind::BatchJob, &job),
+            RunLength::Bounded(RunBound { runs: 1, .. })
+        ));
+    }
 
     #[test]
     fn a_volcano_gang_below_its_rendezvous_size_is_found() {

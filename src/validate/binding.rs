@@ -23,25 +23,21 @@ use super::path::{self, FieldPath, Segment};
 use super::schema::Schema;
 use super::template::{Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{FieldLimit, VariableLimit};
-use crate::json::Pointer as _;
+use crate::kinds::{From as KindFrom, Holders, Naming, Num, Position, RoleMark};
 use crate::quantity::Quantity;
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
-
-/// Pod label/annotation naming a Volcano pod's task.
-const VOLCANO_TASK_KEY: &str = "volcano.sh/task-spec";
-/// Pod label naming a PyTorchJob pod's replica type (lowercase).
-const PYTORCH_REPLICA_KEY: &str = "training.kubeflow.org/replica-type";
-/// The replicated job a JobSet's pod belongs to (label set by JobSet's controller).
-const REPLICATED_JOB_KEY: &str = "jobset.sigs.k8s.io/replicatedjob-name";
 
 /// One pod template of the queue template.
 #[derive(Debug, Clone, Default)]
 struct PodTemplateShape {
     /// Where it is in the template, e.g. `spec.tasks[1].template`.
     path: FieldPath,
-    /// Its role: the Volcano task name or the PyTorchJob replica type.
+    /// The template kind's position it is at.
+    position: Option<&'static Position>,
+    /// Its role: its holder's name (a Volcano task's, a Ray worker group's) or map key (a
+    /// PyTorchJob replica type).
     role: Option<String>,
     /// Container names by (list, index).
     names: HashMap<(&'static str, usize), String>,
@@ -51,97 +47,193 @@ struct PodTemplateShape {
 #[derive(Debug, Clone, Default)]
 pub(super) struct TemplateShape {
     pod_templates: Vec<PodTemplateShape>,
-    /// A Volcano template's task names by their position in its `spec.tasks` (a JobSet
-    /// template's replicated job names by their position in `spec.replicatedJobs`).
-    task_names: BTreeMap<usize, String>,
-    /// A PyTorchJob template's replica types (`spec.pytorchReplicaSpecs` keys).
-    replica_types: Vec<String>,
+    /// Per list of holders named by a field (a Volcano template's `spec.tasks`, a JobSet
+    /// template's `spec.replicatedJobs`): the names by their position in the list.
+    list_names: BTreeMap<&'static [&'static str], BTreeMap<usize, String>>,
+    /// Per map of holders named by their key (a PyTorchJob template's
+    /// `spec.pytorchReplicaSpecs`): the keys the template describes.
+    map_keys: BTreeMap<&'static [&'static str], Vec<String>>,
 }
 
-/// The role of a pod template of the workload: the Volcano task name,
-/// the PyTorchJob replica type, or for a Pod the task / replica type it carries.
+/// The role of a pod template of the workload: its holder's name or map key, or for a Pod
+/// the holder it carries, as the controller of any kind marks its pods
+/// ([`crate::kinds::KindSpec::role_marks`]).
 fn role_of(info: &TemplateInfo, template: &Map<String, Value>) -> Option<String> {
     let role = match &info.name {
         Some(name) => Some(name.clone()),
         None if !info.is_pod() => None,
-        None => workload::label(template, VOLCANO_TASK_KEY)
-            .or_else(|| workload::annotation(template, VOLCANO_TASK_KEY))
-            .or_else(|| workload::label(template, PYTORCH_REPLICA_KEY))
-            .or_else(|| workload::label(template, REPLICATED_JOB_KEY))
+        None => WorkloadKind::all()
+            .flat_map(|k| k.spec().role_marks.iter())
+            .find_map(|mark| match mark {
+                RoleMark::Label(key) => workload::label(template, key),
+                RoleMark::Annotation(key) => workload::annotation(template, key),
+            })
             .map(str::to_string),
     };
     role.filter(|r| !r.is_empty())
 }
 
-/// The role of the template's pod template at `prefix` (a template of `kind`): a Volcano
-/// task's `name` (the sibling of its `template`), a PyTorchJob replica type (the key holding
-/// its `template`). Read from the leaves, so it does not depend on where the template text
+/// `path` as segments.
+fn keys(path: &[&str]) -> impl Iterator<Item = Segment> {
+    path.iter().map(|k| Segment::Key((*k).to_string()))
+}
+
+/// True when `segments` are exactly the keys of `path`.
+fn is_keys(segments: &[Segment], path: &[&str]) -> bool {
+    segments.len() == path.len()
+        && segments
+            .iter()
+            .zip(path)
+            .all(|(s, k)| matches!(s, Segment::Key(x) if x == k))
+}
+
+/// What follows `path` at the start of `segments`, when they start with its keys.
+fn after_keys<'s>(segments: &'s [Segment], path: &[&str]) -> Option<&'s [Segment]> {
+    (segments.len() >= path.len() && is_keys(&segments[..path.len()], path))
+        .then(|| &segments[path.len()..])
+}
+
+/// The position of `kind` a pod template of the queue template at `prefix` is at, and its
+/// role there: the holder's naming field (read from the template's literal leaves) or map
+/// key. Matched from the end of `prefix`, so it does not depend on where the template text
 /// put the workload.
 fn template_role(
     kind: Option<WorkloadKind>,
     prefix: &[Segment],
     leaves: &[TemplateLeaf],
-) -> Option<String> {
-    // A JobSet's pod template: spec.replicatedJobs[i].template.spec.template, named by the
-    // replicated job's `name`.
-    if kind == Some(WorkloadKind::JobSet) {
-        let [spec, jobs, index @ Segment::Index(_), ..] = prefix else {
-            return None;
-        };
-        let name_at = [
-            spec.clone(),
-            jobs.clone(),
-            index.clone(),
-            Segment::Key("name".into()),
-        ];
-        return leaves
-            .iter()
-            .find_map(|l| match &l.content {
-                LeafContent::Literal(Value::String(name)) if l.template_path.0 == name_at => {
-                    Some(name.clone())
-                }
-                _ => None,
-            })
-            .filter(|r| !r.is_empty());
-    }
-    let [parent @ .., holder, Segment::Key(template)] = prefix else {
-        return None;
+) -> (Option<&'static Position>, Option<String>) {
+    let Some(kind) = kind else {
+        return (None, None);
     };
-    if template != "template" {
-        return None;
-    }
-    let kind = kind?;
-    if kind == WorkloadKind::VolcanoJob {
-        let mut name_at = parent.to_vec();
-        name_at.push(holder.clone());
-        name_at.push(Segment::Key("name".into()));
-        leaves.iter().find_map(|l| match &l.content {
-            LeafContent::Literal(Value::String(name)) if l.template_path.0 == name_at => {
-                Some(name.clone())
-            }
-            _ => None,
-        })
-    } else if kind == WorkloadKind::PyTorchJob {
-        match holder {
-            Segment::Key(replica_type) => Some(replica_type.clone()),
-            _ => None,
+    for position in kind.spec().positions {
+        let Some(cut) = prefix.len().checked_sub(position.template.len()) else {
+            continue;
+        };
+        if !is_keys(&prefix[cut..], position.template) {
+            continue;
         }
-    } else {
-        None
+        let holder = &prefix[..cut];
+        let list = position.holders.path();
+        let role = match position.holders {
+            Holders::Root => Some(None),
+            Holders::At(at) => {
+                let n = holder.len();
+                (n >= at.len() && is_keys(&holder[n - at.len()..], at)).then_some(None)
+            }
+            Holders::Each(_) | Holders::Keyed(_) => {
+                let Some((selector, parent)) = holder.split_last() else {
+                    continue;
+                };
+                let n = parent.len();
+                if n < list.len() || !is_keys(&parent[n - list.len()..], list) {
+                    continue;
+                }
+                match (position.naming, selector) {
+                    (Naming::Field(f), Segment::Index(_)) => {
+                        let mut name_at = holder.to_vec();
+                        name_at.push(Segment::Key(f.to_string()));
+                        Some(leaves.iter().find_map(|l| match &l.content {
+                            LeafContent::Literal(Value::String(name))
+                                if l.template_path.0 == name_at =>
+                            {
+                                Some(name.clone())
+                            }
+                            _ => None,
+                        }))
+                    }
+                    (Naming::Key, Segment::Key(key)) => Some(Some(key.clone())),
+                    (Naming::None, Segment::Index(_))
+                        if matches!(position.holders, Holders::Each(_)) =>
+                    {
+                        Some(None)
+                    }
+                    _ => None,
+                }
+            }
+        };
+        if let Some(role) = role {
+            return (Some(position), role.filter(|r| !r.is_empty()));
+        }
     }
-    .filter(|r| !r.is_empty())
+    (None, None)
 }
 
-/// The list of a kind whose entries are bound by `name` (Volcano tasks, JobSet replicated jobs).
-fn named_list(kind: Option<WorkloadKind>) -> Option<&'static str> {
-    let kind = kind?;
-    if kind == WorkloadKind::VolcanoJob {
-        Some("tasks")
-    } else if kind == WorkloadKind::JobSet {
-        Some("replicatedJobs")
-    } else {
-        None
+/// The field a position's pods are counted by (the first holder field its `replicas` reads:
+/// `replicas` of a task, a replica type, a worker group).
+fn count_field(num: &Num) -> Option<&'static [&'static str]> {
+    match num {
+        Num::Int {
+            from: KindFrom::Holder,
+            at,
+            ..
+        } => Some(at),
+        Num::Int { .. } | Num::Lit(_) => None,
+        Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) => {
+            count_field(a).or_else(|| count_field(b))
+        }
+        Num::If {
+            then, otherwise, ..
+        } => count_field(then).or_else(|| count_field(otherwise)),
     }
+}
+
+/// The fields `num` reads for a holder, conditions decided; a field only under a `Min` can
+/// never raise the count, so it is left out.
+fn raising_fields(
+    num: &Num,
+    object: &Value,
+    holder: &Value,
+    key: Option<&str>,
+    out: &mut Vec<(KindFrom, &'static [&'static str])>,
+) {
+    match num {
+        Num::Lit(_) | Num::Min(..) => {}
+        Num::Int { from, at, .. } => out.push((*from, at)),
+        Num::Max(a, b) | Num::Mul(a, b) => {
+            raising_fields(a, object, holder, key, out);
+            raising_fields(b, object, holder, key, out);
+        }
+        Num::If {
+            when,
+            then,
+            otherwise,
+        } => {
+            let branch = if when.holds(object, holder, key) {
+                then
+            } else {
+                otherwise
+            };
+            raising_fields(branch, object, holder, key, out);
+        }
+    }
+}
+
+/// The scaling bounds of a position for a holder: the fields its upper bound (`at_most`)
+/// reads that its count (`replicas`) does not (an elastic PyTorchJob's
+/// `spec.elasticPolicy.maxReplicas`, an autoscaling Ray worker group's `maxReplicas`). A
+/// limit on the count holds them too: they let more pods run than the count says.
+fn scaling_bounds(
+    position: &Position,
+    object: &Value,
+    holder: &Value,
+    key: Option<&str>,
+) -> Vec<(KindFrom, &'static [&'static str])> {
+    let mut counted = Vec::new();
+    raising_fields(&position.replicas, object, holder, key, &mut counted);
+    let mut bounds = Vec::new();
+    raising_fields(&position.at_most, object, holder, key, &mut bounds);
+    bounds.retain(|f| !counted.contains(f));
+    bounds.dedup();
+    bounds
+}
+
+/// Dotted path of `path` from the root.
+fn dotted(path: &[&str]) -> String {
+    let mut out = String::new();
+    for k in keys(path) {
+        path::push_segment(&mut out, &k);
+    }
+    out
 }
 
 /// `spec.<list>[i]` at the start of a pod-template-relative path: (list, i, the rest).
@@ -164,7 +256,8 @@ static ABSENT: Value = Value::Null;
 
 impl TemplateShape {
     /// The shape of a parsed template of `kind`: its pod templates (where its pod-template
-    /// positions are), their roles and their containers' names.
+    /// positions are), their roles and their containers' names, and the names and keys of its
+    /// holders.
     pub(super) fn of(kind: Option<WorkloadKind>, leaves: &[TemplateLeaf]) -> TemplateShape {
         let mut pod_templates: Vec<PodTemplateShape> = Vec::new();
         for leaf in leaves.iter().filter(|l| l.anchor == Anchor::PodTemplate) {
@@ -175,9 +268,11 @@ impl TemplateShape {
             let at = match pod_templates.iter().position(|t| t.path.0 == prefix) {
                 Some(at) => at,
                 None => {
+                    let (position, role) = template_role(kind, prefix, leaves);
                     pod_templates.push(PodTemplateShape {
                         path: FieldPath(prefix.to_vec()),
-                        role: template_role(kind, prefix, leaves),
+                        position,
+                        role,
                         names: HashMap::new(),
                     });
                     pod_templates.len() - 1
@@ -190,45 +285,49 @@ impl TemplateShape {
                 pod_templates[at].names.insert((list, index), name.clone());
             }
         }
-        let mut task_names = BTreeMap::new();
-        let mut replica_types: Vec<String> = Vec::new();
+        let positions = kind.map(|k| k.spec().positions).unwrap_or_default();
+        let mut list_names: BTreeMap<&'static [&'static str], BTreeMap<usize, String>> =
+            BTreeMap::new();
+        let mut map_keys: BTreeMap<&'static [&'static str], Vec<String>> = BTreeMap::new();
         for leaf in leaves.iter().filter(|l| l.anchor == Anchor::Root) {
-            match leaf.path.0.as_slice() {
-                [
-                    Segment::Key(spec),
-                    Segment::Key(tasks),
-                    Segment::Index(i),
-                    Segment::Key(name),
-                ] if spec == "spec"
-                    && Some(tasks.as_str()) == named_list(kind)
-                    && name == "name" =>
-                {
-                    if let LeafContent::Literal(Value::String(n)) = &leaf.content {
-                        task_names.insert(*i, n.clone());
+            for position in positions {
+                match (position.holders, position.naming) {
+                    (Holders::Each(list), Naming::Field(f)) => {
+                        if let Some([Segment::Index(i), Segment::Key(name)]) =
+                            after_keys(&leaf.path.0, list)
+                            && name == f
+                            && let LeafContent::Literal(Value::String(n)) = &leaf.content
+                        {
+                            list_names.entry(list).or_default().insert(*i, n.clone());
+                        }
                     }
+                    (Holders::Keyed(map), Naming::Key) => {
+                        if let Some([Segment::Key(t), _, ..]) = after_keys(&leaf.path.0, map) {
+                            let described = map_keys.entry(map).or_default();
+                            if !described.iter().any(|r| r.eq_ignore_ascii_case(t)) {
+                                described.push(t.clone());
+                            }
+                        }
+                    }
+                    _ => {}
                 }
-                [Segment::Key(spec), Segment::Key(specs), Segment::Key(t), ..]
-                    if spec == "spec"
-                        && specs == "pytorchReplicaSpecs"
-                        && !replica_types.iter().any(|r| r.eq_ignore_ascii_case(t)) =>
-                {
-                    replica_types.push(t.clone());
-                }
-                _ => {}
             }
         }
         for t in &pod_templates {
-            if kind == Some(WorkloadKind::PyTorchJob)
+            if let Some(position) = t.position
+                && let (Holders::Keyed(map), Naming::Key) = (position.holders, position.naming)
                 && let Some(role) = &t.role
-                && !replica_types.iter().any(|r| r.eq_ignore_ascii_case(role))
             {
-                replica_types.push(role.clone());
+                let described = map_keys.entry(map).or_default();
+                if !described.iter().any(|r| r.eq_ignore_ascii_case(role)) {
+                    described.push(role.clone());
+                }
             }
         }
         TemplateShape {
             pod_templates,
-            task_names,
-            replica_types,
+            list_names,
+            map_keys,
         }
     }
 
@@ -236,89 +335,157 @@ impl TemplateShape {
     /// designates, with its value (`None` when absent), bound to what runs rather than to a
     /// list position:
     ///
-    /// * a Volcano task's position (`spec.tasks[i].replicas`), or a JobSet replicated job's
-    ///   (`spec.replicatedJobs[i].replicas`), is the workload's task of the
-    ///   same name, wherever it is in the list; a task the template does not name (an extra
-    ///   task) is held to every task's positions, so it cannot escape them;
-    /// * a PyTorchJob replica type's position is the workload's replica type of the same name
-    ///   compared case-insensitively (the training operator normalises `worker` to `Worker`),
-    ///   and a type the template does not name is held to every type's positions; the Worker
-    ///   replicas of an elastic job also reach `spec.elasticPolicy.maxReplicas`.
+    /// * a position under an entry of a list of holders named by a field (a Volcano task's
+    ///   `spec.tasks[i].replicas`, a JobSet replicated job's, a Ray worker group's by its
+    ///   `groupName`) is the workload's holder of the same name, wherever it is in the list;
+    ///   a holder the template does not name (an extra task) is held to every holder's
+    ///   positions, so it cannot escape them;
+    /// * a position under an entry of a map of holders (a PyTorchJob replica type) is the
+    ///   workload's holder of the same key compared case-insensitively (the training operator
+    ///   normalises `worker` to `Worker`), and a key the template does not name is held to
+    ///   every key's positions;
+    /// * a limit on a holder's count also reaches the scaling bounds its kind counts above
+    ///   it (the Worker replicas of an elastic PyTorchJob reach
+    ///   `spec.elasticPolicy.maxReplicas`; an autoscaling Ray worker group's `replicas` its
+    ///   `maxReplicas`).
     pub(super) fn root_places<'a>(
         &self,
         kind: WorkloadKind,
         object: &'a Value,
         path: &FieldPath,
     ) -> Vec<(String, Option<&'a Value>)> {
-        let key = |s: &Segment, k: &str| matches!(s, Segment::Key(x) if x == k);
-        let pytorch = kind == WorkloadKind::PyTorchJob;
-        match path.0.as_slice() {
-            [spec, tasks, Segment::Index(i), rest @ ..]
-                if key(spec, "spec") && named_list(Some(kind)).is_some_and(|l| key(tasks, l)) =>
-            {
-                let list = named_list(Some(kind)).unwrap_or_default();
-                let want = self.task_names.get(i).map(String::as_str);
-                let items = object
-                    .get("spec")
-                    .and_then(|s| s.get(list))
-                    .and_then(Value::as_array)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                let named =
-                    |n: Option<&str>| n.is_some_and(|n| self.task_names.values().any(|t| t == n));
-                // The task's name is what binds it: an extra task is not held to another's.
-                let is_name = matches!(rest, [Segment::Key(k)] if k == "name");
-                let mut out = Vec::new();
-                for (j, task) in items.iter().enumerate() {
-                    let name = workload::name_of(task);
-                    if want.is_none() || name == want || (!named(name) && !is_name) {
-                        out.extend(path::resolve(task, &format!("spec.{list}[{j}]"), rest));
-                    }
+        for position in kind.spec().positions {
+            let holders = position.holders.path();
+            let Some(after) = after_keys(&path.0, holders) else {
+                continue;
+            };
+            match (position.holders, position.naming, after) {
+                (Holders::Each(list), Naming::Field(f), [Segment::Index(i), rest @ ..]) => {
+                    return self.list_places(position, list, f, *i, object, rest);
                 }
-                if let Some(want) = want
-                    && !items.iter().any(|t| workload::name_of(t) == Some(want))
-                {
-                    out.extend(path::resolve(
-                        &ABSENT,
-                        &format!("spec.{list}[name={want}]"),
-                        rest,
-                    ));
+                (Holders::Keyed(map), Naming::Key, [Segment::Key(want), rest @ ..]) => {
+                    return self.map_places(position, map, want, object, rest);
                 }
-                out
+                _ => {}
             }
-            [spec, specs, Segment::Key(want), rest @ ..]
-                if pytorch && key(spec, "spec") && key(specs, "pytorchReplicaSpecs") =>
-            {
-                let replicas = object
-                    .get("spec")
-                    .and_then(|s| s.get("pytorchReplicaSpecs"))
-                    .and_then(Value::as_object);
-                let mut out = Vec::new();
-                let mut found = false;
-                for (t, holder) in replicas.into_iter().flatten() {
-                    let same = t.eq_ignore_ascii_case(want);
-                    found |= same;
-                    let described = self.replica_types.iter().any(|r| r.eq_ignore_ascii_case(t));
-                    if same || !described {
-                        let mut at = "spec.pytorchReplicaSpecs".to_string();
-                        path::push_segment(&mut at, &Segment::Key(t.clone()));
-                        out.extend(path::resolve(holder, &at, rest));
-                    }
+        }
+        path::resolve(object, "", &path.0)
+    }
+
+    /// [`Self::root_places`] under the entry `i` of the template's list of holders `list`,
+    /// named by their field `f`.
+    fn list_places<'a>(
+        &self,
+        position: &Position,
+        list: &'static [&'static str],
+        f: &str,
+        i: usize,
+        object: &'a Value,
+        rest: &[Segment],
+    ) -> Vec<(String, Option<&'a Value>)> {
+        let names = self.list_names.get(list);
+        let want = names.and_then(|n| n.get(&i)).map(String::as_str);
+        let items = crate::kinds::field(object, list)
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let name_of = |h: &'a Value| h.get(f).and_then(Value::as_str);
+        let named =
+            |n: Option<&str>| n.is_some_and(|n| names.is_some_and(|t| t.values().any(|t| t == n)));
+        // The holder's name is what binds it: an extra holder is not held to another's.
+        let is_name = matches!(rest, [Segment::Key(k)] if k == f);
+        let counts = count_field(&position.replicas).is_some_and(|c| is_keys(rest, c));
+        let base = dotted(list);
+        let mut out = Vec::new();
+        let mut bounds = Vec::new();
+        for (j, holder) in items.iter().enumerate() {
+            let name = name_of(holder);
+            if want.is_none() || name == want || (!named(name) && !is_name) {
+                let at = format!("{base}[{j}]");
+                out.extend(path::resolve(holder, &at, rest));
+                if counts {
+                    self.bounds_of(position, object, holder, None, &at, &mut bounds);
                 }
-                if !found {
-                    let mut at = "spec.pytorchReplicaSpecs".to_string();
-                    path::push_segment(&mut at, &Segment::Key(want.clone()));
-                    out.extend(path::resolve(&ABSENT, &at, rest));
-                }
-                if want.eq_ignore_ascii_case("worker")
-                    && matches!(rest, [Segment::Key(r)] if r == "replicas")
-                    && let Some(max) = object.at("/spec/elasticPolicy/maxReplicas")
-                {
-                    out.push(("spec.elasticPolicy.maxReplicas".into(), Some(max)));
-                }
-                out
             }
-            _ => path::resolve(object, "", &path.0),
+        }
+        if let Some(want) = want
+            && !items.iter().any(|h| name_of(h) == Some(want))
+        {
+            out.extend(path::resolve(&ABSENT, &format!("{base}[{f}={want}]"), rest));
+        }
+        out.extend(bounds);
+        out
+    }
+
+    /// [`Self::root_places`] under the key `want` of the template's map of holders `map`.
+    fn map_places<'a>(
+        &self,
+        position: &Position,
+        map: &'static [&'static str],
+        want: &str,
+        object: &'a Value,
+        rest: &[Segment],
+    ) -> Vec<(String, Option<&'a Value>)> {
+        let holders = crate::kinds::field(object, map).and_then(Value::as_object);
+        let described = self
+            .map_keys
+            .get(map)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let base = dotted(map);
+        let mut out = Vec::new();
+        let mut found = None;
+        for (t, holder) in holders.into_iter().flatten() {
+            let same = t.eq_ignore_ascii_case(want);
+            if same && found.is_none() {
+                found = Some(holder);
+            }
+            if same || !described.iter().any(|r| r.eq_ignore_ascii_case(t)) {
+                let mut at = base.clone();
+                path::push_segment(&mut at, &Segment::Key(t.clone()));
+                out.extend(path::resolve(holder, &at, rest));
+            }
+        }
+        if found.is_none() {
+            let mut at = base.clone();
+            path::push_segment(&mut at, &Segment::Key(want.to_string()));
+            out.extend(path::resolve(&ABSENT, &at, rest));
+        }
+        if count_field(&position.replicas).is_some_and(|c| is_keys(rest, c)) {
+            let holder = found.unwrap_or(&ABSENT);
+            let mut at = base;
+            path::push_segment(&mut at, &Segment::Key(want.to_string()));
+            self.bounds_of(position, object, holder, Some(want), &at, &mut out);
+        }
+        out
+    }
+
+    /// The scaling bounds of `position` for `holder` (at `at`) that are set, as places.
+    fn bounds_of<'a>(
+        &self,
+        position: &Position,
+        object: &'a Value,
+        holder: &'a Value,
+        key: Option<&str>,
+        at: &str,
+        out: &mut Vec<(String, Option<&'a Value>)>,
+    ) {
+        for (from, field) in scaling_bounds(position, object, holder, key) {
+            let (base, written) = match from {
+                KindFrom::Holder => (holder, {
+                    let mut w = at.to_string();
+                    for k in keys(field) {
+                        path::push_segment(&mut w, &k);
+                    }
+                    w
+                }),
+                KindFrom::Object => (object, dotted(field)),
+            };
+            if let Some(value) = crate::kinds::field(base, field).filter(|v| !v.is_null())
+                && !out.iter().any(|(p, _)| *p == written)
+            {
+                out.push((written, Some(value)));
+            }
         }
     }
 
@@ -733,6 +900,17 @@ fields:
     }
 
     #[test]
+    fn a_wrapped_jobsets_replicated_jobs_bind_by_name() {
+        let t = template::parse(&json!(
+            "kubernetes:\n  apiVersion: jobset.x-k8s.io/v1alpha2\n  kind: JobSet\n  spec:\n    replicatedJobs:\n    - name: leader\n      template: {spec: {template: {spec: {containers: [{name: c, resources: {limits: {cpu: '{{l}}'}}}]}}}}\n    - name: workers\n      template: {spec: {template: {spec: {containers: [{name: c, resources: {limits: {cpu: '{{w}}'}}}]}}}}\n"
+        ))
+        .unwrap();
+        let s = TemplateShape::of(Some(t.kind), &t.leaves);
+        let roles: Vec<_> = s.pod_templates.iter().map(|p| p.role.as_deref()).collect();
+        assert_eq!(roles, vec![Some("leader"), Some("workers")]);
+    }
+
+    #[test]
     fn pytorchjob_replicas_bind_by_type_and_pods_by_their_replica_type_label() {
         let s = shape(
             "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nspec:\n  pytorchReplicaSpecs:\n    Master: {template: {spec: {containers: [{name: pytorch, resources: {limits: {cpu: '{{m}}'}}}]}}}\n    Worker: {template: {spec: {containers: [{name: pytorch, resources: {limits: {cpu: '{{w}}'}}}]}}}\n",
@@ -767,6 +945,172 @@ fields:
             )
             .len(),
             2
+        );
+    }
+
+    /// A kind with a head template at a nested path and a list of worker groups named by
+    /// `groupName` that autoscale up to `maxReplicas` (a Ray cluster's shape), known only to
+    /// this test.
+    static GROUPS: crate::kinds::KindSpec = {
+        use crate::kinds::*;
+        static REPLICAS: Num = Num::Int {
+            from: From::Holder,
+            at: &["replicas"],
+            default: 1,
+        };
+        static MAX: Num = Num::Int {
+            from: From::Holder,
+            at: &["maxReplicas"],
+            default: 1,
+        };
+        static HOSTS: Num = Num::Int {
+            from: From::Holder,
+            at: &["numOfHosts"],
+            default: 1,
+        };
+        static COUNT: Num = Num::Mul(&REPLICAS, &HOSTS);
+        static MOST: Num = Num::Max(&REPLICAS, &MAX);
+        static SCALED: Num = Num::Mul(&MOST, &HOSTS);
+        KindSpec {
+            name: "Groups",
+            group: "example.com",
+            version: "v1",
+            kind: "Groups",
+            resource: "groups",
+            subresources: &[],
+            signature: &[],
+            positions: &[
+                Position {
+                    role: "head",
+                    holders: Holders::At(&["spec", "cluster", "headGroupSpec"]),
+                    template: &["template"],
+                    naming: Naming::None,
+                    replicas: Num::Lit(1),
+                    at_most: Num::Lit(1),
+                },
+                Position {
+                    role: "worker group",
+                    holders: Holders::Each(&["spec", "cluster", "workerGroupSpecs"]),
+                    template: &["template"],
+                    naming: Naming::Field("groupName"),
+                    replicas: Num::Mul(&REPLICAS, &HOSTS),
+                    at_most: Num::If {
+                        when: Cond::True {
+                            from: From::Object,
+                            at: &["spec", "cluster", "autoscaling"],
+                        },
+                        then: &SCALED,
+                        otherwise: &COUNT,
+                    },
+                },
+            ],
+            pods_from_runtime: false,
+            run: Run {
+                deadline: Deadline::EachPod,
+                defaults: &[],
+                restarts: None,
+            },
+            makes: &[],
+            controller: &[],
+            kueue: Kueue::Suspends,
+            native: Ok(()),
+            role_marks: &[],
+            job_specs: JobSpecs::None,
+            shared_version: false,
+        }
+    };
+
+    #[test]
+    fn a_list_at_a_nested_path_binds_by_its_naming_field_and_counts_reach_the_scaling_bound() {
+        let kind = WorkloadKind::unregistered(&GROUPS);
+        let leaf = |anchor, at: &str, rel: &str, value: Value| TemplateLeaf {
+            anchor,
+            path: FieldPath::parse(rel).unwrap(),
+            template_path: FieldPath::parse(at).unwrap(),
+            content: LeafContent::Literal(value),
+            under_macro_key: false,
+        };
+        let list = "spec.cluster.workerGroupSpecs";
+        let leaves = vec![
+            leaf(
+                Anchor::Root,
+                &format!("kubernetes.{list}[0].groupName"),
+                &format!("{list}[0].groupName"),
+                json!("small"),
+            ),
+            leaf(
+                Anchor::Root,
+                &format!("kubernetes.{list}[1].groupName"),
+                &format!("{list}[1].groupName"),
+                json!("gpu"),
+            ),
+            leaf(
+                Anchor::PodTemplate,
+                &format!("kubernetes.{list}[1].template.spec.containers[0].name"),
+                "spec.containers[0].name",
+                json!("ray-worker"),
+            ),
+            leaf(
+                Anchor::PodTemplate,
+                "kubernetes.spec.cluster.headGroupSpec.template.spec.containers[0].name",
+                "spec.containers[0].name",
+                json!("ray-head"),
+            ),
+        ];
+        let s = TemplateShape::of(Some(kind), &leaves);
+        let roles: Vec<_> = s.pod_templates.iter().map(|t| t.role.as_deref()).collect();
+        assert_eq!(roles, vec![Some("gpu"), None]);
+        let group = |name: &str, replicas: i64, max: i64| {
+            json!({"groupName": name, "replicas": replicas, "maxReplicas": max, "numOfHosts": 2,
+                   "template": {"spec": {"containers": [{"name": "ray-worker"}]}}})
+        };
+        let places = |object: &Value, at: &str| -> Vec<String> {
+            s.root_places(kind, object, &FieldPath::parse(at).unwrap())
+                .into_iter()
+                .map(|(p, v)| format!("{p}={}", v.map_or("-".into(), Value::to_string)))
+                .collect()
+        };
+        let mut object = json!({"spec": {"cluster": {"autoscaling": true, "workerGroupSpecs": [
+            group("gpu", 1, 8), group("small", 2, 2), group("extra", 1, 4)]}}});
+        // Bound by name wherever the group is listed; a group the template does not name is
+        // held too; an autoscaling group's maximum is held to the limit on its replicas.
+        assert_eq!(
+            places(&object, &format!("{list}[1].replicas")),
+            vec![
+                format!("{list}[0].replicas=1"),
+                format!("{list}[2].replicas=1"),
+                format!("{list}[0].maxReplicas=8"),
+                format!("{list}[2].maxReplicas=4"),
+            ]
+        );
+        // The naming field binds, so an extra group is not held to another's name; a
+        // multiplier is not a scaling bound.
+        assert_eq!(
+            places(&object, &format!("{list}[1].groupName")),
+            vec![format!("{list}[0].groupName=\"gpu\"")]
+        );
+        assert_eq!(
+            places(&object, &format!("{list}[1].numOfHosts")),
+            vec![
+                format!("{list}[0].numOfHosts=2"),
+                format!("{list}[2].numOfHosts=2")
+            ]
+        );
+        object["spec"]["cluster"]["autoscaling"] = json!(false);
+        assert_eq!(
+            places(&object, &format!("{list}[0].replicas")),
+            vec![
+                format!("{list}[1].replicas=2"),
+                format!("{list}[2].replicas=1")
+            ]
+        );
+        let renamed = json!({"spec": {"cluster": {"workerGroupSpecs": [group("other", 1, 1)]}}});
+        assert_eq!(
+            places(&renamed, &format!("{list}[1].replicas")),
+            vec![
+                format!("{list}[0].replicas=1"),
+                format!("{list}[groupName=gpu].replicas=-"),
+            ]
         );
     }
 }

@@ -7,6 +7,7 @@ use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::json::Pointer as _;
+use crate::kinds::Deadline;
 use crate::quantity::Quantity;
 use crate::workload::trainjob::{self, TrainingRuntime};
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
@@ -345,7 +346,7 @@ impl<'a> Evaluation<'a> {
 
     /// A TrainJob's `spec.trainer.resourcesPerNode`.
     fn trainer_resources(&self) -> Option<&'a Map<String, Value>> {
-        if self.kind != WorkloadKind::TrainJob {
+        if !self.kind.spec().pods_from_runtime {
             return None;
         }
         workload::trainer(self.object)?
@@ -548,11 +549,18 @@ impl<'a> Evaluation<'a> {
     }
 
     fn check_deadline(&mut self, maximum: i64) {
+        // Every place a kind keeps its run-level deadline (`spec.activeDeadlineSeconds`,
+        // `spec.runPolicy.activeDeadlineSeconds`), each once.
+        let mut roots: Vec<&str> = Vec::new();
+        for kind in WorkloadKind::all() {
+            if let Deadline::Run(_, _, dotted) = kind.spec().run.deadline
+                && !roots.contains(&dotted)
+            {
+                roots.push(dotted);
+            }
+        }
         let mut places = Vec::new();
-        for root in [
-            "spec.activeDeadlineSeconds",
-            "spec.runPolicy.activeDeadlineSeconds",
-        ] {
+        for root in roots {
             let path = FieldPath::parse(root).unwrap_or_default();
             places.extend(path::resolve(self.object, "", &path.0));
         }
@@ -632,7 +640,7 @@ impl<'a> Evaluation<'a> {
             }
         }
         // A TrainJob's image (unset and the runtime unknown: the runtime's).
-        if self.kind == WorkloadKind::TrainJob
+        if self.kind.spec().pods_from_runtime
             && self.runtime.is_none()
             && let Some(image) = workload::trainer(self.object)
                 .and_then(|t| t.get("image"))
@@ -662,7 +670,7 @@ pub fn gpus_at_once(
     runtime: Option<&TrainingRuntime>,
 ) -> Option<(Quantity, Vec<String>)> {
     let shape = TemplateShape::default();
-    let runtime = runtime.filter(|_| kind == WorkloadKind::TrainJob);
+    let runtime = runtime.filter(|_| kind.spec().pods_from_runtime);
     let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
     let eval = Evaluation {
         queue: "",
@@ -762,10 +770,10 @@ impl QueueLimits {
             runtime,
         } = subject;
         let per_pod_only = scope != Scope::Workload;
-        let runtime = runtime.filter(|_| kind == WorkloadKind::TrainJob);
+        let runtime = runtime.filter(|_| kind.spec().pods_from_runtime);
         let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
         let mut templates = workload::templates(kind, object);
-        if kind == WorkloadKind::TrainJob {
+        if kind.spec().pods_from_runtime {
             // Its runtime patches are pod specs, judged like a Job's pod template.
             templates.extend(trainjob::patch_templates(object));
         }

@@ -5,8 +5,9 @@
 //! limit would never be checked — the config would say `ok` and enforce nothing. Such paths
 //! are config errors. The truth is the Kubernetes API types launchgate already depends on
 //! (k8s-openapi, through their JSON schemas): a Pod template for positions inside a pod
-//! template, a Pod or a batch/v1 Job for positions at a workload's root. Volcano Jobs and
-//! PyTorchJobs have no typed schema here: their root positions are not checked.
+//! template, a Pod or a batch/v1 Job for positions at a workload's root (the kinds k8s-openapi
+//! has a type for, by apiVersion and kind). The other kinds (Volcano Jobs, PyTorchJobs…)
+//! have no typed schema here: their root positions are not checked.
 
 use super::path::Segment;
 use crate::workload::WorkloadKind;
@@ -131,13 +132,18 @@ fn schema_for(kind: Option<WorkloadKind>, in_pod_template: bool) -> Option<&'sta
         return Some(pod_template());
     }
     let kind = kind?;
-    if kind == WorkloadKind::Pod {
-        Some(pod())
-    } else if kind == WorkloadKind::BatchJob {
-        Some(job())
-    } else {
-        None
-    }
+    // The kinds k8s-openapi has a type for, recognised by their apiVersion and kind.
+    use k8s_openapi::Resource;
+    use k8s_openapi::api::{batch::v1::Job, core::v1::Pod};
+    type Schema = fn() -> &'static Value;
+    let typed: [(&str, &str, Schema); 2] = [
+        (Pod::API_VERSION, Pod::KIND, pod),
+        (Job::API_VERSION, Job::KIND, job),
+    ];
+    typed
+        .into_iter()
+        .find(|(version, name, _)| kind.api_version() == *version && kind.api_kind() == *name)
+        .map(|(_, _, schema)| schema())
 }
 
 /// `None` when `path` names a field (inside a pod template when `in_pod_template`, else at the

@@ -9,8 +9,10 @@
 //! itself (the minikube tutorial), the object under `kubernetes:` (the UI and the docs'
 //! Kubeflow example), and `resource_args: {kubernetes: …}` (the queue API and the Terraform
 //! provider's `resource_config`). The workload kind comes from `kind` and `apiVersion`, from
-//! `kind` alone, or from the shape (`spec.pytorchReplicaSpecs`, `spec.tasks`); a template
-//! whose kind cannot be told is an error, never a template that silently checks nothing.
+//! `kind` or `apiVersion` alone, or from the shape: each kind's descriptor names the `spec`
+//! fields that sign it ([`crate::kinds::KindSpec::signature`]: `spec.pytorchReplicaSpecs`,
+//! `spec.tasks`); a template whose kind cannot be told is an error, never a template that
+//! silently checks nothing.
 
 use super::path::{FieldPath, Segment};
 use crate::workload::{self, WorkloadKind};
@@ -295,8 +297,17 @@ pub fn match_pattern<'v>(pattern: &[Piece], value: &'v str) -> Option<Vec<&'v st
     rest.is_empty().then_some(captures)
 }
 
-/// The kinds a template can describe, for messages.
-pub const KNOWN_KINDS: &str = "Pod (v1), Job (batch/v1), Job (batch.volcano.sh/v1alpha1), PyTorchJob (kubeflow.org/v1), JobSet (jobset.x-k8s.io/v1alpha2), TrainJob (trainer.kubeflow.org/v1alpha1)";
+/// The kinds a template can describe, for messages: `Pod (v1), Job (batch/v1), …`.
+fn known_kinds() -> String {
+    WorkloadKind::all()
+        .map(|k| format!("{} ({})", k.api_kind(), k.api_version()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The kind of a template that names neither `apiVersion` nor `kind` and has no kind's
+/// signature: a batch/v1 Job, W&B Launch's default Kubernetes resource.
+const DEFAULT_KIND: WorkloadKind = WorkloadKind::BatchJob;
 
 /// Finds the Kubernetes object in a queue config: bare, under `kubernetes:`, or under
 /// `resource_args.kubernetes`.
@@ -354,9 +365,12 @@ pub fn infer_kind(object: &Value) -> Result<WorkloadKind, String> {
     let has = |key: &str| spec.and_then(|s| s.get(key)).is_some();
     let unknown = |what: String| {
         Err(format!(
-            "{what} is not a workload kind launchgate checks ({KNOWN_KINDS}), so no limit of this queue could ever apply"
+            "{what} is not a workload kind launchgate checks ({}), so no limit of this queue could ever apply",
+            known_kinds()
         ))
     };
+    // A kind's signature: one of its `spec` fields is there.
+    let signed = |k: &WorkloadKind| k.spec().signature.iter().any(|f| has(f));
     match (api_version, kind) {
         (Some(api_version), Some(kind)) => {
             let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -365,29 +379,32 @@ pub fn infer_kind(object: &Value) -> Result<WorkloadKind, String> {
                 None => unknown(format!("kind {kind:?} of apiVersion {api_version:?}")),
             }
         }
-        (None, Some(kind)) => match kind {
-            "Pod" => Ok(WorkloadKind::Pod),
-            "PyTorchJob" => Ok(WorkloadKind::PyTorchJob),
-            "JobSet" => Ok(WorkloadKind::JobSet),
-            "TrainJob" => Ok(WorkloadKind::TrainJob),
-            "Job" if has("tasks") => Ok(WorkloadKind::VolcanoJob),
-            "Job" => Ok(WorkloadKind::BatchJob),
-            other => unknown(format!("kind {other:?}")),
-        },
-        (Some(api_version), None) => match api_version {
-            "v1" => Ok(WorkloadKind::Pod),
-            "batch/v1" => Ok(WorkloadKind::BatchJob),
-            "batch.volcano.sh/v1alpha1" => Ok(WorkloadKind::VolcanoJob),
-            "kubeflow.org/v1" if has("pytorchReplicaSpecs") => Ok(WorkloadKind::PyTorchJob),
-            "jobset.x-k8s.io/v1alpha2" => Ok(WorkloadKind::JobSet),
-            "trainer.kubeflow.org/v1alpha1" => Ok(WorkloadKind::TrainJob),
-            other => unknown(format!("apiVersion {other:?} without a `kind`")),
-        },
-        (None, None) if has("pytorchReplicaSpecs") => Ok(WorkloadKind::PyTorchJob),
-        (None, None) if has("replicatedJobs") => Ok(WorkloadKind::JobSet),
-        (None, None) if has("runtimeRef") || has("trainer") => Ok(WorkloadKind::TrainJob),
-        (None, None) if has("tasks") && !has("template") => Ok(WorkloadKind::VolcanoJob),
-        (None, None) => Ok(WorkloadKind::BatchJob),
+        // Kinds of the same name (a Volcano Job, a batch/v1 Job) are told apart by signature.
+        (None, Some(name)) => {
+            let named: Vec<WorkloadKind> = WorkloadKind::all()
+                .filter(|k| k.api_kind() == name)
+                .collect();
+            match named.iter().find(|k| signed(k)).or_else(|| {
+                named
+                    .iter()
+                    .find(|k| named.len() == 1 || k.spec().signature.is_empty())
+            }) {
+                Some(k) => Ok(*k),
+                None => unknown(format!("kind {name:?}")),
+            }
+        }
+        // An apiVersion that also serves kinds launchgate does not check (kubeflow.org/v1's
+        // TFJob) is a kind of it only with its signature.
+        (Some(api_version), None) => {
+            match WorkloadKind::all()
+                .filter(|k| k.api_version() == api_version)
+                .find(|k| signed(k) || !k.spec().shared_version)
+            {
+                Some(k) => Ok(k),
+                None => unknown(format!("apiVersion {api_version:?} without a `kind`")),
+            }
+        }
+        (None, None) => Ok(WorkloadKind::all().find(signed).unwrap_or(DEFAULT_KIND)),
     }
 }
 
@@ -722,6 +739,28 @@ spec:
             Ok(WorkloadKind::BatchJob)
         );
         assert_eq!(kind(json!({})), Ok(WorkloadKind::BatchJob));
+        assert_eq!(
+            kind(json!({"spec": {"replicatedJobs": []}})),
+            Ok(WorkloadKind::JobSet)
+        );
+        assert_eq!(
+            kind(json!({"spec": {"trainer": {}}})),
+            Ok(WorkloadKind::TrainJob)
+        );
+        assert_eq!(
+            kind(json!({"apiVersion": "kubeflow.org/v1", "spec": {"pytorchReplicaSpecs": {}}})),
+            Ok(WorkloadKind::PyTorchJob)
+        );
+        assert_eq!(
+            kind(json!({"apiVersion": "jobset.x-k8s.io/v1alpha2"})),
+            Ok(WorkloadKind::JobSet)
+        );
+        // The message lists every registered kind.
+        let err = kind(json!({"kind": "TFJob"})).unwrap_err();
+        for k in WorkloadKind::all() {
+            let shown = format!("{} ({})", k.api_kind(), k.api_version());
+            assert!(err.contains(&shown), "{err}");
+        }
         for bad in [
             json!({"kind": "TFJob"}),
             json!({"kind": "Job", "apiVersion": "kubeflow.org/v1"}),
