@@ -14,7 +14,14 @@ const LAYERS: &[&[&str]] = &[
     // Parsing and reading `serde_json` values cheaply.
     &["json", "cel"],
     // Leaves: wire types, the cluster view, config errors, quantities, certificates.
-    &["admission", "cluster", "error", "quantity", "certs"],
+    &[
+        "admission",
+        "cluster",
+        "error",
+        "quantity",
+        "certs",
+        "rules",
+    ],
     // The object view: where pod specs live, the one container walk, env reads, edits.
     &["workload"],
     // What a distributed job looks like (both paths read it).

@@ -19,6 +19,7 @@
 //!   variables and pod-relative `fields`). A resource some position leaves unbounded has no
 //!   envelope.
 
+use super::check::Source;
 use super::path::{self, FieldPath, Segment};
 use super::schema::Schema;
 use super::template::{Anchor, LeafContent, Piece, TemplateLeaf};
@@ -443,7 +444,7 @@ pub(super) struct Ceiling {
     pub value: Quantity,
     pub schema: Schema,
     /// The limit it comes from, e.g. `variable "gpus"`.
-    pub source: String,
+    pub source: Source,
 }
 
 /// `spec.<list>[i or *].resources.<limits|requests>.<resource>`: (limits|requests, resource).
@@ -501,7 +502,7 @@ fn container_resource_of(anchor: Anchor, path: &FieldPath) -> Option<(String, St
 pub(super) fn envelope(variables: &[VariableLimit], fields: &[FieldLimit]) -> Vec<Ceiling> {
     // None: some position leaves the resource unbounded.
     let mut tops: BTreeMap<(String, String), Option<Ceiling>> = BTreeMap::new();
-    let mut add = |(kind, resource): (String, String), schema: &Schema, source: String| {
+    let mut add = |(kind, resource): (String, String), schema: &Schema, source: Source| {
         let key = (kind.clone(), resource.clone());
         let offer = schema.ceiling().map(|(value, schema)| Ceiling {
             kind,
@@ -522,17 +523,13 @@ pub(super) fn envelope(variables: &[VariableLimit], fields: &[FieldLimit]) -> Ve
         for location in &variable.locations {
             let whole = matches!(location.pattern.as_slice(), [Piece::Variable(_)]);
             if whole && let Some(key) = container_resource_of(location.anchor, &location.path) {
-                add(
-                    key,
-                    &variable.schema,
-                    format!("variable {:?}", variable.name),
-                );
+                add(key, &variable.schema, Source::variable(&variable.name));
             }
         }
     }
     for field in fields {
         if let Some(key) = container_resource_of(field.anchor, &field.path) {
-            add(key, &field.schema, format!("field {:?}", field.written));
+            add(key, &field.schema, Source::field(&field.written));
         }
     }
     tops.into_values().flatten().collect()
@@ -666,7 +663,7 @@ fields:
                 (
                     format!("{}.{}", c.kind, c.resource),
                     shown,
-                    c.source.clone(),
+                    c.source.text.clone(),
                 )
             })
             .collect();

@@ -8,6 +8,7 @@ use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::json::Pointer as _;
 use crate::quantity::Quantity;
+use crate::rules::{self, Rule, Violation};
 use crate::workload::trainjob::{self, TrainingRuntime};
 use crate::workload::{
     self, CONTAINER_LISTS, ContainerRole, TemplateInfo, TemplateRole, WorkloadKind,
@@ -60,7 +61,7 @@ pub fn check_limits(
         },
         &mut report.warnings,
     );
-    let before: BTreeSet<String> = match (operation, old_object) {
+    let before: BTreeSet<Violation> = match (operation, old_object) {
         (Operation::Update, Some(old)) if !found.is_empty() => limits
             .violations(
                 queue_name,
@@ -79,19 +80,32 @@ pub fn check_limits(
         _ => BTreeSet::new(),
     };
     add_violations(&mut report, found, &before);
-    cap_lines(&mut report.violations, queue_name, "violations");
+    cap_violations(&mut report.violations, queue_name);
     cap_lines(&mut report.warnings, queue_name, "unchanged violations");
     report
 }
 
 /// Adds the violations `found` on the object to `report`; on UPDATE, one the old object already
 /// had (in `before`) does not block and becomes a warning, except under `audit`.
-pub fn add_violations(report: &mut LimitReport, found: Vec<String>, before: &BTreeSet<String>) {
+pub fn add_violations(
+    report: &mut LimitReport,
+    found: Vec<Violation>,
+    before: &BTreeSet<Violation>,
+) {
     for violation in found {
         if before.contains(&violation) && report.enforcement != Enforcement::Audit {
-            report.warnings.push(format!(
-                "{violation} (already so before this update; allowed because this update does not change it)"
-            ));
+            let warning = format!(
+                "{} (already so before this update; allowed because this update does not change it)",
+                violation.message
+            );
+            report.warnings.push(warning.clone());
+            if report.unchanged.len() < MAX_REPORTED_LINES {
+                report.unchanged.push(Violation {
+                    message: warning,
+                    effect: rules::Effect::Warn,
+                    ..violation
+                });
+            }
         } else {
             report.violations.push(violation);
         }
@@ -144,6 +158,20 @@ pub enum Scope {
 /// Most lines reported per kind; an object with thousands of violating containers gets a
 /// readable message, not megabytes.
 pub const MAX_REPORTED_LINES: usize = 100;
+
+/// [`cap_lines`] for violations: the last line, `… and N more violations`, counts under the rule
+/// of the first violation it stands for.
+fn cap_violations(violations: &mut Vec<Violation>, queue: &str) {
+    if violations.len() > MAX_REPORTED_LINES {
+        let more = violations.len() - (MAX_REPORTED_LINES - 1);
+        let rule = violations[MAX_REPORTED_LINES - 1].rule;
+        violations.truncate(MAX_REPORTED_LINES - 1);
+        violations.push(Violation::new(
+            rule,
+            format!("queue {queue:?}: … and {more} more violations"),
+        ));
+    }
+}
 
 fn cap_lines(lines: &mut Vec<String>, queue: &str, what: &str) {
     if lines.len() > MAX_REPORTED_LINES {
@@ -238,16 +266,50 @@ struct Evaluation<'a> {
     sidecars: &'a [String],
     /// Every place a variable or field limit looked at (the envelope holds the others).
     reached: HashSet<String>,
-    violations: Vec<String>,
+    violations: Vec<Violation>,
     /// The violations already reported (a location can be reached twice).
     seen: HashSet<String>,
 }
 
+/// The limit a variable or field position comes from: its rule, its key in the config and how
+/// messages name it (`variable "gpus"`).
+#[derive(Debug, Clone)]
+pub(super) struct Source {
+    pub rule: &'static Rule,
+    pub key: String,
+    pub text: String,
+}
+
+impl Source {
+    pub(super) fn variable(name: &str) -> Self {
+        Source {
+            rule: rules::LIMITS_VARIABLES,
+            key: name.to_string(),
+            text: format!("variable {name:?}"),
+        }
+    }
+
+    pub(super) fn field(written: &str) -> Self {
+        Source {
+            rule: rules::LIMITS_FIELDS,
+            key: written.to_string(),
+            text: format!("field {written:?}"),
+        }
+    }
+
+    /// A violation of this source's rule, keyed by its config entry.
+    fn violation(&self, text: String) -> Violation {
+        Violation::new(self.rule, text).key(self.key.clone())
+    }
+}
+
 impl<'a> Evaluation<'a> {
-    fn report(&mut self, text: String) {
-        let line = format!("queue {:?}: {text}", self.queue);
-        if self.seen.insert(line.clone()) {
-            self.violations.push(line);
+    /// Records a violation (once: a location can be reached twice), its message prefixed with
+    /// the queue.
+    fn report(&mut self, violation: Violation) {
+        let violation = violation.prefixed(&format!("queue {:?}: ", self.queue));
+        if self.seen.insert(violation.message.clone()) {
+            self.violations.push(violation);
         }
     }
 
@@ -335,16 +397,23 @@ impl<'a> Evaluation<'a> {
 
     /// The envelope's verdict on `value` at `place`; none where a variable or field limit
     /// looked (the place is theirs).
-    fn over_ceiling(&self, ceiling: &Ceiling, value: &Value, place: &str) -> Option<String> {
+    fn over_ceiling(&self, ceiling: &Ceiling, value: &Value, place: &str) -> Option<Violation> {
         if self.reached.contains(place) {
             return None;
         }
         let problem = ceiling.schema.problem(value)?;
         let shown = display_value(value, Some(ValueType::Quantity));
-        Some(format!(
-            "{place}={shown} {problem} ({}, which holds every container)",
-            ceiling.source
-        ))
+        Some(
+            ceiling
+                .source
+                .violation(format!(
+                    "{place}={shown} {problem} ({}, which holds every container)",
+                    ceiling.source.text
+                ))
+                .at(place)
+                .value(shown)
+                .limit(problem),
+        )
     }
 
     /// A TrainJob's `spec.trainer.resourcesPerNode`.
@@ -362,17 +431,35 @@ impl<'a> Evaluation<'a> {
         anchor == Anchor::PodTemplate || template_kind == Some(self.kind)
     }
 
-    fn check_schema(&mut self, place: &str, value: Option<&Value>, schema: &Schema, source: &str) {
+    fn check_schema(
+        &mut self,
+        place: &str,
+        value: Option<&Value>,
+        schema: &Schema,
+        source: &Source,
+    ) {
+        let text = &source.text;
         match value {
             None | Some(Value::Null) => {
                 if schema.required {
-                    self.report(format!("{place} is missing ({source} is required)"));
+                    self.report(
+                        source
+                            .violation(format!("{place} is missing ({text} is required)"))
+                            .at(place)
+                            .limit("required"),
+                    );
                 }
             }
             Some(value) => {
                 if let Some(problem) = schema.problem(value) {
                     let shown = display_value(value, Some(schema.value_type()));
-                    self.report(format!("{place}={shown} {problem} ({source})"));
+                    self.report(
+                        source
+                            .violation(format!("{place}={shown} {problem} ({text})"))
+                            .at(place)
+                            .value(shown)
+                            .limit(problem),
+                    );
                 }
             }
         }
@@ -381,14 +468,29 @@ impl<'a> Evaluation<'a> {
     fn check_fixed_value(&mut self, leaf: &TemplateLeaf) {
         for (place, value) in self.template_places(leaf.anchor, &leaf.template_path, &leaf.path) {
             match (&leaf.content, value) {
-                (LeafContent::Literal(expected), None | Some(Value::Null)) => self.report(format!(
-                    "{place} is missing; the queue template sets it to {expected} (strict)"
-                )),
+                (LeafContent::Literal(expected), None | Some(Value::Null)) => self.report(
+                    Violation::new(
+                        rules::LIMITS_STRICT,
+                        format!(
+                            "{place} is missing; the queue template sets it to {expected} (strict)"
+                        ),
+                    )
+                    .at(&place)
+                    .limit(expected.to_string()),
+                ),
                 (LeafContent::Literal(expected), Some(actual)) => {
                     if !same_literal(expected, actual) {
-                        self.report(format!(
-                            "{place}={actual} differs from the queue template's {expected} (strict)"
-                        ));
+                        self.report(
+                            Violation::new(
+                                rules::LIMITS_STRICT,
+                                format!(
+                                    "{place}={actual} differs from the queue template's {expected} (strict)"
+                                ),
+                            )
+                            .at(&place)
+                            .value(actual.to_string())
+                            .limit(expected.to_string()),
+                        );
                     }
                 }
                 (LeafContent::Pattern(pattern), actual) => {
@@ -397,10 +499,18 @@ impl<'a> Evaluation<'a> {
                         .is_some_and(|s| template::match_pattern(pattern, s).is_some());
                     if !matches {
                         let shown = actual.map_or("<missing>".to_string(), Value::to_string);
-                        self.report(format!(
-                            "{place}={shown} does not match the queue template's {:?} (strict)",
-                            super::pattern_text(pattern)
-                        ));
+                        let written = super::pattern_text(pattern);
+                        self.report(
+                            Violation::new(
+                                rules::LIMITS_STRICT,
+                                format!(
+                                    "{place}={shown} does not match the queue template's {written:?} (strict)"
+                                ),
+                            )
+                            .at(&place)
+                            .value(shown)
+                            .limit(written),
+                        );
                     }
                 }
             }
@@ -490,9 +600,15 @@ impl<'a> Evaluation<'a> {
         let (total, parts) = self.total(resource);
         let parts = parts.join(", ");
         let Some(total) = total else {
-            self.report(format!(
-                "total {resource} over all pods is too large to count (totals) ({parts})"
-            ));
+            self.report(
+                Violation::new(
+                    rules::LIMITS_TOTALS,
+                    format!(
+                        "total {resource} over all pods is too large to count (totals) ({parts})"
+                    ),
+                )
+                .key(resource),
+            );
             return;
         };
         if let Some(problem) = schema.problem(&Value::String(total.to_string())) {
@@ -501,9 +617,15 @@ impl<'a> Evaluation<'a> {
             } else {
                 format!(" ({parts})")
             };
-            self.report(format!(
-                "total {resource} over all pods={total} {problem} (totals){detail}"
-            ));
+            self.report(
+                Violation::new(
+                    rules::LIMITS_TOTALS,
+                    format!("total {resource} over all pods={total} {problem} (totals){detail}"),
+                )
+                .key(resource)
+                .value(total.to_string())
+                .limit(problem),
+            );
         }
     }
 
@@ -594,9 +716,15 @@ impl<'a> Evaluation<'a> {
         let pod_places = self.places(Anchor::PodTemplate, &pod_path);
         let every_pod = !pod_places.is_empty() && pod_places.iter().all(|(_, v)| v.is_some());
         if !job_level && !every_pod {
-            self.report(format!(
-                "activeDeadlineSeconds is not set; the queue allows at most {maximum} (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"
-            ));
+            self.report(
+                Violation::new(
+                    rules::LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
+                    format!(
+                        "activeDeadlineSeconds is not set; the queue allows at most {maximum} (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"
+                    ),
+                )
+                .limit(maximum.to_string()),
+            );
         }
         for (place, value) in places.into_iter().chain(pod_places) {
             let Some(value) = value else { continue };
@@ -605,10 +733,18 @@ impl<'a> Evaluation<'a> {
                     .and_then(Result::ok)
                     .is_some_and(|q| q <= Quantity::from_int(maximum));
             if !within {
-                self.report(format!(
-                    "{place}={} exceeds maximum {maximum} (maxActiveDeadlineSeconds)",
-                    display_value(value, Some(ValueType::Integer))
-                ));
+                let shown = display_value(value, Some(ValueType::Integer));
+                self.report(
+                    Violation::new(
+                        rules::LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
+                        format!(
+                            "{place}={shown} exceeds maximum {maximum} (maxActiveDeadlineSeconds)"
+                        ),
+                    )
+                    .at(place)
+                    .value(shown)
+                    .limit(maximum.to_string()),
+                );
             }
         }
     }
@@ -634,10 +770,10 @@ impl<'a> Evaluation<'a> {
                         Some(image) => {
                             let normalized = normalized_image(image);
                             if !allowed.iter().any(|p| image_allowed_by(&normalized, p)) {
-                                bad.push(format!("{place}={image:?}"));
+                                bad.push((place, format!("{image:?}")));
                             }
                         }
-                        None => bad.push(format!("{place}=<none>")),
+                        None => bad.push((place, "<none>".to_string())),
                     }
                 }
             }
@@ -657,10 +793,10 @@ impl<'a> Evaluation<'a> {
                             .iter()
                             .any(|p| image_allowed_by(&normalized_image(image), p))
                         {
-                            bad.push(format!("{place}={image:?}"));
+                            bad.push((place, format!("{image:?}")));
                         }
                     }
-                    None => bad.push(format!("{place}=<none>")),
+                    None => bad.push((place, "<none>".to_string())),
                 }
             }
         }
@@ -674,13 +810,24 @@ impl<'a> Evaluation<'a> {
                 .iter()
                 .any(|p| image_allowed_by(&normalized_image(image), p))
         {
-            bad.push(format!("{}.image={image:?}", workload::TRAINER_PATH));
-        }
-        for item in bad {
-            self.report(format!(
-                "{item} is not from an allowed registry (allowedRegistries: {})",
-                allowed.join(", ")
+            bad.push((
+                format!("{}.image", workload::TRAINER_PATH),
+                format!("{image:?}"),
             ));
+        }
+        let listed = allowed.join(", ");
+        for (place, shown) in bad {
+            self.report(
+                Violation::new(
+                    rules::LIMITS_ALLOWED_REGISTRIES,
+                    format!(
+                        "{place}={shown} is not from an allowed registry (allowedRegistries: {listed})"
+                    ),
+                )
+                .at(place)
+                .value(shown)
+                .limit(listed.clone()),
+            );
         }
     }
 }
@@ -785,7 +932,7 @@ impl QueueLimits {
         queue: &str,
         subject: Subject<'_>,
         warnings: &mut Vec<String>,
-    ) -> Vec<String> {
+    ) -> Vec<Violation> {
         let Subject {
             kind,
             object,
@@ -822,10 +969,18 @@ impl QueueLimits {
                 namespace.or_else(|| object.at("/metadata/namespace").and_then(Value::as_str));
             match namespace {
                 Some(ns) if self.allowed_namespaces.iter().any(|a| a == ns) => {}
-                Some(ns) => eval.report(format!(
-                    "namespace {ns:?} is not allowed (allowedNamespaces: {})",
-                    self.allowed_namespaces.join(", ")
-                )),
+                Some(ns) => {
+                    let listed = self.allowed_namespaces.join(", ");
+                    eval.report(
+                        Violation::new(
+                            rules::LIMITS_ALLOWED_NAMESPACES,
+                            format!("namespace {ns:?} is not allowed (allowedNamespaces: {listed})"),
+                        )
+                        .at("metadata.namespace")
+                        .value(format!("{ns:?}"))
+                        .limit(listed),
+                    )
+                }
                 None => warnings.push(format!(
                     "queue {queue:?}: the namespace is unknown, so allowedNamespaces was not checked"
                 )),
@@ -833,7 +988,7 @@ impl QueueLimits {
         }
 
         for variable in &self.variables {
-            let source = format!("variable {:?}", variable.name);
+            let source = Source::variable(&variable.name);
             for location in &variable.locations {
                 if !eval.applies(location.anchor, self.template_kind)
                     || (per_pod_only && !is_per_pod(location.anchor, &location.path))
@@ -857,10 +1012,16 @@ impl QueueLimits {
                         .as_str()
                         .and_then(|s| template::match_pattern(&location.pattern, s));
                     let Some(captured) = captured else {
-                        eval.report(format!(
-                            "{place}={value} does not match the queue template's {:?} ({source})",
-                            location.written
-                        ));
+                        eval.report(
+                            source
+                                .violation(format!(
+                                    "{place}={value} does not match the queue template's {:?} ({})",
+                                    location.written, source.text
+                                ))
+                                .at(&place)
+                                .value(value.to_string())
+                                .limit(location.written.clone()),
+                        );
                         continue;
                     };
                     let slots = location
@@ -873,10 +1034,16 @@ impl QueueLimits {
                             if let Some(problem) = variable.schema.problem(&part) {
                                 let shown =
                                     display_value(&part, Some(variable.schema.value_type()));
-                                eval.report(format!(
-                                    "{place}={value}: {{{{{}}}}}={shown} {problem} ({source})",
-                                    variable.name
-                                ));
+                                eval.report(
+                                    source
+                                        .violation(format!(
+                                            "{place}={value}: {{{{{}}}}}={shown} {problem} ({})",
+                                            variable.name, source.text
+                                        ))
+                                        .at(&place)
+                                        .value(shown)
+                                        .limit(problem),
+                                );
                             }
                         }
                     }
@@ -888,7 +1055,7 @@ impl QueueLimits {
             if per_pod_only && !is_per_pod(field.anchor, &field.path) {
                 continue;
             }
-            let source = format!("field {:?}", field.written);
+            let source = Source::field(&field.written);
             for (place, value) in eval.places(field.anchor, &field.path) {
                 eval.reached.insert(place.clone());
                 eval.check_schema(&place, value, &field.schema, &source);
@@ -981,6 +1148,9 @@ mod tests {
             &["istio-proxy".to_string()],
         )
         .violations
+        .into_iter()
+        .map(|v| v.message)
+        .collect()
     }
 
     #[test]
