@@ -145,7 +145,7 @@ pub const KUEUE_LABELS: &Rule = &Rule {
 pub const GUARDRAILS_GANG: &Rule = &Rule {
     id: "guardrails.gang",
     config_key: "queues.<queue>.guardrails.gang",
-    meaning: "`gang: deny`: a gang scheduler's minimum (minAvailable, minMember) is below the job's rendezvous size, so the job could start half",
+    meaning: "`gang: deny`: a gang scheduler's minimum (a Volcano Job's spec.minAvailable, a PyTorchJob's runPolicy.schedulingPolicy.minAvailable) is below the job's rendezvous size, so the job could start half",
     action: "set the minimum to the rendezvous size the message names",
     native: Native::WebhookOnly(
         "the rendezvous size comes from the topology reading the wiring uses",

@@ -381,3 +381,51 @@ fn every_trigger_is_for_a_rule_of_the_table() {
     }
     assert_eq!(known.len(), RULES.len());
 }
+
+/// The rule table as the troubleshooting page shows it.
+fn rules_section() -> String {
+    let mut out = String::from(
+        "| rule | configured by | meaning | what to do | native policies |\n|---|---|---|---|---|\n",
+    );
+    for r in launchgate::rules::reference() {
+        let native = if r.native {
+            format!("compiled: {}", r.native_note)
+        } else {
+            format!("webhook only: {}", r.native_note)
+        };
+        let row = [
+            format!("`{}`", r.id),
+            format!("`{}`", r.config_key),
+            r.meaning.to_string(),
+            r.action.to_string(),
+            native,
+        ]
+        .map(|cell| cell.replace('|', "\\|"));
+        out.push_str(&format!("| {} |\n", row.join(" | ")));
+    }
+    out
+}
+
+/// docs/troubleshooting.md lists the rule table as it is (`UPDATE_DOCS=1` rewrites the list).
+#[test]
+fn the_troubleshooting_page_lists_the_rule_table() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/troubleshooting.md");
+    let page = std::fs::read_to_string(&path).unwrap();
+    let (head, rest) = page
+        .split_once("<!-- rules:begin -->\n")
+        .expect("rules:begin");
+    let (listed, tail) = rest.split_once("<!-- rules:end -->").expect("rules:end");
+    let table = rules_section();
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(
+            &path,
+            format!("{head}<!-- rules:begin -->\n{table}<!-- rules:end -->{tail}"),
+        )
+        .unwrap();
+        return;
+    }
+    assert_eq!(
+        listed, table,
+        "docs/troubleshooting.md: run UPDATE_DOCS=1 cargo test --test rules"
+    );
+}
