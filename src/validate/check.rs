@@ -1125,6 +1125,19 @@ mod tests {
         object: &Value,
         scope: Scope,
     ) -> Vec<String> {
+        structured(limits_yaml, kind, object, scope)
+            .into_iter()
+            .map(|v| v.message)
+            .collect()
+    }
+
+    /// The violations as checks return them.
+    fn structured(
+        limits_yaml: &str,
+        kind: WorkloadKind,
+        object: &Value,
+        scope: Scope,
+    ) -> Vec<Violation> {
         let limits: String = limits_yaml
             .lines()
             .map(|l| format!("      {l}\n"))
@@ -1148,9 +1161,95 @@ mod tests {
             &["istio-proxy".to_string()],
         )
         .violations
-        .into_iter()
-        .map(|v| v.message)
-        .collect()
+    }
+
+    #[test]
+    fn each_violation_names_its_rule_key_place_value_and_limit() {
+        use serde_json::json;
+        let limits = r#"template: |
+  apiVersion: batch/v1
+  kind: Job
+  spec:
+    backoffLimit: 0
+    template:
+      spec:
+        containers:
+          - name: train
+            resources: {limits: {nvidia.com/gpu: "{{gpus}}"}}
+strict: true
+variables:
+  gpus: {type: integer, maximum: 4}
+fields:
+  - {path: "containers[*].resources.limits.cpu", type: quantity, maximum: "4"}
+totals:
+  nvidia.com/gpu: {maximum: 8}
+maxActiveDeadlineSeconds: 60
+allowedRegistries: [ghcr.io/acme]
+allowedNamespaces: [ml]"#;
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+            "spec": {"backoffLimit": 2, "parallelism": 3, "activeDeadlineSeconds": 120,
+            "template": {"spec": {"containers": [{"name": "train", "image": "evil.io/x",
+                "resources": {"limits": {"nvidia.com/gpu": 8, "cpu": "6"}}}]}}}});
+        let found = structured(limits, WorkloadKind::BatchJob, &job, Scope::Workload);
+        let of = |id: &str| -> &Violation {
+            found
+                .iter()
+                .find(|v| v.rule.id == id)
+                .unwrap_or_else(|| panic!("no {id} in {found:#?}"))
+        };
+        let gpus = of("limits.variables");
+        assert_eq!(gpus.key.as_deref(), Some("gpus"));
+        assert_eq!(
+            gpus.path.as_deref(),
+            Some(r#"spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]"#)
+        );
+        assert_eq!(
+            (gpus.value.as_deref(), gpus.limit.as_deref()),
+            (Some("8"), Some("exceeds maximum 4"))
+        );
+        assert!(
+            gpus.message.starts_with("queue \"q\": "),
+            "{}",
+            gpus.message
+        );
+        let cpu = of("limits.fields");
+        assert_eq!(
+            cpu.key.as_deref(),
+            Some("containers[*].resources.limits.cpu")
+        );
+        assert_eq!(cpu.value.as_deref(), Some("6"));
+        let total = of("limits.totals");
+        assert_eq!(
+            (total.key.as_deref(), total.value.as_deref()),
+            (Some("nvidia.com/gpu"), Some("24"))
+        );
+        let strict = of("limits.strict");
+        assert_eq!(strict.path.as_deref(), Some("spec.backoffLimit"));
+        assert_eq!(
+            (strict.value.as_deref(), strict.limit.as_deref()),
+            (Some("2"), Some("0"))
+        );
+        let deadline = of("limits.maxActiveDeadlineSeconds");
+        assert_eq!(
+            (deadline.value.as_deref(), deadline.limit.as_deref()),
+            (Some("120"), Some("60"))
+        );
+        let image = of("limits.allowedRegistries");
+        assert_eq!(
+            (image.path.as_deref(), image.value.as_deref()),
+            (
+                Some("spec.template.spec.containers[0].image"),
+                Some("\"evil.io/x\"")
+            )
+        );
+        let ns = of("limits.allowedNamespaces");
+        assert_eq!(ns.value.as_deref(), Some("\"ns\""));
+        // Every violation names a rule of the table.
+        assert!(
+            found
+                .iter()
+                .all(|v| rules::by_id(v.rule.id) == Some(v.rule))
+        );
     }
 
     #[test]
