@@ -10,6 +10,8 @@
 //! * [`policy`] — the configuration model, loading, checking and queue resolution.
 //! * [`mutate`] — one module per mutation, run in a fixed order.
 //! * [`validate`] — queue template limits.
+//! * [`rules`] — the rule table: one entry per denial, and the structured [`rules::Violation`]
+//!   every check returns.
 //! * [`judge`] — mutate, then validate the mutated object, as the API server does.
 //! * [`audit`] — judging the workloads already in a cluster (PolicyReports).
 //! * [`native`] — the policy compiled to ValidatingAdmissionPolicies and
@@ -37,6 +39,7 @@ pub(crate) mod pytorch;
 pub mod quantity;
 pub mod reference;
 pub mod review;
+pub mod rules;
 pub mod server;
 pub(crate) mod topology;
 pub(crate) mod validate;

@@ -15,7 +15,14 @@ const LAYERS: &[&[&str]] = &[
     // Parsing and reading `serde_json` values cheaply.
     &["json", "cel"],
     // Leaves: wire types, the cluster view, config errors, quantities, certificates.
-    &["admission", "cluster", "error", "quantity", "certs"],
+    &[
+        "admission",
+        "cluster",
+        "error",
+        "quantity",
+        "certs",
+        "rules",
+    ],
     // The model of the kinds: one descriptor per kind.
     &["kinds"],
     // The object view: where pod specs live, the one container walk, env reads, edits.

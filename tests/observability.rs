@@ -44,7 +44,7 @@ async fn a_denied_create_is_counted_by_queue_and_rule_and_becomes_one_event() {
     let text = srv.metrics().await;
     for needle in [
         r#"launchgate_decisions_total{endpoint="validate",queue="gpu-queue",outcome="denied"} 2"#,
-        r#"launchgate_violations_total{queue="gpu-queue",rule="variable:gpus",enforcement="deny"} 2"#,
+        r#"launchgate_violations_total{queue="gpu-queue",rule="limits.variables",enforcement="deny"} 2"#,
         r#"launchgate_build_info{version=""#,
         r#"launchgate_admission_duration_seconds_bucket{le="30.0",endpoint="validate"}"#,
     ] {

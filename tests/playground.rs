@@ -138,7 +138,7 @@ async fn the_api_judges_a_manifest_under_the_built_in_policy() {
         r#"queue "gpu-queue": spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]=8 exceeds maximum 4 (variable "gpus")"#
     );
     let trail = rules(r);
-    assert!(trail.contains(&"variable:gpus".to_string()), "{trail:?}");
+    assert!(trail.contains(&"limits.variables".to_string()), "{trail:?}");
     assert!(
         trail.contains(&"mutation security-context".to_string()),
         "{trail:?}"
@@ -197,7 +197,7 @@ async fn the_api_judges_a_manifest_under_the_built_in_policy() {
             .contains("already so before this update"),
         "{r}"
     );
-    assert!(rules(r).contains(&"variable:gpus".to_string()), "{r}");
+    assert!(rules(r).contains(&"limits.variables".to_string()), "{r}");
 }
 
 #[tokio::test]
@@ -645,7 +645,7 @@ async fn review_in_the_page(driver: &thirtyfour::WebDriver, base: &str) {
         .text()
         .await
         .unwrap();
-    assert!(trail.contains("variable:gpus"), "{trail}");
+    assert!(trail.contains("limits.variables"), "{trail}");
 
     // A run within the limit: allowed, and the diff shows the securityContext added.
     manifest.clear().await.unwrap();

@@ -13,6 +13,7 @@ use crate::admission::AdmissionRequest;
 use crate::cluster::NoCluster;
 use crate::judge::{Stage, judge};
 use crate::policy::Policy;
+use crate::rules::Effect;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -195,8 +196,13 @@ pub struct AuditEntry {
     pub queue: Option<String>,
     /// What admission would say today.
     pub result: AuditResult,
-    /// `mutate` or `validate`: the webhook that denies or warns; `admission` on a pass.
+    /// The id of the rule ([`crate::rules`]) that denies or warns (the first, when several
+    /// do: all are in `rules`); for a warning no rule makes, the webhook that gives it
+    /// (`mutate` or `validate`); `admission` on a pass.
     pub rule: &'static str,
+    /// The ids of every rule that denies or warns, in the order the message names them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<&'static str>,
     /// The denial (fail), the violations or warnings (warn); empty on a pass.
     pub message: String,
     /// The warnings admission would show.
@@ -309,11 +315,23 @@ pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Opti
         return None;
     }
     let audit = j.audit_violations();
-    let (result, rule, message) = match j.denied_by() {
-        Some(stage) => (AuditResult::Fail, stage.as_str(), j.message()),
+    // The rules behind the verdict, read from the structured violations.
+    let found = j
+        .validation
+        .as_ref()
+        .map_or(&[][..], |v| v.summary.violations.as_slice());
+    let rules_of = |effect: Effect| crate::rules::ids(found.iter().filter(|v| v.effect == effect));
+    let (result, rules, stage, message) = match j.denied_by() {
+        Some(stage) => (
+            AuditResult::Fail,
+            rules_of(Effect::Deny),
+            stage,
+            j.message(),
+        ),
         None if !audit.is_empty() => (
             AuditResult::Warn,
-            Stage::Validate.as_str(),
+            rules_of(Effect::Audit),
+            Stage::Validate,
             audit.join("\n"),
         ),
         None if !warnings.is_empty() => {
@@ -322,9 +340,24 @@ pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Opti
             } else {
                 Stage::Mutate
             };
-            (AuditResult::Warn, stage.as_str(), warnings.join("\n"))
+            (
+                AuditResult::Warn,
+                rules_of(Effect::Warn),
+                stage,
+                warnings.join("\n"),
+            )
         }
-        None => (AuditResult::Pass, "admission", String::new()),
+        None => (
+            AuditResult::Pass,
+            Vec::new(),
+            Stage::Validate,
+            String::new(),
+        ),
+    };
+    let rule = match (result, rules.first()) {
+        (AuditResult::Pass, _) => "admission",
+        (_, Some(id)) => id,
+        (_, None) => stage.as_str(),
     };
     Some(AuditEntry {
         api_version: listed.api_version(),
@@ -335,6 +368,7 @@ pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Opti
         queue: j.queue().map(str::to_string),
         result,
         rule,
+        rules,
         message,
         warnings,
     })
@@ -371,6 +405,9 @@ fn report_result(e: &AuditEntry, timestamp: i64) -> Value {
     });
     if e.result == AuditResult::Fail {
         r["severity"] = json!("high");
+    }
+    if e.rules.len() > 1 {
+        r["properties"] = json!({"rules": e.rules.join(",")});
     }
     r
 }
@@ -554,7 +591,9 @@ mod tests {
         );
         let e = evaluate(&policy_with_gpu_maximum(2), &JOB, job).unwrap();
         assert_eq!(e.result, AuditResult::Fail);
-        assert_eq!(e.rule, "validate");
+        // The rule is read from the violation, not its message.
+        assert_eq!(e.rule, "limits.variables");
+        assert_eq!(e.rules, ["limits.variables"]);
         assert!(e.message.contains("gpus"), "{}", e.message);
     }
 
@@ -569,6 +608,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.result, AuditResult::Warn);
+        assert_eq!(e.rule, "limits.variables");
         assert!(e.message.contains("gpus"), "{}", e.message);
     }
 
@@ -657,7 +697,7 @@ mod tests {
         assert_eq!(results.len(), 2);
         let fail = results.iter().find(|r| r["result"] == "fail").unwrap();
         assert_eq!(fail["policy"], "gpu-queue");
-        assert_eq!(fail["rule"], "validate");
+        assert_eq!(fail["rule"], "limits.variables");
         assert_eq!(fail["source"], "launchgate");
         assert_eq!(fail["timestamp"]["seconds"], 1_700_000_000);
         assert_eq!(

@@ -18,6 +18,7 @@
 use super::{Findings, MutationContext, Mutator};
 use crate::error::ConfigError;
 use crate::kinds::Kueue;
+use crate::rules::{self, Violation};
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -202,7 +203,7 @@ pub fn violations(
     cfg: &KueueConfig,
     kind: WorkloadKind,
     object: &Value,
-) -> Vec<String> {
+) -> Vec<Violation> {
     let pod = kind.spec().kueue == Kueue::Pod;
     if !pod && !manages(kind) {
         return Vec::new();
@@ -214,7 +215,16 @@ pub fn violations(
                 .as_object()
                 .and_then(|o| workload::label(o, setting.label));
             let checked = !pod || value.is_some_and(|v| !v.is_empty());
-            (checked && !setting.holds(value)).then(|| setting.violation(queue_name, value))
+            (checked && !setting.holds(value)).then(|| {
+                let found =
+                    Violation::new(rules::KUEUE_LABELS, setting.violation(queue_name, value))
+                        .key(setting.key)
+                        .at(format!("metadata.labels[{:?}]", setting.label));
+                match value {
+                    Some(v) => found.value(format!("{v:?}")),
+                    None => found,
+                }
+            })
         })
         .collect()
 }
@@ -353,6 +363,12 @@ mod tests {
             let object = json!({"apiVersion": api, "kind": kind, "metadata": {"labels": labels}});
             let kind = WorkloadKind::of_object(&object).unwrap();
             violations("q", &cfg, kind, &object)
+                .into_iter()
+                .map(|v| {
+                    assert_eq!(v.rule.id, "kueue.labels");
+                    v.message
+                })
+                .collect::<Vec<_>>()
         };
         let good = json!({QUEUE_NAME_LABEL: "team-a", PRIORITY_CLASS_LABEL: "research", MAX_EXEC_TIME_LABEL: "60"});
         assert!(with("Job", good.clone()).is_empty());

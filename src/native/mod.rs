@@ -17,6 +17,7 @@ pub mod webhooks;
 use crate::cel::{Identifier, ident};
 use crate::mutate::labels::queue_label_value;
 use crate::policy::{Config, Policy, Queue};
+use crate::rules::{self, Rule};
 use crate::topology::guardrails::GangAction;
 use crate::validate::Enforcement;
 use serde_json::{Value, json};
@@ -211,6 +212,17 @@ fn everywhere() -> Vec<Gap> {
             "CEL cannot parse the annotation's JSON: the native policy reads the text `\"backoffLimit\":` in it, so a label or annotation key named backoffLimit there also counts as written",
         ),
     ]
+    .into_iter()
+    // launchgate's own denials that no queue setting turns on: each says in its table entry
+    // why it has no CEL form.
+    .chain(rules::RULES.iter().filter_map(|rule| {
+        let why = rule.native.reason()?;
+        (!rule.config_key.starts_with("queues.")).then(|| Gap {
+            what: format!("rule {}", rule.id),
+            why: why.into(),
+        })
+    }))
+    .collect()
 }
 
 /// What stays in the webhook for `queue` (its mutations; its limits add their own).
@@ -230,18 +242,14 @@ fn queue_gaps(queue: &Queue) -> Vec<Gap> {
             "reusing a volume of the same claim or NFS export (paths compared normalised), leaving a mount point or an env var from envFrom alone, and the non-root mount path are not compiled",
         );
     }
+    // A rule that is not compiled says why in its table entry.
+    let webhook_only = |rule: &Rule| rule.native.reason().unwrap_or_default();
     if c.pytorch.enabled {
-        gap(
-            "pytorch",
-            "the distributed wiring reads the whole topology (master, ranks, world size) and, for controller-made pods, their workload (cluster lookups)",
-        );
+        gap("pytorch", webhook_only(rules::PYTORCH_ON_UNWIRABLE));
     }
     let g = &c.guardrails;
     if g.gang != GangAction::Off {
-        gap(
-            "guardrails.gang",
-            "the rendezvous size comes from the topology reading the wiring uses",
-        );
+        gap("guardrails.gang", webhook_only(rules::GUARDRAILS_GANG));
     }
     if g.preemption.enabled {
         gap(
@@ -270,7 +278,7 @@ fn queue_gaps(queue: &Queue) -> Vec<Gap> {
     if g.cost_ceiling.default_deadline_seconds.is_some() || g.cost_ceiling.max_gpu_hours.is_some() {
         gap(
             "guardrails.costCeiling",
-            "GPU-hours multiply the topology's GPUs at once by the run's bound (its run-level deadline, or a JobSet's Job deadlines × (failurePolicy.maxRestarts + 1), a Volcano Job's pod deadlines × (maxRetry + 1)), with the deadline the mutation may have written; this stays in the webhook",
+            webhook_only(rules::GUARDRAILS_COST_CEILING),
         );
     }
     if g.rendezvous_preflight {

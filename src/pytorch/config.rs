@@ -168,8 +168,10 @@ impl<'de> Deserialize<'de> for QuantityText {
 #[serde(deny_unknown_fields)]
 pub struct InitResources {
     #[serde(default)]
+    /// Resource requests (e.g. `cpu: 10m`).
     pub requests: BTreeMap<String, QuantityText>,
     #[serde(default)]
+    /// Resource limits (e.g. `memory: 32Mi`).
     pub limits: BTreeMap<String, QuantityText>,
 }
 
@@ -178,11 +180,13 @@ pub struct InitResources {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct WaitForMasterConfig {
+    /// Add the wait-for-master init container.
     pub enabled: bool,
     /// Pinned image with a busybox/BSD `nc` (a tag other than `latest`, or a digest).
     pub image: String,
     /// Give up (the pod fails and is retried by its controller) after this many seconds.
     pub timeout_seconds: u32,
+    /// Resources of the init container.
     pub resources: InitResources,
 }
 
@@ -269,6 +273,7 @@ impl WaitForMasterConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PytorchConfig {
+    /// Write the distributed-training env (false: no PyTorch wiring for this queue).
     pub enabled: bool,
     /// Rendezvous port for Indexed Jobs (a Volcano Job uses its plugin's `--port`).
     pub port: u16,

@@ -14,6 +14,7 @@ use crate::policy::{
     EXEMPTED_BY_ANNOTATION, Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch,
     exemption, owner_claim,
 };
+use crate::rules::{self, Effect, Violation};
 use crate::validate::{self, Enforcement, Scope, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
 use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
@@ -173,9 +174,14 @@ pub struct ReviewSummary {
     pub owner: Option<OwnerRef>,
     /// `userInfo.username`.
     pub user: String,
-    /// Queue limit violations, whatever the queue's enforcement (deny, warn or audit).
-    pub violations: Vec<String>,
-    /// The queue's limit enforcement when there were violations (`deny`, `warn`, `audit`).
+    /// Every rule violation found — the queue's limits whatever their enforcement (deny, warn
+    /// or audit), the guardrails, the PyTorch wiring's, launchgate's own denials — each naming
+    /// its rule ([`crate::rules`]) and its effect.
+    pub violations: Vec<Violation>,
+    /// The violations of the queue's limits an UPDATE left as they were: allowed with a
+    /// warning (their message), not counted as violations.
+    pub unchanged: Vec<Violation>,
+    /// The queue's limit enforcement when its limits were violated (`deny`, `warn`, `audit`).
     pub enforcement: Option<&'static str>,
     /// The denial message sent to the client.
     pub message: Option<String>,
@@ -598,7 +604,7 @@ fn scale_decision(
     }
     let mut findings = Findings::default();
     if judged && new > old {
-        findings.denials.push(if cluster.is_connected() {
+        let message = if cluster.is_connected() {
             format!(
                 "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels and the PyTorchJob is not in launchgate's cache (created a moment ago, or in a namespace its cluster lookups do not watch), so its queue's limits cannot be checked; retry, or change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
                 request.name
@@ -608,7 +614,13 @@ fn scale_decision(
                 "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels and without cluster lookups launchgate cannot read the PyTorchJob, so its queue's limits cannot be checked; change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
                 request.name
             )
-        });
+        };
+        findings.denials.push(message.clone());
+        summary.violations.push(
+            Violation::new(rules::SCALE_UNREADABLE_OWNER, message)
+                .at(SCALED_REPLICAS_FIELD)
+                .value(new.to_string()),
+        );
     }
     let mut decision = finish(
         &request.uid,
@@ -851,7 +863,7 @@ fn lookup_runtime(
 
 /// Why a TrainJob's size cannot be verified, when its queue bounds sizes (totals, GPU-hours)
 /// and the TrainJob leaves its size to a runtime that cannot be read.
-fn unverifiable_size(queue: &Queue, object: &Value, runtime: &RuntimeState) -> Option<String> {
+fn unverifiable_size(queue: &Queue, object: &Value, runtime: &RuntimeState) -> Option<Violation> {
     let RuntimeState::Unknown { reference, why } = runtime else {
         return None;
     };
@@ -863,13 +875,23 @@ fn unverifiable_size(queue: &Queue, object: &Value, runtime: &RuntimeState) -> O
     let named = reference
         .as_ref()
         .map_or_else(|| "its runtime".to_string(), RuntimeRef::describe);
-    Some(format!(
+    let effect = match queue.limits.unverifiable_runtime() {
+        UnverifiableRuntime::Deny => Effect::Deny,
+        UnverifiableRuntime::Warn => Effect::Warn,
+    };
+    let message = format!(
         "queue {:?}: cannot verify the runtime's size: the TrainJob leaves {} to {named}, which {why}, so its size is unknown to the queue's {} (limits.unverifiableRuntime: {}); set them on the TrainJob",
         queue.name,
         left.join(" and "),
         bounded.join(" and "),
         queue.limits.unverifiable_runtime().as_str(),
-    ))
+    );
+    Some(
+        Violation::new(rules::LIMITS_UNVERIFIABLE_RUNTIME, message)
+            .value(left.join(", "))
+            .limit(bounded.join(", "))
+            .effect(effect),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -882,17 +904,13 @@ fn validate_decision(
     mut findings: Findings,
     mut summary: ReviewSummary,
 ) -> Decision {
-    if scope == Scope::Workload
-        && matches!(ctx.request.operation, Operation::Create)
-        && let Some(problem) = unverifiable_size(queue, object, runtime)
-    {
-        match queue.limits.unverifiable_runtime() {
-            UnverifiableRuntime::Deny => findings.denials.push(problem),
-            UnverifiableRuntime::Warn => findings.warnings.push(problem),
-        }
+    // The rules outside the queue's limits: each denies or warns by its own setting.
+    let mut found: Vec<Violation> = Vec::new();
+    if scope == Scope::Workload && matches!(ctx.request.operation, Operation::Create) {
+        found.extend(unverifiable_size(queue, object, runtime));
     }
     if matches!(ctx.request.operation, Operation::Create) {
-        findings.denials.extend(validate::distributed::denials(
+        found.extend(validate::distributed::denials(
             ctx.kind,
             &queue.config.pytorch,
             object,
@@ -904,10 +922,16 @@ fn validate_decision(
     if scope == Scope::Workload {
         let forged = exemption::unearned_marks(ctx.kind, object, ctx.request.old_object.as_ref());
         if !forged.is_empty() {
-            findings.denials.push(format!(
-                "launchgate: {} carries {EXEMPTED_BY_ANNOTATION}, which only launchgate writes (on a workload an exemption covers): remove it",
-                forged.join(", ")
-            ));
+            found.push(
+                Violation::new(
+                    rules::EXEMPTIONS_UNEARNED_MARK,
+                    format!(
+                        "launchgate: {} carries {EXEMPTED_BY_ANNOTATION}, which only launchgate writes (on a workload an exemption covers): remove it",
+                        forged.join(", ")
+                    ),
+                )
+                .at(forged.join(", ")),
+            );
         }
     }
     // Workload-level guardrails: a controller's pod or a child workload has its root's verdict.
@@ -920,9 +944,16 @@ fn validate_decision(
             ctx.object_name(object),
             ctx.runtime,
         );
-        findings.denials.extend(report.denials);
-        findings.warnings.extend(report.warnings);
+        found.extend(report.violations);
     }
+    for v in &found {
+        match v.effect {
+            Effect::Deny => findings.denials.push(v.message.clone()),
+            Effect::Warn => findings.warnings.push(v.message.clone()),
+            Effect::Audit => {}
+        }
+    }
+    summary.violations = found;
     let mut report = validate::check_limits(
         &queue.name,
         &queue.limits,
@@ -955,25 +986,30 @@ fn validate_decision(
         validate::add_violations(&mut report, found, &before);
     }
     findings.warnings.extend(report.warnings);
+    summary.unchanged = report.unchanged;
     summary.outcome = Outcome::Allowed;
     if !report.violations.is_empty() {
-        summary.violations = report.violations.clone();
-        summary.enforcement = Some(match report.enforcement {
-            Enforcement::Deny => "deny",
-            Enforcement::Warn => "warn",
-            Enforcement::Audit => "audit",
-        });
-        match report.enforcement {
-            Enforcement::Deny => findings.denials.extend(report.violations),
-            Enforcement::Warn => {
+        let effect = match report.enforcement {
+            Enforcement::Deny => Effect::Deny,
+            Enforcement::Warn => Effect::Warn,
+            Enforcement::Audit => Effect::Audit,
+        };
+        summary.enforcement = Some(effect.as_str());
+        let messages = report.violations.iter().map(|v| v.message.clone());
+        match effect {
+            Effect::Deny => findings.denials.extend(messages),
+            Effect::Warn => {
                 summary.outcome = Outcome::AllowedWithViolations;
-                findings.warnings.extend(report.violations);
+                findings.warnings.extend(messages);
             }
-            Enforcement::Audit => {
+            Effect::Audit => {
                 summary.outcome = Outcome::AllowedWithViolations;
-                summary.audit_violations = report.violations;
+                summary.audit_violations = messages.collect();
             }
         }
+        summary
+            .violations
+            .extend(report.violations.into_iter().map(|v| v.effect(effect)));
     }
     let audit = summary.audit_violations.join("\n");
     let mut decision = finish(

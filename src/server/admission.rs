@@ -171,6 +171,12 @@ fn too_dense(
         cost.too_dense_reason(state.budget.bytes())
     );
     state.metrics.count_error(endpoint, "too_dense");
+    // Its rule, counted with no queue: the object was never read far enough to resolve one.
+    decision::count_violation(
+        &state.metrics.decisions,
+        "",
+        &crate::rules::Violation::new(crate::rules::SERVER_TOO_DENSE, message.clone()),
+    );
     tracing::info!(
         target: LOG_TARGET,
         endpoint = endpoint.as_str(),

@@ -8,6 +8,7 @@
 
 use super::metrics::{DecisionLabels, DecisionMetrics, ViolationLabels};
 use crate::review::{Endpoint, Outcome, ReviewSummary};
+use crate::rules::Violation;
 use std::time::Duration;
 
 /// The outcome as the decision log and `launchgate_decisions_total` name it.
@@ -21,48 +22,6 @@ pub(crate) fn outcome_label(s: &ReviewSummary) -> &'static str {
         _ if !s.warnings.is_empty() => "warned",
         Outcome::Patched => "patched",
         _ => "allowed",
-    }
-}
-
-/// The config key a limit violation comes from, for `launchgate_violations_total{rule}`:
-/// `variable:<name>`, `field:<path>`, `totals`, `strict`, `maxActiveDeadlineSeconds`,
-/// `allowedRegistries`, `allowedNamespaces`, or `other`.
-///
-/// Every violation message ends with its source in parentheses (`(variable "gpus")`,
-/// `(allowedRegistries: ...)`); the last marker in the message wins, so a user's value that
-/// happens to contain such text cannot choose the label. Names are limited to config-like
-/// characters and 64 bytes, so the label set stays as small as the config.
-pub(crate) fn violation_rule(message: &str) -> String {
-    const MARKERS: [(&str, &str); 7] = [
-        (" (variable \"", "variable"),
-        (" (field \"", "field"),
-        (" (totals)", "totals"),
-        (" (strict)", "strict"),
-        (" (maxActiveDeadlineSeconds)", "maxActiveDeadlineSeconds"),
-        (" (allowedRegistries: ", "allowedRegistries"),
-        ("(allowedNamespaces: ", "allowedNamespaces"),
-    ];
-    let Some((at, marker, rule)) = MARKERS
-        .iter()
-        .filter_map(|(marker, rule)| message.rfind(marker).map(|at| (at, *marker, *rule)))
-        .max_by_key(|(at, _, _)| *at)
-    else {
-        return "other".into();
-    };
-    if !marker.ends_with('"') {
-        return rule.into();
-    }
-    let rest = &message[at + marker.len()..];
-    let name = rest.split('"').next().unwrap_or_default();
-    let plain = name.len() <= 64
-        && !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-./[]*".contains(c));
-    if plain && rest[name.len()..].starts_with("\")") {
-        format!("{rule}:{name}")
-    } else {
-        rule.into()
     }
 }
 
@@ -90,7 +49,9 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
         .as_deref()
         .map(|m| m.replace('\n', "; "))
         .unwrap_or_default();
-    let violations = one_line(&s.violations);
+    let messages: Vec<String> = s.violations.iter().map(|v| v.message.clone()).collect();
+    let violations = one_line(&messages);
+    let rules = crate::rules::ids(&s.violations).join(",");
     let warnings = one_line(&s.warnings);
     macro_rules! line {
         ($level:expr) => {
@@ -109,6 +70,7 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
                 dry_run = s.dry_run,
                 denial = denial.as_str(),
                 violations = violations.as_str(),
+                rules = rules.as_str(),
                 enforcement = s.enforcement.unwrap_or(""),
                 warnings = warnings.as_str(),
                 patch_operations = s.patch_operations,
@@ -140,15 +102,21 @@ pub(crate) fn count_decision(metrics: &DecisionMetrics, endpoint: Endpoint, s: &
         })
         .inc();
     for v in &s.violations {
-        metrics
-            .violations
-            .get_or_create(&ViolationLabels {
-                queue: queue.clone(),
-                rule: violation_rule(v),
-                enforcement: s.enforcement.unwrap_or("deny"),
-            })
-            .inc();
+        count_violation(metrics, &queue, v);
     }
+}
+
+/// Counts one violation in `launchgate_violations_total{queue, rule, enforcement}`: its rule's
+/// id (the table's, [`crate::rules`]) and how it was answered.
+pub(crate) fn count_violation(metrics: &DecisionMetrics, queue: &str, v: &Violation) {
+    metrics
+        .violations
+        .get_or_create(&ViolationLabels {
+            queue: queue.to_string(),
+            rule: v.rule.id,
+            enforcement: v.effect.as_str(),
+        })
+        .inc();
 }
 
 #[cfg(test)]
@@ -200,7 +168,11 @@ mod tests {
             api_kind: "Job".into(),
             user: "alice@example.com".into(),
             violations: vec![
-                "queue \"gpu-queue\": spec...nvidia.com/gpu=8 is above the maximum 4 (variable \"gpus\")".into(),
+                Violation::new(
+                    crate::rules::LIMITS_VARIABLES,
+                    "queue \"gpu-queue\": spec...nvidia.com/gpu=8 is above the maximum 4 (variable \"gpus\")",
+                )
+                .key("gpus"),
             ],
             enforcement: Some("deny"),
             message: Some("queue \"gpu-queue\": first\nqueue \"gpu-queue\": second".into()),
@@ -345,61 +317,42 @@ mod tests {
     }
 
     #[test]
-    fn violation_rules_name_the_config_key() {
-        let q = "queue \"q\": ";
-        for (msg, rule) in [
-            (
-                "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu=8 is above the maximum 4 (variable \"gpus\")",
-                "variable:gpus",
-            ),
-            (
-                "spec.template.spec.containers[0].image=\"x\" does not match the queue template's \"acme/{{image}}\" (variable \"image\")",
-                "variable:image",
-            ),
-            (
-                "spec.parallelism=9 is above the maximum 2 (field \"spec.parallelism\")",
-                "field:spec.parallelism",
-            ),
-            (
-                "total nvidia.com/gpu over all pods=16 is above the maximum 8 (totals) (spec.tasks[0].template: 2 × 8)",
-                "totals",
-            ),
-            (
-                "spec.x=1 differs from the queue template's 2 (strict)",
-                "strict",
-            ),
-            (
-                "activeDeadlineSeconds is not set; the queue allows at most 60 (maxActiveDeadlineSeconds), so set it",
-                "maxActiveDeadlineSeconds",
-            ),
-            (
-                "spec.activeDeadlineSeconds=99 exceeds maximum 60 (maxActiveDeadlineSeconds)",
-                "maxActiveDeadlineSeconds",
-            ),
-            (
-                "spec.template.spec.containers[0].image=\"evil.io/x\" is not from an allowed registry (allowedRegistries: ghcr.io/acme)",
-                "allowedRegistries",
-            ),
-            (
-                "namespace \"x\" is not allowed (allowedNamespaces: ml)",
-                "allowedNamespaces",
-            ),
-            ("… and 3 more violations", "other"),
-        ] {
-            assert_eq!(violation_rule(&format!("{q}{msg}")), rule, "{msg}");
-        }
-        // A user's value cannot pick the label: the real source is the last marker.
-        let crafted = format!(
-            "{q}spec.image=\"a (variable \\\"random123\\\")\" is not from an allowed registry (allowedRegistries: x)"
-        );
-        assert_eq!(violation_rule(&crafted), "allowedRegistries");
-        let crafted =
-            format!("{q}x=\"(variable \\\"zz\\\")\" is above the maximum (variable \"gpus\")");
-        assert_eq!(violation_rule(&crafted), "variable:gpus");
-        // Odd names collapse to the bare rule.
-        assert_eq!(
-            violation_rule(&format!("{q}x (variable \"a b{{}}\")")),
-            "variable"
-        );
+    fn violations_are_counted_under_their_rule_id_never_their_message() {
+        let metrics = crate::server::metrics::Metrics::default().decisions;
+        // A message crafted to look like another rule's counts under the rule that found it.
+        let crafted = ReviewSummary {
+            violations: vec![
+                Violation::new(
+                    crate::rules::LIMITS_ALLOWED_REGISTRIES,
+                    "queue \"q\": spec.image=\"a (variable \\\"x\\\")\" is not from an allowed registry",
+                ),
+                Violation::new(crate::rules::GUARDRAILS_COST_CEILING, "… (totals)")
+                    .effect(crate::rules::Effect::Warn),
+            ],
+            ..denied()
+        };
+        count_decision(&metrics, Endpoint::Validate, &crafted);
+        let count = |rule: &'static str, enforcement: &'static str| {
+            metrics
+                .violations
+                .get_or_create(&ViolationLabels {
+                    queue: "gpu-queue".into(),
+                    rule,
+                    enforcement,
+                })
+                .get()
+        };
+        assert_eq!(count("limits.allowedRegistries", "deny"), 1);
+        assert_eq!(count("guardrails.costCeiling", "warn"), 1);
+        assert_eq!(count("limits.variables", "deny"), 0);
+        assert_eq!(count("limits.totals", "warn"), 0);
+    }
+
+    #[test]
+    fn the_log_line_names_the_rule_ids() {
+        let lines = json_lines(tracing::Level::INFO, || {
+            log_decision(Endpoint::Validate, &denied(), Duration::ZERO)
+        });
+        assert_eq!(lines[0]["rules"], "limits.variables");
     }
 }

@@ -4,7 +4,9 @@
 //! namespace, regarding the object (kind, namespace, name — or no name for a CREATE that relies
 //! on `generateName` — and its uid on UPDATE), related to its controlling owner (the Job of a
 //! controller-made pod), with reason `LaunchgateDenied` or `LaunchgateWarning`, type `Warning`,
-//! the message as the note (cut to the API's 1 kB) and reporting controller `launchgate`. So
+//! the message as the note (cut to the API's 1 kB), the ids of the rules that denied or warned
+//! in the annotation [`RULES_ANNOTATION`] (`limits.variables,guardrails.gang`; absent when no
+//! rule did, e.g. for a warning of a mutation) and reporting controller `launchgate`. So
 //! `kubectl describe` and tools that read Events show why. Never for `dryRun` requests, and never
 //! for audit-only violations (those are silent by design: logged and counted).
 //!
@@ -24,6 +26,7 @@
 
 use super::metrics::DecisionMetrics;
 use crate::review::{Outcome, ReviewSummary};
+use crate::rules::Effect;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -52,6 +55,9 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(5);
 /// `Warning` Event reasons.
 pub const REASON_DENIED: &str = "LaunchgateDenied";
 pub(crate) const REASON_WARNING: &str = "LaunchgateWarning";
+/// The Event annotation listing the ids of the rules ([`crate::rules`]) that denied or warned,
+/// comma-separated in the order the message names them.
+pub const RULES_ANNOTATION: &str = "launchgate.io/rules";
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -102,6 +108,8 @@ pub(crate) struct PendingEvent {
     pub(crate) related: Option<ObjectReference>,
     pub(crate) reason: &'static str,
     pub(crate) note: String,
+    /// The ids of the rules behind the note.
+    pub(crate) rules: Vec<&'static str>,
     /// Base of the Event's name: the object's name or generateName.
     pub(crate) name_base: String,
 }
@@ -113,11 +121,12 @@ impl PendingEvent {
         if s.dry_run || s.outcome == Outcome::Skipped || s.namespace.is_empty() {
             return None;
         }
-        let (reason, note) = match (&s.message, s.outcome) {
-            (Some(message), Outcome::Denied) => (REASON_DENIED, message.clone()),
-            _ if !s.warnings.is_empty() => (REASON_WARNING, s.warnings.join("\n")),
+        let (reason, note, effect) = match (&s.message, s.outcome) {
+            (Some(message), Outcome::Denied) => (REASON_DENIED, message.clone(), Effect::Deny),
+            _ if !s.warnings.is_empty() => (REASON_WARNING, s.warnings.join("\n"), Effect::Warn),
             _ => return None,
         };
+        let rules = crate::rules::ids(s.violations.iter().filter(|v| v.effect == effect));
         let some = |v: &str| (!v.is_empty()).then(|| v.to_string());
         let regarding = ObjectReference {
             api_version: some(&s.api_version),
@@ -146,6 +155,7 @@ impl PendingEvent {
             related,
             reason,
             note: truncate_note(&note),
+            rules,
             name_base,
         })
     }
@@ -156,6 +166,11 @@ impl PendingEvent {
             metadata: ObjectMeta {
                 name: Some(event_name(&self.name_base, now.as_nanosecond())),
                 namespace: Some(self.namespace.clone()),
+                annotations: (!self.rules.is_empty()).then(|| {
+                    [(RULES_ANNOTATION.to_string(), self.rules.join(","))]
+                        .into_iter()
+                        .collect()
+                }),
                 ..ObjectMeta::default()
             },
             event_time: Some(MicroTime(now)),
@@ -379,6 +394,14 @@ mod tests {
                 uid: "job-uid".into(),
             }),
             message: Some("queue \"gpu-queue\": too many GPUs".into()),
+            violations: vec![
+                crate::rules::Violation::new(
+                    crate::rules::LIMITS_TOTALS,
+                    "queue \"gpu-queue\": too many GPUs",
+                ),
+                crate::rules::Violation::new(crate::rules::GUARDRAILS_COST_CEILING, "costly")
+                    .effect(Effect::Warn),
+            ],
             ..ReviewSummary::default()
         }
     }
@@ -401,6 +424,11 @@ mod tests {
             Some("queue \"gpu-queue\": too many GPUs")
         );
         assert!(e.event_time.is_some());
+        // The rules that denied (not the one that only warned), by id.
+        assert_eq!(
+            e.metadata.annotations.as_ref().unwrap()[RULES_ANNOTATION],
+            "limits.totals"
+        );
         let r = e.regarding.unwrap();
         assert_eq!(
             (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
@@ -430,7 +458,10 @@ mod tests {
         let audit = ReviewSummary {
             outcome: Outcome::AllowedWithViolations,
             message: None,
-            violations: vec!["x".into()],
+            violations: vec![
+                crate::rules::Violation::new(crate::rules::LIMITS_VARIABLES, "x")
+                    .effect(Effect::Audit),
+            ],
             enforcement: Some("audit"),
             ..denied_pod()
         };

@@ -373,8 +373,8 @@ pub(crate) struct DecisionLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ViolationLabels {
     pub(crate) queue: String,
-    /// The config key the violated limit comes from, e.g. `variable:gpus`, `allowedRegistries`.
-    pub(crate) rule: String,
+    /// The violated rule's id ([`crate::rules`]), e.g. `limits.variables`, `guardrails.gang`.
+    pub(crate) rule: &'static str,
     pub(crate) enforcement: &'static str,
 }
 
@@ -408,7 +408,7 @@ impl DecisionMetrics {
         let violations = Family::<ViolationLabels, Counter>::default();
         registry.register(
             "violations",
-            "Queue limit violations by queue, rule and enforcement (deny, warn, audit)",
+            "Rule violations (queue limits, guardrails, launchgate's own denials) by queue, rule id and enforcement (deny, warn, audit)",
             violations.clone(),
         );
         let events = Family::<EventLabels, Counter>::default();

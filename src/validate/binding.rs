@@ -25,6 +25,7 @@ use super::template::{Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{FieldLimit, VariableLimit};
 use crate::kinds::{From as KindFrom, Holders, Naming, Num, Position, RoleMark};
 use crate::quantity::Quantity;
+use crate::rules::{self, Rule, Violation};
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -607,7 +608,7 @@ pub(super) struct Ceiling {
     pub value: Quantity,
     pub schema: Schema,
     /// The limit it comes from, e.g. `variable "gpus"`.
-    pub source: String,
+    pub source: Source,
 }
 
 /// `spec.<list>[i or *].resources.<limits|requests>.<resource>`: (limits|requests, resource).
@@ -665,7 +666,7 @@ fn container_resource_of(anchor: Anchor, path: &FieldPath) -> Option<(String, St
 pub(super) fn envelope(variables: &[VariableLimit], fields: &[FieldLimit]) -> Vec<Ceiling> {
     // None: some position leaves the resource unbounded.
     let mut tops: BTreeMap<(String, String), Option<Ceiling>> = BTreeMap::new();
-    let mut add = |(kind, resource): (String, String), schema: &Schema, source: String| {
+    let mut add = |(kind, resource): (String, String), schema: &Schema, source: Source| {
         let key = (kind.clone(), resource.clone());
         let offer = schema.ceiling().map(|(value, schema)| Ceiling {
             kind,
@@ -686,20 +687,48 @@ pub(super) fn envelope(variables: &[VariableLimit], fields: &[FieldLimit]) -> Ve
         for location in &variable.locations {
             let whole = matches!(location.pattern.as_slice(), [Piece::Variable(_)]);
             if whole && let Some(key) = container_resource_of(location.anchor, &location.path) {
-                add(
-                    key,
-                    &variable.schema,
-                    format!("variable {:?}", variable.name),
-                );
+                add(key, &variable.schema, Source::variable(&variable.name));
             }
         }
     }
     for field in fields {
         if let Some(key) = container_resource_of(field.anchor, &field.path) {
-            add(key, &field.schema, format!("field {:?}", field.written));
+            add(key, &field.schema, Source::field(&field.written));
         }
     }
     tops.into_values().flatten().collect()
+}
+
+/// The limit a variable or field position comes from: its rule, its key in the config and how
+/// messages name it (`variable "gpus"`).
+#[derive(Debug, Clone)]
+pub(super) struct Source {
+    pub rule: &'static Rule,
+    pub key: String,
+    pub text: String,
+}
+
+impl Source {
+    pub(super) fn variable(name: &str) -> Self {
+        Source {
+            rule: rules::LIMITS_VARIABLES,
+            key: name.to_string(),
+            text: format!("variable {name:?}"),
+        }
+    }
+
+    pub(super) fn field(written: &str) -> Self {
+        Source {
+            rule: rules::LIMITS_FIELDS,
+            key: written.to_string(),
+            text: format!("field {written:?}"),
+        }
+    }
+
+    /// A violation of this source's rule, keyed by its config entry.
+    pub(super) fn violation(&self, text: String) -> Violation {
+        Violation::new(self.rule, text).key(self.key.clone())
+    }
 }
 
 #[cfg(test)]
@@ -830,7 +859,7 @@ fields:
                 (
                     format!("{}.{}", c.kind, c.resource),
                     shown,
-                    c.source.clone(),
+                    c.source.text.clone(),
                 )
             })
             .collect();

@@ -1,6 +1,6 @@
 //! Checking an admitted object against its queue's compiled limits.
 
-use super::binding::{Ceiling, TemplateShape};
+use super::binding::{Ceiling, Source, TemplateShape};
 use super::path::{self, FieldPath, Segment};
 use super::schema::{Schema, ValueType, display_value};
 use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
@@ -9,6 +9,7 @@ use crate::admission::Operation;
 use crate::json::Pointer as _;
 use crate::kinds::Deadline;
 use crate::quantity::Quantity;
+use crate::rules::{self, Violation};
 use crate::workload::trainjob::{self, TrainingRuntime};
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
@@ -59,7 +60,7 @@ pub fn check_limits(
         },
         &mut report.warnings,
     );
-    let before: BTreeSet<String> = match (operation, old_object) {
+    let before: BTreeSet<Violation> = match (operation, old_object) {
         (Operation::Update, Some(old)) if !found.is_empty() => limits
             .violations(
                 queue_name,
@@ -78,19 +79,32 @@ pub fn check_limits(
         _ => BTreeSet::new(),
     };
     add_violations(&mut report, found, &before);
-    cap_lines(&mut report.violations, queue_name, "violations");
+    cap_violations(&mut report.violations, queue_name);
     cap_lines(&mut report.warnings, queue_name, "unchanged violations");
     report
 }
 
 /// Adds the violations `found` on the object to `report`; on UPDATE, one the old object already
 /// had (in `before`) does not block and becomes a warning, except under `audit`.
-pub fn add_violations(report: &mut LimitReport, found: Vec<String>, before: &BTreeSet<String>) {
+pub fn add_violations(
+    report: &mut LimitReport,
+    found: Vec<Violation>,
+    before: &BTreeSet<Violation>,
+) {
     for violation in found {
         if before.contains(&violation) && report.enforcement != Enforcement::Audit {
-            report.warnings.push(format!(
-                "{violation} (already so before this update; allowed because this update does not change it)"
-            ));
+            let warning = format!(
+                "{} (already so before this update; allowed because this update does not change it)",
+                violation.message
+            );
+            report.warnings.push(warning.clone());
+            if report.unchanged.len() < MAX_REPORTED_LINES {
+                report.unchanged.push(Violation {
+                    message: warning,
+                    effect: rules::Effect::Warn,
+                    ..violation
+                });
+            }
         } else {
             report.violations.push(violation);
         }
@@ -143,6 +157,20 @@ pub enum Scope {
 /// Most lines reported per kind; an object with thousands of violating containers gets a
 /// readable message, not megabytes.
 pub const MAX_REPORTED_LINES: usize = 100;
+
+/// [`cap_lines`] for violations: the last line, `… and N more violations`, counts under the rule
+/// of the first violation it stands for.
+fn cap_violations(violations: &mut Vec<Violation>, queue: &str) {
+    if violations.len() > MAX_REPORTED_LINES {
+        let more = violations.len() - (MAX_REPORTED_LINES - 1);
+        let rule = violations[MAX_REPORTED_LINES - 1].rule;
+        violations.truncate(MAX_REPORTED_LINES - 1);
+        violations.push(Violation::new(
+            rule,
+            format!("queue {queue:?}: … and {more} more violations"),
+        ));
+    }
+}
 
 fn cap_lines(lines: &mut Vec<String>, queue: &str, what: &str) {
     if lines.len() > MAX_REPORTED_LINES {
@@ -235,16 +263,18 @@ struct Evaluation<'a> {
     sidecars: &'a [String],
     /// Every place a variable or field limit looked at (the envelope holds the others).
     reached: HashSet<String>,
-    violations: Vec<String>,
+    violations: Vec<Violation>,
     /// The violations already reported (a location can be reached twice).
     seen: HashSet<String>,
 }
 
 impl<'a> Evaluation<'a> {
-    fn report(&mut self, text: String) {
-        let line = format!("queue {:?}: {text}", self.queue);
-        if self.seen.insert(line.clone()) {
-            self.violations.push(line);
+    /// Records a violation (once: a location can be reached twice), its message prefixed with
+    /// the queue.
+    fn report(&mut self, violation: Violation) {
+        let violation = violation.prefixed(&format!("queue {:?}: ", self.queue));
+        if self.seen.insert(violation.message.clone()) {
+            self.violations.push(violation);
         }
     }
 
@@ -332,16 +362,23 @@ impl<'a> Evaluation<'a> {
 
     /// The envelope's verdict on `value` at `place`; none where a variable or field limit
     /// looked (the place is theirs).
-    fn over_ceiling(&self, ceiling: &Ceiling, value: &Value, place: &str) -> Option<String> {
+    fn over_ceiling(&self, ceiling: &Ceiling, value: &Value, place: &str) -> Option<Violation> {
         if self.reached.contains(place) {
             return None;
         }
         let problem = ceiling.schema.problem(value)?;
         let shown = display_value(value, Some(ValueType::Quantity));
-        Some(format!(
-            "{place}={shown} {problem} ({}, which holds every container)",
-            ceiling.source
-        ))
+        Some(
+            ceiling
+                .source
+                .violation(format!(
+                    "{place}={shown} {problem} ({}, which holds every container)",
+                    ceiling.source.text
+                ))
+                .at(place)
+                .value(shown)
+                .limit(problem),
+        )
     }
 
     /// A TrainJob's `spec.trainer.resourcesPerNode`.
@@ -359,17 +396,35 @@ impl<'a> Evaluation<'a> {
         anchor == Anchor::PodTemplate || template_kind == Some(self.kind)
     }
 
-    fn check_schema(&mut self, place: &str, value: Option<&Value>, schema: &Schema, source: &str) {
+    fn check_schema(
+        &mut self,
+        place: &str,
+        value: Option<&Value>,
+        schema: &Schema,
+        source: &Source,
+    ) {
+        let text = &source.text;
         match value {
             None | Some(Value::Null) => {
                 if schema.required {
-                    self.report(format!("{place} is missing ({source} is required)"));
+                    self.report(
+                        source
+                            .violation(format!("{place} is missing ({text} is required)"))
+                            .at(place)
+                            .limit("required"),
+                    );
                 }
             }
             Some(value) => {
                 if let Some(problem) = schema.problem(value) {
                     let shown = display_value(value, Some(schema.value_type()));
-                    self.report(format!("{place}={shown} {problem} ({source})"));
+                    self.report(
+                        source
+                            .violation(format!("{place}={shown} {problem} ({text})"))
+                            .at(place)
+                            .value(shown)
+                            .limit(problem),
+                    );
                 }
             }
         }
@@ -378,14 +433,29 @@ impl<'a> Evaluation<'a> {
     fn check_fixed_value(&mut self, leaf: &TemplateLeaf) {
         for (place, value) in self.template_places(leaf.anchor, &leaf.template_path, &leaf.path) {
             match (&leaf.content, value) {
-                (LeafContent::Literal(expected), None | Some(Value::Null)) => self.report(format!(
-                    "{place} is missing; the queue template sets it to {expected} (strict)"
-                )),
+                (LeafContent::Literal(expected), None | Some(Value::Null)) => self.report(
+                    Violation::new(
+                        rules::LIMITS_STRICT,
+                        format!(
+                            "{place} is missing; the queue template sets it to {expected} (strict)"
+                        ),
+                    )
+                    .at(&place)
+                    .limit(expected.to_string()),
+                ),
                 (LeafContent::Literal(expected), Some(actual)) => {
                     if !same_literal(expected, actual) {
-                        self.report(format!(
-                            "{place}={actual} differs from the queue template's {expected} (strict)"
-                        ));
+                        self.report(
+                            Violation::new(
+                                rules::LIMITS_STRICT,
+                                format!(
+                                    "{place}={actual} differs from the queue template's {expected} (strict)"
+                                ),
+                            )
+                            .at(&place)
+                            .value(actual.to_string())
+                            .limit(expected.to_string()),
+                        );
                     }
                 }
                 (LeafContent::Pattern(pattern), actual) => {
@@ -394,10 +464,18 @@ impl<'a> Evaluation<'a> {
                         .is_some_and(|s| template::match_pattern(pattern, s).is_some());
                     if !matches {
                         let shown = actual.map_or("<missing>".to_string(), Value::to_string);
-                        self.report(format!(
-                            "{place}={shown} does not match the queue template's {:?} (strict)",
-                            super::pattern_text(pattern)
-                        ));
+                        let written = super::pattern_text(pattern);
+                        self.report(
+                            Violation::new(
+                                rules::LIMITS_STRICT,
+                                format!(
+                                    "{place}={shown} does not match the queue template's {written:?} (strict)"
+                                ),
+                            )
+                            .at(&place)
+                            .value(shown)
+                            .limit(written),
+                        );
                     }
                 }
             }
@@ -458,9 +536,15 @@ impl<'a> Evaluation<'a> {
         let (total, parts) = self.total(resource);
         let parts = parts.join(", ");
         let Some(total) = total else {
-            self.report(format!(
-                "total {resource} over all pods is too large to count (totals) ({parts})"
-            ));
+            self.report(
+                Violation::new(
+                    rules::LIMITS_TOTALS,
+                    format!(
+                        "total {resource} over all pods is too large to count (totals) ({parts})"
+                    ),
+                )
+                .key(resource),
+            );
             return;
         };
         if let Some(problem) = schema.problem(&Value::String(total.to_string())) {
@@ -469,9 +553,15 @@ impl<'a> Evaluation<'a> {
             } else {
                 format!(" ({parts})")
             };
-            self.report(format!(
-                "total {resource} over all pods={total} {problem} (totals){detail}"
-            ));
+            self.report(
+                Violation::new(
+                    rules::LIMITS_TOTALS,
+                    format!("total {resource} over all pods={total} {problem} (totals){detail}"),
+                )
+                .key(resource)
+                .value(total.to_string())
+                .limit(problem),
+            );
         }
     }
 
@@ -569,9 +659,15 @@ impl<'a> Evaluation<'a> {
         let pod_places = self.places(Anchor::PodTemplate, &pod_path);
         let every_pod = !pod_places.is_empty() && pod_places.iter().all(|(_, v)| v.is_some());
         if !job_level && !every_pod {
-            self.report(format!(
-                "activeDeadlineSeconds is not set; the queue allows at most {maximum} (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"
-            ));
+            self.report(
+                Violation::new(
+                    rules::LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
+                    format!(
+                        "activeDeadlineSeconds is not set; the queue allows at most {maximum} (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"
+                    ),
+                )
+                .limit(maximum.to_string()),
+            );
         }
         for (place, value) in places.into_iter().chain(pod_places) {
             let Some(value) = value else { continue };
@@ -580,10 +676,18 @@ impl<'a> Evaluation<'a> {
                     .and_then(Result::ok)
                     .is_some_and(|q| q <= Quantity::from_int(maximum));
             if !within {
-                self.report(format!(
-                    "{place}={} exceeds maximum {maximum} (maxActiveDeadlineSeconds)",
-                    display_value(value, Some(ValueType::Integer))
-                ));
+                let shown = display_value(value, Some(ValueType::Integer));
+                self.report(
+                    Violation::new(
+                        rules::LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
+                        format!(
+                            "{place}={shown} exceeds maximum {maximum} (maxActiveDeadlineSeconds)"
+                        ),
+                    )
+                    .at(place)
+                    .value(shown)
+                    .limit(maximum.to_string()),
+                );
             }
         }
     }
@@ -609,10 +713,10 @@ impl<'a> Evaluation<'a> {
                         Some(image) => {
                             let normalized = normalized_image(image);
                             if !allowed.iter().any(|p| image_allowed_by(&normalized, p)) {
-                                bad.push(format!("{place}={image:?}"));
+                                bad.push((place, format!("{image:?}")));
                             }
                         }
-                        None => bad.push(format!("{place}=<none>")),
+                        None => bad.push((place, "<none>".to_string())),
                     }
                 }
             }
@@ -632,10 +736,10 @@ impl<'a> Evaluation<'a> {
                             .iter()
                             .any(|p| image_allowed_by(&normalized_image(image), p))
                         {
-                            bad.push(format!("{place}={image:?}"));
+                            bad.push((place, format!("{image:?}")));
                         }
                     }
-                    None => bad.push(format!("{place}=<none>")),
+                    None => bad.push((place, "<none>".to_string())),
                 }
             }
         }
@@ -649,13 +753,24 @@ impl<'a> Evaluation<'a> {
                 .iter()
                 .any(|p| image_allowed_by(&normalized_image(image), p))
         {
-            bad.push(format!("{}.image={image:?}", workload::TRAINER_PATH));
-        }
-        for item in bad {
-            self.report(format!(
-                "{item} is not from an allowed registry (allowedRegistries: {})",
-                allowed.join(", ")
+            bad.push((
+                format!("{}.image", workload::TRAINER_PATH),
+                format!("{image:?}"),
             ));
+        }
+        let listed = allowed.join(", ");
+        for (place, shown) in bad {
+            self.report(
+                Violation::new(
+                    rules::LIMITS_ALLOWED_REGISTRIES,
+                    format!(
+                        "{place}={shown} is not from an allowed registry (allowedRegistries: {listed})"
+                    ),
+                )
+                .at(place)
+                .value(shown)
+                .limit(listed.clone()),
+            );
         }
     }
 }
@@ -760,7 +875,7 @@ impl QueueLimits {
         queue: &str,
         subject: Subject<'_>,
         warnings: &mut Vec<String>,
-    ) -> Vec<String> {
+    ) -> Vec<Violation> {
         let Subject {
             kind,
             object,
@@ -797,10 +912,18 @@ impl QueueLimits {
                 namespace.or_else(|| object.at("/metadata/namespace").and_then(Value::as_str));
             match namespace {
                 Some(ns) if self.allowed_namespaces.iter().any(|a| a == ns) => {}
-                Some(ns) => eval.report(format!(
-                    "namespace {ns:?} is not allowed (allowedNamespaces: {})",
-                    self.allowed_namespaces.join(", ")
-                )),
+                Some(ns) => {
+                    let listed = self.allowed_namespaces.join(", ");
+                    eval.report(
+                        Violation::new(
+                            rules::LIMITS_ALLOWED_NAMESPACES,
+                            format!("namespace {ns:?} is not allowed (allowedNamespaces: {listed})"),
+                        )
+                        .at("metadata.namespace")
+                        .value(format!("{ns:?}"))
+                        .limit(listed),
+                    )
+                }
                 None => warnings.push(format!(
                     "queue {queue:?}: the namespace is unknown, so allowedNamespaces was not checked"
                 )),
@@ -808,7 +931,7 @@ impl QueueLimits {
         }
 
         for variable in &self.variables {
-            let source = format!("variable {:?}", variable.name);
+            let source = Source::variable(&variable.name);
             for location in &variable.locations {
                 if !eval.applies(location.anchor, self.template_kind)
                     || (per_pod_only && !is_per_pod(location.anchor, &location.path))
@@ -832,10 +955,16 @@ impl QueueLimits {
                         .as_str()
                         .and_then(|s| template::match_pattern(&location.pattern, s));
                     let Some(captured) = captured else {
-                        eval.report(format!(
-                            "{place}={value} does not match the queue template's {:?} ({source})",
-                            location.written
-                        ));
+                        eval.report(
+                            source
+                                .violation(format!(
+                                    "{place}={value} does not match the queue template's {:?} ({})",
+                                    location.written, source.text
+                                ))
+                                .at(&place)
+                                .value(value.to_string())
+                                .limit(location.written.clone()),
+                        );
                         continue;
                     };
                     let slots = location
@@ -848,10 +977,16 @@ impl QueueLimits {
                             if let Some(problem) = variable.schema.problem(&part) {
                                 let shown =
                                     display_value(&part, Some(variable.schema.value_type()));
-                                eval.report(format!(
-                                    "{place}={value}: {{{{{}}}}}={shown} {problem} ({source})",
-                                    variable.name
-                                ));
+                                eval.report(
+                                    source
+                                        .violation(format!(
+                                            "{place}={value}: {{{{{}}}}}={shown} {problem} ({})",
+                                            variable.name, source.text
+                                        ))
+                                        .at(&place)
+                                        .value(shown)
+                                        .limit(problem),
+                                );
                             }
                         }
                     }
@@ -863,7 +998,7 @@ impl QueueLimits {
             if per_pod_only && !is_per_pod(field.anchor, &field.path) {
                 continue;
             }
-            let source = format!("field {:?}", field.written);
+            let source = Source::field(&field.written);
             for (place, value) in eval.places(field.anchor, &field.path) {
                 eval.reached.insert(place.clone());
                 eval.check_schema(&place, value, &field.schema, &source);
@@ -933,6 +1068,19 @@ mod tests {
         object: &Value,
         scope: Scope,
     ) -> Vec<String> {
+        structured(limits_yaml, kind, object, scope)
+            .into_iter()
+            .map(|v| v.message)
+            .collect()
+    }
+
+    /// The violations as checks return them.
+    fn structured(
+        limits_yaml: &str,
+        kind: WorkloadKind,
+        object: &Value,
+        scope: Scope,
+    ) -> Vec<Violation> {
         let limits: String = limits_yaml
             .lines()
             .map(|l| format!("      {l}\n"))
@@ -956,6 +1104,95 @@ mod tests {
             &["istio-proxy".to_string()],
         )
         .violations
+    }
+
+    #[test]
+    fn each_violation_names_its_rule_key_place_value_and_limit() {
+        use serde_json::json;
+        let limits = r#"template: |
+  apiVersion: batch/v1
+  kind: Job
+  spec:
+    backoffLimit: 0
+    template:
+      spec:
+        containers:
+          - name: train
+            resources: {limits: {nvidia.com/gpu: "{{gpus}}"}}
+strict: true
+variables:
+  gpus: {type: integer, maximum: 4}
+fields:
+  - {path: "containers[*].resources.limits.cpu", type: quantity, maximum: "4"}
+totals:
+  nvidia.com/gpu: {maximum: 8}
+maxActiveDeadlineSeconds: 60
+allowedRegistries: [ghcr.io/acme]
+allowedNamespaces: [ml]"#;
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+            "spec": {"backoffLimit": 2, "parallelism": 3, "activeDeadlineSeconds": 120,
+            "template": {"spec": {"containers": [{"name": "train", "image": "evil.io/x",
+                "resources": {"limits": {"nvidia.com/gpu": 8, "cpu": "6"}}}]}}}});
+        let found = structured(limits, WorkloadKind::BatchJob, &job, Scope::Workload);
+        let of = |id: &str| -> &Violation {
+            found
+                .iter()
+                .find(|v| v.rule.id == id)
+                .unwrap_or_else(|| panic!("no {id} in {found:#?}"))
+        };
+        let gpus = of("limits.variables");
+        assert_eq!(gpus.key.as_deref(), Some("gpus"));
+        assert_eq!(
+            gpus.path.as_deref(),
+            Some(r#"spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]"#)
+        );
+        assert_eq!(
+            (gpus.value.as_deref(), gpus.limit.as_deref()),
+            (Some("8"), Some("exceeds maximum 4"))
+        );
+        assert!(
+            gpus.message.starts_with("queue \"q\": "),
+            "{}",
+            gpus.message
+        );
+        let cpu = of("limits.fields");
+        assert_eq!(
+            cpu.key.as_deref(),
+            Some("containers[*].resources.limits.cpu")
+        );
+        assert_eq!(cpu.value.as_deref(), Some("6"));
+        let total = of("limits.totals");
+        assert_eq!(
+            (total.key.as_deref(), total.value.as_deref()),
+            (Some("nvidia.com/gpu"), Some("24"))
+        );
+        let strict = of("limits.strict");
+        assert_eq!(strict.path.as_deref(), Some("spec.backoffLimit"));
+        assert_eq!(
+            (strict.value.as_deref(), strict.limit.as_deref()),
+            (Some("2"), Some("0"))
+        );
+        let deadline = of("limits.maxActiveDeadlineSeconds");
+        assert_eq!(
+            (deadline.value.as_deref(), deadline.limit.as_deref()),
+            (Some("120"), Some("60"))
+        );
+        let image = of("limits.allowedRegistries");
+        assert_eq!(
+            (image.path.as_deref(), image.value.as_deref()),
+            (
+                Some("spec.template.spec.containers[0].image"),
+                Some("\"evil.io/x\"")
+            )
+        );
+        let ns = of("limits.allowedNamespaces");
+        assert_eq!(ns.value.as_deref(), Some("\"ns\""));
+        // Every violation names a rule of the table.
+        assert!(
+            found
+                .iter()
+                .all(|v| rules::by_id(v.rule.id) == Some(v.rule))
+        );
     }
 
     #[test]

@@ -3,22 +3,23 @@
 //! webhook's warning is all the user gets.
 
 use crate::pytorch::{self, OnUnwirable, PytorchConfig};
+use crate::rules::{self, Violation};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
 
-/// The denial messages for a workload the queue's PyTorch wiring cannot wire.
+/// The denials of a workload the queue's PyTorch wiring cannot wire.
 pub fn denials(
     kind: WorkloadKind,
     cfg: &PytorchConfig,
     object: &Value,
     object_name: &str,
-) -> Vec<String> {
+) -> Vec<Violation> {
     if cfg.on_unwirable != OnUnwirable::Deny {
         return Vec::new();
     }
     pytorch::problems(kind, cfg, object, object_name)
         .into_iter()
-        .map(|p| format!("launchgate: {p}"))
+        .map(|p| Violation::new(rules::PYTORCH_ON_UNWIRABLE, format!("launchgate: {p}")))
         .collect()
 }
 
@@ -64,7 +65,7 @@ mod tests {
         job["metadata"]["annotations"]["kueue.x-k8s.io/job-min-parallelism"] = json!("2");
         let d = denials(WorkloadKind::BatchJob, cfg, &job, "ddp");
         assert!(
-            d[0].contains("partial admission") && d[0].contains("\"2\""),
+            d[0].message.contains("partial admission") && d[0].message.contains("\"2\""),
             "{d:?}"
         );
         let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
@@ -72,6 +73,9 @@ mod tests {
             "replicatedJobs": [{"name": "w", "template": {"spec": {"completions": 2, "parallelism": 2,
                 "template": {"spec": {"containers": [{"name": "t"}]}}}}}]}});
         let d = denials(WorkloadKind::JobSet, cfg, &js, "s");
-        assert!(d[0].contains("enableDNSHostnames is false"), "{d:?}");
+        assert!(
+            d[0].message.contains("enableDNSHostnames is false"),
+            "{d:?}"
+        );
     }
 }

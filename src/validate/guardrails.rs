@@ -3,6 +3,7 @@
 //! (`costCeiling.maxGpuHours`), denied with the arithmetic.
 
 use super::check::gpus_at_once;
+use crate::rules::{self, Effect, Violation};
 use crate::topology::guardrails::{
     GangAction, GuardrailEnforcement, GuardrailsConfig, RunLength, gang_shortfalls, run_length,
 };
@@ -13,8 +14,30 @@ use serde_json::Value;
 /// How a workload breaks the queue's guardrails.
 #[derive(Debug, Default, PartialEq)]
 pub struct GuardrailReport {
-    pub denials: Vec<String>,
-    pub warnings: Vec<String>,
+    /// Each with its effect: [`Effect::Deny`] or, for a guardrail set to `warn`,
+    /// [`Effect::Warn`].
+    pub violations: Vec<Violation>,
+}
+
+#[cfg(test)]
+impl GuardrailReport {
+    /// The messages of the violations that deny.
+    pub fn denials(&self) -> Vec<String> {
+        self.messages(Effect::Deny)
+    }
+
+    /// The messages of the violations that only warn.
+    pub fn warnings(&self) -> Vec<String> {
+        self.messages(Effect::Warn)
+    }
+
+    fn messages(&self, effect: Effect) -> Vec<String> {
+        self.violations
+            .iter()
+            .filter(|v| v.effect == effect)
+            .map(|v| v.message.clone())
+            .collect()
+    }
 }
 
 /// Why the workload breaks the queue's guardrails: denials, and what a guardrail set to `warn`
@@ -30,20 +53,31 @@ pub fn check(
     let mut report = GuardrailReport::default();
     if cfg.gang == GangAction::Deny {
         for short in gang_shortfalls(kind, object, object_name) {
-            report.denials.push(format!(
-                "queue {queue:?}: {}; set it to {} (guardrails.gang: deny)",
-                short.explain(kind),
-                short.needed
-            ));
+            report.violations.push(
+                Violation::new(
+                    rules::GUARDRAILS_GANG,
+                    format!(
+                        "queue {queue:?}: {}; set it to {} (guardrails.gang: deny)",
+                        short.explain(kind),
+                        short.needed
+                    ),
+                )
+                .limit(short.needed.to_string()),
+            );
         }
     }
     if let Some(max) = cfg.cost_ceiling.max_gpu_hours
         && let Some(problem) = gpu_hours_problem(queue, kind, object, max, runtime)
     {
-        match cfg.cost_ceiling.enforcement {
-            GuardrailEnforcement::Deny => report.denials.push(problem),
-            GuardrailEnforcement::Warn => report.warnings.push(problem),
-        }
+        let effect = match cfg.cost_ceiling.enforcement {
+            GuardrailEnforcement::Deny => Effect::Deny,
+            GuardrailEnforcement::Warn => Effect::Warn,
+        };
+        report.violations.push(
+            Violation::new(rules::GUARDRAILS_COST_CEILING, problem)
+                .limit(format!("{max} GPU-hours"))
+                .effect(effect),
+        );
     }
     report
 }
@@ -124,7 +158,7 @@ mod tests {
             ..GuardrailsConfig::default()
         };
         let denials = |cfg: &GuardrailsConfig, job: &Value| {
-            check("q", WorkloadKind::BatchJob, cfg, job, "j", None).denials
+            check("q", WorkloadKind::BatchJob, cfg, job, "j", None).denials()
         };
         // 8 GPUs × 8 h = 64: at the cap.
         assert!(denials(&cfg, &job(Some(8 * 3600))).is_empty());
@@ -152,9 +186,9 @@ mod tests {
             "j",
             None,
         );
-        assert!(report.denials.is_empty());
+        assert!(report.denials().is_empty());
         assert!(
-            report.warnings[0].contains("192.00 GPU-hours"),
+            report.warnings()[0].contains("192.00 GPU-hours"),
             "{report:?}"
         );
     }
@@ -184,7 +218,7 @@ mod tests {
             "sweep",
             None,
         )
-        .denials;
+        .denials();
         assert_eq!(
             d,
             [
@@ -203,7 +237,7 @@ mod tests {
                 "sweep",
                 None
             )
-            .denials
+            .denials()
             .is_empty()
         );
         bounded["spec"]["activeDeadlineSeconds"] = json!(14401);
@@ -216,7 +250,7 @@ mod tests {
                 "sweep",
                 None
             )
-            .denials
+            .denials()
             .len(),
             1
         );
@@ -228,7 +262,7 @@ mod tests {
             "spec": {"maxRetry": 3, "tasks": [{"name": "w", "replicas": 2, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}});
-        let d = check("q", WorkloadKind::VolcanoJob, &capped(6.0), &vc, "v", None).denials;
+        let d = check("q", WorkloadKind::VolcanoJob, &capped(6.0), &vc, "v", None).denials();
         assert_eq!(
             d,
             [
@@ -237,21 +271,21 @@ mod tests {
         );
         assert!(
             check("q", WorkloadKind::VolcanoJob, &capped(8.0), &vc, "v", None)
-                .denials
+                .denials()
                 .is_empty()
         );
         let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
             "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": [{"name": "w", "replicas": 1,
                 "template": {"spec": {"parallelism": 2, "completions": 2, "activeDeadlineSeconds": 3600,
                     "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}]}});
-        let d = check("q", WorkloadKind::JobSet, &capped(3.0), &js, "s", None).denials;
+        let d = check("q", WorkloadKind::JobSet, &capped(3.0), &js, "s", None).denials();
         assert!(
             d[0].contains("× 2 runs (spec.failurePolicy.maxRestarts 1 + 1) × spec.replicatedJobs[0].template.spec.activeDeadlineSeconds 3600 (2.00 h) = 4.00 GPU-hours"),
             "{d:?}"
         );
         assert!(
             check("q", WorkloadKind::JobSet, &capped(4.0), &js, "s", None)
-                .denials
+                .denials()
                 .is_empty()
         );
     }
@@ -277,7 +311,7 @@ mod tests {
                 job["spec"]["activeDeadlineSeconds"] = json!(d);
             }
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, "j", None).denials.is_empty();
+            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, "j", None).denials().is_empty();
             // Pods at once: min(parallelism, completions).
             let at_once = parallelism.min(completions) * gpus;
             let within = run_deadline.is_some_and(|d| at_once as f64 * d as f64 / 3600.0 <= max);
@@ -298,7 +332,7 @@ mod tests {
             let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
                 "spec": {"failurePolicy": {"maxRestarts": restarts}, "replicatedJobs": jobs}});
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, "s", None).denials.is_empty();
+            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, "s", None).denials().is_empty();
             let longest = deadlines.iter().copied().max().unwrap_or(0);
             let hours = (gpus * deadlines.len() as i64) as f64 * (restarts + 1) as f64 * longest as f64 / 3600.0;
             proptest::prop_assert_eq!(denied, hours > max);

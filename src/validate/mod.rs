@@ -30,6 +30,7 @@ pub use check::{Candidate, Scope, add_violations, check_limits};
 pub use schema::ValueType;
 
 use crate::error::ConfigError;
+use crate::rules::Violation;
 use crate::workload::WorkloadKind;
 use path::{FieldPath, Segment};
 use schema::{Schema, SchemaKeys};
@@ -338,7 +339,7 @@ impl QueueLimits {
         self.envelope
             .iter()
             .find(|c| c.kind == kind && c.resource == resource)
-            .map(|c| (c.value, c.source.as_str()))
+            .map(|c| (c.value, c.source.text.as_str()))
     }
 
     /// Checks and compiles `cfg`, found at `at` (e.g. `queues.gpu-queue.limits`). Every
@@ -664,7 +665,7 @@ impl QueueLimits {
                 at,
                 format!(
                     "{} ({}) caps resources.limits.{resource} only: a container that sets no limit can still request any amount of {resource} (requests are what the scheduler reserves); also bound `containers[*].resources.requests.{resource}` with the same maximum, or make the limit `required: true` on `containers[*]` and `initContainers[*]`",
-                    cap.source,
+                    cap.source.text,
                     cap.schema.describe()
                 ),
             ));
@@ -873,11 +874,14 @@ fn pattern_text(pattern: &[Piece]) -> String {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct LimitReport {
     pub enforcement: Enforcement,
-    /// One line per violation naming queue, field path, value and limit.
-    pub violations: Vec<String>,
+    /// One per violation, its message naming queue, field path, value and limit.
+    pub violations: Vec<Violation>,
     /// Things the user should know that are not violations (e.g. violations an UPDATE
     /// left unchanged).
     pub warnings: Vec<String>,
+    /// The violations an UPDATE left as they were, each with its warning as the message
+    /// (allowed, not counted as violations).
+    pub unchanged: Vec<Violation>,
 }
 
 #[cfg(test)]

@@ -462,7 +462,7 @@ impl QueueLimits {
                     &prefix,
                     &places,
                     &ceiling.schema,
-                    &format!("{}, which holds every container", ceiling.source),
+                    &format!("{}, which holds every container", ceiling.source.text),
                 ),
             );
         }
@@ -471,7 +471,10 @@ impl QueueLimits {
             out.strict = true;
             out.gaps.push((
                 format!("{at}.strict"),
-                "the template's fixed values compare by JSON value and by `${macro}` pattern"
+                crate::rules::LIMITS_STRICT
+                    .native
+                    .reason()
+                    .unwrap_or_default()
                     .into(),
             ));
         }

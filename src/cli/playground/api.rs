@@ -11,7 +11,8 @@ use crate::judge::{Judgement, judge};
 use crate::manifest::{InputDocument, parse_documents};
 use crate::mutate::labels::MUTATIONS_ANNOTATION;
 use crate::policy::{DEFAULT_CONFIG_YAML, Policy};
-use crate::server::decision::{outcome_label, violation_rule};
+use crate::rules::Effect;
+use crate::server::decision::outcome_label;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -442,27 +443,38 @@ fn trail(j: &Judgement, before: Option<&Value>) -> Vec<Value> {
     }
     if let Some(v) = &j.validation {
         let s = &v.summary;
-        let effect = match s.enforcement {
-            Some("warn") => "warned",
-            Some("audit") => "audited",
-            _ => "denied",
-        };
+        // Each violation under its rule's id, as `launchgate_violations_total` counts it; a
+        // violation an UPDATE left as it was is a warning naming its rule.
         for violation in &s.violations {
+            let effect = match violation.effect {
+                Effect::Deny => "denied",
+                Effect::Warn => "warned",
+                Effect::Audit => "audited",
+            };
             out.push(entry(
                 "validate",
-                &violation_rule(violation),
+                violation.rule.id,
                 effect,
-                violation,
+                &violation.message,
             ));
         }
+        for unchanged in &s.unchanged {
+            out.push(entry(
+                "validate",
+                unchanged.rule.id,
+                "warned",
+                &unchanged.message,
+            ));
+        }
+        let said = |w: &String| {
+            s.violations
+                .iter()
+                .chain(&s.unchanged)
+                .any(|v| &v.message == w)
+        };
         for w in &v.response.warnings {
-            if !s.violations.contains(w) {
-                // A limit's warning names its rule as a violation does.
-                let rule = match violation_rule(w) {
-                    rule if rule == "other" => "warning".to_string(),
-                    rule => rule,
-                };
-                out.push(entry("validate", &rule, "warned", w));
+            if !said(w) {
+                out.push(entry("validate", "warning", "warned", w));
             }
         }
         if !v.response.allowed && s.violations.is_empty() {
@@ -617,7 +629,7 @@ mod tests {
             .iter()
             .map(|e| e["rule"].as_str().unwrap())
             .collect();
-        assert!(rules.contains(&"variable:gpus"), "{rules:?}");
+        assert!(rules.contains(&"limits.variables"), "{rules:?}");
         assert!(rules.contains(&"mutation security-context"), "{rules:?}");
     }
 
