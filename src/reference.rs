@@ -702,8 +702,8 @@ pub fn chart_values_page(
 pub struct RuleDoc<'a> {
     /// The rule's id (what `launchgate_violations_total{rule}` and the decision trail name).
     pub id: &'a str,
-    /// `denial` or `warning` (or both, e.g. `deny or warn`, per the queue's enforcement).
-    pub outcome: &'a str,
+    /// How the native admission policies hold it: its CEL form, or why it stays in the webhook.
+    pub native: &'a str,
     /// The config key that sets or turns off the rule.
     pub config_key: &'a str,
     /// What it means.
@@ -728,19 +728,21 @@ pub fn rules_page(rules: &[RuleDoc<'_>]) -> Result<String, String> {
     }
     let mut out = header("Denials and warnings", "the rule table");
     out.push_str(
-        "Every denial and warning launchgate gives, by rule id, with the config key behind it, \
-         what it means and what to do.\n\n| rule | gives | config key | meaning | what to do |\n\
-         |---|---|---|---|---|\n",
+        "Every denial launchgate gives (a warning under `warn` enforcement, counted under \
+         `audit`), by rule id — the id `launchgate_violations_total{rule}`, the decision log, \
+         Events (`launchgate.io/rules`) and audit reports carry — with the config key behind \
+         it, what it means, what to do, and how the native admission policies hold it.\n\n\
+         | rule | config key | meaning | what to do | native policies |\n|---|---|---|---|---|\n",
     );
     for r in rules {
         let _ = writeln!(
             out,
-            "| `{}` | {} | `{}` | {} | {} |",
+            "| `{}` | `{}` | {} | {} | {} |",
             r.id,
-            cell(r.outcome),
             r.config_key,
             cell(r.meaning),
-            cell(r.what_to_do)
+            cell(r.what_to_do),
+            cell(r.native)
         );
     }
     Ok(out)
@@ -812,18 +814,26 @@ mod tests {
     #[test]
     fn a_rule_without_a_remedy_is_an_error() {
         let rule = RuleDoc {
-            id: "variable:gpus",
-            outcome: "denial",
+            id: "limits.variables",
+            native: "CEL",
             config_key: "limits.variables",
             meaning: "Too many GPUs.",
             what_to_do: "",
         };
-        assert!(rules_page(&[rule]).unwrap_err().contains("variable:gpus"));
+        assert!(
+            rules_page(&[rule])
+                .unwrap_err()
+                .contains("limits.variables")
+        );
         let fine = RuleDoc {
             what_to_do: "Ask for fewer.",
             ..rule
         };
-        assert!(rules_page(&[fine]).unwrap().contains("| `variable:gpus` |"));
+        assert!(
+            rules_page(&[fine])
+                .unwrap()
+                .contains("| `limits.variables` |")
+        );
     }
 
     #[test]

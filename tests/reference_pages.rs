@@ -5,7 +5,7 @@
 mod common;
 
 use launchgate::reference::{
-    REGENERATE_HINT, chart_values_page, cli_page, config_page, metrics_page,
+    REGENERATE_HINT, RuleDoc, chart_values_page, cli_page, config_page, metrics_page, rules_page,
 };
 use serde_json::Value;
 
@@ -65,4 +65,31 @@ fn chart_values_reference_matches_the_values_schema() {
             &read("charts/launchgate/README.md"),
         ),
     );
+}
+
+#[test]
+fn rules_reference_matches_the_rule_table() {
+    let table = launchgate::rules::reference();
+    let notes: Vec<String> = table
+        .iter()
+        .map(|r| {
+            if r.native {
+                format!("CEL: {}", r.native_note)
+            } else {
+                format!("webhook only: {}", r.native_note)
+            }
+        })
+        .collect();
+    let docs: Vec<RuleDoc<'_>> = table
+        .iter()
+        .zip(&notes)
+        .map(|(r, native)| RuleDoc {
+            id: r.id,
+            config_key: r.config_key,
+            meaning: r.meaning,
+            what_to_do: r.action,
+            native,
+        })
+        .collect();
+    check("docs/reference/rules.md", rules_page(&docs));
 }
