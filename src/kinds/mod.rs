@@ -358,6 +358,13 @@ pub enum Deadline {
     /// A Volcano Job has none (nor a Job-level one): each task's pod template
     /// `activeDeadlineSeconds`, and Volcano restarts up to `maxRetry` times.
     EachPod,
+    /// The kind has no run-level bound at all (a RayCluster runs until it is deleted): `why`,
+    /// and `set`, what to use instead. Nothing is written; the GPU-hour ceiling judges it
+    /// unbounded.
+    Never {
+        why: &'static str,
+        set: &'static str,
+    },
 }
 
 /// Something a kind's controller makes (pods, or a child workload), and how it proves whose it

@@ -361,6 +361,7 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> 
             changed | each_pod_template(ctx.kind, object, seconds)
         }
         DeadlinePlace::EachPod => each_pod_template(ctx.kind, object, seconds),
+        DeadlinePlace::Never { .. } => false,
     }
 }
 

@@ -305,6 +305,10 @@ pub fn run_length(kind: WorkloadKind, object: &Value) -> RunLength {
         }
         DeadlinePlace::EachJob => jobset_length(kind, object),
         DeadlinePlace::EachPod => volcano_length(kind, object),
+        DeadlinePlace::Never { why, set } => RunLength::Unbounded {
+            why: why.to_string(),
+            set,
+        },
     }
 }
 
@@ -664,6 +668,38 @@ mod tests {
             shared_version: false,
         }
     };
+
+    /// A kind that runs until it is deleted, known only to this test.
+    static FOREVER: crate::kinds::KindSpec = {
+        use crate::kinds::*;
+        KindSpec {
+            name: "Forever",
+            kind: "Forever",
+            resource: "forevers",
+            run: Run {
+                deadline: Deadline::Never {
+                    why: "a Forever runs until it is deleted",
+                    set: "a bounded kind's deadline",
+                },
+                defaults: &[],
+                restarts: None,
+            },
+            ..RETRIED
+        }
+    };
+
+    #[test]
+    fn a_kind_that_runs_until_deleted_has_no_run_bound_whatever_it_sets() {
+        let kind = WorkloadKind::unregistered(&FOREVER);
+        let object = json!({"spec": {"activeDeadlineSeconds": 600}});
+        assert_eq!(
+            run_length(kind, &object),
+            RunLength::Unbounded {
+                why: "a Forever runs until it is deleted".into(),
+                set: "a bounded kind's deadline",
+            }
+        );
+    }
 
     #[test]
     fn a_run_deadline_counts_once_per_retry_the_descriptor_names() {
