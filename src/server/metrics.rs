@@ -293,7 +293,7 @@ impl Metrics {
         }));
         drop(m.decisions.violations.get_or_create(&ViolationLabels {
             queue: queue(),
-            rule: "<rule>".into(),
+            rule: "<rule>",
             enforcement: "<enforcement>",
         }));
         m
