@@ -58,4 +58,6 @@ pub static JOB: KindSpec = KindSpec {
     ],
     kueue: Kueue::Suspends,
     native: Ok(()),
+    webhook_rule: "jobs",
+    pod_role: &[],
 };

@@ -2,7 +2,7 @@
 //! pod template, bound by its `name`. Its controller makes the Jobs; the Job controller makes
 //! their pods.
 
-use super::{Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
+use super::{Carried, Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
 
 static REPLICAS: Num = Num::Int {
     from: From::Holder,
@@ -52,4 +52,6 @@ pub static JOBSET: KindSpec = KindSpec {
     controller: &["system:serviceaccount:jobset-system:jobset-controller-manager"],
     kueue: Kueue::Suspends,
     native: Ok(()),
+    webhook_rule: "jobset",
+    pod_role: &[Carried::Label("jobset.sigs.k8s.io/replicatedjob-name")],
 };

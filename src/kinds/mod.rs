@@ -62,8 +62,16 @@ pub struct KindSpec {
     pub controller: &'static [&'static str],
     /// How Kueue manages it.
     pub kueue: Kueue,
-    /// The native admission policies cover it (else the webhook only, with the reason).
+    /// The native admission policies cover it (else the webhook only, with the reason, which
+    /// `compile-native --report` prints).
     pub native: Result<(), &'static str>,
+    /// The kind's name among the webhook's admission rules (the chart's `webhook.rules` keys,
+    /// `serve --webhook-rules`).
+    pub webhook_rule: &'static str,
+    /// Where a pod made from one of this kind's templates names the holder it was made for
+    /// (its task, replica type, replicated job), in the order they are read: a bare Pod that
+    /// carries one binds to the queue template's holder of that name.
+    pub pod_role: &'static [Carried],
 }
 
 /// One pod-template position of a kind: a holder (or a list or map of them) and the template
@@ -261,6 +269,15 @@ pub struct Makes {
     pub mark: &'static [&'static str],
     /// The owner reference field the mark equals: `uid` or `name`.
     pub of: &'static str,
+}
+
+/// A key in an object's metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carried {
+    /// A label.
+    Label(&'static str),
+    /// An annotation.
+    Annotation(&'static str),
 }
 
 /// Stands for the made object's own `metadata.name` in a [`Makes::mark`].

@@ -30,4 +30,6 @@ pub static POD: KindSpec = KindSpec {
     controller: &[],
     kueue: Kueue::Pod,
     native: Ok(()),
+    webhook_rule: "pods",
+    pod_role: &[],
 };

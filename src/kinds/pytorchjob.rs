@@ -2,7 +2,9 @@
 //! template bound by its type name; an elastic job's Workers scale up to
 //! `elasticPolicy.maxReplicas`.
 
-use super::{Cond, Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
+use super::{
+    Carried, Cond, Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run,
+};
 
 static REPLICAS: Num = Num::Int {
     from: From::Holder,
@@ -58,4 +60,6 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
     controller: &["system:serviceaccount:kubeflow:training-operator"],
     kueue: Kueue::Suspends,
     native: Ok(()),
+    webhook_rule: "pytorchjob",
+    pod_role: &[Carried::Label("training.kubeflow.org/replica-type")],
 };

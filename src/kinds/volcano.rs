@@ -1,6 +1,6 @@
 //! batch.volcano.sh/v1alpha1 Job: a list of tasks, each a pod template bound by its `name`.
 
-use super::{Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
+use super::{Carried, Deadline, From, Holders, KindSpec, Kueue, Makes, Naming, Num, Position, Run};
 
 pub static VOLCANO_JOB: KindSpec = KindSpec {
     name: "VolcanoJob",
@@ -38,4 +38,9 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
     controller: &["system:serviceaccount:volcano-system:volcano-controllers"],
     kueue: Kueue::No("Kueue does not manage Volcano Jobs (Volcano's scheduler queues them)"),
     native: Ok(()),
+    webhook_rule: "volcano",
+    pod_role: &[
+        Carried::Label("volcano.sh/task-spec"),
+        Carried::Annotation("volcano.sh/task-spec"),
+    ],
 };

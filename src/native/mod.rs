@@ -14,6 +14,8 @@ mod mutations;
 mod select;
 pub mod webhooks;
 
+pub use select::is_kind;
+
 use crate::cel::{Identifier, ident};
 use crate::mutate::labels::queue_label_value;
 use crate::policy::{Config, Policy, Queue};
@@ -148,8 +150,7 @@ fn binding_spec(policy: &str, options: &Options, actions: Option<&str>) -> Value
 
 fn resource_rules() -> Value {
     Value::Array(
-        select::KINDS
-            .iter()
+        select::kinds()
             .map(|k| {
                 let (group, version, resource) = k.api_resource();
                 json!({
@@ -189,11 +190,11 @@ fn everywhere() -> Vec<Gap> {
         what: what.into(),
         why: why.into(),
     };
-    vec![
-        gap(
-            "TrainJob",
-            "a TrainJob's pods come from its training runtime: its size and node container are read from the runtime (cluster lookups), its own runtimePatches are judged as pod specs, and launchgate writes its defaults into a runtime patch whose shape depends on the runtime",
-        ),
+    // The kinds the native policies do not cover, each with its descriptor's reason.
+    let mut out: Vec<Gap> = crate::workload::WorkloadKind::all()
+        .filter_map(|k| k.spec().native.err().map(|why| gap(k.as_str(), why)))
+        .collect();
+    out.extend([
         gap(
             "UPDATE",
             "re-validating an UPDATE (Kueue's admission, a resize) reports only what the update changed, which needs the old object's violations; native policies judge CREATE",
@@ -210,7 +211,8 @@ fn everywhere() -> Vec<Gap> {
             "backoffLimit intent from kubectl's last-applied-configuration",
             "CEL cannot parse the annotation's JSON: the native policy reads the text `\"backoffLimit\":` in it, so a label or annotation key named backoffLimit there also counts as written",
         ),
-    ]
+    ]);
+    out
 }
 
 /// What stays in the webhook for `queue` (its mutations; its limits add their own).
@@ -463,7 +465,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
     Compiled {
         objects,
         report: Report {
-            kinds: select::KINDS.iter().map(|k| k.as_str()).collect(),
+            kinds: select::kinds().map(|k| k.as_str()).collect(),
             webhook_only: everywhere(),
             queues,
         },
@@ -587,10 +589,11 @@ mod tests {
         );
     }
 
-    /// Every place a compiled expression walks a PyTorchJob's replicas: it walks the sorted
-    /// replica types, never the map itself (CEL iterates a map in no defined order).
+    /// Every place a compiled expression walks a keyed map of pod templates (a PyTorchJob's
+    /// replica types): it walks the sorted keys, never the map itself (CEL iterates a map in
+    /// no defined order).
     #[test]
-    fn no_expression_walks_the_replica_map_in_map_order() {
+    fn no_expression_walks_a_keyed_map_in_map_order() {
         let policy = every_limit();
         let mut texts: Vec<String> = compile(&policy, &Options::default())
             .objects
@@ -604,21 +607,29 @@ mod tests {
                 .iter()
                 .map(|o| o.to_string()),
         );
-        let sorted = select::replica_types();
+        let maps: Vec<String> = select::kinds()
+            .flat_map(|k| k.spec().positions)
+            .filter(|p| matches!(p.holders, crate::kinds::Holders::Keyed(_)))
+            .map(|p| format!("object.{}", p.holders.path().join(".")))
+            .collect();
+        assert!(!maps.is_empty());
         let mut walks = 0;
-        for text in &texts {
-            for (at, _) in text.match_indices("object.spec.pytorchReplicaSpecs.") {
-                let rest = &text[at + "object.spec.pytorchReplicaSpecs".len()..];
-                if ["filter(", "map(", "exists(", "all(", "exists_one("]
-                    .iter()
-                    .any(|m| rest[1..].starts_with(m))
-                {
-                    assert!(
-                        text[at..].starts_with(sorted),
-                        "map-order walk: {}",
-                        &text[at..at + 120]
-                    );
-                    walks += 1;
+        for map in &maps {
+            let sorted = select::keyed_order(map);
+            for text in &texts {
+                for (at, _) in text.match_indices(&format!("{map}.")) {
+                    let rest = &text[at + map.len()..];
+                    if ["filter(", "map(", "exists(", "all(", "exists_one("]
+                        .iter()
+                        .any(|m| rest[1..].starts_with(m))
+                    {
+                        assert!(
+                            text[at..].starts_with(&sorted),
+                            "map-order walk: {}",
+                            &text[at..at + 120]
+                        );
+                        walks += 1;
+                    }
                 }
             }
         }
