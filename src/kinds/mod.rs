@@ -315,6 +315,15 @@ impl WorkloadKind {
     pub const TrainJob: WorkloadKind = WorkloadKind(&trainjob::TRAIN_JOB);
 }
 
+#[cfg(test)]
+impl WorkloadKind {
+    /// A handle on a descriptor that is not one of [`ALL`], for the tests of what reads
+    /// descriptors.
+    pub(crate) fn of_spec(spec: &'static KindSpec) -> Self {
+        WorkloadKind(spec)
+    }
+}
+
 impl PartialEq for WorkloadKind {
     fn eq(&self, other: &Self) -> bool {
         self.0.name == other.0.name

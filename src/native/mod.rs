@@ -9,6 +9,8 @@
 //! native policies do: the two decide alike on every request (the differential suite on a real
 //! API server compares them).
 
+#[cfg(test)]
+mod eval;
 mod kueue;
 mod mutations;
 mod select;

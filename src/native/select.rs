@@ -83,8 +83,8 @@ impl Scope<'_> {
     }
 }
 
-/// A count in CEL: the same value as [`Num::eval`] for the holder in `scope`. (A product is
-/// CEL's: the fields a descriptor multiplies are 32-bit in every CRD, so it cannot overflow.)
+/// A count in CEL: the same value as [`Num::eval`] for the holder in `scope` (a product
+/// saturates, as in Rust, where CEL's would be an error).
 pub fn num(n: &Num, scope: Scope) -> String {
     match n {
         Num::Lit(v) => int(*v),
@@ -95,7 +95,14 @@ pub fn num(n: &Num, scope: Scope) -> String {
         }
         Num::Min(a, b) => format!("[{}, {}].min()", num(a, scope), num(b, scope)),
         Num::Max(a, b) => format!("[{}, {}].max()", num(a, scope), num(b, scope)),
-        Num::Mul(a, b) => format!("({} * {})", num(a, scope), num(b, scope)),
+        Num::Mul(a, b) => {
+            let (max, min) = (int(i64::MAX), int(i64::MIN));
+            format!(
+                "[[{}, {}]].map(v, v[0] == 0 || v[1] == 0 ? 0 : v[0] > 0 && v[1] > 0 ? (v[0] > {max} / v[1] ? {max} : v[0] * v[1]) : v[0] < 0 && v[1] < 0 ? (v[0] < {max} / v[1] ? {max} : v[0] * v[1]) : v[0] > 0 ? (v[1] < {min} / v[0] ? {min} : v[0] * v[1]) : (v[0] < {min} / v[1] ? {min} : v[0] * v[1]))[0]",
+                num(a, scope),
+                num(b, scope)
+            )
+        }
         Num::If {
             when,
             then,
@@ -709,4 +716,466 @@ fn inherits(exemptions: &[&Exemption]) -> String {
         })
         .collect();
     cel::any(&each)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::{Deadline, KindSpec, Kueue, Run};
+    use crate::native::eval::{V, eval, parse};
+    use crate::workload;
+    use serde_json::{Value, json};
+
+    // A kind that is none of launchgate's, shaped like a KubeRay RayJob: a head group at a
+    // nested path, a list of worker groups bound by `groupName` that autoscale up to
+    // `maxReplicas` when the cluster says so, each `replicas × numOfHosts` pods, and a
+    // submitter pod template that is the holder itself.
+    static REPLICAS: Num = Num::Int {
+        from: From::Holder,
+        at: &["replicas"],
+        default: 1,
+    };
+    static HOSTS: Num = Num::Int {
+        from: From::Holder,
+        at: &["numOfHosts"],
+        default: 1,
+    };
+    static MAX_REPLICAS: Num = Num::Int {
+        from: From::Holder,
+        at: &["maxReplicas"],
+        default: i64::MIN,
+    };
+    static GROUPS: Num = Num::Max(&REPLICAS, &MAX_REPLICAS);
+    static PODS: Num = Num::Mul(&REPLICAS, &HOSTS);
+    static SCALED: Num = Num::Mul(&GROUPS, &HOSTS);
+    static TEST_RAY: KindSpec = KindSpec {
+        name: "TestRayJob",
+        group: "ray.example.com",
+        version: "v1",
+        kind: "RayJob",
+        resource: "rayjobs",
+        subresources: &[],
+        signature: &[],
+        positions: &[
+            Position {
+                role: "head",
+                holders: Holders::At(&["spec", "rayClusterSpec", "headGroupSpec"]),
+                template: &["template"],
+                naming: Naming::None,
+                replicas: Num::Lit(1),
+                at_most: Num::Lit(1),
+            },
+            Position {
+                role: "worker group",
+                holders: Holders::Each(&["spec", "rayClusterSpec", "workerGroupSpecs"]),
+                template: &["template"],
+                naming: Naming::Field("groupName"),
+                replicas: Num::Mul(&REPLICAS, &HOSTS),
+                at_most: Num::If {
+                    when: Cond::True {
+                        from: From::Object,
+                        at: &["spec", "rayClusterSpec", "enableInTreeAutoscaling"],
+                    },
+                    then: &SCALED,
+                    otherwise: &PODS,
+                },
+            },
+            Position {
+                role: "submitter",
+                holders: Holders::At(&["spec", "submitterPodTemplate"]),
+                template: &[],
+                naming: Naming::None,
+                replicas: Num::Lit(1),
+                at_most: Num::If {
+                    when: Cond::Has {
+                        from: From::Object,
+                        at: &["spec", "submitterPodTemplate", "spec"],
+                    },
+                    then: &Num::Lit(1),
+                    otherwise: &Num::Lit(0),
+                },
+            },
+        ],
+        pods_from_runtime: false,
+        run: Run {
+            deadline: Deadline::Run(
+                "/spec",
+                "activeDeadlineSeconds",
+                "spec.activeDeadlineSeconds",
+            ),
+        },
+        makes: &[],
+        controller: &[],
+        kueue: Kueue::Suspends,
+        native: Ok(()),
+        webhook_rule: "testrayjob",
+        pod_role: &[],
+    };
+
+    fn template(image: &str) -> Value {
+        json!({"metadata": {"labels": {"app": image}}, "spec": {"containers": [{"name": "main", "image": image}]}})
+    }
+
+    /// Every field a count or condition reads, with where from.
+    fn reads(n: &Num, out: &mut Vec<(From, &'static [&'static str])>) {
+        match n {
+            Num::Lit(_) => {}
+            Num::Int { from, at, .. } => out.push((*from, at)),
+            Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) => {
+                reads(a, out);
+                reads(b, out);
+            }
+            Num::If {
+                when,
+                then,
+                otherwise,
+            } => {
+                match when {
+                    Cond::True { from, at } | Cond::Has { from, at } => out.push((*from, at)),
+                    Cond::KeyIs(_) => {}
+                }
+                reads(then, out);
+                reads(otherwise, out);
+            }
+        }
+    }
+
+    fn set(base: &mut Value, at: &[&str], value: Value) {
+        let mut v = base;
+        for (i, key) in at.iter().enumerate() {
+            if !v.is_object() {
+                *v = json!({});
+            }
+            let map = v.as_object_mut().unwrap();
+            if i + 1 == at.len() {
+                map.insert(key.to_string(), value);
+                return;
+            }
+            v = map.entry(key.to_string()).or_insert_with(|| json!({}));
+        }
+    }
+
+    /// The compiled count of every position (of every kind, and of the RayJob-like one)
+    /// equals `Num::eval` on every combination of absent, integer, negative, huge and
+    /// wrongly typed values of the fields it reads, and every map key.
+    #[test]
+    fn counts_compile_to_cel_that_counts_as_the_descriptor_does() {
+        let candidates = [
+            None,
+            Some(json!(0)),
+            Some(json!(3)),
+            Some(json!(7)),
+            Some(json!(-2)),
+            Some(json!(i64::MAX)),
+            Some(json!("3")),
+            Some(json!(true)),
+            Some(json!(false)),
+            Some(json!(null)),
+            Some(json!(2.5)),
+        ];
+        let positions = crate::kinds::ALL
+            .iter()
+            .flat_map(|k| k.positions)
+            .chain(TEST_RAY.positions);
+        let mut checked = 0;
+        for position in positions {
+            for n in [&position.replicas, &position.at_most] {
+                let mut fields = Vec::new();
+                reads(n, &mut fields);
+                let mut seen = Vec::new();
+                fields.retain(|f| {
+                    let new = !seen.contains(f);
+                    seen.push(*f);
+                    new
+                });
+                let keys: &[Option<&str>] = match position.holders {
+                    Holders::Keyed(_) => &[Some("Worker"), Some("worker"), Some("Master")],
+                    _ => &[None],
+                };
+                let text = num(
+                    n,
+                    Scope {
+                        holder: "h",
+                        key: keys[0].map(|_| "k"),
+                    },
+                );
+                let program = parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+                let combos = candidates.len().pow(fields.len() as u32);
+                for combo in 0..combos {
+                    let (mut object, mut holder) = (json!({}), json!({}));
+                    let mut c = combo;
+                    for (from, at) in &fields {
+                        let value = &candidates[c % candidates.len()];
+                        c /= candidates.len();
+                        if let Some(value) = value {
+                            let base = match from {
+                                From::Holder => &mut holder,
+                                From::Object => &mut object,
+                            };
+                            set(base, at, value.clone());
+                        }
+                    }
+                    for key in keys {
+                        let mut vars = vec![
+                            ("object", V::from_json(&object)),
+                            ("h", V::from_json(&holder)),
+                        ];
+                        if let Some(k) = key {
+                            vars.push(("k", V::Str(k.to_string())));
+                        }
+                        let want = n.eval(&object, &holder, *key);
+                        let got = program.run(&vars);
+                        assert_eq!(
+                            got,
+                            Ok(V::Int(want)),
+                            "{} ({}): {text}\nobject {object}\nholder {holder}\nkey {key:?}",
+                            position.role,
+                            if std::ptr::eq(n, &position.replicas) {
+                                "replicas"
+                            } else {
+                                "at_most"
+                            },
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+    }
+
+    /// What the compiled walk of a kind's positions gives, evaluated on `object`: per
+    /// template its dotted path, its name, the pods it runs at once, the template, and the
+    /// JSON Pointer of its spec.
+    fn walked(kind: &'static KindSpec, object: &Value) -> Vec<Value> {
+        let lists: Vec<String> = kind
+            .positions
+            .iter()
+            .map(|position| {
+                walk(position, &["spec"], |p| {
+                    format!(
+                        "{{'path': {}, 'name': {}, 'n': {}, 't': {}, 'ptr': {}, 'at': {}}}",
+                        p.path(),
+                        p.name(),
+                        p.at_most(),
+                        p.template,
+                        p.spec_pointer(),
+                        p.spec_path(),
+                    )
+                })
+            })
+            .collect();
+        let text = lists.join(" + ");
+        let got = eval(&text, &[("object", V::from_json(object))])
+            .unwrap_or_else(|e| panic!("{e}: {text}"));
+        let V::List(items) = got else {
+            panic!("not a list: {got:?}")
+        };
+        items.into_iter().map(to_json).collect()
+    }
+
+    fn to_json(v: V) -> Value {
+        match v {
+            V::Null => Value::Null,
+            V::Bool(b) => json!(b),
+            V::Int(i) => json!(i),
+            V::Double(d) => json!(d),
+            V::Str(s) => json!(s),
+            V::List(l) => Value::Array(l.into_iter().map(to_json).collect()),
+            V::Map(m) => Value::Object(
+                m.into_iter()
+                    .map(|(k, v)| match k {
+                        V::Str(k) => (k, to_json(v)),
+                        k => panic!("map key {k:?}"),
+                    })
+                    .collect(),
+            ),
+            V::Type(t) => json!(t),
+        }
+    }
+
+    /// What the Rust walk gives for the same object (pod templates with a spec).
+    fn rust_walk(kind: &'static KindSpec, object: &Value) -> Vec<Value> {
+        workload::templates(WorkloadKind::of_spec(kind), object)
+            .into_iter()
+            .filter(|(_, t)| t.contains_key("spec"))
+            .map(|(info, t)| {
+                let at = if info.path.is_empty() {
+                    "spec".to_string()
+                } else {
+                    format!("{}.spec", info.path)
+                };
+                json!({"path": info.path, "name": info.name.unwrap_or_default(),
+                    "n": info.at_most, "t": t, "at": at})
+            })
+            .collect()
+    }
+
+    fn check_walk(kind: &'static KindSpec, object: &Value) -> usize {
+        let got = walked(kind, object);
+        for entry in &got {
+            let ptr = entry["ptr"].as_str().unwrap();
+            assert_eq!(
+                object.pointer(ptr),
+                Some(&entry["t"]["spec"]),
+                "{ptr} in {object}"
+            );
+        }
+        let without_ptr: Vec<Value> = got
+            .into_iter()
+            .map(|mut e| {
+                e.as_object_mut().unwrap().remove("ptr");
+                e
+            })
+            .collect();
+        assert_eq!(without_ptr, rust_walk(kind, object), "{object}");
+        without_ptr.len()
+    }
+
+    /// A new kind's pod templates are selected, named and counted by CEL compiled from its
+    /// descriptor alone, as the Rust walk reads them.
+    #[test]
+    fn a_new_kinds_templates_are_walked_from_its_descriptor() {
+        let cluster = |autoscale: Value| {
+            json!({"apiVersion": "ray.example.com/v1", "kind": "RayJob",
+            "metadata": {"name": "r"},
+            "spec": {
+                "submitterPodTemplate": template("submit"),
+                "rayClusterSpec": {
+                    "enableInTreeAutoscaling": autoscale,
+                    "headGroupSpec": {"template": template("head")},
+                    "workerGroupSpecs": [
+                        {"groupName": "gpu", "replicas": 2, "numOfHosts": 2, "maxReplicas": 5, "template": template("gpu")},
+                        {"replicas": 3},
+                        {"groupName": "cpu", "template": template("cpu")},
+                        {"groupName": "big", "replicas": 4, "maxReplicas": 1, "template": template("big")},
+                    ]}}})
+        };
+        let scaled = walked(&TEST_RAY, &cluster(json!(true)));
+        let counts: Vec<(&str, &str, i64)> = scaled
+            .iter()
+            .map(|e| {
+                (
+                    e["path"].as_str().unwrap(),
+                    e["name"].as_str().unwrap(),
+                    e["n"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("spec.rayClusterSpec.headGroupSpec.template", "", 1),
+                (
+                    "spec.rayClusterSpec.workerGroupSpecs[0].template",
+                    "gpu",
+                    10
+                ),
+                ("spec.rayClusterSpec.workerGroupSpecs[2].template", "cpu", 1),
+                ("spec.rayClusterSpec.workerGroupSpecs[3].template", "big", 4),
+                ("spec.submitterPodTemplate", "", 1),
+            ]
+        );
+        assert_eq!(
+            scaled[1]["ptr"],
+            "/spec/rayClusterSpec/workerGroupSpecs/0/template/spec"
+        );
+        assert_eq!(check_walk(&TEST_RAY, &cluster(json!(true))), 5);
+        // Without autoscaling the workers count as written.
+        let fixed = walked(&TEST_RAY, &cluster(json!(false)));
+        assert_eq!(fixed[1]["n"], 4);
+        for autoscale in [json!(false), json!("true"), json!(null)] {
+            assert_eq!(check_walk(&TEST_RAY, &cluster(autoscale)), 5);
+        }
+        // Missing holders and templates are skipped, never an error.
+        for object in [
+            json!({"spec": {}}),
+            json!({}),
+            json!({"spec": {"rayClusterSpec": {}}}),
+            json!({"spec": {"rayClusterSpec": {"headGroupSpec": {}, "workerGroupSpecs": []}}}),
+            json!({"spec": {"rayClusterSpec": {"headGroupSpec": {"template": {"metadata": {}}}}}}),
+            json!({"spec": {"submitterPodTemplate": {"metadata": {}}}}),
+        ] {
+            assert_eq!(check_walk(&TEST_RAY, &object), 0, "{object}");
+        }
+    }
+
+    /// The walks of launchgate's own kinds, and the per-kind choice of `specs()`, give what
+    /// the Rust walk gives.
+    #[test]
+    fn the_kinds_specs_are_the_rust_walks() {
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"training.kubeflow.org/replica-type": "worker"}},
+                "spec": {"containers": [{"name": "main"}]}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                "spec": {"parallelism": 4, "completions": 2, "template": template("job")}}),
+            json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                "spec": {"tasks": [{"name": "master", "template": template("m")}, {"replicas": -1, "template": template("x")}, {"name": "w", "replicas": 3, "template": template("w")}]}}),
+            json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                "spec": {"elasticPolicy": {"maxReplicas": 6}, "pytorchReplicaSpecs": {
+                    "Worker": {"replicas": 2, "template": template("w")},
+                    "Master": {"template": template("m")},
+                    "a/b~c": {"replicas": 9, "template": template("odd")}}}}),
+            json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "spec": {"replicatedJobs": [{"name": "workers", "replicas": 3, "template": {"spec": {"parallelism": 2, "template": template("w")}}},
+                    {"name": "driver", "template": {"spec": {"template": template("d")}}}]}}),
+        ];
+        let specs = specs();
+        for object in objects {
+            let kind = WorkloadKind::of_object(&object).unwrap();
+            let spec = kind.spec();
+            assert!(check_walk(spec, &object) > 0, "{object}");
+            let request = json!({"kind": {"group": kind.api_group(), "kind": kind.api_kind()}});
+            let got = eval(
+                &specs,
+                &[
+                    ("object", V::from_json(&object)),
+                    ("request", V::from_json(&request)),
+                ],
+            )
+            .unwrap();
+            let got: Vec<(String, i64, String)> = match to_json(got) {
+                Value::Array(items) => items
+                    .iter()
+                    .map(|e| {
+                        assert_eq!(object.pointer(e["ptr"].as_str().unwrap()), Some(&e["s"]));
+                        (
+                            e["tat"].as_str().unwrap().to_string(),
+                            e["n"].as_i64().unwrap(),
+                            e["role"].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect(),
+                other => panic!("{other}"),
+            };
+            let want: Vec<(String, i64, String)> = workload::templates(kind, &object)
+                .into_iter()
+                .map(|(info, _)| {
+                    let role = info.name.clone().unwrap_or_else(|| {
+                        if info.is_pod() {
+                            "worker".into()
+                        } else {
+                            String::new()
+                        }
+                    });
+                    (info.path, info.at_most, role)
+                })
+                .collect();
+            assert_eq!(got, want, "{object}");
+        }
+    }
+
+    #[test]
+    fn a_kind_is_told_by_its_group_where_no_other_kind_shares_it() {
+        assert_eq!(
+            is_kind(WorkloadKind::VolcanoJob),
+            "request.kind.group == 'batch.volcano.sh'"
+        );
+        assert_eq!(is_kind(WorkloadKind::Pod), "request.kind.group == ''");
+        let covered: Vec<&str> = kinds().map(|k| k.as_str()).collect();
+        assert_eq!(
+            covered,
+            ["Pod", "Job", "VolcanoJob", "PyTorchJob", "JobSet"]
+        );
+    }
 }
