@@ -401,6 +401,21 @@ impl WorkloadKind {
         self.0.group
     }
 
+    /// The CEL test, in an admission policy or a webhook's `matchConditions`, for "the request
+    /// is for this kind": its API group, and its `kind` too where another kind shares the
+    /// group.
+    pub fn cel_test(self) -> String {
+        let group = format!("request.kind.group == {}", crate::cel::lit(self.0.group));
+        if Self::all().any(|k| k != self && k.0.group == self.0.group) {
+            format!(
+                "({group} && request.kind.kind == {})",
+                crate::cel::lit(self.0.kind)
+            )
+        } else {
+            group
+        }
+    }
+
     /// True for the kinds that own pod templates (everything but a Pod).
     pub fn is_job(self) -> bool {
         !matches!(

@@ -16,8 +16,6 @@ mod mutations;
 mod select;
 pub mod webhooks;
 
-pub use select::is_kind;
-
 use crate::cel::{Identifier, ident};
 use crate::mutate::labels::queue_label_value;
 use crate::policy::{Config, Policy, Queue};

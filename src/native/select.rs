@@ -19,12 +19,7 @@ pub fn kinds() -> impl Iterator<Item = WorkloadKind> {
 /// The CEL test for "the request is for a `kind`": its API group, and its `kind` too where
 /// another kind shares the group.
 pub fn is_kind(kind: WorkloadKind) -> String {
-    let group = format!("request.kind.group == {}", lit(kind.api_group()));
-    if WorkloadKind::all().any(|k| k != kind && k.api_group() == kind.api_group()) {
-        format!("({group} && request.kind.kind == {})", lit(kind.api_kind()))
-    } else {
-        group
-    }
+    kind.cel_test()
 }
 
 /// `base` followed by the field `key` (a map index where the key is no CEL identifier).

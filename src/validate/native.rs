@@ -387,7 +387,7 @@ impl QueueLimits {
                     // Root positions mean something only for the template's own kind.
                     let kind_test = self
                         .template_kind
-                        .map(crate::native::is_kind)
+                        .map(WorkloadKind::cel_test)
                         .unwrap_or_else(|| "false".into());
                     check = format!("({kind_test} ? {check} : [])");
                 }
@@ -484,7 +484,7 @@ impl QueueLimits {
                 .filter(|k| k.spec().pods_from_runtime)
                 .flat_map(|k| k.spec().makes)
                 .filter_map(|m| WorkloadKind::named(m.kind))
-                .map(crate::native::is_kind)
+                .map(WorkloadKind::cel_test)
                 .collect::<Vec<_>>(),
         );
         for total in &self.totals {
