@@ -69,6 +69,42 @@ pub fn rule_names() -> impl Iterator<Item = (&'static str, WorkloadKind)> {
     WorkloadKind::all().map(|k| (k.spec().webhook_rule, k))
 }
 
+/// The kinds as the chart reads them (`charts/launchgate/files/kinds.json`, generated from the
+/// descriptors): per kind, in [`crate::kinds::ALL`]'s order, its `webhook.rules` name, API
+/// group, version and resource, and the resources its admission rules cover (the resource and
+/// the subresources that are judged). The chart's webhook rules, the rules the server
+/// registers and the audit's read access are all built from it.
+pub fn chart_kinds() -> Value {
+    Value::Array(
+        rule_names()
+            .map(|(rule, kind)| {
+                let (group, version, resource) = kind.api_resource();
+                json!({
+                    "rule": rule,
+                    "group": group,
+                    "version": version,
+                    "resource": resource,
+                    "resources": resources(kind),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The resources a kind's admission rules cover: its own, and the subresources that are
+/// judged.
+fn resources(kind: WorkloadKind) -> Vec<String> {
+    let resource = kind.api_resource().2;
+    std::iter::once(resource.to_string())
+        .chain(
+            kind.spec()
+                .subresources
+                .iter()
+                .map(|sub| format!("{resource}/{sub}")),
+        )
+        .collect()
+}
+
 /// Everything about the webhooks the config does not say (what the chart passes).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -165,19 +201,11 @@ fn rules(kinds: &[String]) -> Result<Value, String> {
         if !kinds.is_empty() && !kinds.iter().any(|k| k == rule) {
             continue;
         }
-        let (group, version, resource) = kind.api_resource();
-        let resources: Vec<String> = std::iter::once(resource.to_string())
-            .chain(
-                kind.spec()
-                    .subresources
-                    .iter()
-                    .map(|sub| format!("{resource}/{sub}")),
-            )
-            .collect();
+        let (group, version, _) = kind.api_resource();
         out.push(json!({
             "apiGroups": [group],
             "apiVersions": [version],
-            "resources": resources,
+            "resources": resources(kind),
             "operations": ["CREATE", "UPDATE"],
             "scope": "Namespaced",
         }));
