@@ -407,9 +407,22 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             .and_then(|cfg| kueue::violations(cfg, &queue.name, "variables.child"));
         if let Some(cfg) = queue.config.kueue.as_ref().filter(|_| kueue.is_some()) {
             let labels: Vec<&str> = cfg.settings().iter().map(|s| s.label).collect();
+            let managed = |how: crate::kinds::Kueue| {
+                let names: Vec<&str> = select::kinds()
+                    .filter(|k| k.spec().kueue == how)
+                    .map(|k| k.as_str())
+                    .collect();
+                match names.split_last() {
+                    Some((last, [])) => last.to_string(),
+                    Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                    None => "nothing".to_string(),
+                }
+            };
             report.native.push(format!(
-                "the Kueue labels are the queue's: a Job, JobSet or PyTorchJob whose {} still differs after the mutation is a violation, as is a Pod carrying a different one",
-                labels.join(", ")
+                "the Kueue labels are the queue's: a {} whose {} still differs after the mutation is a violation, as is a {} carrying a different one",
+                managed(crate::kinds::Kueue::Suspends),
+                labels.join(", "),
+                managed(crate::kinds::Kueue::Pod),
             ));
         }
         if !cel.checks.is_empty() || kueue.is_some() {
