@@ -405,8 +405,16 @@ impl WorkloadKind {
     /// is for this kind": its API group, and its `kind` too where another kind shares the
     /// group.
     pub fn cel_test(self) -> String {
+        self.cel_test_among(ALL)
+    }
+
+    /// [`WorkloadKind::cel_test`] among `kinds`.
+    fn cel_test_among(self, kinds: &[&KindSpec]) -> String {
         let group = format!("request.kind.group == {}", crate::cel::lit(self.0.group));
-        if Self::all().any(|k| k != self && k.0.group == self.0.group) {
+        if kinds
+            .iter()
+            .any(|k| k.name != self.0.name && k.group == self.0.group)
+        {
             format!(
                 "({group} && request.kind.kind == {})",
                 crate::cel::lit(self.0.kind)
@@ -488,6 +496,49 @@ mod tests {
         assert_eq!(WorkloadKind::BatchJob.api_version(), "batch/v1");
         assert_eq!(WorkloadKind::Pod.api_version(), "v1");
         assert!(WorkloadKind::Pod.is_pod() && WorkloadKind::JobSet.is_job());
+    }
+
+    /// A kind is told by its group, and by its `kind` too where another kind shares the
+    /// group (KubeRay's RayJob and RayCluster are both `ray.io`).
+    #[test]
+    fn a_shared_group_is_told_apart_by_kind() {
+        const fn spec(name: &'static str, kind: &'static str) -> KindSpec {
+            KindSpec {
+                name,
+                group: "ray.example.com",
+                version: "v1",
+                kind,
+                resource: "",
+                subresources: &[],
+                signature: &[],
+                positions: &[],
+                pods_from_runtime: false,
+                run: Run {
+                    deadline: Deadline::EachPod,
+                },
+                makes: &[],
+                controller: &[],
+                kueue: Kueue::Suspends,
+                native: Ok(()),
+                webhook_rule: name,
+                pod_role: &[],
+            }
+        }
+        static JOB: KindSpec = spec("TestRayJob", "RayJob");
+        static CLUSTER: KindSpec = spec("TestRayCluster", "RayCluster");
+        let job = WorkloadKind::of_spec(&JOB);
+        assert_eq!(
+            job.cel_test_among(&[&JOB]),
+            "request.kind.group == 'ray.example.com'"
+        );
+        assert_eq!(
+            job.cel_test_among(&[&JOB, &CLUSTER, &pod::POD]),
+            "(request.kind.group == 'ray.example.com' && request.kind.kind == 'RayJob')"
+        );
+        assert_eq!(
+            WorkloadKind::VolcanoJob.cel_test(),
+            "request.kind.group == 'batch.volcano.sh'"
+        );
     }
 
     #[test]
