@@ -290,7 +290,7 @@ fn report_fits(format: launchgate::audit::ReportFormat, file: &str) {
             .replace("minimum: 0, maximum: 4", "minimum: 0, maximum: 2"),
     )
     .unwrap();
-    let listed = launchgate::audit::LISTED_KINDS[0];
+    let listed = launchgate::audit::listed_kinds()[0];
     let entries: Vec<_> = [job("a", "1"), job("b", "3")]
         .into_iter()
         .filter_map(|o| launchgate::audit::evaluate(&policy, &listed, o))

@@ -24,3 +24,25 @@ fn chart_values_schema_matches_the_config_types() {
         "charts/launchgate/values.schema.json is out of date with the config types: {REGENERATE_HINT}"
     );
 }
+
+/// The chart's list of kinds (its webhook rules, the rules the server registers, the audit's
+/// read access) is the kind descriptors'; `UPDATE_SCHEMA=1` regenerates it too.
+#[test]
+fn chart_kinds_match_the_kind_descriptors() {
+    let path = common::root().join("charts/launchgate/files/kinds.json");
+    let generated = launchgate::native::webhooks::chart_kinds();
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        let mut out = serde_json::to_string_pretty(&generated).unwrap();
+        out.push('\n');
+        std::fs::write(&path, out).unwrap();
+        return;
+    }
+    let current: Value = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    assert!(
+        current == generated,
+        "charts/launchgate/files/kinds.json is out of date with the kind descriptors: {REGENERATE_HINT}"
+    );
+}

@@ -14,6 +14,7 @@ use crate::cluster::NoCluster;
 use crate::judge::{Stage, judge};
 use crate::policy::Policy;
 use crate::rules::Effect;
+use crate::workload::WorkloadKind;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -106,53 +107,28 @@ impl ListedKind {
     }
 }
 
-/// What the audit lists, in this order. Only objects without a launch owner are judged: a
-/// Job's pods are covered by the Job, a JobSet's Jobs by the JobSet, a TrainJob's JobSet by the
-/// TrainJob.
-pub const LISTED_KINDS: [ListedKind; 6] = [
-    ListedKind {
-        group: "batch",
-        version: "v1",
-        kind: "Job",
-        plural: "jobs",
-        optional: false,
-    },
-    ListedKind {
-        group: "batch.volcano.sh",
-        version: "v1alpha1",
-        kind: "Job",
-        plural: "jobs",
-        optional: true,
-    },
-    ListedKind {
-        group: "kubeflow.org",
-        version: "v1",
-        kind: "PyTorchJob",
-        plural: "pytorchjobs",
-        optional: true,
-    },
-    ListedKind {
-        group: "trainer.kubeflow.org",
-        version: "v1alpha1",
-        kind: "TrainJob",
-        plural: "trainjobs",
-        optional: true,
-    },
-    ListedKind {
-        group: "jobset.x-k8s.io",
-        version: "v1alpha2",
-        kind: "JobSet",
-        plural: "jobsets",
-        optional: true,
-    },
-    ListedKind {
-        group: "",
-        version: "v1",
-        kind: "Pod",
-        plural: "pods",
-        optional: false,
-    },
-];
+/// What the audit lists, in this order: every kind with pod templates of its own or from a
+/// runtime, in [`crate::kinds::ALL`]'s order, then Pods. Only objects without a launch owner are
+/// judged: a Job's pods are covered by the Job, a JobSet's Jobs by the JobSet, a TrainJob's
+/// JobSet by the TrainJob. A kind of a dotted API group comes from a CRD (Kubernetes' own
+/// workload groups have no dot), which may not be installed.
+pub fn listed_kinds() -> Vec<ListedKind> {
+    let (jobs, pods): (Vec<WorkloadKind>, Vec<WorkloadKind>) =
+        WorkloadKind::all().partition(|k| k.is_job());
+    jobs.into_iter()
+        .chain(pods)
+        .map(|k| {
+            let (group, version, plural) = k.api_resource();
+            ListedKind {
+                group,
+                version,
+                kind: k.api_kind(),
+                plural,
+                optional: group.contains('.'),
+            }
+        })
+        .collect()
+}
 
 /// The verdict on one workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -253,8 +229,8 @@ impl AuditReport {
     }
 }
 
-/// True when a pod's controller (the owner reference with `controller: true`) is a Job, a
-/// Volcano Job or a PyTorchJob: its launch owner is judged instead (as the webhook judged the
+/// True when a pod's controller (the owner reference with `controller: true`) is a launch
+/// workload (any kind with pod templates of its own or from a runtime): its launch owner is judged instead (as the webhook judged the
 /// owner when it was submitted). An owner reference without `controller: true` makes no pod
 /// its workload's, for the webhook as here: such a pod is judged on its own.
 pub(crate) fn has_launch_owner(pod: &Value) -> bool {
@@ -271,14 +247,7 @@ pub(crate) fn has_launch_owner(pod: &Value) -> bool {
         let api_version = o.get("apiVersion").and_then(Value::as_str).unwrap_or("");
         let kind = o.get("kind").and_then(Value::as_str).unwrap_or("");
         let group = api_version.split_once('/').map_or("", |(g, _)| g);
-        matches!(
-            (group, kind),
-            ("batch", "Job")
-                | ("batch.volcano.sh", "Job")
-                | ("kubeflow.org", "PyTorchJob")
-                | ("jobset.x-k8s.io", "JobSet")
-                | ("trainer.kubeflow.org", "TrainJob")
-        )
+        WorkloadKind::all().any(|k| k.is_job() && k.api_group() == group && k.api_kind() == kind)
     })
 }
 
@@ -540,8 +509,13 @@ pub(crate) fn render_table(report: &AuditReport) -> String {
 mod tests {
     use super::*;
 
-    const JOB: ListedKind = LISTED_KINDS[0];
-    const POD: ListedKind = LISTED_KINDS[5];
+    /// The listed kind of an API group (`batch`: Jobs, `""`: Pods).
+    fn listed(group: &str) -> ListedKind {
+        listed_kinds()
+            .into_iter()
+            .find(|k| k.group == group)
+            .expect("a listed kind")
+    }
 
     /// A Job as a list response returns it: no apiVersion/kind, with status and managedFields,
     /// already mutated by launchgate when it was created.
@@ -568,7 +542,12 @@ mod tests {
 
     #[test]
     fn a_workload_within_the_limits_passes() {
-        let e = evaluate(&Policy::embedded_default(), &JOB, listed_job("ok", "2")).unwrap();
+        let e = evaluate(
+            &Policy::embedded_default(),
+            &listed("batch"),
+            listed_job("ok", "2"),
+        )
+        .unwrap();
         assert_eq!(e.result, AuditResult::Pass, "{e:?}");
         assert_eq!(
             (e.api_version.as_str(), e.kind.as_str()),
@@ -584,12 +563,12 @@ mod tests {
     fn a_new_config_reports_what_it_would_break() {
         let job = listed_job("big", "3");
         assert_eq!(
-            evaluate(&Policy::embedded_default(), &JOB, job.clone())
+            evaluate(&Policy::embedded_default(), &listed("batch"), job.clone())
                 .unwrap()
                 .result,
             AuditResult::Pass
         );
-        let e = evaluate(&policy_with_gpu_maximum(2), &JOB, job).unwrap();
+        let e = evaluate(&policy_with_gpu_maximum(2), &listed("batch"), job).unwrap();
         assert_eq!(e.result, AuditResult::Fail);
         // The rule is read from the violation, not its message.
         assert_eq!(e.rule, "limits.variables");
@@ -603,7 +582,7 @@ mod tests {
             crate::policy::DEFAULT_CONFIG_YAML.replace("enforcement: deny", "enforcement: warn");
         let e = evaluate(
             &Policy::from_yaml(&yaml).unwrap(),
-            &JOB,
+            &listed("batch"),
             listed_job("big", "8"),
         )
         .unwrap();
@@ -629,13 +608,13 @@ mod tests {
         applied["metadata"]["managedFields"] = json!([{"manager": "argocd", "operation": "Apply",
             "apiVersion": "batch/v1", "fieldsType": "FieldsV1",
             "fieldsV1": {"f:spec": {"f:backoffLimit": {}}}}]);
-        let e = evaluate(&strict, &JOB, applied.clone()).unwrap();
+        let e = evaluate(&strict, &listed("batch"), applied.clone()).unwrap();
         assert_eq!(e.result, AuditResult::Fail, "{e:?}");
         assert!(e.message.contains("backoffLimit"), "{}", e.message);
         // The same value recorded only by an Update (the API server's default): replaced, so
         // the contract holds.
         applied["metadata"]["managedFields"][0]["operation"] = json!("Update");
-        let e = evaluate(&strict, &JOB, applied).unwrap();
+        let e = evaluate(&strict, &listed("batch"), applied).unwrap();
         assert_eq!(e.result, AuditResult::Pass, "{e:?}");
     }
 
@@ -648,27 +627,27 @@ mod tests {
                     "controller": true}]},
             "spec": {"containers": [{"name": "main", "image": "acme/train:1"}]}});
         assert!(has_launch_owner(&pod));
-        assert!(evaluate(&policy, &POD, pod.clone()).is_none());
+        assert!(evaluate(&policy, &listed(""), pod.clone()).is_none());
         // An owner that is not its controller does not make it the Job's pod.
         let mut not_controlled = pod.clone();
         not_controlled["metadata"]["ownerReferences"][0]["controller"] = json!(false);
         assert!(!has_launch_owner(&not_controlled));
-        assert!(evaluate(&policy, &POD, not_controlled).is_some());
+        assert!(evaluate(&policy, &listed(""), not_controlled).is_some());
         // The same pod without an owner is judged.
         pod["metadata"]
             .as_object_mut()
             .unwrap()
             .remove("ownerReferences");
         assert!(!has_launch_owner(&pod));
-        assert!(evaluate(&policy, &POD, pod).is_some());
+        assert!(evaluate(&policy, &listed(""), pod).is_some());
         // A web server's pod (owned by a ReplicaSet) is not a launch workload.
         let web = json!({"metadata": {"name": "web", "namespace": "default",
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "w", "uid": "u"}]},
             "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
         assert!(!has_launch_owner(&web));
-        assert!(evaluate(&policy, &POD, web).is_none());
+        assert!(evaluate(&policy, &listed(""), web).is_none());
         // Not an object: never panics.
-        assert!(evaluate(&policy, &POD, json!("x")).is_none());
+        assert!(evaluate(&policy, &listed(""), json!("x")).is_none());
     }
 
     #[test]
@@ -678,7 +657,7 @@ mod tests {
         other["metadata"]["namespace"] = json!("team-b");
         let entries: Vec<AuditEntry> = [listed_job("a", "1"), listed_job("b", "3"), other]
             .into_iter()
-            .filter_map(|o| evaluate(&policy, &JOB, o))
+            .filter_map(|o| evaluate(&policy, &listed("batch"), o))
             .collect();
         let reports = policy_reports(ReportFormat::PolicyReport, &entries, 1_700_000_000);
         assert_eq!(reports.len(), 2);
@@ -713,7 +692,7 @@ mod tests {
         let report = AuditReport {
             entries: [listed_job("a", "1"), listed_job("b", "3")]
                 .into_iter()
-                .filter_map(|o| evaluate(&policy, &JOB, o))
+                .filter_map(|o| evaluate(&policy, &listed("batch"), o))
                 .collect(),
             listed: 5,
             skipped: 3,
@@ -739,7 +718,12 @@ mod tests {
 
     #[test]
     fn a_large_namespace_keeps_the_worst_results_and_true_counts() {
-        let pass = evaluate(&Policy::embedded_default(), &JOB, listed_job("p", "1")).unwrap();
+        let pass = evaluate(
+            &Policy::embedded_default(),
+            &listed("batch"),
+            listed_job("p", "1"),
+        )
+        .unwrap();
         let mut fail = pass.clone();
         fail.result = AuditResult::Fail;
         fail.name = "f".into();

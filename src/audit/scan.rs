@@ -6,8 +6,8 @@
 //! workload. A kind whose CRD is not installed (Volcano, Kubeflow) is skipped with a note.
 
 use super::{
-    AuditEntry, AuditReport, LISTED_KINDS, ListedKind, POLICY_REPORT_NAME, ReportFormat, evaluate,
-    policy_report, policy_reports,
+    AuditEntry, AuditReport, ListedKind, POLICY_REPORT_NAME, ReportFormat, evaluate, policy_report,
+    policy_reports,
 };
 use crate::policy::Policy;
 use anyhow::{Context, Result};
@@ -189,7 +189,7 @@ pub async fn run(
         enabled: opts.progress,
         listed: 0,
     };
-    for kind in &LISTED_KINDS {
+    for kind in &super::listed_kinds() {
         if kind.optional && !serves(&client, kind.group, kind.version, kind.plural).await? {
             report.notes.push(format!(
                 "{} ({}) is not installed in this cluster: skipped",

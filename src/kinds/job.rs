@@ -102,4 +102,5 @@ pub static JOB: KindSpec = KindSpec {
     role_marks: &[],
     job_specs: JobSpecs::Object,
     shared_version: false,
+    webhook_rule: "jobs",
 };

@@ -90,4 +90,5 @@ pub static JOBSET: KindSpec = KindSpec {
     role_marks: &[RoleMark::Label("jobset.sigs.k8s.io/replicatedjob-name")],
     job_specs: JobSpecs::Templates,
     shared_version: false,
+    webhook_rule: "jobset",
 };

@@ -68,7 +68,8 @@ pub struct KindSpec {
     pub controller: &'static [&'static str],
     /// How Kueue manages it.
     pub kueue: Kueue,
-    /// The native admission policies cover it (else the webhook only, with the reason).
+    /// The native admission policies cover it (else the webhook only, with the reason, which
+    /// `compile-native --report` prints).
     pub native: Result<(), &'static str>,
     /// The labels (or annotations) by which a pod this kind's controller makes names the
     /// holder it comes from (a Volcano task, a PyTorchJob replica type, a JobSet replicated
@@ -82,6 +83,9 @@ pub struct KindSpec {
     /// MPIJob), so a queue template that names the apiVersion without a `kind` is of this kind
     /// only with a [`KindSpec::signature`] field.
     pub shared_version: bool,
+    /// The kind's name among the webhook's admission rules (the chart's `webhook.rules` keys,
+    /// `serve --webhook-rules`).
+    pub webhook_rule: &'static str,
 }
 
 /// Where a controller-made pod names the holder it comes from.
@@ -416,6 +420,15 @@ impl WorkloadKind {
     pub const TrainJob: WorkloadKind = WorkloadKind(&trainjob::TRAIN_JOB);
 }
 
+#[cfg(test)]
+impl WorkloadKind {
+    /// A handle on a descriptor that is not one of [`ALL`], for the tests of what reads
+    /// descriptors.
+    pub(crate) fn of_spec(spec: &'static KindSpec) -> Self {
+        WorkloadKind(spec)
+    }
+}
+
 impl PartialEq for WorkloadKind {
     fn eq(&self, other: &Self) -> bool {
         self.0.name == other.0.name
@@ -500,6 +513,29 @@ impl WorkloadKind {
         self.0.group
     }
 
+    /// The CEL test, in an admission policy or a webhook's `matchConditions`, for "the request
+    /// is for this kind": its API group, and its `kind` too where another kind shares the
+    /// group.
+    pub fn cel_test(self) -> String {
+        self.cel_test_among(&all().collect::<Vec<_>>())
+    }
+
+    /// [`WorkloadKind::cel_test`] among `kinds`.
+    fn cel_test_among(self, kinds: &[&KindSpec]) -> String {
+        let group = format!("request.kind.group == {}", crate::cel::lit(self.0.group));
+        if kinds
+            .iter()
+            .any(|k| k.name != self.0.name && k.group == self.0.group)
+        {
+            format!(
+                "({group} && request.kind.kind == {})",
+                crate::cel::lit(self.0.kind)
+            )
+        } else {
+            group
+        }
+    }
+
     /// True for the kinds that own pod templates (everything but a Pod).
     pub fn is_job(self) -> bool {
         !matches!(
@@ -572,6 +608,53 @@ mod tests {
         assert_eq!(WorkloadKind::BatchJob.api_version(), "batch/v1");
         assert_eq!(WorkloadKind::Pod.api_version(), "v1");
         assert!(WorkloadKind::Pod.is_pod() && WorkloadKind::JobSet.is_job());
+    }
+
+    /// A kind is told by its group, and by its `kind` too where another kind shares the
+    /// group (KubeRay's RayJob and RayCluster are both `ray.io`).
+    #[test]
+    fn a_shared_group_is_told_apart_by_kind() {
+        const fn spec(name: &'static str, kind: &'static str) -> KindSpec {
+            KindSpec {
+                name,
+                group: "ray.example.com",
+                version: "v1",
+                kind,
+                resource: "",
+                subresources: &[],
+                signature: &[],
+                positions: &[],
+                pods_from_runtime: false,
+                run: Run {
+                    deadline: Deadline::EachPod,
+                    defaults: &[],
+                    restarts: None,
+                },
+                makes: &[],
+                controller: &[],
+                kueue: Kueue::Suspends,
+                native: Ok(()),
+                role_marks: &[],
+                job_specs: JobSpecs::None,
+                shared_version: false,
+                webhook_rule: name,
+            }
+        }
+        static JOB: KindSpec = spec("TestRayJob", "RayJob");
+        static CLUSTER: KindSpec = spec("TestRayCluster", "RayCluster");
+        let job = WorkloadKind::of_spec(&JOB);
+        assert_eq!(
+            job.cel_test_among(&[&JOB]),
+            "request.kind.group == 'ray.example.com'"
+        );
+        assert_eq!(
+            job.cel_test_among(&[&JOB, &CLUSTER, &pod::POD]),
+            "(request.kind.group == 'ray.example.com' && request.kind.kind == 'RayJob')"
+        );
+        assert_eq!(
+            WorkloadKind::VolcanoJob.cel_test(),
+            "request.kind.group == 'batch.volcano.sh'"
+        );
     }
 
     #[test]

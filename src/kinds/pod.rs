@@ -38,4 +38,5 @@ pub static POD: KindSpec = KindSpec {
     role_marks: &[],
     job_specs: JobSpecs::None,
     shared_version: false,
+    webhook_rule: "pods",
 };

@@ -89,4 +89,5 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
     role_marks: &[RoleMark::Label("training.kubeflow.org/replica-type")],
     job_specs: JobSpecs::None,
     shared_version: true,
+    webhook_rule: "pytorchjob",
 };

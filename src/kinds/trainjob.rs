@@ -34,8 +34,11 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
     }],
     controller: &["system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"],
     kueue: Kueue::Suspends,
-    native: Err("a TrainJob's pods come from its runtime, which the API server cannot read"),
+    native: Err(
+        "a TrainJob's pods come from its training runtime: its size and node container are read from the runtime (cluster lookups), its own runtimePatches are judged as pod specs, and launchgate writes its defaults into a runtime patch whose shape depends on the runtime",
+    ),
     role_marks: &[],
     job_specs: JobSpecs::None,
     shared_version: false,
+    webhook_rule: "trainjob",
 };

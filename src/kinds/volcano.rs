@@ -79,4 +79,5 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
     ],
     job_specs: JobSpecs::None,
     shared_version: false,
+    webhook_rule: "volcano",
 };

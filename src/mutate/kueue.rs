@@ -178,16 +178,6 @@ pub fn exec_seconds(value: &str) -> Option<i64> {
 /// [`exec_seconds`] as a regular expression (RE2, for CEL's `matches`).
 pub const EXEC_SECONDS_REGEX: &str = "^[1-9][0-9]{0,17}$";
 
-/// The kinds whose top-level object Kueue manages through its labels, as their descriptors say
-/// ([`Kueue::Suspends`]; a Volcano Job is Volcano's; a Pod's labels are checked, never
-/// written), for the compiled CEL; [`manages`] reads the descriptors.
-pub const MANAGED: [WorkloadKind; 4] = [
-    WorkloadKind::BatchJob,
-    WorkloadKind::JobSet,
-    WorkloadKind::PyTorchJob,
-    WorkloadKind::TrainJob,
-];
-
 /// True when Kueue manages `kind` through its labels: its integration admits it by
 /// `spec.suspend` ([`Kueue::Suspends`]).
 pub fn manages(kind: WorkloadKind) -> bool {
@@ -290,13 +280,6 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
 mod tests {
     use super::*;
     use crate::mutate::test_support::{mutate_with, queue_yaml};
-
-    #[test]
-    fn the_managed_list_is_what_the_descriptors_say() {
-        let managed: Vec<WorkloadKind> = WorkloadKind::all().filter(|k| manages(*k)).collect();
-        assert_eq!(managed.len(), MANAGED.len());
-        assert!(MANAGED.iter().all(|k| managed.contains(k)));
-    }
 
     const QUEUE: &str =
         "kueue: {localQueue: team-a, priorityClass: research, maxExecutionSeconds: 86400}";

@@ -2,10 +2,21 @@
 //! queue's setting (the mutation replaces it otherwise), and the violations of a workload whose
 //! labels still differ (the validating policy denies them).
 
-use super::select::is_kind;
-use crate::cel::lit;
-use crate::mutate::kueue::{EXEC_SECONDS_REGEX, KueueConfig, MANAGED, Rule, Setting};
-use crate::workload::WorkloadKind;
+use super::select;
+use crate::cel::{self, lit};
+use crate::kinds::Kueue;
+use crate::mutate::kueue::{EXEC_SECONDS_REGEX, KueueConfig, Rule, Setting};
+
+/// CEL: the request is for a covered kind whose object Kueue manages through its labels
+/// ([`Kueue::Suspends`]).
+pub fn managed() -> String {
+    cel::any(
+        &select::kinds()
+            .filter(|k| k.spec().kueue == Kueue::Suspends)
+            .map(select::is_kind)
+            .collect::<Vec<_>>(),
+    )
+}
 
 /// CEL: the label map `labels` (known to exist) keeps `setting`.
 pub fn holds(setting: &Setting, labels: &str) -> String {
@@ -61,8 +72,13 @@ pub fn violations(cfg: &KueueConfig, queue_name: &str, child: &str) -> Option<St
     }
     let labels = "object.metadata.labels";
     let has = format!("(has(object.metadata) && has({labels}) && {labels} != null)");
-    let pod = is_kind(WorkloadKind::Pod);
-    let managed = MANAGED.map(is_kind).join(" || ");
+    let pod = cel::any(
+        &select::kinds()
+            .filter(|k| k.spec().kueue == Kueue::Pod)
+            .map(select::is_kind)
+            .collect::<Vec<_>>(),
+    );
+    let managed = managed();
     let each: Vec<String> = settings
         .iter()
         .map(|s| {

@@ -9,6 +9,8 @@
 //! native policies do: the two decide alike on every request (the differential suite on a real
 //! API server compares them).
 
+#[cfg(test)]
+mod eval;
 mod kueue;
 mod mutations;
 mod select;
@@ -149,8 +151,7 @@ fn binding_spec(policy: &str, options: &Options, actions: Option<&str>) -> Value
 
 fn resource_rules() -> Value {
     Value::Array(
-        select::KINDS
-            .iter()
+        select::kinds()
             .map(|k| {
                 let (group, version, resource) = k.api_resource();
                 json!({
@@ -190,11 +191,11 @@ fn everywhere() -> Vec<Gap> {
         what: what.into(),
         why: why.into(),
     };
-    vec![
-        gap(
-            "TrainJob",
-            "a TrainJob's pods come from its training runtime: its size and node container are read from the runtime (cluster lookups), its own runtimePatches are judged as pod specs, and launchgate writes its defaults into a runtime patch whose shape depends on the runtime",
-        ),
+    // The kinds the native policies do not cover, each with its descriptor's reason.
+    let mut out: Vec<Gap> = crate::workload::WorkloadKind::all()
+        .filter_map(|k| k.spec().native.err().map(|why| gap(k.as_str(), why)))
+        .collect();
+    out.extend([
         gap(
             "UPDATE",
             "re-validating an UPDATE (Kueue's admission, a resize) reports only what the update changed, which needs the old object's violations; native policies judge CREATE",
@@ -211,18 +212,17 @@ fn everywhere() -> Vec<Gap> {
             "backoffLimit intent from kubectl's last-applied-configuration",
             "CEL cannot parse the annotation's JSON: the native policy reads the text `\"backoffLimit\":` in it, so a label or annotation key named backoffLimit there also counts as written",
         ),
-    ]
-    .into_iter()
+    ]);
     // launchgate's own denials that no queue setting turns on: each says in its table entry
     // why it has no CEL form.
-    .chain(rules::RULES.iter().filter_map(|rule| {
+    out.extend(rules::RULES.iter().filter_map(|rule| {
         let why = rule.native.reason()?;
         (!rule.config_key.starts_with("queues.")).then(|| Gap {
             what: format!("rule {}", rule.id),
             why: why.into(),
         })
-    }))
-    .collect()
+    }));
+    out
 }
 
 /// What stays in the webhook for `queue` (its mutations; its limits add their own).
@@ -413,9 +413,22 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             .and_then(|cfg| kueue::violations(cfg, &queue.name, "variables.child"));
         if let Some(cfg) = queue.config.kueue.as_ref().filter(|_| kueue.is_some()) {
             let labels: Vec<&str> = cfg.settings().iter().map(|s| s.label).collect();
+            let managed = |how: crate::kinds::Kueue| {
+                let names: Vec<&str> = select::kinds()
+                    .filter(|k| k.spec().kueue == how)
+                    .map(|k| k.as_str())
+                    .collect();
+                match names.split_last() {
+                    Some((last, [])) => last.to_string(),
+                    Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                    None => "nothing".to_string(),
+                }
+            };
             report.native.push(format!(
-                "the Kueue labels are the queue's: a Job, JobSet or PyTorchJob whose {} still differs after the mutation is a violation, as is a Pod carrying a different one",
-                labels.join(", ")
+                "the Kueue labels are the queue's: a {} whose {} still differs after the mutation is a violation, as is a {} carrying a different one",
+                managed(crate::kinds::Kueue::Suspends),
+                labels.join(", "),
+                managed(crate::kinds::Kueue::Pod),
             ));
         }
         if !cel.checks.is_empty() || kueue.is_some() {
@@ -471,7 +484,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
     Compiled {
         objects,
         report: Report {
-            kinds: select::KINDS.iter().map(|k| k.as_str()).collect(),
+            kinds: select::kinds().map(|k| k.as_str()).collect(),
             webhook_only: everywhere(),
             queues,
         },
@@ -595,10 +608,11 @@ mod tests {
         );
     }
 
-    /// Every place a compiled expression walks a PyTorchJob's replicas: it walks the sorted
-    /// replica types, never the map itself (CEL iterates a map in no defined order).
+    /// Every place a compiled expression walks a keyed map of pod templates (a PyTorchJob's
+    /// replica types): it walks the sorted keys, never the map itself (CEL iterates a map in
+    /// no defined order).
     #[test]
-    fn no_expression_walks_the_replica_map_in_map_order() {
+    fn no_expression_walks_a_keyed_map_in_map_order() {
         let policy = every_limit();
         let mut texts: Vec<String> = compile(&policy, &Options::default())
             .objects
@@ -612,21 +626,29 @@ mod tests {
                 .iter()
                 .map(|o| o.to_string()),
         );
-        let sorted = select::replica_types();
+        let maps: Vec<String> = select::kinds()
+            .flat_map(|k| k.spec().positions)
+            .filter(|p| matches!(p.holders, crate::kinds::Holders::Keyed(_)))
+            .map(|p| format!("object.{}", p.holders.path().join(".")))
+            .collect();
+        assert!(!maps.is_empty());
         let mut walks = 0;
-        for text in &texts {
-            for (at, _) in text.match_indices("object.spec.pytorchReplicaSpecs.") {
-                let rest = &text[at + "object.spec.pytorchReplicaSpecs".len()..];
-                if ["filter(", "map(", "exists(", "all(", "exists_one("]
-                    .iter()
-                    .any(|m| rest[1..].starts_with(m))
-                {
-                    assert!(
-                        text[at..].starts_with(sorted),
-                        "map-order walk: {}",
-                        &text[at..at + 120]
-                    );
-                    walks += 1;
+        for map in &maps {
+            let sorted = select::keyed_order(map);
+            for text in &texts {
+                for (at, _) in text.match_indices(&format!("{map}.")) {
+                    let rest = &text[at + map.len()..];
+                    if ["filter(", "map(", "exists(", "all(", "exists_one("]
+                        .iter()
+                        .any(|m| rest[1..].starts_with(m))
+                    {
+                        assert!(
+                            text[at..].starts_with(&sorted),
+                            "map-order walk: {}",
+                            &text[at..at + 120]
+                        );
+                        walks += 1;
+                    }
                 }
             }
         }

@@ -437,11 +437,7 @@ fn queue_name_annotation(queue: &Queue, map: &str, ptr: &str, label_written: &st
 /// The labels mutation: the queue label on the object and its pod templates (so controller-made
 /// pods carry it), the Kueue labels on the object, and the queue-name annotation.
 pub fn labels(queue: &Queue, child: &str) -> String {
-    let kueue_when = format!(
-        "!({} || {} || {child})",
-        is_kind(WorkloadKind::Pod),
-        is_kind(WorkloadKind::VolcanoJob)
-    );
+    let kueue_when = format!("({} && !{child})", super::kueue::managed());
     let for_map = |map: &str, ptr: &str, kueue: Option<&str>| {
         let labels = format!("{map}.metadata.labels");
         let entries = label_entries(queue, &labels, kueue);
@@ -456,18 +452,7 @@ pub fn labels(queue: &Queue, child: &str) -> String {
             upsert_labels(map, ptr, &entries)
         )
     };
-    let templates = format!(
-        "({job} ? (has(object.spec.template) ? [{{'t': dyn(object.spec.template), 'ptr': dyn('/spec/template')}}] : []) : \
-         {volcano} ? (has(object.spec.tasks) ? lists.range(size(object.spec.tasks)).filter(i, has(object.spec.tasks[i].template)).map(i, {{'t': dyn(object.spec.tasks[i].template), 'ptr': dyn('/spec/tasks/' + string(i) + '/template')}}) : []) : \
-         {pytorch} ? (has(object.spec.pytorchReplicaSpecs) ? {replicas}.filter(k, has(object.spec.pytorchReplicaSpecs[k].template)).map(k, {{'t': dyn(object.spec.pytorchReplicaSpecs[k].template), 'ptr': dyn('/spec/pytorchReplicaSpecs/' + {seg} + '/template')}}) : []) : \
-         {jobset} ? (has(object.spec.replicatedJobs) ? lists.range(size(object.spec.replicatedJobs)).filter(i, has(object.spec.replicatedJobs[i].template) && has(object.spec.replicatedJobs[i].template.spec) && has(object.spec.replicatedJobs[i].template.spec.template)).map(i, {{'t': dyn(object.spec.replicatedJobs[i].template.spec.template), 'ptr': dyn('/spec/replicatedJobs/' + string(i) + '/template/spec/template')}}) : []) : [])",
-        job = is_kind(WorkloadKind::BatchJob),
-        volcano = is_kind(WorkloadKind::VolcanoJob),
-        pytorch = is_kind(WorkloadKind::PyTorchJob),
-        jobset = is_kind(WorkloadKind::JobSet),
-        seg = cel::pointer_segment("k"),
-        replicas = select::replica_types(),
-    );
+    let templates = select::template_pointers();
     format!(
         "{} + (has(object.spec) ? {templates}.map(x, {}).flatten() : [])",
         for_map("object", "''", Some(&kueue_when)),

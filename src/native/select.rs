@@ -4,45 +4,345 @@
 //! variables.
 
 use crate::cel::{self, lit};
+use crate::kinds::{Cond, From, Holders, Naming, Num, Position, RoleMark};
 use crate::policy::{
     EXEMPTED_BY_ANNOTATION, Exemption, OWN_NAME, Policy, Queue, owner_kinds_of, owner_mark,
 };
 use crate::workload::WorkloadKind;
 
-/// The kinds native policies cover (a TrainJob's pods come from its runtime: webhook only).
-pub const KINDS: [WorkloadKind; 5] = [
-    WorkloadKind::Pod,
-    WorkloadKind::BatchJob,
-    WorkloadKind::VolcanoJob,
-    WorkloadKind::PyTorchJob,
-    WorkloadKind::JobSet,
-];
-
-/// The CEL test for "the request is for a `kind`" (the covered kinds differ in group).
-pub fn is_kind(kind: WorkloadKind) -> String {
-    format!("request.kind.group == {}", lit(kind.api_group()))
+/// The kinds native policies cover: those whose descriptor says so
+/// ([`crate::kinds::KindSpec::native`]), in [`crate::kinds::ALL`]'s order.
+pub fn kinds() -> impl Iterator<Item = WorkloadKind> {
+    WorkloadKind::all().filter(|k| k.spec().native.is_ok())
 }
 
-/// A PyTorchJob's replica types in the order launchgate reads its pod templates
-/// ([`crate::workload::replica_types_in_order`]: byte order of the names). CEL iterates a map
-/// in no defined order, so every expression that walks `pytorchReplicaSpecs` walks this list.
-pub fn replica_types() -> &'static str {
-    "object.spec.pytorchReplicaSpecs.map(k, string(k)).sort()"
+/// The CEL test for "the request is for a `kind`": its API group, and its `kind` too where
+/// another kind shares the group.
+pub fn is_kind(kind: WorkloadKind) -> String {
+    kind.cel_test()
+}
+
+/// `base` followed by the field `key` (a map index where the key is no CEL identifier).
+fn sel(base: &str, key: &str) -> String {
+    if cel::is_identifier(key) {
+        format!("{base}.{key}")
+    } else {
+        format!("{base}[{}]", lit(key))
+    }
+}
+
+/// True when the map `base` has the field `key`.
+fn has(base: &str, key: &str) -> String {
+    if cel::is_identifier(key) {
+        format!("has({base}.{key})")
+    } else {
+        format!("{} in {base}", lit(key))
+    }
+}
+
+/// The field `at` under `base`, and the tests that each step of it exists (in order, so each
+/// may be evaluated only when the ones before it hold).
+fn reach(base: &str, at: &[&str]) -> (String, Vec<String>) {
+    let mut value = base.to_string();
+    let mut steps = Vec::new();
+    for key in at {
+        steps.push(has(&value, key));
+        value = sel(&value, key);
+    }
+    (value, steps)
+}
+
+/// A CEL integer literal (`i64::MIN` has none: it is written as a difference).
+fn int(n: i64) -> String {
+    if n == i64::MIN {
+        format!("({} - 1)", i64::MIN + 1)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Where a compiled [`Num`] or [`Cond`] reads: the object's root, the holder of the position,
+/// and the CEL variable holding the holder's map key (a [`Holders::Keyed`] holder).
+#[derive(Clone, Copy)]
+pub struct Scope<'a> {
+    pub holder: &'a str,
+    pub key: Option<&'a str>,
+}
+
+impl Scope<'_> {
+    fn base(&self, from: From) -> &str {
+        match from {
+            From::Holder => self.holder,
+            From::Object => "object",
+        }
+    }
+}
+
+/// A count in CEL: the same value as [`Num::eval`] for the holder in `scope` (a product
+/// saturates, as in Rust, where CEL's would be an error).
+pub fn num(n: &Num, scope: Scope) -> String {
+    match n {
+        Num::Lit(v) => int(*v),
+        Num::Int { from, at, default } => {
+            let (value, mut steps) = reach(scope.base(*from), at);
+            steps.push(format!("type({value}) == int"));
+            format!("({} ? {value} : {})", steps.join(" && "), int(*default))
+        }
+        Num::Min(a, b) => format!("[{}, {}].min()", num(a, scope), num(b, scope)),
+        Num::Max(a, b) => format!("[{}, {}].max()", num(a, scope), num(b, scope)),
+        Num::Mul(a, b) => {
+            let (max, min) = (int(i64::MAX), int(i64::MIN));
+            format!(
+                "[[{}, {}]].map(v, v[0] == 0 || v[1] == 0 ? 0 : v[0] > 0 && v[1] > 0 ? (v[0] > {max} / v[1] ? {max} : v[0] * v[1]) : v[0] < 0 && v[1] < 0 ? (v[0] < {max} / v[1] ? {max} : v[0] * v[1]) : v[0] > 0 ? (v[1] < {min} / v[0] ? {min} : v[0] * v[1]) : (v[0] < {min} / v[1] ? {min} : v[0] * v[1]))[0]",
+                num(a, scope),
+                num(b, scope)
+            )
+        }
+        Num::If {
+            when,
+            then,
+            otherwise,
+        } => format!(
+            "({} ? {} : {})",
+            cond(when, scope),
+            num(then, scope),
+            num(otherwise, scope)
+        ),
+    }
+}
+
+/// A condition in CEL: the same as [`Cond::holds`] for the holder in `scope`.
+pub fn cond(c: &Cond, scope: Scope) -> String {
+    match c {
+        Cond::True { from, at } => {
+            let (value, mut steps) = reach(scope.base(*from), at);
+            steps.push(format!("type({value}) == bool"));
+            steps.push(value);
+            format!("({})", steps.join(" && "))
+        }
+        Cond::Has { from, at } => {
+            let (value, mut steps) = reach(scope.base(*from), at);
+            steps.push(format!("{value} != null"));
+            format!("({})", steps.join(" && "))
+        }
+        Cond::KeyIs(want) => match scope.key {
+            Some(k) => format!("{k}.lowerAscii() == {}", lit(&want.to_ascii_lowercase())),
+            None => "false".into(),
+        },
+    }
+}
+
+/// A CEL string concatenation of literal text and string expressions.
+#[derive(Default)]
+struct Text(Vec<(bool, String)>);
+
+impl Text {
+    fn lit(mut self, text: &str) -> Self {
+        if text.is_empty() {
+            return self;
+        }
+        match self.0.last_mut() {
+            Some((true, last)) => last.push_str(text),
+            _ => self.0.push((true, text.to_string())),
+        }
+        self
+    }
+
+    fn expr(mut self, expr: String) -> Self {
+        self.0.push((false, expr));
+        self
+    }
+
+    fn cel(&self) -> String {
+        if self.0.is_empty() {
+            return "''".into();
+        }
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(is_lit, t)| if *is_lit { lit(t) } else { t.clone() })
+            .collect();
+        parts.join(" + ")
+    }
+}
+
+/// A JSON Pointer segment for a literal key (RFC 6901).
+fn pointer_escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The map `map`'s keys in the order launchgate reads a [`Holders::Keyed`] position
+/// ([`crate::workload::replica_types_in_order`]: byte order). CEL iterates a map in no defined
+/// order, so every expression that walks such a map walks this list.
+pub fn keyed_order(map: &str) -> String {
+    format!("{map}.map(k, string(k)).sort()")
+}
+
+/// One holder of a position, inside a compiled walk over the position's holders.
+pub struct Place {
+    /// The position.
+    pub position: &'static Position,
+    /// The holder (a CEL map; `object` for a Pod).
+    pub holder: String,
+    /// The CEL variable holding the holder's map key ([`Holders::Keyed`]).
+    pub key: Option<&'static str>,
+    /// The pod template (a CEL map).
+    pub template: String,
+    /// The template's dotted path, as [`crate::workload::TemplateInfo::path`] (a CEL string).
+    path: Text,
+    /// The template's JSON Pointer (a CEL string).
+    pointer: Text,
+}
+
+impl Place {
+    /// The template's dotted path (a CEL string).
+    pub fn path(&self) -> String {
+        self.path.cel()
+    }
+
+    /// The dotted path of the template's pod spec (a CEL string).
+    pub fn spec_path(&self) -> String {
+        match self.position.holders {
+            Holders::Root => lit("spec"),
+            _ => Text(self.path.0.clone()).lit(".spec").cel(),
+        }
+    }
+
+    /// The template's JSON Pointer (a CEL string).
+    pub fn pointer(&self) -> String {
+        self.pointer.cel()
+    }
+
+    /// The JSON Pointer of the template's pod spec (a CEL string).
+    pub fn spec_pointer(&self) -> String {
+        Text(self.pointer.0.clone()).lit("/spec").cel()
+    }
+
+    /// The holder's name a queue template's holder binds by ([`Naming`]), or `''`.
+    pub fn name(&self) -> String {
+        match self.position.naming {
+            Naming::None => "''".into(),
+            Naming::Field(f) => {
+                let value = sel(&self.holder, f);
+                format!(
+                    "({} && type({value}) == string ? {value} : '')",
+                    has(&self.holder, f)
+                )
+            }
+            Naming::Key => self.key.unwrap_or("''").to_string(),
+        }
+    }
+
+    /// How many pods of this holder can run at once ([`Position::at_most`]), never below 0.
+    pub fn at_most(&self) -> String {
+        let n = num(
+            &self.position.at_most,
+            Scope {
+                holder: &self.holder,
+                key: self.key,
+            },
+        );
+        format!("[{n}].map(n, n < 0 ? 0 : n)[0]")
+    }
+}
+
+/// The list of `body`'s values for every holder of `position` whose template has the fields
+/// `needs`, in the order the Rust walk visits them ([`crate::workload::templates`]).
+pub fn walk(
+    position: &'static Position,
+    needs: &[&str],
+    body: impl Fn(&Place) -> String,
+) -> String {
+    let at = position.holders.path();
+    let (holders, guard) = reach("object", at);
+    let mut path = Text::default().lit(&at.join("."));
+    let mut pointer = Text::default();
+    for key in at {
+        pointer = pointer.lit(&format!("/{}", pointer_escape(key)));
+    }
+    let (holder, key, var) = match position.holders {
+        Holders::Root | Holders::At(_) => (holders.clone(), None, None),
+        Holders::Each(_) => {
+            path = path.lit("[").expr("string(i)".into()).lit("]");
+            pointer = pointer.lit("/").expr("string(i)".into());
+            (format!("{holders}[i]"), None, Some("i"))
+        }
+        Holders::Keyed(_) => {
+            path = path.lit(".").expr("k".into());
+            pointer = pointer.lit("/").expr(cel::pointer_segment("k"));
+            (format!("{holders}[k]"), Some("k"), Some("k"))
+        }
+    };
+    let mut template_at: Vec<&str> = position.template.to_vec();
+    for key in position.template {
+        let dot = if path.0.is_empty() { "" } else { "." };
+        path = path.lit(&format!("{dot}{key}"));
+        pointer = pointer.lit(&format!("/{}", pointer_escape(key)));
+    }
+    let (template, _) = reach(&holder, position.template);
+    template_at.extend(needs);
+    let (_, exists) = reach(&holder, &template_at);
+    let place = Place {
+        position,
+        holder: holder.clone(),
+        key,
+        template,
+        path,
+        pointer,
+    };
+    let body = body(&place);
+    match (position.holders, var) {
+        (Holders::Each(_), Some(i)) => format!(
+            "({} ? lists.range(size({holders})).filter({i}, {}).map({i}, {body}) : [])",
+            cel::all(&guard),
+            cel::all(&exists)
+        ),
+        (Holders::Keyed(_), Some(k)) => format!(
+            "({} ? {}.filter({k}, {}).map({k}, {body}) : [])",
+            cel::all(&guard),
+            keyed_order(&holders),
+            cel::all(&exists)
+        ),
+        _ => {
+            let mut all = guard;
+            all.extend(exists);
+            format!("({} ? [{body}] : [])", cel::all(&all))
+        }
+    }
+}
+
+/// Per covered kind, `each` of its positions joined (`None`: nothing for the kind), chosen by
+/// the request's kind; `[]` for any other.
+fn by_kind(each: impl Fn(&'static Position) -> Option<String>) -> String {
+    let mut out = String::from("(");
+    for kind in kinds() {
+        let lists: Vec<String> = kind.spec().positions.iter().filter_map(&each).collect();
+        if !lists.is_empty() {
+            out.push_str(&format!("{} ? {} : ", is_kind(kind), lists.join(" + ")));
+        }
+    }
+    out.push_str("[])");
+    out
 }
 
 /// The workload's pod templates (maps with `metadata` and `spec`); none for a Pod.
 pub fn templates() -> String {
-    format!(
-        "({job} ? (has(object.spec) && has(object.spec.template) ? [object.spec.template] : []) : \
-         {volcano} ? (has(object.spec) && has(object.spec.tasks) ? object.spec.tasks.filter(t, has(t.template)).map(t, t.template) : []) : \
-         {pytorch} ? (has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? {replicas}.filter(k, has(object.spec.pytorchReplicaSpecs[k].template)).map(k, object.spec.pytorchReplicaSpecs[k].template) : []) : \
-         {jobset} ? (has(object.spec) && has(object.spec.replicatedJobs) ? object.spec.replicatedJobs.filter(j, has(j.template) && has(j.template.spec) && has(j.template.spec.template)).map(j, j.template.spec.template) : []) : [])",
-        job = is_kind(WorkloadKind::BatchJob),
-        volcano = is_kind(WorkloadKind::VolcanoJob),
-        pytorch = is_kind(WorkloadKind::PyTorchJob),
-        jobset = is_kind(WorkloadKind::JobSet),
-        replicas = replica_types(),
-    )
+    by_kind(|position| {
+        (!matches!(position.holders, Holders::Root))
+            .then(|| walk(position, &[], |p| p.template.clone()))
+    })
+}
+
+/// Every pod template of the workload with its JSON Pointer: `{'t': the template, 'ptr': its
+/// JSON Pointer}`; none for a Pod.
+pub fn template_pointers() -> String {
+    by_kind(|position| {
+        (!matches!(position.holders, Holders::Root)).then(|| {
+            walk(position, &[], |p| {
+                format!("{{'t': dyn({}), 'ptr': dyn({})}}", p.template, p.pointer())
+            })
+        })
+    })
 }
 
 /// Where launch and queue labels are read: the object and its pod templates.
@@ -50,97 +350,48 @@ pub fn carriers() -> String {
     format!("([object] + {})", templates())
 }
 
+/// What a bare Pod carries of the holder it was made for ([`crate::kinds::KindSpec::role_marks`]
+/// of every kind, in order), or `''`.
+fn pod_role() -> String {
+    let found: Vec<String> = WorkloadKind::all()
+        .flat_map(|k| k.spec().role_marks)
+        .map(|carried| {
+            let (field, key) = match carried {
+                RoleMark::Label(key) => ("labels", lit(key)),
+                RoleMark::Annotation(key) => ("annotations", lit(key)),
+            };
+            format!(
+                "(has(object.metadata.{field}) && {key} in object.metadata.{field} ? [object.metadata.{field}[{key}]] : [])"
+            )
+        })
+        .collect();
+    if found.is_empty() {
+        return "''".into();
+    }
+    format!("[{}].map(r, size(r) > 0 ? r[0] : '')[0]", found.join(" + "))
+}
+
 /// Every pod template of the workload as `{'tat': its dotted path, 't': the template, 'at':
-/// its spec's dotted path, 'ptr': its spec's JSON Pointer, 's': the spec, 'role': the Volcano
-/// task / PyTorchJob replica type / replicated job it is, or what a Pod carries of them, 'n':
-/// how many of its pods can run at once}`.
+/// its spec's dotted path, 'ptr': its spec's JSON Pointer, 's': the spec, 'role': the name of
+/// its holder (a Volcano task, a PyTorchJob replica type, a replicated job), or what a Pod
+/// carries of one, 'n': how many of its pods can run at once}`.
 pub fn specs() -> String {
-    let entry = |tat: &str, t: &str, ptr: &str, role: &str, n: &str| {
-        format!(
-            "{{'tat': dyn({tat}), 't': dyn({t}), 'at': dyn({tat} + ({tat} == '' ? 'spec' : '.spec')), 'ptr': dyn({ptr}), 's': dyn({t}.spec), 'role': dyn({role}), 'n': dyn([{n}].map(n, n < 0 ? 0 : n)[0])}}"
-        )
-    };
-    let int_or =
-        |v: &str, default: &str| format!("(has({v}) && type({v}) == int ? {v} : {default})");
-    // A batch/v1 Job runs min(parallelism, completions) pods at once.
-    let at_once = |job: &str| {
-        format!(
-            "[{}].map(par, has({job}.completions) && type({job}.completions) == int && {job}.completions < par ? {job}.completions : par)[0]",
-            int_or(&format!("{job}.parallelism"), "1")
-        )
-    };
-    let label = |key: &str| {
-        format!(
-            "(has(object.metadata.labels) && {k} in object.metadata.labels ? [object.metadata.labels[{k}]] : [])",
-            k = lit(key)
-        )
-    };
-    let annotation = |key: &str| {
-        format!(
-            "(has(object.metadata.annotations) && {k} in object.metadata.annotations ? [object.metadata.annotations[{k}]] : [])",
-            k = lit(key)
-        )
-    };
-    let pod_role = format!(
-        "[{} + {} + {} + {}].map(r, size(r) > 0 ? r[0] : '')[0]",
-        label("volcano.sh/task-spec"),
-        annotation("volcano.sh/task-spec"),
-        label("training.kubeflow.org/replica-type"),
-        label("jobset.sigs.k8s.io/replicatedjob-name"),
-    );
-    let pod = entry("''", "object", "'/spec'", &pod_role, "1");
-    let job = entry(
-        "'spec.template'",
-        "object.spec.template",
-        "'/spec/template/spec'",
-        "''",
-        &at_once("object.spec"),
-    );
-    let task = entry(
-        "'spec.tasks[' + string(i) + '].template'",
-        "object.spec.tasks[i].template",
-        "'/spec/tasks/' + string(i) + '/template/spec'",
-        "(has(object.spec.tasks[i].name) ? object.spec.tasks[i].name : '')",
-        &int_or("object.spec.tasks[i].replicas", "1"),
-    );
-    let replica = entry(
-        "'spec.pytorchReplicaSpecs.' + k + '.template'",
-        "object.spec.pytorchReplicaSpecs[k].template",
-        &format!(
-            "'/spec/pytorchReplicaSpecs/' + {} + '/template/spec'",
-            cel::pointer_segment("k")
-        ),
-        "k",
-        // The Worker replicas of an elastic PyTorchJob scale up to maxReplicas.
-        &format!(
-            "[{}].map(r, k.lowerAscii() == 'worker' && has(object.spec.elasticPolicy) && has(object.spec.elasticPolicy.maxReplicas) && type(object.spec.elasticPolicy.maxReplicas) == int && object.spec.elasticPolicy.maxReplicas > r ? object.spec.elasticPolicy.maxReplicas : r)[0]",
-            int_or("object.spec.pytorchReplicaSpecs[k].replicas", "1")
-        ),
-    );
-    let rjob = entry(
-        "'spec.replicatedJobs[' + string(i) + '].template.spec.template'",
-        "object.spec.replicatedJobs[i].template.spec.template",
-        "'/spec/replicatedJobs/' + string(i) + '/template/spec/template/spec'",
-        "(has(object.spec.replicatedJobs[i].name) ? object.spec.replicatedJobs[i].name : '')",
-        &format!(
-            "{} * {}",
-            int_or("object.spec.replicatedJobs[i].replicas", "1"),
-            at_once("object.spec.replicatedJobs[i].template.spec")
-        ),
-    );
-    format!(
-        "({pod_is} ? (has(object.spec) ? [{pod}] : []) : \
-         {job_is} ? (has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) ? [{job}] : []) : \
-         {volcano_is} ? (has(object.spec) && has(object.spec.tasks) ? lists.range(size(object.spec.tasks)).filter(i, has(object.spec.tasks[i].template) && has(object.spec.tasks[i].template.spec)).map(i, {task}) : []) : \
-         {pytorch_is} ? (has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? {replicas}.filter(k, has(object.spec.pytorchReplicaSpecs[k].template) && has(object.spec.pytorchReplicaSpecs[k].template.spec)).map(k, {replica}) : []) : \
-         {jobset_is} ? (has(object.spec) && has(object.spec.replicatedJobs) ? lists.range(size(object.spec.replicatedJobs)).filter(i, has(object.spec.replicatedJobs[i].template) && has(object.spec.replicatedJobs[i].template.spec) && has(object.spec.replicatedJobs[i].template.spec.template) && has(object.spec.replicatedJobs[i].template.spec.template.spec)).map(i, {rjob}) : []) : [])",
-        pod_is = is_kind(WorkloadKind::Pod),
-        job_is = is_kind(WorkloadKind::BatchJob),
-        volcano_is = is_kind(WorkloadKind::VolcanoJob),
-        pytorch_is = is_kind(WorkloadKind::PyTorchJob),
-        jobset_is = is_kind(WorkloadKind::JobSet),
-        replicas = replica_types(),
-    )
+    by_kind(|position| {
+        Some(walk(position, &["spec"], |p| {
+            let role = match position.holders {
+                Holders::Root => pod_role(),
+                _ => p.name(),
+            };
+            format!(
+                "{{'tat': dyn({}), 't': dyn({t}), 'at': dyn({}), 'ptr': dyn({}), 's': dyn({t}.spec), 'role': dyn({role}), 'n': dyn({})}}",
+                p.path(),
+                p.spec_path(),
+                p.spec_pointer(),
+                p.at_most(),
+                t = p.template,
+            )
+        }))
+    })
 }
 
 /// Every container of the pod spec `spec`: app containers, then init containers.
@@ -324,11 +575,11 @@ fn exemption_applies(e: &Exemption) -> String {
 
 /// The pod specs of the object: a Pod's own, a workload's templates'.
 fn pod_specs() -> String {
-    format!(
-        "({} ? (has(object.spec) ? [object.spec] : []) : {}.filter(t, has(t.spec)).map(t, t.spec))",
-        is_kind(WorkloadKind::Pod),
-        templates()
-    )
+    by_kind(|position| {
+        Some(walk(position, &["spec"], |p| {
+            format!("{}.spec", p.template)
+        }))
+    })
 }
 
 /// True when one of `exemptions` applies.
@@ -344,27 +595,19 @@ pub fn exempt(exemptions: &[Exemption]) -> String {
 pub fn is_verified_child(policy: &Policy) -> String {
     let creators = &policy.config.match_rules.pod_creators;
     let launch_ref = {
-        let kinds: Vec<String> = [
-            WorkloadKind::Pod,
-            WorkloadKind::BatchJob,
-            WorkloadKind::VolcanoJob,
-            WorkloadKind::PyTorchJob,
-            WorkloadKind::JobSet,
-            WorkloadKind::TrainJob,
-        ]
-        .iter()
-        .map(|k| {
-            format!(
-                "(r.apiVersion == {} && r.kind == {})",
-                lit(&k.api_version()),
-                lit(k.api_kind())
-            )
-        })
-        .collect();
+        let kinds: Vec<String> = WorkloadKind::all()
+            .map(|k| {
+                format!(
+                    "(r.apiVersion == {} && r.kind == {})",
+                    lit(&k.api_version()),
+                    lit(k.api_kind())
+                )
+            })
+            .collect();
         cel::any(&kinds)
     };
     let mut per_kind = Vec::new();
-    for kind in KINDS {
+    for kind in kinds() {
         let mut claims = Vec::new();
         for owner in owner_kinds_of(kind) {
             let (keys, field) = owner_mark(owner, kind);
@@ -468,4 +711,469 @@ fn inherits(exemptions: &[&Exemption]) -> String {
         })
         .collect();
     cel::any(&each)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::{Deadline, JobSpecs, KindSpec, Kueue, Run};
+    use crate::native::eval::{V, eval, parse};
+    use crate::workload;
+    use serde_json::{Value, json};
+
+    // A kind that is none of launchgate's, shaped like a KubeRay RayJob: a head group at a
+    // nested path, a list of worker groups bound by `groupName` that autoscale up to
+    // `maxReplicas` when the cluster says so, each `replicas × numOfHosts` pods, and a
+    // submitter pod template that is the holder itself.
+    static REPLICAS: Num = Num::Int {
+        from: From::Holder,
+        at: &["replicas"],
+        default: 1,
+    };
+    static HOSTS: Num = Num::Int {
+        from: From::Holder,
+        at: &["numOfHosts"],
+        default: 1,
+    };
+    static MAX_REPLICAS: Num = Num::Int {
+        from: From::Holder,
+        at: &["maxReplicas"],
+        default: i64::MIN,
+    };
+    static GROUPS: Num = Num::Max(&REPLICAS, &MAX_REPLICAS);
+    static PODS: Num = Num::Mul(&REPLICAS, &HOSTS);
+    static SCALED: Num = Num::Mul(&GROUPS, &HOSTS);
+    static TEST_RAY: KindSpec = KindSpec {
+        name: "TestRayJob",
+        group: "ray.example.com",
+        version: "v1",
+        kind: "RayJob",
+        resource: "rayjobs",
+        subresources: &[],
+        signature: &[],
+        positions: &[
+            Position {
+                role: "head",
+                holders: Holders::At(&["spec", "rayClusterSpec", "headGroupSpec"]),
+                template: &["template"],
+                naming: Naming::None,
+                replicas: Num::Lit(1),
+                at_most: Num::Lit(1),
+            },
+            Position {
+                role: "worker group",
+                holders: Holders::Each(&["spec", "rayClusterSpec", "workerGroupSpecs"]),
+                template: &["template"],
+                naming: Naming::Field("groupName"),
+                replicas: Num::Mul(&REPLICAS, &HOSTS),
+                at_most: Num::If {
+                    when: Cond::True {
+                        from: From::Object,
+                        at: &["spec", "rayClusterSpec", "enableInTreeAutoscaling"],
+                    },
+                    then: &SCALED,
+                    otherwise: &PODS,
+                },
+            },
+            Position {
+                role: "submitter",
+                holders: Holders::At(&["spec", "submitterPodTemplate"]),
+                template: &[],
+                naming: Naming::None,
+                replicas: Num::Lit(1),
+                at_most: Num::If {
+                    when: Cond::Has {
+                        from: From::Object,
+                        at: &["spec", "submitterPodTemplate", "spec"],
+                    },
+                    then: &Num::Lit(1),
+                    otherwise: &Num::Lit(0),
+                },
+            },
+        ],
+        pods_from_runtime: false,
+        run: Run {
+            deadline: Deadline::Run(
+                "/spec",
+                "activeDeadlineSeconds",
+                "spec.activeDeadlineSeconds",
+            ),
+            defaults: &[],
+            restarts: None,
+        },
+        makes: &[],
+        controller: &[],
+        kueue: Kueue::Suspends,
+        native: Ok(()),
+        role_marks: &[],
+        job_specs: JobSpecs::None,
+        shared_version: false,
+        webhook_rule: "testrayjob",
+    };
+
+    fn template(image: &str) -> Value {
+        json!({"metadata": {"labels": {"app": image}}, "spec": {"containers": [{"name": "main", "image": image}]}})
+    }
+
+    /// Every field a count or condition reads, with where from.
+    fn reads(n: &Num, out: &mut Vec<(From, &'static [&'static str])>) {
+        match n {
+            Num::Lit(_) => {}
+            Num::Int { from, at, .. } => out.push((*from, at)),
+            Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) => {
+                reads(a, out);
+                reads(b, out);
+            }
+            Num::If {
+                when,
+                then,
+                otherwise,
+            } => {
+                match when {
+                    Cond::True { from, at } | Cond::Has { from, at } => out.push((*from, at)),
+                    Cond::KeyIs(_) => {}
+                }
+                reads(then, out);
+                reads(otherwise, out);
+            }
+        }
+    }
+
+    fn set(base: &mut Value, at: &[&str], value: Value) {
+        let mut v = base;
+        for (i, key) in at.iter().enumerate() {
+            if !v.is_object() {
+                *v = json!({});
+            }
+            let map = v.as_object_mut().unwrap();
+            if i + 1 == at.len() {
+                map.insert(key.to_string(), value);
+                return;
+            }
+            v = map.entry(key.to_string()).or_insert_with(|| json!({}));
+        }
+    }
+
+    /// The compiled count of every position (of every kind, and of the RayJob-like one)
+    /// equals `Num::eval` on every combination of absent, integer, negative, huge and
+    /// wrongly typed values of the fields it reads, and every map key.
+    #[test]
+    fn counts_compile_to_cel_that_counts_as_the_descriptor_does() {
+        let candidates = [
+            None,
+            Some(json!(0)),
+            Some(json!(3)),
+            Some(json!(7)),
+            Some(json!(-2)),
+            Some(json!(i64::MAX)),
+            Some(json!("3")),
+            Some(json!(true)),
+            Some(json!(false)),
+            Some(json!(null)),
+            Some(json!(2.5)),
+        ];
+        let positions = crate::kinds::all()
+            .flat_map(|k| k.positions)
+            .chain(TEST_RAY.positions);
+        let mut checked = 0;
+        for position in positions {
+            for n in [&position.replicas, &position.at_most] {
+                let mut fields = Vec::new();
+                reads(n, &mut fields);
+                let mut seen = Vec::new();
+                fields.retain(|f| {
+                    let new = !seen.contains(f);
+                    seen.push(*f);
+                    new
+                });
+                let keys: &[Option<&str>] = match position.holders {
+                    Holders::Keyed(_) => &[Some("Worker"), Some("worker"), Some("Master")],
+                    _ => &[None],
+                };
+                let text = num(
+                    n,
+                    Scope {
+                        holder: "h",
+                        key: keys[0].map(|_| "k"),
+                    },
+                );
+                let program = parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+                let combos = candidates.len().pow(fields.len() as u32);
+                for combo in 0..combos {
+                    let (mut object, mut holder) = (json!({}), json!({}));
+                    let mut c = combo;
+                    for (from, at) in &fields {
+                        let value = &candidates[c % candidates.len()];
+                        c /= candidates.len();
+                        if let Some(value) = value {
+                            let base = match from {
+                                From::Holder => &mut holder,
+                                From::Object => &mut object,
+                            };
+                            set(base, at, value.clone());
+                        }
+                    }
+                    for key in keys {
+                        let mut vars = vec![
+                            ("object", V::from_json(&object)),
+                            ("h", V::from_json(&holder)),
+                        ];
+                        if let Some(k) = key {
+                            vars.push(("k", V::Str(k.to_string())));
+                        }
+                        let want = n.eval(&object, &holder, *key);
+                        let got = program.run(&vars);
+                        assert_eq!(
+                            got,
+                            Ok(V::Int(want)),
+                            "{} ({}): {text}\nobject {object}\nholder {holder}\nkey {key:?}",
+                            position.role,
+                            if std::ptr::eq(n, &position.replicas) {
+                                "replicas"
+                            } else {
+                                "at_most"
+                            },
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+    }
+
+    /// What the compiled walk of a kind's positions gives, evaluated on `object`: per
+    /// template its dotted path, its name, the pods it runs at once, the template, and the
+    /// JSON Pointer of its spec.
+    fn walked(kind: &'static KindSpec, object: &Value) -> Vec<Value> {
+        let lists: Vec<String> = kind
+            .positions
+            .iter()
+            .map(|position| {
+                walk(position, &["spec"], |p| {
+                    format!(
+                        "{{'path': {}, 'name': {}, 'n': {}, 't': {}, 'ptr': {}, 'at': {}}}",
+                        p.path(),
+                        p.name(),
+                        p.at_most(),
+                        p.template,
+                        p.spec_pointer(),
+                        p.spec_path(),
+                    )
+                })
+            })
+            .collect();
+        let text = lists.join(" + ");
+        let got = eval(&text, &[("object", V::from_json(object))])
+            .unwrap_or_else(|e| panic!("{e}: {text}"));
+        let V::List(items) = got else {
+            panic!("not a list: {got:?}")
+        };
+        items.into_iter().map(to_json).collect()
+    }
+
+    fn to_json(v: V) -> Value {
+        match v {
+            V::Null => Value::Null,
+            V::Bool(b) => json!(b),
+            V::Int(i) => json!(i),
+            V::Double(d) => json!(d),
+            V::Str(s) => json!(s),
+            V::List(l) => Value::Array(l.into_iter().map(to_json).collect()),
+            V::Map(m) => Value::Object(
+                m.into_iter()
+                    .map(|(k, v)| match k {
+                        V::Str(k) => (k, to_json(v)),
+                        k => panic!("map key {k:?}"),
+                    })
+                    .collect(),
+            ),
+            V::Type(t) => json!(t),
+        }
+    }
+
+    /// What the Rust walk gives for the same object (pod templates with a spec).
+    fn rust_walk(kind: &'static KindSpec, object: &Value) -> Vec<Value> {
+        workload::templates(WorkloadKind::of_spec(kind), object)
+            .into_iter()
+            .filter(|(_, t)| t.contains_key("spec"))
+            .map(|(info, t)| {
+                let at = if info.path.is_empty() {
+                    "spec".to_string()
+                } else {
+                    format!("{}.spec", info.path)
+                };
+                json!({"path": info.path, "name": info.name.unwrap_or_default(),
+                    "n": info.at_most, "t": t, "at": at})
+            })
+            .collect()
+    }
+
+    fn check_walk(kind: &'static KindSpec, object: &Value) -> usize {
+        let got = walked(kind, object);
+        for entry in &got {
+            let ptr = entry["ptr"].as_str().unwrap();
+            assert_eq!(
+                object.pointer(ptr),
+                Some(&entry["t"]["spec"]),
+                "{ptr} in {object}"
+            );
+        }
+        let without_ptr: Vec<Value> = got
+            .into_iter()
+            .map(|mut e| {
+                e.as_object_mut().unwrap().remove("ptr");
+                e
+            })
+            .collect();
+        assert_eq!(without_ptr, rust_walk(kind, object), "{object}");
+        without_ptr.len()
+    }
+
+    /// A new kind's pod templates are selected, named and counted by CEL compiled from its
+    /// descriptor alone, as the Rust walk reads them.
+    #[test]
+    fn a_new_kinds_templates_are_walked_from_its_descriptor() {
+        let cluster = |autoscale: Value| {
+            json!({"apiVersion": "ray.example.com/v1", "kind": "RayJob",
+            "metadata": {"name": "r"},
+            "spec": {
+                "submitterPodTemplate": template("submit"),
+                "rayClusterSpec": {
+                    "enableInTreeAutoscaling": autoscale,
+                    "headGroupSpec": {"template": template("head")},
+                    "workerGroupSpecs": [
+                        {"groupName": "gpu", "replicas": 2, "numOfHosts": 2, "maxReplicas": 5, "template": template("gpu")},
+                        {"replicas": 3},
+                        {"groupName": "cpu", "template": template("cpu")},
+                        {"groupName": "big", "replicas": 4, "maxReplicas": 1, "template": template("big")},
+                    ]}}})
+        };
+        let scaled = walked(&TEST_RAY, &cluster(json!(true)));
+        let counts: Vec<(&str, &str, i64)> = scaled
+            .iter()
+            .map(|e| {
+                (
+                    e["path"].as_str().unwrap(),
+                    e["name"].as_str().unwrap(),
+                    e["n"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("spec.rayClusterSpec.headGroupSpec.template", "", 1),
+                (
+                    "spec.rayClusterSpec.workerGroupSpecs[0].template",
+                    "gpu",
+                    10
+                ),
+                ("spec.rayClusterSpec.workerGroupSpecs[2].template", "cpu", 1),
+                ("spec.rayClusterSpec.workerGroupSpecs[3].template", "big", 4),
+                ("spec.submitterPodTemplate", "", 1),
+            ]
+        );
+        assert_eq!(
+            scaled[1]["ptr"],
+            "/spec/rayClusterSpec/workerGroupSpecs/0/template/spec"
+        );
+        assert_eq!(check_walk(&TEST_RAY, &cluster(json!(true))), 5);
+        // Without autoscaling the workers count as written.
+        let fixed = walked(&TEST_RAY, &cluster(json!(false)));
+        assert_eq!(fixed[1]["n"], 4);
+        for autoscale in [json!(false), json!("true"), json!(null)] {
+            assert_eq!(check_walk(&TEST_RAY, &cluster(autoscale)), 5);
+        }
+        // Missing holders and templates are skipped, never an error.
+        for object in [
+            json!({"spec": {}}),
+            json!({}),
+            json!({"spec": {"rayClusterSpec": {}}}),
+            json!({"spec": {"rayClusterSpec": {"headGroupSpec": {}, "workerGroupSpecs": []}}}),
+            json!({"spec": {"rayClusterSpec": {"headGroupSpec": {"template": {"metadata": {}}}}}}),
+            json!({"spec": {"submitterPodTemplate": {"metadata": {}}}}),
+        ] {
+            assert_eq!(check_walk(&TEST_RAY, &object), 0, "{object}");
+        }
+    }
+
+    /// The walks of launchgate's own kinds, and the per-kind choice of `specs()`, give what
+    /// the Rust walk gives.
+    #[test]
+    fn the_kinds_specs_are_the_rust_walks() {
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"training.kubeflow.org/replica-type": "worker"}},
+                "spec": {"containers": [{"name": "main"}]}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                "spec": {"parallelism": 4, "completions": 2, "template": template("job")}}),
+            json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                "spec": {"tasks": [{"name": "master", "template": template("m")}, {"replicas": -1, "template": template("x")}, {"name": "w", "replicas": 3, "template": template("w")}]}}),
+            json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                "spec": {"elasticPolicy": {"maxReplicas": 6}, "pytorchReplicaSpecs": {
+                    "Worker": {"replicas": 2, "template": template("w")},
+                    "Master": {"template": template("m")},
+                    "a/b~c": {"replicas": 9, "template": template("odd")}}}}),
+            json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "spec": {"replicatedJobs": [{"name": "workers", "replicas": 3, "template": {"spec": {"parallelism": 2, "template": template("w")}}},
+                    {"name": "driver", "template": {"spec": {"template": template("d")}}}]}}),
+        ];
+        let specs = specs();
+        for object in objects {
+            let kind = WorkloadKind::of_object(&object).unwrap();
+            let spec = kind.spec();
+            assert!(check_walk(spec, &object) > 0, "{object}");
+            let request = json!({"kind": {"group": kind.api_group(), "kind": kind.api_kind()}});
+            let got = eval(
+                &specs,
+                &[
+                    ("object", V::from_json(&object)),
+                    ("request", V::from_json(&request)),
+                ],
+            )
+            .unwrap();
+            let got: Vec<(String, i64, String)> = match to_json(got) {
+                Value::Array(items) => items
+                    .iter()
+                    .map(|e| {
+                        assert_eq!(object.pointer(e["ptr"].as_str().unwrap()), Some(&e["s"]));
+                        (
+                            e["tat"].as_str().unwrap().to_string(),
+                            e["n"].as_i64().unwrap(),
+                            e["role"].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect(),
+                other => panic!("{other}"),
+            };
+            let want: Vec<(String, i64, String)> = workload::templates(kind, &object)
+                .into_iter()
+                .map(|(info, _)| {
+                    let role = info.name.clone().unwrap_or_else(|| {
+                        if info.is_pod() {
+                            "worker".into()
+                        } else {
+                            String::new()
+                        }
+                    });
+                    (info.path, info.at_most, role)
+                })
+                .collect();
+            assert_eq!(got, want, "{object}");
+        }
+    }
+
+    #[test]
+    fn a_kind_is_told_by_its_group_where_no_other_kind_shares_it() {
+        assert_eq!(
+            is_kind(WorkloadKind::VolcanoJob),
+            "request.kind.group == 'batch.volcano.sh'"
+        );
+        assert_eq!(is_kind(WorkloadKind::Pod), "request.kind.group == ''");
+        let covered: Vec<&str> = kinds().map(|k| k.as_str()).collect();
+        assert_eq!(
+            covered,
+            ["Pod", "Job", "VolcanoJob", "PyTorchJob", "JobSet"]
+        );
+    }
 }

@@ -63,15 +63,47 @@ impl std::str::FromStr for Endpoint {
     }
 }
 
-/// The workload kinds an admission rule can cover, by the chart's names (`webhook.rules`).
-pub const RULE_NAMES: [(&str, WorkloadKind); 6] = [
-    ("pods", WorkloadKind::Pod),
-    ("jobs", WorkloadKind::BatchJob),
-    ("volcano", WorkloadKind::VolcanoJob),
-    ("pytorchjob", WorkloadKind::PyTorchJob),
-    ("jobset", WorkloadKind::JobSet),
-    ("trainjob", WorkloadKind::TrainJob),
-];
+/// The workload kinds an admission rule can cover, by the chart's names (`webhook.rules`):
+/// every kind, named by its descriptor ([`crate::kinds::KindSpec::webhook_rule`]).
+pub fn rule_names() -> impl Iterator<Item = (&'static str, WorkloadKind)> {
+    WorkloadKind::all().map(|k| (k.spec().webhook_rule, k))
+}
+
+/// The kinds as the chart reads them (`charts/launchgate/files/kinds.json`, generated from the
+/// descriptors): per kind, in [`crate::kinds::ALL`]'s order, its `webhook.rules` name, API
+/// group, version and resource, and the resources its admission rules cover (the resource and
+/// the subresources that are judged). The chart's webhook rules, the rules the server
+/// registers and the audit's read access are all built from it.
+pub fn chart_kinds() -> Value {
+    Value::Array(
+        rule_names()
+            .map(|(rule, kind)| {
+                let (group, version, resource) = kind.api_resource();
+                json!({
+                    "rule": rule,
+                    "group": group,
+                    "version": version,
+                    "resource": resource,
+                    "resources": resources(kind),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The resources a kind's admission rules cover: its own, and the subresources that are
+/// judged.
+fn resources(kind: WorkloadKind) -> Vec<String> {
+    let resource = kind.api_resource().2;
+    std::iter::once(resource.to_string())
+        .chain(
+            kind.spec()
+                .subresources
+                .iter()
+                .map(|sub| format!("{resource}/{sub}")),
+        )
+        .collect()
+}
 
 /// Everything about the webhooks the config does not say (what the chart passes).
 #[derive(Debug, Clone)]
@@ -94,7 +126,7 @@ pub struct Settings {
     pub mutate: Option<MutateHook>,
     /// The validating webhooks, when registered.
     pub validate: Option<ValidateHook>,
-    /// The kinds the rules cover (chart names, [`RULE_NAMES`]); empty: all.
+    /// The kinds the rules cover (chart names, [`rule_names`]); empty: all.
     pub kinds: Vec<String>,
     /// Labels marking a launch workload; empty: the config's launch and queue labels.
     pub launch_labels: Vec<String>,
@@ -165,32 +197,24 @@ pub fn split_name(name: &str, suffix: &str) -> String {
 /// webhook of its own, [`scale_hook`]).
 fn rules(kinds: &[String]) -> Result<Value, String> {
     let mut out = Vec::new();
-    for (rule, kind) in RULE_NAMES {
+    for (rule, kind) in rule_names() {
         if !kinds.is_empty() && !kinds.iter().any(|k| k == rule) {
             continue;
         }
-        let (group, version, resource) = kind.api_resource();
-        let resources: Vec<String> = std::iter::once(resource.to_string())
-            .chain(
-                kind.spec()
-                    .subresources
-                    .iter()
-                    .map(|sub| format!("{resource}/{sub}")),
-            )
-            .collect();
+        let (group, version, _) = kind.api_resource();
         out.push(json!({
             "apiGroups": [group],
             "apiVersions": [version],
-            "resources": resources,
+            "resources": resources(kind),
             "operations": ["CREATE", "UPDATE"],
             "scope": "Namespaced",
         }));
     }
     if let Some(unknown) = kinds
         .iter()
-        .find(|k| !RULE_NAMES.iter().any(|(n, _)| n == k))
+        .find(|k| !rule_names().any(|(n, _)| n == k.as_str()))
     {
-        let known: Vec<&str> = RULE_NAMES.iter().map(|(n, _)| *n).collect();
+        let known: Vec<&str> = rule_names().map(|(n, _)| n).collect();
         return Err(format!(
             "unknown webhook kind {unknown:?} (one of {})",
             known.join(", ")
@@ -300,23 +324,24 @@ pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
         return None;
     }
     let rules = &policy.config.match_rules;
-    // A TrainJob's containers live in its runtime: its env is not read here. The entity env
-    // matters only when a queue is configured under an entity; the queue env only when no
-    // queue label names the queue.
+    // The containers of a kind whose pods come from a runtime (a TrainJob's) live in the
+    // runtime: their env is not read here. The entity env matters only when a queue is
+    // configured under an entity; the queue env only when no queue label names the queue.
     let entity_scoped = policy.queues.values().any(|q| q.entity.is_some());
-    let trainjob = if rules.queue_entity_env.is_some() && entity_scoped {
+    let from_env = if rules.queue_entity_env.is_some() && entity_scoped {
         Some("true".to_string())
     } else if rules.queue_env.is_some() {
         Some(format!("{} == ''", select::label_value(policy)))
     } else {
         None
     };
+    let runtime_kinds: Vec<String> = WorkloadKind::all()
+        .filter(|k| k.spec().pods_from_runtime)
+        .map(select::is_kind)
+        .collect();
     let mut parts = Vec::new();
-    if let Some(unknown) = trainjob {
-        parts.push(format!(
-            "({} && {unknown})",
-            select::is_kind(WorkloadKind::TrainJob)
-        ));
+    if let Some(unknown) = from_env.filter(|_| !runtime_kinds.is_empty()) {
+        parts.push(format!("({} && {unknown})", cel::any(&runtime_kinds)));
     }
     parts.push(format!(
         "{} in {}",
@@ -425,7 +450,8 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
             )],
         };
         let mut hooks = hooks;
-        if settings.kinds.is_empty() || settings.kinds.iter().any(|k| k == "pytorchjob") {
+        let scaled = WorkloadKind::PyTorchJob.spec().webhook_rule;
+        if settings.kinds.is_empty() || settings.kinds.iter().any(|k| k == scaled) {
             let base = hook(&v.name, "/validate", "Ignore", Vec::new());
             hooks.push(scale_hook(&base, &v.name));
         }

@@ -24,7 +24,7 @@ pub fn config_json_schema() -> Value {
 }
 
 /// How to regenerate the chart's schema after changing a config type.
-pub const REGENERATE_HINT: &str = "UPDATE_SCHEMA=1 cargo test --test config_schema regenerates charts/launchgate/values.schema.json";
+pub const REGENERATE_HINT: &str = "UPDATE_SCHEMA=1 cargo test --test config_schema regenerates charts/launchgate/values.schema.json and charts/launchgate/files/kinds.json";
 
 /// The Helm chart's `values.schema.json` with its `config` property replaced by the config's
 /// generated schema and the config's subschemas in the root `definitions` (where the
@@ -50,6 +50,19 @@ pub fn chart_values_schema(current: &Value) -> Value {
         if let Some(props) = root.get_mut("properties").and_then(Value::as_object_mut) {
             props.insert("config".into(), config);
         }
+    }
+    // One switch per kind under `webhook.rules`, named by the kind's descriptor.
+    if let Some(rules) = values.pointer_mut("/properties/webhook/properties/rules/properties") {
+        *rules = Value::Object(
+            crate::kinds::all()
+                .map(|k| {
+                    (
+                        k.webhook_rule.to_string(),
+                        serde_json::json!({"type": "boolean"}),
+                    )
+                })
+                .collect(),
+        );
     }
     values
 }

@@ -666,6 +666,7 @@ mod tests {
             role_marks: &[],
             job_specs: JobSpecs::None,
             shared_version: false,
+            webhook_rule: "retried",
         }
     };
 

@@ -1046,6 +1046,7 @@ fields:
             role_marks: &[],
             job_specs: JobSpecs::None,
             shared_version: false,
+            webhook_rule: "test",
         }
     };
 

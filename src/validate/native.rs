@@ -387,7 +387,7 @@ impl QueueLimits {
                     // Root positions mean something only for the template's own kind.
                     let kind_test = self
                         .template_kind
-                        .map(|k| format!("request.kind.group == {}", lit(k.api_group())))
+                        .map(WorkloadKind::cel_test)
                         .unwrap_or_else(|| "false".into());
                     check = format!("({kind_test} ? {check} : [])");
                 }
@@ -479,11 +479,16 @@ impl QueueLimits {
             ));
         }
 
-        // The JobSet Trainer makes for a TrainJob (the one verified child that is a JobSet) is
-        // held to the totals too, as in the webhook.
-        let trainer_jobset = format!(
-            "request.kind.group == {}",
-            lit(WorkloadKind::JobSet.api_group())
+        // What the controller of a kind whose pods come from a runtime makes (the JobSet Trainer
+        // makes for a TrainJob) is held to the totals too, as in the webhook: it is the first
+        // object that shows the run's size.
+        let trainer_jobset = crate::cel::any(
+            &WorkloadKind::all()
+                .filter(|k| k.spec().pods_from_runtime)
+                .flat_map(|k| k.spec().makes)
+                .filter_map(|m| WorkloadKind::named(m.kind))
+                .map(WorkloadKind::cel_test)
+                .collect::<Vec<_>>(),
         );
         for total in &self.totals {
             out.check(

@@ -161,54 +161,36 @@ matchConditions:
 {{- end }}
 {{- end }}
 
+{{/* The workload kinds launchgate handles, generated from its kind descriptors
+(files/kinds.json: `UPDATE_SCHEMA=1 cargo test --test config_schema`), as a list: per kind its
+webhook.rules name, API group, version, resource, and the resources its admission rules cover. */}}
+{{- define "launchgate.kinds" -}}
+{{- .Files.Get "files/kinds.json" }}
+{{- end }}
+
+{{/* "true" when webhook.rules turns the kind named (list $ name) on; a kind it does not name is on. */}}
+{{- define "launchgate.ruleOn" -}}
+{{- $rules := (index . 0).Values.webhook.rules }}
+{{- $name := index . 1 }}
+{{- if hasKey $rules $name }}{{ index $rules $name }}{{ else }}true{{ end }}
+{{- end }}
+
 {{/* Admission rules: CREATE and UPDATE only (on DELETE `object` is null); an UPDATE is sent
-only when it can change what the limits cover (matchConditions: relevant-update). */}}
+only when it can change what the limits cover (matchConditions: relevant-update). Per kind, its
+resource and the subresources that change what the limits cover (pods/ephemeralcontainers:
+kubectl debug; pods/resize: in-place resource changes); pytorchjobs/scale has a validating
+webhook of its own (launchgate.scaleWebhook). */}}
 {{- define "launchgate.webhookRules" -}}
+{{- $root := . -}}
 rules:
-  {{- if .Values.webhook.rules.pods }}
-  - apiGroups: [""]
-    apiVersions: ["v1"]
-    # pods/ephemeralcontainers (kubectl debug: registries, securityContext defaults) and
-    # pods/resize (in-place resource changes: field limits) change what the limits cover.
-    resources: ["pods", "pods/ephemeralcontainers", "pods/resize"]
+  {{- range $k := include "launchgate.kinds" $root | fromJsonArray }}
+  {{- if eq (include "launchgate.ruleOn" (list $root $k.rule)) "true" }}
+  - apiGroups: [{{ $k.group | quote }}]
+    apiVersions: [{{ $k.version | quote }}]
+    resources: [{{ range $i, $r := $k.resources }}{{ if $i }}, {{ end }}{{ $r | quote }}{{ end }}]
     operations: ["CREATE", "UPDATE"]
     scope: Namespaced
   {{- end }}
-  {{- if .Values.webhook.rules.jobs }}
-  - apiGroups: ["batch"]
-    apiVersions: ["v1"]
-    resources: ["jobs"]
-    operations: ["CREATE", "UPDATE"]
-    scope: Namespaced
-  {{- end }}
-  {{- if .Values.webhook.rules.volcano }}
-  - apiGroups: ["batch.volcano.sh"]
-    apiVersions: ["v1alpha1"]
-    resources: ["jobs"]
-    operations: ["CREATE", "UPDATE"]
-    scope: Namespaced
-  {{- end }}
-  {{- if .Values.webhook.rules.pytorchjob }}
-  - apiGroups: ["kubeflow.org"]
-    apiVersions: ["v1"]
-    # pytorchjobs/scale has a validating webhook of its own (launchgate.scaleWebhook).
-    resources: ["pytorchjobs"]
-    operations: ["CREATE", "UPDATE"]
-    scope: Namespaced
-  {{- end }}
-  {{- if .Values.webhook.rules.jobset }}
-  - apiGroups: ["jobset.x-k8s.io"]
-    apiVersions: ["v1alpha2"]
-    resources: ["jobsets"]
-    operations: ["CREATE", "UPDATE"]
-    scope: Namespaced
-  {{- end }}
-  {{- if .Values.webhook.rules.trainjob }}
-  - apiGroups: ["trainer.kubeflow.org"]
-    apiVersions: ["v1alpha1"]
-    resources: ["trainjobs"]
-    operations: ["CREATE", "UPDATE"]
-    scope: Namespaced
   {{- end }}
 {{- end }}
 
