@@ -338,8 +338,20 @@ pub fn job_defaults(queue: &Queue, child: &str) -> Option<String> {
             ops.join(" + ")
         }
     };
+    // Every other kind the native policies cover: its descriptor's run-level defaults.
+    let written = [
+        WorkloadKind::BatchJob,
+        WorkloadKind::VolcanoJob,
+        WorkloadKind::PyTorchJob,
+        WorkloadKind::JobSet,
+    ];
+    let others: String = select::kinds()
+        .into_iter()
+        .filter(|k| !written.contains(k) && !k.spec().run.defaults.is_empty())
+        .map(|k| format!("{} ? {} : ", k.cel_test(), branch(&run_defaults(cfg, k))))
+        .collect();
     Some(format!(
-        "(!has(object.spec) || {child}) ? [] : {job_is} ? {job} : {volcano_is} ? {volcano} : {pytorch_is} ? {pytorch} : {jobset_is} ? {jobset} : []",
+        "(!has(object.spec) || {child}) ? [] : {job_is} ? {job} : {volcano_is} ? {volcano} : {pytorch_is} ? {pytorch} : {jobset_is} ? {jobset} : {others}[]",
         job_is = is_kind(WorkloadKind::BatchJob),
         volcano_is = is_kind(WorkloadKind::VolcanoJob),
         pytorch_is = is_kind(WorkloadKind::PyTorchJob),
@@ -349,6 +361,134 @@ pub fn job_defaults(queue: &Queue, child: &str) -> Option<String> {
         pytorch = branch(&pytorch),
         jobset = branch(&jobset),
     ))
+}
+
+/// The run-level defaults of `kind`'s descriptor ([`crate::kinds::Run::defaults`]) as JSON
+/// Patch operations, each written where the Rust mutation writes it
+/// (`mutate::job_defaults`): its gates, its holder (created where the descriptor says so),
+/// and what counts as unset. Whether the user wrote an API-defaulted field is read from a
+/// server-side apply manager owning it or its key in kubectl's last-applied-configuration text
+/// (as for a Job's `backoffLimit`).
+fn run_defaults(
+    cfg: &crate::mutate::job_defaults::JobDefaultsConfig,
+    kind: WorkloadKind,
+) -> Vec<String> {
+    use crate::kinds::{Replaces, Setting};
+    let scope = select::Scope {
+        holder: "object",
+        key: None,
+    };
+    let mut out = Vec::new();
+    for d in kind.spec().run.defaults {
+        let value = match d.setting {
+            Setting::BackoffLimit => cfg.backoff_limit.map(|v| v.to_string()),
+            Setting::Ttl => cfg.ttl_seconds_after_finished.map(|v| v.to_string()),
+            Setting::VolcanoMaxRetry => cfg.volcano_max_retry.map(|v| v.to_string()),
+            Setting::RestartPolicy => cfg.restart_policy.as_deref().map(lit),
+        };
+        // A misplaced field's value (a PyTorchJob's) is honoured by that kind's own branch.
+        let (Some(value), None) = (value, d.misplaced) else {
+            continue;
+        };
+        let Some((key, parents)) = d.at.split_last() else {
+            continue;
+        };
+        let Some((last, above)) = parents.split_last() else {
+            continue;
+        };
+        let mut gates = Vec::new();
+        let mut at = "object".to_string();
+        for k in above {
+            at = format!("{at}.{k}");
+            gates.push(format!("has({at}) && {at} != null"));
+        }
+        if let Some(when) = &d.when {
+            gates.push(select::cond(when, scope));
+        }
+        if let Some(unless) = &d.unless {
+            gates.push(format!("!{}", select::cond(unless, scope)));
+        }
+        let holder = format!("{at}.{last}");
+        let current = format!("{holder}.{key}");
+        let pointer = |keys: &[&str]| {
+            lit(&keys
+                .iter()
+                .map(|k| format!("/{}", pointer_escape(k)))
+                .collect::<String>())
+        };
+        let unset = match d.replaces {
+            Replaces::Absent => format!("(!has({current}) || {current} == null)"),
+            Replaces::Value(v) => format!(
+                "((!has({current}) || {current} == null || {current} == {v}) && !(has({current}) && {current} == {value}))"
+            ),
+            Replaces::ApiDefault(api) => {
+                let treat =
+                    d.setting != Setting::BackoffLimit || cfg.treat_api_default_backoff_as_unset;
+                let mut explicit = vec![written_by_apply(d.at), written_in_last_applied(key)];
+                if d.setting == Setting::BackoffLimit {
+                    let keep = lit(KEEP_BACKOFF_LIMIT_ANNOTATION);
+                    explicit.push(format!(
+                        "(has(object.metadata.annotations) && {keep} in object.metadata.annotations && object.metadata.annotations[{keep}] == 'true')"
+                    ));
+                }
+                let replaced = if treat && value != api.to_string() {
+                    format!(" || ({current} == {api} && !({}))", explicit.join(" || "))
+                } else {
+                    String::new()
+                };
+                format!("(!has({current}) || type({current}) != int{replaced})")
+            }
+            Replaces::Text(t) => format!(
+                "(!has({current}) || type({current}) != string || {current} == {})",
+                lit(t)
+            ),
+        };
+        let holder_is_map = format!("has({holder}) && type({holder}) == map");
+        let write = add_if(
+            &format!("{holder_is_map} && {unset}"),
+            &pointer(d.at),
+            &value,
+        );
+        let op = if d.make {
+            format!(
+                "(!has({holder}) || {holder} == null ? [JSONPatch{{op: 'add', path: {}, value: {{{}: {value}}}}}] : {write})",
+                pointer(parents),
+                lit(key)
+            )
+        } else {
+            write
+        };
+        out.push(if gates.is_empty() {
+            op
+        } else {
+            format!("({} ? {op} : [])", gates.join(" && "))
+        });
+    }
+    out
+}
+
+/// A server-side apply manager owns the field at `at` (from the object's root).
+fn written_by_apply(at: &[&str]) -> String {
+    let mut path = "m.fieldsV1".to_string();
+    let mut steps = vec!["has(m.fieldsV1)".to_string()];
+    for k in at {
+        let f = lit(&format!("f:{k}"));
+        steps.push(format!("{f} in {path}"));
+        path = format!("{path}[{f}]");
+    }
+    format!(
+        "(has(object.metadata.managedFields) && object.metadata.managedFields.exists(m, m.operation == 'Apply' && (!has(m.subresource) || m.subresource == '') && {}))",
+        steps.join(" && ")
+    )
+}
+
+/// kubectl's last-applied-configuration names the key (as text: CEL cannot parse the JSON).
+fn written_in_last_applied(key: &str) -> String {
+    let applied = lit(LAST_APPLIED_ANNOTATION);
+    format!(
+        "(has(object.metadata.annotations) && {applied} in object.metadata.annotations && object.metadata.annotations[{applied}].contains({}))",
+        lit(&format!("\"{key}\":"))
+    )
 }
 
 /// A JSON Pointer segment for a literal key (RFC 6901).
