@@ -14,6 +14,7 @@ mod job;
 mod jobset;
 mod pod;
 mod pytorchjob;
+mod ray;
 mod trainjob;
 mod volcano;
 
@@ -30,6 +31,7 @@ static FILES: &[&[&KindSpec]] = &[
     pytorchjob::KINDS,
     jobset::KINDS,
     trainjob::KINDS,
+    ray::KINDS,
 ];
 
 /// Every kind's descriptor, in [`FILES`]' order.

@@ -9,6 +9,7 @@
 
 mod cli;
 mod files;
+pub mod generated;
 mod objects;
 mod reviews;
 mod server;

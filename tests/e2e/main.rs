@@ -26,6 +26,7 @@ mod launch_stack;
 mod native;
 mod observability;
 mod pytorch_guarantees;
+mod ray;
 mod registration;
 mod safety;
 mod semantics;
@@ -127,6 +128,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(launch_stack::trainjob_hardening_keeps_a_privileged_runtime_valid),
         e2e!(launch_stack::kueue_admission_is_left_alone_and_revalidated),
         e2e!(launch_stack::a_tenants_kueue_labels_are_replaced_or_denied),
+        e2e!(ray::rayjob_is_limited_hardened_and_its_children_verified),
         e2e!(guardrails::a_gang_starts_whole_or_is_denied),
         e2e!(guardrails::a_preempted_pod_is_replaced_and_a_failure_still_fails),
         e2e!(guardrails::a_run_ends_when_rank_zero_ends),
@@ -135,6 +137,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(guardrails::the_rendezvous_service_is_preflighted),
         e2e!(native::compiled_policies_apply_to_the_api_server),
         e2e!(native::native_policies_decide_as_the_webhook_does),
+        e2e!(native::native_policies_decide_as_the_webhook_does_on_generated_workloads),
         e2e!(native::a_pytorchjob_is_judged_the_same_every_time),
         e2e!(native::hybrid_mode_enforces_while_the_webhook_is_down),
         e2e!(native::the_server_keeps_native_policies_in_step_with_its_config),

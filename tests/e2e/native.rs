@@ -630,7 +630,6 @@ const IN_FLIGHT: usize = 8;
 /// config (`compile-native --equivalent-config`); what that leaves out is what the report
 /// lists. A TrainJob is the webhook's only: the native policies leave it alone.
 pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()> {
-    use futures_util::StreamExt as _;
     let policy = Policy::from_yaml(&suite_config()?).map_err(|e| anyhow::anyhow!("{e}"))?;
     let compiled = launchgate::native::compile(&policy, &Default::default());
     ensure!(
@@ -642,26 +641,89 @@ pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()>
         "the report does not say TrainJobs stay in the webhook"
     );
     let workloads = recorded_workloads()?;
+    let (judged, configs) = differential(ctx, "differential", |_, sides| {
+        let mut cases = Vec::new();
+        for (file, object) in &workloads {
+            for queue in sides.policy.queues.values() {
+                for (variant, mut obj) in variants(object) {
+                    obj["metadata"]["labels"]["launchgate.io/queue"] = json!(queue.name);
+                    cases.push((format!("{file} in queue {}, {variant}", queue.key), obj));
+                }
+            }
+        }
+        cases
+    })
+    .await?;
+    println!(
+        "e2e: differential: {judged} cases of {configs} configs, each judged {} times alike",
+        REPEATS + 1
+    );
+    Ok(())
+}
+
+/// How many generated workloads each config of the suite judges.
+const GENERATED_PER_CONFIG: usize = 32;
+
+/// The differential of [`native_policies_decide_as_the_webhook_does`] on generated workloads of
+/// every kind (`common::generated`: Pods, Jobs, Volcano Jobs, PyTorchJobs, JobSets, TrainJobs,
+/// RayJobs and RayClusters, sized and labelled around the limits), a fixed sample per config
+/// spread over its queues: identical decisions and objects, every time.
+pub async fn native_policies_decide_as_the_webhook_does_on_generated_workloads(
+    ctx: &Ctx,
+) -> Result<()> {
+    let mut kinds = BTreeSet::new();
+    let (judged, configs) = differential(ctx, "generated", |n, sides| {
+        let queues: Vec<String> = sides
+            .policy
+            .queues
+            .values()
+            .map(|q| q.name.clone())
+            .collect();
+        let seed = u8::try_from(n % 256).unwrap_or_default();
+        crate::common::generated::sample(GENERATED_PER_CONFIG, seed, &queues)
+            .into_iter()
+            .map(|w| {
+                kinds.insert(w["kind"].as_str().unwrap_or_default().to_string());
+                let name = w["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                (format!("generated {name}"), w)
+            })
+            .collect()
+    })
+    .await?;
+    ensure!(judged >= 500, "only {judged} generated cases judged");
+    println!(
+        "e2e: differential: {judged} generated workloads ({}) of {configs} configs, each judged {} times alike",
+        kinds.into_iter().collect::<Vec<_>>().join(", "),
+        REPEATS + 1
+    );
+    Ok(())
+}
+
+/// Runs every config the tests use on both sides (the webhook alone in one namespace, the
+/// compiled policies alone in another) and judges the cases `cases_for(config index, sides)`
+/// gives, each settled and then [`REPEATS`] more times. Fails with every difference found;
+/// returns how many cases and configs were judged.
+async fn differential(
+    ctx: &Ctx,
+    id: &str,
+    mut cases_for: impl FnMut(usize, &Sides) -> Vec<(String, Value)>,
+) -> Result<(usize, usize)> {
+    use futures_util::StreamExt as _;
     let mut differences = Vec::new();
     let mut judged = 0;
     let mut configs = 0;
     for (n, (what, config)) in test_configs()?.into_iter().enumerate() {
         configs += 1;
-        let mut sides = Sides::start(ctx, &config, &format!("differential{n}")).await?;
+        let mut sides = Sides::start(ctx, &config, &format!("{id}{n}")).await?;
+        let cases: Vec<(String, Value)> = cases_for(n, &sides)
+            .into_iter()
+            .map(|(case, obj)| (format!("{what}: {case}"), obj))
+            .collect();
         let result = async {
             sides.install(ctx).await?;
-            let mut cases = Vec::new();
-            for (file, object) in &workloads {
-                for queue in sides.policy.queues.values() {
-                    for (variant, mut obj) in variants(object) {
-                        obj["metadata"]["labels"]["launchgate.io/queue"] = json!(queue.name);
-                        cases.push((
-                            format!("{what}: {file} in queue {}, {variant}", queue.key),
-                            obj,
-                        ));
-                    }
-                }
-            }
             let sides = &sides;
             let found: Vec<Result<Option<String>>> = futures_util::stream::iter(cases)
                 .map(|(case, obj)| async move {
@@ -707,11 +769,7 @@ pub async fn native_policies_decide_as_the_webhook_does(ctx: &Ctx) -> Result<()>
             differences.join("\n")
         );
     }
-    println!(
-        "e2e: differential: {judged} cases of {configs} configs, each judged {} times alike",
-        REPEATS + 1
-    );
-    Ok(())
+    Ok((judged, configs))
 }
 
 /// Hybrid mode: native policies for the limits and the static mutations, the webhook (failure

@@ -38,6 +38,9 @@ pub const TRAINJOB_QUEUE: &str = "trainjob-queue";
 /// The built-in queue handing off to the Kueue LocalQueue `team-a`, wiring every Indexed Job,
 /// warning about jobs it cannot wire, with at most 4 GPUs per Job in all.
 pub const KUEUE_QUEUE: &str = "kueue-queue";
+/// The built-in queue for KubeRay: handing off to the Kueue LocalQueue `team-a`, with at most
+/// 8 GPUs per workload in all.
+pub const RAY_QUEUE: &str = "ray-queue";
 
 /// The running launchgate binary.
 pub struct Launchgate {
@@ -296,6 +299,10 @@ pub fn suite_config() -> Result<String> {
     kueue["pytorch"]["onUnwirable"] = json!("warn");
     kueue["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 4}});
     config["queues"][KUEUE_QUEUE] = kueue;
+    let mut ray = config["queues"][&default_queue].clone();
+    ray["kueue"] = json!({"localQueue": "team-a"});
+    ray["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 8}});
+    config["queues"][RAY_QUEUE] = ray;
     let mut guarded = config["queues"][&default_queue].clone();
     guarded["pytorch"]["indexedJobs"] = json!(true);
     guarded["guardrails"]["gang"] = json!("deny");

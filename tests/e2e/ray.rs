@@ -1,0 +1,226 @@
+//! KubeRay on the real control plane with the upstream RayJob and RayCluster CRDs. No KubeRay
+//! operator runs here: the test plays its part (it creates the RayCluster a RayJob's operator
+//! would, and that RayCluster's pods, as the operator's service account).
+
+use crate::ctx::{Ctx, mutations};
+use crate::webhook::{RAY_QUEUE, suite_config};
+use anyhow::{Context, Result, ensure};
+use launchgate::Policy;
+use launchgate::admission::AdmissionRequest;
+use launchgate::cluster::NoCluster;
+use launchgate::review::{Endpoint, decide};
+use serde_json::{Value, json};
+
+/// The identity the KubeRay operator runs as (its Helm chart's service account).
+pub const KUBERAY_OPERATOR: &str = "system:serviceaccount:default:kuberay-operator";
+
+fn container(name: &str, gpus: i64) -> Value {
+    json!({"name": name, "image": "rayproject/ray:2.46.0",
+           "resources": {"limits": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": gpus}}})
+}
+
+fn labels() -> Value {
+    json!({"wandb.ai/monitor": "true", "launchgate.io/queue": RAY_QUEUE})
+}
+
+/// A launch RayJob: a CPU head and one worker group `gpu` of `replicas` pods (`max` when the
+/// cluster autoscales) with `gpus` GPUs each, submitted by a submitter pod.
+fn rayjob(name: &str, replicas: i64, max: i64, autoscale: bool, gpus: i64) -> Value {
+    json!({"apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": name, "labels": labels()},
+        "spec": {
+            "entrypoint": "python train.py",
+            "shutdownAfterJobFinishes": true,
+            "rayClusterSpec": {
+                "enableInTreeAutoscaling": autoscale,
+                "headGroupSpec": {"rayStartParams": {},
+                    "template": {"metadata": {"labels": labels()},
+                                 "spec": {"containers": [container("ray-head", 0)]}}},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas, "minReplicas": 1,
+                    "maxReplicas": max, "rayStartParams": {},
+                    "template": {"metadata": {"labels": labels()},
+                                 "spec": {"containers": [container("ray-worker", gpus)]}}}]},
+            "submitterPodTemplate": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "ray-job-submitter", "image": "rayproject/ray:2.46.0",
+                                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}}})
+}
+
+/// Every container of the RayJob's pod templates (head, workers, submitter).
+fn containers(rayjob: &Value) -> Vec<&Value> {
+    let spec = &rayjob["spec"];
+    let cluster = &spec["rayClusterSpec"];
+    let mut out = vec![&cluster["headGroupSpec"]["template"]["spec"]["containers"][0]];
+    for group in cluster["workerGroupSpecs"].as_array().into_iter().flatten() {
+        out.push(&group["template"]["spec"]["containers"][0]);
+    }
+    out.push(&spec["submitterPodTemplate"]["spec"]["containers"][0]);
+    out
+}
+
+/// Lets the KubeRay operator's service account create RayClusters and pods here.
+async fn grant_kuberay(ctx: &Ctx) -> Result<()> {
+    // Not a launch workload: only RBAC can refuse it.
+    let probe = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rbac-probe"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    ctx.grant(
+        "kuberay",
+        json!([{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["create"]},
+               {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]),
+        json!([{"kind": "ServiceAccount", "name": "kuberay-operator", "namespace": "default"}]),
+        &probe,
+        &[(KUBERAY_OPERATOR, &[])],
+    )
+    .await
+}
+
+/// The RayCluster the operator makes for the stored RayJob `job`, with `replicas` workers.
+fn operator_cluster(job: &Value, replicas: i64) -> Value {
+    let name = job["metadata"]["name"].as_str().unwrap_or_default();
+    let mut labels = job["metadata"]["labels"].clone();
+    labels["ray.io/originated-from-cr-name"] = json!(name);
+    labels["ray.io/originated-from-crd"] = json!("RayJob");
+    let mut spec = job["spec"]["rayClusterSpec"].clone();
+    spec["workerGroupSpecs"][0]["replicas"] = json!(replicas);
+    spec["workerGroupSpecs"][0]["maxReplicas"] = json!(replicas.max(1));
+    json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": format!("{name}-raycluster-x7k2p"), "labels": labels,
+            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": name,
+                "uid": job["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]},
+        "spec": spec})
+}
+
+/// A worker pod the operator makes for the stored RayCluster `cluster`, with `gpus` GPUs.
+fn operator_pod(cluster: &Value, gpus: i64) -> Value {
+    let name = cluster["metadata"]["name"].as_str().unwrap_or_default();
+    let template = &cluster["spec"]["workerGroupSpecs"][0]["template"];
+    let mut labels = template["metadata"]["labels"].clone();
+    labels["ray.io/cluster"] = json!(name);
+    labels["ray.io/group"] = json!("gpu");
+    labels["ray.io/node-type"] = json!("worker");
+    let mut spec = template["spec"].clone();
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus);
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": format!("{name}-gpu-worker-"), "labels": labels,
+            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": name,
+                "uid": cluster["metadata"]["uid"], "controller": true,
+                "blockOwnerDeletion": true}]},
+        "spec": spec})
+}
+
+/// A RayJob is limited by what its autoscaling worker groups can reach, stored hardened and
+/// labelled for Kueue with nothing pruned by the real CRD, gets no PyTorch env; the RayCluster
+/// and pods the KubeRay operator makes for it are judged on the per-pod rules only.
+pub async fn rayjob_is_limited_hardened_and_its_children_verified(ctx: &Ctx) -> Result<()> {
+    // 1 replica now, up to 4 × 4 GPUs when it autoscales: 16 GPUs over the queue's 8.
+    let (status, body, _) = ctx
+        .create_raw(&rayjob("too-big", 1, 4, true, 4), false)
+        .await?;
+    let message = body["message"].as_str().unwrap_or_default();
+    ensure!(
+        status == 403,
+        "an autoscaling 16-GPU RayJob: {status} {body}"
+    );
+    for part in [
+        &format!("queue \"{RAY_QUEUE}\""),
+        "total nvidia.com/gpu over all pods=16",
+        "exceeds maximum 8",
+        "(totals)",
+        "spec.rayClusterSpec.workerGroupSpecs[0].template: 4 × 4",
+    ] {
+        ensure!(message.contains(part), "{message:?} lacks {part:?}");
+    }
+    // Counted under the totals rule's id.
+    let metrics = ctx.launchgate_metrics().await?;
+    let counted = metrics.lines().any(|l| {
+        l.starts_with("launchgate_violations_total{")
+            && l.contains(&format!("queue=\"{RAY_QUEUE}\""))
+            && l.contains("rule=\"limits.totals\"")
+    });
+    ensure!(
+        counted,
+        "no limits.totals violation counted for {RAY_QUEUE}"
+    );
+    // The same group without autoscaling runs its 2 replicas: 8 GPUs.
+    let job = ctx.create(&rayjob("ray-ok", 2, 4, false, 4), false).await?;
+    for c in containers(&job) {
+        ensure!(
+            c["securityContext"]["allowPrivilegeEscalation"] == false
+                && c["securityContext"]["capabilities"]["drop"] == json!(["ALL"]),
+            "stored RayJob container not hardened: {c}"
+        );
+        ensure!(
+            c["env"].as_array().into_iter().flatten().all(|e| ![
+                "MASTER_ADDR",
+                "WORLD_SIZE",
+                "RANK"
+            ]
+            .contains(&e["name"].as_str().unwrap_or_default())),
+            "a RayJob got PyTorch env: {c}"
+        );
+    }
+    ensure!(
+        job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a",
+        "Kueue label: {}",
+        job["metadata"]["labels"]
+    );
+    ensure!(
+        mutations(&job).is_some_and(|m| m.contains("security-context")),
+        "mutations {:?}",
+        mutations(&job)
+    );
+    // Nothing launchgate wrote was pruned: the stored object needs no patch.
+    let policy = Policy::from_yaml(&suite_config()?).map_err(anyhow::Error::msg)?;
+    let request = AdmissionRequest::synthetic_create(job.clone(), None)
+        .map_err(anyhow::Error::msg)
+        .context("a RayJob request")?;
+    let again = decide(&policy, Endpoint::Mutate, &request, &NoCluster);
+    ensure!(
+        again.response.allowed && again.patch.0.is_empty(),
+        "the stored RayJob would be patched again (pruned?): {:?}",
+        again.patch
+    );
+
+    // The operator's RayCluster, even grown to 4 workers (16 GPUs), is judged per pod.
+    grant_kuberay(ctx).await?;
+    let (status, cluster, _) = ctx
+        .create_raw_as(&operator_cluster(&job, 4), false, Some(KUBERAY_OPERATOR))
+        .await?;
+    ensure!(
+        status == 201,
+        "the operator's RayCluster: {status} {cluster}"
+    );
+    // The same RayCluster from a tenant is a launch workload of its own: held to the totals.
+    let mut forged = operator_cluster(&job, 4);
+    forged["metadata"]["name"] = json!("forged");
+    let (status, body, _) = ctx.create_raw(&forged, true).await?;
+    ensure!(
+        status == 403
+            && body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("(totals)"),
+        "a tenant's RayCluster claiming the RayJob: {status} {body}"
+    );
+    // Its pods, made by the operator: per-pod rules (hardening, the 4-GPU container bound).
+    let (status, pod, _) = ctx
+        .create_raw_as(&operator_pod(&cluster, 4), false, Some(KUBERAY_OPERATOR))
+        .await?;
+    ensure!(status == 201, "the operator's worker pod: {status} {pod}");
+    let c = &pod["spec"]["containers"][0];
+    ensure!(
+        c["securityContext"]["allowPrivilegeEscalation"] == false,
+        "worker pod not hardened: {c}"
+    );
+    let (status, body, _) = ctx
+        .create_raw_as(&operator_pod(&cluster, 8), true, Some(KUBERAY_OPERATOR))
+        .await?;
+    ensure!(
+        status == 403
+            && body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("exceeds maximum 4"),
+        "an 8-GPU worker pod: {status} {body}"
+    );
+    Ok(())
+}
