@@ -337,7 +337,7 @@ impl Sides {
             };
             ctx.wait_for(
                 &format!("both sides to take effect for queue {}", queue.key),
-                Duration::from_secs(30),
+                Duration::from_secs(120),
                 || async {
                     let (w, n) = self.judge(ctx, &probe).await?;
                     let (ow, on) = self.judge(ctx, &over).await?;
@@ -353,7 +353,7 @@ impl Sides {
     }
 
     /// The first difference in judging `obj`, waiting out the moment the API server takes to
-    /// load new policies and bindings (resource by resource): up to 5 tries, 1 s apart, until
+    /// load new policies and bindings (resource by resource): up to [`SETTLE_TRIES`] tries, 1 s apart, until
     /// the two agree.
     pub(crate) async fn settled_difference(
         &self,
@@ -365,7 +365,7 @@ impl Sides {
             let (by_webhook, by_native) = self.judge(ctx, obj).await?;
             let found = difference(obj, by_webhook, by_native);
             attempt += 1;
-            if found.is_none() || attempt == 5 {
+            if found.is_none() || attempt == SETTLE_TRIES {
                 return Ok(found);
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -616,6 +616,11 @@ fn difference(obj: &Value, by_webhook: Outcome, by_native: Outcome) -> Option<St
     }
 }
 
+/// How many times (1 s apart) a case is judged until both sides agree, before its difference
+/// counts: the API server compiles a policy's expressions for each resource the first time it
+/// admits one, which on a loaded machine takes seconds for the larger walks.
+const SETTLE_TRIES: usize = 30;
+
 /// How many times each case is judged once both sides have taken effect (CEL that depends on
 /// something undefined, such as map order, shows as a difference between repetitions).
 const REPEATS: usize = 10;
@@ -793,7 +798,7 @@ pub async fn hybrid_mode_enforces_while_the_webhook_is_down(ctx: &Ctx) -> Result
         let labelled = |v: &Value| v.pointer("/metadata/labels/launchgate.io~1queue").is_some();
         ctx.wait_for(
             "the native policies to take effect",
-            Duration::from_secs(30),
+            Duration::from_secs(120),
             || async {
                 let p = create_in(&ctx.client, &ns.ns, &pod, true).await?;
                 let j = create_in(&ctx.client, &ns.ns, &job, true).await?;
@@ -811,7 +816,7 @@ pub async fn hybrid_mode_enforces_while_the_webhook_is_down(ctx: &Ctx) -> Result
             .await?;
         ctx.wait_for(
             "the webhook to take effect",
-            Duration::from_secs(30),
+            Duration::from_secs(120),
             || async {
                 let made = create_in(&ctx.client, &ns.ns, &pod, true).await?;
                 Ok(made.is_ok_and(|p| crate::ctx::mutations(&p).is_some()))
@@ -925,7 +930,7 @@ pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx)
             .collect();
         ctx.wait_for(
             "the native policies of both queues",
-            Duration::from_secs(30),
+            Duration::from_secs(120),
             || async {
                 let m = set_names(&ctx.client, "MutatingAdmissionPolicy", &set).await?;
                 let v = set_names(&ctx.client, "ValidatingAdmissionPolicy", &set).await?;
@@ -945,7 +950,7 @@ pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx)
         )?;
         ctx.wait_for(
             "the removed queue's policies to go",
-            Duration::from_secs(30),
+            Duration::from_secs(120),
             || async {
                 let m = set_names(&ctx.client, "MutatingAdmissionPolicy", &set).await?;
                 let v = set_names(&ctx.client, "ValidatingAdmissionPolicy", &set).await?;
@@ -1028,7 +1033,7 @@ pub async fn admission_cost_webhook_vs_native(ctx: &Ctx) -> Result<()> {
                 == Some(&json!(false))
         };
         for ns in [&webhook_ns.ns, &native_ns.ns] {
-            ctx.wait_for("the policy to take effect", Duration::from_secs(30), || async {
+            ctx.wait_for("the policy to take effect", Duration::from_secs(120), || async {
                 Ok(create_in(&ctx.client, ns, &job, true).await?.is_ok_and(|j| hardened(&j)))
             })
             .await?;
