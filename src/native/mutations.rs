@@ -346,7 +346,6 @@ pub fn job_defaults(queue: &Queue, child: &str) -> Option<String> {
         WorkloadKind::JobSet,
     ];
     let others: String = select::kinds()
-        .into_iter()
         .filter(|k| !written.contains(k) && !k.spec().run.defaults.is_empty())
         .map(|k| format!("{} ? {} : ", k.cel_test(), branch(&run_defaults(cfg, k))))
         .collect();
