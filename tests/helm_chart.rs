@@ -481,6 +481,8 @@ fn default_render_is_a_safe_webhook() {
         gvr("kubeflow.org", "v1", "pytorchjobs"),
         gvr("jobset.x-k8s.io", "v1alpha2", "jobsets"),
         gvr("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+        gvr("ray.io", "v1", "rayjobs"),
+        gvr("ray.io", "v1", "rayclusters"),
     ];
     let mut expected_sorted = expected.clone();
     expected_sorted.sort();
