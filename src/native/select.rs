@@ -623,8 +623,9 @@ pub fn is_verified_child(policy: &Policy) -> String {
                             return format!("(has(object.metadata.name) && object.metadata.name == {expected})");
                         }
                         let k = lit(k);
+                        // Parenthesised whole: the mark is one operand of the claim's `&&`.
                         format!(
-                            "(has(object.metadata.labels) && {k} in object.metadata.labels && object.metadata.labels[{k}] == {expected}) || (has(object.metadata.annotations) && {k} in object.metadata.annotations && object.metadata.annotations[{k}] == {expected})"
+                            "((has(object.metadata.labels) && {k} in object.metadata.labels && object.metadata.labels[{k}] == {expected}) || (has(object.metadata.annotations) && {k} in object.metadata.annotations && object.metadata.annotations[{k}] == {expected}))"
                         )
                     })
                     .collect();
@@ -1161,6 +1162,43 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "{object}");
         }
+    }
+
+    #[test]
+    fn a_mark_alone_does_not_make_a_verified_child() {
+        let policy = Policy::from_yaml(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
+        let program = parse(&is_verified_child(&policy)).unwrap();
+        // A pod of a Volcano Job, marked by annotation only (as the tenant can write it).
+        let pod = |user: &str| {
+            let object = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {
+                    "generateName": "run-",
+                    "annotations": {"volcano.sh/job-name": "run"},
+                    "ownerReferences": [{
+                        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                        "name": "run", "uid": "u-1", "controller": true,
+                    }],
+                },
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            });
+            let request = json!({
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "userInfo": {"username": user},
+            });
+            program
+                .run(&[
+                    ("object", V::from_json(&object)),
+                    ("request", V::from_json(&request)),
+                ])
+                .unwrap()
+        };
+        assert_eq!(
+            pod("system:serviceaccount:volcano-system:volcano-controllers"),
+            V::Bool(true)
+        );
+        assert_eq!(pod("system:serviceaccount:team-a:default"), V::Bool(false));
+        assert_eq!(pod("alice"), V::Bool(false));
     }
 
     #[test]
