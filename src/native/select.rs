@@ -450,8 +450,9 @@ pub fn label_value(policy: &Policy) -> String {
     if keys.is_empty() {
         return "''".into();
     }
+    // The carriers are walked once (bound to `cs`), not once per key.
     format!(
-        "[{keys}.map(k, {carriers}.filter(c, has(c.metadata) && has(c.metadata.labels) && k in c.metadata.labels).map(c, c.metadata.labels[k])).filter(vs, size(vs) > 0 && vs[0] != '').map(vs, vs[0])].map(found, size(found) > 0 ? found[0] : '')[0]",
+        "[{carriers}].map(cs, [{keys}.map(k, cs.filter(c, has(c.metadata) && has(c.metadata.labels) && k in c.metadata.labels).map(c, c.metadata.labels[k])).filter(vs, size(vs) > 0 && vs[0] != '').map(vs, vs[0])].map(found, size(found) > 0 ? found[0] : '')[0])[0]",
         keys = cel::str_list(keys),
         carriers = carriers(),
     )
@@ -504,10 +505,18 @@ pub fn queue_key(policy: &Policy) -> String {
         .queue_entity_env
         .as_deref()
         .map_or("''".into(), env_value);
-    let lookup = format!(
-        "r == '' ? '' : r.contains('/') ? (r in {direct} ? r : '') : \
-         [{entity}].map(e, (e != '' && (e + '/' + r) in {direct}) ? e + '/' + r : r in {direct} ? r : r in {by_label} ? {by_label}[r] : e != '' ? '' : r in {unique} ? {unique}[r] : '')[0]"
-    );
+    // Without a queue configured under an entity, the entity changes nothing (no `e/r` key,
+    // no name unique to one entity): it is not read at all.
+    let lookup = if policy.queues.values().all(|q| q.entity.is_none()) {
+        format!(
+            "r == '' ? '' : r.contains('/') ? (r in {direct} ? r : '') : r in {direct} ? r : r in {by_label} ? {by_label}[r] : ''"
+        )
+    } else {
+        format!(
+            "r == '' ? '' : r.contains('/') ? (r in {direct} ? r : '') : \
+             [{entity}].map(e, (e != '' && (e + '/' + r) in {direct}) ? e + '/' + r : r in {direct} ? r : r in {by_label} ? {by_label}[r] : e != '' ? '' : r in {unique} ? {unique}[r] : '')[0]"
+        )
+    };
     let namespaces = cel::str_map(
         policy
             .config
@@ -999,12 +1008,12 @@ mod tests {
             .into_iter()
             .filter(|(_, t)| t.contains_key("spec"))
             .map(|(info, t)| {
-                let at = if info.path.is_empty() {
+                let at = if info.path().is_empty() {
                     "spec".to_string()
                 } else {
-                    format!("{}.spec", info.path)
+                    format!("{}.spec", info.path())
                 };
-                json!({"path": info.path, "name": info.name.unwrap_or_default(),
+                json!({"path": info.path().to_string(), "name": info.name.unwrap_or_default(),
                     "n": info.at_most, "t": t, "at": at})
             })
             .collect()
@@ -1157,7 +1166,7 @@ mod tests {
                             String::new()
                         }
                     });
-                    (info.path, info.at_most, role)
+                    (info.path().to_string(), info.at_most, role)
                 })
                 .collect();
             assert_eq!(got, want, "{object}");
