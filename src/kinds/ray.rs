@@ -243,7 +243,7 @@ mod tests {
             "submitterPodTemplate": {"spec": {"containers": []}}}});
         let found: Vec<_> = templates(kind, &job)
             .into_iter()
-            .map(|(i, _)| (i.path, i.name, i.replicas, i.at_most))
+            .map(|(i, _)| (i.path().to_string(), i.name.clone(), i.replicas, i.at_most))
             .collect();
         assert_eq!(
             found,

@@ -258,7 +258,7 @@ fn add_to_pod_spec(
     ctx: &MutationContext<'_>,
     cfg: &CacheConfig,
     spec: &mut Map<String, Value>,
-    spec_path: &str,
+    spec_path: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
     let Some((source_key, source)) = cfg.source() else {
@@ -382,7 +382,7 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     };
     if ctx.kind.spec().pods_from_runtime {
         return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| {
-            add_to_pod_spec(ctx, cfg, spec, spec_path, findings)
+            add_to_pod_spec(ctx, cfg, spec, &spec_path, findings)
         });
     }
     let mut changed = false;

@@ -213,7 +213,7 @@ fn job_templates(kind: WorkloadKind, object: &Value) -> Vec<(String, String)> {
             for k in up {
                 pointer.push_str(&format!("/{}", escape(k)));
             }
-            Some((pointer, info.spec_path()))
+            Some((pointer, info.spec_path().to_string()))
         })
         .collect()
 }
@@ -253,7 +253,9 @@ fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut F
         .unwrap_or_default();
     let mut changed = false;
     let sidecars = ctx.sidecars;
-    let add = |spec: &mut Map<String, Value>, spec_path: &str, findings: &mut Findings| {
+    let add = |spec: &mut Map<String, Value>,
+               spec_path: &dyn std::fmt::Display,
+               findings: &mut Findings| {
         if workload::is_windows(spec) {
             return false;
         }
@@ -304,7 +306,7 @@ fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut F
     };
     if ctx.kind.spec().pods_from_runtime {
         return super::runtime_patch::with_trainer_pod_spec(object, |spec, path| {
-            add(spec, path, findings)
+            add(spec, &path, findings)
         });
     }
     workload::for_each_template_mut(ctx.kind, object, |info, template| {

@@ -13,7 +13,7 @@ pub mod security_context;
 use crate::admission::AdmissionRequest;
 use crate::cluster::ClusterView;
 use crate::pytorch::PytorchConfig;
-use crate::workload::{ContainerRole, WorkloadKind};
+use crate::workload::{ContainerAt, ContainerRole, WorkloadKind};
 use cache::CacheConfig;
 use job_defaults::JobDefaultsConfig;
 use security_context::SecurityContextConfig;
@@ -60,13 +60,20 @@ impl MutationContext<'_> {
     pub fn for_each_training_container(
         &self,
         pod_spec: &mut serde_json::Map<String, Value>,
-        spec_path: &str,
-        mut f: impl FnMut(&str, &mut serde_json::Map<String, Value>),
+        spec_path: &dyn std::fmt::Display,
+        mut f: impl FnMut(&dyn std::fmt::Display, &mut serde_json::Map<String, Value>),
     ) {
         crate::workload::for_each_container_mut(pod_spec, self.sidecars, |slot, c| {
             if slot.role == ContainerRole::App {
-                let name = crate::workload::name_in(c).unwrap_or_default();
-                f(&format!("{} ({name})", slot.path(spec_path)), c);
+                let name = crate::workload::name_in(c).unwrap_or_default().to_string();
+                f(
+                    &ContainerAt {
+                        spec_path,
+                        slot,
+                        name,
+                    },
+                    c,
+                );
             }
         });
     }
@@ -89,7 +96,7 @@ impl Findings {
 }
 
 /// The warning for variables left unset because `envFrom` may set them.
-pub(crate) fn env_from_warning(where_: &str, vars: &[(&str, String)]) -> String {
+pub(crate) fn env_from_warning(where_: &dyn std::fmt::Display, vars: &[(&str, String)]) -> String {
     let names: Vec<&str> = vars.iter().map(|(n, _)| *n).collect();
     let mut sources: Vec<&str> = vars.iter().map(|(_, s)| s.as_str()).collect();
     sources.dedup();

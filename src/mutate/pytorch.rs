@@ -51,8 +51,8 @@ impl Site for MutationContext<'_> {
     fn for_each_training_container(
         &self,
         pod_spec: &mut Map<String, Value>,
-        spec_path: &str,
-        f: &mut dyn FnMut(&str, &mut Map<String, Value>),
+        spec_path: &dyn std::fmt::Display,
+        f: &mut dyn FnMut(&dyn std::fmt::Display, &mut Map<String, Value>),
     ) {
         MutationContext::for_each_training_container(self, pod_spec, spec_path, f)
     }
@@ -96,7 +96,7 @@ impl Warnings for Findings {
         Findings::warn(self, message);
     }
 
-    fn env_from(&mut self, where_: &str, vars: &[(&str, String)]) {
+    fn env_from(&mut self, where_: &dyn std::fmt::Display, vars: &[(&str, String)]) {
         Findings::warn(self, super::env_from_warning(where_, vars));
     }
 }

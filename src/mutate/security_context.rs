@@ -111,7 +111,7 @@ fn default_container(
     cfg: &SecurityContextConfig,
     pod_sets_seccomp: bool,
     container: &mut Map<String, Value>,
-    where_: &str,
+    where_: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
     let privileged = container
@@ -159,7 +159,10 @@ fn default_container(
 /// explicitly runs as UID 0 (and does not set its own `runAsNonRoot`), or a pod-level
 /// `runAsUser: 0` that some container inherits. The kubelet refuses to start such a container
 /// (`CreateContainerConfigError`), so the run would never start.
-fn root_containers(pod_spec: &Map<String, Value>, spec_path: &str) -> Vec<String> {
+fn root_containers(
+    pod_spec: &Map<String, Value>,
+    spec_path: &dyn std::fmt::Display,
+) -> Vec<String> {
     let uid = |sc: Option<&Value>| sc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64);
     let pod_uid = uid(pod_spec.get("securityContext"));
     let mut out = Vec::new();
@@ -179,7 +182,7 @@ fn root_containers(pod_spec: &Map<String, Value>, spec_path: &str) -> Vec<String
 fn default_pod(
     cfg: &SecurityContextConfig,
     pod_spec: &mut Map<String, Value>,
-    spec_path: &str,
+    spec_path: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
     if cfg.run_as_non_root.is_none() && cfg.run_as_user.is_none() && cfg.fs_group.is_none() {
@@ -227,8 +230,8 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
         // The tenant's own runtime patches are merged into the same pods, before launchgate's.
         let tenant = trainjob::tenant_patch_pod_spec(object, runtime_patch::MANAGER);
         return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| match runtime {
-            Some(runtime) => harden_over_runtime(cfg, spec, spec_path, runtime, &tenant, findings),
-            None => harden_blind(cfg, spec, spec_path, &named, &tenant, findings),
+            Some(runtime) => harden_over_runtime(cfg, spec, &spec_path, runtime, &tenant, findings),
+            None => harden_blind(cfg, spec, &spec_path, &named, &tenant, findings),
         });
     }
     let mut changed = false;
@@ -245,7 +248,7 @@ fn harden_pod_spec(
     ctx: &MutationContext<'_>,
     cfg: &SecurityContextConfig,
     spec: &mut Map<String, Value>,
-    spec_path: &str,
+    spec_path: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
     // Windows pods cannot take Linux security options.
@@ -272,7 +275,7 @@ fn harden_pod_spec(
 fn harden_over_runtime(
     cfg: &SecurityContextConfig,
     patch: &mut Map<String, Value>,
-    spec_path: &str,
+    spec_path: &dyn std::fmt::Display,
     runtime: &TrainingRuntime,
     tenant: &Map<String, Value>,
     findings: &mut Findings,
@@ -291,9 +294,9 @@ fn harden_over_runtime(
 fn harden_over(
     cfg: &SecurityContextConfig,
     patch: &mut Map<String, Value>,
-    spec_path: &str,
+    spec_path: &dyn std::fmt::Display,
     mut merged: Map<String, Value>,
-    where_: &str,
+    where_: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
     trainjob::merge_pod_spec(&mut merged, patch);
@@ -336,7 +339,7 @@ fn harden_over(
 fn harden_blind(
     cfg: &SecurityContextConfig,
     spec: &mut Map<String, Value>,
-    spec_path: &str,
+    spec_path: &dyn std::fmt::Display,
     runtime: &str,
     tenant: &Map<String, Value>,
     findings: &mut Findings,

@@ -39,7 +39,7 @@ pub const HOST_NETWORK_DNS_POLICY: &str = "ClusterFirstWithHostNet";
 /// (the API server defaults `ClusterFirst`) and is "present" for custom resources.
 pub fn host_network_dns_problem(
     pod_spec: &Map<String, Value>,
-    spec_path: &str,
+    spec_path: &dyn std::fmt::Display,
     user_wrote_dns: bool,
 ) -> Option<String> {
     if pod_spec.get("hostNetwork").and_then(Value::as_bool) != Some(true) {
@@ -177,7 +177,7 @@ pub fn write_env(
     container: &mut Map<String, Value>,
     vars: &[(&'static str, EnvValue)],
     cfg: &PytorchConfig,
-    where_: &str,
+    where_: &dyn std::fmt::Display,
     findings: &mut dyn Warnings,
 ) -> bool {
     let mut changed = false;
@@ -302,7 +302,7 @@ pub fn follow_shadowed_twins(container: &mut Map<String, Value>) -> bool {
 pub fn write_port(
     container: &mut Map<String, Value>,
     port: u16,
-    where_: &str,
+    where_: &dyn std::fmt::Display,
     findings: &mut dyn Warnings,
 ) -> bool {
     let same_name_other_number = container
@@ -333,7 +333,7 @@ pub fn write_port(
 pub fn wire_pod_spec(
     ctx: &dyn Site,
     pod_spec: &mut Map<String, Value>,
-    spec_path: &str,
+    spec_path: &dyn std::fmt::Display,
     vars: &[(&'static str, EnvValue)],
     port: Option<u16>,
     findings: &mut dyn Warnings,
@@ -371,7 +371,7 @@ pub fn wire_pod_spec(
 /// denies). Returns true when it changed the spec.
 pub fn ensure_host_network_dns(
     pod_spec: &mut Map<String, Value>,
-    spec_path: &str,
+    spec_path: &dyn std::fmt::Display,
     user_wrote_dns: bool,
     findings: &mut dyn Warnings,
 ) -> bool {
@@ -555,7 +555,7 @@ mod tests {
             &mut c,
             &job_vars(&cfg(), &wiring()),
             &cfg(),
-            "c",
+            &"c",
             &mut f
         ));
         assert_eq!(
@@ -575,7 +575,7 @@ mod tests {
             &mut c,
             &job_vars(&cfg(), &wiring()),
             &cfg(),
-            "c",
+            &"c",
             &mut f
         ));
         assert_eq!(c, before);
@@ -590,7 +590,7 @@ mod tests {
             {"name": "MASTER_PORT", "value": "29500"}
         ]}));
         let mut f = Findings::default();
-        write_env(&mut c, &job_vars(&cfg(), &wiring()), &cfg(), "c", &mut f);
+        write_env(&mut c, &job_vars(&cfg(), &wiring()), &cfg(), &"c", &mut f);
         assert_eq!(
             workload::effective_env_value(&c, PET_MASTER_PORT),
             Some("29500")
@@ -607,7 +607,7 @@ mod tests {
             {"name": "WORLD_SIZE", "value": "1"},
             {"name": "WORLD_SIZE", "value": "16"}
         ]}));
-        write_env(&mut c, &job_vars(&o, &wiring()), &o, "c", &mut f);
+        write_env(&mut c, &job_vars(&o, &wiring()), &o, &"c", &mut f);
         assert_eq!(workload::effective_env_value(&c, WORLD_SIZE), Some("3"));
         assert_eq!(workload::effective_env_value(&c, PET_NNODES), Some("3"));
     }
@@ -652,7 +652,13 @@ mod tests {
         let mut o = cfg();
         o.override_user_values = true;
         let mut f = Findings::default();
-        assert!(write_env(&mut c, &job_vars(&o, &wiring()), &o, "c", &mut f));
+        assert!(write_env(
+            &mut c,
+            &job_vars(&o, &wiring()),
+            &o,
+            &"c",
+            &mut f
+        ));
         assert_eq!(names(&c)[0], WORLD_SIZE, "replaced where it was");
         assert_eq!(workload::effective_env_value(&c, WORLD_SIZE), Some("3"));
         let n = names(&c);
@@ -664,7 +670,7 @@ mod tests {
             &mut c,
             &job_vars(&o, &wiring()),
             &o,
-            "c",
+            &"c",
             &mut f
         ));
     }
@@ -676,7 +682,7 @@ mod tests {
         let mut c = obj(json!({"name": "t", "env": [e.clone()]}));
         let mut f = Findings::default();
         let vars = rank_vars(&cfg(), EnvValue::FieldRef(COMPLETION_INDEX_FIELD.into()));
-        assert!(write_env(&mut c, &vars, &cfg(), "c", &mut f));
+        assert!(write_env(&mut c, &vars, &cfg(), &"c", &mut f));
         assert!(f.warnings.is_empty());
         assert_eq!(names(&c), [RANK, PET_NODE_RANK]);
     }
@@ -685,18 +691,18 @@ mod tests {
     fn port_is_never_declared_twice_by_name() {
         let mut f = Findings::default();
         let mut c = obj(json!({"ports": [{"name": PORT_NAME, "containerPort": 123}]}));
-        assert!(!write_port(&mut c, 23456, "c", &mut f));
+        assert!(!write_port(&mut c, 23456, &"c", &mut f));
         assert_eq!(c["ports"].as_array().unwrap().len(), 1);
         assert!(f.warnings[0].contains("123"), "{:?}", f.warnings);
         let mut c = obj(json!({"name": "t"}));
-        assert!(write_port(&mut c, 23456, "c", &mut f));
+        assert!(write_port(&mut c, 23456, &"c", &mut f));
         assert_eq!(
             c["ports"],
             json!([{"name": PORT_NAME, "containerPort": 23456, "protocol": "TCP"}])
         );
-        assert!(!write_port(&mut c, 23456, "c", &mut f));
+        assert!(!write_port(&mut c, 23456, &"c", &mut f));
         let mut c = obj(json!({"name": "t", "ports": [{"name": "http", "containerPort": 23456}]}));
-        assert!(!write_port(&mut c, 23456, "c", &mut f));
+        assert!(!write_port(&mut c, 23456, &"c", &mut f));
     }
 
     #[test]
@@ -704,15 +710,15 @@ mod tests {
         let mut f = Findings::default();
         // The API server's default ClusterFirst is replaced.
         let mut spec = obj(json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
-        assert!(ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+        assert!(ensure_host_network_dns(&mut spec, &"spec", false, &mut f));
         assert_eq!(spec["dnsPolicy"], HOST_NETWORK_DNS_POLICY);
-        assert!(!ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+        assert!(!ensure_host_network_dns(&mut spec, &"spec", false, &mut f));
         let mut spec = obj(json!({"hostNetwork": true}));
-        assert!(ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+        assert!(ensure_host_network_dns(&mut spec, &"spec", false, &mut f));
         assert!(f.warnings.is_empty());
         // A dnsPolicy the user wrote is kept, and explained.
         let mut spec = obj(json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
-        assert!(!ensure_host_network_dns(&mut spec, "spec", true, &mut f));
+        assert!(!ensure_host_network_dns(&mut spec, &"spec", true, &mut f));
         assert_eq!(spec["dnsPolicy"], "ClusterFirst");
         assert!(
             f.warnings[0].contains("dnsPolicy: ClusterFirst, which you wrote")
@@ -727,8 +733,8 @@ mod tests {
         ] {
             let mut spec = obj(spec);
             let before = spec.clone();
-            assert!(!ensure_host_network_dns(&mut spec, "spec", true, &mut f));
-            assert!(!ensure_host_network_dns(&mut spec, "spec", false, &mut f));
+            assert!(!ensure_host_network_dns(&mut spec, &"spec", true, &mut f));
+            assert!(!ensure_host_network_dns(&mut spec, &"spec", false, &mut f));
             assert_eq!(spec, before);
         }
     }

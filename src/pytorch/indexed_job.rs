@@ -215,7 +215,7 @@ pub fn problems(cfg: &PytorchConfig, object: &Value, name: &str) -> Vec<String> 
         Some(Shape::Wirable { .. }) => object
             .at("/spec/template/spec")
             .and_then(Value::as_object)
-            .and_then(|spec| host_network_dns_problem(spec, SPEC_PATH, user_wrote_dns(object)))
+            .and_then(|spec| host_network_dns_problem(spec, &SPEC_PATH, user_wrote_dns(object)))
             .map(|p| format!("{}: {p}", display_name(name)))
             .into_iter()
             .collect(),
@@ -307,7 +307,7 @@ pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -
             },
         );
         if let Some(spec) = workload::pod_spec_mut(template) {
-            changed |= env::ensure_host_network_dns(spec, SPEC_PATH, wrote_dns, findings);
+            changed |= env::ensure_host_network_dns(spec, &SPEC_PATH, wrote_dns, findings);
         }
         return changed;
     }
@@ -328,8 +328,8 @@ pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -
     let Some(spec) = workload::pod_spec_mut(template) else {
         return changed;
     };
-    changed |= env::wire_pod_spec(ctx, spec, SPEC_PATH, &vars, Some(cfg.port), findings);
-    changed |= env::ensure_host_network_dns(spec, SPEC_PATH, wrote_dns, findings);
+    changed |= env::wire_pod_spec(ctx, spec, &SPEC_PATH, &vars, Some(cfg.port), findings);
+    changed |= env::ensure_host_network_dns(spec, &SPEC_PATH, wrote_dns, findings);
     if cfg.wait_for_master.enabled
         && let Some(addr) = &wiring.master_addr
     {

@@ -138,7 +138,7 @@ pub fn layout(jobset: &Value, how: OptIn, name: &str) -> Result<Layout, Vec<Stri
     let mut ranked = Vec::new();
     let mut base: i64 = 0;
     for (info, _) in workload::templates(WorkloadKind::JobSet, jobset) {
-        let (index, Some(rj)) = (info.index, info.name) else {
+        let (index, Some(rj)) = (info.index, info.name.clone()) else {
             continue;
         };
         let Some(rjob) = jobset.at(&format!("/spec/replicatedJobs/{index}")) else {
@@ -176,7 +176,7 @@ pub fn layout(jobset: &Value, how: OptIn, name: &str) -> Result<Layout, Vec<Stri
         if let Some(spec) = rjob
             .at("/template/spec/template/spec")
             .and_then(Value::as_object)
-            && let Some(p) = host_network_dns_problem(spec, &format!("{}.spec", info.path), true)
+            && let Some(p) = host_network_dns_problem(spec, &info.spec_path(), true)
         {
             problems.push(format!("{display}: {p}"));
         }

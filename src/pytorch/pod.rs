@@ -131,7 +131,7 @@ fn complete_deferred(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warn
     let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
         return false;
     };
-    let mut changed = env::wire_pod_spec(ctx, spec, "spec", &vars, port, findings);
+    let mut changed = env::wire_pod_spec(ctx, spec, &"spec", &vars, port, findings);
     if cfg.wait_for_master.enabled && deferred.wait_for_master {
         changed |= env::write_wait_for_master(
             &cfg.wait_for_master,

@@ -22,8 +22,8 @@ pub trait Site {
     fn for_each_training_container(
         &self,
         pod_spec: &mut Map<String, Value>,
-        spec_path: &str,
-        f: &mut dyn FnMut(&str, &mut Map<String, Value>),
+        spec_path: &dyn std::fmt::Display,
+        f: &mut dyn FnMut(&dyn std::fmt::Display, &mut Map<String, Value>),
     );
     /// The rendezvous preflight (`guardrails.rendezvousPreflight`): warns about the headless
     /// Service `subdomain` a wired Job's pods need, as the cluster has it now.
@@ -42,7 +42,7 @@ pub trait Warnings {
     /// Leaves a warning for the user.
     fn warn(&mut self, message: String);
     /// Leaves the warning for variables left unset because `envFrom` may set them.
-    fn env_from(&mut self, where_: &str, vars: &[(&str, String)]);
+    fn env_from(&mut self, where_: &dyn std::fmt::Display, vars: &[(&str, String)]);
 }
 
 /// Reports problems found while wiring: always a warning from the mutator.

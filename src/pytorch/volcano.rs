@@ -547,9 +547,9 @@ pub fn mutate_pod(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warning
     let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
         return changed;
     };
-    changed |= env::wire_pod_spec(ctx, spec, "spec", &vars, port, findings);
+    changed |= env::wire_pod_spec(ctx, spec, &"spec", &vars, port, findings);
     if let Some(wrote) = dns_wrote {
-        changed |= env::ensure_host_network_dns(spec, "spec", wrote, findings);
+        changed |= env::ensure_host_network_dns(spec, &"spec", wrote, findings);
     }
     if cfg.wait_for_master.enabled
         && let Some((addr, port)) = wait_for

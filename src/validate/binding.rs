@@ -554,7 +554,11 @@ impl TemplateShape {
                 continue;
             }
             let Some((list, index, rest)) = container_of(path) else {
-                out.extend(path::resolve_in_map(template, &info.path, &path.0));
+                out.extend(path::resolve_in_map(
+                    template,
+                    &info.path().to_string(),
+                    &path.0,
+                ));
                 continue;
             };
             let name = source.and_then(|s| s.names.get(&(list, index)));
@@ -577,7 +581,7 @@ impl TemplateShape {
                     .map(|(slot, _)| slot.index),
                 None => (index < items.len()).then_some(index),
             };
-            let mut base = info.spec_path();
+            let mut base = info.spec_path().to_string();
             path::push_segment(&mut base, &Segment::Key(list.to_string()));
             match (found, name) {
                 (Some(j), _) => {

@@ -285,7 +285,9 @@ impl<'a> Evaluation<'a> {
             Anchor::PodTemplate => self
                 .templates
                 .iter()
-                .flat_map(|(info, template)| path::resolve_in_map(template, &info.path, &path.0))
+                .flat_map(|(info, template)| {
+                    path::resolve_in_map(template, &info.path().to_string(), &path.0)
+                })
                 .collect(),
         };
         without_unset_patch_places(places)
@@ -324,7 +326,7 @@ impl<'a> Evaluation<'a> {
                     // Most containers set few of the ceilings' resources: the place is named
                     // only for a value that is there.
                     let Some(value) = value else { continue };
-                    let mut place = info.spec_path();
+                    let mut place = info.spec_path().to_string();
                     for segment in [
                         Segment::Key(c.list.to_string()),
                         Segment::Index(c.index),
@@ -584,8 +586,7 @@ impl<'a> Evaluation<'a> {
             };
             return jobset.templates_total(resource, |info| view.label(info));
         }
-        let (mut total, mut parts) =
-            self.templates_total(resource, |info| template_label(info).to_string());
+        let (mut total, mut parts) = self.templates_total(resource, |info| template_label(info));
         // A TrainJob whose runtime could not be read: `numNodes` pods, each with
         // `resourcesPerNode` (numNodes unset: counted as 1, said so, and the queue's
         // `unverifiableRuntime` decides whether that is enough).
@@ -618,7 +619,7 @@ impl<'a> Evaluation<'a> {
         let mut total = Some(Quantity::ZERO);
         let mut parts = Vec::new();
         for (info, template) in &self.templates {
-            if trainjob::is_patch_place(&info.path) {
+            if trainjob::is_patch_place(&info.path().to_string()) {
                 // A runtime patch adds no pods (and its schema has no resources).
                 continue;
             }
@@ -699,7 +700,7 @@ impl<'a> Evaluation<'a> {
                 continue;
             };
             // A runtime patch carries no image (its containers' images are the runtime's).
-            if trainjob::is_patch_place(&info.path) {
+            if trainjob::is_patch_place(&info.path().to_string()) {
                 continue;
             }
             // `kubectl debug` adds ephemeral containers to a running pod: their images too.
@@ -860,11 +861,12 @@ fn without_unset_patch_places(
 }
 
 /// `spec.tasks[1].template`, or `pod` for a bare Pod.
-fn template_label(info: &TemplateInfo) -> &str {
-    if info.path.is_empty() {
-        "pod"
+fn template_label(info: &TemplateInfo) -> String {
+    let path = info.path();
+    if path.is_empty() {
+        "pod".to_string()
     } else {
-        &info.path
+        path.to_string()
     }
 }
 

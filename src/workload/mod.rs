@@ -14,6 +14,7 @@ pub mod trainjob;
 
 use crate::json;
 use serde_json::{Map, Value};
+use std::fmt;
 
 pub use crate::kinds::WorkloadKind;
 use crate::kinds::{Holders, Naming, Position, field};
@@ -28,8 +29,8 @@ pub struct TemplateInfo {
     /// What binds it to the queue template's holder: the holder's name field (`""` when
     /// absent) or its map key; `None` for a position with one holder.
     pub name: Option<String>,
-    /// Dotted path of the template, e.g. `spec.tasks[1].template` (empty for a Pod).
-    pub path: String,
+    /// Where the template is, formatted only when a path is read ([`TemplateInfo::path`]).
+    place: Place,
     /// How many pods run from this template, as written (`replicas`, `parallelism`, a
     /// JobSet's `replicas × parallelism`; 1 for a Pod).
     pub replicas: i64,
@@ -43,20 +44,46 @@ impl PartialEq for TemplateInfo {
         std::ptr::eq(self.position, other.position)
             && self.index == other.index
             && self.name == other.name
-            && self.path == other.path
+            && self.place == other.place
             && self.replicas == other.replicas
             && self.at_most == other.at_most
     }
 }
 
+/// Where a template is: at its kind's position (the path follows from the position, the
+/// holder's index and key), or at a path of its own (a TrainJob's runtime patches).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
+    Position,
+    At(String),
+}
+
 impl TemplateInfo {
-    /// Dotted path of the pod spec, e.g. `spec.template.spec`.
-    pub fn spec_path(&self) -> String {
-        if self.path.is_empty() {
-            "spec".to_string()
-        } else {
-            format!("{}.spec", self.path)
+    /// A template at `path`, which its position does not give (a TrainJob's runtime patches).
+    pub fn at_path(
+        position: &'static Position,
+        index: usize,
+        name: Option<String>,
+        path: String,
+    ) -> TemplateInfo {
+        TemplateInfo {
+            position,
+            index,
+            name,
+            place: Place::At(path),
+            replicas: 0,
+            at_most: 0,
         }
+    }
+
+    /// Dotted path of the template, e.g. `spec.tasks[1].template` (empty for a Pod).
+    pub fn path(&self) -> TemplatePath<'_> {
+        TemplatePath(self)
+    }
+
+    /// Dotted path of the pod spec, e.g. `spec.template.spec`.
+    pub fn spec_path(&self) -> SpecPath<'_> {
+        SpecPath(self)
     }
 
     /// True for the Pod object itself.
@@ -93,22 +120,72 @@ fn holders<'a>(
     }
 }
 
-/// Dotted path of a holder's template.
-fn template_path(position: &Position, index: usize, key: Option<&str>) -> String {
-    let mut out = position.holders.path().join(".");
-    match position.holders {
-        Holders::Root | Holders::At(_) => {}
-        Holders::Each(_) => out.push_str(&format!("[{index}]")),
-        Holders::Keyed(_) => {
-            out.push('.');
-            out.push_str(key.unwrap_or_default());
+/// A template's dotted path, written when displayed: messages name it, the walks do not
+/// need it. `to_string()` gives it as a `String`.
+#[derive(Clone, Copy)]
+pub struct TemplatePath<'a>(&'a TemplateInfo);
+
+impl TemplatePath<'_> {
+    /// True for the Pod itself, whose template is the object (its path is empty).
+    pub fn is_empty(&self) -> bool {
+        match &self.0.place {
+            Place::Position => {
+                let position = self.0.position;
+                position.holders.path().is_empty() && position.template.is_empty()
+            }
+            Place::At(path) => path.is_empty(),
         }
     }
-    for k in position.template {
-        out.push('.');
-        out.push_str(k);
+}
+
+impl fmt::Display for TemplatePath<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let info = self.0;
+        let position = info.position;
+        if let Place::At(path) = &info.place {
+            return f.write_str(path);
+        }
+        let mut first = true;
+        let mut step = |f: &mut fmt::Formatter<'_>, k: &str| {
+            if !std::mem::take(&mut first) {
+                f.write_str(".")?;
+            }
+            f.write_str(k)
+        };
+        for k in position.holders.path() {
+            step(f, k)?;
+        }
+        match position.holders {
+            Holders::Root | Holders::At(_) => {}
+            Holders::Each(_) => write!(f, "[{}]", info.index)?,
+            Holders::Keyed(_) => step(f, info.name.as_deref().unwrap_or_default())?,
+        }
+        for k in position.template {
+            step(f, k)?;
+        }
+        Ok(())
     }
-    out
+}
+
+impl fmt::Debug for TemplatePath<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// A template's pod spec path (`spec` for a Pod), written when displayed.
+#[derive(Clone, Copy)]
+pub struct SpecPath<'a>(&'a TemplateInfo);
+
+impl fmt::Display for SpecPath<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.0.path();
+        if path.is_empty() {
+            f.write_str("spec")
+        } else {
+            write!(f, "{path}.spec")
+        }
+    }
 }
 
 /// The one template walk: every pod template of the workload, where it is and how many pods
@@ -138,7 +215,7 @@ fn template_places(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Ma
                     position,
                     index,
                     name,
-                    path: template_path(position, index, key),
+                    place: Place::Position,
                     replicas: position.replicas.eval(object, holder, key),
                     at_most: position.at_most.eval(object, holder, key).max(0),
                 },
@@ -249,8 +326,27 @@ pub struct ContainerSlot {
 
 impl ContainerSlot {
     /// Dotted path of the container under `spec_path`, e.g. `spec.template.spec.containers[0]`.
-    pub fn path(&self, spec_path: &str) -> String {
+    pub fn path(&self, spec_path: &dyn fmt::Display) -> String {
         format!("{spec_path}.{}[{}]", self.list, self.index)
+    }
+}
+
+/// A container's display path, e.g. `spec.template.spec.containers[0] (trainer)`, written
+/// only when a message displays it.
+pub struct ContainerAt<'a> {
+    pub spec_path: &'a dyn fmt::Display,
+    pub slot: ContainerSlot,
+    /// The container's name (empty when it has none).
+    pub name: String,
+}
+
+impl fmt::Display for ContainerAt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{}[{}] ({})",
+            self.spec_path, self.slot.list, self.slot.index, self.name
+        )
     }
 }
 
@@ -461,7 +557,7 @@ mod tests {
         ]}});
         let mut seen = vec![];
         for_each_template_mut(WorkloadKind::VolcanoJob, &mut vc, |i, _| {
-            seen.push((i.path.clone(), i.replicas))
+            seen.push((i.path().to_string(), i.replicas))
         });
         assert_eq!(
             seen,
@@ -482,7 +578,7 @@ mod tests {
             "Worker":{"template":{}}, "Master":{"template":{}}, "Launcher":{"template":{}}}}});
         let paths: Vec<String> = templates(WorkloadKind::PyTorchJob, &pt)
             .into_iter()
-            .map(|(info, _)| info.path)
+            .map(|(info, _)| info.path().to_string())
             .collect();
         assert_eq!(
             paths,
@@ -500,7 +596,7 @@ mod tests {
             "initContainers": [{"name": "i"}, {"name": "s", "restartPolicy": "Always"}]});
         let sidecars = ["istio-proxy".to_string()];
         let found: Vec<_> = containers(spec.as_object().unwrap(), &sidecars)
-            .map(|(slot, c)| (slot.path("spec"), slot.role, c["name"].as_str().unwrap()))
+            .map(|(slot, c)| (slot.path(&"spec"), slot.role, c["name"].as_str().unwrap()))
             .collect();
         assert_eq!(
             found,
@@ -542,7 +638,7 @@ mod tests {
         let mut paths = vec![];
         for_each_template_mut(WorkloadKind::PyTorchJob, &mut pt, |info, t| {
             t.insert("seen".into(), json!(1));
-            paths.push(info.path.clone());
+            paths.push(info.path().to_string());
         });
         assert_eq!(paths, ["spec.pytorchReplicaSpecs.a/b~c.template"]);
         assert_eq!(

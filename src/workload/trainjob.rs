@@ -178,21 +178,19 @@ pub fn patch_templates(trainjob: &Value) -> Vec<(TemplateInfo, &Map<String, Valu
                 continue;
             };
             out.push((
-                TemplateInfo {
-                    position: &WorkloadKind::JobSet.spec().positions[0],
-                    index: j,
-                    name: Some(
+                TemplateInfo::at_path(
+                    &WorkloadKind::JobSet.spec().positions[0],
+                    j,
+                    Some(
                         rjob.get("name")
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_string(),
                     ),
-                    path: format!(
+                    format!(
                         "{PATCHES_PATH}[{i}].trainingRuntimeSpec.template.spec.replicatedJobs[{j}].template.spec.template"
                     ),
-                    replicas: 0,
-                    at_most: 0,
-                },
+                ),
                 template,
             ));
         }
