@@ -60,6 +60,39 @@ pub fn dense_pod(n: usize) -> Vec<u8> {
     serde_json::to_vec(&review).unwrap()
 }
 
+/// A CREATE review of `tests/fixtures/manifests/rayjob.yaml` from a tenant, as the API server
+/// sends it for a CRD without defaults: the manifest plus the server's metadata.
+pub fn rayjob_create() -> Vec<u8> {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/manifests/rayjob.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut object: Value = serde_yaml::from_str(&text).unwrap();
+    let metadata = &mut object["metadata"];
+    metadata["uid"] = json!("5b0f3c1e-7a9d-4f7e-9c55-2f1d0e7b9a41");
+    metadata["generation"] = json!(1);
+    metadata["creationTimestamp"] = json!("2026-11-26T10:00:00Z");
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0d6c2b7e-1f43-4b8a-a3a5-6f0e2c9d8b17",
+            "kind": {"group": "ray.io", "version": "v1", "kind": "RayJob"},
+            "resource": {"group": "ray.io", "version": "v1", "resource": "rayjobs"},
+            "requestKind": {"group": "ray.io", "version": "v1", "kind": "RayJob"},
+            "requestResource": {"group": "ray.io", "version": "v1", "resource": "rayjobs"},
+            "name": "llm-ft-run7",
+            "namespace": "ml-team",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    });
+    serde_json::to_vec(&review).unwrap()
+}
+
 pub struct Case {
     pub name: String,
     pub body: Vec<u8>,
@@ -82,6 +115,10 @@ pub fn cases() -> Vec<Case> {
         body: fixture(file),
     })
     .collect();
+    out.push(Case {
+        name: "rayjob".into(),
+        body: rayjob_create(),
+    });
     out.push(Case {
         name: "pod-200c-1MiB".into(),
         body: generated_pod(200, 5 * 1024),
