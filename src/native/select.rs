@@ -1013,7 +1013,7 @@ mod tests {
                 } else {
                     format!("{}.spec", info.path())
                 };
-                json!({"path": info.path().to_string(), "name": info.name.unwrap_or_default(),
+                json!({"path": info.path().to_string(), "name": info.name.clone().unwrap_or_default(),
                     "n": info.at_most, "t": t, "at": at})
             })
             .collect()

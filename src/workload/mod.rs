@@ -19,9 +19,9 @@ use std::fmt;
 pub use crate::kinds::WorkloadKind;
 use crate::kinds::{Holders, Naming, Position, field};
 
-/// Where a template sits and how many pods it stands for.
+/// Where a template sits: what the mutators' walk ([`for_each_template_mut`]) gives.
 #[derive(Debug, Clone)]
-pub struct TemplateInfo {
+pub struct TemplateAt {
     /// The kind's position this template is at.
     pub position: &'static Position,
     /// The holder's index in its list ([`Holders::Each`]), else 0.
@@ -29,8 +29,15 @@ pub struct TemplateInfo {
     /// What binds it to the queue template's holder: the holder's name field (`""` when
     /// absent) or its map key; `None` for a position with one holder.
     pub name: Option<String>,
-    /// Where the template is, formatted only when a path is read ([`TemplateInfo::path`]).
+    /// Where the template is, formatted only when a path is read ([`TemplateAt::path`]).
     place: Place,
+}
+
+/// Where a template sits and how many pods it stands for: what the read-only walk
+/// ([`templates`]) gives. Derefs to [`TemplateAt`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateInfo {
+    pub at: TemplateAt,
     /// How many pods run from this template, as written (`replicas`, `parallelism`, a
     /// JobSet's `replicas × parallelism`; 1 for a Pod).
     pub replicas: i64,
@@ -39,14 +46,22 @@ pub struct TemplateInfo {
     pub at_most: i64,
 }
 
-impl PartialEq for TemplateInfo {
+impl PartialEq for TemplateAt {
     fn eq(&self, other: &Self) -> bool {
         std::ptr::eq(self.position, other.position)
             && self.index == other.index
             && self.name == other.name
             && self.place == other.place
-            && self.replicas == other.replicas
-            && self.at_most == other.at_most
+    }
+}
+
+impl Eq for TemplateAt {}
+
+impl std::ops::Deref for TemplateInfo {
+    type Target = TemplateAt;
+
+    fn deref(&self) -> &TemplateAt {
+        &self.at
     }
 }
 
@@ -59,7 +74,8 @@ enum Place {
 }
 
 impl TemplateInfo {
-    /// A template at `path`, which its position does not give (a TrainJob's runtime patches).
+    /// A template at `path`, which its position does not give (a TrainJob's runtime patches):
+    /// it stands for no pods of its own.
     pub fn at_path(
         position: &'static Position,
         index: usize,
@@ -67,15 +83,19 @@ impl TemplateInfo {
         path: String,
     ) -> TemplateInfo {
         TemplateInfo {
-            position,
-            index,
-            name,
-            place: Place::At(path),
+            at: TemplateAt {
+                position,
+                index,
+                name,
+                place: Place::At(path),
+            },
             replicas: 0,
             at_most: 0,
         }
     }
+}
 
+impl TemplateAt {
     /// Dotted path of the template, e.g. `spec.tasks[1].template` (empty for a Pod).
     pub fn path(&self) -> TemplatePath<'_> {
         TemplatePath(self)
@@ -123,7 +143,7 @@ fn holders<'a>(
 /// A template's dotted path, written when displayed: messages name it, the walks do not
 /// need it. `to_string()` gives it as a `String`.
 #[derive(Clone, Copy)]
-pub struct TemplatePath<'a>(&'a TemplateInfo);
+pub struct TemplatePath<'a>(&'a TemplateAt);
 
 impl TemplatePath<'_> {
     /// True for the Pod itself, whose template is the object (its path is empty).
@@ -175,7 +195,7 @@ impl fmt::Debug for TemplatePath<'_> {
 
 /// A template's pod spec path (`spec` for a Pod), written when displayed.
 #[derive(Clone, Copy)]
-pub struct SpecPath<'a>(&'a TemplateInfo);
+pub struct SpecPath<'a>(&'a TemplateAt);
 
 impl fmt::Display for SpecPath<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -188,10 +208,14 @@ impl fmt::Display for SpecPath<'_> {
     }
 }
 
-/// The one template walk: every pod template of the workload, where it is and how many pods
-/// it stands for, read from the kind's positions. Malformed shapes are skipped, never a
-/// panic.
-fn template_places(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<String, Value>)> {
+/// The one template walk: every pod template of the workload and where it is, read from the
+/// kind's positions, with the holder it is in and the holder's map key. Malformed shapes are
+/// skipped, never a panic.
+#[allow(clippy::type_complexity)]
+fn template_places(
+    kind: WorkloadKind,
+    object: &Value,
+) -> Vec<(TemplateAt, &Value, Option<&String>, &Map<String, Value>)> {
     let mut out = Vec::new();
     for position in kind.spec().positions {
         for (index, key, holder) in holders(position, object) {
@@ -209,18 +233,13 @@ fn template_places(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Ma
                 ),
                 Naming::Key => key.cloned(),
             };
-            let key = key.map(String::as_str);
-            out.push((
-                TemplateInfo {
-                    position,
-                    index,
-                    name,
-                    place: Place::Position,
-                    replicas: position.replicas.eval(object, holder, key),
-                    at_most: position.at_most.eval(object, holder, key).max(0),
-                },
-                template,
-            ));
+            let at = TemplateAt {
+                position,
+                index,
+                name,
+                place: Place::Position,
+            };
+            out.push((at, holder, key, template));
         }
     }
     out
@@ -240,7 +259,7 @@ pub fn replica_types_in_order(specs: &Map<String, Value>) -> Vec<(&String, &Valu
 /// The template of `info`, writable.
 fn template_at_mut<'a>(
     object: &'a mut Value,
-    info: &TemplateInfo,
+    info: &TemplateAt,
 ) -> Option<&'a mut Map<String, Value>> {
     let position = info.position;
     let at = position.holders.path();
@@ -262,11 +281,12 @@ fn template_at_mut<'a>(
 pub fn for_each_template_mut(
     kind: WorkloadKind,
     object: &mut Value,
-    mut f: impl FnMut(&TemplateInfo, &mut Map<String, Value>),
+    mut f: impl FnMut(&TemplateAt, &mut Map<String, Value>),
 ) {
-    let infos: Vec<TemplateInfo> = template_places(kind, object)
+    // Where each template is, without the pod counts: no mutator reads them.
+    let infos: Vec<TemplateAt> = template_places(kind, object)
         .into_iter()
-        .map(|(i, _)| i)
+        .map(|(at, ..)| at)
         .collect();
     for info in infos {
         if let Some(template) = template_at_mut(object, &info) {
@@ -275,9 +295,21 @@ pub fn for_each_template_mut(
     }
 }
 
-/// Every pod template of the workload, read-only.
+/// Every pod template of the workload, read-only, with how many pods it stands for.
 pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<String, Value>)> {
     template_places(kind, object)
+        .into_iter()
+        .map(|(at, holder, key, template)| {
+            let position = at.position;
+            let key = key.map(String::as_str);
+            let info = TemplateInfo {
+                replicas: position.replicas.eval(object, holder, key),
+                at_most: position.at_most.eval(object, holder, key).max(0),
+                at,
+            };
+            (info, template)
+        })
+        .collect()
 }
 
 /// Path of a TrainJob's trainer settings.
@@ -557,10 +589,21 @@ mod tests {
         ]}});
         let mut seen = vec![];
         for_each_template_mut(WorkloadKind::VolcanoJob, &mut vc, |i, _| {
-            seen.push((i.path().to_string(), i.replicas))
+            seen.push((i.path().to_string(), i.index))
         });
+        let counted: Vec<(String, i64)> = templates(WorkloadKind::VolcanoJob, &vc)
+            .into_iter()
+            .map(|(i, _)| (i.path().to_string(), i.replicas))
+            .collect();
         assert_eq!(
             seen,
+            vec![
+                ("spec.tasks[0].template".to_string(), 0),
+                ("spec.tasks[1].template".to_string(), 1)
+            ]
+        );
+        assert_eq!(
+            counted,
             vec![
                 ("spec.tasks[0].template".to_string(), 1),
                 ("spec.tasks[1].template".to_string(), 2)
