@@ -1,8 +1,8 @@
 //! A small CEL evaluator for the tests of the compiled expressions: the subset the compiler
 //! writes for pod templates and counts (literals, field selection and `has`, indexing, the
 //! operators, the conditional, list and map literals, `map`/`filter`/`exists`/`all`,
-//! `lists.range`, `size`, `string`, `type`, `dyn`, and the `min`, `max`, `sort`, `lowerAscii`
-//! and `replace` methods), with CEL's semantics for what it covers: a missing field or an
+//! `lists.range`, `size`, `string`, `type`, `dyn`, and the `min`, `max`, `sort`, `flatten`,
+//! `lowerAscii` and `replace` methods), with CEL's semantics for what it covers: a missing field or an
 //! overflow is an error, `&&` and `||` absorb an error the other side decides, values of
 //! different types are never equal.
 
@@ -570,6 +570,13 @@ fn ev(e: &E, env: &mut Vec<(String, V)>) -> Result<V, String> {
                         .collect::<Result<_, String>>()?;
                     l.sort();
                     Ok(V::List(l.into_iter().map(V::Str).collect()))
+                }
+                ("flatten", []) => {
+                    let mut out = Vec::new();
+                    for item in list(t)? {
+                        out.extend(list(item)?);
+                    }
+                    Ok(V::List(out))
                 }
                 ("lowerAscii", []) => match t {
                     V::Str(s) => Ok(V::Str(s.to_ascii_lowercase())),

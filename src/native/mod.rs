@@ -10,7 +10,7 @@
 //! API server compares them).
 
 #[cfg(test)]
-mod eval;
+pub(crate) mod eval;
 mod kueue;
 mod mutations;
 mod select;

@@ -117,38 +117,74 @@ fn step(written: Option<&str>, segment: &Segment, index_var: Option<&str>) -> St
 
 /// Every place `path` designates under the value list `c` (a CEL variable holding `[]` or
 /// `[value]`), written from `written`: a CEL list of `{'at': place, 'v': [] or [value]}`.
+///
+/// A run of keys and fixed indexes is read by one guarded access (`c[0].a.b[1]` behind the
+/// type and presence test of every step) and its place by one string literal, not by a list
+/// and a comprehension per step: the API server evaluates this for every container of every
+/// request, and each comprehension allocates.
 fn resolve(c: &str, written: Option<&str>, path: &[Segment], depth: usize) -> String {
-    let Some((first, rest)) = path.split_first() else {
+    let run = path
+        .iter()
+        .take_while(|s| !matches!(s, Segment::AnyIndex))
+        .count();
+    if run == 0 {
+        let Some((first, rest)) = path.split_first() else {
+            return format!(
+                "[{{'at': dyn({}), 'v': dyn({c})}}]",
+                written.unwrap_or("''")
+            );
+        };
+        debug_assert!(matches!(first, Segment::AnyIndex));
+        let next = format!("c{depth}");
+        let i = format!("i{depth}");
         return format!(
-            "[{{'at': dyn({}), 'v': dyn({c})}}]",
-            written.unwrap_or("''")
+            "(size({c}) > 0 && type({c}[0]) == list ? lists.range(size({c}[0])).map({i}, [[{c}[0][{i}]]].map({next}, {})[0]).flatten() : [])",
+            resolve(
+                &next,
+                Some(&step(written, first, Some(&i))),
+                rest,
+                depth + 1
+            )
         );
-    };
+    }
+    let (steps, rest) = path.split_at(run);
+    let mut value = format!("{c}[0]");
+    let mut guard = vec![format!("size({c}) > 0")];
+    for segment in steps {
+        match segment {
+            Segment::Key(k) => {
+                let k = lit(k);
+                guard.push(format!("type({value}) == map && {k} in {value}"));
+                value = format!("{value}[{k}]");
+            }
+            Segment::Index(i) => {
+                guard.push(format!("type({value}) == list && size({value}) > {i}"));
+                value = format!("{value}[{i}]");
+            }
+            Segment::AnyIndex => unreachable!("a run holds no [*]"),
+        }
+    }
+    let found = format!("({} ? [{value}] : [])", guard.join(" && "));
+    let written = run_text(written, steps);
+    if rest.is_empty() {
+        return format!("[{{'at': dyn({written}), 'v': dyn({found})}}]");
+    }
     let next = format!("c{depth}");
-    match first {
-        Segment::Key(k) => {
-            let k = lit(k);
-            format!(
-                "[size({c}) > 0 && type({c}[0]) == map && {k} in {c}[0] ? [{c}[0][{k}]] : []].map({next}, {})[0]",
-                resolve(&next, Some(&step(written, first, None)), rest, depth + 1)
-            )
-        }
-        Segment::Index(i) => format!(
-            "[size({c}) > 0 && type({c}[0]) == list && size({c}[0]) > {i} ? [{c}[0][{i}]] : []].map({next}, {})[0]",
-            resolve(&next, Some(&step(written, first, None)), rest, depth + 1)
-        ),
-        Segment::AnyIndex => {
-            let i = format!("i{depth}");
-            format!(
-                "(size({c}) > 0 && type({c}[0]) == list ? lists.range(size({c}[0])).map({i}, [[{c}[0][{i}]]].map({next}, {})[0]).flatten() : [])",
-                resolve(
-                    &next,
-                    Some(&step(written, first, Some(&i))),
-                    rest,
-                    depth + 1
-                )
-            )
-        }
+    format!(
+        "[{found}].map({next}, {})[0]",
+        resolve(&next, Some(&written), rest, depth + 1)
+    )
+}
+
+/// `written` followed by the keys and fixed indexes `steps`, their text as one literal.
+fn run_text(written: Option<&str>, steps: &[Segment]) -> String {
+    let mut text = String::from(if written.is_some() { "x" } else { "" });
+    for segment in steps {
+        super::path::push_segment(&mut text, segment);
+    }
+    match written {
+        Some(w) => format!("{w} + {}", lit(&text[1..])),
+        None => lit(&text),
     }
 }
 
@@ -646,4 +682,61 @@ fn registry_check(prefix: &str, prefixes: &[String]) -> String {
             prefixes.join(", ")
         )),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::eval::{V, eval};
+    use crate::validate::path::{self, FieldPath};
+    use serde_json::json;
+
+    /// The compiled place walk designates the places, and reads the values, that the webhook's
+    /// path walk does: on well-formed values, on values of the wrong type at every step, and
+    /// on absent ones.
+    #[test]
+    fn compiled_places_are_the_path_walks() {
+        let documents = [
+            json!({"resources": {"limits": {"cpu": "2", "nvidia.com/gpu": 4}}, "env": [
+                {"name": "A", "value": "1"}, {"name": "B"}, "x"], "ports": [{"containerPort": 80}],
+                "args": ["a", 1, null], "a": [{"b": [0, {"c": true}]}, {"b": "no"}, {}]}),
+            json!({"resources": "none", "env": {"name": "A"}, "ports": [], "args": "x", "a": [[]]}),
+            json!({"resources": {"limits": ["cpu"]}, "env": [], "ports": [1], "a": [{"b": [1]}]}),
+            json!({"resources": {"limits": null}}),
+            json!({}),
+            json!(7),
+        ];
+        let paths = [
+            "resources.limits.cpu",
+            "resources.limits[\"nvidia.com/gpu\"]",
+            "env[*].value",
+            "env[*]",
+            "ports[0].containerPort",
+            "args[*]",
+            "a[*].b[1].c",
+            "a[*].b[*]",
+            "resources",
+        ];
+        for text in paths {
+            let field = FieldPath::parse(text).unwrap();
+            let cel = resolve("c", Some("'spec'"), &field.0, 0);
+            for doc in &documents {
+                let want: Vec<V> = path::resolve(doc, "spec", &field.0)
+                    .into_iter()
+                    .map(|(at, v)| {
+                        V::Map(vec![
+                            (V::Str("at".into()), V::Str(at)),
+                            (
+                                V::Str("v".into()),
+                                V::List(v.map(V::from_json).into_iter().collect()),
+                            ),
+                        ])
+                    })
+                    .collect();
+                let got = eval(&cel, &[("c", V::List(vec![V::from_json(doc)]))])
+                    .unwrap_or_else(|e| panic!("{text} on {doc}: {e}\n{cel}"));
+                assert_eq!(got, V::List(want), "{text} on {doc}");
+            }
+        }
+    }
 }
