@@ -1111,6 +1111,17 @@ pub async fn admission_cost_webhook_vs_native(ctx: &Ctx) -> Result<()> {
             );
         }
         let mut lines = Vec::new();
+        let admission = |side: usize| {
+            ["admit step", "validate step"]
+                .iter()
+                .filter_map(|what| measured.get(&(side, what.to_string())))
+                .map(|h| h.sum * 1000.0 / CREATES as f64)
+                .sum::<f64>()
+        };
+        lines.push(format!(
+            "native / webhook: {:.2}× the webhook's admission time per create",
+            admission(1) / admission(0)
+        ));
         for (side, name) in [(0, "webhook"), (1, "native")] {
             let per_create = |what: &str| {
                 measured
