@@ -7,7 +7,7 @@
 use super::{Findings, MutationContext, Mutator};
 use crate::cluster::ClusterView;
 use crate::json::Pointer as _;
-use crate::pytorch::site::{Site, Warnings};
+use crate::pytorch::site::{EachContainer, Site, Warnings};
 use crate::pytorch::{self, PytorchConfig};
 use crate::topology::guardrails::rendezvous_service_problems;
 use crate::workload::WorkloadKind;
@@ -52,7 +52,7 @@ impl Site for MutationContext<'_> {
         &self,
         pod_spec: &mut Map<String, Value>,
         spec_path: &dyn std::fmt::Display,
-        f: &mut dyn FnMut(&dyn std::fmt::Display, &mut Map<String, Value>),
+        f: &mut EachContainer<'_>,
     ) {
         MutationContext::for_each_training_container(self, pod_spec, spec_path, f)
     }

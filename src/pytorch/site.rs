@@ -6,6 +6,10 @@ use super::config::PytorchConfig;
 use crate::cluster::ClusterView;
 use serde_json::{Map, Value};
 
+/// What is called for each training container: its display path (written only when a message
+/// shows it) and the container.
+pub type EachContainer<'a> = dyn FnMut(&dyn std::fmt::Display, &mut Map<String, Value>) + 'a;
+
 /// The admission a workload is wired in: the queue's settings, the request, the cluster.
 pub trait Site {
     /// The queue's PyTorch settings.
@@ -23,7 +27,7 @@ pub trait Site {
         &self,
         pod_spec: &mut Map<String, Value>,
         spec_path: &dyn std::fmt::Display,
-        f: &mut dyn FnMut(&dyn std::fmt::Display, &mut Map<String, Value>),
+        f: &mut EachContainer<'_>,
     );
     /// The rendezvous preflight (`guardrails.rendezvousPreflight`): warns about the headless
     /// Service `subdomain` a wired Job's pods need, as the cluster has it now.

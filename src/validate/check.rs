@@ -586,7 +586,7 @@ impl<'a> Evaluation<'a> {
             };
             return jobset.templates_total(resource, |info| view.label(info));
         }
-        let (mut total, mut parts) = self.templates_total(resource, |info| template_label(info));
+        let (mut total, mut parts) = self.templates_total(resource, template_label);
         // A TrainJob whose runtime could not be read: `numNodes` pods, each with
         // `resourcesPerNode` (numNodes unset: counted as 1, said so, and the queue's
         // `unverifiableRuntime` decides whether that is enough).
