@@ -554,11 +554,7 @@ impl TemplateShape {
                 continue;
             }
             let Some((list, index, rest)) = container_of(path) else {
-                out.extend(path::resolve_in_map(
-                    template,
-                    &info.path().to_string(),
-                    &path.0,
-                ));
+                out.extend(path::resolve_in_map(template, &info.path_text, &path.0));
                 continue;
             };
             let name = source.and_then(|s| s.names.get(&(list, index)));

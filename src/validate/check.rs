@@ -286,7 +286,7 @@ impl<'a> Evaluation<'a> {
                 .templates
                 .iter()
                 .flat_map(|(info, template)| {
-                    path::resolve_in_map(template, &info.path().to_string(), &path.0)
+                    path::resolve_in_map(template, &info.path_text, &path.0)
                 })
                 .collect(),
         };
@@ -619,7 +619,7 @@ impl<'a> Evaluation<'a> {
         let mut total = Some(Quantity::ZERO);
         let mut parts = Vec::new();
         for (info, template) in &self.templates {
-            if trainjob::is_patch_place(&info.path().to_string()) {
+            if trainjob::is_patch_place(&info.path_text) {
                 // A runtime patch adds no pods (and its schema has no resources).
                 continue;
             }
@@ -700,7 +700,7 @@ impl<'a> Evaluation<'a> {
                 continue;
             };
             // A runtime patch carries no image (its containers' images are the runtime's).
-            if trainjob::is_patch_place(&info.path().to_string()) {
+            if trainjob::is_patch_place(&info.path_text) {
                 continue;
             }
             // `kubectl debug` adds ephemeral containers to a running pod: their images too.
@@ -862,11 +862,10 @@ fn without_unset_patch_places(
 
 /// `spec.tasks[1].template`, or `pod` for a bare Pod.
 fn template_label(info: &TemplateInfo) -> String {
-    let path = info.path();
-    if path.is_empty() {
+    if info.path_text.is_empty() {
         "pod".to_string()
     } else {
-        path.to_string()
+        info.path_text.clone()
     }
 }
 

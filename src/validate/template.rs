@@ -442,7 +442,7 @@ pub fn parse(source: &Value) -> Result<Template, String> {
     })?;
     let pod_templates: Vec<FieldPath> = workload::templates(kind, object)
         .into_iter()
-        .map(|(info, _)| FieldPath::parse(&info.path().to_string()).unwrap_or_default())
+        .map(|(info, _)| FieldPath::parse(&info.path_text).unwrap_or_default())
         .collect();
     let mut leaves = Vec::new();
     let mut errors = Vec::new();

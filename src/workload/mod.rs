@@ -38,6 +38,8 @@ pub struct TemplateAt {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateInfo {
     pub at: TemplateAt,
+    /// [`TemplateAt::path`] written out once: the checks read it for every field.
+    pub path_text: String,
     /// How many pods run from this template, as written (`replicas`, `parallelism`, a
     /// JobSet's `replicas × parallelism`; 1 for a Pod).
     pub replicas: i64,
@@ -83,6 +85,7 @@ impl TemplateInfo {
         path: String,
     ) -> TemplateInfo {
         TemplateInfo {
+            path_text: path.clone(),
             at: TemplateAt {
                 position,
                 index,
@@ -303,6 +306,7 @@ pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<
             let position = at.position;
             let key = key.map(String::as_str);
             let info = TemplateInfo {
+                path_text: at.path().to_string(),
                 replicas: position.replicas.eval(object, holder, key),
                 at_most: position.at_most.eval(object, holder, key).max(0),
                 at,
