@@ -442,11 +442,11 @@ fn mark_places(kind: WorkloadKind, object: &Value) -> Vec<(String, Option<&str>)
         workload::annotation(obj, EXEMPTED_BY_ANNOTATION),
     )];
     for (info, template) in workload::templates(kind, object) {
-        if info.path().is_empty() {
+        if info.path_text.is_empty() {
             continue; // a Pod: its template is itself
         }
         out.push((
-            format!("{}.metadata", info.path()),
+            format!("{}.metadata", info.path_text),
             workload::annotation(template, EXEMPTED_BY_ANNOTATION),
         ));
     }

@@ -577,7 +577,7 @@ impl TemplateShape {
                     .map(|(slot, _)| slot.index),
                 None => (index < items.len()).then_some(index),
             };
-            let mut base = info.spec_path().to_string();
+            let mut base = info.spec_path_text();
             path::push_segment(&mut base, &Segment::Key(list.to_string()));
             match (found, name) {
                 (Some(j), _) => {

@@ -326,7 +326,7 @@ impl<'a> Evaluation<'a> {
                     // Most containers set few of the ceilings' resources: the place is named
                     // only for a value that is there.
                     let Some(value) = value else { continue };
-                    let mut place = info.spec_path().to_string();
+                    let mut place = info.spec_path_text();
                     for segment in [
                         Segment::Key(c.list.to_string()),
                         Segment::Index(c.index),
@@ -709,7 +709,7 @@ impl<'a> Evaluation<'a> {
                     continue;
                 };
                 for (i, container) in containers.iter().enumerate() {
-                    let place = format!("{}.{list}[{i}].image", info.spec_path());
+                    let place = format!("{}.{list}[{i}].image", info.spec_path_text());
                     match container.get("image").and_then(Value::as_str) {
                         Some(image) => {
                             let normalized = normalized_image(image);

@@ -98,6 +98,18 @@ impl TemplateInfo {
     }
 }
 
+impl TemplateInfo {
+    /// Dotted path of the pod spec, e.g. `spec.template.spec` (`spec` for a Pod), from the
+    /// path written once.
+    pub fn spec_path_text(&self) -> String {
+        if self.path_text.is_empty() {
+            "spec".to_string()
+        } else {
+            format!("{}.spec", self.path_text)
+        }
+    }
+}
+
 impl TemplateAt {
     /// Dotted path of the template, e.g. `spec.tasks[1].template` (empty for a Pod).
     pub fn path(&self) -> TemplatePath<'_> {
@@ -161,32 +173,40 @@ impl TemplatePath<'_> {
     }
 }
 
-impl fmt::Display for TemplatePath<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl TemplatePath<'_> {
+    /// The path as a `String`, built by appending (cheaper than the formatting machinery).
+    fn text(&self) -> String {
         let info = self.0;
         let position = info.position;
         if let Place::At(path) = &info.place {
-            return f.write_str(path);
+            return path.clone();
         }
-        let mut first = true;
-        let mut step = |f: &mut fmt::Formatter<'_>, k: &str| {
-            if !std::mem::take(&mut first) {
-                f.write_str(".")?;
-            }
-            f.write_str(k)
-        };
-        for k in position.holders.path() {
-            step(f, k)?;
-        }
+        let mut out = position.holders.path().join(".");
         match position.holders {
             Holders::Root | Holders::At(_) => {}
-            Holders::Each(_) => write!(f, "[{}]", info.index)?,
-            Holders::Keyed(_) => step(f, info.name.as_deref().unwrap_or_default())?,
+            Holders::Each(_) => {
+                out.push('[');
+                out.push_str(&info.index.to_string());
+                out.push(']');
+            }
+            Holders::Keyed(_) => {
+                out.push('.');
+                out.push_str(info.name.as_deref().unwrap_or_default());
+            }
         }
         for k in position.template {
-            step(f, k)?;
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(k);
         }
-        Ok(())
+        out
+    }
+}
+
+impl fmt::Display for TemplatePath<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text())
     }
 }
 
@@ -306,7 +326,7 @@ pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<
             let position = at.position;
             let key = key.map(String::as_str);
             let info = TemplateInfo {
-                path_text: at.path().to_string(),
+                path_text: at.path().text(),
                 replicas: position.replicas.eval(object, holder, key),
                 at_most: position.at_most.eval(object, holder, key).max(0),
                 at,
