@@ -96,9 +96,7 @@ impl TemplateInfo {
             at_most: 0,
         }
     }
-}
 
-impl TemplateInfo {
     /// Dotted path of the pod spec, e.g. `spec.template.spec` (`spec` for a Pod), from the
     /// path written once.
     pub fn spec_path_text(&self) -> String {
@@ -171,9 +169,7 @@ impl TemplatePath<'_> {
             Place::At(path) => path.is_empty(),
         }
     }
-}
 
-impl TemplatePath<'_> {
     /// The path as a `String`, built by appending (cheaper than the formatting machinery).
     fn text(&self) -> String {
         let info = self.0;
