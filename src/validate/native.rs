@@ -99,20 +99,11 @@ fn placeable(
     Ok(())
 }
 
-/// `written` (a CEL string expression, `None` at the object root) followed by `segment`
-/// (`index_var`: the CEL variable holding the index of a `[*]`).
-fn step(written: Option<&str>, segment: &Segment, index_var: Option<&str>) -> String {
-    if let (Segment::AnyIndex, Some(i)) = (segment, index_var) {
-        let w = written.unwrap_or("''");
-        return format!("{w} + '[' + string({i}) + ']'");
-    }
-    // The text push_segment appends inside a path (`.k`, `["k/x"]`, `[0]`), or at its start.
-    let mut text = String::from(if written.is_some() { "x" } else { "" });
-    super::path::push_segment(&mut text, segment);
-    match written {
-        Some(w) => format!("{w} + {}", lit(&text[1..])),
-        None => lit(&text),
-    }
+/// `written` (a CEL string expression, `None` at the object root) followed by the index of a
+/// `[*]`, held by the CEL variable `index`.
+fn step_index(written: Option<&str>, index: &str) -> String {
+    let w = written.unwrap_or("''");
+    format!("{w} + '[' + string({index}) + ']'")
 }
 
 /// Every place `path` designates under the value list `c` (a CEL variable holding `[]` or
@@ -128,23 +119,18 @@ fn resolve(c: &str, written: Option<&str>, path: &[Segment], depth: usize) -> St
         .take_while(|s| !matches!(s, Segment::AnyIndex))
         .count();
     if run == 0 {
-        let Some((first, rest)) = path.split_first() else {
+        // Nothing left, or a `[*]`: the run ends only there.
+        let Some((_, rest)) = path.split_first() else {
             return format!(
                 "[{{'at': dyn({}), 'v': dyn({c})}}]",
                 written.unwrap_or("''")
             );
         };
-        debug_assert!(matches!(first, Segment::AnyIndex));
         let next = format!("c{depth}");
         let i = format!("i{depth}");
         return format!(
             "(size({c}) > 0 && type({c}[0]) == list ? lists.range(size({c}[0])).map({i}, [[{c}[0][{i}]]].map({next}, {})[0]).flatten() : [])",
-            resolve(
-                &next,
-                Some(&step(written, first, Some(&i))),
-                rest,
-                depth + 1
-            )
+            resolve(&next, Some(&step_index(written, &i)), rest, depth + 1)
         );
     }
     let (steps, rest) = path.split_at(run);
