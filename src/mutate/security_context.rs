@@ -172,8 +172,15 @@ fn root_containers(
             .and_then(|s| s.get("runAsNonRoot"))
             .is_some_and(|v| !v.is_null());
         if !own_non_root && uid(sc).or(pod_uid) == Some(0) {
-            let name = workload::name_in(c).unwrap_or_default();
-            out.push(format!("{} ({name})", slot.path(spec_path)));
+            let name = workload::name_in(c).unwrap_or_default().to_string();
+            out.push(
+                workload::ContainerAt {
+                    spec_path,
+                    slot,
+                    name,
+                }
+                .to_string(),
+            );
         }
     }
     out

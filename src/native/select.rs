@@ -1008,12 +1008,8 @@ mod tests {
             .into_iter()
             .filter(|(_, t)| t.contains_key("spec"))
             .map(|(info, t)| {
-                let at = if info.path().is_empty() {
-                    "spec".to_string()
-                } else {
-                    format!("{}.spec", info.path())
-                };
-                json!({"path": info.path().to_string(), "name": info.name.clone().unwrap_or_default(),
+                let at = info.spec_path_text();
+                json!({"path": info.path_text.clone(), "name": info.name.clone().unwrap_or_default(),
                     "n": info.at_most, "t": t, "at": at})
             })
             .collect()

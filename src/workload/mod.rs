@@ -100,11 +100,7 @@ impl TemplateInfo {
     /// Dotted path of the pod spec, e.g. `spec.template.spec` (`spec` for a Pod), from the
     /// path written once.
     pub fn spec_path_text(&self) -> String {
-        if self.path_text.is_empty() {
-            "spec".to_string()
-        } else {
-            format!("{}.spec", self.path_text)
-        }
+        spec_path_of(&self.path_text)
     }
 }
 
@@ -159,17 +155,6 @@ fn holders<'a>(
 pub struct TemplatePath<'a>(&'a TemplateAt);
 
 impl TemplatePath<'_> {
-    /// True for the Pod itself, whose template is the object (its path is empty).
-    pub fn is_empty(&self) -> bool {
-        match &self.0.place {
-            Place::Position => {
-                let position = self.0.position;
-                position.holders.path().is_empty() && position.template.is_empty()
-            }
-            Place::At(path) => path.is_empty(),
-        }
-    }
-
     /// The path as a `String`, built by appending (cheaper than the formatting machinery).
     fn text(&self) -> String {
         let info = self.0;
@@ -218,12 +203,17 @@ pub struct SpecPath<'a>(&'a TemplateAt);
 
 impl fmt::Display for SpecPath<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = self.0.path();
-        if path.is_empty() {
-            f.write_str("spec")
-        } else {
-            write!(f, "{path}.spec")
-        }
+        f.write_str(&spec_path_of(&self.0.path().text()))
+    }
+}
+
+/// The pod spec's path under the template at `template_path` (`spec` for a Pod, whose
+/// template path is empty).
+fn spec_path_of(template_path: &str) -> String {
+    if template_path.is_empty() {
+        "spec".to_string()
+    } else {
+        format!("{template_path}.spec")
     }
 }
 
@@ -394,11 +384,7 @@ pub struct ContainerAt<'a> {
 
 impl fmt::Display for ContainerAt<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}.{}[{}] ({})",
-            self.spec_path, self.slot.list, self.slot.index, self.name
-        )
+        write!(f, "{} ({})", self.slot.path(self.spec_path), self.name)
     }
 }
 
