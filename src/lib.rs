@@ -9,6 +9,7 @@
 //!   a Volcano Job and a PyTorchJob.
 //! * [`policy`] — the configuration model, loading, checking and queue resolution.
 //! * [`mutate`] — one module per mutation, run in a fixed order.
+//! * [`patch`] — the JSON Patch of a mutation, recorded as the mutators write.
 //! * [`validate`] — queue template limits.
 //! * [`rules`] — the rule table: one entry per denial, and the structured [`rules::Violation`]
 //!   every check returns.
@@ -34,6 +35,7 @@ pub(crate) mod kinds;
 pub(crate) mod manifest;
 pub(crate) mod mutate;
 pub mod native;
+pub(crate) mod patch;
 pub mod policy;
 pub(crate) mod pytorch;
 pub mod quantity;

@@ -99,8 +99,9 @@ pub(crate) fn to_request(
             if let Some(q) = queue
                 && let Some(meta) = obj.as_object_mut()
             {
-                let labels = crate::workload::metadata_map_mut(meta, "labels");
-                labels.insert(QUEUE_LABEL.into(), Value::String(q.to_string()));
+                let mut meta = crate::patch::Node::scratch(meta);
+                crate::workload::metadata_map_mut(&mut meta, "labels")
+                    .set(QUEUE_LABEL, Value::String(q.to_string()));
             }
             AdmissionRequest::synthetic_create(obj, namespace).map_err(anyhow::Error::msg)
         }

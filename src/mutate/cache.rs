@@ -17,6 +17,7 @@
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
+use crate::patch::{MapNode, Node};
 use crate::workload;
 use crate::workload::edit::{self, Upsert, normalise_path};
 use serde::{Deserialize, Serialize};
@@ -257,7 +258,7 @@ fn is_read_only_mount(mount: &Value) -> bool {
 fn add_to_pod_spec(
     ctx: &MutationContext<'_>,
     cfg: &CacheConfig,
-    spec: &mut Map<String, Value>,
+    spec: &mut MapNode<'_>,
     spec_path: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
@@ -376,19 +377,23 @@ fn add_to_pod_spec(
     changed
 }
 
-pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+pub fn mutate(
+    ctx: &MutationContext<'_>,
+    object: &mut Node<'_, Value>,
+    findings: &mut Findings,
+) -> bool {
     let Some(cfg) = ctx.settings.cache.filter(|c| c.enabled) else {
         return false;
     };
     if ctx.kind.spec().pods_from_runtime {
         return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| {
-            add_to_pod_spec(ctx, cfg, spec, &spec_path, findings)
+            add_to_pod_spec(ctx, cfg, &mut Node::scratch(spec), &spec_path, findings)
         });
     }
     let mut changed = false;
     workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        if let Some(spec) = workload::pod_spec_mut(template) {
-            changed |= add_to_pod_spec(ctx, cfg, spec, &info.spec_path(), findings);
+        if let Some(mut spec) = workload::pod_spec_mut(template) {
+            changed |= add_to_pod_spec(ctx, cfg, &mut spec, &info.spec_path(), findings);
         }
     });
     changed

@@ -25,6 +25,7 @@
 use super::{Findings, MutationContext, Mutator};
 use crate::json::Pointer as _;
 use crate::kinds::{Holders, JobSpecs};
+use crate::patch::{MapNode, Node};
 use crate::pytorch::indexed_job::{self, launcher_of};
 use crate::quantity::Quantity;
 use crate::topology::guardrails::{
@@ -67,14 +68,14 @@ fn cfg<'a>(ctx: &MutationContext<'a>) -> &'a GuardrailsConfig {
     ctx.settings.guardrails
 }
 
-fn gang(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+fn gang(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, findings: &mut Findings) -> bool {
     if cfg(ctx).gang != GangAction::Raise || ctx.child {
         return false;
     }
     let name = ctx.object_name(object).to_string();
     let mut changed = false;
     for short in gang_shortfalls(ctx.kind, object, &name) {
-        if let Some(slot) = object.at_mut(&short.pointer) {
+        if let Some(mut slot) = object.at_pointer(&short.pointer) {
             *slot = json!(short.needed);
             changed = true;
             findings.warn(format!(
@@ -105,7 +106,7 @@ fn pod_failure_policy(codes: &[i32]) -> Value {
 /// `wrote_replacement`: the user wrote `podReplacementPolicy` (a batch/v1 Job's is defaulted
 /// by the API server; a JobSet's Job template is not).
 fn add_pod_failure_policy(
-    job_spec: &mut Map<String, Value>,
+    job_spec: &mut MapNode<'_>,
     at: &str,
     codes: &[i32],
     wrote_replacement: bool,
@@ -140,14 +141,18 @@ fn add_pod_failure_policy(
         ));
         return false;
     }
-    job_spec.insert("podFailurePolicy".into(), pod_failure_policy(codes));
+    job_spec.set("podFailurePolicy", pod_failure_policy(codes));
     if replacement.is_some() {
-        job_spec.insert("podReplacementPolicy".into(), json!("Failed"));
+        job_spec.set("podReplacementPolicy", json!("Failed"));
     }
     true
 }
 
-fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+fn preemption(
+    ctx: &MutationContext<'_>,
+    object: &mut Node<'_, Value>,
+    findings: &mut Findings,
+) -> bool {
     let cfg = &cfg(ctx).preemption;
     if !cfg.enabled || ctx.child {
         return false;
@@ -157,17 +162,17 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
         JobSpecs::None => false,
         JobSpecs::Object => {
             let wrote = UserIntent::of(object).wrote(&["spec", "podReplacementPolicy"]);
-            object
-                .get_mut("spec")
-                .and_then(Value::as_object_mut)
-                .is_some_and(|spec| {
-                    add_pod_failure_policy(spec, "spec.template.spec", codes, wrote, findings)
-                })
+            object.object("spec").is_some_and(|mut spec| {
+                add_pod_failure_policy(&mut spec, "spec.template.spec", codes, wrote, findings)
+            })
         }
         JobSpecs::Templates => {
             let mut changed = false;
             for (pointer, at) in job_templates(ctx.kind, object) {
-                let Some(spec) = object.pointer_mut(&pointer).and_then(Value::as_object_mut) else {
+                let Some(mut spec) = object.at_pointer(&pointer) else {
+                    continue;
+                };
+                let Some(mut spec) = spec.as_map_node() else {
                     continue;
                 };
                 // The kind's webhook defaults an unset restartPolicy (JobSet's to OnFailure),
@@ -179,7 +184,7 @@ fn preemption(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
                     .and_then(Value::as_str)
                     == Some("Never");
                 if never {
-                    changed |= add_pod_failure_policy(spec, &at, codes, true, findings);
+                    changed |= add_pod_failure_policy(&mut spec, &at, codes, true, findings);
                 }
             }
             changed
@@ -218,20 +223,24 @@ fn job_templates(kind: WorkloadKind, object: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-fn success_policy(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> bool {
+fn success_policy(
+    ctx: &MutationContext<'_>,
+    object: &mut Node<'_, Value>,
+    _: &mut Findings,
+) -> bool {
     if !cfg(ctx).end_with_rank_zero || ctx.child || ctx.kind.spec().job_specs != JobSpecs::Object {
         return false;
     }
     let indexed = object.at("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
     let distributed = indexed_job::opt_in(ctx.settings.pytorch, object).is_some();
-    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(mut spec) = object.object("spec") else {
         return false;
     };
     if !indexed || !distributed || spec.get("successPolicy").is_some_and(|v| !v.is_null()) {
         return false;
     }
-    spec.insert(
-        "successPolicy".into(),
+    spec.set(
+        "successPolicy",
         json!({"rules": [{"succeededIndexes": "0"}]}),
     );
     true
@@ -242,7 +251,11 @@ fn memory_limit(c: &Map<String, Value>) -> Option<Quantity> {
     Quantity::from_json(c.get("resources")?.get("limits")?.get("memory")?)?.ok()
 }
 
-fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+fn shared_memory(
+    ctx: &MutationContext<'_>,
+    object: &mut Node<'_, Value>,
+    findings: &mut Findings,
+) -> bool {
     let Some(size) = cfg(ctx).shm_size() else {
         return false;
     };
@@ -253,7 +266,7 @@ fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut F
         .unwrap_or_default();
     let mut changed = false;
     let sidecars = ctx.sidecars;
-    let add = |spec: &mut Map<String, Value>,
+    let add = |spec: &mut MapNode<'_>,
                spec_path: &dyn std::fmt::Display,
                findings: &mut Findings| {
         if workload::is_windows(spec) {
@@ -306,20 +319,20 @@ fn shared_memory(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut F
     };
     if ctx.kind.spec().pods_from_runtime {
         return super::runtime_patch::with_trainer_pod_spec(object, |spec, path| {
-            add(spec, &path, findings)
+            add(&mut Node::scratch(spec), &path, findings)
         });
     }
     workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        if let Some(spec) = workload::pod_spec_mut(template) {
-            changed |= add(spec, &info.spec_path(), findings);
+        if let Some(mut spec) = workload::pod_spec_mut(template) {
+            changed |= add(&mut spec, &info.spec_path(), findings);
         }
     });
     changed
 }
 
 /// Sets `key` in the object at `holder` (a JSON Pointer, created as needed) when absent.
-fn set_absent(object: &mut Value, holder: &str, key: &str, seconds: i64) -> bool {
-    let Some(mut at) = object.as_object_mut() else {
+fn set_absent(object: &mut Node<'_, Value>, holder: &str, key: &str, seconds: i64) -> bool {
+    let Some(mut at) = object.as_map_node() else {
         return false;
     };
     for part in holder
@@ -327,20 +340,19 @@ fn set_absent(object: &mut Value, holder: &str, key: &str, seconds: i64) -> bool
         .split('/')
         .filter(|p| !p.is_empty())
     {
-        let next = at.entry(part).or_insert_with(|| json!({}));
-        let Some(map) = next.as_object_mut() else {
+        if at.get(part).is_some_and(|next| !next.is_object()) {
             return false;
-        };
-        at = map;
+        }
+        at = at.into_object_or_new(part);
     }
     if at.get(key).is_some_and(|v| !v.is_null()) {
         return false;
     }
-    at.insert(key.into(), json!(seconds));
+    at.set(key, json!(seconds));
     true
 }
 
-fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> bool {
+fn deadline(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, _: &mut Findings) -> bool {
     let Some(seconds) = cfg(ctx).cost_ceiling.default_deadline_seconds else {
         return false;
     };
@@ -353,10 +365,10 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> 
         DeadlinePlace::EachJob => {
             let mut changed = false;
             for (pointer, _) in job_templates(ctx.kind, object) {
-                if let Some(spec) = object.pointer_mut(&pointer)
+                if let Some(mut spec) = object.at_pointer(&pointer)
                     && spec.is_object()
                 {
-                    changed |= set_absent(spec, "", "activeDeadlineSeconds", seconds);
+                    changed |= set_absent(&mut spec, "", "activeDeadlineSeconds", seconds);
                 }
             }
             // Its pods get it too, as `limits.maxActiveDeadlineSeconds` reads them.
@@ -368,13 +380,13 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Value, _: &mut Findings) -> 
 }
 
 /// Every pod template of the workload without `activeDeadlineSeconds` gets `seconds`.
-fn each_pod_template(kind: WorkloadKind, object: &mut Value, seconds: i64) -> bool {
+fn each_pod_template(kind: WorkloadKind, object: &mut Node<'_, Value>, seconds: i64) -> bool {
     let mut changed = false;
     workload::for_each_template_mut(kind, object, |_, template| {
-        if let Some(spec) = workload::pod_spec_mut(template)
+        if let Some(mut spec) = workload::pod_spec_mut(template)
             && spec.get("activeDeadlineSeconds").is_none_or(Value::is_null)
         {
-            spec.insert("activeDeadlineSeconds".into(), json!(seconds));
+            spec.set("activeDeadlineSeconds", json!(seconds));
             changed = true;
         }
     });
@@ -401,7 +413,11 @@ pub fn container_gpus(c: &Map<String, Value>) -> i64 {
         .unwrap_or(0)
 }
 
-fn multi_gpu(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+fn multi_gpu(
+    ctx: &MutationContext<'_>,
+    object: &mut Node<'_, Value>,
+    findings: &mut Findings,
+) -> bool {
     if !cfg(ctx).multi_gpu_warning || ctx.child {
         return false;
     }

@@ -23,6 +23,7 @@
 use super::{Findings, MutationContext, Mutator};
 use crate::error::ConfigError;
 use crate::kinds::{Replaces, RunDefault, Setting, field};
+use crate::patch::{Node, Step};
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
@@ -130,7 +131,7 @@ fn apply(
     cfg: &JobDefaultsConfig,
     kind: WorkloadKind,
     default: &RunDefault,
-    object: &mut Value,
+    object: &mut Node<'_, Value>,
     findings: &mut Findings,
 ) -> bool {
     let Some((key, parents)) = default.at.split_last() else {
@@ -163,22 +164,17 @@ fn apply(
     let Some((last, above)) = parents.split_last() else {
         return false;
     };
-    let Some(grand) = above
-        .iter()
-        .try_fold(&mut *object, |v, k| v.get_mut(*k))
-        .and_then(Value::as_object_mut)
-    else {
+    let steps: Vec<Step<'_>> = above.iter().map(|k| Step::Key(k)).collect();
+    let Some(mut grand) = object.at_steps(&steps) else {
         return false;
     };
-    let holder = if default.make {
-        grand.entry(*last).or_insert_with(|| json!({}))
-    } else {
-        match grand.get_mut(*last) {
-            Some(h) => h,
-            None => return false,
-        }
+    let Some(mut grand) = grand.as_map_node() else {
+        return false;
     };
-    let Some(holder) = holder.as_object_mut() else {
+    if default.make && !grand.contains_key(*last) {
+        grand.set(last, json!({}));
+    }
+    let Some(holder) = grand.get(*last).and_then(Value::as_object) else {
         return false;
     };
     let current = holder.get(*key);
@@ -200,11 +196,14 @@ fn apply(
     };
     if !unset {
         if default.make && holder.is_empty() {
-            grand.remove(*last);
+            grand.remove(last);
         }
         return false;
     }
-    holder.insert((*key).to_string(), value.clone());
+    grand
+        .object(last)
+        .expect("an object member")
+        .set(key, value.clone());
     if let Some(v) = misplaced {
         let from = default.misplaced.unwrap_or_default().join(".");
         findings.warn(format!(
@@ -216,7 +215,11 @@ fn apply(
     true
 }
 
-pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+pub fn mutate(
+    ctx: &MutationContext<'_>,
+    object: &mut Node<'_, Value>,
+    findings: &mut Findings,
+) -> bool {
     let cfg = ctx.settings.job_defaults;
     if !cfg.enabled || ctx.child {
         return false;
@@ -424,16 +427,40 @@ mod tests {
         let kind = WorkloadKind::BatchJob;
         let mut findings = Findings::default();
         let mut kept = json!({"spec": {"shutdownAfterJobFinishes": false}});
-        assert!(!apply(&cfg, kind, &TTL, &mut kept, &mut findings));
+        assert!(!apply(
+            &cfg,
+            kind,
+            &TTL,
+            &mut Node::scratch(&mut kept),
+            &mut findings
+        ));
         assert_eq!(kept, json!({"spec": {"shutdownAfterJobFinishes": false}}));
         let mut shut = json!({"spec": {"shutdownAfterJobFinishes": true}});
-        assert!(apply(&cfg, kind, &TTL, &mut shut, &mut findings));
+        assert!(apply(
+            &cfg,
+            kind,
+            &TTL,
+            &mut Node::scratch(&mut shut),
+            &mut findings
+        ));
         assert_eq!(shut["spec"]["ttlSecondsAfterFinished"], json!(60));
-        assert!(apply(&cfg, kind, &RETRIES, &mut shut, &mut findings));
+        assert!(apply(
+            &cfg,
+            kind,
+            &RETRIES,
+            &mut Node::scratch(&mut shut),
+            &mut findings
+        ));
         assert_eq!(shut["spec"]["policy"], json!({"retries": 0}));
         let mut zero = json!({"spec": {"policy": {"retries": 0}}});
         assert!(
-            !apply(&cfg, kind, &RETRIES, &mut zero, &mut findings),
+            !apply(
+                &cfg,
+                kind,
+                &RETRIES,
+                &mut Node::scratch(&mut zero),
+                &mut findings
+            ),
             "0 is already the value"
         );
         assert!(findings.warnings.is_empty());

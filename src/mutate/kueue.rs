@@ -18,6 +18,7 @@
 use super::{Findings, MutationContext, Mutator};
 use crate::error::ConfigError;
 use crate::kinds::Kueue;
+use crate::patch::Node;
 use crate::rules::{self, Violation};
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
@@ -235,7 +236,11 @@ pub const MUTATOR: Mutator = Mutator {
     run: mutate,
 };
 
-pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+pub fn mutate(
+    ctx: &MutationContext<'_>,
+    object: &mut Node<'_, Value>,
+    findings: &mut Findings,
+) -> bool {
     let Some(cfg) = ctx.settings.kueue else {
         return false;
     };
@@ -253,10 +258,10 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     if !manages(ctx.kind) {
         return false;
     }
-    let Some(top) = object.as_object_mut() else {
+    let Some(mut top) = object.as_map_node() else {
         return false;
     };
-    let labels = workload::metadata_map_mut(top, "labels");
+    let mut labels = workload::metadata_map_mut(&mut top, "labels");
     let mut changed = false;
     for setting in cfg.settings() {
         let current = labels.get(setting.label).and_then(Value::as_str);
@@ -270,7 +275,7 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
                 setting.label, ctx.queue_name, setting.key
             ));
         }
-        labels.insert(setting.label.into(), json!(value));
+        labels.set(setting.label, json!(value));
         changed = true;
     }
     changed

@@ -9,6 +9,7 @@
 //! the label value back to its queue (`Policy::queue_by_name_or_label`).
 
 use super::MutationContext;
+use crate::patch::{MapNode, Node};
 use crate::workload;
 use serde_json::{Value, json};
 use std::borrow::Cow;
@@ -71,15 +72,19 @@ pub fn queue_label_value(name: &str) -> Cow<'_, str> {
 }
 
 /// Adds the queue label where missing and merges `applied` into the mutations annotation.
-pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static str]) -> bool {
+pub fn record(
+    ctx: &MutationContext<'_>,
+    object: &mut Node<'_, Value>,
+    applied: &[&'static str],
+) -> bool {
     let queue = ctx.queue_name;
     let label_value = queue_label_value(queue);
     let mut changed = false;
-    let Some(top) = object.as_object_mut() else {
+    let Some(mut top) = object.as_map_node() else {
         return false;
     };
-    let add_label = |map: &mut serde_json::Map<String, Value>| {
-        let labels = workload::metadata_map_mut(map, "labels");
+    let add_label = |map: &mut MapNode<'_>| {
+        let mut labels = workload::metadata_map_mut(map, "labels");
         // Kept as is, unless it is the queue's full name where that is no label value (the
         // CLI's `--queue` on a bare manifest): the API server would reject it.
         let written_raw =
@@ -87,16 +92,16 @@ pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static
         if labels.contains_key(QUEUE_LABEL) && !written_raw {
             return false;
         }
-        labels.insert(QUEUE_LABEL.into(), json!(label_value));
+        labels.set(QUEUE_LABEL, json!(label_value));
         if label_value != queue {
-            let annotations = workload::metadata_map_mut(map, "annotations");
+            let mut annotations = workload::metadata_map_mut(map, "annotations");
             if !annotations.contains_key(QUEUE_NAME_ANNOTATION) {
-                annotations.insert(QUEUE_NAME_ANNOTATION.into(), json!(queue));
+                annotations.set(QUEUE_NAME_ANNOTATION, json!(queue));
             }
         }
         true
     };
-    changed |= add_label(top);
+    changed |= add_label(&mut top);
     workload::for_each_template_mut(ctx.kind, object, |info, template| {
         if !info.is_pod() {
             changed |= add_label(template);
@@ -104,15 +109,17 @@ pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static
     });
     // A TrainJob's pods come from its runtime: the label goes into launchgate's runtime patch.
     if ctx.kind.spec().pods_from_runtime {
-        changed |= super::runtime_patch::with_trainer_pod_template(object, add_label);
+        changed |= super::runtime_patch::with_trainer_pod_template(object, |template| {
+            add_label(&mut Node::scratch(template))
+        });
     }
     if applied.is_empty() {
         return changed;
     }
-    let Some(top) = object.as_object_mut() else {
+    let Some(mut top) = object.as_map_node() else {
         return changed;
     };
-    let annotations = workload::metadata_map_mut(top, "annotations");
+    let mut annotations = workload::metadata_map_mut(&mut top, "annotations");
     let mut names: BTreeSet<String> = annotations
         .get(MUTATIONS_ANNOTATION)
         .and_then(Value::as_str)
@@ -130,7 +137,7 @@ pub fn record(ctx: &MutationContext<'_>, object: &mut Value, applied: &[&'static
         .and_then(Value::as_str)
         != Some(joined.as_str())
     {
-        annotations.insert(MUTATIONS_ANNOTATION.into(), json!(joined));
+        annotations.set(MUTATIONS_ANNOTATION, json!(joined));
         changed = true;
     }
     changed

@@ -1,5 +1,5 @@
-//! Mutations: each a small module with one job, run in a fixed order on a
-//! `serde_json::Value` copy of the object. The JSON Patch is the diff of before and after.
+//! Mutations: each a small module with one job, run in a fixed order on the object in place,
+//! through [`Node`]s that record the JSON Patch as they write ([`crate::patch`]).
 
 pub mod cache;
 pub mod guardrails;
@@ -12,6 +12,7 @@ pub mod security_context;
 
 use crate::admission::AdmissionRequest;
 use crate::cluster::ClusterView;
+use crate::patch::{MapNode, Node};
 use crate::pytorch::PytorchConfig;
 use crate::workload::{ContainerAt, ContainerRole, WorkloadKind};
 use cache::CacheConfig;
@@ -59,9 +60,9 @@ impl MutationContext<'_> {
     /// configured sidecars) with its display path, e.g. `spec.containers[0] (trainer)`.
     pub fn for_each_training_container(
         &self,
-        pod_spec: &mut serde_json::Map<String, Value>,
+        pod_spec: &mut MapNode<'_>,
         spec_path: &dyn std::fmt::Display,
-        mut f: impl FnMut(&dyn std::fmt::Display, &mut serde_json::Map<String, Value>),
+        mut f: impl FnMut(&dyn std::fmt::Display, &mut MapNode<'_>),
     ) {
         crate::workload::for_each_container_mut(pod_spec, self.sidecars, |slot, c| {
             if slot.role == ContainerRole::App {
@@ -109,7 +110,7 @@ pub(crate) fn env_from_warning(where_: &dyn std::fmt::Display, vars: &[(&str, St
 
 /// Applies a mutation in place; returns true when it changed the object. Must be idempotent:
 /// a second call on its own output changes nothing.
-pub type MutateFn = fn(&MutationContext<'_>, &mut Value, &mut Findings) -> bool;
+pub type MutateFn = fn(&MutationContext<'_>, &mut Node<'_, Value>, &mut Findings) -> bool;
 
 /// One mutation.
 #[derive(Clone, Copy)]
@@ -138,7 +139,7 @@ pub static MUTATORS: &[Mutator] = &[
 /// Returns the names of the mutators that changed something.
 pub fn apply_all(
     ctx: &MutationContext<'_>,
-    object: &mut Value,
+    object: &mut Node<'_, Value>,
     findings: &mut Findings,
 ) -> Vec<&'static str> {
     let mut applied = Vec::new();
@@ -189,11 +190,22 @@ pub(crate) mod test_support {
         };
         let mut out = object.clone();
         let mut findings = Findings::default();
-        let changed = (mutator.run)(&ctx, &mut out, &mut findings);
+        let mut recorder = crate::patch::Recorder::default();
+        let changed = (mutator.run)(
+            &ctx,
+            &mut Node::root(&mut out, &mut recorder),
+            &mut findings,
+        );
         assert_eq!(
             changed,
             out != object,
             "mutator {} misreports change",
+            mutator.name
+        );
+        assert_eq!(
+            recorder.patch(&out),
+            crate::patch::diff::diff_tree(&object, &out),
+            "mutator {} records another patch than the diff",
             mutator.name
         );
         (out, findings)

@@ -7,11 +7,12 @@
 use super::{Findings, MutationContext, Mutator};
 use crate::cluster::ClusterView;
 use crate::json::Pointer as _;
+use crate::patch::{MapNode, Node};
 use crate::pytorch::site::{EachContainer, Site, Warnings};
 use crate::pytorch::{self, PytorchConfig};
 use crate::topology::guardrails::rendezvous_service_problems;
 use crate::workload::WorkloadKind;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The pytorch mutator.
 pub const MUTATOR: Mutator = Mutator {
@@ -19,7 +20,7 @@ pub const MUTATOR: Mutator = Mutator {
     run: mutate,
 };
 
-pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, f: &mut Findings) -> bool {
+pub fn mutate(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, f: &mut Findings) -> bool {
     let cfg = ctx.settings.pytorch;
     if !cfg.enabled || !object.is_object() || (ctx.child && ctx.kind != WorkloadKind::Pod) {
         return false;
@@ -50,7 +51,7 @@ impl Site for MutationContext<'_> {
 
     fn for_each_training_container(
         &self,
-        pod_spec: &mut Map<String, Value>,
+        pod_spec: &mut MapNode<'_>,
         spec_path: &dyn std::fmt::Display,
         f: &mut EachContainer<'_>,
     ) {

@@ -14,6 +14,7 @@
 //! written (the API server would prune any other, silently).
 
 use crate::json::Pointer as _;
+use crate::patch::Node;
 use crate::workload::{self, edit, trainjob};
 use serde_json::{Map, Value, json};
 
@@ -46,11 +47,13 @@ fn entry_template(object: &Value) -> Option<&Map<String, Value>> {
 
 /// [`with_trainer_pod_template`] on the template's pod spec.
 pub fn with_trainer_pod_spec(
-    object: &mut Value,
+    object: &mut Node<'_, Value>,
     f: impl FnOnce(&mut Map<String, Value>, &str) -> bool,
 ) -> bool {
     with_trainer_pod_template(object, |template| {
-        workload::pod_spec_mut(template).is_some_and(|spec| f(spec, &spec_path()))
+        crate::json::member_mut(template, "spec")
+            .and_then(Value::as_object_mut)
+            .is_some_and(|spec| f(spec, &spec_path()))
     })
 }
 
@@ -59,7 +62,7 @@ pub fn with_trainer_pod_spec(
 /// `node` container) and writes the entry back when `f` changed it. Returns true when the
 /// TrainJob changed.
 pub fn with_trainer_pod_template(
-    object: &mut Value,
+    object: &mut Node<'_, Value>,
     f: impl FnOnce(&mut Map<String, Value>) -> bool,
 ) -> bool {
     if !object.is_object() || object.get("spec").is_some_and(|s| !s.is_object()) {
@@ -76,23 +79,24 @@ pub fn with_trainer_pod_template(
     if !f(&mut template) {
         return false;
     }
-    let env = workload::pod_spec_mut(&mut template)
+    let env = crate::json::member_mut(&mut template, "spec")
+        .and_then(Value::as_object_mut)
         .map(take_node_env)
         .unwrap_or_default();
     let mut changed = false;
-    let Some(root) = object.as_object_mut() else {
+    let Some(mut root) = object.as_map_node() else {
         return false;
     };
-    let root_spec = root
-        .entry("spec")
-        .or_insert_with(|| json!({}))
-        .as_object_mut()
-        .expect("checked to be an object");
+    // A TrainJob's spec is small: written as one place.
+    let mut root_spec = root.object_or_new("spec");
+    let root_spec: &mut Map<String, Value> = &mut root_spec;
     if !env.is_empty() {
         let trainer = root_spec.entry("trainer").or_insert_with(|| json!({}));
         if let Some(trainer) = trainer.as_object_mut() {
             for entry in env {
-                changed |= edit::upsert_named(trainer, "env", entry, false).changed();
+                changed |=
+                    edit::upsert_named(&mut Node::scratch(&mut *trainer), "env", entry, false)
+                        .changed();
             }
         }
     }
@@ -160,7 +164,7 @@ mod tests {
             );
             true
         };
-        assert!(with_trainer_pod_spec(&mut tj, write));
+        assert!(with_trainer_pod_spec(&mut Node::scratch(&mut tj), write));
         assert_eq!(
             tj["spec"]["runtimePatches"][0]["manager"],
             "kueue.x-k8s.io/kueue"
@@ -178,14 +182,14 @@ mod tests {
             json!([{"name": "HF_HOME", "value": "/mine"}, {"name": "TORCH_HOME", "value": "/cache/torch"}])
         );
         let before = tj.clone();
-        assert!(!with_trainer_pod_spec(&mut tj, write));
+        assert!(!with_trainer_pod_spec(&mut Node::scratch(&mut tj), write));
         assert_eq!(tj, before);
         for mut garbage in [
             json!(null),
             json!({"spec": 3}),
             json!({"spec": {"runtimePatches": 1}}),
         ] {
-            let _ = with_trainer_pod_spec(&mut garbage, write);
+            let _ = with_trainer_pod_spec(&mut Node::scratch(&mut garbage), write);
         }
     }
 }

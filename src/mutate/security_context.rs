@@ -8,8 +8,9 @@
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
+use crate::patch::{MapNode, Node};
 use crate::workload;
-use crate::workload::edit::{deep_merge, object_mut};
+use crate::workload::edit::deep_merge;
 use crate::workload::trainjob::{self, TrainingRuntime};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -87,9 +88,9 @@ fn is_unset(map: &Map<String, Value>, key: &str) -> bool {
 }
 
 /// Sets `map[key] = value` when unset; true when it changed something.
-fn set_if_unset(map: &mut Map<String, Value>, key: &str, value: Value) -> bool {
+fn set_if_unset(map: &mut MapNode<'_>, key: &str, value: Value) -> bool {
     if is_unset(map, key) {
-        map.insert(key.to_string(), value);
+        map.set(key, value);
         true
     } else {
         false
@@ -110,7 +111,7 @@ fn adds_sys_admin(sc: &Map<String, Value>) -> bool {
 fn default_container(
     cfg: &SecurityContextConfig,
     pod_sets_seccomp: bool,
-    container: &mut Map<String, Value>,
+    container: &mut MapNode<'_>,
     where_: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
@@ -125,34 +126,37 @@ fn default_container(
         ));
         return false;
     }
-    let before = container.get("securityContext").cloned();
-    let sc = object_mut(container, "securityContext");
+    let before = container.get("securityContext");
+    let absent = before.is_none();
+    // A securityContext that is not an object is replaced.
+    let mut changed = before.is_some_and(|v| !v.is_object());
+    let mut sc = container.object_or_new("securityContext");
     if let Some(ape) = cfg.allow_privilege_escalation {
         // The API rejects allowPrivilegeEscalation=false together with CAP_SYS_ADMIN.
-        let conflicts_with_sys_admin = !ape && adds_sys_admin(sc);
+        let conflicts_with_sys_admin = !ape && adds_sys_admin(&sc);
         if !conflicts_with_sys_admin {
-            set_if_unset(sc, "allowPrivilegeEscalation", Value::Bool(ape));
-        } else if is_unset(sc, "allowPrivilegeEscalation") {
+            changed |= set_if_unset(&mut sc, "allowPrivilegeEscalation", Value::Bool(ape));
+        } else if is_unset(&sc, "allowPrivilegeEscalation") {
             findings.warn(format!(
                 "launchgate: {where_} adds CAP_SYS_ADMIN; allowPrivilegeEscalation was left unset"
             ));
         }
     }
     if !cfg.drop_capabilities.is_empty() {
-        let caps = object_mut(sc, "capabilities");
-        set_if_unset(caps, "drop", json!(cfg.drop_capabilities));
+        changed |= !sc.get("capabilities").is_some_and(Value::is_object);
+        let mut caps = sc.object_or_new("capabilities");
+        changed |= set_if_unset(&mut caps, "drop", json!(cfg.drop_capabilities));
     }
     if let Some(profile) = &cfg.seccomp_profile
         && !pod_sets_seccomp
     {
-        set_if_unset(sc, "seccompProfile", json!({ "type": profile }));
+        changed |= set_if_unset(&mut sc, "seccompProfile", json!({ "type": profile }));
     }
-    let after = container.get("securityContext");
-    if before.is_none() && after.is_some_and(|v| v.as_object().is_some_and(Map::is_empty)) {
+    if absent && sc.is_empty() {
         container.remove("securityContext");
         return false;
     }
-    before.as_ref() != after
+    changed
 }
 
 /// Where pod-level `runAsNonRoot: true` would contradict what the user wrote: a container that
@@ -188,7 +192,7 @@ fn root_containers(
 
 fn default_pod(
     cfg: &SecurityContextConfig,
-    pod_spec: &mut Map<String, Value>,
+    pod_spec: &mut MapNode<'_>,
     spec_path: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
@@ -201,12 +205,14 @@ fn default_pod(
         Vec::new()
     };
     let had_sc = pod_spec.contains_key("securityContext");
-    let sc = object_mut(pod_spec, "securityContext");
-    let mut changed = false;
+    let mut changed = pod_spec
+        .get("securityContext")
+        .is_some_and(|v| !v.is_object());
+    let mut sc = pod_spec.object_or_new("securityContext");
     if let Some(v) = cfg.run_as_non_root {
         if roots.is_empty() {
-            changed |= set_if_unset(sc, "runAsNonRoot", Value::Bool(v));
-        } else if is_unset(sc, "runAsNonRoot") {
+            changed |= set_if_unset(&mut sc, "runAsNonRoot", Value::Bool(v));
+        } else if is_unset(&sc, "runAsNonRoot") {
             findings.warn(format!(
                 "launchgate: {} run(s) as UID 0 (runAsUser: 0); pod-level runAsNonRoot was not added because the kubelet would refuse to start it",
                 roots.join(", ")
@@ -214,10 +220,10 @@ fn default_pod(
         }
     }
     if let Some(v) = cfg.run_as_user {
-        changed |= set_if_unset(sc, "runAsUser", json!(v));
+        changed |= set_if_unset(&mut sc, "runAsUser", json!(v));
     }
     if let Some(v) = cfg.fs_group {
-        changed |= set_if_unset(sc, "fsGroup", json!(v));
+        changed |= set_if_unset(&mut sc, "fsGroup", json!(v));
     }
     if !had_sc && sc.is_empty() {
         pod_spec.remove("securityContext");
@@ -225,7 +231,11 @@ fn default_pod(
     changed
 }
 
-pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Findings) -> bool {
+pub fn mutate(
+    ctx: &MutationContext<'_>,
+    object: &mut Node<'_, Value>,
+    findings: &mut Findings,
+) -> bool {
     let cfg = ctx.settings.security_context;
     if !cfg.enabled {
         return false;
@@ -243,8 +253,8 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
     }
     let mut changed = false;
     workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        if let Some(spec) = workload::pod_spec_mut(template) {
-            changed |= harden_pod_spec(ctx, cfg, spec, &info.spec_path(), findings);
+        if let Some(mut spec) = workload::pod_spec_mut(template) {
+            changed |= harden_pod_spec(ctx, cfg, &mut spec, &info.spec_path(), findings);
         }
     });
     changed
@@ -254,7 +264,7 @@ pub fn mutate(ctx: &MutationContext<'_>, object: &mut Value, findings: &mut Find
 fn harden_pod_spec(
     ctx: &MutationContext<'_>,
     cfg: &SecurityContextConfig,
-    spec: &mut Map<String, Value>,
+    spec: &mut MapNode<'_>,
     spec_path: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
@@ -311,19 +321,28 @@ fn harden_over(
         return false;
     }
     let before = merged.clone();
-    default_pod(cfg, &mut merged, spec_path, findings);
+    default_pod(cfg, &mut Node::scratch(&mut merged), spec_path, findings);
     let pod_sets_seccomp = merged
         .get("securityContext")
         .and_then(|s| s.get("seccompProfile"))
         .is_some_and(|v| !v.is_null());
     if let Some(node) = trainjob::node_container_mut(&mut merged) {
-        default_container(cfg, pod_sets_seccomp, node, where_, findings);
+        default_container(
+            cfg,
+            pod_sets_seccomp,
+            &mut Node::scratch(node),
+            where_,
+            findings,
+        );
     }
     // Only what the hardening added goes into the patch.
     let mut changed = false;
     if let Some(added) = added_leaves(before.get("securityContext"), merged.get("securityContext"))
     {
-        changed |= deep_merge(object_mut(patch, "securityContext"), &added);
+        changed |= deep_merge(
+            &mut Node::scratch(&mut *patch).object_or_new("securityContext"),
+            &added,
+        );
     }
     let node_sc = |spec: &Map<String, Value>| {
         trainjob::node_container(spec)
@@ -333,7 +352,10 @@ fn harden_over(
     if let Some(added) = added_leaves(node_sc(&before).as_ref(), node_sc(&merged).as_ref())
         && let Some(node) = trainjob::node_container_mut(patch)
     {
-        changed |= deep_merge(object_mut(node, "securityContext"), &added);
+        changed |= deep_merge(
+            &mut Node::scratch(node).object_or_new("securityContext"),
+            &added,
+        );
     }
     changed
 }
@@ -444,7 +466,13 @@ pub fn mutate_ephemeral(
             continue;
         }
         let where_ = format!("spec.ephemeralContainers[{i}]");
-        changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
+        changed |= default_container(
+            cfg,
+            pod_sets_seccomp,
+            &mut Node::scratch(c),
+            &where_,
+            findings,
+        );
     }
     changed
 }

@@ -7,6 +7,7 @@
 
 use crate::admission::AdmissionRequest;
 use crate::error::ConfigError;
+use crate::patch::{MapNode, Node, Step};
 use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -476,42 +477,44 @@ pub(crate) fn unearned_marks(
 /// call changed something.
 fn edit_mark_places(
     kind: WorkloadKind,
-    object: &mut Value,
-    mut f: impl FnMut(&mut serde_json::Map<String, Value>) -> bool,
+    object: &mut Node<'_, Value>,
+    mut f: impl FnMut(&mut MapNode<'_>) -> bool,
 ) -> bool {
     let mut changed = false;
     if kind.is_job() {
         workload::for_each_template_mut(kind, object, |_, template| changed |= f(template));
     }
-    if let Some(obj) = object.as_object_mut() {
-        changed |= f(obj);
+    if let Some(mut obj) = object.as_map_node() {
+        changed |= f(&mut obj);
     }
     changed
 }
 
 /// Writes the exemption mark `name` on `object` and on each of its pod templates; true when
 /// something changed.
-pub(crate) fn write_marks(kind: WorkloadKind, object: &mut Value, name: &str) -> bool {
+pub(crate) fn write_marks(kind: WorkloadKind, object: &mut Node<'_, Value>, name: &str) -> bool {
     edit_mark_places(kind, object, |map| {
-        let annotations = workload::metadata_map_mut(map, "annotations");
+        let mut annotations = workload::metadata_map_mut(map, "annotations");
         let marked = annotations
             .get(EXEMPTED_BY_ANNOTATION)
             .and_then(Value::as_str)
             == Some(name);
         if !marked {
-            annotations.insert(EXEMPTED_BY_ANNOTATION.into(), Value::from(name));
+            annotations.set(EXEMPTED_BY_ANNOTATION, Value::from(name));
         }
         !marked
     })
 }
 
 /// Removes the exemption mark from `object` and its pod templates; true when there was one.
-pub(crate) fn strip_marks(kind: WorkloadKind, object: &mut Value) -> bool {
+pub(crate) fn strip_marks(kind: WorkloadKind, object: &mut Node<'_, Value>) -> bool {
     edit_mark_places(kind, object, |map| {
-        map.get_mut("metadata")
-            .and_then(|m| m.get_mut("annotations"))
-            .and_then(Value::as_object_mut)
-            .is_some_and(|annotations| annotations.remove(EXEMPTED_BY_ANNOTATION).is_some())
+        map.at_steps(&[Step::Key("metadata"), Step::Key("annotations")])
+            .is_some_and(|mut annotations| {
+                annotations
+                    .as_map_node()
+                    .is_some_and(|mut annotations| annotations.remove(EXEMPTED_BY_ANNOTATION))
+            })
     })
 }
 

@@ -20,9 +20,10 @@
 //! warning; it is never denied (its controller would retry the pod forever). The pods are
 //! wired in [`super::pod`]; this module is the record.
 
+use crate::patch::MapNode;
 use crate::workload;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// Stands for the Job's name in [`Deferred::master_addr`] (never part of a Kubernetes name).
 pub const JOB_PLACEHOLDER: &str = "{job}";
@@ -65,13 +66,13 @@ impl Deferred {
 }
 
 /// Writes the record onto a pod template; true when it changed it.
-pub fn record(template: &mut Map<String, Value>, deferred: &Deferred) -> bool {
+pub fn record(template: &mut MapNode<'_>, deferred: &Deferred) -> bool {
     let value = deferred.to_annotation();
-    let annotations = workload::metadata_map_mut(template, "annotations");
+    let mut annotations = workload::metadata_map_mut(template, "annotations");
     if annotations.get(DEFERRED_ANNOTATION).and_then(Value::as_str) == Some(value.as_str()) {
         return false;
     }
-    annotations.insert(DEFERRED_ANNOTATION.into(), json!(value));
+    annotations.set(DEFERRED_ANNOTATION, json!(value));
     true
 }
 
@@ -85,6 +86,7 @@ pub fn is_deferred(pod: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::patch::Node;
 
     #[test]
     fn the_record_round_trips_and_is_written_once() {
@@ -100,9 +102,9 @@ mod tests {
         assert!(!text.contains("jobsetRank"), "{text}");
         assert_eq!(serde_json::from_str::<Deferred>(&text).unwrap(), d);
         assert!(text.contains("\"masterAddr\":\"{job}-0.ddp\""), "{text}");
-        let mut template = Map::new();
-        assert!(record(&mut template, &d));
-        assert!(!record(&mut template, &d));
+        let mut template = serde_json::Map::new();
+        assert!(record(&mut Node::scratch(&mut template), &d));
+        assert!(!record(&mut Node::scratch(&mut template), &d));
         assert!(is_deferred(&Value::Object(template)));
     }
 }

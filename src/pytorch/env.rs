@@ -16,6 +16,7 @@
 use super::config::{PytorchConfig, WaitForMasterConfig};
 use super::site::{Site, Warnings};
 use crate::json::Pointer as _;
+use crate::patch::MapNode;
 use crate::workload;
 use crate::workload::edit;
 use serde_json::{Map, Value, json};
@@ -174,7 +175,7 @@ fn describe(entry: &Value) -> String {
 
 /// Upserts `vars` into one container. Returns true when it changed something.
 pub fn write_env(
-    container: &mut Map<String, Value>,
+    container: &mut MapNode<'_>,
     vars: &[(&'static str, EnvValue)],
     cfg: &PytorchConfig,
     where_: &dyn std::fmt::Display,
@@ -230,7 +231,7 @@ pub fn write_env(
 /// program sees. When the env ends with the plugin's block and the template (launchgate's
 /// wiring, or the user) set a `WORLD_SIZE` before it, the block's `WORLD_SIZE` is set to the
 /// template's: the rendezvous size. Idempotent (a second pass finds them equal).
-pub fn keep_template_world_size(container: &mut Map<String, Value>) -> bool {
+pub fn keep_template_world_size(container: &mut MapNode<'_>) -> bool {
     let Some(env) = crate::json::member_mut(container, "env").and_then(Value::as_array_mut) else {
         return false;
     };
@@ -267,7 +268,7 @@ pub fn keep_template_world_size(container: &mut Map<String, Value>) -> bool {
 /// template's (Volcano's pytorch plugin appends `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE` and
 /// `RANK`), the kubelet uses the appended one; a `PET_*` copy of the earlier value would send
 /// torchrun elsewhere than `init_process_group("env://")`.
-pub fn follow_shadowed_twins(container: &mut Map<String, Value>) -> bool {
+pub fn follow_shadowed_twins(container: &mut MapNode<'_>) -> bool {
     let mut changed = false;
     for (env_name, pet_name) in TWINS {
         if !workload::env_is_shadowed(container, env_name) {
@@ -300,7 +301,7 @@ pub fn follow_shadowed_twins(container: &mut Map<String, Value>) -> bool {
 /// Declares the rendezvous port unless a port of that name or number is already there.
 /// Never a second port of the same name.
 pub fn write_port(
-    container: &mut Map<String, Value>,
+    container: &mut MapNode<'_>,
     port: u16,
     where_: &dyn std::fmt::Display,
     findings: &mut dyn Warnings,
@@ -332,7 +333,7 @@ pub fn write_port(
 /// already declares that number.
 pub fn wire_pod_spec(
     ctx: &dyn Site,
-    pod_spec: &mut Map<String, Value>,
+    pod_spec: &mut MapNode<'_>,
     spec_path: &dyn std::fmt::Display,
     vars: &[(&'static str, EnvValue)],
     port: Option<u16>,
@@ -370,7 +371,7 @@ pub fn wire_pod_spec(
 /// wrote a `dnsPolicy` (then [`host_network_dns_problem`] explains, and the caller warns or
 /// denies). Returns true when it changed the spec.
 pub fn ensure_host_network_dns(
-    pod_spec: &mut Map<String, Value>,
+    pod_spec: &mut MapNode<'_>,
     spec_path: &dyn std::fmt::Display,
     user_wrote_dns: bool,
     findings: &mut dyn Warnings,
@@ -412,7 +413,7 @@ echo "Master ${MASTER_ADDR}:${MASTER_PORT} is accepting connections""#;
 /// `node_rank` (when set) lets rank 0 skip the wait on templates shared by all ranks.
 pub fn write_wait_for_master(
     cfg: &WaitForMasterConfig,
-    pod_spec: &mut Map<String, Value>,
+    pod_spec: &mut MapNode<'_>,
     master_addr: &str,
     master_port: u16,
     node_rank: Option<EnvValue>,
@@ -476,25 +477,35 @@ mod tests {
             e("MASTER_ADDR", "j-master-0.j"), e("MASTER_PORT", "23456"), e("WORLD_SIZE", "4"),
             e("RANK", "2")]});
         let c = c.as_object_mut().unwrap();
-        assert!(keep_template_world_size(c));
+        assert!(keep_template_world_size(&mut Node::scratch(c)));
         assert_eq!(workload::effective_env_value(c, "WORLD_SIZE"), Some("3"));
-        assert!(!keep_template_world_size(c), "idempotent");
+        assert!(
+            !keep_template_world_size(&mut Node::scratch(c)),
+            "idempotent"
+        );
         // A tensorboard pod: no RANK in the block.
         let mut t = json!({"env": [e("WORLD_SIZE", "3"), e("MASTER_ADDR", "a"),
             e("MASTER_PORT", "1"), e("WORLD_SIZE", "4")]});
-        assert!(keep_template_world_size(t.as_object_mut().unwrap()));
+        assert!(keep_template_world_size(&mut Node::scratch(
+            t.as_object_mut().unwrap()
+        )));
         assert_eq!(t["env"][3]["value"], "3");
         // No template WORLD_SIZE (nothing wired): the plugin's value stays.
         let mut plain = json!({"env": [e("MASTER_ADDR", "a"), e("MASTER_PORT", "1"),
             e("WORLD_SIZE", "4"), e("RANK", "0")]});
-        assert!(!keep_template_world_size(plain.as_object_mut().unwrap()));
+        assert!(!keep_template_world_size(&mut Node::scratch(
+            plain.as_object_mut().unwrap()
+        )));
         // Not the plugin's block (the user's own duplicates): untouched.
         let mut user = json!({"env": [e("WORLD_SIZE", "8"), e("WORLD_SIZE", "2")]});
-        assert!(!keep_template_world_size(user.as_object_mut().unwrap()));
+        assert!(!keep_template_world_size(&mut Node::scratch(
+            user.as_object_mut().unwrap()
+        )));
     }
 
     use super::*;
     use crate::mutate::Findings;
+    use crate::patch::Node;
     use crate::pytorch::config::NprocPerNode;
 
     fn cfg() -> PytorchConfig {
@@ -552,7 +563,7 @@ mod tests {
         let mut c = obj(json!({"name": "t", "env": [{"name": "MASTER_PORT", "value": "29500"}]}));
         let mut f = Findings::default();
         assert!(write_env(
-            &mut c,
+            &mut Node::scratch(&mut c),
             &job_vars(&cfg(), &wiring()),
             &cfg(),
             &"c",
@@ -572,7 +583,7 @@ mod tests {
         let before = c.clone();
         let mut f = Findings::default();
         assert!(!write_env(
-            &mut c,
+            &mut Node::scratch(&mut c),
             &job_vars(&cfg(), &wiring()),
             &cfg(),
             &"c",
@@ -590,7 +601,13 @@ mod tests {
             {"name": "MASTER_PORT", "value": "29500"}
         ]}));
         let mut f = Findings::default();
-        write_env(&mut c, &job_vars(&cfg(), &wiring()), &cfg(), &"c", &mut f);
+        write_env(
+            &mut Node::scratch(&mut c),
+            &job_vars(&cfg(), &wiring()),
+            &cfg(),
+            &"c",
+            &mut f,
+        );
         assert_eq!(
             workload::effective_env_value(&c, PET_MASTER_PORT),
             Some("29500")
@@ -607,7 +624,13 @@ mod tests {
             {"name": "WORLD_SIZE", "value": "1"},
             {"name": "WORLD_SIZE", "value": "16"}
         ]}));
-        write_env(&mut c, &job_vars(&o, &wiring()), &o, &"c", &mut f);
+        write_env(
+            &mut Node::scratch(&mut c),
+            &job_vars(&o, &wiring()),
+            &o,
+            &"c",
+            &mut f,
+        );
         assert_eq!(workload::effective_env_value(&c, WORLD_SIZE), Some("3"));
         assert_eq!(workload::effective_env_value(&c, PET_NNODES), Some("3"));
     }
@@ -623,7 +646,7 @@ mod tests {
             {"name": "MASTER_PORT", "value": "23456"},
             {"name": "WORLD_SIZE", "value": "3"}
         ]}));
-        assert!(follow_shadowed_twins(&mut c));
+        assert!(follow_shadowed_twins(&mut Node::scratch(&mut c)));
         assert_eq!(
             workload::effective_env_value(&c, PET_MASTER_PORT),
             Some("23456")
@@ -633,14 +656,17 @@ mod tests {
             Some("9"),
             "a twin that mirrors no shadowed entry is the user's"
         );
-        assert!(!follow_shadowed_twins(&mut c), "idempotent");
+        assert!(
+            !follow_shadowed_twins(&mut Node::scratch(&mut c)),
+            "idempotent"
+        );
         // A twin the user set to something else entirely is left alone.
         let mut c = obj(json!({"name": "t", "env": [
             {"name": "MASTER_ADDR", "value": "a"},
             {"name": "PET_MASTER_ADDR", "value": "mine"},
             {"name": "MASTER_ADDR", "value": "b"}
         ]}));
-        assert!(!follow_shadowed_twins(&mut c));
+        assert!(!follow_shadowed_twins(&mut Node::scratch(&mut c)));
     }
 
     #[test]
@@ -653,7 +679,7 @@ mod tests {
         o.override_user_values = true;
         let mut f = Findings::default();
         assert!(write_env(
-            &mut c,
+            &mut Node::scratch(&mut c),
             &job_vars(&o, &wiring()),
             &o,
             &"c",
@@ -667,7 +693,7 @@ mod tests {
         unique.dedup();
         assert_eq!(n.len(), unique.len(), "{n:?}");
         assert!(!write_env(
-            &mut c,
+            &mut Node::scratch(&mut c),
             &job_vars(&o, &wiring()),
             &o,
             &"c",
@@ -682,7 +708,13 @@ mod tests {
         let mut c = obj(json!({"name": "t", "env": [e.clone()]}));
         let mut f = Findings::default();
         let vars = rank_vars(&cfg(), EnvValue::FieldRef(COMPLETION_INDEX_FIELD.into()));
-        assert!(write_env(&mut c, &vars, &cfg(), &"c", &mut f));
+        assert!(write_env(
+            &mut Node::scratch(&mut c),
+            &vars,
+            &cfg(),
+            &"c",
+            &mut f
+        ));
         assert!(f.warnings.is_empty());
         assert_eq!(names(&c), [RANK, PET_NODE_RANK]);
     }
@@ -691,18 +723,18 @@ mod tests {
     fn port_is_never_declared_twice_by_name() {
         let mut f = Findings::default();
         let mut c = obj(json!({"ports": [{"name": PORT_NAME, "containerPort": 123}]}));
-        assert!(!write_port(&mut c, 23456, &"c", &mut f));
+        assert!(!write_port(&mut Node::scratch(&mut c), 23456, &"c", &mut f));
         assert_eq!(c["ports"].as_array().unwrap().len(), 1);
         assert!(f.warnings[0].contains("123"), "{:?}", f.warnings);
         let mut c = obj(json!({"name": "t"}));
-        assert!(write_port(&mut c, 23456, &"c", &mut f));
+        assert!(write_port(&mut Node::scratch(&mut c), 23456, &"c", &mut f));
         assert_eq!(
             c["ports"],
             json!([{"name": PORT_NAME, "containerPort": 23456, "protocol": "TCP"}])
         );
-        assert!(!write_port(&mut c, 23456, &"c", &mut f));
+        assert!(!write_port(&mut Node::scratch(&mut c), 23456, &"c", &mut f));
         let mut c = obj(json!({"name": "t", "ports": [{"name": "http", "containerPort": 23456}]}));
-        assert!(!write_port(&mut c, 23456, &"c", &mut f));
+        assert!(!write_port(&mut Node::scratch(&mut c), 23456, &"c", &mut f));
     }
 
     #[test]
@@ -710,15 +742,35 @@ mod tests {
         let mut f = Findings::default();
         // The API server's default ClusterFirst is replaced.
         let mut spec = obj(json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
-        assert!(ensure_host_network_dns(&mut spec, &"spec", false, &mut f));
+        assert!(ensure_host_network_dns(
+            &mut Node::scratch(&mut spec),
+            &"spec",
+            false,
+            &mut f
+        ));
         assert_eq!(spec["dnsPolicy"], HOST_NETWORK_DNS_POLICY);
-        assert!(!ensure_host_network_dns(&mut spec, &"spec", false, &mut f));
+        assert!(!ensure_host_network_dns(
+            &mut Node::scratch(&mut spec),
+            &"spec",
+            false,
+            &mut f
+        ));
         let mut spec = obj(json!({"hostNetwork": true}));
-        assert!(ensure_host_network_dns(&mut spec, &"spec", false, &mut f));
+        assert!(ensure_host_network_dns(
+            &mut Node::scratch(&mut spec),
+            &"spec",
+            false,
+            &mut f
+        ));
         assert!(f.warnings.is_empty());
         // A dnsPolicy the user wrote is kept, and explained.
         let mut spec = obj(json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
-        assert!(!ensure_host_network_dns(&mut spec, &"spec", true, &mut f));
+        assert!(!ensure_host_network_dns(
+            &mut Node::scratch(&mut spec),
+            &"spec",
+            true,
+            &mut f
+        ));
         assert_eq!(spec["dnsPolicy"], "ClusterFirst");
         assert!(
             f.warnings[0].contains("dnsPolicy: ClusterFirst, which you wrote")
@@ -733,8 +785,18 @@ mod tests {
         ] {
             let mut spec = obj(spec);
             let before = spec.clone();
-            assert!(!ensure_host_network_dns(&mut spec, &"spec", true, &mut f));
-            assert!(!ensure_host_network_dns(&mut spec, &"spec", false, &mut f));
+            assert!(!ensure_host_network_dns(
+                &mut Node::scratch(&mut spec),
+                &"spec",
+                true,
+                &mut f
+            ));
+            assert!(!ensure_host_network_dns(
+                &mut Node::scratch(&mut spec),
+                &"spec",
+                false,
+                &mut f
+            ));
             assert_eq!(spec, before);
         }
     }
@@ -743,9 +805,19 @@ mod tests {
     fn wait_for_master_is_added_once_with_tcp_check() {
         let cfg = WaitForMasterConfig::default();
         let mut spec = obj(json!({"containers": []}));
-        assert!(write_wait_for_master(&cfg, &mut spec, "m-0.j", 23456, None));
+        assert!(write_wait_for_master(
+            &cfg,
+            &mut Node::scratch(&mut spec),
+            "m-0.j",
+            23456,
+            None
+        ));
         assert!(!write_wait_for_master(
-            &cfg, &mut spec, "m-0.j", 23456, None
+            &cfg,
+            &mut Node::scratch(&mut spec),
+            "m-0.j",
+            23456,
+            None
         ));
         let init = &spec["initContainers"][0];
         assert_eq!(init["image"], "busybox:1.36.1");

@@ -28,6 +28,7 @@ use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
 use super::env::{self, EnvValue, JobWiring, host_network_dns_problem, string_at};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
+use crate::patch::Node;
 use crate::workload::{self, ContainerRole, intent::UserIntent};
 use serde_json::Value;
 
@@ -252,7 +253,7 @@ pub fn parallelism_to_write(job: &Value) -> Option<i64> {
 
 /// Writes [`parallelism_to_write`]: an opted-in Indexed Job whose `parallelism` the API server
 /// defaulted runs all its ranks at once.
-fn all_ranks_at_once(job: &mut Value) -> bool {
+fn all_ranks_at_once(job: &mut Node<'_, Value>) -> bool {
     let Some(parallelism) = parallelism_to_write(job) else {
         return false;
     };
@@ -266,7 +267,7 @@ fn all_ranks_at_once(job: &mut Value) -> bool {
 }
 
 /// Wires an opted-in Indexed Job's pod template.
-pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -> bool {
+pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn Warnings) -> bool {
     let cfg = ctx.pytorch();
     let Some(how) = opt_in(cfg, object) else {
         return false;
@@ -289,14 +290,14 @@ pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -
     if job_name.is_empty() {
         // No name yet (generateName): nothing half-wired in the template; each pod carries
         // the Job's name and gets everything at pod admission.
-        let Some(template) = object
-            .at_mut("/spec/template")
-            .and_then(Value::as_object_mut)
+        let Some(mut template) = object
+            .at_pointer("/spec/template")
+            .and_then(Node::into_map_node)
         else {
             return changed;
         };
         changed |= deferred::record(
-            template,
+            &mut template,
             &Deferred {
                 master_addr: format!("{JOB_PLACEHOLDER}-0.{subdomain}"),
                 port: cfg.port,
@@ -306,8 +307,8 @@ pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -
                 jobset_rank: None,
             },
         );
-        if let Some(spec) = workload::pod_spec_mut(template) {
-            changed |= env::ensure_host_network_dns(spec, &SPEC_PATH, wrote_dns, findings);
+        if let Some(mut spec) = workload::pod_spec_mut(&mut template) {
+            changed |= env::ensure_host_network_dns(&mut spec, &SPEC_PATH, wrote_dns, findings);
         }
         return changed;
     }
@@ -319,22 +320,22 @@ pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -
     let rank = EnvValue::FieldRef(env::COMPLETION_INDEX_FIELD.into());
     let mut vars = env::job_vars(cfg, &wiring);
     vars.extend(env::rank_vars(cfg, rank.clone()));
-    let Some(template) = object
-        .at_mut("/spec/template")
-        .and_then(Value::as_object_mut)
+    let Some(mut template) = object
+        .at_pointer("/spec/template")
+        .and_then(Node::into_map_node)
     else {
         return changed;
     };
-    let Some(spec) = workload::pod_spec_mut(template) else {
+    let Some(mut spec) = workload::pod_spec_mut(&mut template) else {
         return changed;
     };
-    changed |= env::wire_pod_spec(ctx, spec, &SPEC_PATH, &vars, Some(cfg.port), findings);
-    changed |= env::ensure_host_network_dns(spec, &SPEC_PATH, wrote_dns, findings);
+    changed |= env::wire_pod_spec(ctx, &mut spec, &SPEC_PATH, &vars, Some(cfg.port), findings);
+    changed |= env::ensure_host_network_dns(&mut spec, &SPEC_PATH, wrote_dns, findings);
     if cfg.wait_for_master.enabled
         && let Some(addr) = &wiring.master_addr
     {
         changed |=
-            env::write_wait_for_master(&cfg.wait_for_master, spec, addr, cfg.port, Some(rank));
+            env::write_wait_for_master(&cfg.wait_for_master, &mut spec, addr, cfg.port, Some(rank));
     }
     changed
 }

@@ -30,6 +30,7 @@ use super::env::{self, host_network_dns_problem, string_at};
 use super::indexed_job::{OptIn, pod_spec_evidence};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
+use crate::patch::Node;
 use crate::workload::{self, WorkloadKind};
 use serde_json::Value;
 
@@ -322,7 +323,7 @@ mod tests {
 }
 
 /// Records the wiring on every taking-part template of an opted-in JobSet.
-pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -> bool {
+pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn Warnings) -> bool {
     let cfg = ctx.pytorch();
     let Some(how) = opt_in(cfg, object) else {
         return false;
@@ -356,9 +357,9 @@ pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -
                 }),
             },
         );
-        if let Some(spec) = workload::pod_spec_mut(template) {
+        if let Some(mut spec) = workload::pod_spec_mut(template) {
             // A custom resource: no API default to tell apart, any dnsPolicy is the user's.
-            changed |= env::ensure_host_network_dns(spec, &info.spec_path(), true, findings);
+            changed |= env::ensure_host_network_dns(&mut spec, &info.spec_path(), true, findings);
         }
     });
     changed

@@ -54,12 +54,13 @@ pub mod volcano;
 
 pub use config::{IndexedJobs, NprocPerNode, OnUnwirable, PytorchConfig, QuantityText};
 
+use crate::patch::Node;
 use crate::workload::WorkloadKind;
 use serde_json::Value;
 use site::{Site, Warnings};
 
 /// Wires an object in place; true when it changed it.
-pub type WireFn = fn(&dyn Site, &mut Value, &mut dyn Warnings) -> bool;
+pub type WireFn = fn(&dyn Site, &mut Node<'_, Value>, &mut dyn Warnings) -> bool;
 
 /// Why an object can never rendezvous: the queue's settings, the object, its name (empty with
 /// `generateName`).
@@ -131,7 +132,7 @@ pub fn wiring_of(kind: WorkloadKind) -> Option<&'static Wiring> {
 pub fn wire(
     kind: WorkloadKind,
     ctx: &dyn Site,
-    object: &mut Value,
+    object: &mut Node<'_, Value>,
     findings: &mut dyn Warnings,
 ) -> bool {
     wiring_of(kind).is_some_and(|w| (w.wire)(ctx, object, findings))

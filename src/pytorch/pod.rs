@@ -7,11 +7,12 @@ use super::env::{self, EnvValue, JobWiring};
 use super::jobset::{JOB_INDEX_KEY, JOBSET_NAME_KEY};
 use super::site::{Site, Warnings};
 use super::volcano::{self, RANK_OFFSET_ANNOTATION};
+use crate::patch::Node;
 use crate::workload;
 use serde_json::{Map, Value};
 
 /// Wires one pod: completes a deferred record, else a Volcano pod's rank.
-pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -> bool {
+pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn Warnings) -> bool {
     if deferred::is_deferred(object) {
         complete_deferred(ctx, object, findings)
     } else {
@@ -59,7 +60,11 @@ fn job_name(pod: &Map<String, Value>) -> Option<&str> {
 }
 
 /// Completes the wiring of a pod whose Job had no name at admission.
-fn complete_deferred(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -> bool {
+fn complete_deferred(
+    ctx: &dyn Site,
+    object: &mut Node<'_, Value>,
+    findings: &mut dyn Warnings,
+) -> bool {
     let cfg = ctx.pytorch();
     let Some(pod) = object.as_object() else {
         return false;
@@ -128,14 +133,14 @@ fn complete_deferred(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warn
         }
         port = Some(deferred.port);
     }
-    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(mut spec) = object.object("spec") else {
         return false;
     };
-    let mut changed = env::wire_pod_spec(ctx, spec, &"spec", &vars, port, findings);
+    let mut changed = env::wire_pod_spec(ctx, &mut spec, &"spec", &vars, port, findings);
     if cfg.wait_for_master.enabled && deferred.wait_for_master {
         changed |= env::write_wait_for_master(
             &cfg.wait_for_master,
-            spec,
+            &mut spec,
             &master_addr,
             deferred.port,
             node_rank,

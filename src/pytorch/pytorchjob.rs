@@ -17,6 +17,7 @@
 use super::env::{self, host_network_dns_problem, string_at};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
+use crate::patch::Node;
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
 use serde_json::{Value, json};
@@ -125,7 +126,7 @@ fn master_port(job: &Value) -> u16 {
 }
 
 /// Adds what the operator lacks.
-pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -> bool {
+pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn Warnings) -> bool {
     let cfg = ctx.pytorch();
     let unwirable = problems(object);
     if !unwirable.is_empty() {
@@ -167,12 +168,12 @@ pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -
         let Some(replica_type) = &info.name else {
             return;
         };
-        let Some(spec) = workload::pod_spec_mut(template) else {
+        let Some(mut spec) = workload::pod_spec_mut(template) else {
             return;
         };
         let wrote_dns = spec.contains_key("dnsPolicy");
-        changed |= env::ensure_host_network_dns(spec, &info.spec_path(), wrote_dns, findings);
-        ctx.for_each_training_container(spec, &info.spec_path(), &mut |where_, c| {
+        changed |= env::ensure_host_network_dns(&mut spec, &info.spec_path(), wrote_dns, findings);
+        ctx.for_each_training_container(&mut spec, &info.spec_path(), &mut |where_, c| {
             for name in OPERATOR_VARS {
                 if workload::effective_env(c, name).is_some() {
                     findings.warn(format!(
@@ -187,7 +188,8 @@ pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -
             && !job_name.is_empty()
         {
             let addr = format!("{job_name}-master-0");
-            changed |= env::write_wait_for_master(&cfg.wait_for_master, spec, &addr, port, None);
+            changed |=
+                env::write_wait_for_master(&cfg.wait_for_master, &mut spec, &addr, port, None);
         }
     });
     changed

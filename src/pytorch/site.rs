@@ -4,11 +4,12 @@
 
 use super::config::PytorchConfig;
 use crate::cluster::ClusterView;
-use serde_json::{Map, Value};
+use crate::patch::MapNode;
+use serde_json::Value;
 
 /// What is called for each training container: its display path (written only when a message
 /// shows it) and the container.
-pub type EachContainer<'a> = dyn FnMut(&dyn std::fmt::Display, &mut Map<String, Value>) + 'a;
+pub type EachContainer<'a> = dyn FnMut(&dyn std::fmt::Display, &mut MapNode<'_>) + 'a;
 
 /// The admission a workload is wired in: the queue's settings, the request, the cluster.
 pub trait Site {
@@ -25,7 +26,7 @@ pub trait Site {
     /// Calls `f` for every training container of a pod spec with its display path.
     fn for_each_training_container(
         &self,
-        pod_spec: &mut Map<String, Value>,
+        pod_spec: &mut MapNode<'_>,
         spec_path: &dyn std::fmt::Display,
         f: &mut EachContainer<'_>,
     );

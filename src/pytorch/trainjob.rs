@@ -6,12 +6,13 @@
 
 use super::config::{IndexedJobs, NprocPerNode, OPT_IN_ANNOTATION};
 use super::site::{Site, Warnings};
+use crate::patch::Node;
 use crate::workload;
 use serde_json::{Value, json};
 
 /// A TrainJob: never env (Trainer owns it); the queue's process count as
 /// `spec.trainer.numProcPerNode` when unset; a word when the TrainJob or queue asks for wiring.
-pub fn mutate(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -> bool {
+pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn Warnings) -> bool {
     let cfg = ctx.pytorch();
     let asked = object
         .as_object()

@@ -23,6 +23,7 @@ use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
 use super::env::{self, EnvValue, JobWiring, host_network_dns_problem, string_at};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
+use crate::patch::{MapNode, Node};
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
 use serde_json::{Map, Value, json};
@@ -322,19 +323,19 @@ pub fn pod_place(pod: &Map<String, Value>) -> Option<VolcanoPodPlace> {
     })
 }
 
-fn set_annotation(template: &mut Map<String, Value>, key: &str, value: &str) -> bool {
-    let annotations = workload::metadata_map_mut(template, "annotations");
+fn set_annotation(template: &mut MapNode<'_>, key: &str, value: &str) -> bool {
+    let mut annotations = workload::metadata_map_mut(template, "annotations");
     if annotations.get(key).and_then(Value::as_str) == Some(value) {
         return false;
     }
-    annotations.insert(key.into(), json!(value));
+    annotations.set(key, json!(value));
     true
 }
 
 /// Records on every task template that its pods take no PyTorch rank: the pods of a Volcano
 /// Job without the pytorch plugin (MPI, TensorFlow, plain), or of one that can never
 /// rendezvous, get no `RANK`/`PET_*` at pod admission, also without cluster lookups.
-fn record_no_rank(object: &mut Value) -> bool {
+fn record_no_rank(object: &mut Node<'_, Value>) -> bool {
     let mut changed = false;
     workload::for_each_template_mut(WorkloadKind::VolcanoJob, object, |_, template| {
         changed |= set_annotation(template, RANK_OFFSET_ANNOTATION, NO_RANK);
@@ -343,7 +344,11 @@ fn record_no_rank(object: &mut Value) -> bool {
 }
 
 /// Wires a Volcano Job's task templates.
-pub fn mutate_job(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -> bool {
+pub fn mutate_job(
+    ctx: &dyn Site,
+    object: &mut Node<'_, Value>,
+    findings: &mut dyn Warnings,
+) -> bool {
     let cfg = ctx.pytorch();
     let Some(plugin_args) = pytorch_plugin(object) else {
         return record_no_rank(object);
@@ -385,24 +390,30 @@ pub fn mutate_job(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warning
                 },
             );
         }
-        let Some(spec) = workload::pod_spec_mut(template) else {
+        let Some(mut spec) = workload::pod_spec_mut(template) else {
             return;
         };
         if offset.is_some() {
             let wrote_dns = spec.contains_key("dnsPolicy");
-            changed |= env::ensure_host_network_dns(spec, &info.spec_path(), wrote_dns, findings);
+            changed |=
+                env::ensure_host_network_dns(&mut spec, &info.spec_path(), wrote_dns, findings);
         }
         if job.deferred_addr.is_some() {
             return;
         }
         let port = offset.map(|_| job.args.port);
-        changed |= env::wire_pod_spec(ctx, spec, &info.spec_path(), &vars, port, findings);
+        changed |= env::wire_pod_spec(ctx, &mut spec, &info.spec_path(), &vars, port, findings);
         if cfg.wait_for_master.enabled
             && *name == job.args.worker
             && let Some(addr) = &job.wiring.master_addr
         {
-            changed |=
-                env::write_wait_for_master(&cfg.wait_for_master, spec, addr, job.args.port, None);
+            changed |= env::write_wait_for_master(
+                &cfg.wait_for_master,
+                &mut spec,
+                addr,
+                job.args.port,
+                None,
+            );
         }
     });
     changed
@@ -445,7 +456,11 @@ fn other_framework_env(pod: &Value) -> Option<&'static str> {
 }
 
 /// Wires one pod of a Volcano Job.
-pub fn mutate_pod(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warnings) -> bool {
+pub fn mutate_pod(
+    ctx: &dyn Site,
+    object: &mut Node<'_, Value>,
+    findings: &mut dyn Warnings,
+) -> bool {
     let cfg = ctx.pytorch();
     let Some(place) = object.as_object().and_then(pod_place) else {
         return false;
@@ -454,8 +469,8 @@ pub fn mutate_pod(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warning
     // every container it wrote into (all of them, in every task's pods, tensorboard's too),
     // before anything reads it and before the PET_* twins follow it.
     let mut changed = false;
-    if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
-        workload::for_each_container_mut(spec, &[], |slot, c| {
+    if let Some(mut spec) = object.object("spec") {
+        workload::for_each_container_mut(&mut spec, &[], |slot, c| {
             if slot.list == workload::CONTAINER_LISTS[0] {
                 changed |= env::keep_template_world_size(c);
             }
@@ -544,17 +559,17 @@ pub fn mutate_pod(ctx: &dyn Site, object: &mut Value, findings: &mut dyn Warning
             }
         }
     }
-    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(mut spec) = object.object("spec") else {
         return changed;
     };
-    changed |= env::wire_pod_spec(ctx, spec, &"spec", &vars, port, findings);
+    changed |= env::wire_pod_spec(ctx, &mut spec, &"spec", &vars, port, findings);
     if let Some(wrote) = dns_wrote {
-        changed |= env::ensure_host_network_dns(spec, &"spec", wrote, findings);
+        changed |= env::ensure_host_network_dns(&mut spec, &"spec", wrote, findings);
     }
     if cfg.wait_for_master.enabled
         && let Some((addr, port)) = wait_for
     {
-        changed |= env::write_wait_for_master(&cfg.wait_for_master, spec, &addr, port, None);
+        changed |= env::write_wait_for_master(&cfg.wait_for_master, &mut spec, &addr, port, None);
     }
     changed
 }

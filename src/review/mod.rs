@@ -10,6 +10,7 @@ use crate::admission::{
 use crate::cluster::{ClusterView, RuntimeLookup};
 use crate::json::Pointer as _;
 use crate::mutate::{self, Findings, MutationContext};
+use crate::patch::{Node, Recorder, diff};
 use crate::policy::{
     EXEMPTED_BY_ANNOTATION, Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch,
     exemption, owner_claim,
@@ -19,10 +20,7 @@ use crate::validate::{self, Enforcement, Scope, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
 use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
 use serde_json::Value;
-use std::borrow::Cow;
 use std::fmt;
-
-mod diff;
 
 /// Which webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -280,39 +278,15 @@ pub fn review_observed(
     let mut request = parse_request(body)?;
     observer.request(&request);
     observer.phase(Phase::Policy);
-    // The object is mutated in place; the patch is diffed against its text in the body.
+    // The object is mutated in place; the patch is recorded as it is written.
     let object = request.object.take();
-    let decision = decide_object(
-        policy,
-        endpoint,
-        &request,
-        object,
-        Original::Body(body),
-        cluster,
-        observer,
-    );
+    let decision = decide_object(policy, endpoint, &request, object, cluster, observer);
     observer.phase(Phase::Serialise);
     let body = crate::admission::review_response_body(&decision.response);
     Ok(ReviewOutcome {
         body,
         summary: decision.summary,
     })
-}
-
-/// The JSON text of `request.object` inside an AdmissionReview body, borrowed from it.
-fn object_text(body: &[u8]) -> Option<&[u8]> {
-    #[derive(serde::Deserialize)]
-    struct Review<'a> {
-        #[serde(borrow, default)]
-        request: Option<Request<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Request<'a> {
-        #[serde(borrow, default)]
-        object: Option<&'a serde_json::value::RawValue>,
-    }
-    let review: Review<'_> = serde_json::from_slice(body).ok()?;
-    Some(review.request?.object?.get().as_bytes())
 }
 
 /// Decides on a parsed request. `dryRun` is deliberately not read: the answer is the same.
@@ -327,46 +301,21 @@ pub fn decide(
         endpoint,
         request,
         request.object.clone(),
-        Original::Tree(request.object.as_ref()),
         cluster,
         &mut (),
     )
 }
 
-/// Where the object as received can be read again, to diff the mutated one against.
-#[derive(Clone, Copy)]
-enum Original<'a> {
-    /// The AdmissionReview body it was parsed from.
-    Body(&'a [u8]),
-    /// An untouched copy.
-    Tree(Option<&'a Value>),
-}
-
-/// The object as received, read again after mutating.
-enum Untouched<'a> {
-    /// Its JSON text in the request body.
-    Text(&'a [u8]),
-    /// A tree: the caller's, or a copy made before mutating.
-    Tree(Cow<'a, Value>),
-}
-
 /// `pods/ephemeralcontainers`: `kubectl debug` adding a container to a running pod.
 const EPHEMERAL_CONTAINERS: &str = "ephemeralcontainers";
 
-/// From this body size on, the patch is diffed against the object's text in the body (no copy
-/// of the object: memory is what a large review is short of); below it, against a copy made
-/// before mutating (cheaper in time than reading the text again).
-const DIFF_TEXT_FROM_BYTES: usize = 64 << 10;
-
-/// Decides on `object` (the request's object, held apart so it can be mutated in place);
-/// `original` is where the object as received can be read again. `observer` hears when the
-/// endpoint's rules begin.
+/// Decides on `object` (the request's object, held apart so it can be mutated in place).
+/// `observer` hears when the endpoint's rules begin.
 fn decide_object(
     policy: &Policy,
     endpoint: Endpoint,
     request: &AdmissionRequest,
     object: Option<Value>,
-    original: Original<'_>,
     cluster: &dyn ClusterView,
     observer: &mut dyn Observer,
 ) -> Decision {
@@ -514,7 +463,7 @@ fn decide_object(
     let mut decision = match endpoint {
         Endpoint::Mutate => {
             findings.warnings.extend(notes.iter().cloned());
-            mutate_decision(&ctx, &mut object, original, findings, summary)
+            mutate_decision(&ctx, &mut object, findings, summary)
         }
         Endpoint::Validate => {
             findings.warnings.extend(notes.iter().cloned());
@@ -589,7 +538,6 @@ fn scale_decision(
             Endpoint::Validate,
             &update,
             Some(scaled),
-            Original::Tree(None),
             cluster,
             observer,
         );
@@ -647,9 +595,14 @@ fn exempted(
     exemption: &Exemption,
 ) -> Decision {
     if endpoint == Endpoint::Mutate && matches!(request.operation, Operation::Create) {
-        let mut marked = object.clone();
-        if exemption::write_marks(kind, &mut marked, &exemption.name) {
-            let patch = diff::diff_tree(&object, &marked);
+        let mut marked = object;
+        let mut recorder = Recorder::default();
+        if exemption::write_marks(
+            kind,
+            &mut Node::root(&mut marked, &mut recorder),
+            &exemption.name,
+        ) {
+            let patch = recorder.patch(&marked);
             decision.summary.skipped = Some("exempt");
             let summary = std::mem::take(&mut decision.summary);
             let warnings = std::mem::take(&mut decision.response.warnings);
@@ -735,7 +688,6 @@ fn finish(
 fn mutate_decision(
     ctx: &MutationContext<'_>,
     object: &mut Value,
-    original: Original<'_>,
     mut findings: Findings,
     mut summary: ReviewSummary,
 ) -> Decision {
@@ -766,25 +718,28 @@ fn mutate_decision(
             summary,
         );
     }
-    let untouched = match original {
-        Original::Body(body) if body.len() >= DIFF_TEXT_FROM_BYTES => {
-            object_text(body).map(Untouched::Text)
-        }
-        Original::Tree(Some(object)) => Some(Untouched::Tree(Cow::Borrowed(object))),
-        _ => None,
-    }
-    .unwrap_or_else(|| Untouched::Tree(Cow::Owned(diff::copy_without_managed_fields(object))));
-    // The copy leaves managedFields out, so the patch never carries them: checked in debug
-    // builds (every test), free in release.
+    // Debug builds (every test) hold the recorded patch equal to the diff from a copy made
+    // before mutating; release builds make no copy.
+    let copy = cfg!(debug_assertions).then(|| diff::copy_without_managed_fields(object));
     let managed_fields = cfg!(debug_assertions).then(|| diff::managed_fields(object).cloned());
-    mutate::apply_all(ctx, object, &mut findings);
+    let mut recorder = Recorder::default();
+    let mut root = Node::root(object, &mut recorder);
+    mutate::apply_all(ctx, &mut root, &mut findings);
     // Only launchgate marks a workload exempt, and only when an exemption covers it (this one
     // is not exempt): a mark it carries was not launchgate's, or names an exemption that no
     // longer covers it.
-    if exemption::strip_marks(ctx.kind, object) {
+    if exemption::strip_marks(ctx.kind, &mut root) {
         findings.warn(format!(
             "launchgate: removed the {EXEMPTED_BY_ANNOTATION} annotation: launchgate writes it, on a workload an exemption covers, and no exemption covers this one"
         ));
+    }
+    let patch = recorder.patch(object);
+    if let Some(copy) = copy {
+        assert_eq!(
+            patch,
+            diff::diff_copy(&copy, object),
+            "the recorded patch is the diff"
+        );
     }
     if let Some(before) = managed_fields {
         assert_eq!(
@@ -793,13 +748,6 @@ fn mutate_decision(
             "a mutator changed metadata.managedFields, which the patch never carries"
         );
     }
-    let patch = match &untouched {
-        Untouched::Text(text) => {
-            diff::diff(text, object).expect("the object's text was parsed before")
-        }
-        Untouched::Tree(Cow::Owned(copy)) => diff::diff_copy(copy, object),
-        Untouched::Tree(Cow::Borrowed(original)) => diff::diff_tree(original, object),
-    };
     summary.outcome = if patch.0.is_empty() {
         Outcome::Allowed
     } else {
@@ -1030,25 +978,7 @@ fn validate_decision(
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_object_text_is_found_in_the_body() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission");
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let body = std::fs::read(entry.unwrap().path()).unwrap();
-            let request = super::parse_request(&body).unwrap();
-            let text = super::object_text(&body);
-            match (&request.object, text) {
-                (Some(object), Some(text)) => {
-                    let parsed: serde_json::Value = serde_json::from_slice(text).unwrap();
-                    assert_eq!(&parsed, object);
-                }
-                (None, None) => {}
-                (o, t) => panic!("object {:?} but text {:?}", o.is_some(), t.is_some()),
-            }
-        }
-    }
-
-    #[test]
-    fn a_large_object_is_diffed_against_its_text_with_the_same_operations() {
+    fn a_large_objects_recorded_patch_is_its_diff() {
         use base64::Engine;
         let body = std::fs::read(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1064,7 +994,7 @@ mod tests {
             containers.as_array_mut().unwrap().push(c);
         }
         let body = serde_json::to_vec(&review).unwrap();
-        assert!(body.len() >= super::DIFF_TEXT_FROM_BYTES, "{}", body.len());
+        assert!(body.len() >= 64 << 10, "{}", body.len());
         let policy = crate::Policy::embedded_default();
         let cluster = &crate::cluster::NoCluster;
         let answer = super::review(&policy, super::Endpoint::Mutate, &body, cluster).unwrap();
@@ -1073,11 +1003,13 @@ mod tests {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(b64)
             .unwrap();
-        let from_text: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        let recorded: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
         let request = super::parse_request(&body).unwrap();
-        let from_tree = super::decide(&policy, super::Endpoint::Mutate, &request, cluster).patch;
-        assert_eq!(from_text, from_tree);
-        assert!(from_text.0.len() > 200, "every container was mutated");
+        let mut mutated = request.object.clone().unwrap();
+        json_patch::patch(&mut mutated, &recorded).unwrap();
+        let original = request.object.as_ref().unwrap();
+        assert_eq!(recorded, crate::patch::diff::diff_tree(original, &mutated));
+        assert!(recorded.0.len() > 200, "every container was mutated");
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::name_of;
 use crate::json;
+use crate::patch::{MapNode, Node};
 use serde_json::{Map, Value};
 
 /// What happened to an upserted item.
@@ -40,37 +41,31 @@ pub fn mount_at<'a>(container: &'a Map<String, Value>, path: &str) -> Option<&'a
         })
 }
 
-/// `map[key]` as a mutable array, created when missing (or when not an array).
-pub fn array_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value> {
-    let v = map.entry(key).or_insert_with(|| Value::Array(Vec::new()));
-    if !v.is_array() {
-        *v = Value::Array(Vec::new());
-    }
-    v.as_array_mut().expect("just made an array")
+/// `map[key]` as a writable array, created when missing (or when not an array).
+pub fn array_mut<'a>(map: &'a mut MapNode<'_>, key: &'a str) -> Node<'a, Vec<Value>> {
+    map.array_or_new(key)
 }
 
-/// `map[key]` as a mutable object, created when missing (or when not an object).
-pub fn object_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    let v = map.entry(key).or_insert_with(|| Value::Object(Map::new()));
-    if !v.is_object() {
-        *v = Value::Object(Map::new());
-    }
-    v.as_object_mut().expect("just made an object")
+/// `map[key]` as a writable object, created when missing (or when not an object).
+pub fn object_mut<'a>(map: &'a mut MapNode<'_>, key: &'a str) -> MapNode<'a> {
+    map.object_or_new(key)
 }
 
 /// Deep-merges the object `from` into `into` (objects member by member, anything else
 /// replaced); true when `into` changed. Nothing when `from` is not an object.
-pub fn deep_merge(into: &mut Map<String, Value>, from: &Value) -> bool {
+pub fn deep_merge(into: &mut MapNode<'_>, from: &Value) -> bool {
     let Some(from) = from.as_object() else {
         return false;
     };
     let mut changed = false;
     for (k, v) in from {
-        match (into.get_mut(k), v) {
-            (Some(Value::Object(existing)), Value::Object(_)) => changed |= deep_merge(existing, v),
+        match (json::member(into, k), v) {
+            (Some(Value::Object(_)), Value::Object(_)) => {
+                changed |= deep_merge(&mut into.object(k).expect("an object member"), v);
+            }
             (Some(existing), _) if existing == v => {}
             _ => {
-                into.insert(k.clone(), v.clone());
+                into.set(k, v.clone());
                 changed = true;
             }
         }
@@ -83,22 +78,13 @@ pub fn deep_merge(into: &mut Map<String, Value>, from: &Value) -> bool {
 ///
 /// When the name appears more than once (an `env` list that a controller appended to), the
 /// **last** entry is the one compared and replaced: it is the one the kubelet uses.
-pub fn upsert_named(
-    map: &mut Map<String, Value>,
-    list: &str,
-    item: Value,
-    replace: bool,
-) -> Upsert {
-    let name = name_of(&item).unwrap_or_default().to_string();
-    let items = array_mut(map, list);
-    match items
-        .iter_mut()
-        .rev()
-        .find(|e| name_of(e) == Some(name.as_str()))
-    {
-        Some(existing) if json::same(existing, &item) => Upsert::Unchanged,
-        Some(existing) if replace => {
-            *existing = item;
+pub fn upsert_named(map: &mut MapNode<'_>, list: &str, item: Value, replace: bool) -> Upsert {
+    let name = name_of(&item).unwrap_or_default();
+    let mut items = array_mut(map, list);
+    match items.iter().rposition(|e| name_of(e) == Some(name)) {
+        Some(index) if json::same(&items[index], &item) => Upsert::Unchanged,
+        Some(index) if replace => {
+            items.replace(index, item);
             Upsert::Replaced
         }
         Some(_) => Upsert::Unchanged,
@@ -110,12 +96,7 @@ pub fn upsert_named(
 }
 
 /// Upserts a literal env var `name=value`.
-pub fn upsert_env(
-    container: &mut Map<String, Value>,
-    name: &str,
-    value: &str,
-    replace: bool,
-) -> Upsert {
+pub fn upsert_env(container: &mut MapNode<'_>, name: &str, value: &str, replace: bool) -> Upsert {
     upsert_named(
         container,
         "env",
@@ -143,8 +124,8 @@ pub fn declares_tcp_port(container: &Map<String, Value>, number: i64) -> bool {
 }
 
 /// Adds `{name, containerPort}` unless a port with that name *or* that number (TCP) exists.
-pub fn ensure_port(container: &mut Map<String, Value>, name: &str, port: i64) -> bool {
-    let ports = array_mut(container, "ports");
+pub fn ensure_port(container: &mut MapNode<'_>, name: &str, port: i64) -> bool {
+    let mut ports = array_mut(container, "ports");
     if ports
         .iter()
         .any(|p| name_of(p) == Some(name) || is_tcp_port(p, port))
@@ -156,7 +137,7 @@ pub fn ensure_port(container: &mut Map<String, Value>, name: &str, port: i64) ->
 }
 
 /// Removes an empty array left behind by [`array_mut`] when nothing was added.
-pub fn drop_if_empty(map: &mut Map<String, Value>, key: &str) {
+pub fn drop_if_empty(map: &mut MapNode<'_>, key: &str) {
     if json::member(map, key)
         .and_then(Value::as_array)
         .is_some_and(Vec::is_empty)
@@ -177,13 +158,28 @@ mod tests {
     #[test]
     fn env_upsert_never_duplicates() {
         let mut c = obj(json!({"name": "c", "env": [{"name": "A", "value": "user"}]}));
-        assert_eq!(upsert_env(&mut c, "A", "ours", false), Upsert::Unchanged);
+        assert_eq!(
+            upsert_env(&mut Node::scratch(&mut c), "A", "ours", false),
+            Upsert::Unchanged
+        );
         assert_eq!(crate::workload::effective_env_value(&c, "A"), Some("user"));
-        assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Replaced);
+        assert_eq!(
+            upsert_env(&mut Node::scratch(&mut c), "A", "ours", true),
+            Upsert::Replaced
+        );
         assert_eq!(crate::workload::effective_env_value(&c, "A"), Some("ours"));
-        assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Unchanged);
-        assert_eq!(upsert_env(&mut c, "B", "1", false), Upsert::Added);
-        assert_eq!(upsert_env(&mut c, "B", "1", false), Upsert::Unchanged);
+        assert_eq!(
+            upsert_env(&mut Node::scratch(&mut c), "A", "ours", true),
+            Upsert::Unchanged
+        );
+        assert_eq!(
+            upsert_env(&mut Node::scratch(&mut c), "B", "1", false),
+            Upsert::Added
+        );
+        assert_eq!(
+            upsert_env(&mut Node::scratch(&mut c), "B", "1", false),
+            Upsert::Unchanged
+        );
         assert_eq!(c["env"].as_array().unwrap().len(), 2);
     }
 
@@ -193,33 +189,61 @@ mod tests {
         let mut c =
             obj(json!({"env": [{"name": "A", "value": "user"}, {"name": "A", "value": "agent"}]}));
         assert_eq!(crate::workload::effective_env_value(&c, "A"), Some("agent"));
-        assert_eq!(upsert_env(&mut c, "A", "agent", false), Upsert::Unchanged);
-        assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Replaced);
+        assert_eq!(
+            upsert_env(&mut Node::scratch(&mut c), "A", "agent", false),
+            Upsert::Unchanged
+        );
+        assert_eq!(
+            upsert_env(&mut Node::scratch(&mut c), "A", "ours", true),
+            Upsert::Replaced
+        );
         assert_eq!(
             c["env"],
             json!([{"name": "A", "value": "user"}, {"name": "A", "value": "ours"}]),
             "the effective entry is replaced, the shadowed one left"
         );
         assert_eq!(crate::workload::effective_env_value(&c, "A"), Some("ours"));
-        assert_eq!(upsert_env(&mut c, "A", "ours", true), Upsert::Unchanged);
+        assert_eq!(
+            upsert_env(&mut Node::scratch(&mut c), "A", "ours", true),
+            Upsert::Unchanged
+        );
     }
 
     #[test]
     fn port_checks_name_and_number() {
         let mut c = obj(json!({"ports": [{"name": "pytorchjob-port", "containerPort": 123}]}));
-        assert!(!ensure_port(&mut c, "pytorchjob-port", 23456));
+        assert!(!ensure_port(
+            &mut Node::scratch(&mut c),
+            "pytorchjob-port",
+            23456
+        ));
         let mut c = obj(json!({"ports": [{"name": "http", "containerPort": 23456}]}));
-        assert!(!ensure_port(&mut c, "pytorchjob-port", 23456));
+        assert!(!ensure_port(
+            &mut Node::scratch(&mut c),
+            "pytorchjob-port",
+            23456
+        ));
         let mut c = obj(json!({}));
-        assert!(ensure_port(&mut c, "pytorchjob-port", 23456));
-        assert!(!ensure_port(&mut c, "pytorchjob-port", 23456));
+        assert!(ensure_port(
+            &mut Node::scratch(&mut c),
+            "pytorchjob-port",
+            23456
+        ));
+        assert!(!ensure_port(
+            &mut Node::scratch(&mut c),
+            "pytorchjob-port",
+            23456
+        ));
         assert_eq!(c["ports"].as_array().unwrap().len(), 1);
     }
 
     #[test]
     fn non_array_lists_are_replaced_safely() {
         let mut c = obj(json!({"env": "garbage"}));
-        assert_eq!(upsert_env(&mut c, "A", "1", false), Upsert::Added);
+        assert_eq!(
+            upsert_env(&mut Node::scratch(&mut c), "A", "1", false),
+            Upsert::Added
+        );
         assert_eq!(c["env"], json!([{"name": "A", "value": "1"}]));
     }
 }

@@ -13,6 +13,7 @@ pub mod intent;
 pub mod trainjob;
 
 use crate::json;
+use crate::patch::{MapNode, Node, Step};
 use serde_json::{Map, Value};
 use std::fmt;
 
@@ -265,41 +266,44 @@ pub fn replica_types_in_order(specs: &Map<String, Value>) -> Vec<(&String, &Valu
     out
 }
 
-/// The template of `info`, writable.
-fn template_at_mut<'a>(
-    object: &'a mut Value,
-    info: &TemplateAt,
-) -> Option<&'a mut Map<String, Value>> {
+/// The steps from the root to the template of `info`.
+fn template_steps(info: &TemplateAt) -> Option<Vec<Step<'_>>> {
     let position = info.position;
-    let at = position.holders.path();
-    let mut holder = at.iter().try_fold(object, |v, k| v.get_mut(*k))?;
+    let mut steps: Vec<Step<'_>> = position
+        .holders
+        .path()
+        .iter()
+        .map(|k| Step::Key(k))
+        .collect();
     match position.holders {
         Holders::Root | Holders::At(_) => {}
-        Holders::Each(_) => holder = holder.get_mut(info.index)?,
-        Holders::Keyed(_) => holder = holder.get_mut(info.name.as_deref()?)?,
+        Holders::Each(_) => steps.push(Step::Index(info.index)),
+        Holders::Keyed(_) => steps.push(Step::Key(info.name.as_deref()?)),
     }
-    position
-        .template
-        .iter()
-        .try_fold(holder, |v, k| v.get_mut(*k))?
-        .as_object_mut()
+    steps.extend(position.template.iter().map(|k| Step::Key(k)));
+    Some(steps)
 }
 
 /// Calls `f` for every pod template of the workload with the template object
 /// (a map holding `metadata` and `spec`).
 pub fn for_each_template_mut(
     kind: WorkloadKind,
-    object: &mut Value,
-    mut f: impl FnMut(&TemplateAt, &mut Map<String, Value>),
+    object: &mut Node<'_, Value>,
+    mut f: impl FnMut(&TemplateAt, &mut MapNode<'_>),
 ) {
     // Where each template is, without the pod counts: no mutator reads them.
     let infos: Vec<TemplateAt> = template_places(kind, object)
         .into_iter()
         .map(|(at, ..)| at)
         .collect();
-    for info in infos {
-        if let Some(template) = template_at_mut(object, &info) {
-            f(&info, template);
+    for info in &infos {
+        let Some(steps) = template_steps(info) else {
+            continue;
+        };
+        if let Some(mut template) = object.at_steps(&steps)
+            && let Some(mut template) = template.as_map_node()
+        {
+            f(info, &mut template);
         }
     }
 }
@@ -432,16 +436,15 @@ pub fn containers<'a>(
 
 /// Calls `f` for every container of a pod spec with its slot.
 pub fn for_each_container_mut(
-    pod_spec: &mut Map<String, Value>,
+    pod_spec: &mut MapNode<'_>,
     sidecars: &[String],
-    mut f: impl FnMut(ContainerSlot, &mut Map<String, Value>),
+    mut f: impl FnMut(ContainerSlot, &mut MapNode<'_>),
 ) {
     for slot in container_slots(pod_spec, sidecars) {
-        let c = json::member_mut(pod_spec, slot.list)
-            .and_then(|l| l.get_mut(slot.index))
-            .and_then(Value::as_object_mut);
-        if let Some(c) = c {
-            f(slot, c);
+        if let Some(mut c) = pod_spec.at_steps(&[Step::Key(slot.list), Step::Index(slot.index)])
+            && let Some(mut c) = c.as_map_node()
+        {
+            f(slot, &mut c);
         }
     }
 }
@@ -451,9 +454,9 @@ pub fn pod_spec(template: &Map<String, Value>) -> Option<&Map<String, Value>> {
     json::member(template, "spec").and_then(Value::as_object)
 }
 
-/// `template.spec` as a mutable map, if present.
-pub fn pod_spec_mut(template: &mut Map<String, Value>) -> Option<&mut Map<String, Value>> {
-    json::member_mut(template, "spec").and_then(Value::as_object_mut)
+/// `template.spec` as a writable map, if present.
+pub fn pod_spec_mut<'a>(template: &'a mut MapNode<'_>) -> Option<MapNode<'a>> {
+    template.object("spec")
 }
 
 /// The `name` of an entry of a named list (containers, env, ports, volumes, volumeMounts).
@@ -559,26 +562,12 @@ pub fn annotation<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a s
     annotations(object)?.get(key)?.as_str()
 }
 
-/// `metadata.<key>` as a mutable map, created when missing (or replaced when not a map).
-pub fn metadata_map_mut<'a>(
-    object: &'a mut Map<String, Value>,
-    key: &str,
-) -> &'a mut Map<String, Value> {
-    let meta = object
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    let entry = meta
-        .as_object_mut()
-        .expect("just made an object")
-        .entry(key)
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !entry.is_object() {
-        *entry = Value::Object(Map::new());
-    }
-    entry.as_object_mut().expect("just made an object")
+/// `metadata.<key>` as a writable map, created when missing (or replaced when not a map).
+pub fn metadata_map_mut<'a>(object: &'a mut MapNode<'_>, key: &'a str) -> MapNode<'a> {
+    object
+        .reborrow()
+        .into_object_or_new("metadata")
+        .into_object_or_new(key)
 }
 
 #[cfg(test)]
@@ -594,9 +583,11 @@ mod tests {
             "garbage"
         ]}});
         let mut seen = vec![];
-        for_each_template_mut(WorkloadKind::VolcanoJob, &mut vc, |i, _| {
-            seen.push((i.path().to_string(), i.index))
-        });
+        for_each_template_mut(
+            WorkloadKind::VolcanoJob,
+            &mut Node::scratch(&mut vc),
+            |i, _| seen.push((i.path().to_string(), i.index)),
+        );
         let counted: Vec<(String, i64)> = templates(WorkloadKind::VolcanoJob, &vc)
             .into_iter()
             .map(|(i, _)| (i.path().to_string(), i.replicas))
@@ -667,10 +658,14 @@ mod tests {
         // The mutable walk visits the same slots.
         let mut spec = spec;
         let mut seen = vec![];
-        for_each_container_mut(spec.as_object_mut().unwrap(), &sidecars, |slot, c| {
-            c.insert("seen".into(), json!(true));
-            seen.push(slot);
-        });
+        for_each_container_mut(
+            &mut Node::scratch(spec.as_object_mut().unwrap()),
+            &sidecars,
+            |slot, c| {
+                c.insert("seen".into(), json!(true));
+                seen.push(slot);
+            },
+        );
         let read: Vec<_> = containers(spec.as_object().unwrap(), &sidecars)
             .map(|(slot, c)| {
                 assert_eq!(c["seen"], true);
@@ -685,10 +680,14 @@ mod tests {
         let mut pt =
             json!({"spec": {"pytorchReplicaSpecs": {"a/b~c": {"template": {"spec": {}}}}}});
         let mut paths = vec![];
-        for_each_template_mut(WorkloadKind::PyTorchJob, &mut pt, |info, t| {
-            t.insert("seen".into(), json!(1));
-            paths.push(info.path().to_string());
-        });
+        for_each_template_mut(
+            WorkloadKind::PyTorchJob,
+            &mut Node::scratch(&mut pt),
+            |info, t| {
+                t.insert("seen".into(), json!(1));
+                paths.push(info.path().to_string());
+            },
+        );
         assert_eq!(paths, ["spec.pytorchReplicaSpecs.a/b~c.template"]);
         assert_eq!(
             pt["spec"]["pytorchReplicaSpecs"]["a/b~c"]["template"]["seen"],
@@ -750,7 +749,7 @@ mod tests {
                 json!({"spec": 3}),
                 json!({"spec":{"tasks":{}}}),
             ] {
-                for_each_template_mut(kind, &mut v, |_, _| {});
+                for_each_template_mut(kind, &mut Node::scratch(&mut v), |_, _| {});
                 let _ = templates(kind, &v);
             }
         }

@@ -11,6 +11,7 @@
 
 use super::{TRAINER_NODE, TemplateInfo, WorkloadKind, edit, name_in, trainer, trainer_num_nodes};
 use crate::json::Pointer as _;
+use crate::patch::{MapNode, Node};
 use serde_json::{Map, Value, json};
 
 pub use crate::cluster::{CLUSTER_RUNTIME, NAMESPACED_RUNTIME};
@@ -231,11 +232,12 @@ pub fn tenant_patch_pod_spec(trainjob: &Value, except: &str) -> Map<String, Valu
 /// `patch` over `base` for the fields hardening reads: pod `securityContext`, and each
 /// container's `securityContext` by name, field by field; other keys are replaced.
 pub fn merge_pod_spec(base: &mut Map<String, Value>, patch: &Map<String, Value>) {
+    let mut base = Node::scratch(base);
     for (key, value) in patch {
         match key.as_str() {
-            "securityContext" => merge_objects(base, key, value),
+            "securityContext" => merge_objects(&mut base, key, value),
             "containers" | "initContainers" => {
-                let items = edit::array_mut(base, key);
+                let mut items = edit::array_mut(&mut base, key);
                 for c in value.as_array().into_iter().flatten() {
                     let Some(name) = c.get("name").and_then(Value::as_str) else {
                         continue;
@@ -245,23 +247,23 @@ pub fn merge_pod_spec(base: &mut Map<String, Value>, patch: &Map<String, Value>)
                         .filter_map(Value::as_object_mut)
                         .find(|e| name_in(e) == Some(name));
                     match (existing, c.get("securityContext")) {
-                        (Some(e), Some(sc)) => merge_objects(e, "securityContext", sc),
+                        (Some(e), Some(sc)) => {
+                            merge_objects(&mut Node::scratch(e), "securityContext", sc)
+                        }
                         (Some(_), None) => {}
                         (None, _) => items.push(c.clone()),
                     }
                 }
             }
-            _ => {
-                base.insert(key.clone(), value.clone());
-            }
+            _ => base.set(key, value.clone()),
         }
     }
 }
 
 /// Deep-merges the object `from` into `into[key]` (created when `from` is an object).
-fn merge_objects(into: &mut Map<String, Value>, key: &str, from: &Value) {
+fn merge_objects(into: &mut MapNode<'_>, key: &str, from: &Value) {
     if from.is_object() {
-        edit::deep_merge(edit::object_mut(into, key), from);
+        edit::deep_merge(&mut edit::object_mut(into, key), from);
     }
 }
 
