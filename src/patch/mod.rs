@@ -693,6 +693,8 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
         #[test]
         fn the_recorded_patch_is_the_diff(
             original in super::diff::tests::small_value(),
@@ -722,6 +724,30 @@ mod tests {
             json_patch::patch(&mut patched, &patch).unwrap();
             prop_assert_eq!(patched, object);
         }
+    }
+
+    #[test]
+    fn removed_members_come_after_the_others_as_in_the_diff() {
+        let mut object = json!({"a": 1, "c": 1, "l": [0, 1]});
+        let before = object.clone();
+        let mut recorder = Recorder::default();
+        let mut root = Node::root(&mut object, &mut recorder);
+        let mut map = root.as_map_node().unwrap();
+        map.remove("a");
+        map.array_or_new("l").push(json!(2));
+        map.set("c", json!(2));
+        map.set("b", json!(1));
+        let patch = recorder.patch(&object);
+        assert_eq!(patch, diff::diff_tree(&before, &object));
+        assert_eq!(
+            serde_json::to_value(&patch).unwrap(),
+            json!([
+                {"op": "add", "path": "/b", "value": 1},
+                {"op": "replace", "path": "/c", "value": 2},
+                {"op": "add", "path": "/l/2", "value": 2},
+                {"op": "remove", "path": "/a"}
+            ])
+        );
     }
 
     #[test]
