@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     // Parsing and reading `serde_json` values cheaply.
     &["json", "cel"],
-    // Leaves: wire types, the cluster view, config errors, quantities, certificates.
+    // Leaves: wire types, the cluster view, config errors, quantities, certificates, the
+    // recorded JSON Patch.
     &[
         "admission",
         "cluster",
@@ -22,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
         "quantity",
         "certs",
         "rules",
+        "patch",
     ],
     // The model of the kinds: one descriptor per kind.
     &["kinds"],

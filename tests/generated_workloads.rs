@@ -9,7 +9,9 @@
 //!   reinvocation, gets no patch;
 //! * the validating answer to the mutated object is the same every time it is asked, and a
 //!   denial names the queue;
-//! * a launch workload of a kind launchgate judges is never skipped.
+//! * a launch workload of a kind launchgate judges is never skipped;
+//! * the patch, recorded as the mutators write, is the diff of the mutated object: the
+//!   operations `json_patch::diff` gives, objects' members visited in key order.
 //!
 //! The same generator feeds the e2e differential suite, which runs a fixed sample of these on
 //! the real API server, native policies against the webhook.
@@ -86,6 +88,28 @@ fn configs() -> &'static [(String, Policy, Vec<String>)] {
     })
 }
 
+/// The oracle: `json_patch::diff` from `original` to `mutated`, on copies whose objects hold
+/// their members in sorted key order (the order launchgate's patches follow).
+fn diff(original: &Value, mutated: &Value) -> json_patch::Patch {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(map) => {
+                let mut members: Vec<_> = map.iter().collect();
+                members.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(
+                    members
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), sorted(v)))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    json_patch::diff(&sorted(original), &sorted(mutated))
+}
+
 fn request(object: &Value) -> AdmissionRequest {
     AdmissionRequest::synthetic_create(object.clone(), Some("team-a")).unwrap()
 }
@@ -128,6 +152,26 @@ proptest! {
             prop_assert!(text.contains(&format!("{queue:?}")) || text.starts_with("launchgate:"),
                 "{name}: a denial names no queue: {text}");
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 256, ..Config::default() })]
+
+    #[test]
+    fn the_recorded_patch_is_the_diff_of_the_mutated_object(
+        workload in common::generated::workload(),
+        pick in any::<prop::sample::Index>(),
+        queue_pick in any::<prop::sample::Index>(),
+    ) {
+        let (name, policy, queues) = &configs()[pick.index(configs().len())];
+        let queue = &queues[queue_pick.index(queues.len())];
+        let mut workload = workload;
+        workload["metadata"]["labels"]["launchgate.io/queue"] = json!(queue);
+        let mutated = decide(policy, Endpoint::Mutate, &request(&workload), &NoCluster);
+        let mut object = workload.clone();
+        json_patch::patch(&mut object, &mutated.patch).expect("the patch applies");
+        prop_assert_eq!(&mutated.patch, &diff(&workload, &object), "{}", name);
     }
 }
 
