@@ -82,8 +82,8 @@ impl Pointer for Value {
 }
 
 /// A pointer token with `~1` and `~0` read as `/` and `~`.
-fn unescape(token: &str) -> std::borrow::Cow<'_, str> {
-    if token.contains('~') {
+pub(crate) fn unescape(token: &str) -> std::borrow::Cow<'_, str> {
+    if token.as_bytes().contains(&b'~') {
         token.replace("~1", "/").replace("~0", "~").into()
     } else {
         token.into()

@@ -20,7 +20,6 @@ use crate::json::{self, Pointer as _};
 use json_patch::jsonptr::{PointerBuf, Token};
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde_json::{Map, Value};
-use std::cmp::Ordering;
 use std::ops::{Deref, DerefMut};
 
 /// One step from a value into a member or an element.
@@ -36,6 +35,24 @@ pub enum Step<'a> {
 }
 
 impl Step<'_> {
+    /// Appends this step to a JSON Pointer's text: `/`, then the token (`~` and `/` in a key
+    /// written `~0` and `~1`).
+    fn write(self, pointer: &mut String) {
+        pointer.push('/');
+        match self {
+            Step::Key(key) if key.bytes().any(|b| b == b'~' || b == b'/') => {
+                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            Step::Key(key) | Step::Token(key) => pointer.push_str(key),
+            Step::Index(index) if index < 10 => pointer.push(char::from(b'0' + index as u8)),
+            Step::Index(index) => {
+                use std::fmt::Write as _;
+                let _ = write!(pointer, "{index}");
+            }
+        }
+    }
+
+    /// Appends this step to a JSON Pointer.
     fn push_onto(self, pointer: &mut PointerBuf) {
         match self {
             Step::Key(key) => pointer.push_back(key),
@@ -47,56 +64,75 @@ impl Step<'_> {
     }
 }
 
-/// The deepest node with a path of its own: a node below it is recorded whole at this depth.
-const DEPTH: usize = 16;
+/// The most steps one link of a [`Path`] holds: a template's from its kind's root.
+const LINK: usize = 6;
 
-/// Where a node is: the steps from the root, kept inline (a node is made for every template,
-/// container and member the mutators visit, and costs no allocation).
+/// Where a node is: a link of up to [`LINK`] steps below its parent's path, which it borrows.
+/// A node is made for every template, container and member the mutators visit: this costs
+/// neither an allocation nor a copy of the steps above it.
 #[derive(Debug, Clone, Copy)]
 pub struct Path<'a> {
-    steps: [Step<'a>; DEPTH],
+    parent: Option<&'a Path<'a>>,
+    steps: [Step<'a>; LINK],
     len: usize,
 }
 
 impl Default for Path<'_> {
     fn default() -> Self {
         Path {
-            steps: [Step::Index(0); DEPTH],
+            parent: None,
+            steps: [Step::Index(0); LINK],
             len: 0,
         }
     }
 }
 
 impl<'a> Path<'a> {
-    /// The JSON Pointer of this path.
-    pub fn pointer(&self) -> PointerBuf {
-        let mut pointer = PointerBuf::new();
-        for step in &self.steps[..self.len] {
-            step.push_onto(&mut pointer);
+    /// The path of `steps` below `parent`; `None` for more steps than a link holds.
+    fn below(parent: &'a Path<'a>, steps: &[Step<'a>]) -> Option<Path<'a>> {
+        let mut path = Path {
+            parent: Some(parent),
+            ..Path::default()
+        };
+        path.extend(steps).then_some(path)
+    }
+
+    /// Adds `steps` to this link; false (and unchanged) when they do not fit.
+    fn extend(&mut self, steps: &[Step<'a>]) -> bool {
+        let len = self.len + steps.len();
+        if len > LINK {
+            return false;
+        }
+        self.steps[self.len..len].copy_from_slice(steps);
+        self.len = len;
+        true
+    }
+
+    /// The JSON Pointer of this path, then `last` when given, as text.
+    fn pointer(&self, last: Option<Step<'_>>) -> String {
+        let mut pointer = String::with_capacity(128);
+        self.write(&mut pointer);
+        if let Some(last) = last {
+            last.write(&mut pointer);
         }
         pointer
     }
 
-    /// The path of `steps` below this one; `None` deeper than [`DEPTH`].
-    fn join<'b>(&self, steps: &[Step<'b>]) -> Option<Path<'b>>
-    where
-        'a: 'b,
-    {
-        let len = self.len + steps.len();
-        if len > DEPTH {
-            return None;
+    fn write(&self, pointer: &mut String) {
+        if let Some(parent) = self.parent {
+            parent.write(pointer);
         }
-        let mut path: Path<'b> = *self;
-        path.steps[self.len..len].copy_from_slice(steps);
-        path.len = len;
-        Some(path)
+        for step in &self.steps[..self.len] {
+            step.write(pointer);
+        }
     }
 }
 
 /// A place written, with the value it had when the object was received (`None`: absent).
 #[derive(Debug)]
 struct Entry {
-    pointer: PointerBuf,
+    /// Its JSON Pointer (text that [`Step::write`] wrote: always a valid pointer).
+    pointer: String,
     old: Option<Value>,
 }
 
@@ -116,7 +152,7 @@ impl Recorder {
     /// written. Nothing when the place or a place around it is recorded already (its value
     /// before is the one kept); places inside it that were recorded before take their values
     /// back into `old` and are replaced by it.
-    pub fn written(&mut self, pointer: PointerBuf, old: impl FnOnce() -> Option<Value>) {
+    fn written(&mut self, pointer: String, old: impl FnOnce() -> Option<Value>) {
         let here = pointer.as_str();
         if self
             .entries
@@ -155,26 +191,112 @@ impl Recorder {
     /// The JSON Patch from the object as received to `object`, which the recorded writes
     /// made: the operations `json_patch::diff` gives, in its order ([`diff`]).
     pub fn patch(self, object: &Value) -> Patch {
-        let mut entries = self.entries;
-        entries.sort_by(|a, b| diff_order(object, a, b));
+        let entries = self.entries;
+        // Each place's tokens as written; the places in token order, so that places that
+        // share a prefix are next to each other and the object is walked once per prefix.
+        let tokens: Vec<Vec<&str>> = entries
+            .iter()
+            .map(|e| e.pointer.split('/').skip(1).collect())
+            .collect();
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_by(|&a, &b| tokens[a].cmp(&tokens[b]));
+        let mut placed = Vec::with_capacity(entries.len());
+        in_diff_order(&entries, &tokens, &order, 0, Some(object), &mut placed);
+        drop(tokens);
+        let mut entries: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
         let mut ops = Vec::new();
-        for entry in entries {
-            match (entry.old, object.at(entry.pointer.as_str())) {
+        for (index, now) in placed {
+            let Some(entry) = entries[index].take() else {
+                continue;
+            };
+            let pointer = PointerBuf::parse(entry.pointer)
+                .expect("a pointer launchgate wrote, each token escaped");
+            match (entry.old, now) {
                 (None, None) => {}
                 (None, Some(now)) => ops.push(PatchOperation::Add(AddOperation {
-                    path: entry.pointer,
+                    path: pointer,
                     value: now.clone(),
                 })),
-                (Some(_), None) => ops.push(PatchOperation::Remove(RemoveOperation {
-                    path: entry.pointer,
-                })),
+                (Some(_), None) => {
+                    ops.push(PatchOperation::Remove(RemoveOperation { path: pointer }))
+                }
                 (Some(old), Some(now)) => {
-                    let mut pointer = entry.pointer;
+                    let mut pointer = pointer;
                     diff::diff_at(&old, now, &mut pointer, &mut ops);
                 }
             }
         }
         Patch(ops)
+    }
+}
+
+/// Appends the places of `order` (indexes of `entries`, in token order, all below the same
+/// `depth` tokens, at `here` in the mutated object) to `placed` in the order of the diff's
+/// operations, each with its value now: depth first, an array's elements by index, an
+/// object's members by key with the removed ones after the others.
+fn in_diff_order<'o>(
+    entries: &[Entry],
+    tokens: &[Vec<&str>],
+    order: &[usize],
+    depth: usize,
+    here: Option<&'o Value>,
+    placed: &mut Vec<(usize, Option<&'o Value>)>,
+) {
+    // The whole object, recorded as one place (places never nest).
+    if let [only] = order
+        && tokens[*only].len() == depth
+    {
+        placed.push((*only, here));
+        return;
+    }
+    // The groups of places under each token at this depth.
+    let mut groups: Vec<(&[usize], Option<&'o Value>, bool)> = Vec::new();
+    let mut start = 0;
+    let mut escaped = false;
+    while start < order.len() {
+        let key = tokens[order[start]][depth];
+        let end = start
+            + order[start..]
+                .iter()
+                .position(|&i| tokens[i][depth] != key)
+                .unwrap_or(order.len() - start);
+        let group = &order[start..end];
+        escaped |= key.as_bytes().contains(&b'~');
+        let child = here.and_then(|h| step_into(h, &json::unescape(key)));
+        // A member removed from this object: its operation comes after the others.
+        let removed = matches!(here, Some(Value::Object(_)))
+            && child.is_none()
+            && group.len() == 1
+            && tokens[group[0]].len() == depth + 1
+            && entries[group[0]].old.is_some();
+        groups.push((group, child, removed));
+        start = end;
+    }
+    let key = |group: &[usize]| tokens[group[0]][depth];
+    if let Some(Value::Array(_)) = here {
+        groups.sort_by_key(|(group, ..)| key(group).parse::<usize>().unwrap_or(usize::MAX));
+    } else if escaped {
+        // Members in the order of their keys, not of their escaped tokens.
+        groups.sort_by(|(a, _, a_removed), (b, _, b_removed)| {
+            (a_removed, json::unescape(key(a))).cmp(&(b_removed, json::unescape(key(b))))
+        });
+    } else {
+        groups.sort_by_key(|(_, _, removed)| *removed);
+    }
+    for (group, child, _) in groups {
+        match group {
+            [only] if tokens[*only].len() == depth + 1 => placed.push((*only, child)),
+            _ => in_diff_order(entries, tokens, group, depth + 1, child, placed),
+        }
+    }
+}
+
+/// `value`'s member or element named by a (decoded) pointer token.
+fn step_into<'v>(value: &'v Value, token: &str) -> Option<&'v Value> {
+    match value {
+        Value::Object(map) => json::member(map, token),
+        Value::Array(items) => items.get(token.parse::<usize>().ok()?),
+        _ => None,
     }
 }
 
@@ -215,54 +337,6 @@ fn restore(value: &mut Value, relative: &str, old: Option<Value>) {
             }
         }
         _ => {}
-    }
-}
-
-/// The order of two recorded places' operations in the diff: depth first, an object's
-/// members by key with its removed members last, an array's elements by index.
-fn diff_order(object: &Value, a: &Entry, b: &Entry) -> Ordering {
-    let mut parent = Some(object);
-    let mut a_tokens = a.pointer.tokens();
-    let mut b_tokens = b.pointer.tokens();
-    loop {
-        let (a_token, b_token) = match (a_tokens.next(), b_tokens.next()) {
-            (Some(a_token), Some(b_token)) => (a_token, b_token),
-            // Recorded places never nest; a place before the places inside it otherwise.
-            (None, Some(_)) => return Ordering::Less,
-            (Some(_), None) => return Ordering::Greater,
-            (None, None) => return Ordering::Equal,
-        };
-        let (a_key, b_key) = (a_token.decoded(), b_token.decoded());
-        if a_key == b_key {
-            parent = parent.and_then(|p| step_into(p, &a_key));
-            continue;
-        }
-        return match parent {
-            Some(Value::Array(_)) => {
-                let index = |key: &str| key.parse::<usize>().unwrap_or(usize::MAX);
-                index(&a_key).cmp(&index(&b_key))
-            }
-            _ => {
-                // A member removed from this object: its operation comes after the others.
-                let removed = |entry: &Entry, rest: &mut json_patch::jsonptr::Tokens<'_>, key| {
-                    rest.next().is_none()
-                        && entry.old.is_some()
-                        && parent.and_then(|p| json::get(p, key)).is_none()
-                };
-                let a_removed = removed(a, &mut a_tokens, &a_key);
-                let b_removed = removed(b, &mut b_tokens, &b_key);
-                (a_removed, a_key.as_ref()).cmp(&(b_removed, b_key.as_ref()))
-            }
-        };
-    }
-}
-
-/// `value`'s member or element named by a pointer token.
-fn step_into<'v>(value: &'v Value, token: &str) -> Option<&'v Value> {
-    match value {
-        Value::Object(map) => json::member(map, token),
-        Value::Array(items) => items.get(token.parse::<usize>().ok()?),
-        _ => None,
     }
 }
 
@@ -333,33 +407,34 @@ impl<'a, T> Node<'a, T> {
         &'b mut self,
         step: Step<'b>,
         value: impl FnOnce(&'b mut T) -> Option<&'b mut U>,
-    ) -> Option<Node<'b, U>>
-    where
-        T: Json,
-    {
-        let path = self.path_below(&[step]);
+    ) -> Option<Node<'b, U>> {
         Some(Node {
-            path,
+            path: Path::below(&self.path, &[step]).expect("one step fits a link"),
             value: value(self.value)?,
             recorder: self.recorder.as_deref_mut(),
             recorded: self.recorded,
         })
     }
 
-    /// The path of `steps` below this node. Past [`DEPTH`] this node is recorded whole (what
-    /// is written below it is then in that record) and its own path is given.
-    fn path_below<'b>(&mut self, steps: &[Step<'b>]) -> Path<'b>
+    /// The node of `value`, which is `steps` below this one. For more steps than a link holds,
+    /// this node is recorded whole first (what is written below it is in that record).
+    fn below_steps<'b, U>(
+        &'b mut self,
+        steps: &[Step<'b>],
+        value: impl FnOnce(&'b mut T) -> Option<&'b mut U>,
+    ) -> Option<Node<'b, U>>
     where
         T: Json,
-        'a: 'b,
     {
-        match self.path.join(steps) {
-            Some(path) => path,
-            None => {
-                let _ = &mut **self;
-                self.path
-            }
+        if steps.len() > LINK {
+            let _ = &mut **self;
         }
+        Some(Node {
+            path: Path::below(&self.path, steps).unwrap_or_default(),
+            value: value(self.value)?,
+            recorder: self.recorder.as_deref_mut(),
+            recorded: self.recorded,
+        })
     }
 
     /// Records that the place `step` below this node, which holds `old`, is being written.
@@ -367,9 +442,7 @@ impl<'a, T> Node<'a, T> {
         if !self.recorded
             && let Some(recorder) = self.recorder.as_deref_mut()
         {
-            let mut pointer = self.path.pointer();
-            step.push_onto(&mut pointer);
-            recorder.written(pointer, old);
+            recorder.written(self.path.pointer(Some(step)), old);
         }
     }
 
@@ -452,12 +525,7 @@ impl Node<'_, Value> {
 
     /// The node at `steps` below this one, if there is one.
     pub fn at_steps<'b>(&'b mut self, steps: &[Step<'b>]) -> Option<Node<'b, Value>> {
-        Some(Node {
-            path: self.path_below(steps),
-            value: walk(self.value, steps)?,
-            recorder: self.recorder.as_deref_mut(),
-            recorded: self.recorded,
-        })
+        self.below_steps(steps, |value| walk(value, steps))
     }
 }
 
@@ -467,12 +535,7 @@ impl MapNode<'_> {
         let [Step::Key(key), rest @ ..] = steps else {
             return None;
         };
-        Some(Node {
-            path: self.path_below(steps),
-            value: walk(json::member_mut(self.value, key)?, rest)?,
-            recorder: self.recorder.as_deref_mut(),
-            recorded: self.recorded,
-        })
+        self.below_steps(steps, |map| walk(json::member_mut(map, key)?, rest))
     }
 }
 
@@ -555,7 +618,11 @@ impl<'a> MapNode<'a> {
         if new {
             self.set(key, Value::Object(Map::new()));
         }
-        let path = self.path_below(&[Step::Key(key)]);
+        let mut path = self.path;
+        if !path.extend(&[Step::Key(key)]) {
+            // The link is full: this node is recorded whole, and so is what is below it.
+            let _ = &mut *self;
+        }
         let Node {
             value,
             recorder,
@@ -601,7 +668,7 @@ impl<T: Json> DerefMut for Node<'_, T> {
         if !self.recorded {
             if let Some(recorder) = self.recorder.as_deref_mut() {
                 let value = &*self.value;
-                recorder.written(self.path.pointer(), || Some(value.to_value()));
+                recorder.written(self.path.pointer(None), || Some(value.to_value()));
             }
             self.recorded = true;
         }
