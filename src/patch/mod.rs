@@ -20,6 +20,7 @@ use crate::json::{self, Pointer as _};
 use json_patch::jsonptr::{PointerBuf, Token};
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::ops::{Deref, DerefMut};
 
 /// One step from a value into a member or an element.
@@ -35,23 +36,6 @@ pub enum Step<'a> {
 }
 
 impl Step<'_> {
-    /// Appends this step to a JSON Pointer's text: `/`, then the token (`~` and `/` in a key
-    /// written `~0` and `~1`).
-    fn write(self, pointer: &mut String) {
-        pointer.push('/');
-        match self {
-            Step::Key(key) if key.bytes().any(|b| b == b'~' || b == b'/') => {
-                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
-            }
-            Step::Key(key) | Step::Token(key) => pointer.push_str(key),
-            Step::Index(index) if index < 10 => pointer.push(char::from(b'0' + index as u8)),
-            Step::Index(index) => {
-                use std::fmt::Write as _;
-                let _ = write!(pointer, "{index}");
-            }
-        }
-    }
-
     /// Appends this step to a JSON Pointer.
     fn push_onto(self, pointer: &mut PointerBuf) {
         match self {
@@ -108,186 +92,173 @@ impl<'a> Path<'a> {
         true
     }
 
-    /// The JSON Pointer of this path, then `last` when given, as text.
-    fn pointer(&self, last: Option<Step<'_>>) -> String {
-        let mut pointer = String::with_capacity(128);
-        self.write(&mut pointer);
-        if let Some(last) = last {
-            last.write(&mut pointer);
-        }
-        pointer
+    /// The steps of this path from the root, then `last` when given.
+    fn steps(&self, last: Option<Step<'a>>) -> Vec<Step<'a>> {
+        let mut steps = Vec::with_capacity(16);
+        self.collect(&mut steps);
+        steps.extend(last);
+        steps
     }
 
-    fn write(&self, pointer: &mut String) {
+    fn collect(&self, steps: &mut Vec<Step<'a>>) {
         if let Some(parent) = self.parent {
-            parent.write(pointer);
+            parent.collect(steps);
         }
-        for step in &self.steps[..self.len] {
-            step.write(pointer);
-        }
+        steps.extend_from_slice(&self.steps[..self.len]);
     }
 }
 
-/// A place written, with the value it had when the object was received (`None`: absent).
-#[derive(Debug)]
-struct Entry {
-    /// Its JSON Pointer (text that [`Step::write`] wrote: always a valid pointer).
-    pointer: String,
-    old: Option<Value>,
+/// The places written, as a tree of tokens: a place is recorded with the value it had when
+/// the object was received, and then has no places below it (what is written there is in its
+/// record).
+#[derive(Debug, Default)]
+struct Place {
+    /// Recorded here, with the value before (`None`: absent).
+    old: Option<Option<Value>>,
+    /// The places below, by their (decoded) token.
+    below: Vec<(String, Place)>,
 }
 
 /// What the mutators wrote: the places, each with its value before.
 #[derive(Debug, Default)]
 pub struct Recorder {
-    entries: Vec<Entry>,
+    root: Place,
 }
 
-/// True when `inner` is `outer` or a place inside it.
-fn is_within(inner: &str, outer: &str) -> bool {
-    inner.starts_with(outer) && matches!(inner.as_bytes().get(outer.len()), None | Some(b'/'))
+/// A step's token, decoded: a key, or an index written in decimal.
+fn token_of<'s>(step: &Step<'s>) -> Cow<'s, str> {
+    match *step {
+        Step::Key(key) => Cow::Borrowed(key),
+        Step::Index(index) => Cow::Owned(index.to_string()),
+        Step::Token(token) => json::unescape(token),
+    }
 }
 
 impl Recorder {
-    /// Records that the place at `pointer`, which held `old()` (`None`: absent), is being
+    /// Records that the place at `steps`, which held `old()` (`None`: absent), is being
     /// written. Nothing when the place or a place around it is recorded already (its value
     /// before is the one kept); places inside it that were recorded before take their values
     /// back into `old` and are replaced by it.
-    fn written(&mut self, pointer: String, old: impl FnOnce() -> Option<Value>) {
-        let here = pointer.as_str();
-        if self
-            .entries
-            .iter()
-            .any(|e| is_within(here, e.pointer.as_str()))
-        {
+    fn written(&mut self, steps: &[Step<'_>], old: impl FnOnce() -> Option<Value>) {
+        let mut place = &mut self.root;
+        for step in steps {
+            if place.old.is_some() {
+                return;
+            }
+            let token = token_of(step);
+            let at = match place.below.iter().position(|(t, _)| *t == *token) {
+                Some(at) => at,
+                None => {
+                    place.below.push((token.into_owned(), Place::default()));
+                    place.below.len() - 1
+                }
+            };
+            place = &mut place.below[at].1;
+        }
+        if place.old.is_some() {
             return;
         }
         let mut old = old();
-        if self
-            .entries
-            .iter()
-            .any(|e| is_within(e.pointer.as_str(), here))
-        {
-            // Undo the inner writes on the old value, newest first.
-            let mut kept = Vec::with_capacity(self.entries.len());
-            let mut inner = Vec::new();
-            for entry in std::mem::take(&mut self.entries) {
-                if is_within(entry.pointer.as_str(), here) {
-                    inner.push(entry);
-                } else {
-                    kept.push(entry);
-                }
-            }
-            for entry in inner.into_iter().rev() {
-                let relative = &entry.pointer.as_str()[here.len()..];
-                if let Some(value) = old.as_mut() {
-                    restore(value, relative, entry.old);
-                }
-            }
-            self.entries = kept;
+        if let Some(value) = old.as_mut() {
+            restore(value, std::mem::take(&mut place.below));
         }
-        self.entries.push(Entry { pointer, old });
+        place.below.clear();
+        place.old = Some(old);
     }
 
     /// The JSON Patch from the object as received to `object`, which the recorded writes
     /// made: the operations `json_patch::diff` gives, in its order ([`diff`]).
     pub fn patch(self, object: &Value) -> Patch {
-        let entries = self.entries;
-        // Each place's tokens as written; the places in token order, so that places that
-        // share a prefix are next to each other and the object is walked once per prefix.
-        let tokens: Vec<Vec<&str>> = entries
-            .iter()
-            .map(|e| e.pointer.split('/').skip(1).collect())
-            .collect();
-        let mut order: Vec<usize> = (0..entries.len()).collect();
-        order.sort_by(|&a, &b| tokens[a].cmp(&tokens[b]));
-        let mut placed = Vec::with_capacity(entries.len());
-        in_diff_order(&entries, &tokens, &order, 0, Some(object), &mut placed);
-        drop(tokens);
-        let mut entries: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
         let mut ops = Vec::new();
-        for (index, now) in placed {
-            let Some(entry) = entries[index].take() else {
-                continue;
-            };
-            let pointer = PointerBuf::parse(entry.pointer)
-                .expect("a pointer launchgate wrote, each token escaped");
-            match (entry.old, now) {
-                (None, None) => {}
-                (None, Some(now)) => ops.push(PatchOperation::Add(AddOperation {
-                    path: pointer,
-                    value: now.clone(),
-                })),
-                (Some(_), None) => {
-                    ops.push(PatchOperation::Remove(RemoveOperation { path: pointer }))
-                }
-                (Some(old), Some(now)) => {
-                    let mut pointer = pointer;
-                    diff::diff_at(&old, now, &mut pointer, &mut ops);
-                }
-            }
-        }
+        emit(self.root, Some(object), &mut PointerBuf::new(), &mut ops);
         Patch(ops)
     }
 }
 
-/// Appends the places of `order` (indexes of `entries`, in token order, all below the same
-/// `depth` tokens, at `here` in the mutated object) to `placed` in the order of the diff's
-/// operations, each with its value now: depth first, an array's elements by index, an
-/// object's members by key with the removed ones after the others.
-fn in_diff_order<'o>(
-    entries: &[Entry],
-    tokens: &[Vec<&str>],
-    order: &[usize],
-    depth: usize,
-    here: Option<&'o Value>,
-    placed: &mut Vec<(usize, Option<&'o Value>)>,
-) {
-    // The whole object, recorded as one place (places never nest).
-    if let [only] = order
-        && tokens[*only].len() == depth
-    {
-        placed.push((*only, here));
+/// Puts back, inside `value`, the values the places `below` it had (their writes undone):
+/// an array's elements from the last, so that an appended element is taken away before the
+/// ones before it.
+fn restore(value: &mut Value, mut below: Vec<(String, Place)>) {
+    if value.is_array() {
+        below.sort_by_key(|(token, _)| std::cmp::Reverse(token.parse::<usize>().unwrap_or(0)));
+    }
+    for (token, place) in below {
+        match (place.old, &mut *value) {
+            (Some(old), Value::Object(map)) => match old {
+                Some(old) => {
+                    map.insert(token, old);
+                }
+                None => {
+                    map.remove(&token);
+                }
+            },
+            (Some(old), Value::Array(items)) => {
+                let Ok(index) = token.parse::<usize>() else {
+                    continue;
+                };
+                match old {
+                    Some(old) if index < items.len() => items[index] = old,
+                    Some(old) => items.push(old),
+                    None if index < items.len() => {
+                        items.remove(index);
+                    }
+                    None => {}
+                }
+            }
+            (Some(_), _) => {}
+            (None, value) => {
+                if let Some(inner) = step_into_mut(value, &token) {
+                    restore(inner, place.below);
+                }
+            }
+        }
+    }
+}
+
+/// Appends the operations of `place` (at `pointer`; `now` its value in the mutated object)
+/// to `ops`, in the diff's order: depth first, an array's elements by index, an object's
+/// members by key with the removed ones after the others.
+fn emit(place: Place, now: Option<&Value>, pointer: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
+    if let Some(old) = place.old {
+        match (old, now) {
+            (None, None) => {}
+            (None, Some(now)) => ops.push(PatchOperation::Add(AddOperation {
+                path: pointer.clone(),
+                value: now.clone(),
+            })),
+            (Some(_), None) => ops.push(PatchOperation::Remove(RemoveOperation {
+                path: pointer.clone(),
+            })),
+            (Some(old), Some(now)) => diff::diff_at(&old, now, pointer, ops),
+        }
         return;
     }
-    // The groups of places under each token at this depth.
-    let mut groups: Vec<(&[usize], Option<&'o Value>, bool)> = Vec::new();
-    let mut start = 0;
-    let mut escaped = false;
-    while start < order.len() {
-        let key = tokens[order[start]][depth];
-        let end = start
-            + order[start..]
-                .iter()
-                .position(|&i| tokens[i][depth] != key)
-                .unwrap_or(order.len() - start);
-        let group = &order[start..end];
-        escaped |= key.as_bytes().contains(&b'~');
-        let child = here.and_then(|h| step_into(h, &json::unescape(key)));
-        // A member removed from this object: its operation comes after the others.
-        let removed = matches!(here, Some(Value::Object(_)))
-            && child.is_none()
-            && group.len() == 1
-            && tokens[group[0]].len() == depth + 1
-            && entries[group[0]].old.is_some();
-        groups.push((group, child, removed));
-        start = end;
-    }
-    let key = |group: &[usize]| tokens[group[0]][depth];
-    if let Some(Value::Array(_)) = here {
-        groups.sort_by_key(|(group, ..)| key(group).parse::<usize>().unwrap_or(usize::MAX));
-    } else if escaped {
-        // Members in the order of their keys, not of their escaped tokens.
-        groups.sort_by(|(a, _, a_removed), (b, _, b_removed)| {
-            (a_removed, json::unescape(key(a))).cmp(&(b_removed, json::unescape(key(b))))
-        });
-    } else {
-        groups.sort_by_key(|(_, _, removed)| *removed);
-    }
-    for (group, child, _) in groups {
-        match group {
-            [only] if tokens[*only].len() == depth + 1 => placed.push((*only, child)),
-            _ => in_diff_order(entries, tokens, group, depth + 1, child, placed),
+    let mut below: Vec<(String, Place, Option<&Value>)> = place
+        .below
+        .into_iter()
+        .map(|(token, place)| {
+            let child = now.and_then(|n| step_into(n, &token));
+            (token, place, child)
+        })
+        .collect();
+    match now {
+        Some(Value::Array(_)) => {
+            below.sort_by_key(|(token, ..)| token.parse::<usize>().unwrap_or(usize::MAX));
         }
+        _ => {
+            // A member removed from this object: its operation comes after the others.
+            let removed = |place: &Place, child: Option<&Value>| {
+                child.is_none() && matches!(place.old, Some(Some(_)))
+            };
+            below.sort_by(|(a, a_place, a_now), (b, b_place, b_now)| {
+                (removed(a_place, *a_now), a).cmp(&(removed(b_place, *b_now), b))
+            });
+        }
+    }
+    for (token, place, child) in below {
+        pointer.push_back(token.as_str());
+        emit(place, child, pointer, ops);
+        pointer.pop_back();
     }
 }
 
@@ -300,43 +271,12 @@ fn step_into<'v>(value: &'v Value, token: &str) -> Option<&'v Value> {
     }
 }
 
-/// Puts `old` (`None`: absent) back at `relative` (a JSON Pointer) inside `value`.
-fn restore(value: &mut Value, relative: &str, old: Option<Value>) {
-    let Some((parent, last)) = relative.rsplit_once('/') else {
-        return;
-    };
-    let Some(parent) = value.at_mut(parent) else {
-        return;
-    };
-    let Ok(token) = Token::from_encoded(last) else {
-        return;
-    };
-    match parent {
-        Value::Object(map) => {
-            let key = token.decoded();
-            match old {
-                Some(old) => {
-                    map.insert(key.into_owned(), old);
-                }
-                None => {
-                    map.remove(key.as_ref());
-                }
-            }
-        }
-        Value::Array(items) => {
-            let Ok(index) = token.decoded().parse::<usize>() else {
-                return;
-            };
-            match old {
-                Some(old) if index < items.len() => items[index] = old,
-                Some(old) => items.push(old),
-                None if index < items.len() => {
-                    items.remove(index);
-                }
-                None => {}
-            }
-        }
-        _ => {}
+/// [`step_into`] for writing.
+fn step_into_mut<'v>(value: &'v mut Value, token: &str) -> Option<&'v mut Value> {
+    match value {
+        Value::Object(map) => json::member_mut(map, token),
+        Value::Array(items) => items.get_mut(token.parse::<usize>().ok()?),
+        _ => None,
     }
 }
 
@@ -442,7 +382,7 @@ impl<'a, T> Node<'a, T> {
         if !self.recorded
             && let Some(recorder) = self.recorder.as_deref_mut()
         {
-            recorder.written(self.path.pointer(Some(step)), old);
+            recorder.written(&self.path.steps(Some(step)), old);
         }
     }
 
@@ -668,7 +608,7 @@ impl<T: Json> DerefMut for Node<'_, T> {
         if !self.recorded {
             if let Some(recorder) = self.recorder.as_deref_mut() {
                 let value = &*self.value;
-                recorder.written(self.path.pointer(None), || Some(value.to_value()));
+                recorder.written(&self.path.steps(None), || Some(value.to_value()));
             }
             self.recorded = true;
         }
@@ -793,6 +733,21 @@ mod tests {
         }
     }
 
+    /// The recorded places: their pointers and values before.
+    fn places(recorder: &Recorder) -> Vec<(String, Option<Value>)> {
+        fn walk(place: &Place, at: String, out: &mut Vec<(String, Option<Value>)>) {
+            if let Some(old) = &place.old {
+                out.push((at.clone(), old.clone()));
+            }
+            for (token, below) in &place.below {
+                walk(below, format!("{at}/{token}"), out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&recorder.root, String::new(), &mut out);
+        out
+    }
+
     #[test]
     fn removed_members_come_after_the_others_as_in_the_diff() {
         let mut object = json!({"a": 1, "c": 1, "l": [0, 1]});
@@ -826,7 +781,7 @@ mod tests {
         let mut extra = spec.object_or_new("extra");
         extra.set("x", json!(1));
         extra.set("y", json!(2));
-        assert_eq!(recorder.entries.len(), 1);
+        assert_eq!(places(&recorder).len(), 1);
         assert_eq!(
             serde_json::to_value(recorder.patch(&object)).unwrap(),
             json!([{"op": "add", "path": "/spec/extra", "value": {"x": 1, "y": 2}}])
@@ -844,8 +799,7 @@ mod tests {
         a.array_or_new("c").push(json!(2));
         // Written whole now: the two places inside it give way to it.
         a.insert("d".into(), json!(3));
-        assert_eq!(recorder.entries.len(), 1);
-        assert_eq!(recorder.entries[0].old, Some(before["a"].clone()));
+        assert_eq!(places(&recorder), [("/a".to_string(), Some(before["a"].clone()))]);
         let patch = recorder.patch(&object);
         assert_eq!(patch, diff::diff_tree(&before, &object));
         assert_eq!(patch.0.len(), 3);
