@@ -218,7 +218,12 @@ fn restore(value: &mut Value, mut below: Vec<(String, Place)>) {
 /// Appends the operations of `place` (at `pointer`; `now` its value in the mutated object)
 /// to `ops`, in the diff's order: depth first, an array's elements by index, an object's
 /// members by key with the removed ones after the others.
-fn emit(place: Place, now: Option<&Value>, pointer: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
+fn emit(
+    place: Place,
+    now: Option<&Value>,
+    pointer: &mut PointerBuf,
+    ops: &mut Vec<PatchOperation>,
+) {
     if let Some(old) = place.old {
         match (old, now) {
             (None, None) => {}
@@ -799,7 +804,10 @@ mod tests {
         a.array_or_new("c").push(json!(2));
         // Written whole now: the two places inside it give way to it.
         a.insert("d".into(), json!(3));
-        assert_eq!(places(&recorder), [("/a".to_string(), Some(before["a"].clone()))]);
+        assert_eq!(
+            places(&recorder),
+            [("/a".to_string(), Some(before["a"].clone()))]
+        );
         let patch = recorder.patch(&object);
         assert_eq!(patch, diff::diff_tree(&before, &object));
         assert_eq!(patch.0.len(), 3);

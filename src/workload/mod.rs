@@ -266,10 +266,11 @@ pub fn replica_types_in_order(specs: &Map<String, Value>) -> Vec<(&String, &Valu
     out
 }
 
-/// The steps from the root to the template of `info`.
-fn template_steps(info: &TemplateAt) -> Option<Vec<Step<'_>>> {
+/// The steps from the root to the holder of the template of `info`, and from the holder to
+/// the template.
+fn template_steps(info: &TemplateAt) -> Option<(Vec<Step<'_>>, Vec<Step<'_>>)> {
     let position = info.position;
-    let mut steps: Vec<Step<'_>> = position
+    let mut holder: Vec<Step<'_>> = position
         .holders
         .path()
         .iter()
@@ -277,11 +278,11 @@ fn template_steps(info: &TemplateAt) -> Option<Vec<Step<'_>>> {
         .collect();
     match position.holders {
         Holders::Root | Holders::At(_) => {}
-        Holders::Each(_) => steps.push(Step::Index(info.index)),
-        Holders::Keyed(_) => steps.push(Step::Key(info.name.as_deref()?)),
+        Holders::Each(_) => holder.push(Step::Index(info.index)),
+        Holders::Keyed(_) => holder.push(Step::Key(info.name.as_deref()?)),
     }
-    steps.extend(position.template.iter().map(|k| Step::Key(k)));
-    Some(steps)
+    let template = position.template.iter().map(|k| Step::Key(k)).collect();
+    Some((holder, template))
 }
 
 /// Calls `f` for every pod template of the workload with the template object
@@ -297,10 +298,12 @@ pub fn for_each_template_mut(
         .map(|(at, ..)| at)
         .collect();
     for info in &infos {
-        let Some(steps) = template_steps(info) else {
+        let Some((holder, template)) = template_steps(info) else {
             continue;
         };
-        if let Some(mut template) = object.at_steps(&steps)
+        // Two nodes, so that each path link has room for the steps the mutators add.
+        if let Some(mut holder) = object.at_steps(&holder)
+            && let Some(mut template) = holder.at_steps(&template)
             && let Some(mut template) = template.as_map_node()
         {
             f(info, &mut template);
