@@ -5,7 +5,9 @@
 //! change: a member set or removed ([`Node::set`], [`Node::remove`]), an element appended
 //! ([`Node::push`]), or — for any other write, through `DerefMut` — the node itself. The
 //! record keeps the value each written place had (moved out when the write replaces it, a
-//! copy of that place only when it is changed in place), never a copy of the object.
+//! copy of that place only when it is changed in place), never a copy of the object. The
+//! places are a tree of tokens, so a write finds on its way down whether a place around it is
+//! recorded already.
 //!
 //! [`Recorder::patch`] turns the record into the operations `json_patch::diff` would give
 //! from the object as received to the object as mutated, in the same order ([`diff`]): an
@@ -409,7 +411,7 @@ impl<'a> Node<'a, Value> {
         } = self;
         Some(Node {
             value: value.as_object_mut()?,
-            path: path.clone(),
+            path: *path,
             recorder: recorder.as_deref_mut(),
             recorded: *recorded,
         })
@@ -489,7 +491,7 @@ impl<T> Node<'_, T> {
     pub fn reborrow(&mut self) -> Node<'_, T> {
         Node {
             value: self.value,
-            path: self.path.clone(),
+            path: self.path,
             recorder: self.recorder.as_deref_mut(),
             recorded: self.recorded,
         }
