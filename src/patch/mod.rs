@@ -96,10 +96,15 @@ impl<'a> Path<'a> {
 
     /// The steps of this path from the root, then `last` when given.
     fn steps(&self, last: Option<Step<'a>>) -> Vec<Step<'a>> {
-        let mut steps = Vec::with_capacity(16);
+        let mut steps = Vec::with_capacity(self.depth() + usize::from(last.is_some()));
         self.collect(&mut steps);
         steps.extend(last);
         steps
+    }
+
+    /// How many steps lead here.
+    fn depth(&self) -> usize {
+        self.len + self.parent.map_or(0, Path::depth)
     }
 
     fn collect(&self, steps: &mut Vec<Step<'a>>) {
