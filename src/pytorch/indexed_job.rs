@@ -257,9 +257,9 @@ fn all_ranks_at_once(job: &mut Node<'_, Value>) -> bool {
     let Some(parallelism) = parallelism_to_write(job) else {
         return false;
     };
-    match job.get_mut("spec").and_then(Value::as_object_mut) {
-        Some(spec) => {
-            spec.insert("parallelism".into(), serde_json::json!(parallelism));
+    match job.object("spec") {
+        Some(mut spec) => {
+            spec.set("parallelism", serde_json::json!(parallelism));
             true
         }
         None => false,

@@ -146,14 +146,12 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
         // user did not write (by apply) is that default, not a choice.
         let user_wrote = UserIntent::of(object).wrote(&["spec", "nprocPerNode"]);
         let wanted = json!(nproc.to_string());
-        if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
-            && !elastic_nproc
-        {
+        if !elastic_nproc && let Some(mut spec) = object.object("spec") {
             let current = spec.get("nprocPerNode");
             let unset = current.is_none_or(Value::is_null)
                 || (current.and_then(Value::as_str) == Some(OPERATOR_DEFAULT_NPROC) && !user_wrote);
             if unset && current != Some(&wanted) {
-                spec.insert("nprocPerNode".into(), wanted);
+                spec.set("nprocPerNode", wanted);
                 changed = true;
             }
         }

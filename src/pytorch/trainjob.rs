@@ -27,15 +27,17 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
     let Some(NprocPerNode::Count(n)) = cfg.nproc_per_node else {
         return false;
     };
-    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(mut spec) = object.object("spec") else {
         return false;
     };
-    let trainer = spec.entry("trainer").or_insert_with(|| json!({}));
-    match trainer.as_object_mut() {
-        Some(t) if t.get("numProcPerNode").is_none_or(Value::is_null) => {
-            t.insert("numProcPerNode".into(), json!(n));
-            true
-        }
-        _ => false,
+    if spec.get("trainer").is_some_and(|t| !t.is_object()) {
+        return false;
+    }
+    let mut trainer = spec.object_or_new("trainer");
+    if trainer.get("numProcPerNode").is_none_or(Value::is_null) {
+        trainer.set("numProcPerNode", json!(n));
+        true
+    } else {
+        false
     }
 }
