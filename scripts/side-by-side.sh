@@ -10,6 +10,11 @@
 #   BEFORE_BIN=/path/to/older/launchgate scripts/side-by-side.sh   # also an older build, interleaved
 #   ONE_WORKER=1 scripts/side-by-side.sh         # also launchgate on one tokio worker (--worker-threads 1)
 #   QUIET=1 scripts/side-by-side.sh              # also launchgate without its per-decision log line
+#   KUBE_EXAMPLE=<kube>/target/release/examples/admission_controller scripts/side-by-side.sh
+#                                                # also kube-rs's own example, built in a checkout of
+#                                                # kube (cargo build --release -p kube-examples
+#                                                # --example admission_controller); it listens on
+#                                                # 127.0.0.1:8443 and logs as PEER_RUST_LOG says
 #   PEER_RUST_LOG=info scripts/side-by-side.sh   # the peer logs every request, as launchgate does
 #
 # Logging is part of the cost: launchgate writes one decision line per admission at its default
@@ -57,6 +62,10 @@ servers=(kube-peer launchgate)
 [ -n "${BEFORE_BIN:-}" ] && servers+=(launchgate-before)
 [ -n "${ONE_WORKER:-}" ] && servers+=(launchgate-1w)
 [ -n "${QUIET:-}" ] && servers+=(launchgate-quiet)
+[ -n "${KUBE_EXAMPLE:-}" ] && servers+=(kube-example)
+
+# kube-rs's example listens on a fixed port, reading its certificate from its working directory.
+port_of() { if [ "$1" = kube-example ]; then echo 8443; else echo "$PORT"; fi; }
 
 start_server() {
   case $1 in
@@ -70,12 +79,17 @@ start_server() {
       --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" >"$OUT_DIR/$1.log" 2>&1 & ;;
     launchgate-before) "$BEFORE_BIN" serve --listen 127.0.0.1:$PORT \
       --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" >"$OUT_DIR/$1.log" 2>&1 & ;;
+    kube-example)
+      ln -sf "$certs/tls.crt" "$certs/admission-controller-tls.crt"
+      ln -sf "$certs/tls.key" "$certs/admission-controller-tls.key"
+      (cd "$certs" && ADMISSION_PRIVATE_IP=127.0.0.1 RUST_LOG=${PEER_RUST_LOG:-error} \
+        exec "$KUBE_EXAMPLE") >"$OUT_DIR/$1.log" 2>&1 & ;;
   esac
   pid=$!
   # Ready when it answers a review (the peer has no health endpoint).
   for _ in $(seq 1 200); do
     if curl -s --cacert "$certs/ca.crt" -o /dev/null -H 'content-type: application/json' \
-      --data-binary @"$BODY" "https://127.0.0.1:$PORT/mutate"; then
+      --data-binary @"$BODY" "https://127.0.0.1:$(port_of "$1")/mutate"; then
       return 0
     fi
     sleep 0.05
@@ -95,7 +109,7 @@ for round in $(seq 1 "$ROUNDS"); do
     sleep 2
     idle=$(status_kib "$pid" VmRSS)
     load=$(cut -d' ' -f1 /proc/loadavg)
-    line=$(./target/release/examples/loadgen --url "https://127.0.0.1:$PORT/mutate" \
+    line=$(./target/release/examples/loadgen --url "https://127.0.0.1:$(port_of "$server")/mutate" \
       --body "$BODY" --ca "$certs/ca.crt" --connections "$CONNECTIONS" \
       --duration "$DURATION" --pid "$pid" --json | tail -n 1)
     peak=$(status_kib "$pid" VmHWM)
@@ -119,17 +133,19 @@ for r in rows:
           f"{g['server_cpu_us_per_req']:.1f} | {g['p50_ms']:.2f} | {g['p99_ms']:.2f} | "
           f"{r['peak_kib'] / 1024:.1f} | {r['idle_kib'] / 1024:.1f} |")
 print()
-print("Ratios to kube-peer within each round (median over rounds):")
-print()
-print("| server | throughput × | CPU per request × | peak RSS MiB (median) | idle RSS MiB (median) |")
-print("|---|---:|---:|---:|---:|")
 by = {(r["round"], r["server"]): r for r in rows}
 rounds = sorted({r["round"] for r in rows})
-for s in servers:
-    tput = [by[(n, s)]["loadgen"]["rps"] / by[(n, "kube-peer")]["loadgen"]["rps"] for n in rounds]
-    cpu = [by[(n, s)]["loadgen"]["server_cpu_us_per_req"]
-           / by[(n, "kube-peer")]["loadgen"]["server_cpu_us_per_req"] for n in rounds]
-    peak = statistics.median(by[(n, s)]["peak_kib"] for n in rounds) / 1024
-    idle = statistics.median(by[(n, s)]["idle_kib"] for n in rounds) / 1024
-    print(f"| {s} | {statistics.median(tput):.2f} | {statistics.median(cpu):.2f} | {peak:.1f} | {idle:.1f} |")
+for base in [b for b in ("kube-peer", "kube-example") if b in servers]:
+    print()
+    print(f"Ratios to {base} within each round (median over rounds):")
+    print()
+    print("| server | throughput × | CPU per request × | peak RSS MiB (median) | idle RSS MiB (median) |")
+    print("|---|---:|---:|---:|---:|")
+    for s in servers:
+        tput = [by[(n, s)]["loadgen"]["rps"] / by[(n, base)]["loadgen"]["rps"] for n in rounds]
+        cpu = [by[(n, s)]["loadgen"]["server_cpu_us_per_req"]
+               / by[(n, base)]["loadgen"]["server_cpu_us_per_req"] for n in rounds]
+        peak = statistics.median(by[(n, s)]["peak_kib"] for n in rounds) / 1024
+        idle = statistics.median(by[(n, s)]["idle_kib"] for n in rounds) / 1024
+        print(f"| {s} | {statistics.median(tput):.2f} | {statistics.median(cpu):.2f} | {peak:.1f} | {idle:.1f} |")
 EOF
