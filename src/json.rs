@@ -59,11 +59,7 @@ impl Pointer for Value {
         pointer
             .strip_prefix('/')?
             .split('/')
-            .try_fold(self, |target, token| match target {
-                Value::Object(map) => member(map, &unescape(token)),
-                Value::Array(items) => items.get(index(token)?),
-                _ => None,
-            })
+            .try_fold(self, |target, token| child(target, &unescape(token)))
     }
 
     fn at_mut(&mut self, pointer: &str) -> Option<&mut Value> {
@@ -73,11 +69,26 @@ impl Pointer for Value {
         pointer
             .strip_prefix('/')?
             .split('/')
-            .try_fold(self, |target, token| match target {
-                Value::Object(map) => member_mut(map, &unescape(token)),
-                Value::Array(items) => items.get_mut(index(token)?),
-                _ => None,
-            })
+            .try_fold(self, |target, token| child_mut(target, &unescape(token)))
+    }
+}
+
+/// One step of a pointer: `value`'s member `key` (a token unescaped), or the element at the
+/// index `key` names in an array.
+pub(crate) fn child<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
+    match value {
+        Value::Object(map) => member(map, key),
+        Value::Array(items) => items.get(index(key)?),
+        _ => None,
+    }
+}
+
+/// [`child`] for writing.
+pub(crate) fn child_mut<'a>(value: &'a mut Value, key: &str) -> Option<&'a mut Value> {
+    match value {
+        Value::Object(map) => member_mut(map, key),
+        Value::Array(items) => items.get_mut(index(key)?),
+        _ => None,
     }
 }
 

@@ -18,7 +18,7 @@
 
 pub mod diff;
 
-use crate::json::{self, Pointer as _};
+use crate::json;
 use json_patch::jsonptr::{PointerBuf, Token};
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde_json::{Map, Value};
@@ -214,7 +214,7 @@ fn restore(value: &mut Value, mut below: Vec<(String, Place)>) {
             }
             (Some(_), _) => {}
             (None, value) => {
-                if let Some(inner) = step_into_mut(value, &token) {
+                if let Some(inner) = json::child_mut(value, &token) {
                     restore(inner, place.below);
                 }
             }
@@ -249,7 +249,7 @@ fn emit(
         .below
         .into_iter()
         .map(|(token, place)| {
-            let child = now.and_then(|n| step_into(n, &token));
+            let child = now.and_then(|n| json::child(n, &token));
             (token, place, child)
         })
         .collect();
@@ -271,24 +271,6 @@ fn emit(
         pointer.push_back(token.as_str());
         emit(place, child, pointer, ops);
         pointer.pop_back();
-    }
-}
-
-/// `value`'s member or element named by a (decoded) pointer token.
-fn step_into<'v>(value: &'v Value, token: &str) -> Option<&'v Value> {
-    match value {
-        Value::Object(map) => json::member(map, token),
-        Value::Array(items) => items.get(token.parse::<usize>().ok()?),
-        _ => None,
-    }
-}
-
-/// [`step_into`] for writing.
-fn step_into_mut<'v>(value: &'v mut Value, token: &str) -> Option<&'v mut Value> {
-    match value {
-        Value::Object(map) => json::member_mut(map, token),
-        Value::Array(items) => items.get_mut(token.parse::<usize>().ok()?),
-        _ => None,
     }
 }
 
@@ -450,7 +432,7 @@ fn walk<'v>(value: &'v mut Value, steps: &[Step<'_>]) -> Option<&'v mut Value> {
         .try_fold(value, |value, step| match (step, value) {
             (Step::Key(key), Value::Object(map)) => json::member_mut(map, key),
             (Step::Index(index), Value::Array(items)) => items.get_mut(*index),
-            (Step::Token(token), value) => value.at_mut(&format!("/{token}")),
+            (Step::Token(token), value) => json::child_mut(value, &json::unescape(token)),
             _ => None,
         })
 }
