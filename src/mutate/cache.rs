@@ -344,7 +344,7 @@ fn add_to_pod_spec(
                 if cfg.read_only {
                     mount["readOnly"] = json!(true);
                 }
-                edit::array_mut(c, "volumeMounts").push(mount);
+                c.array_or_new("volumeMounts").push(mount);
                 changed = true;
                 path
             }

@@ -461,7 +461,7 @@ pub fn write_wait_for_master(
             "seccompProfile": {"type": "RuntimeDefault"}
         }
     });
-    edit::array_mut(pod_spec, "initContainers").push(container);
+    pod_spec.array_or_new("initContainers").push(container);
     true
 }
 

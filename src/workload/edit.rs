@@ -3,7 +3,7 @@
 
 use super::name_of;
 use crate::json;
-use crate::patch::{MapNode, Node};
+use crate::patch::MapNode;
 use serde_json::{Map, Value};
 
 /// What happened to an upserted item.
@@ -41,16 +41,6 @@ pub fn mount_at<'a>(container: &'a Map<String, Value>, path: &str) -> Option<&'a
         })
 }
 
-/// `map[key]` as a writable array, created when missing (or when not an array).
-pub fn array_mut<'a>(map: &'a mut MapNode<'_>, key: &'a str) -> Node<'a, Vec<Value>> {
-    map.array_or_new(key)
-}
-
-/// `map[key]` as a writable object, created when missing (or when not an object).
-pub fn object_mut<'a>(map: &'a mut MapNode<'_>, key: &'a str) -> MapNode<'a> {
-    map.object_or_new(key)
-}
-
 /// Deep-merges the object `from` into `into` (objects member by member, anything else
 /// replaced); true when `into` changed. Nothing when `from` is not an object.
 pub fn deep_merge(into: &mut MapNode<'_>, from: &Value) -> bool {
@@ -80,7 +70,7 @@ pub fn deep_merge(into: &mut MapNode<'_>, from: &Value) -> bool {
 /// **last** entry is the one compared and replaced: it is the one the kubelet uses.
 pub fn upsert_named(map: &mut MapNode<'_>, list: &str, item: Value, replace: bool) -> Upsert {
     let name = name_of(&item).unwrap_or_default();
-    let mut items = array_mut(map, list);
+    let mut items = map.array_or_new(list);
     match items.iter().rposition(|e| name_of(e) == Some(name)) {
         Some(index) if json::same(&items[index], &item) => Upsert::Unchanged,
         Some(index) if replace => {
@@ -125,7 +115,7 @@ pub fn declares_tcp_port(container: &Map<String, Value>, number: i64) -> bool {
 
 /// Adds `{name, containerPort}` unless a port with that name *or* that number (TCP) exists.
 pub fn ensure_port(container: &mut MapNode<'_>, name: &str, port: i64) -> bool {
-    let mut ports = array_mut(container, "ports");
+    let mut ports = container.array_or_new("ports");
     if ports
         .iter()
         .any(|p| name_of(p) == Some(name) || is_tcp_port(p, port))
@@ -136,7 +126,7 @@ pub fn ensure_port(container: &mut MapNode<'_>, name: &str, port: i64) -> bool {
     true
 }
 
-/// Removes an empty array left behind by [`array_mut`] when nothing was added.
+/// Removes an empty array left behind by [`MapNode::array_or_new`] when nothing was added.
 pub fn drop_if_empty(map: &mut MapNode<'_>, key: &str) {
     if json::member(map, key)
         .and_then(Value::as_array)
@@ -149,6 +139,7 @@ pub fn drop_if_empty(map: &mut MapNode<'_>, key: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::patch::Node;
     use serde_json::json;
 
     fn obj(v: Value) -> Map<String, Value> {

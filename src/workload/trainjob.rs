@@ -237,7 +237,7 @@ pub fn merge_pod_spec(base: &mut Map<String, Value>, patch: &Map<String, Value>)
         match key.as_str() {
             "securityContext" => merge_objects(&mut base, key, value),
             "containers" | "initContainers" => {
-                let mut items = edit::array_mut(&mut base, key);
+                let mut items = base.array_or_new(key);
                 for c in value.as_array().into_iter().flatten() {
                     let Some(name) = c.get("name").and_then(Value::as_str) else {
                         continue;
@@ -263,7 +263,7 @@ pub fn merge_pod_spec(base: &mut Map<String, Value>, patch: &Map<String, Value>)
 /// Deep-merges the object `from` into `into[key]` (created when `from` is an object).
 fn merge_objects(into: &mut MapNode<'_>, key: &str, from: &Value) {
     if from.is_object() {
-        edit::deep_merge(&mut edit::object_mut(into, key), from);
+        edit::deep_merge(&mut into.object_or_new(key), from);
     }
 }
 
