@@ -48,6 +48,48 @@ pub struct Rule {
     pub action: &'static str,
     /// Its CEL form, or why it has none.
     pub native: Native,
+    /// How an UPDATE is judged by it.
+    pub update: OnUpdate,
+}
+
+/// How a rule judges an UPDATE. Whatever the rule, an UPDATE that brings an object into a
+/// queue (it was no launch workload, or another queue's) was never judged there: it is judged
+/// as a CREATE, by every rule, with nothing carried over from the old object. Otherwise the old
+/// object is what launchgate admitted in this queue (judged, or exempted), and the rule refuses
+/// the UPDATE only as its variant says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OnUpdate {
+    /// Refused only if what the rule judges grew beyond what was admitted: a violation the old
+    /// object had at the same place against the same bound, with the same or a larger value
+    /// (amounts compared as quantities), is carried with a warning.
+    Grown,
+    /// Refused only for a violation the old object did not have (same place, bound and value):
+    /// what was admitted is carried with a warning.
+    Changed,
+    /// Judged on CREATE only (and on an UPDATE that brings the object into the queue): an
+    /// UPDATE of what was admitted cannot break it.
+    CreateOnly,
+    /// Judged on every request alike: nothing an UPDATE keeps.
+    Every,
+}
+
+impl OnUpdate {
+    /// How the rule judges an UPDATE, in a sentence (the rule reference shows it).
+    pub fn describe(self) -> &'static str {
+        match self {
+            OnUpdate::Grown => {
+                "refused only if the value grew beyond the old object's at the same place and bound (a violation already admitted, or smaller now, passes with a warning); an UPDATE that brings the object into the queue is judged as a CREATE"
+            }
+            OnUpdate::Changed => {
+                "refused only for a violation the old object did not have (the same place, bound and value passes with a warning); an UPDATE that brings the object into the queue is judged as a CREATE"
+            }
+            OnUpdate::CreateOnly => {
+                "judged on CREATE and on an UPDATE that brings the object into the queue; not on other UPDATEs"
+            }
+            OnUpdate::Every => "judged on every request alike",
+        }
+    }
 }
 
 /// `queues.<queue>.limits.allowedNamespaces`.
@@ -57,6 +99,7 @@ pub const LIMITS_ALLOWED_NAMESPACES: &Rule = &Rule {
     meaning: "the workload is in a namespace the queue does not allow",
     action: "submit to a listed namespace, or use another queue",
     native: Native::Cel("the namespace compared with the list (validate::native)"),
+    update: OnUpdate::Changed,
 };
 
 /// `queues.<queue>.limits.variables` (and the envelope they set on every container).
@@ -68,6 +111,7 @@ pub const LIMITS_VARIABLES: &Rule = &Rule {
     native: Native::Cel(
         "each position of the variable, bound to the workload's pod templates and containers by role and name (validate::native); a position CEL cannot place is listed in the report",
     ),
+    update: OnUpdate::Changed,
 };
 
 /// `queues.<queue>.limits.fields`.
@@ -77,6 +121,7 @@ pub const LIMITS_FIELDS: &Rule = &Rule {
     meaning: "a value at a field limit's path is outside its schema (or missing where required); a container no limit describes is held to the largest maximum (the envelope)",
     action: "bring the value within the bound the message names",
     native: Native::Cel("each field path under the root or every pod template (validate::native)"),
+    update: OnUpdate::Changed,
 };
 
 /// `queues.<queue>.limits.strict`.
@@ -88,6 +133,7 @@ pub const LIMITS_STRICT: &Rule = &Rule {
     native: Native::WebhookOnly(
         "the template's fixed values compare by JSON value and by `${macro}` pattern",
     ),
+    update: OnUpdate::Changed,
 };
 
 /// `queues.<queue>.limits.totals`.
@@ -99,6 +145,7 @@ pub const LIMITS_TOTALS: &Rule = &Rule {
     native: Native::Cel(
         "the sum over the kind's pod templates of pods at once × per-pod amount (validate::native)",
     ),
+    update: OnUpdate::Grown,
 };
 
 /// `queues.<queue>.limits.maxActiveDeadlineSeconds`.
@@ -110,6 +157,7 @@ pub const LIMITS_MAX_ACTIVE_DEADLINE_SECONDS: &Rule = &Rule {
     native: Native::Cel(
         "the run-level and pod-template deadlines compared with the maximum (validate::native)",
     ),
+    update: OnUpdate::Grown,
 };
 
 /// `queues.<queue>.limits.allowedRegistries`.
@@ -119,6 +167,7 @@ pub const LIMITS_ALLOWED_REGISTRIES: &Rule = &Rule {
     meaning: "a container image (of any container list, ephemeral containers included) is not under an allowed registry prefix",
     action: "use an image from a listed registry",
     native: Native::Cel("every image, normalised, against the prefixes (validate::native)"),
+    update: OnUpdate::Changed,
 };
 
 /// `queues.<queue>.limits.unverifiableRuntime`.
@@ -130,6 +179,19 @@ pub const LIMITS_UNVERIFIABLE_RUNTIME: &Rule = &Rule {
     native: Native::WebhookOnly(
         "a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs",
     ),
+    update: OnUpdate::CreateOnly,
+};
+
+/// `queues.<queue>.limits.trainingRuntimes`.
+pub const LIMITS_TRAINING_RUNTIMES: &Rule = &Rule {
+    id: "limits.trainingRuntimes",
+    config_key: "queues.<queue>.limits.trainingRuntimes",
+    meaning: "`trainingRuntimes: clusterOnly` (the default): a TrainJob names a namespaced TrainingRuntime, which a tenant can own and grow after the TrainJob is admitted; only ClusterTrainingRuntimes size the queue's runs",
+    action: "name a ClusterTrainingRuntime, or the platform team sets `trainingRuntimes: namespaced` for the queue",
+    native: Native::WebhookOnly(
+        "a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs",
+    ),
+    update: OnUpdate::Changed,
 };
 
 /// `queues.<queue>.kueue`: the Kueue labels are the queue's.
@@ -139,6 +201,7 @@ pub const KUEUE_LABELS: &Rule = &Rule {
     meaning: "the workload's Kueue label (LocalQueue, priority class, longest run time) differs from the queue's after the mutating webhook, or an update changed it",
     action: "remove the label (launchgate writes the queue's at creation) or set the queue's value; a shorter run time is fine",
     native: Native::Cel("the labels compared with the queue's (native::kueue)"),
+    update: OnUpdate::Changed,
 };
 
 /// `queues.<queue>.guardrails.gang: deny`.
@@ -150,6 +213,7 @@ pub const GUARDRAILS_GANG: &Rule = &Rule {
     native: Native::WebhookOnly(
         "the rendezvous size comes from the topology reading the wiring uses",
     ),
+    update: OnUpdate::Changed,
 };
 
 /// `queues.<queue>.guardrails.costCeiling.maxGpuHours`.
@@ -161,6 +225,7 @@ pub const GUARDRAILS_COST_CEILING: &Rule = &Rule {
     native: Native::WebhookOnly(
         "GPU-hours multiply the topology's GPUs at once by the run's bound (its run-level deadline, or a JobSet's Job deadlines × (failurePolicy.maxRestarts + 1), a Volcano Job's pod deadlines × (maxRetry + 1)), with the deadline the mutation may have written; this stays in the webhook",
     ),
+    update: OnUpdate::Grown,
 };
 
 /// `queues.<queue>.pytorch.onUnwirable: deny`.
@@ -172,6 +237,7 @@ pub const PYTORCH_ON_UNWIRABLE: &Rule = &Rule {
     native: Native::WebhookOnly(
         "the distributed wiring reads the whole topology (master, ranks, world size) and, for controller-made pods, their workload (cluster lookups)",
     ),
+    update: OnUpdate::CreateOnly,
 };
 
 /// A workload carrying an exemption mark launchgate did not write.
@@ -183,6 +249,7 @@ pub const EXEMPTIONS_UNEARNED_MARK: &Rule = &Rule {
     native: Native::WebhookOnly(
         "whether launchgate wrote a mark is known only to the webhook, which writes it when an exemption covers the workload",
     ),
+    update: OnUpdate::Changed,
 };
 
 /// A PyTorchJob Scale whose PyTorchJob cannot be read.
@@ -194,6 +261,7 @@ pub const SCALE_UNREADABLE_OWNER: &Rule = &Rule {
     native: Native::WebhookOnly(
         "a Scale carries no labels: its queue is its PyTorchJob's, read from the cluster",
     ),
+    update: OnUpdate::Grown,
 };
 
 /// A request whose object would need more memory than the server's whole budget.
@@ -205,6 +273,7 @@ pub const SERVER_TOO_DENSE: &Rule = &Rule {
     native: Native::WebhookOnly(
         "a memory budget is the webhook's; the API server bounds a policy's CEL cost itself",
     ),
+    update: OnUpdate::Every,
 };
 
 /// Every rule, in the order the reference lists them.
@@ -217,6 +286,7 @@ pub const RULES: &[&Rule] = &[
     LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
     LIMITS_ALLOWED_REGISTRIES,
     LIMITS_UNVERIFIABLE_RUNTIME,
+    LIMITS_TRAINING_RUNTIMES,
     KUEUE_LABELS,
     GUARDRAILS_GANG,
     GUARDRAILS_COST_CEILING,
@@ -247,6 +317,8 @@ pub struct RuleReference {
     pub native: bool,
     /// The CEL form's source, or why the rule stays in the webhook.
     pub native_note: &'static str,
+    /// How an UPDATE is judged.
+    pub update: &'static str,
 }
 
 /// The table, one row per rule in [`RULES`] order: what a generated reference page renders.
@@ -265,6 +337,7 @@ pub fn reference() -> Vec<RuleReference> {
                 action: r.action,
                 native,
                 native_note,
+                update: r.update.describe(),
             }
         })
         .collect()

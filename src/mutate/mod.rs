@@ -48,6 +48,29 @@ pub struct MutationContext<'a> {
     pub child: bool,
     /// A TrainJob's runtime, when it could be read from the cluster.
     pub runtime: Option<&'a crate::workload::trainjob::TrainingRuntime>,
+    /// On an UPDATE, the old object when launchgate admitted it in this queue (judged, or
+    /// exempted, when it came in); `None` on CREATE and on an UPDATE that brings the object
+    /// into the queue, which is judged as a CREATE.
+    pub admitted: Option<&'a Value>,
+}
+
+impl MutationContext<'_> {
+    /// True when the request is judged as a CREATE: a CREATE, or an UPDATE that brings the
+    /// object into this queue (it was no launch workload, or another queue's, so nothing of it
+    /// was judged here).
+    pub fn judged_as_create(&self) -> bool {
+        match self.request.operation {
+            crate::admission::Operation::Create => true,
+            crate::admission::Operation::Update => self.admitted.is_none(),
+            _ => false,
+        }
+    }
+
+    /// True for an UPDATE that brings the object into this queue.
+    pub fn enters_queue(&self) -> bool {
+        matches!(self.request.operation, crate::admission::Operation::Update)
+            && self.admitted.is_none()
+    }
 }
 
 impl MutationContext<'_> {
@@ -187,6 +210,7 @@ pub(crate) mod test_support {
             cluster: &NoCluster,
             child: false,
             runtime: None,
+            admitted: None,
         };
         let mut out = object.clone();
         let mut findings = Findings::default();

@@ -508,14 +508,25 @@ pub(crate) fn write_marks(kind: WorkloadKind, object: &mut Node<'_, Value>, name
 
 /// Removes the exemption mark from `object` and its pod templates; true when there was one.
 pub(crate) fn strip_marks(kind: WorkloadKind, object: &mut Node<'_, Value>) -> bool {
-    edit_mark_places(kind, object, |map| {
-        map.at_steps(&[Step::Key("metadata"), Step::Key("annotations")])
-            .is_some_and(|mut annotations| {
-                annotations
-                    .as_map_node()
-                    .is_some_and(|mut annotations| annotations.remove(EXEMPTED_BY_ANNOTATION))
-            })
-    })
+    edit_mark_places(kind, object, remove_mark)
+}
+
+/// Removes the exemption mark from the object's own metadata (not its pod templates, which an
+/// UPDATE may not rewrite); true when there was one.
+pub(crate) fn strip_own_mark(object: &mut Node<'_, Value>) -> bool {
+    object
+        .as_map_node()
+        .is_some_and(|mut obj| remove_mark(&mut obj))
+}
+
+/// Removes the exemption mark from the annotations of `map` (an object or a pod template).
+fn remove_mark(map: &mut MapNode<'_>) -> bool {
+    map.at_steps(&[Step::Key("metadata"), Step::Key("annotations")])
+        .is_some_and(|mut annotations| {
+            annotations
+                .as_map_node()
+                .is_some_and(|mut annotations| annotations.remove(EXEMPTED_BY_ANNOTATION))
+        })
 }
 
 /// The exemption a pod or child workload inherits from its owner: the one named by the mark it

@@ -16,7 +16,7 @@ use crate::policy::{
     exemption, owner_claim,
 };
 use crate::rules::{self, Effect, Violation};
-use crate::validate::{self, Enforcement, Scope, UnverifiableRuntime};
+use crate::validate::{self, Enforcement, Scope, TrainingRuntimes, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
 use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
 use serde_json::Value;
@@ -453,6 +453,7 @@ fn decide_object(
             RuntimeState::Found(r) => Some(r),
             _ => None,
         },
+        admitted: admitted_before(policy, kind, request, queue),
     };
     let mut findings = Findings::default();
     findings.warnings.extend(resolution.warning.clone());
@@ -480,6 +481,28 @@ fn decide_object(
         decision.summary.message = Some(status.message.clone());
     }
     decision
+}
+
+/// What launchgate admitted in `queue` before this request: on an UPDATE, the old object when
+/// it already was a launch workload of the same queue — launchgate judged it (or an exemption
+/// covered it) when it came in. An object that was no launch workload, or another queue's, was
+/// never judged here: an UPDATE that brings it in is judged as a CREATE, with nothing carried
+/// over (no "already so", no mark kept).
+fn admitted_before<'r>(
+    policy: &Policy,
+    kind: WorkloadKind,
+    request: &'r AdmissionRequest,
+    queue: &Queue,
+) -> Option<&'r Value> {
+    if !matches!(request.operation, Operation::Update) {
+        return None;
+    }
+    let old = request.old_object.as_ref()?;
+    let same_queue = policy.classify(kind, old) == WorkloadMatch::Launch
+        && policy
+            .resolve_queue(kind, old, request.namespace.as_deref())
+            .is_some_and(|was| std::ptr::eq(was.queue, queue));
+    same_queue.then_some(old)
 }
 
 /// The replica spec whose `replicas` the PyTorchJob CRD's scale subresource writes
@@ -708,6 +731,28 @@ fn mutate_decision(
         };
         return finish(&ctx.request.uid, findings, patch, summary);
     }
+    // An UPDATE that brings the object into the queue: what an UPDATE may change of what a
+    // CREATE would write — the queue's Kueue labels, and no exemption mark launchgate did not
+    // write on the object itself (one left on a pod template is denied by the validating
+    // webhook; templates are not rewritten on UPDATE).
+    if ctx.enters_queue() && !ctx.child {
+        let mut recorder = Recorder::default();
+        let mut root = Node::root(object, &mut recorder);
+        mutate::kueue::mutate(ctx, &mut root, &mut findings);
+        if exemption::strip_own_mark(&mut root) {
+            findings.warn(format!(
+                "launchgate: removed the {EXEMPTED_BY_ANNOTATION} annotation: this update brings the workload into queue {:?}, and launchgate writes it only on a workload an exemption covers",
+                ctx.queue_name
+            ));
+        }
+        let patch = recorder.patch(object);
+        summary.outcome = if patch.0.is_empty() {
+            Outcome::Allowed
+        } else {
+            Outcome::Patched
+        };
+        return finish(&ctx.request.uid, findings, patch, summary);
+    }
     // Pod specs and Job templates are immutable after CREATE: only CREATE is mutated.
     if !matches!(ctx.request.operation, Operation::Create) {
         summary.outcome = Outcome::Allowed;
@@ -842,6 +887,39 @@ fn unverifiable_size(queue: &Queue, object: &Value, runtime: &RuntimeState) -> O
     )
 }
 
+/// A TrainJob that names a namespaced TrainingRuntime in a queue that bounds its runs' size or
+/// cost (totals, a GPU-hour ceiling) and takes sizes only from ClusterTrainingRuntimes
+/// (`limits.trainingRuntimes: clusterOnly`, the default): a tenant may own that runtime and
+/// grow it after the TrainJob is admitted. Answered as the queue's limits are.
+fn untrusted_runtime(queue: &Queue, object: &Value) -> Option<Violation> {
+    if queue.limits.training_runtimes() != TrainingRuntimes::ClusterOnly {
+        return None;
+    }
+    let named = trainjob::runtime_ref(object)?;
+    let bounded = queue.size_bounds();
+    if named.kind != trainjob::NAMESPACED_RUNTIME || bounded.is_empty() {
+        return None;
+    }
+    let effect = match queue.limits.enforcement() {
+        Enforcement::Deny => Effect::Deny,
+        Enforcement::Warn => Effect::Warn,
+        Enforcement::Audit => Effect::Audit,
+    };
+    let message = format!(
+        "queue {:?}: the TrainJob names {}, a namespaced runtime that anyone who can edit the namespace can grow after the TrainJob is admitted, and the queue's {} take runs' sizes only from ClusterTrainingRuntimes (limits.trainingRuntimes: clusterOnly): name a ClusterTrainingRuntime",
+        queue.name,
+        named.describe(),
+        bounded.join(" and "),
+    );
+    Some(
+        Violation::new(rules::LIMITS_TRAINING_RUNTIMES, message)
+            .at("spec.runtimeRef.kind")
+            .value(format!("{:?}", named.kind))
+            .limit(TrainingRuntimes::ClusterOnly.as_str())
+            .effect(effect),
+    )
+}
+
 #[allow(clippy::too_many_arguments)]
 fn validate_decision(
     ctx: &MutationContext<'_>,
@@ -854,10 +932,14 @@ fn validate_decision(
 ) -> Decision {
     // The rules outside the queue's limits: each denies or warns by its own setting.
     let mut found: Vec<Violation> = Vec::new();
-    if scope == Scope::Workload && matches!(ctx.request.operation, Operation::Create) {
+    let as_create = ctx.judged_as_create();
+    if scope == Scope::Workload && as_create {
         found.extend(unverifiable_size(queue, object, runtime));
     }
-    if matches!(ctx.request.operation, Operation::Create) {
+    if scope == Scope::Workload && ctx.kind.spec().pods_from_runtime {
+        found.extend(untrusted_runtime(queue, object));
+    }
+    if as_create {
         found.extend(validate::distributed::denials(
             ctx.kind,
             &queue.config.pytorch,
@@ -866,9 +948,10 @@ fn validate_decision(
         ));
     }
     // A mark of exemption that launchgate did not write (a controller's pod or child workload
-    // carries its owner's, which was judged when the owner was).
+    // carries its owner's, which was judged when the owner was). Only a mark of what was
+    // admitted in this queue is kept by an UPDATE.
     if scope == Scope::Workload {
-        let forged = exemption::unearned_marks(ctx.kind, object, ctx.request.old_object.as_ref());
+        let forged = exemption::unearned_marks(ctx.kind, object, ctx.admitted);
         if !forged.is_empty() {
             found.push(
                 Violation::new(
@@ -884,15 +967,34 @@ fn validate_decision(
     }
     // Workload-level guardrails: a controller's pod or a child workload has its root's verdict.
     if scope == Scope::Workload {
-        let report = validate::guardrails::check(
-            &queue.name,
-            ctx.kind,
-            &queue.config.guardrails,
-            object,
-            ctx.object_name(object),
-            ctx.runtime,
-        );
-        found.extend(report.violations);
+        let guardrails = |object: &Value| {
+            validate::guardrails::check(
+                &queue.name,
+                ctx.kind,
+                &queue.config.guardrails,
+                object,
+                ctx.object_name(object),
+                ctx.runtime,
+            )
+            .violations
+        };
+        let now = guardrails(object);
+        // On an UPDATE of what was admitted, what did not grow is carried (the rule table's
+        // `update`): the Ray autoscaler resizing within what was admitted, Kueue admitting an
+        // exempt run.
+        let before = match ctx.admitted {
+            Some(old) if !now.is_empty() => guardrails(old),
+            _ => Vec::new(),
+        };
+        for v in now {
+            if ctx.admitted.is_some() && validate::carried(&v, &before) {
+                let kept = validate::as_carried(v);
+                findings.warnings.push(kept.message.clone());
+                summary.unchanged.push(kept);
+            } else {
+                found.push(v);
+            }
+        }
     }
     for v in &found {
         match v.effect {
@@ -908,7 +1010,7 @@ fn validate_decision(
         &validate::Candidate {
             kind: ctx.kind,
             object,
-            old_object: ctx.request.old_object.as_ref(),
+            old_object: ctx.admitted,
             namespace: ctx.request.namespace.as_deref(),
             operation: &ctx.request.operation,
             scope,
@@ -923,18 +1025,16 @@ fn validate_decision(
         && matches!(ctx.request.operation, Operation::Create | Operation::Update)
     {
         let found = mutate::kueue::violations(&queue.name, cfg, ctx.kind, object);
-        let before = match (&ctx.request.operation, &ctx.request.old_object) {
-            (Operation::Update, Some(old)) if !found.is_empty() => {
+        let admitted = match ctx.admitted {
+            Some(old) if !found.is_empty() => {
                 mutate::kueue::violations(&queue.name, cfg, ctx.kind, old)
-                    .into_iter()
-                    .collect()
             }
-            _ => std::collections::BTreeSet::new(),
+            _ => Vec::new(),
         };
-        validate::add_violations(&mut report, found, &before);
+        validate::add_violations(&mut report, found, &admitted);
     }
     findings.warnings.extend(report.warnings);
-    summary.unchanged = report.unchanged;
+    summary.unchanged.extend(report.unchanged);
     summary.outcome = Outcome::Allowed;
     if !report.violations.is_empty() {
         let effect = match report.enforcement {
@@ -1633,3 +1733,6 @@ mod kueue_tests {
         assert!(kept.response.warnings[0].contains("already so before this update"));
     }
 }
+
+#[cfg(test)]
+mod update_tests;

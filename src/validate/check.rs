@@ -9,19 +9,20 @@ use crate::admission::Operation;
 use crate::json::Pointer as _;
 use crate::kinds::Deadline;
 use crate::quantity::Quantity;
-use crate::rules::{self, Violation};
+use crate::rules::{self, OnUpdate, Violation};
 use crate::workload::trainjob::{self, TrainingRuntime};
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashSet};
 
-/// Checks `object` (and, on UPDATE, compares with `old_object`) against the queue's limits.
+/// Checks `object` (and, on an UPDATE of what was admitted, compares with `old_object`) against
+/// the queue's limits.
 ///
 /// Every violation is reported, one line each, in a fixed order: namespace, variables (by
-/// name), field limits, the strict template contract, totals, deadline, registries. On
-/// UPDATE, a violation the old object already had (same path, value and limit) does not
-/// block: it becomes a warning, so labels and finalizers of an already-violating object
-/// can still be changed. Other operations are not checked.
+/// name), field limits, the strict template contract, totals, deadline, registries. On an
+/// UPDATE of what was admitted, a violation its rule carries ([`carried`]: the old object had
+/// it, and it did not grow) does not block: it becomes a warning, so labels and finalizers of
+/// an already-violating object can still be changed. Other operations are not checked.
 ///
 /// A Pod its workload's controller made (the caller verified it: `candidate.scope`) is checked
 /// on the per-pod rules only ([`Scope::PerPod`]). `sidecars` are the container names that are
@@ -60,54 +61,90 @@ pub fn check_limits(
         },
         &mut report.warnings,
     );
-    let before: BTreeSet<Violation> = match (operation, old_object) {
-        (Operation::Update, Some(old)) if !found.is_empty() => limits
-            .violations(
-                queue_name,
-                Subject {
-                    kind,
-                    object: old,
-                    namespace,
-                    scope,
-                    sidecars,
-                    runtime,
-                },
-                &mut Vec::new(),
-            )
-            .into_iter()
-            .collect(),
-        _ => BTreeSet::new(),
+    let admitted: Vec<Violation> = match (operation, old_object) {
+        (Operation::Update, Some(old)) if !found.is_empty() => limits.violations(
+            queue_name,
+            Subject {
+                kind,
+                object: old,
+                namespace,
+                scope,
+                sidecars,
+                runtime,
+            },
+            &mut Vec::new(),
+        ),
+        _ => Vec::new(),
     };
-    add_violations(&mut report, found, &before);
+    add_violations(&mut report, found, &admitted);
     cap_violations(&mut report.violations, queue_name);
     cap_lines(&mut report.warnings, queue_name, "unchanged violations");
     report
 }
 
-/// Adds the violations `found` on the object to `report`; on UPDATE, one the old object already
-/// had (in `before`) does not block and becomes a warning, except under `audit`.
-pub fn add_violations(
-    report: &mut LimitReport,
-    found: Vec<Violation>,
-    before: &BTreeSet<Violation>,
-) {
+/// Adds the violations `found` on the object to `report`. On an UPDATE of what was admitted in
+/// the queue, `admitted` are the violations the old object has by the same rules: one its rule
+/// carries ([`carried`]) does not block and becomes a warning, except under `audit`.
+pub fn add_violations(report: &mut LimitReport, found: Vec<Violation>, admitted: &[Violation]) {
     for violation in found {
-        if before.contains(&violation) && report.enforcement != Enforcement::Audit {
-            let warning = format!(
-                "{} (already so before this update; allowed because this update does not change it)",
-                violation.message
-            );
-            report.warnings.push(warning.clone());
+        if report.enforcement != Enforcement::Audit && carried(&violation, admitted) {
+            let kept = as_carried(violation);
+            report.warnings.push(kept.message.clone());
             if report.unchanged.len() < MAX_REPORTED_LINES {
-                report.unchanged.push(Violation {
-                    message: warning,
-                    effect: rules::Effect::Warn,
-                    ..violation
-                });
+                report.unchanged.push(kept);
             }
         } else {
             report.violations.push(violation);
         }
+    }
+}
+
+/// `violation` as an UPDATE carries it: a warning that says why it passes.
+pub fn as_carried(violation: Violation) -> Violation {
+    Violation {
+        message: format!(
+            "{} (already so before this update; allowed because this update does not make it worse)",
+            violation.message
+        ),
+        effect: rules::Effect::Warn,
+        ..violation
+    }
+}
+
+/// True when `new`, found on the object an UPDATE would store, is one its rule lets pass given
+/// the violations `admitted` (found the same way on the old object, which launchgate admitted
+/// in this queue): the rule's [`OnUpdate`] says how they compare.
+pub fn carried(new: &Violation, admitted: &[Violation]) -> bool {
+    let same_place = |old: &&Violation| {
+        old.rule == new.rule && old.key == new.key && old.path == new.path && old.limit == new.limit
+    };
+    match new.rule.update {
+        OnUpdate::Every => false,
+        OnUpdate::CreateOnly => true,
+        OnUpdate::Changed => admitted
+            .iter()
+            .filter(same_place)
+            .any(|old| old.value == new.value),
+        OnUpdate::Grown => admitted
+            .iter()
+            .filter(same_place)
+            .any(|old| not_larger(new.value.as_deref(), old.value.as_deref())),
+    }
+}
+
+/// True when `new` is no larger than `old`: the same text, or both amounts (a number or a
+/// Kubernetes quantity, the first word of the text) with `new` ≤ `old`.
+fn not_larger(new: Option<&str>, old: Option<&str>) -> bool {
+    if new == old {
+        return true;
+    }
+    let amount = |text: &str| {
+        let head = text.split_whitespace().next()?;
+        Quantity::parse(head.trim_matches('"')).ok()
+    };
+    match (new.and_then(amount), old.and_then(amount)) {
+        (Some(n), Some(o)) => n <= o,
+        _ => false,
     }
 }
 
@@ -116,7 +153,8 @@ pub fn add_violations(
 pub struct Candidate<'a> {
     pub kind: WorkloadKind,
     pub object: &'a Value,
-    /// The object before an UPDATE.
+    /// The object before an UPDATE, when launchgate admitted it in this queue; `None` on
+    /// CREATE and on an UPDATE that brings the object into the queue (judged as a CREATE).
     pub old_object: Option<&'a Value>,
     pub namespace: Option<&'a str>,
     pub operation: &'a Operation,

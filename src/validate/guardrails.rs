@@ -62,36 +62,57 @@ pub fn check(
                         short.needed
                     ),
                 )
+                .at(short.path.clone())
+                .value(short.current.to_string())
                 .limit(short.needed.to_string()),
             );
         }
     }
     if let Some(max) = cfg.cost_ceiling.max_gpu_hours
-        && let Some(problem) = gpu_hours_problem(queue, kind, object, max, runtime)
+        && let Some((problem, amount)) = gpu_hours_problem(queue, kind, object, max, runtime)
     {
         let effect = match cfg.cost_ceiling.enforcement {
             GuardrailEnforcement::Deny => Effect::Deny,
             GuardrailEnforcement::Warn => Effect::Warn,
         };
-        report.violations.push(
-            Violation::new(rules::GUARDRAILS_COST_CEILING, problem)
-                .limit(format!("{max} GPU-hours"))
-                .effect(effect),
-        );
+        let found = Violation::new(rules::GUARDRAILS_COST_CEILING, problem)
+            .limit(format!("{max} GPU-hours"))
+            .effect(effect);
+        // What an UPDATE compares (`OnUpdate::Grown`): the GPU-hours, or the GPUs at once of
+        // a run with no bound, each under its own key.
+        report.violations.push(match amount {
+            Amount::GpuHours(hours) => found.key("gpuHours").value(format!("{hours:.2}")),
+            Amount::Unbounded(gpus) => found.key("unbounded").value(gpus.to_string()),
+            Amount::Uncountable => found.key("uncountable"),
+        });
     }
     report
 }
 
+/// What a run over the GPU-hour cap amounts to.
+enum Amount {
+    /// Its GPU-hours.
+    GpuHours(f64),
+    /// No run-level bound: its GPUs at once.
+    Unbounded(String),
+    /// Too many GPUs to count.
+    Uncountable,
+}
+
+/// Why the run is over the GPU-hour cap, and by how much.
 fn gpu_hours_problem(
     queue: &str,
     kind: WorkloadKind,
     object: &Value,
     max: f64,
     runtime: Option<&TrainingRuntime>,
-) -> Option<String> {
+) -> Option<(String, Amount)> {
     let Some((gpus, parts)) = gpus_at_once(kind, object, runtime) else {
-        return Some(format!(
-            "queue {queue:?}: the GPUs this run can use at once are too many to count (guardrails.costCeiling.maxGpuHours {max})"
+        return Some((
+            format!(
+                "queue {queue:?}: the GPUs this run can use at once are too many to count (guardrails.costCeiling.maxGpuHours {max})"
+            ),
+            Amount::Uncountable,
         ));
     };
     let gpus = gpus.to_f64();
@@ -104,8 +125,11 @@ fn gpu_hours_problem(
         RunLength::Bounded(bound) => bound,
         RunLength::Unbounded { why, set } => {
             let longest = (max / per_second).floor();
-            return Some(format!(
-                "queue {queue:?}: {why}, so its {gpus} GPUs at once ({parts}) have no run-level bound and the GPU-hours cannot be judged; the queue allows at most {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set {set} to at most {longest}"
+            return Some((
+                format!(
+                    "queue {queue:?}: {why}, so its {gpus} GPUs at once ({parts}) have no run-level bound and the GPU-hours cannot be judged; the queue allows at most {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set {set} to at most {longest}"
+                ),
+                Amount::Unbounded(gpus.to_string()),
             ));
         }
     };
@@ -122,13 +146,14 @@ fn gpu_hours_problem(
             (true, Some(field)) => format!(", allow fewer restarts ({field})"),
             _ => String::new(),
         };
-        format!(
+        let message = format!(
             "queue {queue:?}: {gpus} GPUs at once ({parts}) × {times}{} {} ({:.2} h) = {hours:.2} GPU-hours exceeds the queue's maximum {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set {} to at most {longest}{fewer_runs} or use fewer GPUs",
             bound.field,
             bound.deadline,
             seconds / 3600.0,
             bound.set
-        )
+        );
+        (message, Amount::GpuHours(hours))
     })
 }
 

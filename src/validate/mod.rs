@@ -26,7 +26,7 @@ pub mod path;
 pub mod schema;
 pub mod template;
 
-pub use check::{Candidate, Scope, add_violations, check_limits};
+pub use check::{Candidate, Scope, add_violations, as_carried, carried, check_limits};
 pub use schema::ValueType;
 
 use crate::error::ConfigError;
@@ -74,6 +74,32 @@ pub struct LimitsConfig {
     /// (default) or `warn` that the runtime's size cannot be verified. Applies when the queue
     /// has `totals` or a GPU-hour ceiling (`guardrails.costCeiling.maxGpuHours`).
     pub unverifiable_runtime: UnverifiableRuntime,
+    /// Which training runtimes a TrainJob may name: `clusterOnly` (default: the
+    /// ClusterTrainingRuntimes the platform team installs) or `namespaced` (a namespaced
+    /// TrainingRuntime too, which a tenant may own and change after the TrainJob was admitted:
+    /// the JobSet Trainer makes from it is still judged on the queue's totals).
+    pub training_runtimes: TrainingRuntimes,
+}
+
+/// Which training runtimes a queue's TrainJobs may name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum TrainingRuntimes {
+    /// Only ClusterTrainingRuntimes (cluster-scoped, the platform team's).
+    #[default]
+    ClusterOnly,
+    /// ClusterTrainingRuntimes and namespaced TrainingRuntimes.
+    Namespaced,
+}
+
+impl TrainingRuntimes {
+    /// `clusterOnly` or `namespaced`, as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrainingRuntimes::ClusterOnly => "clusterOnly",
+            TrainingRuntimes::Namespaced => "namespaced",
+        }
+    }
 }
 
 /// What happens to a TrainJob whose size its runtime decides and cannot be read.
@@ -316,6 +342,7 @@ pub struct QueueLimits {
     allowed_registries: Vec<String>,
     allowed_namespaces: Vec<String>,
     unverifiable_runtime: UnverifiableRuntime,
+    training_runtimes: TrainingRuntimes,
 }
 
 impl QueueLimits {
@@ -327,6 +354,16 @@ impl QueueLimits {
     /// What happens to a TrainJob whose runtime-decided size cannot be read.
     pub fn unverifiable_runtime(&self) -> UnverifiableRuntime {
         self.unverifiable_runtime
+    }
+
+    /// Which training runtimes the queue's TrainJobs may name.
+    pub fn training_runtimes(&self) -> TrainingRuntimes {
+        self.training_runtimes
+    }
+
+    /// How the queue answers a violation of its limits.
+    pub fn enforcement(&self) -> Enforcement {
+        self.enforcement
     }
 
     /// The most of `resource` (`limits`: `kind`) any container of this queue may have, with the
@@ -349,6 +386,7 @@ impl QueueLimits {
         let mut limits = QueueLimits {
             enforcement: cfg.enforcement,
             unverifiable_runtime: cfg.unverifiable_runtime,
+            training_runtimes: cfg.training_runtimes,
             ..QueueLimits::default()
         };
 

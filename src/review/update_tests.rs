@@ -1,0 +1,348 @@
+//! How an UPDATE is judged: only what launchgate admitted in a queue is carried over (an UPDATE
+//! that brings an object into a queue is judged as a CREATE), and an UPDATE of what was admitted
+//! is refused by a rule only when what the rule judges grew.
+
+use super::*;
+use crate::cluster::NoCluster;
+use serde_json::json;
+
+const CONFIG: &str = r#"
+match:
+  exemptions:
+    - name: platform
+      groups: [platform-admins]
+queues:
+  gpu:
+    kueue: {localQueue: team-a}
+    limits:
+      variables:
+        gpus: {type: integer, minimum: 0, maximum: 4}
+      template:
+        spec:
+          template:
+            spec:
+              containers:
+                - resources:
+                    limits: {nvidia.com/gpu: "{{gpus}}"}
+      totals:
+        nvidia.com/gpu: {maximum: 16}
+  cpu: {}
+  capped:
+    guardrails:
+      costCeiling: {maxGpuHours: 16}
+"#;
+
+const TENANT: &str = "alice";
+const KUEUE: &str = "system:serviceaccount:kueue-system:kueue-controller-manager";
+const RAY_HEAD: &str = "system:serviceaccount:research:default";
+
+fn policy() -> Policy {
+    Policy::from_yaml(CONFIG).unwrap()
+}
+
+/// A suspended Job of `parallelism` pods with `gpus` GPUs each, labelled into `queue` (none:
+/// no launch label at all).
+fn job(queue: Option<&str>, parallelism: i64, gpus: i64) -> Value {
+    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "research", "labels": {}},
+        "spec": {"suspend": true, "parallelism": parallelism, "completions": parallelism,
+            "template": {"metadata": {}, "spec": {"restartPolicy": "Never",
+                "containers": [{"name": "t", "image": "acme/t:1",
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}});
+    if let Some(queue) = queue {
+        j["metadata"]["labels"] = json!({"wandb.ai/monitor": "true", "launchgate.io/queue": queue});
+    }
+    j
+}
+
+fn marked(mut object: Value) -> Value {
+    object["metadata"]["annotations"] = json!({EXEMPTED_BY_ANNOTATION: "platform"});
+    object["spec"]["template"]["metadata"]["annotations"] =
+        json!({EXEMPTED_BY_ANNOTATION: "platform"});
+    object
+}
+
+fn ask(endpoint: Endpoint, object: Value, old: Option<Value>, user: &str) -> Decision {
+    let mut request = AdmissionRequest::synthetic_create(object, Some("research")).unwrap();
+    if let Some(old) = old {
+        request.operation = Operation::Update;
+        request.old_object = Some(old);
+    }
+    request.user_info = Some(json!({"username": user, "groups": ["system:authenticated"]}));
+    decide(&policy(), endpoint, &request, &NoCluster)
+}
+
+fn message(d: &Decision) -> &str {
+    d.response
+        .status
+        .as_ref()
+        .map_or("", |s| s.message.as_str())
+}
+
+fn rules_of(d: &Decision) -> Vec<&'static str> {
+    rules::ids(&d.summary.violations)
+}
+
+#[test]
+fn an_update_that_brings_a_job_into_a_queue_is_judged_as_a_create() {
+    // Created outside launchgate's scope (never sent to it), with a mark nobody gave it.
+    let outside = marked(job(None, 1, 8));
+    let relabelled = marked(job(Some("gpu"), 1, 8));
+    let denied = ask(
+        Endpoint::Validate,
+        relabelled.clone(),
+        Some(outside.clone()),
+        TENANT,
+    );
+    assert!(!denied.response.allowed, "{denied:?}");
+    let text = message(&denied);
+    assert!(text.contains("=8 exceeds maximum 4"), "{text}");
+    assert!(!text.contains("already so"), "{text}");
+    let ids = rules_of(&denied);
+    for id in [
+        "exemptions.unearnedMark",
+        "limits.variables",
+        "kueue.labels",
+    ] {
+        assert!(ids.contains(&id), "{id} in {ids:?}");
+    }
+    // The mutating webhook writes what an UPDATE may change: the queue's Kueue label, and the
+    // object's own mark removed; never a pod template.
+    let mutated = ask(Endpoint::Mutate, relabelled.clone(), Some(outside), TENANT);
+    let paths: Vec<String> = mutated
+        .patch
+        .0
+        .iter()
+        .map(|op| op.path().to_string())
+        .collect();
+    assert!(
+        paths
+            .iter()
+            .any(|p| p == "/metadata/labels/kueue.x-k8s.io~1queue-name"),
+        "{paths:?}"
+    );
+    assert!(
+        paths.iter().any(|p| p.starts_with("/metadata/annotations")),
+        "{paths:?}"
+    );
+    assert!(
+        paths.iter().all(|p| p.starts_with("/metadata/")),
+        "{paths:?}"
+    );
+    // The same Job moved from another queue is judged in its new one as a CREATE too.
+    let from_cpu = marked(job(Some("cpu"), 1, 8));
+    let moved = ask(Endpoint::Validate, relabelled, Some(from_cpu), TENANT);
+    assert!(!moved.response.allowed);
+    assert!(rules_of(&moved).contains(&"exemptions.unearnedMark"));
+}
+
+#[test]
+fn a_relabelled_job_is_held_to_the_queues_totals() {
+    let mut wide = job(Some("gpu"), 16, 4);
+    wide["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("team-a");
+    let mut outside = wide.clone();
+    outside["metadata"]["labels"] = json!({});
+    let denied = ask(Endpoint::Validate, wide.clone(), Some(outside), TENANT);
+    assert!(!denied.response.allowed);
+    assert!(
+        message(&denied).contains("total nvidia.com/gpu over all pods=64 exceeds maximum 16"),
+        "{}",
+        message(&denied)
+    );
+    // The same Job already in the queue (admitted before the totals were set): its UPDATEs
+    // that do not grow it pass, with the violation as a warning.
+    let mut noted = wide.clone();
+    noted["metadata"]["labels"]["note"] = json!("x");
+    let kept = ask(Endpoint::Validate, noted, Some(wide.clone()), TENANT);
+    assert!(kept.response.allowed, "{}", message(&kept));
+    assert!(
+        kept.response
+            .warnings
+            .iter()
+            .any(|w| w.contains("already so"))
+    );
+    // Growing it is refused.
+    let mut grown = wide.clone();
+    grown["spec"]["parallelism"] = json!(20);
+    grown["spec"]["completions"] = json!(20);
+    let refused = ask(Endpoint::Validate, grown, Some(wide), TENANT);
+    assert!(!refused.response.allowed);
+}
+
+/// The RayCluster KubeRay made for a RayJob of the capped queue: a CPU head and an autoscaling
+/// worker group of `replicas` (up to 4) one-GPU workers.
+fn ray_cluster(replicas: i64, autoscale: bool, gpus: i64) -> Value {
+    let labels = json!({"wandb.ai/monitor": "true", "launchgate.io/queue": "capped",
+        "ray.io/originated-from-cr-name": "train"});
+    json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "train-raycluster", "namespace": "research", "labels": labels},
+        "spec": {"enableInTreeAutoscaling": autoscale,
+            "headGroupSpec": {"template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas, "minReplicas": 1,
+                "maxReplicas": 4, "template": {"spec": {"containers": [
+                    {"name": "ray-worker", "image": "rayproject/ray:2.46.0",
+                     "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}]}})
+}
+
+#[test]
+fn a_controllers_update_within_what_was_admitted_passes() {
+    // The Ray autoscaler (the head pod's service account) scales the workers up and down
+    // within maxReplicas: what the cost ceiling judges did not grow.
+    for (from, to) in [(1, 2), (2, 1)] {
+        let scaled = ask(
+            Endpoint::Validate,
+            ray_cluster(to, true, 1),
+            Some(ray_cluster(from, true, 1)),
+            RAY_HEAD,
+        );
+        assert!(
+            scaled.response.allowed,
+            "{from} → {to}: {}",
+            message(&scaled)
+        );
+    }
+    // Without autoscaling, fewer workers is less; more GPUs per worker is more.
+    let down = ask(
+        Endpoint::Validate,
+        ray_cluster(1, false, 1),
+        Some(ray_cluster(2, false, 1)),
+        RAY_HEAD,
+    );
+    assert!(down.response.allowed, "{}", message(&down));
+    let more = ask(
+        Endpoint::Validate,
+        ray_cluster(1, true, 2),
+        Some(ray_cluster(1, true, 1)),
+        RAY_HEAD,
+    );
+    assert!(!more.response.allowed);
+    assert!(rules_of(&more).contains(&"guardrails.costCeiling"));
+}
+
+#[test]
+fn kueues_admission_update_of_an_exempt_run_passes() {
+    // An exempt 8-GPU run with no deadline in the capped queue, marked by launchgate at CREATE.
+    let mut run = marked(job(Some("capped"), 1, 8));
+    run["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("team-a");
+    let created = ask(Endpoint::Validate, run.clone(), None, TENANT);
+    assert!(!created.response.allowed, "a tenant's is judged");
+    let mut admitted = run.clone();
+    admitted["spec"]["suspend"] = json!(false);
+    admitted["spec"]["template"]["spec"]["nodeSelector"] = json!({"flavor": "a100"});
+    let update = ask(Endpoint::Validate, admitted, Some(run.clone()), KUEUE);
+    assert!(update.response.allowed, "{}", message(&update));
+    // A tenant's UPDATE that grows it is refused.
+    let mut grown = run.clone();
+    grown["spec"]["parallelism"] = json!(2);
+    grown["spec"]["completions"] = json!(2);
+    let refused = ask(Endpoint::Validate, grown, Some(run), TENANT);
+    assert!(!refused.response.allowed);
+}
+
+#[test]
+fn each_rule_compares_an_update_as_the_table_says() {
+    let at = |rule: &'static rules::Rule, value: &str| {
+        Violation::new(rule, "m")
+            .key("nvidia.com/gpu")
+            .value(value)
+            .limit("exceeds maximum 16")
+    };
+    let admitted = [at(rules::LIMITS_TOTALS, "32")];
+    // Grown: the same place and bound, a value no larger.
+    assert!(validate::carried(
+        &at(rules::LIMITS_TOTALS, "32"),
+        &admitted
+    ));
+    assert!(validate::carried(
+        &at(rules::LIMITS_TOTALS, "24"),
+        &admitted
+    ));
+    assert!(!validate::carried(
+        &at(rules::LIMITS_TOTALS, "48"),
+        &admitted
+    ));
+    assert!(!validate::carried(
+        &at(rules::LIMITS_TOTALS, "24").limit("exceeds maximum 8"),
+        &admitted
+    ));
+    let memory = [at(rules::LIMITS_TOTALS, "64Gi")];
+    assert!(validate::carried(
+        &at(rules::LIMITS_TOTALS, "32Gi"),
+        &memory
+    ));
+    assert!(!validate::carried(
+        &at(rules::LIMITS_TOTALS, "65Gi"),
+        &memory
+    ));
+    // Changed: only the same value.
+    let variables = [at(rules::LIMITS_VARIABLES, "8")];
+    assert!(validate::carried(
+        &at(rules::LIMITS_VARIABLES, "8"),
+        &variables
+    ));
+    assert!(!validate::carried(
+        &at(rules::LIMITS_VARIABLES, "6"),
+        &variables
+    ));
+    // Judged on CREATE only; on every request alike.
+    assert!(validate::carried(
+        &at(rules::PYTORCH_ON_UNWIRABLE, "x"),
+        &[]
+    ));
+    assert!(!validate::carried(
+        &at(rules::SERVER_TOO_DENSE, "x"),
+        &[at(rules::SERVER_TOO_DENSE, "x")]
+    ));
+}
+
+#[test]
+fn a_trainjob_sizes_runs_only_from_cluster_runtimes_unless_the_queue_says_so() {
+    let trainjob = |kind: &str| {
+        json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "t", "namespace": "research",
+                "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": "gpu",
+                           "kueue.x-k8s.io/queue-name": "team-a"}},
+            "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": kind,
+                                    "name": "torch"},
+                     "trainer": {"numNodes": 1,
+                                 "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}}}})
+    };
+    let own = ask(
+        Endpoint::Validate,
+        trainjob("TrainingRuntime"),
+        None,
+        TENANT,
+    );
+    assert!(!own.response.allowed);
+    assert_eq!(rules_of(&own), ["limits.trainingRuntimes"]);
+    assert!(
+        message(&own).contains("TrainingRuntime \"torch\""),
+        "{}",
+        message(&own)
+    );
+    let cluster = ask(
+        Endpoint::Validate,
+        trainjob("ClusterTrainingRuntime"),
+        None,
+        TENANT,
+    );
+    assert!(
+        !rules_of(&cluster).contains(&"limits.trainingRuntimes"),
+        "{}",
+        message(&cluster)
+    );
+    let trusting = Policy::from_yaml(
+        &CONFIG.replace("totals:\n", "trainingRuntimes: namespaced\n      totals:\n"),
+    )
+    .unwrap();
+    let mut request =
+        AdmissionRequest::synthetic_create(trainjob("TrainingRuntime"), Some("research")).unwrap();
+    request.user_info = Some(json!({"username": TENANT}));
+    let allowed = decide(&trusting, Endpoint::Validate, &request, &NoCluster);
+    assert!(
+        !rules::ids(&allowed.summary.violations).contains(&"limits.trainingRuntimes"),
+        "{:?}",
+        allowed.summary.violations
+    );
+}
