@@ -21,6 +21,12 @@ pub trait ClusterView: Send + Sync {
     fn pytorch_job(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
         None
     }
+    /// The TrainJob `namespace/name` (`trainer.kubeflow.org/v1alpha1`), if known (`None` also
+    /// when this view holds no TrainJobs): the run whose bound the JobSet Trainer makes for it
+    /// is held to.
+    fn train_job(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
+        None
+    }
     /// The TrainJob runtime `kind` (`ClusterTrainingRuntime`, cluster-scoped: `namespace` is
     /// ignored; or `TrainingRuntime`) named `name`.
     fn training_runtime(&self, _kind: &str, _namespace: &str, _name: &str) -> RuntimeLookup {
@@ -65,6 +71,7 @@ pub struct StaticCluster {
     volcano_jobs: HashMap<(String, String), Arc<Value>>,
     services: HashMap<(String, String), Arc<Value>>,
     pytorch_jobs: HashMap<(String, String), Arc<Value>>,
+    train_jobs: HashMap<(String, String), Arc<Value>>,
     /// By `(kind, namespace, name)`; namespace empty for a ClusterTrainingRuntime.
     runtimes: HashMap<(String, String, String), Arc<Value>>,
 }
@@ -88,6 +95,12 @@ impl StaticCluster {
     /// Adds a PyTorchJob to the view.
     pub fn with_pytorch_job(mut self, job: Value) -> Self {
         self.pytorch_jobs.insert(key_of(&job), Arc::new(job));
+        self
+    }
+
+    /// Adds a TrainJob to the view.
+    pub fn with_train_job(mut self, job: Value) -> Self {
+        self.train_jobs.insert(key_of(&job), Arc::new(job));
         self
     }
 
@@ -129,6 +142,11 @@ impl ClusterView for StaticCluster {
     }
     fn pytorch_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.pytorch_jobs
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+    fn train_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.train_jobs
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }

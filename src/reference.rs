@@ -710,6 +710,8 @@ pub struct RuleDoc<'a> {
     pub meaning: &'a str,
     /// What to do about it.
     pub what_to_do: &'a str,
+    /// How an UPDATE is judged by it.
+    pub on_update: &'a str,
 }
 
 /// A page of every denial and warning, from a rule table: one row per rule, in the table's
@@ -731,17 +733,22 @@ pub fn rules_page(rules: &[RuleDoc<'_>]) -> Result<String, String> {
         "Every denial launchgate gives (a warning under `warn` enforcement, counted under \
          `audit`), by rule id — the id `launchgate_violations_total{rule}`, the decision log, \
          Events (`launchgate.io/rules`) and audit reports carry — with the config key behind \
-         it, what it means, what to do, and how the native admission policies hold it.\n\n\
-         | rule | config key | meaning | what to do | native policies |\n|---|---|---|---|---|\n",
+         it, what it means, what to do, how an UPDATE is judged, and how the native admission \
+         policies hold it.\n\n\
+         Whatever the rule, an UPDATE that brings an object into a queue (it was no launch \
+         workload, or another queue's) was never judged there: it is judged as a CREATE, by \
+         every rule, with nothing carried over from the old object.\n",
     );
     for r in rules {
-        let _ = writeln!(
+        let anchor = r.id.replace('.', "-");
+        let _ = write!(
             out,
-            "| `{}` | `{}` | {} | {} | {} |",
+            "\n<a id=\"{anchor}\"></a>\n\n## `{}`\n\n- **Config key:** `{}`\n- **Meaning:** {}\n- **What to do:** {}\n- **On UPDATE:** {}\n- **Native policies:** {}\n",
             r.id,
             r.config_key,
             cell(r.meaning),
             cell(r.what_to_do),
+            cell(r.on_update),
             cell(r.native)
         );
     }
@@ -819,6 +826,7 @@ mod tests {
             config_key: "limits.variables",
             meaning: "Too many GPUs.",
             what_to_do: "",
+            on_update: "refused only if it grew",
         };
         assert!(
             rules_page(&[rule])
@@ -832,7 +840,7 @@ mod tests {
         assert!(
             rules_page(&[fine])
                 .unwrap()
-                .contains("| `limits.variables` |")
+                .contains("## `limits.variables`")
         );
     }
 

@@ -744,7 +744,8 @@ fn cert_manager_mode_with_crd_rules_off() {
         Some(
             &[
                 "trainingruntimes".to_string(),
-                "clustertrainingruntimes".to_string()
+                "clustertrainingruntimes".to_string(),
+                "trainjobs".to_string()
             ][..]
         )
     );

@@ -392,7 +392,7 @@ fn update_that_leaves_an_existing_violation_unchanged_is_allowed_with_a_warning(
     assert_eq!(
         warnings(&response),
         vec![
-            r#"queue "k8s-test": spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]=2 exceeds maximum 1 (field "containers[*].resources.limits[\"nvidia.com/gpu\"]") (already so before this update; allowed because this update does not change it)"#
+            r#"queue "k8s-test": spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]=2 exceeds maximum 1 (field "containers[*].resources.limits[\"nvidia.com/gpu\"]") (already so before this update; allowed because this update does not make it worse)"#
         ]
     );
 }

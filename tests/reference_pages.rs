@@ -88,6 +88,7 @@ fn rules_reference_matches_the_rule_table() {
             config_key: r.config_key,
             meaning: r.meaning,
             what_to_do: r.action,
+            on_update: r.update,
             native,
         })
         .collect();

@@ -185,6 +185,27 @@ fn trigger(rule: &str) -> Option<(&'static str, Value)> {
                 ),
             )
         }
+        "limits.trainingRuntimes" => {
+            // A namespaced runtime, sized on the TrainJob itself, in a queue whose totals bound
+            // sizes (trainingRuntimes: clusterOnly, the default).
+            let trainjob = json!({
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "own-runtime", "namespace": "ml", "labels": labels("totals")},
+                "spec": {
+                    "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": "mine"},
+                    "trainer": {"image": "ghcr.io/acme/train:1", "numNodes": 1,
+                                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}},
+                },
+            });
+            (
+                "/validate",
+                review(
+                    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+                    trainjob,
+                    "ml",
+                ),
+            )
+        }
         "kueue.labels" => {
             let mut r = job("kueue", "kueue", none(), none());
             r["request"]["object"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] =
@@ -364,6 +385,7 @@ fn every_trigger_is_for_a_rule_of_the_table() {
         "limits.maxActiveDeadlineSeconds",
         "limits.allowedRegistries",
         "limits.unverifiableRuntime",
+        "limits.trainingRuntimes",
         "kueue.labels",
         "guardrails.gang",
         "guardrails.costCeiling",

@@ -163,6 +163,50 @@ fn the_jobset_trainer_makes_is_held_to_its_trainjobs_queue_totals() {
     assert!(j.allowed(), "{}", j.message());
 }
 
+#[test]
+fn the_jobset_trainer_makes_is_held_to_its_trainjobs_gpu_hour_ceiling() {
+    // Admitted at 1 node × 1 GPU × 10 h in a 16 GPU-hour queue; its (tenant-owned) runtime
+    // then grows by 15 GPUs.
+    let policy = Policy::from_yaml(
+        "queues:
+  q:
+    limits: {trainingRuntimes: namespaced}
+    guardrails:
+      costCeiling: {maxGpuHours: 16}
+",
+    )
+    .unwrap();
+    let mut tj = trainjob("torch");
+    tj["spec"]["activeDeadlineSeconds"] = json!(36000);
+    let as_trainer = |object: Value, cluster: &dyn ClusterView| {
+        let mut request = AdmissionRequest::synthetic_create(object, Some("wandb")).unwrap();
+        request.user_info = Some(json!({"username": TRAINER}));
+        judge(&policy, &request, cluster)
+    };
+    let cluster = StaticCluster::default().with_train_job(tj.clone());
+    let grown = as_trainer(trainer_jobset(1, 16), &cluster);
+    assert!(!grown.allowed(), "a 16-GPU × 10 h JobSet was admitted");
+    assert!(
+        grown
+            .message()
+            .contains("16 GPUs at once (nvidia.com/gpu spec.replicatedJobs[0].template.spec.template: 1 × 16) × spec.activeDeadlineSeconds 36000 (10.00 h) = 160.00 GPU-hours"),
+        "{}",
+        grown.message()
+    );
+    // As admitted: within the ceiling.
+    assert!(as_trainer(trainer_jobset(1, 1), &cluster).allowed());
+    // Its TrainJob unread (no lookups): the JobSet's own bound counts, and it has none.
+    let unread = as_trainer(trainer_jobset(1, 1), &NoCluster);
+    assert!(!unread.allowed());
+    assert!(
+        unread
+            .message()
+            .contains("the run this JobSet belongs to cannot be read"),
+        "{}",
+        unread.message()
+    );
+}
+
 /// The node container of launchgate's runtime patch in a mutated TrainJob.
 fn patched_node(tj: &Value) -> Value {
     tj["spec"]["runtimePatches"]

@@ -420,10 +420,11 @@ fn decide_object(
         .collect();
     let scope = match claim {
         // The JobSet Trainer makes for a TrainJob is the TrainJob's size as Trainer rendered
-        // it from the runtime (which may have changed since the TrainJob was admitted): its
-        // totals are checked too, against the queue its labels name (launchgate's runtime
-        // patch puts the TrainJob's queue label on the trainer's pods).
-        OwnerClaim::Verified(owner) if owner.spec().pods_from_runtime => Scope::PerPodAndTotals,
+        // it from the runtime (which may have changed since the TrainJob was admitted): the
+        // per-run rules (totals, the GPU-hour ceiling) are checked too, against the queue its
+        // labels name (launchgate's runtime patch puts the TrainJob's queue label on the
+        // trainer's pods).
+        OwnerClaim::Verified(owner) if owner.spec().pods_from_runtime => Scope::PerPodAndRun,
         OwnerClaim::Verified(_) => Scope::PerPod,
         OwnerClaim::None => Scope::Workload,
         OwnerClaim::Unverified { why, standalone } => {
@@ -995,6 +996,21 @@ fn validate_decision(
                 found.push(v);
             }
         }
+    }
+    // A runtime-sized run's child (the JobSet Trainer made for a TrainJob) is held to the
+    // run's GPU-hour ceiling: its GPUs at once, over the run's bound (the TrainJob's).
+    if scope == Scope::PerPodAndRun {
+        let parent = ctx.cluster.train_job(
+            ctx.request.namespace.as_deref().unwrap_or_default(),
+            ctx.object_name(object),
+        );
+        found.extend(validate::guardrails::child_cost(
+            &queue.name,
+            &queue.config.guardrails,
+            ctx.kind,
+            object,
+            parent.as_deref(),
+        ));
     }
     for v in &found {
         match v.effect {

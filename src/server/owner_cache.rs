@@ -30,6 +30,10 @@
 //! [`ClusterView::training_runtime`]: a TrainJob is sized as Trainer will run it. RBAC: `get`,
 //! `list`, `watch` on `trainingruntimes` and `clustertrainingruntimes`. Without them (Trainer
 //! not installed, RBAC refused, not listed yet) a runtime is unknown, never "not found".
+//!
+//! TrainJobs (the same namespaces, no label selector) answer [`ClusterView::train_job`]: the
+//! JobSet Trainer makes for a TrainJob is held to the TrainJob's run bound. RBAC: `get`,
+//! `list`, `watch` on `trainjobs`.
 
 use crate::cluster::{ClusterView, RuntimeLookup};
 use crate::workload::trainjob::{CLUSTER_RUNTIME, NAMESPACED_RUNTIME};
@@ -73,6 +77,14 @@ fn pytorch_job_resource() -> ApiResource {
     )
 }
 
+/// The watched TrainJobs.
+fn train_job_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
+        "trainjobs",
+    )
+}
+
 /// The watched TrainJob runtimes: cluster-scoped ClusterTrainingRuntimes and namespaced
 /// TrainingRuntimes (`trainer.kubeflow.org/v1alpha1`).
 fn runtime_resource(kind: &str) -> ApiResource {
@@ -109,6 +121,7 @@ pub struct VolcanoJobCache {
     resource: ApiResource,
     services: Stores,
     pytorch_jobs: Stores,
+    train_jobs: Stores,
     runtimes: RuntimeStores,
 }
 
@@ -161,6 +174,9 @@ impl ClusterView for VolcanoJobCache {
 
     fn pytorch_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         lookup(&self.pytorch_jobs, &pytorch_job_resource(), namespace, name)
+    }
+    fn train_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        lookup(&self.train_jobs, &train_job_resource(), namespace, name)
     }
 
     fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
@@ -266,6 +282,13 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> VolcanoJobCache {
         watcher::Config::default(),
         "PyTorchJobs",
     );
+    // TrainJobs: what the JobSet Trainer makes for one is held to (its run's bound). Not
+    // waited for either.
+    let train_jobs = watch(
+        &train_job_resource(),
+        watcher::Config::default(),
+        "TrainJobs",
+    );
     // TrainJob runtimes: every namespaced one in the watched namespaces (runtimes carry no
     // launch labels), and the cluster-scoped ones. They do not hold up readiness: until a
     // kind has listed, its runtimes are unknown and the queue's `unverifiableRuntime` decides.
@@ -300,6 +323,7 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> VolcanoJobCache {
         resource,
         services,
         pytorch_jobs,
+        train_jobs,
         runtimes,
     }
 }

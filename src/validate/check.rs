@@ -186,10 +186,11 @@ pub enum Scope {
     /// was already checked on the workload rules (deadline, totals, the strict template
     /// contract, everything at the object's root).
     PerPod,
-    /// The per-pod rules and `totals`: a JobSet Trainer made for a TrainJob (verified). Its
+    /// The per-pod rules and the per-run rules of the run it belongs to — `totals` here, the
+    /// GPU-hour ceiling in the guardrails: a JobSet Trainer made for a TrainJob (verified). Its
     /// size is the TrainJob's as Trainer rendered it from the runtime, which may have changed
     /// since the TrainJob was admitted.
-    PerPodAndTotals,
+    PerPodAndRun,
 }
 
 /// Most lines reported per kind; an object with thousands of violating containers gets a

@@ -3,6 +3,7 @@
 //! (`costCeiling.maxGpuHours`), denied with the arithmetic.
 
 use super::check::gpus_at_once;
+use crate::quantity::Quantity;
 use crate::rules::{self, Effect, Violation};
 use crate::topology::guardrails::{
     GangAction, GuardrailEnforcement, GuardrailsConfig, RunLength, gang_shortfalls, run_length,
@@ -75,16 +76,9 @@ pub fn check(
             GuardrailEnforcement::Deny => Effect::Deny,
             GuardrailEnforcement::Warn => Effect::Warn,
         };
-        let found = Violation::new(rules::GUARDRAILS_COST_CEILING, problem)
-            .limit(format!("{max} GPU-hours"))
-            .effect(effect);
-        // What an UPDATE compares (`OnUpdate::Grown`): the GPU-hours, or the GPUs at once of
-        // a run with no bound, each under its own key.
-        report.violations.push(match amount {
-            Amount::GpuHours(hours) => found.key("gpuHours").value(format!("{hours:.2}")),
-            Amount::Unbounded(gpus) => found.key("unbounded").value(gpus.to_string()),
-            Amount::Uncountable => found.key("uncountable"),
-        });
+        report
+            .violations
+            .push(ceiling_violation(problem, amount, max, effect));
     }
     report
 }
@@ -107,7 +101,19 @@ fn gpu_hours_problem(
     max: f64,
     runtime: Option<&TrainingRuntime>,
 ) -> Option<(String, Amount)> {
-    let Some((gpus, parts)) = gpus_at_once(kind, object, runtime) else {
+    let gpus = gpus_at_once(kind, object, runtime);
+    over_the_ceiling(queue, max, gpus, || run_length(kind, object))
+}
+
+/// The GPU-hour ceiling for `gpus` at once (`None`: too many to count) held for the run's
+/// bound (read only when there are GPUs).
+fn over_the_ceiling(
+    queue: &str,
+    max: f64,
+    gpus: Option<(Quantity, Vec<String>)>,
+    bound: impl FnOnce() -> RunLength,
+) -> Option<(String, Amount)> {
+    let Some((gpus, parts)) = gpus else {
         return Some((
             format!(
                 "queue {queue:?}: the GPUs this run can use at once are too many to count (guardrails.costCeiling.maxGpuHours {max})"
@@ -121,7 +127,7 @@ fn gpu_hours_problem(
     }
     let parts = parts.join(", ");
     let per_second = gpus / 3600.0;
-    let bound = match run_length(kind, object) {
+    let bound = match bound() {
         RunLength::Bounded(bound) => bound,
         RunLength::Unbounded { why, set } => {
             let longest = (max / per_second).floor();
@@ -155,6 +161,63 @@ fn gpu_hours_problem(
         );
         (message, Amount::GpuHours(hours))
     })
+}
+
+/// The GPU-hour ceiling of a run whose size its runtime decides, held by the child its
+/// controller made (`child`, a `kind`: the JobSet Trainer made for a TrainJob): the GPUs the
+/// child runs at once — the runtime as it is now, which may have grown since the run was
+/// admitted — over the run's bound, read from `parent` (the TrainJob, from the cluster view).
+/// Without the parent the child's own bound counts, and a child without one is over the cap.
+pub fn child_cost(
+    queue: &str,
+    cfg: &GuardrailsConfig,
+    kind: WorkloadKind,
+    child: &Value,
+    parent: Option<&Value>,
+) -> Option<Violation> {
+    let max = cfg.cost_ceiling.max_gpu_hours?;
+    let gpus = gpus_at_once(kind, child, None);
+    let (problem, amount) = over_the_ceiling(queue, max, gpus, || {
+        let owner = parent.and_then(|p| WorkloadKind::of_object(p).map(|k| (k, p)));
+        match owner {
+            Some((owner, p)) => run_length(owner, p),
+            None => match run_length(kind, child) {
+                RunLength::Unbounded { why, .. } => RunLength::Unbounded {
+                    why: format!(
+                        "the run this {} belongs to cannot be read (no cluster lookups, or not in their cache yet) and {why}",
+                        kind.as_str()
+                    ),
+                    set: "the run's deadline (spec.activeDeadlineSeconds)",
+                },
+                bounded => bounded,
+            },
+        }
+    })?;
+    let effect = match cfg.cost_ceiling.enforcement {
+        GuardrailEnforcement::Deny => Effect::Deny,
+        GuardrailEnforcement::Warn => Effect::Warn,
+    };
+    let whose = match parent.and_then(|p| p.get("kind")).and_then(Value::as_str) {
+        Some(owner) => format!(
+            " (this {} is its {owner}'s run as its runtime is now; the deadline is the {owner}'s)",
+            kind.as_str()
+        ),
+        None => String::new(),
+    };
+    Some(ceiling_violation(problem + &whose, amount, max, effect))
+}
+
+/// A violation of the GPU-hour ceiling. What an UPDATE compares (`OnUpdate::Grown`): the
+/// GPU-hours, or the GPUs at once of a run with no bound, each under its own key.
+fn ceiling_violation(problem: String, amount: Amount, max: f64, effect: Effect) -> Violation {
+    let found = Violation::new(rules::GUARDRAILS_COST_CEILING, problem)
+        .limit(format!("{max} GPU-hours"))
+        .effect(effect);
+    match amount {
+        Amount::GpuHours(hours) => found.key("gpuHours").value(format!("{hours:.2}")),
+        Amount::Unbounded(gpus) => found.key("unbounded").value(gpus),
+        Amount::Uncountable => found.key("uncountable"),
+    }
 }
 
 #[cfg(test)]
