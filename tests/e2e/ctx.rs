@@ -220,6 +220,50 @@ impl Ctx {
         Ok((status, body, warnings))
     }
 
+    /// Replaces the stored `obj` (an UPDATE, `PUT`) as `user` with `groups` (impersonated, as
+    /// a controller's service account would send it): the HTTP status and the body. `obj`
+    /// carries the `resourceVersion` it was read with.
+    pub async fn replace_raw_as(
+        &self,
+        obj: &Value,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<(u16, Value)> {
+        let mut obj = obj.clone();
+        obj["metadata"]["namespace"] = json!(self.ns);
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .context("an UPDATE needs a name")?
+            .to_string();
+        let resource = resource_for(&obj)?;
+        let url = format!(
+            "{}/namespaces/{}/{}/{name}",
+            if resource.group.is_empty() {
+                format!("/api/{}", resource.version)
+            } else {
+                format!("/apis/{}/{}", resource.group, resource.version)
+            },
+            self.ns,
+            resource.plural,
+        );
+        let mut request = http::Request::put(url)
+            .header("content-type", "application/json")
+            .header("impersonate-user", user);
+        for group in groups {
+            request = request.header("impersonate-group", *group);
+        }
+        let request = request.body(serde_json::to_vec(&obj)?)?;
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await?;
+        let status = response.status().as_u16();
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await?
+            .to_bytes();
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+
     /// Server-side apply of `obj` by `manager`.
     pub async fn apply(&self, obj: &Value, manager: &str) -> Result<Value> {
         let mut obj = obj.clone();

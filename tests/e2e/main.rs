@@ -32,6 +32,7 @@ mod safety;
 mod semantics;
 mod subresources;
 mod trust;
+mod updates;
 mod webhook;
 mod workloads;
 
@@ -117,6 +118,10 @@ fn tests() -> Vec<E2eTest> {
         e2e!(trust::a_label_exempts_only_with_its_requester),
         e2e!(trust::a_claimed_owner_is_not_trusted),
         e2e!(trust::exempt_group_jobs_pods_inherit_the_exemption),
+        e2e!(updates::a_relabelled_job_is_judged_as_a_create),
+        e2e!(updates::kueues_admission_of_an_exempt_run_passes),
+        e2e!(updates::the_ray_autoscaler_scales_within_what_was_admitted),
+        e2e!(updates::a_grown_runtimes_jobset_is_held_to_the_runs_ceiling),
         e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit, alone),
         e2e!(subresources::ephemeral_containers_are_judged),
         e2e!(subresources::pytorchjob_scale_is_judged_against_its_pytorchjob),

@@ -1,0 +1,374 @@
+//! An UPDATE is judged against what launchgate admitted: one that brings an object into a
+//! queue is judged as a CREATE; a controller's update within what was admitted passes; the
+//! child a runtime-sized run's controller makes is held to the run's per-run rules.
+
+use crate::ctx::{Ctx, rbac_probe_job};
+use crate::trust::EXEMPT_GROUP;
+use crate::webhook::CAPPED_QUEUE;
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const MARK: &str = "launchgate.io/exempted-by";
+const KUEUE: &str = "system:serviceaccount:kueue-system:kueue-controller-manager";
+const KUBERAY: &str = "system:serviceaccount:default:kuberay-operator";
+const TRAINER: &str = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager";
+
+fn launch_labels() -> Value {
+    json!({"wandb.ai/monitor": "true", "launchgate.io/queue": CAPPED_QUEUE})
+}
+
+/// A suspended Job of `pods` pods of `gpus` GPUs, with no launch label (launchgate never sees
+/// it created).
+fn outside_job(name: &str, pods: i64, gpus: i64) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"suspend": true, "parallelism": pods, "completions": pods,
+            "template": {"metadata": {}, "spec": {"restartPolicy": "Never",
+                "containers": [{"name": "train", "image": "busybox",
+                    "command": ["sh", "-c", "true"],
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}})
+}
+
+/// Reads the stored `obj`, changes it with `change` and sends it back as `user` (the suite's
+/// own identity when `None`): the HTTP status and body.
+async fn update_as(
+    ctx: &Ctx,
+    obj: &Value,
+    user: Option<(&str, &[&str])>,
+    change: impl Fn(&mut Value),
+) -> Result<(u16, Value)> {
+    let name = obj["metadata"]["name"].as_str().context("a name")?;
+    let api = ctx.api_for(obj)?;
+    for _ in 0..10 {
+        let mut current = serde_json::to_value(api.get(name).await?)?;
+        change(&mut current);
+        let (status, body) = match user {
+            Some((user, groups)) => ctx.replace_raw_as(&current, user, groups).await?,
+            None => {
+                let object = serde_json::from_value(current)?;
+                match api
+                    .replace(name, &kube::api::PostParams::default(), &object)
+                    .await
+                {
+                    Ok(stored) => (200, serde_json::to_value(stored)?),
+                    Err(kube::Error::Api(e)) => (e.code, json!({"message": e.message})),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        if status != 409 {
+            return Ok((status, body));
+        }
+    }
+    anyhow::bail!("{name}: conflicts on every try")
+}
+
+fn message(body: &Value) -> &str {
+    body["message"].as_str().unwrap_or_default()
+}
+
+/// A Job created outside launchgate's scope, with launchgate's exemption mark written by the
+/// tenant, relabelled into a queue: judged as a CREATE — its limits with nothing "already so",
+/// the mark denied — and a relabelled 16 × 4-GPU Job held to the queue's totals. A mark on the
+/// object alone is removed and the queue's Kueue label written; the Job controller's pods of
+/// that Job are then judged like any launch Job's, with no exemption.
+pub async fn a_relabelled_job_is_judged_as_a_create(ctx: &Ctx) -> Result<()> {
+    let mut marked = outside_job("marked", 1, 8);
+    for at in ["metadata", "spec.template.metadata"] {
+        let meta = at.split('.').fold(&mut marked, |v, k| &mut v[k]);
+        meta["annotations"] = json!({MARK: "capped-platform"});
+    }
+    let stored = ctx.create(&marked, false).await?;
+    ensure!(
+        stored["metadata"]["annotations"][MARK] == "capped-platform",
+        "launchgate saw a Job with no launch label: {stored}"
+    );
+    let (status, body) = update_as(ctx, &stored, None, |job| {
+        job["metadata"]["labels"] = launch_labels();
+    })
+    .await?;
+    ensure!(status == 403, "relabelled into the queue: {status} {body}");
+    let text = message(&body);
+    for part in [
+        format!("queue \"{CAPPED_QUEUE}\""),
+        "=8 exceeds maximum 4".to_string(),
+        MARK.to_string(),
+    ] {
+        ensure!(text.contains(&part), "{text:?} lacks {part:?}");
+    }
+    ensure!(!text.contains("already so"), "grandfathered: {text}");
+    // Its pod template alone relabelled (a suspended Job's template labels may change).
+    let (status, body) = update_as(ctx, &stored, None, |job| {
+        for (k, v) in launch_labels().as_object().into_iter().flatten() {
+            job["spec"]["template"]["metadata"]["labels"][k] = v.clone();
+        }
+    })
+    .await?;
+    ensure!(status == 403, "template relabelled: {status} {body}");
+
+    let wide = ctx.create(&outside_job("wide", 16, 4), false).await?;
+    let (status, body) = update_as(ctx, &wide, None, |job| {
+        job["metadata"]["labels"] = launch_labels();
+    })
+    .await?;
+    ensure!(status == 403, "a 64-GPU Job relabelled: {status} {body}");
+    ensure!(
+        message(&body).contains("total nvidia.com/gpu over all pods=64 exceeds maximum 16"),
+        "{}",
+        message(&body)
+    );
+
+    let mut clean = outside_job("clean", 1, 1);
+    clean["spec"]["activeDeadlineSeconds"] = json!(3600);
+    clean["metadata"]["annotations"] = json!({MARK: "capped-platform"});
+    let clean = ctx.create(&clean, false).await?;
+    let (status, body) = update_as(ctx, &clean, None, |job| {
+        job["metadata"]["labels"] = launch_labels();
+    })
+    .await?;
+    ensure!(
+        status == 200,
+        "a Job within the limits relabelled: {status} {body}"
+    );
+    ensure!(
+        body["metadata"]["annotations"].get(MARK).is_none(),
+        "the mark stayed: {}",
+        body["metadata"]
+    );
+    ensure!(
+        body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a",
+        "no Kueue label written: {}",
+        body["metadata"]
+    );
+    let (status, body) = update_as(ctx, &clean, None, |job| {
+        job["spec"]["suspend"] = json!(false);
+    })
+    .await?;
+    ensure!(status == 200, "unsuspended: {status} {body}");
+    let pods = ctx
+        .wait_for_pods("batch.kubernetes.io/job-name=clean", 1)
+        .await?;
+    ensure!(
+        pods[0]["metadata"]["annotations"].get(MARK).is_none(),
+        "the Job controller's pod carries an exemption: {}",
+        pods[0]["metadata"]
+    );
+    Ok(())
+}
+
+/// Lets `user` (a controller's service account, or a group) do `verbs` on `resources`.
+async fn grant(
+    ctx: &Ctx,
+    name: &str,
+    rules: Value,
+    subject: Value,
+    requester: (&str, &[&str]),
+) -> Result<()> {
+    ctx.grant(
+        name,
+        rules,
+        json!([subject]),
+        &rbac_probe_job(),
+        &[requester],
+    )
+    .await
+}
+
+fn service_account(user: &str) -> Value {
+    let (ns, name) = user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|s| s.split_once(':'))
+        .unwrap_or_default();
+    json!({"kind": "ServiceAccount", "name": name, "namespace": ns})
+}
+
+/// Kueue's admission UPDATE (unsuspend, the flavor's nodeSelector) of a run an exemption
+/// admitted passes although the run is over the queue's GPU-hour ceiling; a tenant's UPDATE
+/// that grows it is refused.
+pub async fn kueues_admission_of_an_exempt_run_passes(ctx: &Ctx) -> Result<()> {
+    grant(
+        ctx,
+        "platform",
+        json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": EXEMPT_GROUP}),
+        ("ops", &[EXEMPT_GROUP]),
+    )
+    .await?;
+    grant(
+        ctx,
+        "kueue",
+        json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "update"]}]),
+        service_account(KUEUE),
+        (KUEUE, &[]),
+    )
+    .await?;
+    // 8 GPUs and no deadline: over a 16 GPU-hour ceiling, but exempt.
+    let mut run = outside_job("exempt-run", 1, 8);
+    run["spec"]["completions"] = json!(4);
+    run["metadata"]["labels"] = launch_labels();
+    run["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("team-a");
+    let (status, body, _) = ctx
+        .create_raw_impersonating(&run, false, Some("ops"), &[EXEMPT_GROUP])
+        .await?;
+    ensure!(status == 201, "the platform team's run: {status} {body}");
+    ensure!(
+        body["metadata"]["annotations"][MARK] == "capped-platform",
+        "not marked exempt: {}",
+        body["metadata"]
+    );
+    let (status, body) = update_as(ctx, &body, Some((KUEUE, &[])), |job| {
+        job["spec"]["suspend"] = json!(false);
+        job["spec"]["template"]["spec"]["nodeSelector"] = json!({"cloud.example.com/gpu": "a100"});
+    })
+    .await?;
+    ensure!(status == 200, "Kueue's admission UPDATE: {status} {body}");
+    let (status, body) = update_as(ctx, &body, None, |job| {
+        job["spec"]["parallelism"] = json!(2);
+    })
+    .await?;
+    ensure!(status == 403, "grown by a tenant: {status} {body}");
+    ensure!(
+        message(&body).contains("guardrails.costCeiling.maxGpuHours"),
+        "{}",
+        message(&body)
+    );
+    Ok(())
+}
+
+fn ray_container(name: &str, gpus: i64) -> Value {
+    json!({"name": name, "image": "rayproject/ray:2.46.0",
+           "resources": {"limits": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": gpus}}})
+}
+
+/// The Ray autoscaler (the head pod's service account) scales the RayCluster KubeRay made for
+/// a RayJob from 1 to 2 workers and back, within `maxReplicas` 4: admitted. More GPUs per
+/// worker is not what it was admitted with: refused.
+pub async fn the_ray_autoscaler_scales_within_what_was_admitted(ctx: &Ctx) -> Result<()> {
+    let autoscaler = format!("system:serviceaccount:{}:default", ctx.ns);
+    grant(
+        ctx,
+        "kuberay",
+        json!([{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["create"]},
+               {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
+        service_account(KUBERAY),
+        (KUBERAY, &[]),
+    )
+    .await?;
+    grant(
+        ctx,
+        "autoscaler",
+        json!([{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "update"]},
+               {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
+        json!({"kind": "ServiceAccount", "name": "default", "namespace": ctx.ns}),
+        (&autoscaler, &[]),
+    )
+    .await?;
+    let labels = launch_labels();
+    let cluster_spec = json!({"enableInTreeAutoscaling": true,
+        "headGroupSpec": {"rayStartParams": {},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [ray_container("ray-head", 0)]}}},
+        "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "minReplicas": 1, "maxReplicas": 4,
+            "rayStartParams": {},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [ray_container("ray-worker", 1)]}}}]});
+    let rayjob = json!({"apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": "train", "labels": labels},
+        "spec": {"entrypoint": "python train.py", "shutdownAfterJobFinishes": true,
+            "activeDeadlineSeconds": 3600, "rayClusterSpec": cluster_spec}});
+    let job = ctx.create(&rayjob, false).await?;
+    let mut cluster_labels = job["metadata"]["labels"].clone();
+    cluster_labels["ray.io/originated-from-cr-name"] = json!("train");
+    cluster_labels["ray.io/originated-from-crd"] = json!("RayJob");
+    let cluster = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "train-raycluster-x7k2p", "labels": cluster_labels,
+            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "train",
+                "uid": job["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]},
+        "spec": job["spec"]["rayClusterSpec"]});
+    let (status, stored, _) = ctx.create_raw_as(&cluster, false, Some(KUBERAY)).await?;
+    ensure!(status == 201, "KubeRay's RayCluster: {status} {stored}");
+    let as_autoscaler = Some((autoscaler.as_str(), &[][..]));
+    for replicas in [2, 1] {
+        let (status, body) = update_as(ctx, &stored, as_autoscaler, |c| {
+            c["spec"]["workerGroupSpecs"][0]["replicas"] = json!(replicas);
+        })
+        .await?;
+        ensure!(
+            status == 200,
+            "the autoscaler's resize to {replicas}: {status} {body}"
+        );
+    }
+    let (status, body) = update_as(ctx, &stored, as_autoscaler, |c| {
+        c["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["limits"]
+            ["nvidia.com/gpu"] = json!(4);
+    })
+    .await?;
+    ensure!(status == 403, "4 GPUs a worker: {status} {body}");
+    Ok(())
+}
+
+/// A TrainJob admitted at 1 GPU × 10 h in a 16 GPU-hour queue, whose (tenant-owned,
+/// namespaced) TrainingRuntime then grows: the JobSet Trainer makes from it (4 × 4 GPUs) is
+/// denied by the run's GPU-hour ceiling; the JobSet as admitted is not.
+pub async fn a_grown_runtimes_jobset_is_held_to_the_runs_ceiling(ctx: &Ctx) -> Result<()> {
+    grant(
+        ctx,
+        "trainer",
+        json!([{"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create"]},
+               {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
+        service_account(TRAINER),
+        (TRAINER, &[]),
+    )
+    .await?;
+    let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "tuned", "labels": launch_labels()},
+        "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
+                                "name": "mine"},
+                 "activeDeadlineSeconds": 36000,
+                 "trainer": {"image": "acme/train:1", "numNodes": 1,
+                             "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}}}});
+    let stored = ctx.create(&tj, false).await?;
+    let jobset = |nodes: i64, gpus: i64| {
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "tuned",
+                "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                    "name": "tuned", "uid": stored["metadata"]["uid"],
+                    "controller": true, "blockOwnerDeletion": true}]},
+            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {
+                "spec": {"parallelism": nodes, "completions": nodes, "template": {
+                    "metadata": {"labels": launch_labels()},
+                    "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "node",
+                        "image": "acme/train:1",
+                        "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}}]}})
+    };
+    // As admitted, once launchgate's cache has the TrainJob.
+    ctx.wait_for(
+        "Trainer's 1 × 1 JobSet to be admitted",
+        Duration::from_secs(30),
+        || async {
+            let (status, _, _) = ctx
+                .create_raw_as(&jobset(1, 1), true, Some(TRAINER))
+                .await?;
+            Ok(status == 201)
+        },
+    )
+    .await?;
+    let (status, body, _) = ctx
+        .create_raw_as(&jobset(4, 4), true, Some(TRAINER))
+        .await?;
+    ensure!(
+        status == 403,
+        "the grown runtime's 16-GPU JobSet: {status} {body}"
+    );
+    for part in [
+        format!("queue \"{CAPPED_QUEUE}\""),
+        "16 GPUs at once".to_string(),
+        "= 160.00 GPU-hours exceeds the queue's maximum 16".to_string(),
+    ] {
+        ensure!(
+            message(&body).contains(&part),
+            "{:?} lacks {part:?}",
+            message(&body)
+        );
+    }
+    Ok(())
+}
