@@ -246,8 +246,8 @@ pub const EXEMPTIONS_UNEARNED_MARK: &Rule = &Rule {
     config_key: "match.exemptions, queues.<queue>.exemptions",
     meaning: "the workload (or a pod template) carries launchgate.io/exempted-by, which only launchgate writes on a workload an exemption covers, and no exemption covers this one",
     action: "remove the annotation; exemptions go by requester and namespace",
-    native: Native::WebhookOnly(
-        "whether launchgate wrote a mark is known only to the webhook, which writes it when an exemption covers the workload",
+    native: Native::Cel(
+        "a mark on a workload that is not a verified controller's child, refused on CREATE and on an UPDATE that labels the workload into the queue, where an exemption is configured (native::select::unproven_marks): nothing in the native policies writes one",
     ),
     update: OnUpdate::Changed,
 };

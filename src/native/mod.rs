@@ -149,7 +149,7 @@ fn binding_spec(policy: &str, options: &Options, actions: Option<&str>) -> Value
     spec
 }
 
-fn resource_rules() -> Value {
+fn resource_rules(operations: &[&str]) -> Value {
     Value::Array(
         select::kinds()
             .map(|k| {
@@ -157,7 +157,7 @@ fn resource_rules() -> Value {
                 json!({
                     "apiGroups": [group],
                     "apiVersions": [version],
-                    "operations": ["CREATE"],
+                    "operations": operations,
                     "resources": [resource],
                 })
             })
@@ -198,7 +198,7 @@ fn everywhere() -> Vec<Gap> {
     out.extend([
         gap(
             "UPDATE",
-            "re-validating an UPDATE (Kueue's admission, a resize) reports only what the update changed, which needs the old object's violations; native policies judge CREATE",
+            "re-validating an UPDATE (Kueue's admission, a resize) reports only what the update made worse, which needs the old object's violations, and an UPDATE that brings a workload into a queue is judged as a CREATE; native policies judge CREATE (and refuse an exemption mark they cannot prove on UPDATE too)",
         ),
         gap(
             "launchgate.io/mutations annotation",
@@ -378,7 +378,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 // webhook's mutations never deny.
                 "failurePolicy": "Ignore",
                 "reinvocationPolicy": "IfNeeded",
-                "matchConstraints": {"resourceRules": resource_rules()},
+                "matchConstraints": {"resourceRules": resource_rules(&["CREATE"])},
                 "matchConditions": match_conditions(policy, queue),
                 "variables": variables,
                 // One expression: the API server times and applies each mutation of a
@@ -453,6 +453,31 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             report
                 .native
                 .extend(cel.described.iter().map(|d| format!("limit: {d}")));
+            // The limits judge a CREATE. Where an exemption can be inherited, launchgate's
+            // mark on a workload is refused on CREATE and on an UPDATE that brings the workload
+            // into the queue: nothing in the native policies writes it, so they cannot tell
+            // launchgate's from a tenant's.
+            let mut validations = vec![json!({
+                "expression": "request.operation != 'CREATE' || size(variables.violations) == 0",
+                "messageExpression": "variables.violations.join('; ')",
+                "reason": "Forbidden",
+            })];
+            let marks = select::unproven_marks(policy);
+            if let Some((expression, message)) = &marks {
+                validations.push(json!({
+                    "expression": expression,
+                    "message": message,
+                    "reason": "Forbidden",
+                }));
+                report.native.push(
+                    "a launchgate.io/exempted-by mark on a workload (not a verified controller's child) is refused on CREATE and on an UPDATE that labels it into the queue (rule exemptions.unearnedMark)".into(),
+                );
+            }
+            let operations: &[&str] = if marks.is_some() {
+                &["CREATE", "UPDATE"]
+            } else {
+                &["CREATE"]
+            };
             objects.push(json!({
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "ValidatingAdmissionPolicy",
@@ -460,14 +485,10 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 "spec": {
                     // A deny queue fails closed; a warn or audit queue never blocks a run.
                     "failurePolicy": if enforcement == Enforcement::Deny { "Fail" } else { "Ignore" },
-                    "matchConstraints": {"resourceRules": resource_rules()},
+                    "matchConstraints": {"resourceRules": resource_rules(operations)},
                     "matchConditions": match_conditions(policy, queue),
                     "variables": variables,
-                    "validations": [{
-                        "expression": "size(variables.violations) == 0",
-                        "messageExpression": "variables.violations.join('; ')",
-                        "reason": "Forbidden",
-                    }],
+                    "validations": validations,
                 },
             }));
             objects.push(json!({

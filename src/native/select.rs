@@ -688,6 +688,46 @@ pub fn match_conditions(policy: &Policy, queue: &Queue) -> Vec<(String, String)>
     out
 }
 
+/// Where an exemption can be inherited (any is configured): a CEL test that passes unless the
+/// workload — not a verified controller's child — carries launchgate's exemption mark that the
+/// native policies cannot prove launchgate wrote, and the message for it. A mark is kept only by
+/// an UPDATE of a workload that already was a launch workload (its own labels) and carried the
+/// same mark on itself; on CREATE, and on an UPDATE that labels a workload into the queue, it is
+/// refused (`exemptions.unearnedMark`).
+pub fn unproven_marks(policy: &Policy) -> Option<(String, String)> {
+    let any = !policy.config.match_rules.exemptions.is_empty()
+        || policy
+            .queues
+            .values()
+            .any(|q| !q.config.exemptions.is_empty());
+    if !any {
+        return None;
+    }
+    let key = lit(EXEMPTED_BY_ANNOTATION);
+    let rules = &policy.config.match_rules;
+    let keys: Vec<&String> = rules
+        .launch_labels
+        .iter()
+        .chain(&rules.queue_labels)
+        .collect();
+    let own_mark = |root: &str| {
+        format!(
+            "(has({root}.metadata) && has({root}.metadata.annotations) && {key} in {root}.metadata.annotations ? {root}.metadata.annotations[{key}] : '')"
+        )
+    };
+    let expression = format!(
+        "variables.child || !{carriers}.exists(c, has(c.metadata) && has(c.metadata.annotations) && {key} in c.metadata.annotations) || (request.operation == 'UPDATE' && has(oldObject.metadata) && has(oldObject.metadata.labels) && {keys}.exists(k, k in oldObject.metadata.labels) && {old} == {new} && {new} != '')",
+        carriers = carriers(),
+        keys = cel::str_list(&keys),
+        old = own_mark("oldObject"),
+        new = own_mark("object"),
+    );
+    let message = format!(
+        "launchgate: the workload (or a pod template) carries {EXEMPTED_BY_ANNOTATION}, which only launchgate writes on a workload an exemption covers; the native policies cannot prove it did (rule exemptions.unearnedMark): remove it"
+    );
+    Some((expression, message))
+}
+
 /// True when the object carries launchgate's exemption mark (on itself or its pod templates),
 /// every mark it carries names the same one of `exemptions`, and that exemption covers the
 /// request's namespace: what a verified child inherits (`policy::exemption::inherited`).

@@ -122,6 +122,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(updates::kueues_admission_of_an_exempt_run_passes),
         e2e!(updates::the_ray_autoscaler_scales_within_what_was_admitted),
         e2e!(updates::a_grown_runtimes_jobset_is_held_to_the_runs_ceiling),
+        e2e!(updates::native_policies_refuse_a_mark_they_cannot_prove),
         e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit, alone),
         e2e!(subresources::ephemeral_containers_are_judged),
         e2e!(subresources::pytorchjob_scale_is_judged_against_its_pytorchjob),

@@ -183,7 +183,7 @@ pub(crate) async fn create_in(
 }
 
 /// A namespace for this test that the suite's own webhook does not see, labelled for `tag`.
-async fn namespace(ctx: &Ctx, name: &str, tag: &str) -> Result<Ctx> {
+pub async fn namespace(ctx: &Ctx, name: &str, tag: &str) -> Result<Ctx> {
     let other = Ctx::new(ctx.env.clone(), name, false).await?;
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
     let patch = json!({"metadata": {"labels": {SELECT_LABEL: tag}}});
@@ -195,7 +195,7 @@ async fn namespace(ctx: &Ctx, name: &str, tag: &str) -> Result<Ctx> {
 
 /// Creates the compiled native objects, their bindings narrowed to namespaces labelled `tag`;
 /// returns what to delete afterwards.
-async fn install_native(
+pub async fn install_native(
     client: &kube::Client,
     objects: &[Value],
     tag: &str,

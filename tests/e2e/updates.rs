@@ -372,3 +372,77 @@ pub async fn a_grown_runtimes_jobset_is_held_to_the_runs_ceiling(ctx: &Ctx) -> R
     }
     Ok(())
 }
+
+/// With only the native policies (`policyMode: native`, nothing writes launchgate's exemption
+/// mark), the compiled policies refuse a mark they cannot prove: on a new launch Job, and on an
+/// UPDATE that labels a Job created outside launchgate's scope into a queue.
+pub async fn native_policies_refuse_a_mark_they_cannot_prove(ctx: &Ctx) -> Result<()> {
+    use crate::native::{create_in, install_native, namespace};
+    let policy = launchgate::Policy::from_yaml(&crate::webhook::suite_config()?)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let compiled = launchgate::native::compile(&policy, &Default::default());
+    let tag = format!("marks-{}", &ctx.ns[ctx.ns.len() - 4..]);
+    let ns = namespace(ctx, "native-marks", &tag).await?;
+    let installed = install_native(&ctx.client, &compiled.objects, &tag).await?;
+    let result = async {
+        let mut fits = outside_job("fits", 1, 1);
+        fits["spec"]["activeDeadlineSeconds"] = json!(3600);
+        fits["metadata"]["labels"] = launch_labels();
+        let labelled = |v: &Value| v.pointer("/metadata/labels/launchgate.io~1queue").is_some();
+        ctx.wait_for(
+            "the native policies to take effect",
+            Duration::from_secs(120),
+            || async {
+                let made = create_in(&ctx.client, &ns.ns, &fits, true).await?;
+                Ok(made.is_ok_and(|j| labelled(&j)))
+            },
+        )
+        .await?;
+        let mut forged = fits.clone();
+        forged["metadata"]["annotations"] = json!({MARK: "capped-platform"});
+        let refused = create_in(&ctx.client, &ns.ns, &forged, true).await?;
+        ensure!(
+            matches!(&refused, Err(s) if s.code == 403 && s.message.contains(MARK)),
+            "a forged mark on a new Job: {refused:?}"
+        );
+        let mut outside = outside_job("outside", 1, 1);
+        outside["spec"]["activeDeadlineSeconds"] = json!(3600);
+        outside["metadata"]["annotations"] = json!({MARK: "capped-platform"});
+        let stored = create_in(&ctx.client, &ns.ns, &outside, false)
+            .await?
+            .map_err(|s| anyhow::anyhow!("creating the unlabelled Job: {s:?}"))?;
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::namespaced_with(ctx.client.clone(), &ns.ns, &crate::ctx::resource_for(&stored)?);
+        let mut answer = Err(anyhow::anyhow!("not sent"));
+        for _ in 0..10 {
+            let mut relabelled = serde_json::to_value(api.get("outside").await?)?;
+            relabelled["metadata"]["labels"] = launch_labels();
+            answer = api
+                .replace(
+                    "outside",
+                    &kube::api::PostParams::default(),
+                    &serde_json::from_value(relabelled)?,
+                )
+                .await
+                .map_err(anyhow::Error::from);
+            let conflict = matches!(&answer, Err(e) if matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 409));
+            if !conflict {
+                break;
+            }
+        }
+        let refused = matches!(&answer, Err(e) if matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 403 && s.message.contains(MARK)));
+        ensure!(
+            refused,
+            "relabelled into the queue with a forged mark: {answer:?}"
+        );
+        Ok(())
+    }
+    .await;
+    for (resource, name) in installed {
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(ctx.client.clone(), &resource);
+        let _ = api.delete(&name, &Default::default()).await;
+    }
+    ns.cleanup().await;
+    result
+}
