@@ -2,7 +2,7 @@
 //! smaller).
 
 use super::{
-    Cond, Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
+    Cond, Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
     Replaces, Run, RunDefault, Setting,
 };
 
@@ -84,6 +84,7 @@ pub static JOB: KindSpec = KindSpec {
             },
         ],
         restarts: None,
+        ends: Ends::WithRun,
     },
     // The Job's generated selector: every pod it selects carries the Job's uid.
     makes: &[Makes {

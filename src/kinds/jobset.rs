@@ -3,8 +3,8 @@
 //! their pods.
 
 use super::{
-    Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position, Replaces,
-    Restarts, RoleMark, Run, RunDefault, Setting,
+    Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
+    Replaces, Restarts, RoleMark, Run, RunDefault, Setting,
 };
 
 static REPLICAS: Num = Num::Int {
@@ -78,6 +78,7 @@ pub static JOBSET: KindSpec = KindSpec {
             default_is: "JobSet's default",
             per_holder: None,
         }),
+        ends: Ends::WithRun,
     },
     makes: &[Makes {
         kind: "Job",

@@ -267,6 +267,25 @@ impl Cond {
             Cond::KeyIs(want) => key.is_some_and(|k| k.eq_ignore_ascii_case(want)),
         }
     }
+
+    /// What to write for the condition to hold of the object, for messages
+    /// (`spec.shutdownAfterJobFinishes: true`).
+    pub fn wanted(&self) -> String {
+        match self {
+            Cond::True { at, .. } => format!("{}: true", at.join(".")),
+            Cond::Has { at, .. } => at.join("."),
+            Cond::KeyIs(key) => format!("the key {key}"),
+        }
+    }
+
+    /// How the condition fails, for messages (`spec.shutdownAfterJobFinishes is not true`).
+    pub fn unmet(&self) -> String {
+        match self {
+            Cond::True { at, .. } => format!("{} is not true", at.join(".")),
+            Cond::Has { at, .. } => format!("{} is not set", at.join(".")),
+            Cond::KeyIs(key) => format!("the key is not {key}"),
+        }
+    }
 }
 
 /// The run-level fields of a kind.
@@ -280,6 +299,44 @@ pub struct Run {
     /// How often the run starts over with a fresh deadline (`None`: its deadline covers every
     /// restart).
     pub restarts: Option<Restarts>,
+    /// What ends the run's resources (the pods that hold its GPUs): the GPU-hour ceiling counts
+    /// a run by its [`Run::deadline`] only where they end with the run.
+    pub ends: Ends,
+}
+
+/// What ends a run's resources: whether the pods that hold its GPUs go when the run ends (it
+/// finishes, fails, or reaches its deadline), or outlive it.
+#[derive(Debug)]
+pub enum Ends {
+    /// The pods end with the run: its controller stops them when the run finishes or reaches
+    /// its deadline (a batch/v1 Job, a JobSet, a Volcano Job, a PyTorchJob, a TrainJob, a
+    /// bare Pod).
+    WithRun,
+    /// The pods end with the run only when the condition holds of the object as it is stored
+    /// (a RayJob's RayCluster is deleted at the end only with
+    /// `spec.shutdownAfterJobFinishes: true`); otherwise they outlive the run, and `keeps`
+    /// says what stays (for messages). Where the condition is a [`Cond::True`] field, the
+    /// queue's job defaults write it `true` where it is unset (a [`RunDefault`] of
+    /// [`Setting::EndWithRun`] at that field, before every default its condition gates); a
+    /// run stored without it has no run-level bound for the GPU-hour ceiling.
+    When { cond: Cond, keeps: &'static str },
+    /// Nothing ends them but deletion (a RayCluster, whose [`Run::deadline`] is
+    /// [`Deadline::Never`]).
+    Never,
+}
+
+impl Ends {
+    /// Why the object's resources outlive its run, if they do: (what fails, what it keeps, and
+    /// what to write). `None` for [`Ends::WithRun`], for a condition that holds, and for
+    /// [`Ends::Never`] (judged by its [`Deadline::Never`]).
+    pub fn outlives(&self, object: &Value) -> Option<(String, &'static str, String)> {
+        match self {
+            Ends::When { cond, keeps } if !cond.holds(object, object, None) => {
+                Some((cond.unmet(), keeps, cond.wanted()))
+            }
+            Ends::WithRun | Ends::When { .. } | Ends::Never => None,
+        }
+    }
 }
 
 /// The `jobDefaults` setting a [`RunDefault`] takes its value from.
@@ -293,6 +350,9 @@ pub enum Setting {
     VolcanoMaxRetry,
     /// `restartPolicy` of the pods.
     RestartPolicy,
+    /// No setting of its own: `true`, the value of the field an [`Ends::When`] run needs for
+    /// its resources to end with it, written whenever the queue's job defaults are on.
+    EndWithRun,
 }
 
 /// What already written value a [`RunDefault`] replaces, besides an absent or null one.
@@ -631,6 +691,7 @@ mod tests {
                     deadline: Deadline::EachPod,
                     defaults: &[],
                     restarts: None,
+                    ends: Ends::WithRun,
                 },
                 makes: &[],
                 controller: &[],
@@ -656,6 +717,81 @@ mod tests {
         assert_eq!(
             WorkloadKind::VolcanoJob.cel_test(),
             "request.kind.group == 'batch.volcano.sh'"
+        );
+    }
+
+    /// Every kind says what ends its resources, coherently with its deadline; a field that must
+    /// be `true` for them to end with the run is written by a run default, before every default
+    /// it gates, and such a default is written nowhere else.
+    #[test]
+    fn what_ends_a_runs_resources_is_stated_and_written_first() {
+        for k in all() {
+            assert_eq!(
+                matches!(k.run.ends, Ends::Never),
+                matches!(k.run.deadline, Deadline::Never { .. }),
+                "{}: a kind that runs until deleted has no deadline, and only it",
+                k.name
+            );
+            let ends_at = match &k.run.ends {
+                Ends::When {
+                    cond:
+                        Cond::True {
+                            from: From::Object,
+                            at,
+                        },
+                    ..
+                } => Some(*at),
+                _ => None,
+            };
+            let writes: Vec<usize> = k
+                .run
+                .defaults
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.setting == Setting::EndWithRun)
+                .map(|(i, _)| i)
+                .collect();
+            let Some(at) = ends_at else {
+                assert!(writes.is_empty(), "{}", k.name);
+                continue;
+            };
+            assert_eq!(writes.len(), 1, "{}", k.name);
+            let first = &k.run.defaults[writes[0]];
+            assert_eq!((first.at, first.replaces), (at, Replaces::Absent));
+            for (i, d) in k.run.defaults.iter().enumerate() {
+                if let Some(Cond::True { at: gate, .. }) = &d.when
+                    && *gate == at
+                {
+                    assert!(
+                        i > writes[0],
+                        "{}: {:?} is gated before it is written",
+                        k.name,
+                        d.at
+                    );
+                }
+            }
+        }
+        let ray = WorkloadKind::named("RayJob").unwrap().spec();
+        let unset = json!({"spec": {}});
+        let (unmet, _, set) = ray.run.ends.outlives(&unset).unwrap();
+        assert_eq!(
+            (unmet.as_str(), set.as_str()),
+            (
+                "spec.shutdownAfterJobFinishes is not true",
+                "spec.shutdownAfterJobFinishes: true"
+            )
+        );
+        let off = json!({"spec": {"shutdownAfterJobFinishes": false}});
+        assert!(ray.run.ends.outlives(&off).is_some());
+        let on = json!({"spec": {"shutdownAfterJobFinishes": true}});
+        assert!(ray.run.ends.outlives(&on).is_none());
+        assert!(
+            WorkloadKind::BatchJob
+                .spec()
+                .run
+                .ends
+                .outlives(&off)
+                .is_none()
         );
     }
 

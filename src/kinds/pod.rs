@@ -1,6 +1,6 @@
 //! core/v1 Pod: its own pod template.
 
-use super::{Deadline, Holders, JobSpecs, KindSpec, Kueue, Naming, Num, Position, Run};
+use super::{Deadline, Ends, Holders, JobSpecs, KindSpec, Kueue, Naming, Num, Position, Run};
 
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&POD];
@@ -30,6 +30,7 @@ pub static POD: KindSpec = KindSpec {
         ),
         defaults: &[],
         restarts: None,
+        ends: Ends::WithRun,
     },
     makes: &[],
     controller: &[],

@@ -3,7 +3,7 @@
 //! `elasticPolicy.maxReplicas`.
 
 use super::{
-    Cond, Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
+    Cond, Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
     Replaces, RoleMark, Run, RunDefault, Setting,
 };
 
@@ -77,6 +77,7 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
             },
         ],
         restarts: None,
+        ends: Ends::WithRun,
     },
     makes: &[Makes {
         kind: "Pod",

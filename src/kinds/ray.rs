@@ -11,7 +11,7 @@
 //! of its own. Ray Train sets up its own rendezvous: no PyTorch wiring.
 
 use super::{
-    Cond, Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
+    Cond, Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
     Replaces, Restarts, RoleMark, Run, RunDefault, Setting,
 };
 
@@ -72,6 +72,11 @@ static RAYCLUSTER_GROUP_SIZE: Num = Num::If {
     otherwise: &FIXED,
 };
 
+/// The field by which a RayJob's RayCluster ends with the job: without it (optional, false by
+/// default in KubeRay) the operator keeps the cluster, and its GPUs, after the job ends or
+/// reaches its deadline, until someone deletes it.
+const SHUTDOWN: &[&str] = &["spec", "shutdownAfterJobFinishes"];
+
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&RAYJOB, &RAYCLUSTER];
 
@@ -118,8 +123,23 @@ pub static RAYJOB: KindSpec = KindSpec {
             "activeDeadlineSeconds",
             "spec.activeDeadlineSeconds",
         ),
-        // The CRD defaults both to 0 before admission.
+        // The cluster ends with the job only with `shutdownAfterJobFinishes: true`, written
+        // first so the TTL it gates is written in the same pass; never over a
+        // `deletionStrategy` (KubeRay rejects some of its modes with it). The CRD defaults
+        // `backoffLimit` and `ttlSecondsAfterFinished` to 0 before admission.
         defaults: &[
+            RunDefault {
+                setting: Setting::EndWithRun,
+                at: SHUTDOWN,
+                replaces: Replaces::Absent,
+                make: false,
+                when: None,
+                unless: Some(Cond::Has {
+                    from: From::Object,
+                    at: &["spec", "deletionStrategy"],
+                }),
+                misplaced: None,
+            },
             RunDefault {
                 setting: Setting::BackoffLimit,
                 at: &["spec", "backoffLimit"],
@@ -137,7 +157,7 @@ pub static RAYJOB: KindSpec = KindSpec {
                 make: false,
                 when: Some(Cond::True {
                     from: From::Object,
-                    at: &["spec", "shutdownAfterJobFinishes"],
+                    at: SHUTDOWN,
                 }),
                 unless: None,
                 misplaced: None,
@@ -151,6 +171,13 @@ pub static RAYJOB: KindSpec = KindSpec {
             default_is: "the CRD's default",
             per_holder: None,
         }),
+        ends: Ends::When {
+            cond: Cond::True {
+                from: From::Object,
+                at: SHUTDOWN,
+            },
+            keeps: "KubeRay keeps the RayJob's RayCluster, and its GPUs, after the job ends or reaches its deadline, until it is deleted",
+        },
     },
     makes: &[
         Makes {
@@ -203,10 +230,11 @@ pub static RAYCLUSTER: KindSpec = KindSpec {
     run: Run {
         deadline: Deadline::Never {
             why: "a RayCluster runs until it is deleted",
-            set: "a RayJob's spec.activeDeadlineSeconds (a RayJob runs its own RayCluster)",
+            set: "a RayJob's spec.activeDeadlineSeconds, with spec.shutdownAfterJobFinishes: true (a RayJob runs its own RayCluster, which then ends with it)",
         },
         defaults: &[],
         restarts: None,
+        ends: Ends::Never,
     },
     makes: &[Makes {
         kind: "Pod",

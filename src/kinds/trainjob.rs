@@ -2,7 +2,7 @@
 //! its pods come from the (Cluster)TrainingRuntime it names, with `spec.trainer` applied to the
 //! runtime's `node` container. Trainer makes a JobSet named after it.
 
-use super::{Deadline, JobSpecs, KindSpec, Kueue, Makes, OWN_NAME, Run};
+use super::{Deadline, Ends, JobSpecs, KindSpec, Kueue, Makes, OWN_NAME, Run};
 
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&TRAIN_JOB];
@@ -25,6 +25,7 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
         ),
         defaults: &[],
         restarts: None,
+        ends: Ends::WithRun,
     },
     // Trainer names a TrainJob's JobSet after the TrainJob.
     makes: &[Makes {

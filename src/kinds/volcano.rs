@@ -1,8 +1,8 @@
 //! batch.volcano.sh/v1alpha1 Job: a list of tasks, each a pod template bound by its `name`.
 
 use super::{
-    Deadline, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position, Replaces,
-    Restarts, RoleMark, Run, RunDefault, Setting,
+    Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
+    Replaces, Restarts, RoleMark, Run, RunDefault, Setting,
 };
 
 /// The kinds this file describes.
@@ -64,6 +64,7 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
             default_is: "Volcano's default",
             per_holder: Some("maxRetry"),
         }),
+        ends: Ends::WithRun,
     },
     makes: &[Makes {
         kind: "Pod",

@@ -123,6 +123,7 @@ fn value_of(cfg: &JobDefaultsConfig, setting: Setting) -> Option<Value> {
         Setting::Ttl => cfg.ttl_seconds_after_finished.map(Value::from),
         Setting::VolcanoMaxRetry => cfg.volcano_max_retry.map(Value::from),
         Setting::RestartPolicy => cfg.restart_policy.clone().map(Value::from),
+        Setting::EndWithRun => Some(Value::Bool(true)),
     }
 }
 
@@ -363,6 +364,47 @@ mod tests {
         let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "t"}, "spec": {}});
         let (out, _) = mutate_with(&MUTATOR, "{}", tj.clone());
         assert_eq!(out, tj);
+    }
+
+    fn rayjob(spec: Value) -> Value {
+        json!({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"}, "spec": spec})
+    }
+
+    #[test]
+    fn a_rayjob_ends_its_cluster_with_the_job_and_a_second_pass_writes_nothing() {
+        // As the API server stores it: the CRD's defaults, no shutdownAfterJobFinishes.
+        let r = rayjob(
+            json!({"entrypoint": "python t.py", "backoffLimit": 0, "ttlSecondsAfterFinished": 0}),
+        );
+        let (out, _) = mutate_with(&MUTATOR, "{}", r);
+        assert_eq!(
+            out["spec"],
+            json!({"entrypoint": "python t.py", "backoffLimit": 0,
+                   "shutdownAfterJobFinishes": true, "ttlSecondsAfterFinished": 60})
+        );
+        let (again, _) = mutate_with(&MUTATOR, "{}", out.clone());
+        assert_eq!(again, out);
+        // Job defaults off: nothing written.
+        let bare = rayjob(json!({"entrypoint": "python t.py"}));
+        let (out, _) = mutate_with(&MUTATOR, "jobDefaults: {enabled: false}", bare.clone());
+        assert_eq!(out, bare);
+    }
+
+    #[test]
+    fn a_rayjob_that_keeps_its_cluster_on_purpose_is_left_so() {
+        // An explicit false is the tenant's (the CRD defaults nothing there): kept, with no
+        // TTL, which KubeRay rejects without shutdownAfterJobFinishes.
+        let kept = rayjob(json!({"entrypoint": "e", "shutdownAfterJobFinishes": false,
+                                 "ttlSecondsAfterFinished": 0}));
+        let (out, _) = mutate_with(&MUTATOR, "{}", kept.clone());
+        assert_eq!(out["spec"]["shutdownAfterJobFinishes"], false);
+        assert_eq!(out["spec"]["ttlSecondsAfterFinished"], 0);
+        // A deletionStrategy decides the cluster's end itself (KubeRay rejects its rules
+        // together with shutdownAfterJobFinishes).
+        let strategy =
+            rayjob(json!({"entrypoint": "e", "deletionStrategy": {"deletionRules": []}}));
+        let (out, _) = mutate_with(&MUTATOR, "{}", strategy);
+        assert!(out["spec"].get("shutdownAfterJobFinishes").is_none());
     }
 
     #[test]

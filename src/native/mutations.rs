@@ -372,18 +372,21 @@ fn run_defaults(
     cfg: &crate::mutate::job_defaults::JobDefaultsConfig,
     kind: WorkloadKind,
 ) -> Vec<String> {
-    use crate::kinds::{Replaces, Setting};
+    use crate::kinds::{Cond, From, Replaces, Setting};
     let scope = select::Scope {
         holder: "object",
         key: None,
     };
     let mut out = Vec::new();
+    // The fields written `true` so far, each with the CEL test for "it is written".
+    let mut writes_true: Vec<(&[&str], String)> = Vec::new();
     for d in kind.spec().run.defaults {
         let value = match d.setting {
             Setting::BackoffLimit => cfg.backoff_limit.map(|v| v.to_string()),
             Setting::Ttl => cfg.ttl_seconds_after_finished.map(|v| v.to_string()),
             Setting::VolcanoMaxRetry => cfg.volcano_max_retry.map(|v| v.to_string()),
             Setting::RestartPolicy => cfg.restart_policy.as_deref().map(lit),
+            Setting::EndWithRun => Some("true".to_string()),
         };
         // A misplaced field's value (a PyTorchJob's) is honoured by that kind's own branch.
         let (Some(value), None) = (value, d.misplaced) else {
@@ -402,7 +405,22 @@ fn run_defaults(
             gates.push(format!("has({at}) && {at} != null"));
         }
         if let Some(when) = &d.when {
-            gates.push(select::cond(when, scope));
+            // A field an earlier default of this pass writes `true` holds here too, as it does
+            // for the Rust mutation, which reads the object it has just written.
+            let written_true = match when {
+                Cond::True {
+                    from: From::Object,
+                    at,
+                } => writes_true
+                    .iter()
+                    .find(|(field, _)| field == at)
+                    .map(|(_, writes)| writes.clone()),
+                _ => None,
+            };
+            gates.push(match written_true {
+                Some(writes) => format!("({} || {writes})", select::cond(when, scope)),
+                None => select::cond(when, scope),
+            });
         }
         if let Some(unless) = &d.unless {
             gates.push(format!("!{}", select::cond(unless, scope)));
@@ -457,6 +475,11 @@ fn run_defaults(
         } else {
             write
         };
+        if d.setting == Setting::EndWithRun && !d.make {
+            let mut writes = gates.clone();
+            writes.push(format!("{holder_is_map} && {unset}"));
+            writes_true.push((d.at, format!("({})", writes.join(" && "))));
+        }
         out.push(if gates.is_empty() {
             op
         } else {

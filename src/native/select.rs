@@ -850,6 +850,7 @@ mod tests {
             ),
             defaults: &[],
             restarts: None,
+            ends: crate::kinds::Ends::WithRun,
         },
         makes: &[],
         controller: &[],

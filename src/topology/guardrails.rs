@@ -191,6 +191,13 @@ pub enum RunLength {
         why: String,
         set: &'static str,
     },
+    /// The run may be bounded, but its resources outlive it (its descriptor's
+    /// [`crate::kinds::Ends::When`] does not hold): why (names the field and what stays), and
+    /// what to write.
+    Outlives {
+        why: String,
+        set: String,
+    },
 }
 
 fn int(v: Option<&Value>) -> Option<i64> {
@@ -277,8 +284,15 @@ fn pod_deadlines_note(kind: WorkloadKind, object: &Value) -> String {
 /// The bound the GPU-hour ceiling reads. A pod template's `activeDeadlineSeconds` bounds one
 /// pod, not a run that starts pods in waves and replaces failed ones, so it counts only where
 /// the kind has no other (a Volcano Job), multiplied by the restarts the kind allows (its
-/// descriptor's [`crate::kinds::Run::restarts`]).
+/// descriptor's [`crate::kinds::Run::restarts`]). A run whose resources do not end with it
+/// (its descriptor's [`crate::kinds::Run::ends`]) is counted as they are: without a bound.
 pub fn run_length(kind: WorkloadKind, object: &Value) -> RunLength {
+    if let Some((unmet, keeps, set)) = kind.spec().run.ends.outlives(object) {
+        return RunLength::Outlives {
+            why: format!("{unmet}, so {keeps}"),
+            set,
+        };
+    }
     match deadline_place(kind) {
         DeadlinePlace::Run(holder, key, set) => {
             let field = set.to_string();
@@ -658,6 +672,7 @@ mod tests {
                     default_is: "the default",
                     per_holder: None,
                 }),
+                ends: Ends::WithRun,
             },
             makes: &[],
             controller: &[],
@@ -684,6 +699,7 @@ mod tests {
                 },
                 defaults: &[],
                 restarts: None,
+                ends: Ends::Never,
             },
             ..RETRIED
         }
@@ -698,6 +714,69 @@ mod tests {
             RunLength::Unbounded {
                 why: "a Forever runs until it is deleted".into(),
                 set: "a bounded kind's deadline",
+            }
+        );
+    }
+
+    /// Every kind's run length reads what ends its resources: one that outlives the run without
+    /// its condition has no bound whatever its deadline, one that ends with it is bounded by its
+    /// deadline whatever else it sets, one that never ends has none.
+    #[test]
+    fn every_kinds_run_length_respects_what_ends_its_resources() {
+        use crate::kinds::{Cond, Ends};
+        for kind in WorkloadKind::all() {
+            let spec = kind.spec();
+            // Every deadline the kinds read, set, and the RayJob's cluster kept.
+            let deadlines = json!({"apiVersion": kind.api_version(), "kind": kind.api_kind(),
+                "spec": {"activeDeadlineSeconds": 600, "shutdownAfterJobFinishes": false,
+                    "runPolicy": {"activeDeadlineSeconds": 600},
+                    "replicatedJobs": [{"name": "a", "template": {"spec": {"activeDeadlineSeconds": 600}}}],
+                    "tasks": [{"name": "a", "template": {"spec": {"activeDeadlineSeconds": 600}}}]}});
+            let length = run_length(kind, &deadlines);
+            match &spec.run.ends {
+                Ends::WithRun => assert!(
+                    matches!(length, RunLength::Bounded(RunBound { deadline: 600, .. })),
+                    "{kind:?}: {length:?}"
+                ),
+                Ends::When { cond, .. } => {
+                    assert_eq!(
+                        length,
+                        RunLength::Outlives {
+                            why: format!(
+                                "{}, so {}",
+                                cond.unmet(),
+                                spec.run.ends.outlives(&deadlines).unwrap().1
+                            ),
+                            set: cond.wanted(),
+                        },
+                        "{kind:?}"
+                    );
+                    let Cond::True { at, .. } = cond else {
+                        panic!("{kind:?}: a condition the job defaults cannot write")
+                    };
+                    let mut ends = deadlines.clone();
+                    *ends.pointer_mut(&format!("/{}", at.join("/"))).unwrap() = json!(true);
+                    assert!(
+                        matches!(
+                            run_length(kind, &ends),
+                            RunLength::Bounded(RunBound { deadline: 600, .. })
+                        ),
+                        "{kind:?}"
+                    );
+                }
+                Ends::Never => assert!(
+                    matches!(length, RunLength::Unbounded { .. }),
+                    "{kind:?}: {length:?}"
+                ),
+            }
+        }
+        let ray = WorkloadKind::named("RayJob").unwrap();
+        let unset = json!({"spec": {"activeDeadlineSeconds": 600}});
+        assert_eq!(
+            run_length(ray, &unset),
+            RunLength::Outlives {
+                why: "spec.shutdownAfterJobFinishes is not true, so KubeRay keeps the RayJob's RayCluster, and its GPUs, after the job ends or reaches its deadline, until it is deleted".into(),
+                set: "spec.shutdownAfterJobFinishes: true".into(),
             }
         );
     }

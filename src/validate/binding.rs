@@ -1038,6 +1038,7 @@ fields:
                 deadline: Deadline::EachPod,
                 defaults: &[],
                 restarts: None,
+                ends: crate::kinds::Ends::WithRun,
             },
             makes: &[],
             controller: &[],

@@ -138,6 +138,11 @@ fn over_the_ceiling(
                 Amount::Unbounded(gpus.to_string()),
             ));
         }
+        RunLength::Outlives { why, set } => {
+            return Some(format!(
+                "queue {queue:?}: {why}: its {gpus} GPUs at once ({parts}) are not bounded by the run and the GPU-hours cannot be judged; the queue allows at most {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set {set}"
+            ));
+        }
     };
     let runs = bound.runs as f64;
     let seconds = runs * bound.deadline as f64;
@@ -376,6 +381,48 @@ mod tests {
                 .denials()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_rayjob_whose_cluster_outlives_it_is_judged_as_its_cluster_is() {
+        use crate::mutate::job_defaults::MUTATOR;
+        use crate::mutate::test_support::mutate_with;
+        let ray = WorkloadKind::named("RayJob").unwrap();
+        // 2 GPUs × 1 h, well within 8 GPU-hours, as long as the cluster ends with the job.
+        let job = |spec_extra: Value| {
+            let mut r = json!({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"},
+                "spec": {"entrypoint": "e", "activeDeadlineSeconds": 3600, "rayClusterSpec": {
+                    "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h"}]}}},
+                    "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": {"spec": {
+                        "containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}}});
+            for (k, v) in spec_extra.as_object().unwrap() {
+                r["spec"][k] = v.clone();
+            }
+            r
+        };
+        let denials = |r: &Value| check("q", ray, &capped(8.0), r, "r", None).denials();
+        // Unset: the job defaults make the cluster end with the job, and it is admitted.
+        let (defaulted, _) = mutate_with(&MUTATOR, "{}", job(json!({})));
+        assert_eq!(defaulted["spec"]["shutdownAfterJobFinishes"], true);
+        assert!(denials(&defaulted).is_empty());
+        // An explicit false is kept, and the cluster it keeps is unbounded.
+        let (kept, _) = mutate_with(
+            &MUTATOR,
+            "{}",
+            job(json!({"shutdownAfterJobFinishes": false})),
+        );
+        assert_eq!(kept["spec"]["shutdownAfterJobFinishes"], false);
+        assert_eq!(
+            denials(&kept),
+            [
+                r#"queue "q": spec.shutdownAfterJobFinishes is not true, so KubeRay keeps the RayJob's RayCluster, and its GPUs, after the job ends or reaches its deadline, until it is deleted: its 2 GPUs at once (nvidia.com/gpu spec.rayClusterSpec.workerGroupSpecs[0].template: 2 × 1) are not bounded by the run and the GPU-hours cannot be judged; the queue allows at most 8 GPU-hours per run (guardrails.costCeiling.maxGpuHours): set spec.shutdownAfterJobFinishes: true"#
+            ]
+        );
+        // A RayJob without GPUs is not the ceiling's concern.
+        let mut cpu = kept.clone();
+        cpu["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+            ["resources"] = json!({});
+        assert!(denials(&cpu).is_empty());
     }
 
     proptest::proptest! {

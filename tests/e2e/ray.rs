@@ -3,7 +3,7 @@
 //! would, and that RayCluster's pods, as the operator's service account).
 
 use crate::ctx::{Ctx, mutations};
-use crate::webhook::{RAY_QUEUE, suite_config};
+use crate::webhook::{RAY_CAPPED_QUEUE, RAY_QUEUE, suite_config};
 use anyhow::{Context, Result, ensure};
 use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
@@ -222,5 +222,71 @@ pub async fn rayjob_is_limited_hardened_and_its_children_verified(ctx: &Ctx) -> 
                 .contains("exceeds maximum 4"),
         "an 8-GPU worker pod: {status} {body}"
     );
+    Ok(())
+}
+
+/// `rayjob` in the queue `queue`: its own label and its pod templates'.
+fn in_queue(mut job: Value, queue: &str) -> Value {
+    let cluster = &mut job["spec"]["rayClusterSpec"];
+    cluster["headGroupSpec"]["template"]["metadata"]["labels"]["launchgate.io/queue"] =
+        json!(queue);
+    cluster["workerGroupSpecs"][0]["template"]["metadata"]["labels"]["launchgate.io/queue"] =
+        json!(queue);
+    job["metadata"]["labels"]["launchgate.io/queue"] = json!(queue);
+    job
+}
+
+/// In a queue with a GPU-hour ceiling, a RayJob that leaves `shutdownAfterJobFinishes` unset is
+/// stored with it `true` and the queue's TTL (nothing pruned by the real CRD, nothing to patch
+/// again), so its RayCluster ends with the job and the deadline bounds its GPUs; one that keeps
+/// its cluster on purpose (`false`, written with server-side apply) is denied by the ceiling,
+/// which names the field.
+pub async fn a_rayjob_cluster_ends_with_the_job(ctx: &Ctx) -> Result<()> {
+    // 2 workers × 2 GPUs for 1 h: 4 GPU-hours, within the queue's 8 while the cluster ends.
+    let mut job = in_queue(rayjob("ray-ends", 2, 2, false, 2), RAY_CAPPED_QUEUE);
+    job["spec"]
+        .as_object_mut()
+        .context("a spec")?
+        .remove("shutdownAfterJobFinishes");
+    job["spec"]["activeDeadlineSeconds"] = json!(3600);
+    let stored = ctx.create(&job, false).await?;
+    ensure!(
+        stored["spec"]["shutdownAfterJobFinishes"] == true
+            && stored["spec"]["ttlSecondsAfterFinished"] == 60,
+        "stored RayJob spec: shutdownAfterJobFinishes {} ttlSecondsAfterFinished {}",
+        stored["spec"]["shutdownAfterJobFinishes"],
+        stored["spec"]["ttlSecondsAfterFinished"]
+    );
+    let policy = Policy::from_yaml(&suite_config()?).map_err(anyhow::Error::msg)?;
+    let request = AdmissionRequest::synthetic_create(stored.clone(), None)
+        .map_err(anyhow::Error::msg)
+        .context("a RayJob request")?;
+    let again = decide(&policy, Endpoint::Mutate, &request, &NoCluster);
+    ensure!(
+        again.response.allowed && again.patch.0.is_empty(),
+        "the stored RayJob would be patched again (pruned?): {:?}",
+        again.patch
+    );
+
+    // The same RayJob keeping its cluster, as written by a server-side apply manager.
+    let mut kept = job.clone();
+    kept["metadata"]["name"] = json!("ray-kept");
+    kept["spec"]["shutdownAfterJobFinishes"] = json!(false);
+    let denied = match ctx.apply(&kept, "tenant-ci").await {
+        Ok(stored) => anyhow::bail!(
+            "a RayJob keeping its cluster was admitted: shutdownAfterJobFinishes {}",
+            stored["spec"]["shutdownAfterJobFinishes"]
+        ),
+        Err(e) => format!("{e:#}"),
+    };
+    for part in [
+        &format!("queue \"{RAY_CAPPED_QUEUE}\""),
+        "spec.shutdownAfterJobFinishes is not true",
+        "KubeRay keeps the RayJob's RayCluster",
+        "guardrails.costCeiling.maxGpuHours",
+        "set spec.shutdownAfterJobFinishes: true",
+    ] {
+        ensure!(denied.contains(part), "{denied:?} lacks {part:?}");
+    }
     Ok(())
 }

@@ -41,6 +41,8 @@ pub const KUEUE_QUEUE: &str = "kueue-queue";
 /// The built-in queue for KubeRay: handing off to the Kueue LocalQueue `team-a`, with at most
 /// 8 GPUs per workload in all.
 pub const RAY_QUEUE: &str = "ray-queue";
+/// The KubeRay queue with a GPU-hour ceiling: at most 8 GPU-hours per run.
+pub const RAY_CAPPED_QUEUE: &str = "ray-capped-queue";
 
 /// The built-in queue with a 16 GPU-hour ceiling per run, 16 GPUs per workload in all, the
 /// Kueue LocalQueue `team-a`, TrainJobs sized by namespaced TrainingRuntimes too, and the
@@ -307,7 +309,10 @@ pub fn suite_config() -> Result<String> {
     let mut ray = config["queues"][&default_queue].clone();
     ray["kueue"] = json!({"localQueue": "team-a"});
     ray["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 8}});
+    let mut ray_capped = ray.clone();
+    ray_capped["guardrails"]["costCeiling"] = json!({"maxGpuHours": 8});
     config["queues"][RAY_QUEUE] = ray;
+    config["queues"][RAY_CAPPED_QUEUE] = ray_capped;
     let mut guarded = config["queues"][&default_queue].clone();
     guarded["pytorch"]["indexedJobs"] = json!(true);
     guarded["guardrails"]["gang"] = json!("deny");
