@@ -317,6 +317,7 @@ pub async fn start_with_event_sink(
             state.clone(),
             client,
             set.clone(),
+            opts.native_policy_slots,
             opts.native_namespace_selector.clone(),
             opts.reload_interval,
             shutdown_rx.clone(),

@@ -142,9 +142,20 @@ pub struct ServeOptions {
     /// Keep the config's native admission policies (ValidatingAdmissionPolicy,
     /// MutatingAdmissionPolicy and bindings) in the cluster, as the set named here: applied at
     /// start and after every config reload, the set's objects no longer compiled deleted (the
-    /// chart's `policyMode: native|hybrid`). Needs write access to those four kinds.
+    /// chart's `policyMode: native|hybrid`). The objects are named `<set>-q<n>-mutate` and
+    /// `<set>-q<n>-limits`, n below --native-policy-slots. Needs list and create on those four
+    /// kinds, and get, update, patch and delete on those names.
     #[arg(long, env = "LAUNCHGATE_NATIVE_POLICIES")]
     pub native_policies: Option<String>,
+    /// With --native-policies: how many queues the set has names for (a config with more
+    /// queues is not synced).
+    #[arg(
+        long,
+        env = "LAUNCHGATE_NATIVE_POLICY_SLOTS",
+        default_value_t = crate::native::DEFAULT_POLICY_SLOTS,
+        value_parser = parse_slots
+    )]
+    pub native_policy_slots: usize,
     /// The namespaceSelector (JSON) of every native binding: the namespaces the webhooks cover.
     #[arg(long, env = "LAUNCHGATE_NATIVE_NAMESPACE_SELECTOR", value_parser = parse_json_object)]
     pub native_namespace_selector: Option<serde_json::Value>,
@@ -443,6 +454,7 @@ impl Default for ServeOptions {
             admin_listen: None,
             events: false,
             native_policies: None,
+            native_policy_slots: crate::native::DEFAULT_POLICY_SLOTS,
             native_namespace_selector: None,
             pod_name: None,
             owner_watch_namespaces: Vec::new(),
@@ -472,6 +484,14 @@ impl ServeOptions {
 /// Where the development certificate's CA bundle goes without `--dev-cert-dir`.
 fn default_dev_cert_dir() -> PathBuf {
     std::env::temp_dir().join("launchgate-dev-certs")
+}
+
+/// `--native-policy-slots`: 1..=256.
+fn parse_slots(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=256).contains(&n) => Ok(n),
+        _ => Err(format!("{text:?} is not a number of slots from 1 to 256")),
+    }
 }
 
 /// A millisecond flag, at least 100 ms (a shorter read timeout or deadline fails every request).
@@ -666,5 +686,16 @@ mod tests {
             assert_eq!(check_webhook_url(good), Ok(()), "{good}");
         }
         assert!(parse(&[]).registration.check().is_ok());
+    }
+
+    #[test]
+    fn native_policy_slots_are_bounded() {
+        assert_eq!(parse(&["--native-policy-slots=3"]).native_policy_slots, 3);
+        for bad in ["0", "257", "many", "-1"] {
+            assert!(
+                Serve::try_parse_from(["serve", &format!("--native-policy-slots={bad}")]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }
