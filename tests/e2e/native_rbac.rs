@@ -221,12 +221,11 @@ pub async fn the_native_policy_role_writes_only_its_own_policies(ctx: &Ctx) -> R
             .await?
             .context("the foreign policy")?;
         ensure!(
-            still
+            !still
                 .metadata
                 .labels
                 .unwrap_or_default()
-                .get("e2e.launchgate.io/touched")
-                .is_none(),
+                .contains_key("e2e.launchgate.io/touched"),
             "the foreign policy was changed"
         );
 
