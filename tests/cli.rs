@@ -495,3 +495,25 @@ fn test_native_judges_as_the_native_policies() {
     assert!(failed[0].1.contains("volumeMounts") && failed[0].1.contains("launchgate-cache"));
     assert!(failed[2].1.contains("(strict)"), "{failed:?}");
 }
+
+#[test]
+fn serve_refuses_a_webhook_url_with_credentials_without_printing_them() {
+    let out = launchgate(&[
+        "serve",
+        "--listen=127.0.0.1:0",
+        "--webhook-url",
+        "https://u:p@127.0.0.1:1/?token=s",
+    ]);
+    assert!(!out.status.success(), "serve must not start");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stderr.contains("--webhook-url") && stderr.contains("user information"),
+        "{stderr}"
+    );
+    for secret in ["p@", "token=s"] {
+        assert!(
+            !stderr.contains(secret) && !stdout.contains(secret),
+            "{secret} printed:\n{stdout}\n{stderr}"
+        );
+    }
+}

@@ -938,6 +938,97 @@ fn policy_modes_render_what_each_needs() {
     );
 }
 
+#[test]
+fn native_policy_rights_are_limited_to_the_releases_own_names() {
+    let Some(helm) = helm() else { return };
+    let resources = [
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+        "mutatingadmissionpolicies",
+        "mutatingadmissionpolicybindings",
+    ];
+    for (values, slots) in [
+        (r#"{"policyMode":"native"}"#, 16),
+        (r#"{"policyMode":"hybrid","nativePolicySlots":3}"#, 3),
+    ] {
+        let objs = helm.render(&["--set-json", values]);
+        let role = of_kind(&objs, "ClusterRole")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == "launchgate-native-policies")
+            .expect("the native policies' ClusterRole");
+        let rules = role["rules"].as_array().unwrap();
+        // Which names each verb is granted on, per resource (None: every name).
+        for resource in resources {
+            for verb in [
+                "get", "list", "create", "update", "patch", "delete", "watch",
+            ] {
+                let grants: Vec<Option<Vec<String>>> = rules
+                    .iter()
+                    .filter(|r| {
+                        r["resources"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|x| x == resource)
+                            && r["verbs"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .any(|x| x == verb || x == "*")
+                    })
+                    .map(|r| {
+                        r["resourceNames"].as_array().map(|names| {
+                            names
+                                .iter()
+                                .map(|n| n.as_str().unwrap().to_string())
+                                .collect()
+                        })
+                    })
+                    .collect();
+                match verb {
+                    "list" | "create" => assert_eq!(grants, [None], "{resource} {verb}"),
+                    "watch" => assert!(grants.is_empty(), "{resource} {verb}"),
+                    _ => {
+                        assert_eq!(grants.len(), 1, "{resource} {verb}: {grants:?}");
+                        let names = grants[0].clone().expect("limited by resourceNames");
+                        assert_eq!(
+                            names,
+                            launchgate::native::slot_names("launchgate", slots),
+                            "{resource} {verb}"
+                        );
+                    }
+                }
+            }
+        }
+        let d: Deployment = one(&objs, "Deployment");
+        let env = deployment_env(&d);
+        assert!(
+            env.contains(&(
+                "LAUNCHGATE_NATIVE_POLICY_SLOTS".to_string(),
+                slots.to_string()
+            )),
+            "{env:?}"
+        );
+    }
+    // More queues than slots fails the install, naming the value.
+    let (ok, _, err) = helm.check(&[
+        "render",
+        "--set-json",
+        r#"{"policyMode":"native","nativePolicySlots":1,"config":{"queues":{"a":{},"b":{}}}}"#,
+    ]);
+    assert!(!ok && err.contains("nativePolicySlots"), "{err}");
+    // Webhook mode: no rights on admission policies at all.
+    let objs = helm.render(&[]);
+    assert!(of_kind(&objs, "ClusterRole").iter().all(|r| {
+        r["rules"].as_array().into_iter().flatten().all(|rule| {
+            rule["resources"].as_array().is_none_or(|rs| {
+                !rs.iter()
+                    .any(|x| resources.contains(&x.as_str().unwrap_or("")))
+            })
+        })
+    }));
+}
+
 /// The `webhook.*` values as `launchgate serve` flags (what the pod reads from its env).
 fn registration_flags(d: &Deployment) -> Vec<String> {
     deployment_env(d)

@@ -341,6 +341,8 @@ fn init_logging(format: LogFormat, level: &str) {
 
 fn serve_cmd(opts: ServeOptions) -> Result<ExitCode> {
     init_logging(opts.log_format, &opts.log_level);
+    // Before anything connects or binds: a refused flag fails the start, not a retry loop.
+    opts.registration.check()?;
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all()
         .on_thread_park(crate::server::budget::on_worker_idle);

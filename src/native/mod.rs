@@ -23,6 +23,7 @@ use crate::rules::{self, Rule};
 use crate::topology::guardrails::GangAction;
 use crate::validate::Enforcement;
 use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The label every generated object carries (what `prune` selects).
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "launchgate");
@@ -117,6 +118,87 @@ pub struct Options {
     pub policy_set: Option<String>,
     /// A namespaceSelector for every binding (the webhooks' namespace exclusions).
     pub namespace_selector: Option<Value>,
+    /// Name the objects by slot instead of by queue key: the queue with slot `n` in this map
+    /// gets `<set>-q<n>-mutate` and `<set>-q<n>-limits` ([`slot_base`]), so every name a set
+    /// can use is known in advance ([`slot_names`]: what a ClusterRole's `resourceNames` can
+    /// list). A queue missing from the map keeps its key-derived name.
+    pub slots: Option<BTreeMap<String, usize>>,
+}
+
+/// The label giving a slot-named object its slot (`q<n>`); objects without it were named by
+/// queue key.
+pub const POLICY_SLOT_LABEL: &str = "launchgate.io/policy-slot";
+
+/// How many queues a set has slots for unless told otherwise (the chart's `nativePolicySlots`).
+pub const DEFAULT_POLICY_SLOTS: usize = 16;
+
+/// The name part of the objects in slot `slot` of `set`.
+pub fn slot_base(set: &str, slot: usize) -> String {
+    format!("{set}-q{slot}")
+}
+
+/// Every object name a set of `slots` slots can use, in slot order: the only names the pods
+/// of that set update, patch or delete.
+pub fn slot_names(set: &str, slots: usize) -> Vec<String> {
+    (0..slots)
+        .flat_map(|slot| {
+            let base = slot_base(set, slot);
+            [format!("{base}-mutate"), format!("{base}-limits")]
+        })
+        .collect()
+}
+
+/// The slot of the object named `name` if it is a slot name of `set`.
+pub fn slot_of(set: &str, name: &str) -> Option<usize> {
+    let rest = name.strip_prefix(set)?.strip_prefix("-q")?;
+    let digits = rest
+        .strip_suffix("-mutate")
+        .or_else(|| rest.strip_suffix("-limits"))?;
+    if digits.is_empty() || digits.len() > 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // No leading zeros: one slot has one name.
+    if digits.len() > 1 && digits.starts_with('0') {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Gives each queue of `keys` a slot below `capacity`: the one `existing` (queue key → slot,
+/// read from the objects in the cluster) gives it when that slot is free and in range, so a
+/// config change renames nothing; the others the lowest free slots, in key order. An error
+/// when there are more queues than slots.
+pub fn assign_slots<'a>(
+    keys: impl IntoIterator<Item = &'a str>,
+    existing: &BTreeMap<String, usize>,
+    capacity: usize,
+) -> Result<BTreeMap<String, usize>, String> {
+    let keys: BTreeSet<&str> = keys.into_iter().collect();
+    if keys.len() > capacity {
+        return Err(format!(
+            "the config has {} queues, more than the {capacity} native policy slots \
+             (--native-policy-slots, the chart's nativePolicySlots)",
+            keys.len()
+        ));
+    }
+    let mut assigned = BTreeMap::new();
+    let mut taken = BTreeSet::new();
+    for &key in &keys {
+        if let Some(&slot) = existing.get(key)
+            && slot < capacity
+            && taken.insert(slot)
+        {
+            assigned.insert(key.to_string(), slot);
+        }
+    }
+    let mut free = (0..capacity).filter(|s| !taken.contains(s));
+    for &key in &keys {
+        if !assigned.contains_key(key) {
+            let slot = free.next().ok_or("no free native policy slot")?;
+            assigned.insert(key.to_string(), slot);
+        }
+    }
+    Ok(assigned)
 }
 
 fn metadata(name: &str, queue: &Queue, options: &Options) -> Value {
@@ -128,6 +210,9 @@ fn metadata(name: &str, queue: &Queue, options: &Options) -> Value {
     );
     if let Some(set) = &options.policy_set {
         labels.insert(POLICY_SET_LABEL.into(), json!(set));
+    }
+    if let Some(slot) = options.slots.as_ref().and_then(|s| s.get(&queue.key)) {
+        labels.insert(POLICY_SLOT_LABEL.into(), json!(format!("q{slot}")));
     }
     let mut annotations = serde_json::Map::new();
     annotations.insert(QUEUE_KEY_ANNOTATION.into(), json!(queue.key));
@@ -331,11 +416,11 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
     let mut objects = Vec::new();
     let mut queues = Vec::new();
     for queue in policy.queues.values() {
-        let base = format!(
-            "{}-{}",
-            options.policy_set.as_deref().unwrap_or("launchgate"),
-            slug(&queue.key)
-        );
+        let set = options.policy_set.as_deref().unwrap_or("launchgate");
+        let base = match options.slots.as_ref().and_then(|s| s.get(&queue.key)) {
+            Some(&slot) => slot_base(set, slot),
+            None => format!("{set}-{}", slug(&queue.key)),
+        };
         let mut report = QueueReport {
             queue: queue.key.clone(),
             objects: Vec::new(),
@@ -562,6 +647,98 @@ mod tests {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         );
         assert_ne!(slug("a/b"), slug("a-b"));
+    }
+
+    #[test]
+    fn slot_names_are_enumerable_and_parse_back() {
+        assert_eq!(
+            slot_names("lg", 2),
+            [
+                "lg-q0-mutate",
+                "lg-q0-limits",
+                "lg-q1-mutate",
+                "lg-q1-limits"
+            ]
+        );
+        for (slot, name) in slot_names("lg", 12).iter().enumerate() {
+            assert_eq!(slot_of("lg", name), Some(slot / 2), "{name}");
+        }
+        for foreign in [
+            "lg-gpu-queue-limits",
+            "lg-q-limits",
+            "lg-q01-limits",
+            "lg-q1-other",
+            "other-q1-limits",
+            "lg-q1",
+            "lg-q99999999999999999999-mutate",
+            "lgx-q1-mutate",
+        ] {
+            assert_eq!(slot_of("lg", foreign), None, "{foreign}");
+        }
+    }
+
+    #[test]
+    fn queues_keep_their_slots_and_new_ones_take_the_free_ones() {
+        let existing = BTreeMap::from([
+            ("b".to_string(), 0),
+            ("gone".to_string(), 1),
+            ("c".to_string(), 7),
+            // Two queues claiming one slot: the first in key order keeps it.
+            ("d".to_string(), 0),
+        ]);
+        let assigned = assign_slots(["a", "b", "c", "d"], &existing, 4).unwrap();
+        assert_eq!(
+            assigned,
+            BTreeMap::from([
+                ("a".to_string(), 1),
+                ("b".to_string(), 0),
+                ("c".to_string(), 2),
+                ("d".to_string(), 3),
+            ])
+        );
+        let err = assign_slots(["a", "b", "c"], &BTreeMap::new(), 2).unwrap_err();
+        assert!(
+            err.contains("3 queues") && err.contains("2 native policy slots"),
+            "{err}"
+        );
+        assert!(assign_slots([], &existing, 1).unwrap().is_empty());
+    }
+
+    #[test]
+    fn slot_named_objects_bind_their_own_policies() {
+        let policy = Policy::embedded_default();
+        let slots: BTreeMap<String, usize> = policy
+            .queues
+            .keys()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), i + 3))
+            .collect();
+        let compiled = compile(
+            &policy,
+            &Options {
+                policy_set: Some("lg".into()),
+                slots: Some(slots.clone()),
+                ..Options::default()
+            },
+        );
+        let allowed = slot_names("lg", 3 + slots.len());
+        assert!(!compiled.objects.is_empty());
+        for object in &compiled.objects {
+            let name = object["metadata"]["name"].as_str().unwrap();
+            assert!(allowed.iter().any(|a| a == name), "{name}");
+            let key = object["metadata"]["annotations"][QUEUE_KEY_ANNOTATION]
+                .as_str()
+                .unwrap();
+            let slot = slots[key];
+            assert_eq!(slot_of("lg", name), Some(slot));
+            assert_eq!(
+                object["metadata"]["labels"][POLICY_SLOT_LABEL],
+                format!("q{slot}")
+            );
+            if let Some(bound) = object["spec"]["policyName"].as_str() {
+                assert_eq!(bound, name);
+            }
+        }
     }
 
     #[test]

@@ -209,6 +209,7 @@ pub async fn start_with_event_sink(
     cluster: Option<Arc<dyn ClusterView>>,
     sink: Option<Arc<dyn events::EventSink>>,
 ) -> Result<RunningServer> {
+    opts.registration.check()?;
     let policy = load_policy(opts.config.as_deref())?;
     for warning in &policy.warnings {
         tracing::warn!(%warning, "config loads, but a limit does not hold as written");
@@ -316,6 +317,7 @@ pub async fn start_with_event_sink(
             state.clone(),
             client,
             set.clone(),
+            opts.native_policy_slots,
             opts.native_namespace_selector.clone(),
             opts.reload_interval,
             shutdown_rx.clone(),

@@ -2,16 +2,26 @@
 //! at start and after every config reload, each compiled object is server-side applied
 //! (field manager `launchgate`), and the set's objects the config no longer compiles are
 //! deleted. A failed sync is logged and retried at the next interval; serving is unaffected.
+//!
+//! The objects are named by slot (`<set>-q<n>-mutate`, `<set>-q<n>-limits`, n below the
+//! slot count), never by queue, so the names the pods may update, patch and delete are known
+//! before the config is (the chart's ClusterRole lists them in `resourceNames`). A queue keeps
+//! the slot its objects in the cluster have across config changes.
+//!
+//! Required RBAC on `validatingadmissionpolicies`, `validatingadmissionpolicybindings`,
+//! `mutatingadmissionpolicies` and `mutatingadmissionpolicybindings`: `list` (all of the set's
+//! objects, by label) and `create` (RBAC cannot limit `create` by name), and `get`, `update`,
+//! `patch` and `delete` limited to [`native::slot_names`] of the set.
 
 use super::AppState;
-use crate::native::{self, POLICY_SET_LABEL};
+use crate::native::{self, POLICY_SET_LABEL, QUEUE_KEY_ANNOTATION};
 use crate::policy::Policy;
 use anyhow::{Context, Result};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -35,17 +45,53 @@ fn resource(kind: &str) -> ApiResource {
     )
 }
 
-/// Applies the set's objects for `policy` and deletes the set's others; what it did.
+/// The slot each queue's objects of `set` have in the cluster (queue key → slot), read from
+/// the policies' names and queue-key annotations.
+async fn existing_slots(client: &kube::Client, set: &str) -> Result<BTreeMap<String, usize>> {
+    let selector = ListParams::default().labels(&format!("{POLICY_SET_LABEL}={set}"));
+    let mut slots = BTreeMap::new();
+    for kind in [KINDS[2], KINDS[0]] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+        let list = api
+            .list_metadata(&selector)
+            .await
+            .with_context(|| format!("listing {kind}s of set {set}"))?;
+        for item in list.items {
+            let slot = item
+                .metadata
+                .name
+                .as_deref()
+                .and_then(|name| native::slot_of(set, name));
+            let key = item
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(QUEUE_KEY_ANNOTATION));
+            if let (Some(slot), Some(key)) = (slot, key) {
+                slots.entry(key.clone()).or_insert(slot);
+            }
+        }
+    }
+    Ok(slots)
+}
+
+/// Applies the set's objects for `policy` (its queues in at most `slots` slots) and deletes
+/// the set's others; what it did.
 pub async fn sync(
     client: &kube::Client,
     policy: &Policy,
     set: &str,
+    slots: usize,
     namespace_selector: Option<&Value>,
 ) -> Result<(usize, usize)> {
+    let existing = existing_slots(client, set).await?;
+    let assigned = native::assign_slots(policy.queues.keys().map(String::as_str), &existing, slots)
+        .map_err(anyhow::Error::msg)?;
     let options = native::Options {
         config_hash: None,
         policy_set: Some(set.to_string()),
         namespace_selector: namespace_selector.cloned(),
+        slots: Some(assigned),
     };
     let compiled = native::compile(policy, &options);
     let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
@@ -103,6 +149,7 @@ pub(crate) fn spawn(
     state: Arc<AppState>,
     client: kube::Client,
     set: String,
+    slots: usize,
     namespace_selector: Option<Value>,
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
@@ -112,7 +159,7 @@ pub(crate) fn spawn(
         loop {
             let policy = state.policy.load_full();
             if synced.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &policy)) {
-                match sync(&client, &policy, &set, namespace_selector.as_ref()).await {
+                match sync(&client, &policy, &set, slots, namespace_selector.as_ref()).await {
                     Ok((applied, deleted)) => {
                         tracing::info!(set = %set, applied, deleted, "native admission policies in step with the config");
                         synced = Some(policy);

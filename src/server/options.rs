@@ -142,9 +142,20 @@ pub struct ServeOptions {
     /// Keep the config's native admission policies (ValidatingAdmissionPolicy,
     /// MutatingAdmissionPolicy and bindings) in the cluster, as the set named here: applied at
     /// start and after every config reload, the set's objects no longer compiled deleted (the
-    /// chart's `policyMode: native|hybrid`). Needs write access to those four kinds.
+    /// chart's `policyMode: native|hybrid`). The objects are named `<set>-q<n>-mutate` and
+    /// `<set>-q<n>-limits`, n below --native-policy-slots. Needs list and create on those four
+    /// kinds, and get, update, patch and delete on those names.
     #[arg(long, env = "LAUNCHGATE_NATIVE_POLICIES")]
     pub native_policies: Option<String>,
+    /// With --native-policies: how many queues the set has names for (a config with more
+    /// queues is not synced).
+    #[arg(
+        long,
+        env = "LAUNCHGATE_NATIVE_POLICY_SLOTS",
+        default_value_t = crate::native::DEFAULT_POLICY_SLOTS,
+        value_parser = parse_slots
+    )]
+    pub native_policy_slots: usize,
     /// The namespaceSelector (JSON) of every native binding: the namespaces the webhooks cover.
     #[arg(long, env = "LAUNCHGATE_NATIVE_NAMESPACE_SELECTOR", value_parser = parse_json_object)]
     pub native_namespace_selector: Option<serde_json::Value>,
@@ -305,7 +316,64 @@ impl Default for RegistrationOptions {
     }
 }
 
+/// Why `url` cannot be a webhook base URL (`--webhook-url`), without quoting it: the API
+/// server takes only `https://host[:port][/path]`, and the parts it refuses (userinfo, query,
+/// fragment) are where a secret would be, which its refusal would quote on every retry.
+pub fn check_webhook_url(url: &str) -> Result<(), String> {
+    let mut problems: Vec<&str> = Vec::new();
+    let rest = match url.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => rest,
+        Some((scheme, rest)) => {
+            problems.push(if scheme.eq_ignore_ascii_case("http") {
+                "its scheme is http (the API server calls webhooks over https only)"
+            } else {
+                "its scheme is not https"
+            });
+            rest
+        }
+        None => {
+            problems.push("it is not an https:// URL");
+            url
+        }
+    };
+    let before_query = rest.split(['?', '#']).next().unwrap_or_default();
+    let host = before_query.split('/').next().unwrap_or_default();
+    // An unescaped `/` or `@` in a password: any `@` before the query is userinfo to someone.
+    if before_query.contains('@') {
+        problems.push("it carries user information (user:password@), which the API server refuses");
+    } else if host.is_empty() || host.starts_with(':') {
+        problems.push("it names no host");
+    }
+    if rest.contains('?') {
+        problems.push("it carries a query (?...), which the API server refuses");
+    }
+    if rest.contains('#') {
+        problems.push("it carries a fragment (#...), which the API server refuses");
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        problems.push("it contains whitespace or control characters");
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "--webhook-url must be https://host[:port][/path]: {} (the URL is not shown: \
+             those parts may hold a secret)",
+            problems.join("; ")
+        ))
+    }
+}
+
 impl RegistrationOptions {
+    /// The flags that cannot be checked one by one: a `--webhook-url` the API server would
+    /// refuse (see [`check_webhook_url`]).
+    pub fn check(&self) -> anyhow::Result<()> {
+        if let Some(url) = &self.webhook_url {
+            check_webhook_url(url).map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
+    }
+
     /// The settings of the webhooks named `name`, served at `listen` when no Service or URL is
     /// given, with `ca_bundle` (PEM).
     pub fn settings(&self, name: &str, listen: SocketAddr, ca_bundle: String) -> Settings {
@@ -386,6 +454,7 @@ impl Default for ServeOptions {
             admin_listen: None,
             events: false,
             native_policies: None,
+            native_policy_slots: crate::native::DEFAULT_POLICY_SLOTS,
             native_namespace_selector: None,
             pod_name: None,
             owner_watch_namespaces: Vec::new(),
@@ -415,6 +484,14 @@ impl ServeOptions {
 /// Where the development certificate's CA bundle goes without `--dev-cert-dir`.
 fn default_dev_cert_dir() -> PathBuf {
     std::env::temp_dir().join("launchgate-dev-certs")
+}
+
+/// `--native-policy-slots`: 1..=256.
+fn parse_slots(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=256).contains(&n) => Ok(n),
+        _ => Err(format!("{text:?} is not a number of slots from 1 to 256")),
+    }
 }
 
 /// A millisecond flag, at least 100 ms (a shorter read timeout or deadline fails every request).
@@ -572,5 +649,53 @@ mod tests {
     fn the_certificate_flags_come_in_pairs() {
         let err = Serve::try_parse_from(["serve", "--tls-cert=a.crt"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+    }
+
+    #[test]
+    fn a_webhook_url_the_api_server_refuses_is_refused_without_quoting_it() {
+        for (url, problem) in [
+            ("https://user:pw@host:8443/x", "user information"),
+            ("https://host/?token=s3cret", "query"),
+            ("https://host/base#s3cret", "fragment"),
+            ("http://host:8443", "http"),
+            ("ftp://host", "not https"),
+            ("host:8443", "not an https:// URL"),
+            ("https:///path", "no host"),
+            ("https://:8443", "no host"),
+            ("https://ho st", "whitespace"),
+            // A password with an unescaped `/`: still userinfo.
+            ("https://u:pa/ss@host", "user information"),
+        ] {
+            let o = parse(&[&format!("--webhook-url={url}")]);
+            let err = o.registration.check().expect_err(url).to_string();
+            assert!(err.contains(problem), "{url}: {err}");
+            assert!(err.contains("--webhook-url"), "{err}");
+            for secret in ["pw", "s3cret", "ss@"] {
+                assert!(!err.contains(secret), "{url}: {err}");
+            }
+        }
+        let all = check_webhook_url("http://u:pw@h/?q=1#f").unwrap_err();
+        for problem in ["http", "user information", "query", "fragment"] {
+            assert!(all.contains(problem), "{all}");
+        }
+        for good in [
+            "https://127.0.0.1:8443",
+            "https://[::1]:8443/base",
+            "HTTPS://webhook.example:443/lg",
+        ] {
+            assert_eq!(check_webhook_url(good), Ok(()), "{good}");
+        }
+        assert!(parse(&[]).registration.check().is_ok());
+    }
+
+    #[test]
+    fn native_policy_slots_are_bounded() {
+        assert_eq!(parse(&["--native-policy-slots=3"]).native_policy_slots, 3);
+        for bad in ["0", "257", "many", "-1"] {
+            assert!(
+                Serve::try_parse_from(["serve", &format!("--native-policy-slots={bad}")]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

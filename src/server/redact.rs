@@ -4,8 +4,12 @@
 //! `…/v1/traces?api_key=…` (a query value). Every URL launchgate logs, prints or puts in an
 //! error goes through [`url`] (one URL) or [`in_text`] (any text that may contain URLs, such as
 //! an error from a client library or the API server): the userinfo becomes `***` and the value
-//! of every query parameter whose name looks like a secret becomes `***`. The URL used to
-//! connect is never changed.
+//! of every query parameter whose name looks like a secret becomes `***` (in a text of unknown
+//! origin, every query value). The URL used to connect is never changed.
+//!
+//! The API server quotes the parts of a URL it refuses without the rest of the URL
+//! (`webhooks[0].clientConfig.url: Invalid value: "user:pw": user information is not permitted
+//! in the URL`, the same for the query and the fragment): [`in_text`] masks those values too.
 
 use std::borrow::Cow;
 
@@ -31,16 +35,37 @@ const SECRET_NAMES: [&str; 12] = [
 /// `url` (with or without a scheme) with its userinfo and secret-looking query values masked.
 pub fn url(url: &str) -> String {
     match url.find("://") {
-        Some(i) => format!("{}{}", &url[..i + 3], after_scheme(&url[i + 3..])),
-        None => after_scheme(url),
+        Some(i) => format!("{}{}", &url[..i + 3], after_scheme(&url[i + 3..], false)),
+        None => after_scheme(url, false),
     }
 }
 
-/// `text` with every `scheme://…` URL in it redacted as [`url`] does (a URL ends at whitespace,
-/// a quote, `<`, `>` or a backquote).
+/// What the API server says after quoting a URL part it refuses (`field.Invalid` of the
+/// webhook URL validation): the quoted value is the userinfo, the query or the fragment.
+const REFUSED_URL_PARTS: [&str; 3] = [
+    ": user information is not permitted",
+    ": query parameters are not permitted",
+    ": fragments are not permitted",
+];
+
+/// `text` with every `scheme://…` URL in it redacted as [`url`] does, but with every query
+/// value masked (a URL ends at whitespace, a quote, `<`, `>`, a backquote or a backslash), and every URL
+/// part the API server quotes in a refusal masked whole.
 pub fn in_text(text: &str) -> Cow<'_, str> {
+    let quoted = refused_parts(text);
+    let Some(urls) = urls_in(quoted.as_deref().unwrap_or(text)) else {
+        return match quoted {
+            Some(owned) => Cow::Owned(owned),
+            None => Cow::Borrowed(text),
+        };
+    };
+    Cow::Owned(urls)
+}
+
+/// `text` with its URLs redacted (every query value masked); `None` when it has none.
+fn urls_in(text: &str) -> Option<String> {
     if !text.contains("://") {
-        return Cow::Borrowed(text);
+        return None;
     }
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -48,17 +73,84 @@ pub fn in_text(text: &str) -> Cow<'_, str> {
         let (head, tail) = rest.split_at(i + 3);
         out.push_str(head);
         let end = tail
-            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '`'))
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '`' | '\\'))
             .unwrap_or(tail.len());
-        out.push_str(&after_scheme(&tail[..end]));
+        out.push_str(&after_scheme(&tail[..end], true));
         rest = &tail[end..];
     }
     out.push_str(rest);
-    Cow::Owned(out)
+    Some(out)
 }
 
-/// Redacts a URL without its `scheme://`: `[userinfo@]host[:port][/path][?query][#fragment]`.
-fn after_scheme(url: &str) -> String {
+/// `text` with the value of every `Invalid value: "…": <a refused URL part>` masked (the quotes
+/// plain or backslash-escaped, as in a JSON or Debug rendering of the message); `None` when
+/// there is none.
+fn refused_parts(text: &str) -> Option<String> {
+    const INVALID: &str = "Invalid value: ";
+    if !text.contains(INVALID) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut changed = false;
+    while let Some(i) = rest.find(INVALID) {
+        let (head, tail) = rest.split_at(i + INVALID.len());
+        out.push_str(head);
+        rest = tail;
+        let quote = if tail.starts_with("\\\"") {
+            "\\\""
+        } else if tail.starts_with('"') {
+            "\""
+        } else {
+            continue;
+        };
+        let value = &tail[quote.len()..];
+        let Some(end) = closing_quote(value, quote) else {
+            continue;
+        };
+        let after = &value[end + quote.len()..];
+        if REFUSED_URL_PARTS.iter().any(|p| after.starts_with(p)) {
+            out.push_str(quote);
+            out.push_str(MASK);
+            out.push_str(quote);
+            rest = after;
+            changed = true;
+        }
+    }
+    out.push_str(rest);
+    changed.then_some(out)
+}
+
+/// Where `quote` (`"` or `\"`) closes the quoted `value` (its escapes skipped).
+fn closing_quote(value: &str, quote: &str) -> Option<usize> {
+    if quote == "\"" {
+        let bytes = value.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => i += 2,
+                b'"' => return Some(i),
+                _ => i += 1,
+            }
+        }
+        None
+    } else {
+        // Escaped once more: an inner quote is `\\\"`, the closing one `\"` not after `\\`.
+        let mut from = 0;
+        while let Some(j) = value[from..].find(quote) {
+            let at = from + j;
+            if !value[..at].ends_with("\\\\") || value[..at].ends_with("\\\\\\\\") {
+                return Some(at);
+            }
+            from = at + quote.len();
+        }
+        None
+    }
+}
+
+/// Redacts a URL without its `scheme://`: `[userinfo@]host[:port][/path][?query][#fragment]`;
+/// with `every_value`, every query value is masked, else those with a secret-looking name.
+fn after_scheme(url: &str, every_value: bool) -> String {
     let (before_query, query) = match url.find(['?', '#']) {
         Some(i) => url.split_at(i),
         None => (url, ""),
@@ -79,7 +171,7 @@ fn after_scheme(url: &str) -> String {
                 out.push('&');
             }
             match pair.split_once('=') {
-                Some((name, value)) if !value.is_empty() && secret_name(name) => {
+                Some((name, value)) if !value.is_empty() && (every_value || secret_name(name)) => {
                     out.push_str(name);
                     out.push('=');
                     out.push_str(MASK);
@@ -135,5 +227,40 @@ mod tests {
             r#"OTEL_EXPORTER_OTLP_ENDPOINT: "ftp://***@c/x?sig=***" is not an http:// or https:// URL; see https://***@docs.example/otel"#
         );
         assert!(matches!(in_text("no url here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn the_api_servers_refusal_of_a_webhook_url_is_redacted() {
+        // What the API server answers (422) to a webhook URL with userinfo, query and fragment.
+        let refusal = r#"applying ValidatingWebhookConfiguration lg: ApiError: ValidatingWebhookConfiguration.admissionregistration.k8s.io "lg" is invalid: [webhooks[0].clientConfig.url: Invalid value: "user:pw": user information is not permitted in the URL, webhooks[0].clientConfig.url: Invalid value: "token=s3cret&x=1": query parameters are not permitted in the URL, webhooks[0].clientConfig.url: Invalid value: "frag\"s": fragments are not permitted in the URL, webhooks[0].name: Invalid value: "kept": a lowercase RFC 1123 subdomain]: Invalid (ErrorResponse { status: "Failure", message: "... Invalid value: \"user:pw\": user information is not permitted in the URL, url: \"https://user:pw@host/validate?token=s3cret&x=1\"", code: 422 })"#;
+        let shown = in_text(refusal);
+        for secret in ["user:pw", "pw@", "s3cret", "x=1", r#"frag\"s"#] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains(r#"Invalid value: "***": user information is not permitted"#));
+        assert!(shown.contains(r#"Invalid value: "***": query parameters are not permitted"#));
+        assert!(shown.contains(r#"Invalid value: "***": fragments are not permitted"#));
+        assert!(shown.contains(r#"Invalid value: \"***\": user information"#));
+        assert!(shown.contains("https://***@host/validate?token=***&x=***"));
+        // Other invalid values are not URL parts: kept.
+        assert!(shown.contains(r#"Invalid value: "kept": a lowercase"#));
+        assert!(shown.contains("webhooks[0].clientConfig.url"));
+    }
+
+    #[test]
+    fn every_query_value_in_a_text_is_masked_and_odd_text_is_kept() {
+        assert_eq!(
+            in_text("calling https://h/v?tenant=a&flag failed"),
+            "calling https://h/v?tenant=***&flag failed"
+        );
+        for odd in [
+            r#"Invalid value: "unterminated: user information is not permitted"#,
+            "Invalid value: ",
+            r#"Invalid value: "\"#,
+            r#"Invalid value: \""#,
+            "Invalid value: 3: must be positive",
+        ] {
+            assert_eq!(in_text(odd), odd);
+        }
     }
 }

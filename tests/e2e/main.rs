@@ -24,6 +24,7 @@ mod guardrails;
 mod jobset_order;
 mod launch_stack;
 mod native;
+mod native_rbac;
 mod observability;
 mod pytorch_guarantees;
 mod ray;
@@ -148,6 +149,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(native::a_pytorchjob_is_judged_the_same_every_time),
         e2e!(native::hybrid_mode_enforces_while_the_webhook_is_down),
         e2e!(native::the_server_keeps_native_policies_in_step_with_its_config),
+        e2e!(native_rbac::the_native_policy_role_writes_only_its_own_policies),
         e2e!(
             registration::a_first_install_admits_launch_workloads_until_a_replica_registers,
             unregistered

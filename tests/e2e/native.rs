@@ -918,10 +918,13 @@ pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx)
     )
     .await?;
     let result = async {
+        // Slots in key order at first (extra-queue 0, gpu-queue 1); a queue keeps its slot
+        // when another goes.
         let names = |queue: &str| {
+            let slot = if queue == "extra-queue" { 0 } else { 1 };
             BTreeSet::from([
-                format!("{set}-{queue}-mutate"),
-                format!("{set}-{queue}-limits"),
+                format!("{set}-q{slot}-mutate"),
+                format!("{set}-q{slot}-limits"),
             ])
         };
         let both: BTreeSet<String> = names("gpu-queue")
