@@ -1,7 +1,7 @@
 //! The rule table: every denial launchgate makes is one [`Rule`] here — a queue limit, a launch
 //! guardrail, the PyTorch wiring's `onUnwirable: deny`, the Kueue labels, and the few denials of
 //! launchgate's own (an unverifiable TrainJob runtime, a forged exemption mark, an unjudgeable
-//! Scale, an object too dense to review).
+//! Scale, an object too dense or too slow to review).
 //!
 //! A check reports a [`Violation`] naming its rule; metrics
 //! (`launchgate_violations_total{rule}`), Kubernetes Events, the decision log, the audit's
@@ -276,6 +276,18 @@ pub const SERVER_TOO_DENSE: &Rule = &Rule {
     update: OnUpdate::Every,
 };
 
+/// A request whose object would take longer to review than the request deadline allows.
+pub const SERVER_TOO_SLOW: &Rule = &Rule {
+    id: "server.tooSlow",
+    config_key: "--request-deadline-ms",
+    meaning: "the object's shape alone (tens of thousands of containers) would take longer to review than half the request deadline, so the answer would come after the API server gave up: denied unreviewed",
+    action: "split the workload, or raise the request deadline and the webhook's timeoutSeconds together",
+    native: Native::WebhookOnly(
+        "a request deadline is the webhook's; the API server bounds a policy's CEL cost itself",
+    ),
+    update: OnUpdate::Every,
+};
+
 /// Every rule, in the order the reference lists them.
 pub const RULES: &[&Rule] = &[
     LIMITS_ALLOWED_NAMESPACES,
@@ -294,6 +306,7 @@ pub const RULES: &[&Rule] = &[
     EXEMPTIONS_UNEARNED_MARK,
     SCALE_UNREADABLE_OWNER,
     SERVER_TOO_DENSE,
+    SERVER_TOO_SLOW,
 ];
 
 /// The rule with `id`.

@@ -82,12 +82,15 @@ struct Playground {
 }
 
 fn playground() -> Playground {
+    playground_with(&[])
+}
+
+/// [`playground`] with extra flags.
+fn playground_with(flags: &[&str]) -> Playground {
     let mut guard = spawn(
-        Command::new(env!("CARGO_BIN_EXE_launchgate")).args([
-            "playground",
-            "--listen",
-            "127.0.0.1:0",
-        ]),
+        Command::new(env!("CARGO_BIN_EXE_launchgate"))
+            .args(["playground", "--listen", "127.0.0.1:0"])
+            .args(flags),
         false,
     );
     let line = line_with(&mut guard, "launchgate playground: ");
@@ -274,6 +277,43 @@ async fn the_api_imports_a_wandb_queue_and_reports_warnings_and_exemptions() {
             .contains("exemption \"wandb-image-builds\" does not apply"),
         "{alice}"
     );
+}
+
+/// A Pod of 40,000 tiny containers, the densest that fits the request body: refused unjudged
+/// with the reason, under `serve`'s memory budget and, with memory to spare, its deadline;
+/// the playground keeps judging afterwards.
+#[tokio::test]
+async fn a_manifest_too_large_to_judge_within_budget_and_deadline_is_refused() {
+    let containers: String = (0..40_000)
+        .map(|i| format!("{{name: c{i},image: x}},"))
+        .collect();
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: dense, namespace: ml, labels: {{wandb.ai/monitor: 'true'}}}}\nspec: {{containers: [{}]}}\n",
+        containers.trim_end_matches(',')
+    );
+    for (flags, says) in [
+        (
+            ["--memory-budget-mib=512", "--request-deadline-ms=4000"],
+            "more than launchgate's memory budget of 512 MiB",
+        ),
+        (
+            ["--memory-budget-mib=65536", "--request-deadline-ms=4000"],
+            "more than the 2000 ms launchgate allows a review (half its request deadline)",
+        ),
+    ] {
+        let p = playground_with(&flags);
+        let (status, answer) = post(&p.base, &json!({"manifest": manifest})).await;
+        assert_eq!(status, 413, "{flags:?}: {answer}");
+        assert_eq!(answer["input"], "manifest", "{answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(
+            error.contains("40000 containers") && error.contains(says),
+            "{flags:?}: {error}"
+        );
+        let (status, answer) = post(&p.base, &json!({"manifest": TWO_GPUS})).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["results"][0]["verdict"], "allowed", "{answer}");
+    }
 }
 
 #[tokio::test]

@@ -288,6 +288,19 @@ fn trigger(rule: &str) -> Option<(&'static str, Value)> {
             });
             ("/validate", review(("", "v1", "pods"), pod, "ml"))
         }
+        "server.tooSlow" => {
+            // Within the memory budget, but more containers than the server's short request
+            // deadline leaves time to review.
+            let containers: Vec<Value> = (0..800)
+                .map(|i| json!({"name": format!("c{i}"), "image": "busybox"}))
+                .collect();
+            let pod = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "wide", "namespace": "ml", "labels": labels("plain")},
+                "spec": {"containers": containers},
+            });
+            ("/mutate", review(("", "v1", "pods"), pod, "ml"))
+        }
         _ => return None,
     })
 }
@@ -319,6 +332,10 @@ async fn every_rule_of_the_table_is_counted_under_its_own_id() {
         config: Some(config),
         // Small enough that a Pod of 20,000 containers can never fit, ample for the others.
         memory_budget: Some(16 << 20),
+        // Short enough that a Pod of 800 containers takes longer than the half of it a review
+        // may (the others are small bodies, never estimated); the deadline bounds only waits,
+        // which sequential requests do not have.
+        request_deadline: std::time::Duration::from_millis(200),
         ..options(dir.path())
     };
     let srv = TestServer::new(start(opts, None).await.expect("server starts"), dir);
@@ -393,6 +410,7 @@ fn every_trigger_is_for_a_rule_of_the_table() {
         "exemptions.unearnedMark",
         "scale.unreadableOwner",
         "server.tooDense",
+        "server.tooSlow",
     ];
     for id in known {
         assert!(trigger(id).is_some(), "{id}");

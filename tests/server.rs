@@ -209,3 +209,77 @@ fn tokio_stream_from(
 ) -> impl futures_core::Stream<Item = Result<Vec<u8>, std::io::Error>> {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
+
+/// A Pod of `n` containers in the default queue of the built-in policy, as a CREATE review,
+/// each container `make(i)`.
+fn wide_pod(n: usize, make: impl Fn(usize) -> Value) -> Vec<u8> {
+    let mut review = fixture_json("create-pod-launch-acme-mnist-mzxkz.json");
+    review["request"]["object"]["spec"]["containers"] = (0..n).map(make).collect();
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// A Pod of 40,000 tiny containers (1.2 MB) fits the memory budget of a replica without a
+/// memory limit (512 MiB) but would keep a core busy past the request deadline: both endpoints
+/// deny it unreviewed at once, naming the rule and the containers, while a launch Pod of 200
+/// containers is still reviewed and patched.
+#[tokio::test]
+async fn an_object_that_would_outlast_the_deadline_is_denied_unreviewed() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = launchgate::server::ServeOptions {
+        memory_budget: Some(512 << 20),
+        ..common::options(dir.path())
+    };
+    let srv = common::start_with(opts, dir).await;
+    let wide = wide_pod(
+        40_000,
+        |i| serde_json::json!({"name": format!("c{i}"), "image": "x"}),
+    );
+    assert!(wide.len() > 1_000_000, "{} bytes", wide.len());
+    for path in ["/mutate", "/validate"] {
+        let answer = srv.post_json(path, wide.clone()).await;
+        let response = &answer["response"];
+        assert_eq!(response["allowed"], false, "{path}: {response}");
+        assert_eq!(response["uid"], "2fcf3d15-b6df-451c-a30b-6b4c4ed69a3a");
+        assert!(response.get("patch").is_none(), "{path}: {response}");
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(
+                "launchgate: the object is too large to review in time: 40000 containers take up to "
+            ) && message.contains("more than the 2000 ms launchgate allows a review"),
+            "{path}: {message}"
+        );
+    }
+    let metrics = srv.metrics().await;
+    for endpoint in ["mutate", "validate"] {
+        let line = format!(
+            "launchgate_admission_request_errors_total{{endpoint=\"{endpoint}\",reason=\"too_slow\"}} 1"
+        );
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains(
+            r#"launchgate_violations_total{queue="",rule="server.tooSlow",enforcement="deny"} 2"#
+        ),
+        "{metrics}"
+    );
+
+    // A launch Pod of 200 ordinary containers is reviewed as ever.
+    let usual = wide_pod(200, |i| {
+        serde_json::json!({"name": format!("worker-{i}"), "image": "ghcr.io/acme/train:1",
+            "env": [{"name": "RANK", "value": i.to_string()}],
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}})
+    });
+    let answer = srv.post_json("/mutate", usual.clone()).await;
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let patch = decode_patch(&answer["response"]).expect("the Pod is patched");
+    assert!(!patch.0.is_empty());
+    let answer = srv.post_json("/validate", usual).await;
+    assert!(answer["response"]["allowed"].is_boolean(), "{answer}");
+    assert!(
+        !answer["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("too large to review"),
+        "{answer}"
+    );
+}

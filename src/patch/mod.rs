@@ -23,6 +23,7 @@ use json_patch::jsonptr::{PointerBuf, Token};
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
 
 /// One step from a value into a member or an element.
@@ -122,8 +123,9 @@ impl<'a> Path<'a> {
 struct Place {
     /// Recorded here, with the value before (`None`: absent).
     old: Option<Option<Value>>,
-    /// The places below, by their (decoded) token.
-    below: Vec<(String, Place)>,
+    /// The places below, by their (decoded) token: found by a look-up, not a scan, since a
+    /// list of thousands of containers has a place per element written.
+    below: BTreeMap<String, Place>,
 }
 
 /// What the mutators wrote: the places, each with its value before.
@@ -153,14 +155,14 @@ impl Recorder {
                 return;
             }
             let token = token_of(step);
-            let at = match place.below.iter().position(|(t, _)| *t == *token) {
-                Some(at) => at,
-                None => {
-                    place.below.push((token.into_owned(), Place::default()));
-                    place.below.len() - 1
-                }
-            };
-            place = &mut place.below[at].1;
+            // Looked up by the borrowed token first: most writes go to places known already.
+            if !place.below.contains_key(token.as_ref()) {
+                place.below.insert(token.to_string(), Place::default());
+            }
+            place = place
+                .below
+                .get_mut(token.as_ref())
+                .expect("the place was just found or made");
         }
         if place.old.is_some() {
             return;
@@ -185,7 +187,8 @@ impl Recorder {
 /// Puts back, inside `value`, the values the places `below` it had (their writes undone):
 /// an array's elements from the last, so that an appended element is taken away before the
 /// ones before it.
-fn restore(value: &mut Value, mut below: Vec<(String, Place)>) {
+fn restore(value: &mut Value, below: BTreeMap<String, Place>) {
+    let mut below: Vec<(String, Place)> = below.into_iter().collect();
     if value.is_array() {
         below.sort_by_key(|(token, _)| std::cmp::Reverse(token.parse::<usize>().unwrap_or(0)));
     }

@@ -78,10 +78,22 @@ async fn admission(
         let cost = budget::review_cost(&body);
         // Memory first (a large review waits until its share fits), then a processing slot;
         // both within the request deadline.
-        let _charge = match state.budget.admit(cost, time_left(&state, started)).await {
+        // Nor one whose shape alone would keep a core busy past the deadline: its answer would
+        // come after the API server gave up, and later reviews would wait behind it.
+        let time_allowed = budget::review_time_allowed(state.request_deadline);
+        let admitted = state
+            .budget
+            .admit(cost, time_allowed, time_left(&state, started))
+            .await;
+        let _charge = match admitted {
             Ok(charge) => charge,
             Err(budget::Refusal::TooDense(cost)) => {
-                return too_dense(&state, endpoint, &body, cost).map(Answer::Unreviewed);
+                let why = Unreviewable::TooDense(state.budget.bytes());
+                return deny_unreviewed(&state, endpoint, &body, cost, why);
+            }
+            Err(budget::Refusal::TooSlow(cost, allowed)) => {
+                let why = Unreviewable::TooSlow(allowed);
+                return deny_unreviewed(&state, endpoint, &body, cost, why);
             }
             Err(budget::Refusal::Budget(budget::BudgetError::Closed)) => {
                 return Err(AdmissionError::Stopping);
@@ -111,9 +123,9 @@ async fn admission(
             }
             answer(&state, endpoint, outcome, elapsed)
         }
-        Ok(Answer::Unreviewed(response)) => {
+        Ok(Answer::Unreviewed(reason, response)) => {
             if let Some(trace) = trace {
-                trace.unreviewed(endpoint, "too_dense", response.status().as_u16());
+                trace.unreviewed(endpoint, reason, response.status().as_u16());
             }
             response
         }
@@ -135,21 +147,64 @@ async fn admission(
 enum Answer {
     /// From the core's review.
     Reviewed(ReviewOutcome),
-    /// Without a review (an object too large to review).
-    Unreviewed(Response),
+    /// Without a review (an object too large to review), with the metric's reason.
+    Unreviewed(&'static str, Response),
+}
+
+/// Why an object is denied without a review.
+#[derive(Debug, Clone, Copy)]
+enum Unreviewable {
+    /// Its shape needs more memory than the whole budget (bytes).
+    TooDense(u64),
+    /// Its shape needs longer than a review may take.
+    TooSlow(Duration),
+}
+
+impl Unreviewable {
+    /// The metric's and the log's reason: `too_dense`, `too_slow`.
+    fn reason(self) -> &'static str {
+        match self {
+            Unreviewable::TooDense(_) => "too_dense",
+            Unreviewable::TooSlow(_) => "too_slow",
+        }
+    }
+
+    /// The rule of the denial.
+    fn rule(self) -> &'static crate::rules::Rule {
+        match self {
+            Unreviewable::TooDense(_) => crate::rules::SERVER_TOO_DENSE,
+            Unreviewable::TooSlow(_) => crate::rules::SERVER_TOO_SLOW,
+        }
+    }
+
+    /// The denial's message.
+    fn message(self, cost: &budget::ReviewCost) -> String {
+        match self {
+            Unreviewable::TooDense(budget_bytes) => format!(
+                "launchgate: {}; it is denied unreviewed (split the workload, or raise the webhook's memory limit)",
+                cost.too_dense_reason(budget_bytes)
+            ),
+            Unreviewable::TooSlow(allowed) => format!(
+                "launchgate: {}; it is denied unreviewed (split the workload)",
+                cost.too_slow_reason(allowed)
+            ),
+        }
+    }
 }
 
 /// Denies, without reviewing it, a request whose object would need more memory than the whole
-/// budget (tens of thousands of containers): answering it would take the replica down, and
-/// admitting it unreviewed would let a workload skip every rule. Only the request's `uid` is
-/// read (the rest of the body is skipped, nothing is built). Counted and logged as
-/// `too_dense`; a body without a readable `uid` is a bad request.
-fn too_dense(
+/// budget or longer than a review may take (tens of thousands of containers): answering it
+/// would take the replica down or come after the API server gave up, and admitting it
+/// unreviewed would let a workload skip every rule. Only the request's `uid` is read (the rest
+/// of the body is skipped, nothing is built). Counted and logged as `too_dense` or `too_slow`;
+/// a body without a readable `uid` is a bad request.
+fn deny_unreviewed(
     state: &AppState,
     endpoint: Endpoint,
     body: &[u8],
     cost: budget::ReviewCost,
-) -> Result<Response, AdmissionError> {
+    why: Unreviewable,
+) -> Result<Answer, AdmissionError> {
     #[derive(serde::Deserialize)]
     struct Review {
         request: Request,
@@ -166,32 +221,31 @@ fn too_dense(
         })?
         .request
         .uid;
-    let message = format!(
-        "launchgate: {}; it is denied unreviewed (split the workload, or raise the webhook's memory limit)",
-        cost.too_dense_reason(state.budget.bytes())
-    );
-    state.metrics.count_error(endpoint, "too_dense");
+    let message = why.message(&cost);
+    let reason = why.reason();
+    state.metrics.count_error(endpoint, reason);
     // Its rule, counted with no queue: the object was never read far enough to resolve one.
     decision::count_violation(
         &state.metrics.decisions,
         "",
-        &crate::rules::Violation::new(crate::rules::SERVER_TOO_DENSE, message.clone()),
+        &crate::rules::Violation::new(why.rule(), message.clone()),
     );
     tracing::info!(
         target: LOG_TARGET,
         endpoint = endpoint.as_str(),
-        reason = "too_dense",
+        reason,
         uid = uid.as_str(),
         containers = cost.containers,
         values = cost.values,
         estimate_bytes = cost.by_shape,
         budget_bytes = state.budget.bytes(),
+        estimate_ms = cost.review_time().as_millis() as u64,
         "denied unreviewed"
     );
     let body = crate::admission::review_response_body(&crate::admission::AdmissionResponse::deny(
         &uid, message,
     ));
-    Ok((
+    let response = (
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
@@ -199,7 +253,8 @@ fn too_dense(
         )],
         body,
     )
-        .into_response())
+        .into_response();
+    Ok(Answer::Unreviewed(reason, response))
 }
 
 /// What is left of the request deadline.

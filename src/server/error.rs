@@ -72,8 +72,9 @@ impl AdmissionError {
     /// not counted (the server stopping).
     /// Every [`AdmissionError::reason`]: each is counted from 0 at start-up, so an alert on its
     /// first occurrence (`increase(...) > 0`) fires.
-    pub(crate) const REASONS: [&'static str; 9] = [
+    pub(crate) const REASONS: [&'static str; 10] = [
         "too_dense",
+        "too_slow",
         "read_timeout",
         "too_large",
         "read",

@@ -162,7 +162,7 @@ impl Metrics {
         let request_errors = Family::<ErrorLabels, Counter>::default();
         registry.register(
             "admission_request_errors",
-            "Requests not reviewed: answered with an HTTP error (bad body, wrong content type, too large, timeout), or denied unreviewed (too_dense: the object could never fit the memory budget)",
+            "Requests not reviewed: answered with an HTTP error (bad body, wrong content type, too large, timeout), or denied unreviewed (too_dense: the object could never fit the memory budget; too_slow: reviewing it would outlast the request deadline)",
             request_errors.clone(),
         );
         let latency = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {

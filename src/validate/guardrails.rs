@@ -139,8 +139,11 @@ fn over_the_ceiling(
             ));
         }
         RunLength::Outlives { why, set } => {
-            return Some(format!(
-                "queue {queue:?}: {why}: its {gpus} GPUs at once ({parts}) are not bounded by the run and the GPU-hours cannot be judged; the queue allows at most {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set {set}"
+            return Some((
+                format!(
+                    "queue {queue:?}: {why}: its {gpus} GPUs at once ({parts}) are not bounded by the run and the GPU-hours cannot be judged; the queue allows at most {max} GPU-hours per run (guardrails.costCeiling.maxGpuHours): set {set}"
+                ),
+                Amount::Unbounded(gpus.to_string()),
             ));
         }
     };

@@ -16,6 +16,12 @@ use crate::server::decision::outcome_label;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// How many times a `serve` review judging one object costs, in memory and time: it is mutated
+/// and the mutated object validated, both written out as YAML and diffed line by line, and the
+/// answer built as JSON. Measured with the release build, a Pod of 8,000 tiny containers: 1.6 s
+/// and 265 MiB, where `serve` mutates it in ~0.4 s and is charged ~100 MiB.
+const JUDGE_FACTOR: u64 = 4;
+
 /// Most documents one manifest text may hold.
 pub(crate) const MAX_DOCUMENTS: usize = 20;
 
@@ -555,8 +561,9 @@ pub(crate) fn prepare(request: &ReviewRequest) -> Result<Prepared, InputError> {
 }
 
 impl Prepared {
-    /// What judging every object costs in memory: each admission request charged as `serve`
-    /// charges its AdmissionReview ([`review_cost`](crate::server::budget::review_cost)).
+    /// What judging every object costs in memory and time: each admission request charged as
+    /// `serve` charges its AdmissionReview ([`review_cost`](crate::server::budget::review_cost)),
+    /// [`JUDGE_FACTOR`] times over.
     pub(crate) fn cost(&self) -> crate::server::budget::ReviewCost {
         use crate::server::budget::{ReviewCost, review_cost};
         let none = ReviewCost {
@@ -564,11 +571,12 @@ impl Prepared {
             by_shape: 0,
             containers: 0,
             values: 0,
+            time_nanos: 0,
         };
         self.requests.iter().fold(none, |total, (_, req)| {
             // An AdmissionRequest always serialises; an empty body would be charged nothing.
             let body = serde_json::to_vec(req).unwrap_or_default();
-            total.plus(review_cost(&body))
+            total.plus(review_cost(&body).times(JUDGE_FACTOR))
         })
     }
 

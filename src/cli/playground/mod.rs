@@ -9,12 +9,14 @@
 //! Only requests addressed to a loopback host name with the bound port (`localhost`,
 //! `127.0.0.1`, `[::1]`) are answered: a web page of another origin that makes its own host
 //! name resolve to 127.0.0.1 (DNS rebinding) gets a 403. Judging is bounded as `serve` bounds
-//! it ([`crate::server::budget`]): a few requests at a time, each charged against the memory
-//! budget by its objects' shape, and one whose shape alone exceeds the budget is refused (413).
+//! it ([`crate::server::budget`]): a few requests at a time, each answered within `serve`'s
+//! default request deadline and charged against the memory budget by its objects' shape; one
+//! whose shape alone exceeds the budget, or would take longer to judge than half the deadline,
+//! is refused (413).
 
 pub(crate) mod api;
 
-use crate::server::budget::{BudgetError, MemoryBudget, Refusal, Slots};
+use crate::server::budget::{BudgetError, MemoryBudget, Refusal, Slots, review_time_allowed};
 use anyhow::{Context, Result, bail};
 use axum::Router;
 use axum::body::Body;
@@ -23,11 +25,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use clap::builder::TypedValueParser as _;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Largest request body `POST /api/review` reads.
 pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -35,25 +38,34 @@ pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Reviews worked on at once (reading the config and manifests, then judging).
 const SLOTS: usize = 2;
 
-/// How long a review waits for a slot and for its memory charge before a 503.
-const WAIT: Duration = Duration::from_secs(10);
-
 /// What bounds the playground: its port (the host names it answers carry it), its processing
-/// slots and its memory budget (as `serve` sizes it: from the memory limit, else the default).
+/// slots, its memory budget (as `serve` sizes it: `--memory-budget-mib`, else from the memory
+/// limit, else the default) and its request deadline (`--request-deadline-ms`, as `serve`'s):
+/// the waits for a slot and for the memory charge come out of the deadline (a 503 past it),
+/// and an object whose shape alone would take longer than half of it to judge is refused
+/// unjudged (413).
 pub(crate) struct Limits {
     port: u16,
     slots: Slots,
     budget: MemoryBudget,
+    deadline: Duration,
 }
 
 impl Limits {
-    /// The limits of a playground bound to `port`, with a memory budget of `budget` bytes.
+    /// The limits of a playground bound to `port`, with a memory budget of `budget` bytes and
+    /// `serve`'s default request deadline.
     pub(crate) fn new(port: u16, budget: MemoryBudget) -> Self {
         Limits {
             port,
             slots: Slots::new(SLOTS),
             budget,
+            deadline: crate::server::ServeOptions::default().request_deadline,
         }
+    }
+
+    /// With a request deadline of `deadline`.
+    pub(crate) fn with_deadline(self, deadline: Duration) -> Self {
+        Limits { deadline, ..self }
     }
 }
 
@@ -119,6 +131,25 @@ pub(crate) struct PlaygroundArgs {
         default_value = "127.0.0.1:8090"
     )]
     pub(crate) listen: SocketAddr,
+    /// MiB that reviews may hold at once, as `serve --memory-budget-mib`. Default: half of the
+    /// container's memory limit after 48 MiB, or 512 MiB without a limit.
+    #[arg(
+        long = "memory-budget-mib",
+        value_name = "MEMORY_BUDGET_MIB",
+        env = "LAUNCHGATE_MEMORY_BUDGET_MIB",
+        value_parser = clap::value_parser!(u64).map(|mib| mib.saturating_mul(1 << 20))
+    )]
+    pub(crate) memory_budget: Option<u64>,
+    /// Milliseconds from a review request's arrival by which it is answered, as `serve
+    /// --request-deadline-ms` (at least 100).
+    #[arg(
+        long = "request-deadline-ms",
+        value_name = "REQUEST_DEADLINE_MS",
+        env = "LAUNCHGATE_REQUEST_DEADLINE_MS",
+        default_value = "4000",
+        value_parser = clap::value_parser!(u64).map(|ms| Duration::from_millis(ms.max(100)))
+    )]
+    pub(crate) request_deadline: Duration,
 }
 
 /// A config or manifest to pick in the page.
@@ -254,6 +285,8 @@ fn asset(content_type: &'static str, text: &'static str) -> Response {
 }
 
 async fn review_handler(State(limits): State<Arc<Limits>>, request: Request) -> Response {
+    let started = Instant::now();
+    let time_left = || limits.deadline.saturating_sub(started.elapsed());
     let json_body = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -281,9 +314,9 @@ async fn review_handler(State(limits): State<Arc<Limits>>, request: Request) -> 
         }
     };
     // A few reviews at a time: reading a manifest holds memory before its cost is known.
-    let _slot = match limits.slots.take(WAIT).await {
+    let _slot = match limits.slots.take(time_left()).await {
         Ok(slot) => slot,
-        Err(e) => return busy(e),
+        Err(e) => return busy(e, limits.deadline),
     };
     let parsed: api::ReviewRequest = match serde_json::from_slice(&bytes) {
         Ok(parsed) => parsed,
@@ -297,9 +330,15 @@ async fn review_handler(State(limits): State<Arc<Limits>>, request: Request) -> 
         Ok(Err(bad)) => return bad_input(bad),
         Err(e) => return internal(e),
     };
-    // Judging holds memory by the objects' shape: charged against the budget as `serve`
-    // charges a review, and refused when its shape alone exceeds the budget.
-    let _charge = match limits.budget.admit(prepared.cost(), WAIT).await {
+    // Judging holds memory and takes time by the objects' shape: charged against the budget
+    // as `serve` charges a review, and refused when its shape alone exceeds the budget or
+    // would take longer than the deadline allows.
+    let time_allowed = review_time_allowed(limits.deadline);
+    let _charge = match limits
+        .budget
+        .admit(prepared.cost(), time_allowed, time_left())
+        .await
+    {
         Ok(charge) => charge,
         Err(Refusal::TooDense(cost)) => {
             return error(
@@ -311,7 +350,17 @@ async fn review_handler(State(limits): State<Arc<Limits>>, request: Request) -> 
                 ),
             );
         }
-        Err(Refusal::Budget(e)) => return busy(e),
+        Err(Refusal::TooSlow(cost, allowed)) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "manifest",
+                format!(
+                    "manifest: {}; split it into smaller objects",
+                    cost.too_slow_reason(allowed)
+                ),
+            );
+        }
+        Err(Refusal::Budget(e)) => return busy(e, limits.deadline),
     };
     match tokio::task::spawn_blocking(move || prepared.judge()).await {
         Ok(answer) => axum::Json(answer).into_response(),
@@ -338,11 +387,11 @@ fn internal(e: tokio::task::JoinError) -> Response {
     )
 }
 
-fn busy(e: BudgetError) -> Response {
+fn busy(e: BudgetError, deadline: Duration) -> Response {
     let why = match e {
         BudgetError::Deadline => format!(
-            "request: busy with other reviews for {} s; try again",
-            WAIT.as_secs()
+            "request: busy with other reviews for {} ms; try again",
+            deadline.as_millis()
         ),
         BudgetError::Closed => "request: the playground is stopping".to_string(),
     };
@@ -438,7 +487,11 @@ pub(crate) fn run(args: &PlaygroundArgs) -> Result<ExitCode> {
             .with_context(|| format!("listening on {}", args.listen))?;
         let addr = listener.local_addr()?;
         outln!("launchgate playground: http://{addr}/ (Ctrl-C to stop)")?;
-        let limits = Limits::new(addr.port(), MemoryBudget::from_environment());
+        let budget = match args.memory_budget {
+            Some(bytes) => MemoryBudget::new(bytes),
+            None => MemoryBudget::from_environment(),
+        };
+        let limits = Limits::new(addr.port(), budget).with_deadline(args.request_deadline);
         axum::serve(listener, router(limits))
             .with_graceful_shutdown(shutdown_signal())
             .await
