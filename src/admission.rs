@@ -85,6 +85,16 @@ pub struct Resource {
     pub resource: String,
 }
 
+/// The namespace an offline tool places a bare object in: `namespace` when given (`-n`), else
+/// the object's own (`None`: it names none).
+pub fn placed_namespace<'a>(object: &'a Value, namespace: Option<&'a str>) -> Option<&'a str> {
+    namespace.or_else(|| {
+        object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+    })
+}
+
 impl AdmissionRequest {
     /// The object's name: `request.name`, else `metadata.name` (empty with `generateName`).
     pub fn object_name<'v>(&'v self, object: &'v Value) -> &'v str {
@@ -117,11 +127,7 @@ impl AdmissionRequest {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let namespace = namespace.map(str::to_string).or_else(|| {
-            meta.and_then(|m| m.get("namespace"))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        });
+        let namespace = placed_namespace(&object, namespace).map(str::to_string);
         Ok(AdmissionRequest {
             uid: "launchgate-cli".into(),
             kind: GroupVersionKind {

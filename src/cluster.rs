@@ -1,7 +1,8 @@
 //! Read-only views of cluster state handed to the pure core.
 //!
 //! The core never fetches anything: the server passes a snapshot backed by a cached watch
-//! (see `server::owner_cache`), the CLI and tests pass [`NoCluster`] or a fixed map.
+//! (see `server::owner_cache`), the offline tools pass [`NoCluster`] or the TrainJob runtimes
+//! they were given ([`GivenRuntimes`]), tests a fixed map.
 
 use serde_json::Value;
 use std::collections::HashMap;
@@ -40,6 +41,40 @@ pub trait ClusterView: Send + Sync {
 pub const CLUSTER_RUNTIME: &str = "ClusterTrainingRuntime";
 /// The namespaced runtime kind.
 pub const NAMESPACED_RUNTIME: &str = "TrainingRuntime";
+/// The API group of Kubeflow Trainer's TrainJobs and runtimes.
+pub const TRAINER_GROUP: &str = "trainer.kubeflow.org";
+/// The version of the runtimes launchgate reads.
+pub const RUNTIME_VERSION: &str = "v1alpha1";
+/// The namespace of an object that names none (as the API server and `kubectl` place it).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// The resource (plural) of a runtime kind: `clustertrainingruntimes` or `trainingruntimes`.
+pub fn runtime_plural(kind: &str) -> &'static str {
+    if kind == CLUSTER_RUNTIME {
+        "clustertrainingruntimes"
+    } else {
+        "trainingruntimes"
+    }
+}
+
+/// The runtime kind of a manifest that is a Trainer runtime (`trainer.kubeflow.org/v1alpha1`
+/// ClusterTrainingRuntime or TrainingRuntime); `Ok(None)` for any other object. A runtime kind
+/// of Trainer's group in another version is an error: it is not read, and not a workload either.
+pub fn runtime_kind(object: &Value) -> Result<Option<&'static str>, String> {
+    let text = |key: &str| object.get(key).and_then(Value::as_str).unwrap_or_default();
+    let kind = match text("kind") {
+        CLUSTER_RUNTIME => CLUSTER_RUNTIME,
+        NAMESPACED_RUNTIME => NAMESPACED_RUNTIME,
+        _ => return Ok(None),
+    };
+    match text("apiVersion").split_once('/') {
+        Some((TRAINER_GROUP, RUNTIME_VERSION)) => Ok(Some(kind)),
+        Some((TRAINER_GROUP, version)) => Err(format!(
+            "{kind} of {TRAINER_GROUP}/{version}: launchgate reads {TRAINER_GROUP}/{RUNTIME_VERSION} runtimes"
+        )),
+        _ => Ok(None),
+    }
+}
 
 /// What looking up a TrainJob's runtime found.
 #[derive(Debug, Clone)]
@@ -80,7 +115,9 @@ pub struct StaticCluster {
 fn key_of(object: &Value) -> (String, String) {
     let text = |p: &str| object.pointer(p).and_then(Value::as_str);
     (
-        text("/metadata/namespace").unwrap_or("default").to_string(),
+        text("/metadata/namespace")
+            .unwrap_or(DEFAULT_NAMESPACE)
+            .to_string(),
         text("/metadata/name").unwrap_or_default().to_string(),
     )
 }
@@ -164,5 +201,214 @@ impl ClusterView for StaticCluster {
     }
     fn is_connected(&self) -> bool {
         true
+    }
+}
+
+/// TrainJob runtimes given to an offline tool: the runtime manifests beside the workloads
+/// (`validate`, `mutate`, a test suite, the playground), or the runtimes an audit listed. The
+/// TrainJobs are sized by them as the webhook with cluster lookups sizes them. Not a live
+/// cluster: every other lookup finds nothing.
+#[derive(Debug, Default, Clone)]
+pub struct GivenRuntimes {
+    /// By `(kind, namespace, name)`; namespace empty for a ClusterTrainingRuntime.
+    runtimes: HashMap<(String, String, String), Arc<Value>>,
+    /// The kinds whose every runtime is here (an audit listed them all): a runtime of such a
+    /// kind that is not here is not in the cluster. For any other kind it is unknown.
+    complete: Vec<&'static str>,
+}
+
+impl GivenRuntimes {
+    /// Adds a runtime manifest. A TrainingRuntime goes in `namespace` (where the caller places
+    /// it: the offline tools as every bare object, an audit where it was listed), `default`
+    /// when `None`; a ClusterTrainingRuntime is cluster-scoped. Errors: not a runtime manifest,
+    /// no name, a `spec` that is not a mapping, the same runtime twice.
+    pub fn add(&mut self, runtime: Value, namespace: Option<&str>) -> Result<(), String> {
+        let Some(kind) = runtime_kind(&runtime)? else {
+            return Err(format!(
+                "not a {TRAINER_GROUP}/{RUNTIME_VERSION} {CLUSTER_RUNTIME} or {NAMESPACED_RUNTIME}"
+            ));
+        };
+        let name = runtime
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| format!("{kind} without metadata.name"))?
+            .to_string();
+        if runtime.get("spec").is_some_and(|s| !s.is_object()) {
+            return Err(format!("{kind} {name:?}: spec is not a mapping"));
+        }
+        let namespace = if kind == CLUSTER_RUNTIME {
+            String::new()
+        } else {
+            namespace.unwrap_or(DEFAULT_NAMESPACE).to_string()
+        };
+        let key = (kind.to_string(), namespace, name);
+        if self.runtimes.contains_key(&key) {
+            let (kind, namespace, name) = key;
+            let place = if namespace.is_empty() {
+                String::new()
+            } else {
+                format!(" in namespace {namespace:?}")
+            };
+            return Err(format!("{kind} {name:?}{place} is given twice"));
+        }
+        self.runtimes.insert(key, Arc::new(runtime));
+        Ok(())
+    }
+
+    /// Marks `kind` as complete: every runtime of it the cluster has is here, so one that is
+    /// not is "not in the cluster" (an audit that listed them), not unknown.
+    pub fn listed_all(&mut self, kind: &'static str) {
+        self.complete.push(kind);
+    }
+
+    /// How many runtimes are here.
+    pub fn len(&self) -> usize {
+        self.runtimes.len()
+    }
+
+    /// True when none is.
+    pub fn is_empty(&self) -> bool {
+        self.runtimes.is_empty()
+    }
+
+    /// `Kind name` of each runtime, sorted (for a summary of what was given).
+    pub fn describe(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .runtimes
+            .keys()
+            .map(|(kind, namespace, name)| {
+                if namespace.is_empty() {
+                    format!("{kind} {name}")
+                } else {
+                    format!("{kind} {namespace}/{name}")
+                }
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+impl ClusterView for GivenRuntimes {
+    fn volcano_job(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
+        None
+    }
+    fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
+        let namespace = if kind == CLUSTER_RUNTIME {
+            ""
+        } else {
+            namespace
+        };
+        let key = (kind.to_string(), namespace.to_string(), name.to_string());
+        match self.runtimes.get(&key) {
+            Some(runtime) => RuntimeLookup::Found(runtime.clone()),
+            None if self.complete.contains(&kind) => RuntimeLookup::NotFound,
+            None => RuntimeLookup::Unavailable,
+        }
+    }
+    fn is_connected(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn runtime(kind: &str, namespace: Option<&str>, name: &str) -> Value {
+        let mut r = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind,
+            "metadata": {"name": name}, "spec": {}});
+        if let Some(ns) = namespace {
+            r["metadata"]["namespace"] = json!(ns);
+        }
+        r
+    }
+
+    #[test]
+    fn runtime_manifests_are_recognised_by_group_version_and_kind() {
+        let cluster = runtime(CLUSTER_RUNTIME, None, "torch");
+        assert_eq!(runtime_kind(&cluster), Ok(Some(CLUSTER_RUNTIME)));
+        let ns = runtime(NAMESPACED_RUNTIME, None, "torch");
+        assert_eq!(runtime_kind(&ns), Ok(Some(NAMESPACED_RUNTIME)));
+        let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"});
+        assert_eq!(runtime_kind(&tj), Ok(None));
+        let other = json!({"apiVersion": "example.com/v1", "kind": "TrainingRuntime"});
+        assert_eq!(runtime_kind(&other), Ok(None));
+        let newer = json!({"apiVersion": "trainer.kubeflow.org/v2", "kind": "TrainingRuntime"});
+        assert!(runtime_kind(&newer).unwrap_err().contains("v1alpha1"));
+    }
+
+    #[test]
+    fn given_runtimes_are_found_where_the_cli_places_them() {
+        let mut given = GivenRuntimes::default();
+        given
+            .add(runtime(CLUSTER_RUNTIME, Some("ignored"), "torch"), None)
+            .unwrap();
+        given
+            .add(runtime(NAMESPACED_RUNTIME, None, "local"), None)
+            .unwrap();
+        given
+            .add(
+                runtime(NAMESPACED_RUNTIME, Some("team"), "own"),
+                Some("team"),
+            )
+            .unwrap();
+        given
+            .add(
+                runtime(NAMESPACED_RUNTIME, Some("team"), "moved"),
+                Some("wandb"),
+            )
+            .unwrap();
+        let found = |kind, ns, name| {
+            matches!(
+                given.training_runtime(kind, ns, name),
+                RuntimeLookup::Found(_)
+            )
+        };
+        assert!(found(CLUSTER_RUNTIME, "anywhere", "torch"));
+        assert!(found(NAMESPACED_RUNTIME, "default", "local"));
+        assert!(found(NAMESPACED_RUNTIME, "team", "own"));
+        assert!(found(NAMESPACED_RUNTIME, "wandb", "moved"));
+        assert!(!found(NAMESPACED_RUNTIME, "team", "local"));
+        // Given offline, a runtime that is not here is unknown, not missing from the cluster.
+        assert!(matches!(
+            given.training_runtime(CLUSTER_RUNTIME, "", "other"),
+            RuntimeLookup::Unavailable
+        ));
+        given.listed_all(CLUSTER_RUNTIME);
+        assert!(matches!(
+            given.training_runtime(CLUSTER_RUNTIME, "", "other"),
+            RuntimeLookup::NotFound
+        ));
+        assert!(!given.is_connected());
+        assert_eq!(given.len(), 4);
+    }
+
+    #[test]
+    fn a_malformed_runtime_is_refused_with_why() {
+        let mut given = GivenRuntimes::default();
+        let mut nameless = runtime(CLUSTER_RUNTIME, None, "x");
+        nameless["metadata"] = json!({});
+        assert!(
+            given
+                .add(nameless, None)
+                .unwrap_err()
+                .contains("metadata.name")
+        );
+        let mut bad_spec = runtime(CLUSTER_RUNTIME, None, "x");
+        bad_spec["spec"] = json!([1]);
+        assert!(given.add(bad_spec, None).unwrap_err().contains("spec"));
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        assert!(given.add(pod, None).unwrap_err().contains("not a"));
+        given
+            .add(runtime(CLUSTER_RUNTIME, None, "x"), None)
+            .unwrap();
+        let twice = given.add(runtime(CLUSTER_RUNTIME, None, "x"), None);
+        assert_eq!(
+            twice.unwrap_err(),
+            r#"ClusterTrainingRuntime "x" is given twice"#
+        );
     }
 }

@@ -293,7 +293,9 @@ fn report_fits(format: launchgate::audit::ReportFormat, file: &str) {
     let listed = launchgate::audit::listed_kinds()[0];
     let entries: Vec<_> = [job("a", "1"), job("b", "3")]
         .into_iter()
-        .filter_map(|o| launchgate::audit::evaluate(&policy, &listed, o))
+        .filter_map(|o| {
+            launchgate::audit::evaluate(&policy, &launchgate::cluster::NoCluster, &listed, o)
+        })
         .collect();
     let reports = launchgate::audit::policy_reports(format, &entries, 1);
     assert_eq!(reports.len(), 1);
@@ -337,4 +339,135 @@ fn report_fits(format: launchgate::audit::ReportFormat, file: &str) {
                 .is_some()
         );
     }
+}
+
+/// An object as a list response carries it: no `apiVersion`, no `kind`.
+fn as_listed(mut object: Value) -> Value {
+    let map = object.as_object_mut().unwrap();
+    map.remove("apiVersion");
+    map.remove("kind");
+    object
+}
+
+/// A cluster running Kubeflow Trainer: two TrainJobs that leave their size to their runtimes,
+/// a 64 × 8-GPU ClusterTrainingRuntime and a 2 × 4-GPU one (403 Forbidden instead when
+/// `runtimes_forbidden`), no Jobs or Pods.
+async fn trainer_api(runtimes_forbidden: bool) -> String {
+    let trainjob = common::manifest_json("trainjob-torch.yaml");
+    let mut small = trainjob.clone();
+    small["metadata"]["name"] = json!("run-small");
+    small["spec"]["runtimeRef"]["name"] = json!("torch-small");
+    let big_runtime = common::manifest_json("runtimes/torch-64x8.yaml");
+    let mut small_runtime = common::manifest_json("runtimes/torch-2x4.yaml");
+    small_runtime["metadata"]["name"] = json!("torch-small");
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri| {
+        let trainjobs = json!([as_listed(trainjob.clone()), as_listed(small.clone())]);
+        let runtimes = json!([as_listed(big_runtime.clone()), as_listed(small_runtime.clone())]);
+        async move {
+            let list = |items: Value| (StatusCode::OK, json!({"metadata": {}, "items": items}));
+            let (status, answer) = match (method.as_str(), uri.path()) {
+                ("GET", "/apis/trainer.kubeflow.org/v1alpha1") => (
+                    StatusCode::OK,
+                    json!({"kind": "APIResourceList", "groupVersion": "trainer.kubeflow.org/v1alpha1",
+                        "resources": [{"name": "trainjobs"}, {"name": "trainingruntimes"},
+                            {"name": "clustertrainingruntimes"}]}),
+                ),
+                ("GET", "/apis/trainer.kubeflow.org/v1alpha1/trainjobs") => list(trainjobs),
+                ("GET", "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes")
+                    if runtimes_forbidden =>
+                {
+                    (
+                        StatusCode::FORBIDDEN,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "message": "clustertrainingruntimes.trainer.kubeflow.org is forbidden",
+                            "reason": "Forbidden", "code": 403}),
+                    )
+                }
+                ("GET", "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes") => {
+                    list(runtimes)
+                }
+                ("GET", "/apis/trainer.kubeflow.org/v1alpha1/trainingruntimes")
+                | ("GET", "/apis/batch/v1/jobs")
+                | ("GET", "/api/v1/pods") => list(json!([])),
+                _ => (
+                    StatusCode::NOT_FOUND,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "the server could not find the requested resource",
+                        "reason": "NotFound", "code": 404}),
+                ),
+            };
+            (
+                status,
+                [("content-type", "application/json")],
+                serde_json::to_vec(&answer).unwrap(),
+            )
+                .into_response()
+        }
+    });
+    serve_http(app).await
+}
+
+#[tokio::test]
+async fn trainjobs_are_sized_by_the_clusters_runtimes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "queues:\n  q:\n    limits:\n      totals: {nvidia.com/gpu: {maximum: 16}}\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let entries = |out: &Output| -> Vec<(String, String, String)> {
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+        report["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_string(),
+                    e["result"].as_str().unwrap().to_string(),
+                    e["message"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+
+    let kc = kubeconfig(dir.path(), &trainer_api(false).await);
+    let out = audit(&kc, &["--config", config, "-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let got = entries(&out);
+    assert_eq!(got.len(), 2, "{got:?}");
+    let (name, result, message) = &got[0];
+    assert_eq!((name.as_str(), result.as_str()), ("run", "fail"));
+    assert!(
+        message.contains("total nvidia.com/gpu over all pods=512 exceeds maximum 16")
+            && message.contains(r#"ClusterTrainingRuntime "torch-distributed""#),
+        "{message}"
+    );
+    assert_eq!(
+        (got[1].0.as_str(), got[1].1.as_str()),
+        ("run-small", "pass"),
+        "{got:?}"
+    );
+
+    // Runtimes the auditor may not list: unknown, so the queue's unverifiableRuntime decides,
+    // and a note says why.
+    let kc = kubeconfig(dir.path(), &trainer_api(true).await);
+    let out = audit(&kc, &["--config", config, "-o", "json"]).await;
+    let got = entries(&out);
+    assert!(
+        got.iter().all(|(_, result, message)| result == "fail"
+            && message.contains("cannot verify the runtime's size")),
+        "{got:?}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("clustertrainingruntimes.trainer.kubeflow.org could not be listed")),
+        "{report}"
+    );
 }

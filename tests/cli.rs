@@ -517,3 +517,166 @@ fn serve_refuses_a_webhook_url_with_credentials_without_printing_them() {
         );
     }
 }
+
+/// A queue whose totals bound a TrainJob's size: 16 GPUs.
+const TRAINJOB_QUEUE: &str =
+    "queues:\n  q:\n    limits:\n      totals: {nvidia.com/gpu: {maximum: 16}}\n";
+
+/// What the webhook with cluster lookups says of `object` when `runtime` is in the cluster:
+/// the mutating webhook's patch, then the validating webhook on the mutated object.
+fn webhook_with_runtime(
+    policy: &launchgate::policy::Policy,
+    object: Value,
+    runtime: Value,
+) -> (Value, launchgate::admission::AdmissionResponse) {
+    use launchgate::review::{Endpoint, decide};
+    let cluster = launchgate::cluster::StaticCluster::default().with_training_runtime(runtime);
+    let request = common::synthetic(object);
+    let (object, mutation) = common::mutated(policy, &request, &cluster);
+    let validated = decide(
+        policy,
+        Endpoint::Validate,
+        &common::synthetic(object),
+        &cluster,
+    );
+    (
+        serde_json::to_value(&mutation.patch).unwrap(),
+        validated.response,
+    )
+}
+
+#[test]
+fn a_trainjob_is_sized_by_the_runtime_given_beside_it_as_the_webhook_sizes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, TRAINJOB_QUEUE).unwrap();
+    let config = config.to_str().unwrap();
+    let policy = launchgate::policy::Policy::from_yaml(TRAINJOB_QUEUE).unwrap();
+    let trainjob = manifest_path("trainjob-torch.yaml");
+    for (runtime, allowed) in [
+        ("runtimes/torch-64x8.yaml", false),
+        ("runtimes/torch-2x4.yaml", true),
+    ] {
+        let (patch, webhook) = webhook_with_runtime(
+            &policy,
+            manifest_json("trainjob-torch.yaml"),
+            manifest_json(runtime),
+        );
+        assert_eq!(webhook.allowed, allowed, "{runtime}: {:?}", webhook.status);
+        let given = [
+            "--config",
+            config,
+            "-f",
+            &trainjob,
+            "-f",
+            &manifest_path(runtime),
+        ];
+
+        let out = launchgate(&[&["validate", "-o", "json"][..], &given[..]].concat());
+        assert_eq!(
+            out.status.code(),
+            Some(if allowed { 0 } else { 1 }),
+            "{runtime}"
+        );
+        let verdicts: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+        let verdicts = verdicts.as_array().unwrap();
+        assert_eq!(verdicts.len(), 1, "the runtime is not judged: {verdicts:?}");
+        assert_eq!(verdicts[0]["kind"], "TrainJob");
+        assert_eq!(verdicts[0]["allowed"], allowed, "{runtime}: {verdicts:?}");
+        let message = webhook.status.as_ref().map_or("", |s| s.message.as_str());
+        assert_eq!(verdicts[0]["message"], message, "{runtime}");
+        if !allowed {
+            assert!(
+                message.contains("total nvidia.com/gpu over all pods=512 exceeds maximum 16")
+                    && message.contains(r#"ClusterTrainingRuntime "torch-distributed""#),
+                "{message}"
+            );
+        }
+
+        let out = launchgate(&[&["mutate", "--patch"][..], &given[..]].concat());
+        assert!(out.status.success(), "{runtime}: {}", text(&out.stderr));
+        let cli_patch: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+        assert_eq!(cli_patch, patch, "{runtime}");
+    }
+
+    // Without the runtime, offline cannot size it: the queue's unverifiableRuntime decides.
+    let out = launchgate(&["validate", "--config", config, "-f", &trainjob]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("cannot verify the runtime's size"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn runtimes_in_one_multi_document_input_take_the_clis_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, TRAINJOB_QUEUE).unwrap();
+    // A namespaced TrainingRuntime without a namespace, beside a TrainJob that names it.
+    let runtime = std::fs::read_to_string(manifest_path("runtimes/torch-64x8.yaml"))
+        .unwrap()
+        .replace("kind: ClusterTrainingRuntime", "kind: TrainingRuntime");
+    let trainjob = std::fs::read_to_string(manifest_path("trainjob-torch.yaml"))
+        .unwrap()
+        .replace(
+            "name: torch-distributed",
+            "name: torch-distributed\n    kind: TrainingRuntime",
+        )
+        .replace("  namespace: wandb\n", "");
+    let both = format!("{runtime}---\n{trainjob}");
+    let validate = |namespace: &[&str]| {
+        let args = [
+            &["validate", "--config", config.to_str().unwrap(), "-f", "-"][..],
+            namespace,
+        ]
+        .concat();
+        run_with_stdin(launchgate_command().args(args), both.as_bytes())
+    };
+    // Both in `default`, or both in the namespace -n gives: the runtime sizes the TrainJob.
+    for namespace in [&[][..], &["-n", "wandb"][..]] {
+        let out = validate(namespace);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+        assert!(stdout.starts_with("DENIED TrainJob run:"), "{stdout}");
+        assert!(
+            stdout.contains(
+                r#"TrainingRuntime "torch-distributed" replicatedJobs[0] (node): 64 × 8"#
+            ),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn a_malformed_runtime_is_an_error_naming_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("runtime.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nmetadata: {}\nspec: {}\n",
+    )
+    .unwrap();
+    let bad = bad.to_str().unwrap();
+    let out = launchgate(&[
+        "validate",
+        "-f",
+        &manifest_path("trainjob-torch.yaml"),
+        "-f",
+        bad,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        format!("launchgate: {bad}: invalid runtime: ClusterTrainingRuntime without metadata.name")
+    );
+    // Runtimes alone: nothing to judge.
+    let out = launchgate(&["validate", "-f", &manifest_path("runtimes/torch-2x4.yaml")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no workload to judge"),
+        "{}",
+        text(&out.stderr)
+    );
+}

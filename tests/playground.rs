@@ -725,3 +725,66 @@ async fn review_in_the_page(driver: &thirtyfour::WebDriver, base: &str) {
         "no denial message"
     );
 }
+
+#[tokio::test]
+async fn the_api_sizes_a_trainjob_by_a_runtime_pasted_beside_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/manifests");
+    let read = |name: &str| std::fs::read_to_string(root.join(name)).unwrap();
+    let config = "queues:\n  q:\n    limits:\n      totals: {nvidia.com/gpu: {maximum: 16}}\n";
+    let p = playground();
+    for (runtime, verdict) in [
+        ("runtimes/torch-64x8.yaml", "denied"),
+        ("runtimes/torch-2x4.yaml", "allowed"),
+    ] {
+        let manifest = format!("{}---\n{}", read(runtime), read("trainjob-torch.yaml"));
+        let (status, answer) =
+            post(&p.base, &json!({"config": config, "manifest": manifest})).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(
+            answer["runtimes"],
+            json!(["ClusterTrainingRuntime torch-distributed"]),
+            "{answer}"
+        );
+        let results = answer["results"].as_array().unwrap();
+        assert_eq!(results.len(), 1, "the runtime is not judged: {answer}");
+        let r = &results[0];
+        assert_eq!(
+            (&r["source"], &r["kind"]),
+            (&json!("manifest#2"), &json!("TrainJob"))
+        );
+        assert_eq!(r["verdict"], verdict, "{runtime}: {r}");
+        if verdict == "denied" {
+            let message = r["message"].as_str().unwrap();
+            assert!(
+                message.contains("total nvidia.com/gpu over all pods=512 exceeds maximum 16")
+                    && message.contains(r#"ClusterTrainingRuntime "torch-distributed""#),
+                "{message}"
+            );
+        }
+    }
+    // Without it: the size cannot be verified.
+    let (_, answer) = post(
+        &p.base,
+        &json!({"config": config, "manifest": read("trainjob-torch.yaml")}),
+    )
+    .await;
+    let message = answer["results"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("cannot verify the runtime's size"),
+        "{message}"
+    );
+    // A malformed runtime is bad input, named.
+    let nameless =
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nmetadata: {}\n";
+    let (status, answer) = post(
+        &p.base,
+        &json!({"manifest": format!("{nameless}---\n{}", read("trainjob-torch.yaml"))}),
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["input"], "manifest");
+    assert_eq!(
+        answer["error"],
+        "manifest#1: invalid runtime: ClusterTrainingRuntime without metadata.name"
+    );
+}

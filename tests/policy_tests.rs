@@ -258,3 +258,86 @@ fn bad_input_exits_2_with_the_reason() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("launchgate-test.yaml"));
 }
+
+#[test]
+fn a_suites_runtimes_size_the_trainjobs_of_every_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = root().join("tests/fixtures/manifests");
+    std::fs::create_dir_all(dir.path().join("runtimes")).unwrap();
+    std::fs::copy(
+        fixtures.join("trainjob-torch.yaml"),
+        dir.path().join("trainjob.yaml"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixtures.join("runtimes/torch-64x8.yaml"),
+        dir.path().join("runtimes/torch-64x8.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        "queues:\n  q:\n    limits:\n      totals: {nvidia.com/gpu: {maximum: 16}}\n",
+    )
+    .unwrap();
+    // A small TrainJob: the same one naming a small runtime written in the suite.
+    let small = std::fs::read_to_string(dir.path().join("trainjob.yaml"))
+        .unwrap()
+        .replace("name: torch-distributed", "name: torch-small");
+    std::fs::write(dir.path().join("small.yaml"), small).unwrap();
+    let suite = r#"name: trainjobs
+config: config.yaml
+runtimes:
+  - "runtimes/*.yaml"
+  - apiVersion: trainer.kubeflow.org/v1alpha1
+    kind: ClusterTrainingRuntime
+    metadata: {name: torch-small}
+    spec:
+      mlPolicy: {numNodes: 2}
+      template:
+        spec:
+          replicatedJobs:
+            - name: node
+              replicas: 1
+              template:
+                metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+                spec:
+                  template:
+                    spec:
+                      containers:
+                        - name: node
+                          image: pytorch/pytorch:2.7.1
+                          resources: {limits: {nvidia.com/gpu: 4}}
+tests:
+  - name: the runtime's 64 nodes of 8 GPUs are over the queue's totals
+    resources: [trainjob.yaml]
+    expect:
+      result: denied
+      message: ['total nvidia.com/gpu over all pods=512 exceeds maximum 16', 'ClusterTrainingRuntime "torch-distributed"']
+  - name: 2 nodes of 4 GPUs fit
+    resources: [small.yaml]
+    expect:
+      result: allowed
+"#;
+    std::fs::write(dir.path().join("launchgate-test.yaml"), suite).unwrap();
+    let out = launchgate(&["test", path(dir.path()), "-o", "json"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (&report["passed"], &report["failed"]),
+        (&2.into(), &0.into()),
+        "{report}"
+    );
+
+    // A runtime entry that is not a runtime is bad input, named.
+    let not_a_runtime = suite.replace("\"runtimes/*.yaml\"", "trainjob.yaml");
+    std::fs::write(dir.path().join("launchgate-test.yaml"), not_a_runtime).unwrap();
+    let out = launchgate(&["test", path(dir.path())]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr)
+            .contains("trainjob.yaml: invalid runtime: not a trainer.kubeflow.org/v1alpha1"),
+        "{}",
+        text(&out.stderr)
+    );
+}

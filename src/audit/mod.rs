@@ -10,7 +10,7 @@
 pub mod scan;
 
 use crate::admission::AdmissionRequest;
-use crate::cluster::NoCluster;
+use crate::cluster::ClusterView;
 use crate::judge::{Stage, judge};
 use crate::policy::Policy;
 use crate::rules::Effect;
@@ -260,16 +260,30 @@ fn meta_str(object: &Value, key: &str) -> String {
         .to_string()
 }
 
-/// Judges one object listed from the cluster as a CREATE of it now, under `policy`.
-/// `None` when it is not a launch workload (or a pod with a launch owner).
+/// An item of a list response with the `apiVersion` and `kind` list responses leave off.
+pub(crate) fn as_listed(listed: &ListedKind, mut object: Value) -> Value {
+    if let Some(map) = object.as_object_mut() {
+        map.insert("apiVersion".into(), Value::String(listed.api_version()));
+        map.insert("kind".into(), Value::String(listed.kind.into()));
+    }
+    object
+}
+
+/// Judges one object listed from the cluster as a CREATE of it now, under `policy`, with the
+/// TrainJob runtimes of `cluster` (the audit lists them first: a TrainJob is sized as Trainer
+/// will run it). `None` when it is not a launch workload (or a pod with a launch owner).
 ///
 /// List responses leave `apiVersion`/`kind` off their items; they are filled in from `listed`.
 /// `status` is dropped first: the webhook never sees it on a CREATE. `managedFields` stay: they
 /// record what a server-side apply wrote, which the webhook reads as the user's intent.
-pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Option<AuditEntry> {
+pub fn evaluate(
+    policy: &Policy,
+    cluster: &dyn ClusterView,
+    listed: &ListedKind,
+    mut object: Value,
+) -> Option<AuditEntry> {
+    object = as_listed(listed, object);
     let map = object.as_object_mut()?;
-    map.insert("apiVersion".into(), Value::String(listed.api_version()));
-    map.insert("kind".into(), Value::String(listed.kind.into()));
     map.remove("status");
     if has_launch_owner(&object) {
         return None;
@@ -278,7 +292,7 @@ pub fn evaluate(policy: &Policy, listed: &ListedKind, mut object: Value) -> Opti
     let name = meta_str(&object, "name");
     let uid = meta_str(&object, "uid");
     let request = AdmissionRequest::synthetic_create(object, None).ok()?;
-    let j = judge(policy, &request, &NoCluster);
+    let j = judge(policy, &request, cluster);
     let warnings = j.warnings();
     if j.skipped() && warnings.is_empty() {
         return None;
@@ -508,6 +522,7 @@ pub(crate) fn render_table(report: &AuditReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::NoCluster;
 
     /// The listed kind of an API group (`batch`: Jobs, `""`: Pods).
     fn listed(group: &str) -> ListedKind {
@@ -544,6 +559,7 @@ mod tests {
     fn a_workload_within_the_limits_passes() {
         let e = evaluate(
             &Policy::embedded_default(),
+            &NoCluster,
             &listed("batch"),
             listed_job("ok", "2"),
         )
@@ -563,12 +579,23 @@ mod tests {
     fn a_new_config_reports_what_it_would_break() {
         let job = listed_job("big", "3");
         assert_eq!(
-            evaluate(&Policy::embedded_default(), &listed("batch"), job.clone())
-                .unwrap()
-                .result,
+            evaluate(
+                &Policy::embedded_default(),
+                &NoCluster,
+                &listed("batch"),
+                job.clone()
+            )
+            .unwrap()
+            .result,
             AuditResult::Pass
         );
-        let e = evaluate(&policy_with_gpu_maximum(2), &listed("batch"), job).unwrap();
+        let e = evaluate(
+            &policy_with_gpu_maximum(2),
+            &NoCluster,
+            &listed("batch"),
+            job,
+        )
+        .unwrap();
         assert_eq!(e.result, AuditResult::Fail);
         // The rule is read from the violation, not its message.
         assert_eq!(e.rule, "limits.variables");
@@ -582,6 +609,7 @@ mod tests {
             crate::policy::DEFAULT_CONFIG_YAML.replace("enforcement: deny", "enforcement: warn");
         let e = evaluate(
             &Policy::from_yaml(&yaml).unwrap(),
+            &NoCluster,
             &listed("batch"),
             listed_job("big", "8"),
         )
@@ -608,13 +636,13 @@ mod tests {
         applied["metadata"]["managedFields"] = json!([{"manager": "argocd", "operation": "Apply",
             "apiVersion": "batch/v1", "fieldsType": "FieldsV1",
             "fieldsV1": {"f:spec": {"f:backoffLimit": {}}}}]);
-        let e = evaluate(&strict, &listed("batch"), applied.clone()).unwrap();
+        let e = evaluate(&strict, &NoCluster, &listed("batch"), applied.clone()).unwrap();
         assert_eq!(e.result, AuditResult::Fail, "{e:?}");
         assert!(e.message.contains("backoffLimit"), "{}", e.message);
         // The same value recorded only by an Update (the API server's default): replaced, so
         // the contract holds.
         applied["metadata"]["managedFields"][0]["operation"] = json!("Update");
-        let e = evaluate(&strict, &listed("batch"), applied).unwrap();
+        let e = evaluate(&strict, &NoCluster, &listed("batch"), applied).unwrap();
         assert_eq!(e.result, AuditResult::Pass, "{e:?}");
     }
 
@@ -627,27 +655,27 @@ mod tests {
                     "controller": true}]},
             "spec": {"containers": [{"name": "main", "image": "acme/train:1"}]}});
         assert!(has_launch_owner(&pod));
-        assert!(evaluate(&policy, &listed(""), pod.clone()).is_none());
+        assert!(evaluate(&policy, &NoCluster, &listed(""), pod.clone()).is_none());
         // An owner that is not its controller does not make it the Job's pod.
         let mut not_controlled = pod.clone();
         not_controlled["metadata"]["ownerReferences"][0]["controller"] = json!(false);
         assert!(!has_launch_owner(&not_controlled));
-        assert!(evaluate(&policy, &listed(""), not_controlled).is_some());
+        assert!(evaluate(&policy, &NoCluster, &listed(""), not_controlled).is_some());
         // The same pod without an owner is judged.
         pod["metadata"]
             .as_object_mut()
             .unwrap()
             .remove("ownerReferences");
         assert!(!has_launch_owner(&pod));
-        assert!(evaluate(&policy, &listed(""), pod).is_some());
+        assert!(evaluate(&policy, &NoCluster, &listed(""), pod).is_some());
         // A web server's pod (owned by a ReplicaSet) is not a launch workload.
         let web = json!({"metadata": {"name": "web", "namespace": "default",
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "w", "uid": "u"}]},
             "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
         assert!(!has_launch_owner(&web));
-        assert!(evaluate(&policy, &listed(""), web).is_none());
+        assert!(evaluate(&policy, &NoCluster, &listed(""), web).is_none());
         // Not an object: never panics.
-        assert!(evaluate(&policy, &listed(""), json!("x")).is_none());
+        assert!(evaluate(&policy, &NoCluster, &listed(""), json!("x")).is_none());
     }
 
     #[test]
@@ -657,7 +685,7 @@ mod tests {
         other["metadata"]["namespace"] = json!("team-b");
         let entries: Vec<AuditEntry> = [listed_job("a", "1"), listed_job("b", "3"), other]
             .into_iter()
-            .filter_map(|o| evaluate(&policy, &listed("batch"), o))
+            .filter_map(|o| evaluate(&policy, &NoCluster, &listed("batch"), o))
             .collect();
         let reports = policy_reports(ReportFormat::PolicyReport, &entries, 1_700_000_000);
         assert_eq!(reports.len(), 2);
@@ -692,7 +720,7 @@ mod tests {
         let report = AuditReport {
             entries: [listed_job("a", "1"), listed_job("b", "3")]
                 .into_iter()
-                .filter_map(|o| evaluate(&policy, &listed("batch"), o))
+                .filter_map(|o| evaluate(&policy, &NoCluster, &listed("batch"), o))
                 .collect(),
             listed: 5,
             skipped: 3,
@@ -720,6 +748,7 @@ mod tests {
     fn a_large_namespace_keeps_the_worst_results_and_true_counts() {
         let pass = evaluate(
             &Policy::embedded_default(),
+            &NoCluster,
             &listed("batch"),
             listed_job("p", "1"),
         )

@@ -3,11 +3,16 @@
 //! objects, then optionally server-side apply the reports (PolicyReports or OpenReports).
 //!
 //! Memory stays bounded by one page of objects plus one small [`super::AuditEntry`] per launch
-//! workload. A kind whose CRD is not installed (Volcano, Kubeflow) is skipped with a note.
+//! workload (and the TrainJob runtimes, listed before the TrainJobs they size). A kind whose
+//! CRD is not installed (Volcano, Kubeflow) is skipped with a note.
 
 use super::{
     AuditEntry, AuditReport, ListedKind, POLICY_REPORT_NAME, ReportFormat, evaluate, policy_report,
     policy_reports,
+};
+use crate::cluster::{
+    CLUSTER_RUNTIME, ClusterView, GivenRuntimes, NAMESPACED_RUNTIME, RUNTIME_VERSION,
+    TRAINER_GROUP, runtime_plural,
 };
 use crate::policy::Policy;
 use anyhow::{Context, Result};
@@ -49,8 +54,13 @@ fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-/// True when the API server serves `resource` in `group/version` (a CRD is installed).
-async fn serves(client: &kube::Client, group: &str, version: &str, resource: &str) -> Result<bool> {
+/// The resources the API server serves in `group/version` (empty when it serves none: the CRD
+/// is not installed).
+async fn served_resources(
+    client: &kube::Client,
+    group: &str,
+    version: &str,
+) -> Result<Vec<String>> {
     let gv = if group.is_empty() {
         version.to_string()
     } else {
@@ -66,12 +76,98 @@ async fn serves(client: &kube::Client, group: &str, version: &str, resource: &st
         Ok(list) => Ok(list
             .get("resources")
             .and_then(Value::as_array)
-            .is_some_and(|rs| {
+            .map(|rs| {
                 rs.iter()
-                    .any(|r| r.get("name").and_then(Value::as_str) == Some(resource))
-            })),
-        Err(e) if is_not_found(&e) => Ok(false),
+                    .filter_map(|r| r.get("name").and_then(Value::as_str))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()),
+        Err(e) if is_not_found(&e) => Ok(Vec::new()),
         Err(e) => Err(e).with_context(|| format!("discovering {gv}")),
+    }
+}
+
+/// True when the API server serves `resource` in `group/version` (a CRD is installed).
+async fn serves(client: &kube::Client, group: &str, version: &str, resource: &str) -> Result<bool> {
+    Ok(served_resources(client, group, version)
+        .await?
+        .iter()
+        .any(|r| r == resource))
+}
+
+/// Lists the TrainJob runtimes the TrainJobs are sized by: every ClusterTrainingRuntime, and
+/// the TrainingRuntimes of the audited namespace (all namespaces without one). A kind that is
+/// not installed or cannot be listed (RBAC) leaves its runtimes unknown, with a note: the
+/// queue's `limits.unverifiableRuntime` decides, as in the webhook without cluster lookups.
+async fn list_runtimes(
+    client: &kube::Client,
+    opts: &AuditOptions,
+    report: &mut AuditReport,
+) -> Result<GivenRuntimes> {
+    let mut runtimes = GivenRuntimes::default();
+    let served = served_resources(client, TRAINER_GROUP, RUNTIME_VERSION).await?;
+    for kind in [CLUSTER_RUNTIME, NAMESPACED_RUNTIME] {
+        let listed = ListedKind {
+            group: TRAINER_GROUP,
+            version: RUNTIME_VERSION,
+            kind,
+            plural: runtime_plural(kind),
+            optional: true,
+        };
+        if !served.iter().any(|r| r == listed.plural) {
+            continue;
+        }
+        let namespace = if kind == CLUSTER_RUNTIME {
+            None
+        } else {
+            opts.namespace.as_deref()
+        };
+        match list_all(client, &listed, namespace, opts.page_size).await {
+            Ok(items) => {
+                for item in items {
+                    let item = super::as_listed(&listed, item);
+                    let namespace = crate::admission::placed_namespace(&item, None).map(str::to_string);
+                    if let Err(e) = runtimes.add(item, namespace.as_deref()) {
+                        report
+                            .notes
+                            .push(format!("a {kind} is not read: {e}"));
+                    }
+                }
+                runtimes.listed_all(kind);
+            }
+            Err(e) => report.notes.push(format!(
+                "{} could not be listed ({e:#}): a TrainJob that leaves its size to one is judged as without cluster lookups (limits.unverifiableRuntime)",
+                listed.resource_name(),
+            )),
+        }
+    }
+    Ok(runtimes)
+}
+
+/// Every object of one kind, page by page.
+async fn list_all(
+    client: &kube::Client,
+    kind: &ListedKind,
+    namespace: Option<&str>,
+    page_size: u32,
+) -> Result<Vec<Value>> {
+    let request = kube::core::Request::new(collection_path(kind, namespace));
+    let mut out = Vec::new();
+    let mut continue_token: Option<String> = None;
+    loop {
+        let mut lp = ListParams::default().limit(page_size.max(1));
+        if let Some(token) = continue_token.take() {
+            lp = lp.continue_token(&token);
+        }
+        let mut page: Value = client.request(request.list(&lp)?).await?;
+        if let Some(Value::Array(items)) = page.get_mut("items").map(Value::take) {
+            out.extend(items);
+        }
+        continue_token = next_page(&page);
+        if continue_token.is_none() {
+            return Ok(out);
+        }
     }
 }
 
@@ -121,6 +217,7 @@ const MAX_LIST_RESTARTS: usize = 3;
 async fn audit_kind(
     client: &kube::Client,
     policy: &Policy,
+    runtimes: &dyn ClusterView,
     kind: &ListedKind,
     opts: &AuditOptions,
     report: &mut AuditReport,
@@ -162,7 +259,7 @@ async fn audit_kind(
         for item in items {
             report.listed += 1;
             progress.listed += 1;
-            match evaluate(policy, kind, item) {
+            match evaluate(policy, runtimes, kind, item) {
                 Some(entry) => report.entries.push(entry),
                 None => report.skipped += 1,
             }
@@ -189,6 +286,8 @@ pub async fn run(
         enabled: opts.progress,
         listed: 0,
     };
+    // The TrainJob runtimes, listed when the TrainJobs are reached.
+    let mut runtimes: Option<GivenRuntimes> = None;
     for kind in &super::listed_kinds() {
         if kind.optional && !serves(&client, kind.group, kind.version, kind.plural).await? {
             report.notes.push(format!(
@@ -198,7 +297,23 @@ pub async fn run(
             ));
             continue;
         }
-        audit_kind(&client, policy, kind, opts, &mut report, &mut progress).await?;
+        if kind.group == TRAINER_GROUP && runtimes.is_none() {
+            runtimes = Some(list_runtimes(&client, opts, &mut report).await?);
+        }
+        let view: &dyn ClusterView = match &runtimes {
+            Some(runtimes) => runtimes,
+            None => &crate::cluster::NoCluster,
+        };
+        audit_kind(
+            &client,
+            policy,
+            view,
+            kind,
+            opts,
+            &mut report,
+            &mut progress,
+        )
+        .await?;
     }
     progress.done();
     if opts.write_policy_reports {

@@ -1,7 +1,11 @@
 //! Reading the offline commands' inputs: several files, directories (recursive) and stdin,
-//! each document turned into the admission request the API server would send.
+//! each document turned into the admission request the API server would send — except the
+//! TrainJob runtimes (ClusterTrainingRuntimes, TrainingRuntimes), which are taken as the
+//! cluster's runtimes the TrainJobs beside them are sized by, as the webhook with cluster
+//! lookups sizes them.
 
-use crate::admission::AdmissionRequest;
+use crate::admission::{AdmissionRequest, placed_namespace};
+use crate::cluster::{GivenRuntimes, runtime_kind};
 use crate::manifest::{InputDocument, parse_documents};
 use crate::mutate::labels::QUEUE_LABEL;
 use anyhow::{Context, Result, bail};
@@ -108,48 +112,93 @@ pub(crate) fn to_request(
     }
 }
 
-/// Parses one file's text into requests named after `shown` (the path as the user gave it).
-pub(crate) fn requests_from_text(
-    shown: &str,
-    text: &str,
-    queue: Option<&str>,
+/// A document that is a TrainJob runtime manifest goes into `runtimes` (`Ok(None)`), placed in
+/// `namespace` as bare objects are; any other document is given back. Errors: a malformed
+/// runtime (the caller names where it came from).
+pub(crate) fn take_runtime(
+    doc: InputDocument,
+    runtimes: &mut GivenRuntimes,
     namespace: Option<&str>,
-) -> Result<Vec<Input>> {
-    let docs = parse_documents(text).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
-    if docs.is_empty() {
-        bail!("{shown}: no documents");
+) -> Result<Option<InputDocument>, String> {
+    match doc {
+        InputDocument::Object(object) => match runtime_kind(&object)? {
+            Some(_) => add_runtime(runtimes, object, namespace).map(|()| None),
+            None => Ok(Some(InputDocument::Object(object))),
+        },
+        review => Ok(Some(review)),
     }
-    let several = docs.len() > 1;
-    docs.into_iter()
-        .enumerate()
-        .map(|(i, d)| {
+}
+
+/// Adds a runtime manifest to `runtimes`, placed as a bare object is (`namespace` when given,
+/// else its own).
+pub(crate) fn add_runtime(
+    runtimes: &mut GivenRuntimes,
+    runtime: Value,
+    namespace: Option<&str>,
+) -> Result<(), String> {
+    let placed = placed_namespace(&runtime, namespace).map(str::to_string);
+    runtimes.add(runtime, placed.as_deref())
+}
+
+/// What the offline commands read: the workloads to judge, and the TrainJob runtimes given
+/// beside them (the cluster's runtimes, for the TrainJobs).
+#[derive(Debug, Default)]
+pub(crate) struct Inputs {
+    pub(crate) workloads: Vec<Input>,
+    pub(crate) runtimes: GivenRuntimes,
+}
+
+impl Inputs {
+    /// Parses one file's text, its documents named after `shown` (the path as the user gave
+    /// it): runtimes to [`Inputs::runtimes`], the rest as requests to [`Inputs::workloads`].
+    pub(crate) fn add_text(
+        &mut self,
+        shown: &str,
+        text: &str,
+        queue: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<()> {
+        let docs = parse_documents(text).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+        if docs.is_empty() {
+            bail!("{shown}: no documents");
+        }
+        let several = docs.len() > 1;
+        for (i, d) in docs.into_iter().enumerate() {
             let source = if several {
                 format!("{shown}#{}", i + 1)
             } else {
                 shown.to_string()
             };
+            let Some(d) = take_runtime(d, &mut self.runtimes, namespace)
+                .map_err(|e| anyhow::anyhow!("{source}: invalid runtime: {e}"))?
+            else {
+                continue;
+            };
             let request =
                 to_request(d, queue, namespace).with_context(|| format!("{source}: invalid"))?;
-            Ok(Input { source, request })
-        })
-        .collect()
+            self.workloads.push(Input { source, request });
+        }
+        Ok(())
+    }
 }
 
-/// Every document of every path (files, directories, `-`).
+/// Every document of every path (files, directories, `-`). Runtimes alone are no input: there
+/// must be a workload to judge.
 pub(crate) fn load(
     paths: &[PathBuf],
     queue: Option<&str>,
     namespace: Option<&str>,
-) -> Result<Vec<Input>> {
-    let mut out = Vec::new();
+) -> Result<Inputs> {
+    let mut out = Inputs::default();
     for path in expand_paths(paths)? {
         let text = read_input(&path)?;
-        out.extend(requests_from_text(
-            &path.display().to_string(),
-            &text,
-            queue,
-            namespace,
-        )?);
+        out.add_text(&path.display().to_string(), &text, queue, namespace)?;
+    }
+    if out.workloads.is_empty() {
+        bail!(
+            "no workload to judge: the documents given are TrainJob runtimes only ({})",
+            out.runtimes.describe().join(", ")
+        );
     }
     Ok(out)
 }
@@ -204,13 +253,42 @@ mod tests {
     #[test]
     fn documents_are_named_by_file_and_position() {
         let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\n";
-        let inputs = requests_from_text("x.yaml", text, Some("q"), Some("ns")).unwrap();
+        let read = |shown: &str, text: &str, queue, namespace| {
+            let mut inputs = Inputs::default();
+            inputs
+                .add_text(shown, text, queue, namespace)
+                .map(|()| inputs)
+        };
+        let inputs = read("x.yaml", text, Some("q"), Some("ns"))
+            .unwrap()
+            .workloads;
         let sources: Vec<&str> = inputs.iter().map(|i| i.source.as_str()).collect();
         assert_eq!(sources, ["x.yaml#1", "x.yaml#2"]);
         let obj = inputs[1].request.object.as_ref().unwrap();
         assert_eq!(obj["metadata"]["labels"][QUEUE_LABEL], "q");
         assert_eq!(inputs[1].request.namespace.as_deref(), Some("ns"));
-        assert!(requests_from_text("e.yaml", "", None, None).is_err());
-        assert!(requests_from_text("k.yaml", "metadata: {}\n", None, None).is_err());
+        assert!(read("e.yaml", "", None, None).is_err());
+        assert!(read("k.yaml", "metadata: {}\n", None, None).is_err());
+    }
+
+    #[test]
+    fn runtimes_beside_the_workloads_are_the_clusters_not_workloads() {
+        let runtime = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nmetadata: {name: torch}\nspec: {}\n";
+        let text = format!("{runtime}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: a}}\n");
+        let mut inputs = Inputs::default();
+        inputs.add_text("x.yaml", &text, None, None).unwrap();
+        let sources: Vec<&str> = inputs.workloads.iter().map(|i| i.source.as_str()).collect();
+        assert_eq!(sources, ["x.yaml#2"]);
+        assert_eq!(inputs.runtimes.describe(), ["ClusterTrainingRuntime torch"]);
+        // A malformed runtime is named by where it is.
+        let nameless =
+            "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainingRuntime\nmetadata: {}\n";
+        let err = Inputs::default()
+            .add_text("r.yaml", nameless, None, None)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "r.yaml: invalid runtime: TrainingRuntime without metadata.name"
+        );
     }
 }

@@ -27,7 +27,6 @@ pub(crate) mod playground;
 pub(crate) mod test_suite;
 
 use crate::admission::AdmissionReviewResponse;
-use crate::cluster::NoCluster;
 use crate::policy::{DEFAULT_CONFIG_YAML, Policy};
 use crate::review::{Endpoint, decide};
 use crate::server::{LogFormat, ServeOptions, load_policy};
@@ -139,7 +138,9 @@ pub(crate) struct DeleteWebhooksArgs {
 #[derive(Args, Debug)]
 pub(crate) struct OfflineArgs {
     /// Manifest file (YAML or JSON, multi-document, objects or AdmissionReviews), directory
-    /// (read recursively: *.yaml, *.yml, *.json) or `-` for stdin. Repeatable.
+    /// (read recursively: *.yaml, *.yml, *.json) or `-` for stdin. Repeatable. TrainJob
+    /// runtimes (ClusterTrainingRuntime, TrainingRuntime) among them are taken as the
+    /// cluster's, and size the TrainJobs that name them.
     #[arg(short = 'f', long = "filename", required = true)]
     pub(crate) files: Vec<PathBuf>,
     /// Config file (default: the built-in example policy).
@@ -197,8 +198,8 @@ pub(crate) struct CertsArgs {
     pub(crate) days: i64,
 }
 
-/// Every input document as an admission request.
-fn requests(args: &OfflineArgs) -> Result<Vec<inputs::Input>> {
+/// Every input document as an admission request, and the TrainJob runtimes given beside them.
+fn requests(args: &OfflineArgs) -> Result<inputs::Inputs> {
     inputs::load(
         &args.files,
         args.queue.as_deref(),
@@ -225,9 +226,10 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
     let policy = load_policy(args.offline.config.as_deref())?;
     let mut denied = false;
     let mut outputs = Vec::new();
-    for input in requests(&args.offline)? {
+    let inputs = requests(&args.offline)?;
+    for input in &inputs.workloads {
         let req = &input.request;
-        let d = decide(&policy, Endpoint::Mutate, req, &NoCluster);
+        let d = decide(&policy, Endpoint::Mutate, req, &inputs.runtimes);
         for w in &d.response.warnings {
             eprintln!("Warning: {}: {w}", describe(req));
         }
@@ -275,9 +277,10 @@ fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
     let policy = load_policy(args.offline.config.as_deref())?;
     let mut denied = false;
     let mut verdicts = Vec::new();
-    for input in requests(&args.offline)? {
+    let inputs = requests(&args.offline)?;
+    for input in &inputs.workloads {
         let req = &input.request;
-        let j = crate::judge::judge(&policy, req, &NoCluster);
+        let j = crate::judge::judge(&policy, req, &inputs.runtimes);
         denied |= !j.allowed();
         if args.output.is_some() {
             verdicts.push(json!({

@@ -8,6 +8,8 @@
 //! ```yaml
 //! name: built-in policy
 //! config: ../../my-config.yaml      # relative to this file; omitted: the built-in policy
+//! runtimes: [runtimes/*.yaml]       # optional: the cluster's TrainJob runtimes, files, globs
+//!                                   # or manifests, for every test of the suite
 //! tests:
 //!   - name: eight GPUs are too many
 //!     resources: [resources/eight-gpus.yaml, "more/*.yaml"]
@@ -26,8 +28,7 @@
 //! validate the mutated object). The comparison is pure ([`check`]); the rest reads files and
 //! prints a table, JSON or JUnit XML.
 
-use super::inputs::{Input, describe, read_input, requests_from_text};
-use crate::cluster::NoCluster;
+use super::inputs::{Inputs, add_runtime, describe, read_input};
 use crate::judge::{Judgement, judge};
 use crate::policy::Policy;
 use crate::server::load_policy;
@@ -72,7 +73,21 @@ pub(crate) struct SuiteFile {
     /// Config file relative to the suite file; omitted or `builtin`: the built-in policy.
     #[serde(default)]
     pub(crate) config: Option<String>,
+    /// The cluster's TrainJob runtimes (ClusterTrainingRuntimes, TrainingRuntimes) for every
+    /// test: files or globs relative to the suite file, or manifests written inline.
+    #[serde(default)]
+    pub(crate) runtimes: Vec<RuntimeEntry>,
     pub(crate) tests: Vec<TestCase>,
+}
+
+/// One entry of a suite's `runtimes:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RuntimeEntry {
+    /// A file or glob relative to the suite file.
+    File(String),
+    /// A runtime manifest written in the suite.
+    Manifest(serde_json::Map<String, Value>),
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -486,6 +501,53 @@ fn load_suite_policy(suite_dir: &Path, config: Option<&str>) -> Result<Policy> {
     }
 }
 
+/// The runtime manifests a suite declares, each with where it came from (`runtimes/a.yaml#2`,
+/// `runtimes[0]` for one written inline). Every document must be a runtime: a workload among
+/// them would never be judged.
+fn suite_runtimes(dir: &Path, entries: &[RuntimeEntry]) -> Result<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    let mut checked = crate::cluster::GivenRuntimes::default();
+    for (i, entry) in entries.iter().enumerate() {
+        let documents = match entry {
+            RuntimeEntry::Manifest(object) => {
+                vec![(format!("runtimes[{i}]"), Value::Object(object.clone()))]
+            }
+            RuntimeEntry::File(pattern) => {
+                let mut documents = Vec::new();
+                for rel in resolve_resources(dir, pattern)? {
+                    let text = read_input(&dir.join(&rel))?;
+                    let docs = crate::manifest::parse_documents(&text)
+                        .map_err(|e| anyhow!("{rel}: {e}"))?;
+                    let several = docs.len() > 1;
+                    for (n, doc) in docs.into_iter().enumerate() {
+                        let source = if several {
+                            format!("{rel}#{}", n + 1)
+                        } else {
+                            rel.clone()
+                        };
+                        match doc {
+                            crate::manifest::InputDocument::Object(object) => {
+                                documents.push((source, object))
+                            }
+                            crate::manifest::InputDocument::Review(_) => {
+                                bail!("{source}: an AdmissionReview, not a TrainJob runtime")
+                            }
+                        }
+                    }
+                }
+                documents
+            }
+        };
+        for (source, object) in documents {
+            // Checked here, once for the suite (each test places them in its namespace).
+            add_runtime(&mut checked, object.clone(), None)
+                .map_err(|e| anyhow!("{source}: invalid runtime: {e}"))?;
+            out.push((source, object));
+        }
+    }
+    Ok(out)
+}
+
 /// Runs one suite file. Errors are bad input (unreadable suite, config or resource).
 pub(crate) fn run_suite(path: &Path, native: bool) -> Result<SuiteResult> {
     let text = read_input(path)?;
@@ -501,6 +563,8 @@ pub(crate) fn run_suite(path: &Path, native: bool) -> Result<SuiteResult> {
         policy = crate::native::as_native(&policy)
             .map_err(|e| anyhow!("suite {}: native policies: {e}", path.display()))?;
     }
+    let runtimes = suite_runtimes(dir, &suite.runtimes)
+        .with_context(|| format!("{}: runtimes", path.display()))?;
     let mut cases = Vec::new();
     for test in &suite.tests {
         if test.resources.is_empty() {
@@ -510,30 +574,50 @@ pub(crate) fn run_suite(path: &Path, native: bool) -> Result<SuiteResult> {
                 test.name
             );
         }
+        let context = || format!("{}: test {:?}", path.display(), test.name);
+        // The suite's runtimes, placed as this test places bare objects; runtimes among the
+        // test's resources join them.
+        let mut inputs = Inputs::default();
+        for (source, runtime) in &runtimes {
+            add_runtime(
+                &mut inputs.runtimes,
+                runtime.clone(),
+                test.namespace.as_deref(),
+            )
+            .map_err(|e| anyhow!("{source}: invalid runtime: {e}"))
+            .with_context(context)?;
+        }
         for pattern in &test.resources {
-            let files = resolve_resources(dir, pattern)
-                .with_context(|| format!("{}: test {:?}", path.display(), test.name))?;
+            let files = resolve_resources(dir, pattern).with_context(context)?;
             for rel in files {
                 let text = read_input(&dir.join(&rel))?;
-                let inputs: Vec<Input> = requests_from_text(
-                    &rel,
-                    &text,
-                    test.queue.as_deref(),
-                    test.namespace.as_deref(),
-                )
-                .with_context(|| format!("{}: test {:?}", path.display(), test.name))?;
-                for input in inputs {
-                    let j = judge(&policy, &input.request, &NoCluster);
-                    let mismatches = check(&test.expect, &j);
-                    cases.push(CaseResult {
-                        test: test.name.clone(),
-                        resource: input.source,
-                        object: describe(&input.request),
-                        passed: mismatches.is_empty(),
-                        mismatches,
-                    });
-                }
+                inputs
+                    .add_text(
+                        &rel,
+                        &text,
+                        test.queue.as_deref(),
+                        test.namespace.as_deref(),
+                    )
+                    .with_context(context)?;
             }
+        }
+        if inputs.workloads.is_empty() {
+            bail!(
+                "{}: test {:?}: its resources hold TrainJob runtimes only, no workload to judge",
+                path.display(),
+                test.name
+            );
+        }
+        for input in inputs.workloads {
+            let j = judge(&policy, &input.request, &inputs.runtimes);
+            let mismatches = check(&test.expect, &j);
+            cases.push(CaseResult {
+                test: test.name.clone(),
+                resource: input.source,
+                object: describe(&input.request),
+                passed: mismatches.is_empty(),
+                mismatches,
+            });
         }
     }
     Ok(SuiteResult {
@@ -735,6 +819,7 @@ pub(crate) fn run(args: &TestArgs) -> Result<ExitCode> {
 mod tests {
     use super::*;
     use crate::admission::AdmissionRequest;
+    use crate::cluster::NoCluster;
 
     fn job(gpus: &str, backoff: Option<i64>) -> Value {
         let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",

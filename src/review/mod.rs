@@ -841,7 +841,7 @@ fn lookup_runtime(
     }
     let namespace = namespace
         .or_else(|| trainjob.at("/metadata/namespace").and_then(Value::as_str))
-        .unwrap_or("default");
+        .unwrap_or(crate::cluster::DEFAULT_NAMESPACE);
     match cluster.training_runtime(&reference.kind, namespace, &reference.name) {
         RuntimeLookup::Found(object) => RuntimeState::Found(TrainingRuntime { reference, object }),
         RuntimeLookup::NotFound => RuntimeState::Unknown {
@@ -850,7 +850,7 @@ fn lookup_runtime(
         },
         RuntimeLookup::Unavailable => RuntimeState::Unknown {
             reference: Some(reference),
-            why: "launchgate cannot read (no cluster lookups of runtimes: offline, `serve` without --cluster-lookups, or the runtime watch has no access)",
+            why: "launchgate cannot read (no cluster lookups of runtimes: offline without its manifest beside the TrainJob, `serve` without --cluster-lookups, or the runtime watch has no access)",
         },
     }
 }

@@ -35,7 +35,7 @@
 //! JobSet Trainer makes for a TrainJob is held to the TrainJob's run bound. RBAC: `get`,
 //! `list`, `watch` on `trainjobs`.
 
-use crate::cluster::{ClusterView, RuntimeLookup};
+use crate::cluster::{ClusterView, RUNTIME_VERSION, RuntimeLookup, TRAINER_GROUP, runtime_plural};
 use crate::workload::trainjob::{CLUSTER_RUNTIME, NAMESPACED_RUNTIME};
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
@@ -88,14 +88,9 @@ fn train_job_resource() -> ApiResource {
 /// The watched TrainJob runtimes: cluster-scoped ClusterTrainingRuntimes and namespaced
 /// TrainingRuntimes (`trainer.kubeflow.org/v1alpha1`).
 fn runtime_resource(kind: &str) -> ApiResource {
-    let plural = if kind == CLUSTER_RUNTIME {
-        "clustertrainingruntimes"
-    } else {
-        "trainingruntimes"
-    };
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
-        plural,
+        &GroupVersionKind::gvk(TRAINER_GROUP, RUNTIME_VERSION, kind),
+        runtime_plural(kind),
     )
 }
 

@@ -1,12 +1,13 @@
 //! What `POST /api/review` answers: a config (launchgate's own, or a W&B queue imported as
 //! `import-queue` does) and manifests in, per manifest the verdict, the warnings, the patch as
 //! a diff and which rule said what. Pure: the judging is [`crate::judge::judge`], the same call
-//! `validate`, `test` and `audit` make, with cluster lookups off.
+//! `validate`, `test` and `audit` make, with cluster lookups off; TrainJob runtimes pasted
+//! beside the workloads are the cluster's runtimes, as for `validate -f`.
 
 use super::super::import_queue;
 use super::super::inputs::{self, describe};
 use crate::admission::{AdmissionRequest, Operation};
-use crate::cluster::NoCluster;
+use crate::cluster::{ClusterView, GivenRuntimes};
 use crate::judge::{Judgement, judge};
 use crate::manifest::{InputDocument, parse_documents};
 use crate::mutate::labels::MUTATIONS_ANNOTATION;
@@ -76,7 +77,8 @@ pub(crate) struct ReviewRequest {
     /// W&B template variables (YAML or JSON, list or map) for a queue config pasted from the UI.
     #[serde(default)]
     pub(crate) wandb_variables: Option<String>,
-    /// The manifest text: YAML or JSON, several documents, objects or AdmissionReviews.
+    /// The manifest text: YAML or JSON, several documents, objects or AdmissionReviews; the
+    /// TrainJob runtimes among them are the cluster's.
     pub(crate) manifest: String,
     #[serde(default)]
     pub(crate) operation: Op,
@@ -242,8 +244,11 @@ fn load_config(request: &ReviewRequest) -> Result<LoadedConfig, InputError> {
     }
 }
 
-/// The manifests as admission requests, with the operation, old object and requester asked.
-fn requests(request: &ReviewRequest) -> Result<Vec<(String, AdmissionRequest)>, InputError> {
+/// The manifests as admission requests, with the operation, old object and requester asked,
+/// and the TrainJob runtimes among them.
+fn requests(
+    request: &ReviewRequest,
+) -> Result<(Vec<(String, AdmissionRequest)>, GivenRuntimes), InputError> {
     if request.manifest.trim().is_empty() {
         return Err(InputError::new(
             "manifest",
@@ -287,11 +292,17 @@ fn requests(request: &ReviewRequest) -> Result<Vec<(String, AdmissionRequest)>, 
         .map(|u| json!({"username": u.username.trim(), "groups": u.groups}));
     let several = docs.len() > 1;
     let mut out = Vec::new();
+    let mut runtimes = GivenRuntimes::default();
     for (i, doc) in docs.into_iter().enumerate() {
         let source = if several {
             format!("manifest#{}", i + 1)
         } else {
             "manifest".to_string()
+        };
+        let Some(doc) = inputs::take_runtime(doc, &mut runtimes, non_empty(&request.namespace))
+            .map_err(|e| InputError::new("manifest", format!("{source}: invalid runtime: {e}")))?
+        else {
+            continue;
         };
         // A recorded AdmissionReview is answered as it is; bare objects take the operation
         // and requester asked for.
@@ -319,7 +330,13 @@ fn requests(request: &ReviewRequest) -> Result<Vec<(String, AdmissionRequest)>, 
         }
         out.push((source, req));
     }
-    Ok(out)
+    if out.is_empty() {
+        return Err(InputError::new(
+            "manifest",
+            "manifest: TrainJob runtimes only; paste the workload to judge beside them",
+        ));
+    }
+    Ok((out, runtimes))
 }
 
 fn yaml(value: Option<&Value>) -> String {
@@ -498,8 +515,13 @@ fn trail(j: &Judgement, before: Option<&Value>) -> Vec<Value> {
     out
 }
 
-fn result(source: String, request: &AdmissionRequest, policy: &Policy) -> Value {
-    let j = judge(policy, request, &NoCluster);
+fn result(
+    source: String,
+    request: &AdmissionRequest,
+    policy: &Policy,
+    cluster: &dyn ClusterView,
+) -> Value {
+    let j = judge(policy, request, cluster);
     let before = request.object.as_ref();
     let (before_text, after_text) = (yaml(before), yaml(j.mutated.as_ref()));
     let verdict = if j.skipped() {
@@ -549,6 +571,7 @@ pub(crate) fn review(request: &ReviewRequest) -> Result<Value, InputError> {
 pub(crate) struct Prepared {
     config: LoadedConfig,
     requests: Vec<(String, AdmissionRequest)>,
+    runtimes: GivenRuntimes,
 }
 
 /// Reads the config and the manifests of `request` (bounded by the body limit and
@@ -556,8 +579,12 @@ pub(crate) struct Prepared {
 /// [`Prepared::judge`].
 pub(crate) fn prepare(request: &ReviewRequest) -> Result<Prepared, InputError> {
     let config = load_config(request)?;
-    let requests = requests(request)?;
-    Ok(Prepared { config, requests })
+    let (requests, runtimes) = requests(request)?;
+    Ok(Prepared {
+        config,
+        requests,
+        runtimes,
+    })
 }
 
 impl Prepared {
@@ -582,12 +609,16 @@ impl Prepared {
 
     /// The verdict on every object.
     pub(crate) fn judge(self) -> Value {
-        let Prepared { config, requests } = self;
+        let Prepared {
+            config,
+            requests,
+            runtimes,
+        } = self;
         let results: Vec<Value> = requests
             .into_iter()
-            .map(|(source, req)| result(source, &req, &config.policy))
+            .map(|(source, req)| result(source, &req, &config.policy, &runtimes))
             .collect();
-        json!({"config": config.summary, "results": results})
+        json!({"config": config.summary, "runtimes": runtimes.describe(), "results": results})
     }
 }
 
