@@ -100,6 +100,17 @@ impl ClusterView for NoCluster {
     }
 }
 
+/// Where a runtime is kept by `(kind, namespace, name)`: no namespace for a
+/// ClusterTrainingRuntime, which is cluster-scoped.
+fn runtime_key(kind: &str, namespace: &str, name: &str) -> (String, String, String) {
+    let namespace = if kind == CLUSTER_RUNTIME {
+        ""
+    } else {
+        namespace
+    };
+    (kind.to_string(), namespace.to_string(), name.to_string())
+}
+
 /// A fixed set of objects (tests, or a snapshot taken from a cache).
 #[derive(Default)]
 pub struct StaticCluster {
@@ -149,13 +160,8 @@ impl StaticCluster {
             .unwrap_or_default()
             .to_string();
         let (namespace, name) = key_of(&runtime);
-        let namespace = if kind == CLUSTER_RUNTIME {
-            String::new()
-        } else {
-            namespace
-        };
         self.runtimes
-            .insert((kind, namespace, name), Arc::new(runtime));
+            .insert(runtime_key(&kind, &namespace, &name), Arc::new(runtime));
         self
     }
 
@@ -188,13 +194,7 @@ impl ClusterView for StaticCluster {
             .cloned()
     }
     fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
-        let namespace = if kind == CLUSTER_RUNTIME {
-            ""
-        } else {
-            namespace
-        };
-        let key = (kind.to_string(), namespace.to_string(), name.to_string());
-        match self.runtimes.get(&key) {
+        match self.runtimes.get(&runtime_key(kind, namespace, name)) {
             Some(runtime) => RuntimeLookup::Found(runtime.clone()),
             None => RuntimeLookup::NotFound,
         }
@@ -237,12 +237,7 @@ impl GivenRuntimes {
         if runtime.get("spec").is_some_and(|s| !s.is_object()) {
             return Err(format!("{kind} {name:?}: spec is not a mapping"));
         }
-        let namespace = if kind == CLUSTER_RUNTIME {
-            String::new()
-        } else {
-            namespace.unwrap_or(DEFAULT_NAMESPACE).to_string()
-        };
-        let key = (kind.to_string(), namespace, name);
+        let key = runtime_key(kind, namespace.unwrap_or(DEFAULT_NAMESPACE), &name);
         if self.runtimes.contains_key(&key) {
             let (kind, namespace, name) = key;
             let place = if namespace.is_empty() {
@@ -295,13 +290,7 @@ impl ClusterView for GivenRuntimes {
         None
     }
     fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
-        let namespace = if kind == CLUSTER_RUNTIME {
-            ""
-        } else {
-            namespace
-        };
-        let key = (kind.to_string(), namespace.to_string(), name.to_string());
-        match self.runtimes.get(&key) {
+        match self.runtimes.get(&runtime_key(kind, namespace, name)) {
             Some(runtime) => RuntimeLookup::Found(runtime.clone()),
             None if self.complete.contains(&kind) => RuntimeLookup::NotFound,
             None => RuntimeLookup::Unavailable,

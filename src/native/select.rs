@@ -411,13 +411,17 @@ fn has_label(map: &str, key: &str) -> String {
 
 /// A launch workload: the object or one of its pod templates carries a launch or queue label.
 pub fn is_launch(policy: &Policy) -> String {
+    carries_label(&launch_label_keys(policy))
+}
+
+/// The labels that make a launch workload: the launch labels and the queue labels.
+fn launch_label_keys(policy: &Policy) -> Vec<&String> {
     let rules = &policy.config.match_rules;
-    let keys: Vec<&String> = rules
+    rules
         .launch_labels
         .iter()
         .chain(&rules.queue_labels)
-        .collect();
-    carries_label(&keys)
+        .collect()
 }
 
 /// True when the object or one of its pod templates carries one of the labels `keys`.
@@ -704,12 +708,7 @@ pub fn unproven_marks(policy: &Policy) -> Option<(String, String)> {
         return None;
     }
     let key = lit(EXEMPTED_BY_ANNOTATION);
-    let rules = &policy.config.match_rules;
-    let keys: Vec<&String> = rules
-        .launch_labels
-        .iter()
-        .chain(&rules.queue_labels)
-        .collect();
+    let keys = launch_label_keys(policy);
     let own_mark = |root: &str| {
         format!(
             "(has({root}.metadata) && has({root}.metadata.annotations) && {key} in {root}.metadata.annotations ? {root}.metadata.annotations[{key}] : '')"

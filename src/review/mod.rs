@@ -937,9 +937,6 @@ fn validate_decision(
     if scope == Scope::Workload && as_create {
         found.extend(unverifiable_size(queue, object, runtime));
     }
-    if scope == Scope::Workload && ctx.kind.spec().pods_from_runtime {
-        found.extend(untrusted_runtime(queue, object));
-    }
     if as_create {
         found.extend(validate::distributed::denials(
             ctx.kind,
@@ -966,51 +963,68 @@ fn validate_decision(
             );
         }
     }
-    // Workload-level guardrails: a controller's pod or a child workload has its root's verdict.
-    if scope == Scope::Workload {
-        let guardrails = |object: &Value| {
-            validate::guardrails::check(
-                &queue.name,
-                ctx.kind,
-                &queue.config.guardrails,
-                object,
-                ctx.object_name(object),
-                ctx.runtime,
+    // The run-level rules outside the limits, each answered by its own setting: the workload's
+    // guardrails and whose runtime may size it; for a runtime-sized run's child (the JobSet
+    // Trainer made for a TrainJob), the run's GPU-hour ceiling over the TrainJob's bound. A
+    // controller's pod or a Job of a JobSet has its root's verdict.
+    let parent = (scope == Scope::PerPodAndRun)
+        .then(|| {
+            let owner = summary.owner.as_ref().map(|o| o.name.as_str());
+            ctx.cluster.train_job(
+                ctx.request.namespace.as_deref().unwrap_or_default(),
+                owner.unwrap_or_else(|| ctx.object_name(object)),
             )
-            .violations
-        };
-        let now = guardrails(object);
-        // On an UPDATE of what was admitted, what did not grow is carried (the rule table's
-        // `update`): the Ray autoscaler resizing within what was admitted, Kueue admitting an
-        // exempt run.
-        let before = match ctx.admitted {
-            Some(old) if !now.is_empty() => guardrails(old),
-            _ => Vec::new(),
-        };
-        for v in now {
-            if ctx.admitted.is_some() && validate::carried(&v, &before) {
-                let kept = validate::as_carried(v);
-                findings.warnings.push(kept.message.clone());
-                summary.unchanged.push(kept);
-            } else {
-                found.push(v);
+        })
+        .flatten();
+    let run_rules = |object: &Value| -> Vec<Violation> {
+        match scope {
+            Scope::Workload => {
+                let mut out: Vec<Violation> = if ctx.kind.spec().pods_from_runtime {
+                    untrusted_runtime(queue, object).into_iter().collect()
+                } else {
+                    Vec::new()
+                };
+                out.extend(
+                    validate::guardrails::check(
+                        &queue.name,
+                        ctx.kind,
+                        &queue.config.guardrails,
+                        object,
+                        ctx.object_name(object),
+                        ctx.runtime,
+                    )
+                    .violations,
+                );
+                out
             }
+            Scope::PerPodAndRun => validate::guardrails::child_cost(
+                &queue.name,
+                &queue.config.guardrails,
+                ctx.kind,
+                object,
+                parent.as_deref(),
+            )
+            .into_iter()
+            .collect(),
+            Scope::PerPod => Vec::new(),
         }
-    }
-    // A runtime-sized run's child (the JobSet Trainer made for a TrainJob) is held to the
-    // run's GPU-hour ceiling: its GPUs at once, over the run's bound (the TrainJob's).
-    if scope == Scope::PerPodAndRun {
-        let parent = ctx.cluster.train_job(
-            ctx.request.namespace.as_deref().unwrap_or_default(),
-            ctx.object_name(object),
-        );
-        found.extend(validate::guardrails::child_cost(
-            &queue.name,
-            &queue.config.guardrails,
-            ctx.kind,
-            object,
-            parent.as_deref(),
-        ));
+    };
+    let now = run_rules(object);
+    // On an UPDATE of what was admitted, what its rule carries passes with a warning (the rule
+    // table's `update`): the Ray autoscaler resizing within what was admitted, Kueue admitting
+    // an exempt run.
+    let before = match ctx.admitted {
+        Some(old) if !now.is_empty() => run_rules(old),
+        _ => Vec::new(),
+    };
+    for v in now {
+        if ctx.admitted.is_some() && validate::carried(&v, &before) {
+            let kept = validate::as_carried(v);
+            findings.warnings.push(kept.message.clone());
+            summary.unchanged.push(kept);
+        } else {
+            found.push(v);
+        }
     }
     for v in &found {
         match v.effect {

@@ -155,11 +155,10 @@ fn a_relabelled_job_is_held_to_the_queues_totals() {
     noted["metadata"]["labels"]["note"] = json!("x");
     let kept = ask(Endpoint::Validate, noted, Some(wide.clone()), TENANT);
     assert!(kept.response.allowed, "{}", message(&kept));
-    assert!(
-        kept.response
-            .warnings
-            .iter()
-            .any(|w| w.contains("already so"))
+    assert_eq!(
+        rules::ids(&kept.summary.unchanged),
+        ["limits.trainingRuntimes"],
+        "carried with a warning"
     );
     // Growing it is refused.
     let mut grown = wide.clone();
@@ -320,6 +319,21 @@ fn a_trainjob_sizes_runs_only_from_cluster_runtimes_unless_the_queue_says_so() {
         message(&own).contains("TrainingRuntime \"torch\""),
         "{}",
         message(&own)
+    );
+    // One admitted before the queue said so: Kueue's admission UPDATE carries it.
+    let mut admitted = trainjob("TrainingRuntime");
+    admitted["spec"]["suspend"] = json!(false);
+    let kept = ask(
+        Endpoint::Validate,
+        admitted,
+        Some(trainjob("TrainingRuntime")),
+        KUEUE,
+    );
+    assert!(kept.response.allowed, "{}", message(&kept));
+    assert_eq!(
+        rules::ids(&kept.summary.unchanged),
+        ["limits.trainingRuntimes"],
+        "carried with a warning"
     );
     let cluster = ask(
         Endpoint::Validate,

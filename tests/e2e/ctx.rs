@@ -182,16 +182,9 @@ impl Ctx {
     ) -> Result<(u16, Value, Vec<String>)> {
         let mut obj = obj.clone();
         obj["metadata"]["namespace"] = json!(self.ns);
-        let resource = resource_for(&obj)?;
         let url = format!(
-            "{}/namespaces/{}/{}{}",
-            if resource.group.is_empty() {
-                format!("/api/{}", resource.version)
-            } else {
-                format!("/apis/{}/{}", resource.group, resource.version)
-            },
-            self.ns,
-            resource.plural,
+            "{}{}",
+            self.collection_url(&obj)?,
             if dry_run { "?dryRun=All" } else { "" }
         );
         let mut request = http::Request::post(url).header("content-type", "application/json");
@@ -220,6 +213,20 @@ impl Ctx {
         Ok((status, body, warnings))
     }
 
+    /// The path of `obj`'s kind in this namespace (`/apis/batch/v1/namespaces/<ns>/jobs`).
+    fn collection_url(&self, obj: &Value) -> Result<String> {
+        let resource = resource_for(obj)?;
+        let group = if resource.group.is_empty() {
+            format!("/api/{}", resource.version)
+        } else {
+            format!("/apis/{}/{}", resource.group, resource.version)
+        };
+        Ok(format!(
+            "{group}/namespaces/{}/{}",
+            self.ns, resource.plural
+        ))
+    }
+
     /// Replaces the stored `obj` (an UPDATE, `PUT`) as `user` with `groups` (impersonated, as
     /// a controller's service account would send it): the HTTP status and the body. `obj`
     /// carries the `resourceVersion` it was read with.
@@ -235,17 +242,7 @@ impl Ctx {
             .as_str()
             .context("an UPDATE needs a name")?
             .to_string();
-        let resource = resource_for(&obj)?;
-        let url = format!(
-            "{}/namespaces/{}/{}/{name}",
-            if resource.group.is_empty() {
-                format!("/api/{}", resource.version)
-            } else {
-                format!("/apis/{}/{}", resource.group, resource.version)
-            },
-            self.ns,
-            resource.plural,
-        );
+        let url = format!("{}/{name}", self.collection_url(&obj)?);
         let mut request = http::Request::put(url)
             .header("content-type", "application/json")
             .header("impersonate-user", user);

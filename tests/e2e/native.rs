@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The namespace label the differential and hybrid tests bind their webhooks and policies to.
-const SELECT_LABEL: &str = "e2e.launchgate.io/native";
+pub const SELECT_LABEL: &str = "e2e.launchgate.io/native";
 
 fn admission_resource(kind: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(

@@ -242,6 +242,10 @@ fn in_queue(mut job: Value, queue: &str) -> Value {
 /// its cluster on purpose (`false`, written with server-side apply) is denied by the ceiling,
 /// which names the field.
 pub async fn a_rayjob_cluster_ends_with_the_job(ctx: &Ctx) -> Result<()> {
+    crate::updates::with_own!(ctx, "ray-ends", a_rayjob_cluster_ends_with_the_job_in)
+}
+
+async fn a_rayjob_cluster_ends_with_the_job_in(ctx: &Ctx) -> Result<()> {
     // 2 workers × 2 GPUs for 1 h: 4 GPU-hours, within the queue's 8 while the cluster ends.
     let mut job = in_queue(rayjob("ray-ends", 2, 2, false, 2), RAY_CAPPED_QUEUE);
     job["spec"]
@@ -257,7 +261,8 @@ pub async fn a_rayjob_cluster_ends_with_the_job(ctx: &Ctx) -> Result<()> {
         stored["spec"]["shutdownAfterJobFinishes"],
         stored["spec"]["ttlSecondsAfterFinished"]
     );
-    let policy = Policy::from_yaml(&suite_config()?).map_err(anyhow::Error::msg)?;
+    let policy =
+        Policy::from_yaml(&crate::updates::capped_config()?).map_err(anyhow::Error::msg)?;
     let request = AdmissionRequest::synthetic_create(stored.clone(), None)
         .map_err(anyhow::Error::msg)
         .context("a RayJob request")?;

@@ -4,10 +4,109 @@
 
 use crate::ctx::{Ctx, rbac_probe_job};
 use crate::trust::EXEMPT_GROUP;
-use crate::webhook::CAPPED_QUEUE;
+use crate::webhook::{Launchgate, RAY_CAPPED_QUEUE, RAY_QUEUE, suite_config};
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 use std::time::Duration;
+
+/// The built-in queue with a 16 GPU-hour ceiling per run, 16 GPUs per workload in all, the
+/// Kueue LocalQueue `team-a`, TrainJobs sized by namespaced TrainingRuntimes too, and the
+/// platform group exempt: where UPDATEs are judged against what was admitted.
+pub const CAPPED_QUEUE: &str = "capped-queue";
+
+/// The suite's config with the queues whose ceilings these tests (and the KubeRay one) judge:
+/// [`CAPPED_QUEUE`] and [`RAY_CAPPED_QUEUE`] (the KubeRay queue with at most 8 GPU-hours per
+/// run). Served by a launchgate of their own ([`Own`]), so the suite's config — and the
+/// differential's sample over its queues — stays as it is.
+pub fn capped_config() -> Result<String> {
+    let mut config: Value = serde_yaml::from_str(&suite_config()?)?;
+    let default_queue = config["defaultQueue"]
+        .as_str()
+        .context("a default queue")?
+        .to_string();
+    let mut capped = config["queues"][&default_queue].clone();
+    capped["guardrails"]["costCeiling"] = json!({"maxGpuHours": 16});
+    capped["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 16}});
+    capped["limits"]["trainingRuntimes"] = json!("namespaced");
+    capped["kueue"] = json!({"localQueue": "team-a"});
+    capped["exemptions"] = json!([{"name": "capped-platform", "groups": [EXEMPT_GROUP]}]);
+    config["queues"][CAPPED_QUEUE] = capped;
+    let mut ray_capped = config["queues"][RAY_QUEUE].clone();
+    ray_capped["guardrails"]["costCeiling"] = json!({"maxGpuHours": 8});
+    config["queues"][RAY_CAPPED_QUEUE] = ray_capped;
+    Ok(serde_yaml::to_string(&config)?)
+}
+
+/// A launchgate serving [`capped_config`] (with cluster lookups), registered for one namespace
+/// of the test's that the suite's own launchgate does not see.
+pub struct Own {
+    webhook: Launchgate,
+    /// The namespace it judges.
+    pub ns: Ctx,
+    _dir: tempfile::TempDir,
+}
+
+impl Own {
+    /// Starts it, registers it for a new namespace and waits until a launch Job there is
+    /// mutated by it.
+    pub async fn start(ctx: &Ctx, name: &str) -> Result<Own> {
+        let tag = format!("{name}-{}", &ctx.ns[ctx.ns.len() - 4..]);
+        let ns = crate::native::namespace(ctx, name, &tag).await?;
+        let dir = tempfile::tempdir()?;
+        let mut webhook = Launchgate::start_with(
+            dir.path(),
+            Some(&ctx.env.kubeconfig),
+            "127.0.0.1",
+            &capped_config()?,
+            &[],
+        )
+        .await?;
+        webhook
+            .register_with(
+                &ctx.client,
+                &tag,
+                &[json!({"key": crate::native::SELECT_LABEL, "operator": "In", "values": [tag]})],
+                None,
+            )
+            .await?;
+        let own = Own {
+            webhook,
+            ns,
+            _dir: dir,
+        };
+        let mut probe = outside_job("probe", 1, 0);
+        probe["metadata"]["labels"] = launch_labels();
+        own.ns
+            .wait_for(
+                "its launchgate to take effect",
+                Duration::from_secs(60),
+                || async {
+                    let made = own.ns.create(&probe, true).await;
+                    Ok(made.is_ok_and(|j| crate::ctx::mutations(&j).is_some()))
+                },
+            )
+            .await?;
+        Ok(own)
+    }
+
+    /// Unregisters and stops it, and deletes its namespace.
+    pub async fn finish(mut self, ctx: &Ctx) {
+        self.webhook.unregister(&ctx.client).await;
+        self.webhook.stop();
+        self.ns.cleanup().await;
+    }
+}
+
+/// Runs `test` in the namespace of an [`Own`] launchgate, then cleans up, pass or fail.
+macro_rules! with_own {
+    ($ctx:expr, $name:expr, $test:path) => {{
+        let own = $crate::updates::Own::start($ctx, $name).await?;
+        let result = $test(&own.ns).await;
+        own.finish($ctx).await;
+        result
+    }};
+}
+pub(crate) use with_own;
 
 const MARK: &str = "launchgate.io/exempted-by";
 const KUEUE: &str = "system:serviceaccount:kueue-system:kueue-controller-manager";
@@ -74,6 +173,10 @@ fn message(body: &Value) -> &str {
 /// object alone is removed and the queue's Kueue label written; the Job controller's pods of
 /// that Job are then judged like any launch Job's, with no exemption.
 pub async fn a_relabelled_job_is_judged_as_a_create(ctx: &Ctx) -> Result<()> {
+    with_own!(ctx, "relabel", a_relabelled_job_is_judged_as_a_create_in)
+}
+
+async fn a_relabelled_job_is_judged_as_a_create_in(ctx: &Ctx) -> Result<()> {
     let mut marked = outside_job("marked", 1, 8);
     for at in ["metadata", "spec.template.metadata"] {
         let meta = at.split('.').fold(&mut marked, |v, k| &mut v[k]);
@@ -187,6 +290,14 @@ fn service_account(user: &str) -> Value {
 /// admitted passes although the run is over the queue's GPU-hour ceiling; a tenant's UPDATE
 /// that grows it is refused.
 pub async fn kueues_admission_of_an_exempt_run_passes(ctx: &Ctx) -> Result<()> {
+    with_own!(
+        ctx,
+        "kueue-exempt",
+        kueues_admission_of_an_exempt_run_passes_in
+    )
+}
+
+async fn kueues_admission_of_an_exempt_run_passes_in(ctx: &Ctx) -> Result<()> {
     grant(
         ctx,
         "platform",
@@ -245,6 +356,14 @@ fn ray_container(name: &str, gpus: i64) -> Value {
 /// a RayJob from 1 to 2 workers and back, within `maxReplicas` 4: admitted. More GPUs per
 /// worker is not what it was admitted with: refused.
 pub async fn the_ray_autoscaler_scales_within_what_was_admitted(ctx: &Ctx) -> Result<()> {
+    with_own!(
+        ctx,
+        "autoscaler",
+        the_ray_autoscaler_scales_within_what_was_admitted_in
+    )
+}
+
+async fn the_ray_autoscaler_scales_within_what_was_admitted_in(ctx: &Ctx) -> Result<()> {
     let autoscaler = format!("system:serviceaccount:{}:default", ctx.ns);
     grant(
         ctx,
@@ -310,6 +429,14 @@ pub async fn the_ray_autoscaler_scales_within_what_was_admitted(ctx: &Ctx) -> Re
 /// namespaced) TrainingRuntime then grows: the JobSet Trainer makes from it (4 × 4 GPUs) is
 /// denied by the run's GPU-hour ceiling; the JobSet as admitted is not.
 pub async fn a_grown_runtimes_jobset_is_held_to_the_runs_ceiling(ctx: &Ctx) -> Result<()> {
+    with_own!(
+        ctx,
+        "grown-runtime",
+        a_grown_runtimes_jobset_is_held_to_the_runs_ceiling_in
+    )
+}
+
+async fn a_grown_runtimes_jobset_is_held_to_the_runs_ceiling_in(ctx: &Ctx) -> Result<()> {
     grant(
         ctx,
         "trainer",
@@ -378,8 +505,8 @@ pub async fn a_grown_runtimes_jobset_is_held_to_the_runs_ceiling(ctx: &Ctx) -> R
 /// UPDATE that labels a Job created outside launchgate's scope into a queue.
 pub async fn native_policies_refuse_a_mark_they_cannot_prove(ctx: &Ctx) -> Result<()> {
     use crate::native::{create_in, install_native, namespace};
-    let policy = launchgate::Policy::from_yaml(&crate::webhook::suite_config()?)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let policy =
+        launchgate::Policy::from_yaml(&capped_config()?).map_err(|e| anyhow::anyhow!("{e}"))?;
     let compiled = launchgate::native::compile(&policy, &Default::default());
     let tag = format!("marks-{}", &ctx.ns[ctx.ns.len() - 4..]);
     let ns = namespace(ctx, "native-marks", &tag).await?;

@@ -44,11 +44,6 @@ pub const RAY_QUEUE: &str = "ray-queue";
 /// The KubeRay queue with a GPU-hour ceiling: at most 8 GPU-hours per run.
 pub const RAY_CAPPED_QUEUE: &str = "ray-capped-queue";
 
-/// The built-in queue with a 16 GPU-hour ceiling per run, 16 GPUs per workload in all, the
-/// Kueue LocalQueue `team-a`, TrainJobs sized by namespaced TrainingRuntimes too, and the
-/// platform group exempt: where UPDATEs are judged against what was admitted.
-pub const CAPPED_QUEUE: &str = "capped-queue";
-
 /// The running launchgate binary.
 pub struct Launchgate {
     pub base: String,
@@ -309,10 +304,7 @@ pub fn suite_config() -> Result<String> {
     let mut ray = config["queues"][&default_queue].clone();
     ray["kueue"] = json!({"localQueue": "team-a"});
     ray["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 8}});
-    let mut ray_capped = ray.clone();
-    ray_capped["guardrails"]["costCeiling"] = json!({"maxGpuHours": 8});
     config["queues"][RAY_QUEUE] = ray;
-    config["queues"][RAY_CAPPED_QUEUE] = ray_capped;
     let mut guarded = config["queues"][&default_queue].clone();
     guarded["pytorch"]["indexedJobs"] = json!(true);
     guarded["guardrails"]["gang"] = json!("deny");
@@ -321,14 +313,6 @@ pub fn suite_config() -> Result<String> {
         json!({"defaultDeadlineSeconds": 3600, "maxGpuHours": 8});
     guarded["guardrails"]["rendezvousPreflight"] = json!(true);
     config["queues"][GUARDRAILS_QUEUE] = guarded;
-    let mut capped = config["queues"][&default_queue].clone();
-    capped["guardrails"]["costCeiling"] = json!({"maxGpuHours": 16});
-    capped["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 16}});
-    capped["limits"]["trainingRuntimes"] = json!("namespaced");
-    capped["kueue"] = json!({"localQueue": "team-a"});
-    capped["exemptions"] =
-        json!([{"name": "capped-platform", "groups": [crate::trust::EXEMPT_GROUP]}]);
-    config["queues"][CAPPED_QUEUE] = capped;
     // The docs' exemption example, on the default queue only.
     config["queues"][&default_queue]["exemptions"] = json!([{"name": "platform-smoke-tests",
         "groups": [crate::trust::EXEMPT_GROUP], "namespaces": ["exempt-group-*"]}]);
