@@ -157,7 +157,7 @@ fn a_relabelled_job_is_held_to_the_queues_totals() {
     assert!(kept.response.allowed, "{}", message(&kept));
     assert_eq!(
         rules::ids(&kept.summary.unchanged),
-        ["limits.trainingRuntimes"],
+        ["limits.totals"],
         "carried with a warning"
     );
     // Growing it is refused.
