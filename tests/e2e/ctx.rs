@@ -187,14 +187,28 @@ impl Ctx {
             self.collection_url(&obj)?,
             if dry_run { "?dryRun=All" } else { "" }
         );
-        let mut request = http::Request::post(url).header("content-type", "application/json");
+        self.send_as(http::Request::post(url), &obj, user, groups)
+            .await
+    }
+
+    /// Sends `obj` as the body of `request`, as `user` with `groups` when given
+    /// (`Impersonate-User`, `Impersonate-Group`): the HTTP status, the body and the `Warning`
+    /// headers, as kubectl prints them.
+    async fn send_as(
+        &self,
+        request: http::request::Builder,
+        obj: &Value,
+        user: Option<&str>,
+        groups: &[&str],
+    ) -> Result<(u16, Value, Vec<String>)> {
+        let mut request = request.header("content-type", "application/json");
         if let Some(user) = user {
             request = request.header("impersonate-user", user);
         }
         for group in groups {
             request = request.header("impersonate-group", *group);
         }
-        let request = request.body(serde_json::to_vec(&obj)?)?;
+        let request = request.body(serde_json::to_vec(obj)?)?;
         let response = self
             .client
             .send(request.map(kube::client::Body::from))
@@ -243,22 +257,10 @@ impl Ctx {
             .context("an UPDATE needs a name")?
             .to_string();
         let url = format!("{}/{name}", self.collection_url(&obj)?);
-        let mut request = http::Request::put(url)
-            .header("content-type", "application/json")
-            .header("impersonate-user", user);
-        for group in groups {
-            request = request.header("impersonate-group", *group);
-        }
-        let request = request.body(serde_json::to_vec(&obj)?)?;
-        let response = self
-            .client
-            .send(request.map(kube::client::Body::from))
+        let (status, body, _) = self
+            .send_as(http::Request::put(url), &obj, Some(user), groups)
             .await?;
-        let status = response.status().as_u16();
-        let body = http_body_util::BodyExt::collect(response.into_body())
-            .await?
-            .to_bytes();
-        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+        Ok((status, body))
     }
 
     /// Server-side apply of `obj` by `manager`.
