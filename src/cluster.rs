@@ -4,6 +4,7 @@
 //! (see `server::owner_cache`), the offline tools pass [`NoCluster`] or the TrainJob runtimes
 //! they were given ([`GivenRuntimes`]), tests a fixed map.
 
+use crate::kinds::WorkloadKind;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,21 +12,14 @@ use std::sync::Arc;
 /// Lookups the core may need: a pod's owner that was never mutated, the Service a distributed
 /// job's pods rendezvous through.
 pub trait ClusterView: Send + Sync {
-    /// The Volcano Job `namespace/name` (`batch.volcano.sh/v1alpha1`), if known.
-    fn volcano_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
+    /// The workload of `kind` named `namespace/name`, if known (`None` also when this view
+    /// holds none of that kind: the server watches the kinds whose descriptor says so,
+    /// [`crate::kinds::KindSpec::watch`]).
+    fn workload(&self, _kind: WorkloadKind, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
+        None
+    }
     /// The Service `namespace/name`, if known (`None` also when this view holds no Services).
     fn service(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
-        None
-    }
-    /// The PyTorchJob `namespace/name` (`kubeflow.org/v1`), if known (`None` also when this
-    /// view holds no PyTorchJobs): what a label-less `pytorchjobs/scale` request scales.
-    fn pytorch_job(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
-        None
-    }
-    /// The TrainJob `namespace/name` (`trainer.kubeflow.org/v1alpha1`), if known (`None` also
-    /// when this view holds no TrainJobs): the run whose bound the JobSet Trainer makes for it
-    /// is held to.
-    fn train_job(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
         None
     }
     /// The TrainJob runtime `kind` (`ClusterTrainingRuntime`, cluster-scoped: `namespace` is
@@ -92,9 +86,6 @@ pub enum RuntimeLookup {
 pub struct NoCluster;
 
 impl ClusterView for NoCluster {
-    fn volcano_job(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
-        None
-    }
     fn is_connected(&self) -> bool {
         false
     }
@@ -114,10 +105,9 @@ fn runtime_key(kind: &str, namespace: &str, name: &str) -> (String, String, Stri
 /// A fixed set of objects (tests, or a snapshot taken from a cache).
 #[derive(Default)]
 pub struct StaticCluster {
-    volcano_jobs: HashMap<(String, String), Arc<Value>>,
+    /// By `(kind, namespace, name)`.
+    workloads: HashMap<(WorkloadKind, String, String), Arc<Value>>,
     services: HashMap<(String, String), Arc<Value>>,
-    pytorch_jobs: HashMap<(String, String), Arc<Value>>,
-    train_jobs: HashMap<(String, String), Arc<Value>>,
     /// By `(kind, namespace, name)`; namespace empty for a ClusterTrainingRuntime.
     runtimes: HashMap<(String, String, String), Arc<Value>>,
 }
@@ -134,21 +124,17 @@ fn key_of(object: &Value) -> (String, String) {
 }
 
 impl StaticCluster {
-    /// Adds a Volcano Job to the view.
-    pub fn with_volcano_job(mut self, job: Value) -> Self {
-        self.volcano_jobs.insert(key_of(&job), Arc::new(job));
-        self
-    }
-
-    /// Adds a PyTorchJob to the view.
-    pub fn with_pytorch_job(mut self, job: Value) -> Self {
-        self.pytorch_jobs.insert(key_of(&job), Arc::new(job));
-        self
-    }
-
-    /// Adds a TrainJob to the view.
-    pub fn with_train_job(mut self, job: Value) -> Self {
-        self.train_jobs.insert(key_of(&job), Arc::new(job));
+    /// Adds a workload to the view, of the kind its `apiVersion` and `kind` name.
+    ///
+    /// # Panics
+    /// On an object of no kind launchgate knows (a mistake of the test or snapshot that
+    /// builds the view).
+    pub fn with_workload(mut self, object: Value) -> Self {
+        let kind = WorkloadKind::of_object(&object)
+            .unwrap_or_else(|| panic!("not a workload launchgate knows: {object}"));
+        let (namespace, name) = key_of(&object);
+        self.workloads
+            .insert((kind, namespace, name), Arc::new(object));
         self
     }
 
@@ -173,23 +159,13 @@ impl StaticCluster {
 }
 
 impl ClusterView for StaticCluster {
-    fn volcano_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        self.volcano_jobs
-            .get(&(namespace.to_string(), name.to_string()))
+    fn workload(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.workloads
+            .get(&(kind, namespace.to_string(), name.to_string()))
             .cloned()
     }
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.services
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
-    }
-    fn pytorch_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        self.pytorch_jobs
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
-    }
-    fn train_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        self.train_jobs
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }
@@ -286,9 +262,6 @@ impl GivenRuntimes {
 }
 
 impl ClusterView for GivenRuntimes {
-    fn volcano_job(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
-        None
-    }
     fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
         match self.runtimes.get(&runtime_key(kind, namespace, name)) {
             Some(runtime) => RuntimeLookup::Found(runtime.clone()),

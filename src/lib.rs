@@ -47,5 +47,6 @@ pub(crate) mod topology;
 pub(crate) mod validate;
 pub(crate) mod workload;
 
+pub use kinds::WorkloadKind;
 pub use policy::Policy;
 pub use review::{Endpoint, RequestError, ReviewOutcome, ReviewSummary, review};

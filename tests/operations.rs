@@ -560,7 +560,7 @@ async fn a_request_that_gets_no_slot_within_the_deadline_is_answered_503() {
 struct PanickingCluster;
 
 impl launchgate::cluster::ClusterView for PanickingCluster {
-    fn volcano_job(&self, _: &str, _: &str) -> Option<Arc<Value>> {
+    fn workload(&self, _: launchgate::WorkloadKind, _: &str, _: &str) -> Option<Arc<Value>> {
         panic!("cluster view bug")
     }
     fn is_connected(&self) -> bool {

@@ -13,6 +13,7 @@ use common::{
     TestServer, env_value, fixture_bytes, fixture_json, kube_client, options, serve_http,
 };
 use launchgate::Policy;
+use launchgate::WorkloadKind;
 use launchgate::cluster::ClusterView;
 use launchgate::review::{Endpoint, review};
 use launchgate::server::owner_cache;
@@ -148,7 +149,7 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
     // The PyTorchJobs a label-less Scale is judged against (not waited for by readiness).
     let mut job = None;
     for _ in 0..100 {
-        job = cache.pytorch_job("wandb", "ddp");
+        job = cache.workload(WorkloadKind::PyTorchJob, "wandb", "ddp");
         if job.is_some() {
             break;
         }
@@ -156,13 +157,21 @@ async fn recorded_pods_are_wired_from_the_watched_owner_job() {
     }
     let job = job.expect("the PyTorchJob is cached");
     assert_eq!(job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"], 2);
-    assert!(cache.pytorch_job("wandb", "other").is_none());
+    assert!(
+        cache
+            .workload(WorkloadKind::PyTorchJob, "wandb", "other")
+            .is_none()
+    );
     assert!(cache.service("other", "ddp").is_none());
     let job = cache
-        .volcano_job("wandb", "wandb-job-run42")
+        .workload(WorkloadKind::VolcanoJob, "wandb", "wandb-job-run42")
         .expect("the recorded Job is cached");
     assert_eq!(job["spec"]["plugins"]["pytorch"][2], "--port=23456");
-    assert!(cache.volcano_job("other", "wandb-job-run42").is_none());
+    assert!(
+        cache
+            .workload(WorkloadKind::VolcanoJob, "other", "wandb-job-run42")
+            .is_none()
+    );
     assert!(calls.lists.load(Ordering::SeqCst) >= 1);
 
     let policy = Policy::embedded_default();
@@ -266,8 +275,16 @@ async fn the_watch_is_limited_to_the_given_namespaces_and_label_selector() {
         cache.wait_until_ready(Duration::from_secs(10)).await,
         "both namespaced lists arrive"
     );
-    assert!(cache.volcano_job("wandb", "anything").is_none());
-    assert!(cache.volcano_job("elsewhere", "anything").is_none());
+    assert!(
+        cache
+            .workload(WorkloadKind::VolcanoJob, "wandb", "anything")
+            .is_none()
+    );
+    assert!(
+        cache
+            .workload(WorkloadKind::VolcanoJob, "elsewhere", "anything")
+            .is_none()
+    );
     let seen = seen.lock().unwrap().clone();
     let lists: Vec<&String> = seen.iter().filter(|q| !q.contains("watch=")).collect();
     let mut namespaces: Vec<&str> = lists.iter().map(|q| q.split('?').next().unwrap()).collect();

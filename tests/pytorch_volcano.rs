@@ -274,7 +274,7 @@ fn port_number(ports: &Value) -> i64 {
 fn upstream_vectors_pod_with_owner_job_from_the_cluster_view() {
     let policy = pytorch_only("{torchrun: false}");
     for v in vectors() {
-        let cluster = StaticCluster::default().with_volcano_job(upstream_job(v.tasks));
+        let cluster = StaticCluster::default().with_workload(upstream_job(v.tasks));
         let ports = v.ports_in.map(|p| serde_json::from_str(p).unwrap());
         let pod = upstream_pod(v.pod, v.task, v.index, ports);
         let m = mutate_object(&policy, pod, &cluster);
@@ -320,7 +320,7 @@ fn upstream_vectors_job_then_pod_built_from_the_mutated_template() {
 #[test]
 fn upstream_vectors_with_torchrun_add_consistent_pet_twins() {
     let policy = pytorch_only("{nprocPerNode: auto}");
-    let cluster = StaticCluster::default().with_volcano_job(upstream_job(&[
+    let cluster = StaticCluster::default().with_workload(upstream_job(&[
         ("master", 1),
         ("worker", 2),
         ("extra", 2),
@@ -490,7 +490,7 @@ fn recorded_pods_of_an_unmutated_job_are_wired_from_the_owner_job() {
     let job = fixture_request("create-vcjob-wandb-job-run42.json")
         .object
         .unwrap();
-    let cluster = StaticCluster::default().with_volcano_job(job);
+    let cluster = StaticCluster::default().with_workload(job);
     for (name, rank) in RUN42_PODS {
         let request = fixture_request(name);
         let pod = mutate(&policy, &request, &cluster);
@@ -540,7 +540,7 @@ fn extra_task_pod_gets_job_values_but_no_rank_and_no_port() {
     let policy = pytorch_only("{}");
     let job = upstream_job(&[("master", 1), ("worker", 2), ("tensorboard", 1)]);
     // Through the owner lookup ...
-    let cluster = StaticCluster::default().with_volcano_job(job.clone());
+    let cluster = StaticCluster::default().with_workload(job.clone());
     let pod = upstream_pod("test-pytorch-tensorboard-0", Some("tensorboard"), "0", None);
     let m = mutate_object(&policy, pod.clone(), &cluster);
     let c = &m.object["spec"]["containers"][0];
@@ -686,7 +686,7 @@ fn sidecars_get_neither_env_nor_port() {
         assert_eq!(env_of(&containers[0], "WORLD_SIZE").as_deref(), Some("2"));
     }
     // The same for a pod wired from the owner Job.
-    let cluster = StaticCluster::default().with_volcano_job(original.clone());
+    let cluster = StaticCluster::default().with_workload(original.clone());
     let mut pod = upstream_pod("test-pytorch-worker-0", Some("worker"), "0", None);
     pod["spec"]["containers"]
         .as_array_mut()
@@ -711,7 +711,7 @@ fn sidecars_get_neither_env_nor_port() {
 fn rank_comes_from_the_annotation_never_the_pod_name() {
     let policy = pytorch_only("{}");
     let cluster =
-        StaticCluster::default().with_volcano_job(upstream_job(&[("master", 1), ("worker", 8)]));
+        StaticCluster::default().with_workload(upstream_job(&[("master", 1), ("worker", 8)]));
     // A name whose last segment disagrees with the index, and one with no index at all.
     let m = mutate_object(
         &policy,

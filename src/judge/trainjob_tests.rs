@@ -183,7 +183,7 @@ fn the_jobset_trainer_makes_is_held_to_its_trainjobs_gpu_hour_ceiling() {
         request.user_info = Some(json!({"username": TRAINER}));
         judge(&policy, &request, cluster)
     };
-    let cluster = StaticCluster::default().with_train_job(tj.clone());
+    let cluster = StaticCluster::default().with_workload(tj.clone());
     let grown = as_trainer(trainer_jobset(1, 16), &cluster);
     assert!(!grown.allowed(), "a 16-GPU × 10 h JobSet was admitted");
     assert!(

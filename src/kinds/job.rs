@@ -1,10 +1,7 @@
 //! batch/v1 Job: one pod template, `parallelism` pods at once (fewer when `completions` is
 //! smaller).
 
-use super::{
-    Cond, Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
-    Replaces, Run, RunDefault, Setting,
-};
+use super::*;
 
 static PARALLELISM: Num = Num::Int {
     from: From::Holder,
@@ -27,8 +24,6 @@ pub static JOB: KindSpec = KindSpec {
     version: "v1",
     kind: "Job",
     resource: "jobs",
-    subresources: &[],
-    signature: &[],
     positions: &[Position {
         role: "job",
         holders: Holders::At(&["spec"]),
@@ -42,7 +37,6 @@ pub static JOB: KindSpec = KindSpec {
         // API defaults: parallelism 1, completions = parallelism.
         at_most: Num::Min(&PARALLELISM, &COMPLETIONS),
     }],
-    pods_from_runtime: false,
     run: Run {
         deadline: Deadline::Run(
             "/spec",
@@ -54,37 +48,27 @@ pub static JOB: KindSpec = KindSpec {
                 setting: Setting::BackoffLimit,
                 at: &["spec", "backoffLimit"],
                 replaces: Replaces::ApiDefault(6),
-                make: false,
-                when: None,
                 // With backoffLimitPerIndex the API default is different and meaningful.
                 unless: Some(Cond::Has {
                     from: From::Object,
                     at: &["spec", "backoffLimitPerIndex"],
                 }),
-                misplaced: None,
+                ..RunDefault::BASE
             },
             RunDefault {
                 setting: Setting::Ttl,
                 at: &["spec", "ttlSecondsAfterFinished"],
-                replaces: Replaces::Absent,
-                make: false,
-                when: None,
-                unless: None,
-                misplaced: None,
+                ..RunDefault::BASE
             },
             // "Always" is what pod defaulting fills in and is invalid for a Job.
             RunDefault {
                 setting: Setting::RestartPolicy,
                 at: &["spec", "template", "spec", "restartPolicy"],
                 replaces: Replaces::Text("Always"),
-                make: false,
-                when: None,
-                unless: None,
-                misplaced: None,
+                ..RunDefault::BASE
             },
         ],
-        restarts: None,
-        ends: Ends::WithRun,
+        ..Run::BASE
     },
     // The Job's generated selector: every pod it selects carries the Job's uid.
     makes: &[Makes {
@@ -98,10 +82,7 @@ pub static JOB: KindSpec = KindSpec {
         "system:serviceaccount:kube-system:job-controller",
         "system:kube-controller-manager",
     ],
-    kueue: Kueue::Suspends,
-    native: Ok(()),
-    role_marks: &[],
     job_specs: JobSpecs::Object,
-    shared_version: false,
     webhook_rule: "jobs",
+    ..KindSpec::BASE
 };

@@ -2,10 +2,7 @@
 //! pod template, bound by its `name`. Its controller makes the Jobs; the Job controller makes
 //! their pods.
 
-use super::{
-    Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
-    Replaces, Restarts, RoleMark, Run, RunDefault, Setting,
-};
+use super::*;
 
 static REPLICAS: Num = Num::Int {
     from: From::Holder,
@@ -36,7 +33,6 @@ pub static JOBSET: KindSpec = KindSpec {
     version: "v1alpha2",
     kind: "JobSet",
     resource: "jobsets",
-    subresources: &[],
     signature: &["replicatedJobs"],
     positions: &[Position {
         role: "replicated job",
@@ -46,28 +42,20 @@ pub static JOBSET: KindSpec = KindSpec {
         replicas: Num::Mul(&REPLICAS, &PARALLELISM),
         at_most: Num::Mul(&REPLICAS, &AT_ONCE),
     }],
-    pods_from_runtime: false,
     run: Run {
         deadline: Deadline::EachJob,
         defaults: &[
             RunDefault {
                 setting: Setting::Ttl,
                 at: &["spec", "ttlSecondsAfterFinished"],
-                replaces: Replaces::Absent,
-                make: false,
-                when: None,
-                unless: None,
-                misplaced: None,
+                ..RunDefault::BASE
             },
             // How often the whole JobSet is restarted after a Job fails.
             RunDefault {
                 setting: Setting::BackoffLimit,
                 at: &["spec", "failurePolicy", "maxRestarts"],
-                replaces: Replaces::Absent,
                 make: true,
-                when: None,
-                unless: None,
-                misplaced: None,
+                ..RunDefault::BASE
             },
         ],
         restarts: Some(Restarts {
@@ -78,7 +66,7 @@ pub static JOBSET: KindSpec = KindSpec {
             default_is: "JobSet's default",
             per_holder: None,
         }),
-        ends: Ends::WithRun,
+        ..Run::BASE
     },
     makes: &[Makes {
         kind: "Job",
@@ -86,10 +74,8 @@ pub static JOBSET: KindSpec = KindSpec {
         of: "uid",
     }],
     controller: &["system:serviceaccount:jobset-system:jobset-controller-manager"],
-    kueue: Kueue::Suspends,
-    native: Ok(()),
     role_marks: &[RoleMark::Label("jobset.sigs.k8s.io/replicatedjob-name")],
     job_specs: JobSpecs::Templates,
-    shared_version: false,
     webhook_rule: "jobset",
+    ..KindSpec::BASE
 };

@@ -88,6 +88,80 @@ pub struct KindSpec {
     /// The kind's name among the webhook's admission rules (the chart's `webhook.rules` keys,
     /// `serve --webhook-rules`).
     pub webhook_rule: &'static str,
+    /// Its gang scheduler's minimum, which `guardrails.gang` holds to every pod of the run.
+    pub gang: Option<Gang>,
+    /// Its scale subresource, judged as an UPDATE of the field it writes.
+    pub scale: Option<Scale>,
+    /// Whether the server keeps a cached watch of this kind, so that a request about
+    /// something else can read an object of it.
+    pub watch: Watch,
+}
+
+/// Whether, and which of, a kind's objects the server keeps in a cached watch
+/// ([`crate::cluster::ClusterView::workload`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// None.
+    No,
+    /// Those the watch scope selects (`--owner-watch-namespaces`, `--owner-watch-selector`), listed before
+    /// the server is ready: its pods read their wiring from it (a Volcano Job).
+    Selected,
+    /// Every one, not waited for: a Scale is judged against what it scales (a PyTorchJob), a
+    /// controller's child against its owner's bound (a TrainJob). Until the list arrives the
+    /// object is unknown, and the rule that reads it says what then.
+    Every,
+}
+
+impl KindSpec {
+    /// What a descriptor that does not say otherwise is: no positions, no run-level defaults,
+    /// nothing made, managed by Kueue by `spec.suspend`, covered by the native policies, no
+    /// gang, no scale subresource, not watched. A descriptor states its identity (`name`,
+    /// `group`, `version`, `kind`, `resource`, `webhook_rule`), its positions and its run, and
+    /// takes the rest from here (`..KindSpec::BASE`).
+    pub const BASE: KindSpec = KindSpec {
+        name: "",
+        group: "",
+        version: "",
+        kind: "",
+        resource: "",
+        subresources: &[],
+        signature: &[],
+        positions: &[],
+        pods_from_runtime: false,
+        run: Run::BASE,
+        makes: &[],
+        controller: &[],
+        kueue: Kueue::Suspends,
+        native: Ok(()),
+        role_marks: &[],
+        job_specs: JobSpecs::None,
+        shared_version: false,
+        webhook_rule: "",
+        gang: None,
+        scale: None,
+        watch: Watch::No,
+    };
+}
+
+/// A gang scheduler's minimum: the fewest of the run's pods it starts together. A run whose
+/// ranks wait for each other at rendezvous starts whole only when that minimum is every pod
+/// (the sum of its positions' replicas).
+#[derive(Debug)]
+pub struct Gang {
+    /// The field, from the object's root (unset: the operator's default, every pod).
+    pub at: &'static [&'static str],
+    /// The run waits for all its pods only when this holds (a Volcano Job's pytorch plugin).
+    pub when: Option<Cond>,
+}
+
+/// A scale subresource (`<resource>/scale`, an `autoscaling/v1` Scale) and the field its
+/// `spec.replicas` writes (the CRD's `specReplicasPath`).
+#[derive(Debug)]
+pub struct Scale {
+    /// The field, from the object's root.
+    pub replicas: &'static [&'static str],
+    /// What it counts, for messages (`Worker replicas`).
+    pub counts: &'static str,
 }
 
 /// Where a controller-made pod names the holder it comes from.
@@ -222,6 +296,11 @@ pub fn field<'a>(from: &'a Value, at: &[&str]) -> Option<&'a Value> {
     at.iter().try_fold(from, |v, k| v.get(*k))
 }
 
+/// [`field`], to change it.
+pub fn field_mut<'a>(from: &'a mut Value, at: &[&str]) -> Option<&'a mut Value> {
+    at.iter().try_fold(from, |v, k| v.get_mut(*k))
+}
+
 impl Num {
     /// Evaluates the count for a holder (`key`: its map key, for [`Holders::Keyed`]).
     pub fn eval(&self, object: &Value, holder: &Value, key: Option<&str>) -> i64 {
@@ -302,6 +381,44 @@ pub struct Run {
     /// What ends the run's resources (the pods that hold its GPUs): the GPU-hour ceiling counts
     /// a run by its [`Run::deadline`] only where they end with the run.
     pub ends: Ends,
+    /// Who restarts a failed pod within the run's deadline, and the field that bounds how
+    /// often (a PyTorchJob's training operator, `runPolicy.backoffLimit`): why a pod template's
+    /// own deadline does not bound the run.
+    pub pod_restarts: Option<PodRestarts>,
+}
+
+impl Run {
+    /// A run bounded by nothing launchgate writes: no deadline of its own, no defaults, its
+    /// resources ending with it. A descriptor sets at least its `deadline`.
+    pub const BASE: Run = Run {
+        deadline: Deadline::EachPod,
+        defaults: &[],
+        restarts: None,
+        ends: Ends::WithRun,
+        pod_restarts: None,
+    };
+}
+
+impl RunDefault {
+    /// What a run default that does not say otherwise is: it replaces only an absent (or null)
+    /// field, in a holder that exists, whatever the object holds. A default states its
+    /// `setting` and `at` and takes the rest from here (`..RunDefault::BASE`).
+    pub const BASE: RunDefault = RunDefault {
+        setting: Setting::Ttl,
+        at: &[],
+        replaces: Replaces::Absent,
+        make: false,
+        when: None,
+        unless: None,
+        misplaced: None,
+    };
+}
+
+/// Who restarts a failed pod within a run, and the field that bounds how often.
+#[derive(Debug)]
+pub struct PodRestarts {
+    pub by: &'static str,
+    pub at: &'static [&'static str],
 }
 
 /// What ends a run's resources: whether the pods that hold its GPUs go when the run ends (it
@@ -482,6 +599,12 @@ impl WorkloadKind {
     pub const TrainJob: WorkloadKind = WorkloadKind(&trainjob::TRAIN_JOB);
 }
 
+impl WorkloadKind {
+    /// The kind W&B Launch makes of a queue template that names no kind: a batch/v1 Job, its
+    /// default Kubernetes resource.
+    pub const LAUNCH_DEFAULT: WorkloadKind = WorkloadKind(&job::JOB);
+}
+
 #[cfg(test)]
 impl WorkloadKind {
     /// A handle on a descriptor that is not one of [`ALL`], for the tests of what reads
@@ -525,6 +648,11 @@ impl WorkloadKind {
     /// Recognises a kind from the admission request's group/version/kind.
     pub fn from_gvk(group: &str, version: &str, kind: &str) -> Option<Self> {
         Self::all().find(|k| k.0.group == group && k.0.version == version && k.0.kind == kind)
+    }
+
+    /// The kind whose scale subresource is `<resource>/scale` of API group `group`.
+    pub fn scaled_through(group: &str, resource: &str) -> Option<Self> {
+        Self::all().find(|k| k.0.scale.is_some() && k.0.group == group && k.0.resource == resource)
     }
 
     /// A handle on a descriptor that is not registered in [`ALL`] (unit tests of what reads
@@ -614,6 +742,15 @@ impl WorkloadKind {
         !self.is_job()
     }
 
+    /// For a kind whose pods come from a runtime it names ([`KindSpec::pods_from_runtime`]),
+    /// the workload kind its controller renders the runtime into (a TrainJob's JobSet).
+    pub fn runs_as(self) -> Option<WorkloadKind> {
+        if !self.0.pods_from_runtime {
+            return None;
+        }
+        self.0.makes.iter().find_map(|m| Self::named(m.kind))
+    }
+
     /// The kinds whose controller makes objects of this kind.
     pub fn made_by(self) -> impl Iterator<Item = WorkloadKind> {
         Self::all().filter(move |owner| owner.0.makes.iter().any(|m| m.kind == self.0.name))
@@ -683,24 +820,9 @@ mod tests {
                 version: "v1",
                 kind,
                 resource: "",
-                subresources: &[],
-                signature: &[],
-                positions: &[],
-                pods_from_runtime: false,
-                run: Run {
-                    deadline: Deadline::EachPod,
-                    defaults: &[],
-                    restarts: None,
-                    ends: Ends::WithRun,
-                },
-                makes: &[],
-                controller: &[],
-                kueue: Kueue::Suspends,
-                native: Ok(()),
-                role_marks: &[],
-                job_specs: JobSpecs::None,
-                shared_version: false,
+                run: Run::BASE,
                 webhook_rule: name,
+                ..KindSpec::BASE
             }
         }
         static JOB: KindSpec = spec("TestRayJob", "RayJob");

@@ -1,6 +1,6 @@
 //! core/v1 Pod: its own pod template.
 
-use super::{Deadline, Ends, Holders, JobSpecs, KindSpec, Kueue, Naming, Num, Position, Run};
+use super::*;
 
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&POD];
@@ -12,7 +12,6 @@ pub static POD: KindSpec = KindSpec {
     kind: "Pod",
     resource: "pods",
     subresources: &["ephemeralcontainers", "resize"],
-    signature: &[],
     positions: &[Position {
         role: "pod",
         holders: Holders::Root,
@@ -21,23 +20,15 @@ pub static POD: KindSpec = KindSpec {
         replicas: Num::Lit(1),
         at_most: Num::Lit(1),
     }],
-    pods_from_runtime: false,
     run: Run {
         deadline: Deadline::Run(
             "/spec",
             "activeDeadlineSeconds",
             "spec.activeDeadlineSeconds",
         ),
-        defaults: &[],
-        restarts: None,
-        ends: Ends::WithRun,
+        ..Run::BASE
     },
-    makes: &[],
-    controller: &[],
     kueue: Kueue::Pod,
-    native: Ok(()),
-    role_marks: &[],
-    job_specs: JobSpecs::None,
-    shared_version: false,
     webhook_rule: "pods",
+    ..KindSpec::BASE
 };

@@ -2,10 +2,7 @@
 //! template bound by its type name; an elastic job's Workers scale up to
 //! `elasticPolicy.maxReplicas`.
 
-use super::{
-    Cond, Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
-    Replaces, RoleMark, Run, RunDefault, Setting,
-};
+use super::*;
 
 static REPLICAS: Num = Num::Int {
     from: From::Holder,
@@ -30,7 +27,6 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
     version: "v1",
     kind: "PyTorchJob",
     resource: "pytorchjobs",
-    subresources: &[],
     signature: &["pytorchReplicaSpecs"],
     positions: &[Position {
         role: "replica type",
@@ -48,7 +44,6 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
             otherwise: &REPLICAS,
         },
     }],
-    pods_from_runtime: false,
     run: Run {
         deadline: Deadline::Run(
             "/spec/runPolicy",
@@ -59,25 +54,23 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
             RunDefault {
                 setting: Setting::BackoffLimit,
                 at: &["spec", "runPolicy", "backoffLimit"],
-                replaces: Replaces::Absent,
                 make: true,
-                when: None,
-                unless: None,
-                misplaced: None,
+                ..RunDefault::BASE
             },
             RunDefault {
                 setting: Setting::Ttl,
                 at: &["spec", "runPolicy", "ttlSecondsAfterFinished"],
-                replaces: Replaces::Absent,
                 make: true,
-                when: None,
-                unless: None,
                 // A common mistake (also in the W&B docs).
                 misplaced: Some(&["spec", "ttlSecondsAfterFinished"]),
+                ..RunDefault::BASE
             },
         ],
-        restarts: None,
-        ends: Ends::WithRun,
+        pod_restarts: Some(PodRestarts {
+            by: "the training operator",
+            at: &["spec", "runPolicy", "backoffLimit"],
+        }),
+        ..Run::BASE
     },
     makes: &[Makes {
         kind: "Pod",
@@ -85,10 +78,17 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
         of: "name",
     }],
     controller: &["system:serviceaccount:kubeflow:training-operator"],
-    kueue: Kueue::Suspends,
-    native: Ok(()),
     role_marks: &[RoleMark::Label("training.kubeflow.org/replica-type")],
-    job_specs: JobSpecs::None,
     shared_version: true,
     webhook_rule: "pytorchjob",
+    gang: Some(Gang {
+        at: &["spec", "runPolicy", "schedulingPolicy", "minAvailable"],
+        when: None,
+    }),
+    scale: Some(Scale {
+        replicas: &["spec", "pytorchReplicaSpecs", "Worker", "replicas"],
+        counts: "Worker replicas",
+    }),
+    watch: Watch::Every,
+    ..KindSpec::BASE
 };

@@ -10,10 +10,7 @@
 //! `ray.io/cluster: <RayCluster>`. A RayCluster a tenant creates directly is a launch workload
 //! of its own. Ray Train sets up its own rendezvous: no PyTorch wiring.
 
-use super::{
-    Cond, Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
-    Replaces, Restarts, RoleMark, Run, RunDefault, Setting,
-};
+use super::*;
 
 /// The identity the KubeRay operator runs as when installed with its Helm chart
 /// (`kuberay-operator` in the release's namespace, `default` in KubeRay's own instructions).
@@ -86,7 +83,6 @@ pub static RAYJOB: KindSpec = KindSpec {
     version: "v1",
     kind: "RayJob",
     resource: "rayjobs",
-    subresources: &[],
     signature: &["rayClusterSpec", "entrypoint"],
     positions: &[
         Position {
@@ -114,7 +110,6 @@ pub static RAYJOB: KindSpec = KindSpec {
             at_most: Num::Lit(1),
         },
     ],
-    pods_from_runtime: false,
     run: Run {
         // `spec.activeDeadlineSeconds` counts from the RayJob's start; each retry (up to
         // `backoffLimit`, on a new RayCluster) starts it afresh.
@@ -131,36 +126,28 @@ pub static RAYJOB: KindSpec = KindSpec {
             RunDefault {
                 setting: Setting::EndWithRun,
                 at: SHUTDOWN,
-                replaces: Replaces::Absent,
-                make: false,
-                when: None,
                 unless: Some(Cond::Has {
                     from: From::Object,
                     at: &["spec", "deletionStrategy"],
                 }),
-                misplaced: None,
+                ..RunDefault::BASE
             },
             RunDefault {
                 setting: Setting::BackoffLimit,
                 at: &["spec", "backoffLimit"],
                 replaces: Replaces::ApiDefault(0),
-                make: false,
-                when: None,
-                unless: None,
-                misplaced: None,
+                ..RunDefault::BASE
             },
             // KubeRay deletes the cluster after the TTL only with shutdownAfterJobFinishes.
             RunDefault {
                 setting: Setting::Ttl,
                 at: &["spec", "ttlSecondsAfterFinished"],
                 replaces: Replaces::ApiDefault(0),
-                make: false,
                 when: Some(Cond::True {
                     from: From::Object,
                     at: SHUTDOWN,
                 }),
-                unless: None,
-                misplaced: None,
+                ..RunDefault::BASE
             },
         ],
         restarts: Some(Restarts {
@@ -178,6 +165,7 @@ pub static RAYJOB: KindSpec = KindSpec {
             },
             keeps: "KubeRay keeps the RayJob's RayCluster, and its GPUs, after the job ends or reaches its deadline, until it is deleted",
         },
+        ..Run::BASE
     },
     makes: &[
         Makes {
@@ -192,12 +180,10 @@ pub static RAYJOB: KindSpec = KindSpec {
         },
     ],
     controller: KUBERAY,
-    kueue: Kueue::Suspends,
-    native: Ok(()),
     role_marks: ROLE_MARKS,
-    job_specs: JobSpecs::None,
     shared_version: true,
     webhook_rule: "rayjob",
+    ..KindSpec::BASE
 };
 
 pub static RAYCLUSTER: KindSpec = KindSpec {
@@ -206,7 +192,6 @@ pub static RAYCLUSTER: KindSpec = KindSpec {
     version: "v1",
     kind: "RayCluster",
     resource: "rayclusters",
-    subresources: &[],
     signature: &["headGroupSpec"],
     positions: &[
         Position {
@@ -226,15 +211,13 @@ pub static RAYCLUSTER: KindSpec = KindSpec {
             at_most: Num::Mul(&RAYCLUSTER_GROUP_SIZE, &HOSTS),
         },
     ],
-    pods_from_runtime: false,
     run: Run {
         deadline: Deadline::Never {
             why: "a RayCluster runs until it is deleted",
             set: "a RayJob's spec.activeDeadlineSeconds, with spec.shutdownAfterJobFinishes: true (a RayJob runs its own RayCluster, which then ends with it)",
         },
-        defaults: &[],
-        restarts: None,
         ends: Ends::Never,
+        ..Run::BASE
     },
     makes: &[Makes {
         kind: "Pod",
@@ -242,12 +225,10 @@ pub static RAYCLUSTER: KindSpec = KindSpec {
         of: "name",
     }],
     controller: KUBERAY,
-    kueue: Kueue::Suspends,
-    native: Ok(()),
     role_marks: ROLE_MARKS,
-    job_specs: JobSpecs::None,
     shared_version: true,
     webhook_rule: "raycluster",
+    ..KindSpec::BASE
 };
 
 #[cfg(test)]

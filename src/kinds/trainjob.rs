@@ -2,7 +2,7 @@
 //! its pods come from the (Cluster)TrainingRuntime it names, with `spec.trainer` applied to the
 //! runtime's `node` container. Trainer makes a JobSet named after it.
 
-use super::{Deadline, Ends, JobSpecs, KindSpec, Kueue, Makes, OWN_NAME, Run};
+use super::*;
 
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&TRAIN_JOB];
@@ -13,7 +13,6 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
     version: "v1alpha1",
     kind: "TrainJob",
     resource: "trainjobs",
-    subresources: &[],
     signature: &["runtimeRef", "trainer"],
     positions: &[],
     pods_from_runtime: true,
@@ -23,9 +22,7 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
             "activeDeadlineSeconds",
             "spec.activeDeadlineSeconds",
         ),
-        defaults: &[],
-        restarts: None,
-        ends: Ends::WithRun,
+        ..Run::BASE
     },
     // Trainer names a TrainJob's JobSet after the TrainJob.
     makes: &[Makes {
@@ -34,12 +31,10 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
         of: "name",
     }],
     controller: &["system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"],
-    kueue: Kueue::Suspends,
     native: Err(
         "a TrainJob's pods come from its training runtime: its size and node container are read from the runtime (cluster lookups), its own runtimePatches are judged as pod specs, and launchgate writes its defaults into a runtime patch whose shape depends on the runtime",
     ),
-    role_marks: &[],
-    job_specs: JobSpecs::None,
-    shared_version: false,
     webhook_rule: "trainjob",
+    watch: Watch::Every,
+    ..KindSpec::BASE
 };

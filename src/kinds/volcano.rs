@@ -1,9 +1,6 @@
 //! batch.volcano.sh/v1alpha1 Job: a list of tasks, each a pod template bound by its `name`.
 
-use super::{
-    Deadline, Ends, From, Holders, JobSpecs, KindSpec, Kueue, Makes, Naming, Num, Position,
-    Replaces, Restarts, RoleMark, Run, RunDefault, Setting,
-};
+use super::*;
 
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&VOLCANO_JOB];
@@ -14,7 +11,6 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
     version: "v1alpha1",
     kind: "Job",
     resource: "jobs",
-    subresources: &[],
     signature: &["tasks"],
     positions: &[Position {
         role: "task",
@@ -32,28 +28,20 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
             default: 1,
         },
     }],
-    pods_from_runtime: false,
     run: Run {
         deadline: Deadline::EachPod,
         defaults: &[
             RunDefault {
                 setting: Setting::Ttl,
                 at: &["spec", "ttlSecondsAfterFinished"],
-                replaces: Replaces::Absent,
-                make: false,
-                when: None,
-                unless: None,
-                misplaced: None,
+                ..RunDefault::BASE
             },
             // Volcano treats `maxRetry: 0` as unset (its webhook writes 3).
             RunDefault {
                 setting: Setting::VolcanoMaxRetry,
                 at: &["spec", "maxRetry"],
                 replaces: Replaces::Value(0),
-                make: false,
-                when: None,
-                unless: None,
-                misplaced: None,
+                ..RunDefault::BASE
             },
         ],
         restarts: Some(Restarts {
@@ -64,7 +52,7 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
             default_is: "Volcano's default",
             per_holder: Some("maxRetry"),
         }),
-        ends: Ends::WithRun,
+        ..Run::BASE
     },
     makes: &[Makes {
         kind: "Pod",
@@ -73,12 +61,18 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
     }],
     controller: &["system:serviceaccount:volcano-system:volcano-controllers"],
     kueue: Kueue::No("Kueue does not manage Volcano Jobs (Volcano's scheduler queues them)"),
-    native: Ok(()),
     role_marks: &[
         RoleMark::Label("volcano.sh/task-spec"),
         RoleMark::Annotation("volcano.sh/task-spec"),
     ],
-    job_specs: JobSpecs::None,
-    shared_version: false,
     webhook_rule: "volcano",
+    gang: Some(Gang {
+        at: &["spec", "minAvailable"],
+        when: Some(Cond::Has {
+            from: From::Object,
+            at: &["spec", "plugins", "pytorch"],
+        }),
+    }),
+    watch: Watch::Selected,
+    ..KindSpec::BASE
 };

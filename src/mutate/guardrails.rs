@@ -29,7 +29,7 @@ use crate::patch::{MapNode, Node};
 use crate::pytorch::indexed_job::{self, launcher_of};
 use crate::quantity::Quantity;
 use crate::topology::guardrails::{
-    DeadlinePlace, GangAction, GuardrailsConfig, deadline_place, gang_shortfalls,
+    DeadlinePlace, GangAction, GuardrailsConfig, deadline_place, gang_shortfall,
 };
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, ContainerRole, WorkloadKind, edit};
@@ -72,20 +72,19 @@ fn gang(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, findings: &mut 
     if cfg(ctx).gang != GangAction::Raise || ctx.child {
         return false;
     }
-    let name = ctx.object_name(object).to_string();
-    let mut changed = false;
-    for short in gang_shortfalls(ctx.kind, object, &name) {
-        if let Some(mut slot) = object.at_pointer(&short.pointer) {
-            *slot = json!(short.needed);
-            changed = true;
-            findings.warn(format!(
-                "launchgate: {}; raised to {} so it starts whole (guardrails.gang: raise)",
-                short.explain(ctx.kind),
-                short.needed
-            ));
-        }
-    }
-    changed
+    let Some(short) = gang_shortfall(ctx.kind, object) else {
+        return false;
+    };
+    let Some(mut slot) = object.at_pointer(&short.pointer) else {
+        return false;
+    };
+    *slot = json!(short.needed);
+    findings.warn(format!(
+        "launchgate: {}; raised to {} so it starts whole (guardrails.gang: raise)",
+        short.explain(ctx.kind),
+        short.needed
+    ));
+    true
 }
 
 /// The `podFailurePolicy` launchgate writes.

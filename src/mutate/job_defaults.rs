@@ -29,8 +29,6 @@ use crate::workload::{self, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-/// The value the API server gives `spec.backoffLimit` when the user sets none.
-pub const API_DEFAULT_BACKOFF_LIMIT: i64 = 6;
 /// Opt-out annotation: keep a `backoffLimit: 6` as written.
 pub const KEEP_BACKOFF_LIMIT_ANNOTATION: &str = "launchgate.io/keep-backoff-limit";
 

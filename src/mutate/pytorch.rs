@@ -11,7 +11,6 @@ use crate::patch::{MapNode, Node};
 use crate::pytorch::site::{EachContainer, Site, Warnings};
 use crate::pytorch::{self, PytorchConfig};
 use crate::topology::guardrails::rendezvous_service_problems;
-use crate::workload::WorkloadKind;
 use serde_json::Value;
 
 /// The pytorch mutator.
@@ -22,7 +21,7 @@ pub const MUTATOR: Mutator = Mutator {
 
 pub fn mutate(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, f: &mut Findings) -> bool {
     let cfg = ctx.settings.pytorch;
-    if !cfg.enabled || !object.is_object() || (ctx.child && ctx.kind != WorkloadKind::Pod) {
+    if !cfg.enabled || !object.is_object() || (ctx.child && !ctx.kind.is_pod()) {
         return false;
     }
     pytorch::wire(ctx.kind, ctx, object, f)

@@ -1,10 +1,11 @@
 //! A small CEL evaluator for the tests of the compiled expressions: the subset the compiler
 //! writes for pod templates and counts (literals, field selection and `has`, indexing, the
 //! operators, the conditional, list and map literals, `map`/`filter`/`exists`/`all`,
-//! `lists.range`, `size`, `string`, `type`, `dyn`, and the `min`, `max`, `sort`, `flatten`,
-//! `lowerAscii` and `replace` methods), with CEL's semantics for what it covers: a missing field or an
-//! overflow is an error, `&&` and `||` absorb an error the other side decides, values of
-//! different types are never equal.
+//! `lists.range`, `size`, `string`, `type`, `dyn`, message literals (as maps of their fields),
+//! and the `min`, `max`, `sort`, `flatten`, `lowerAscii`, `contains` and `replace` methods),
+//! with CEL's semantics for what it covers: a missing field or an overflow is an error, `&&`
+//! and `||` absorb an error the other side decides, values of different types are never
+//! equal.
 
 use serde_json::Value as Json;
 
@@ -37,6 +38,27 @@ impl V {
                     .map(|(k, v)| (V::Str(k.clone()), V::from_json(v)))
                     .collect(),
             ),
+        }
+    }
+
+    /// The value as JSON (a type as its name).
+    pub fn into_json(self) -> Json {
+        match self {
+            V::Null => Json::Null,
+            V::Bool(b) => Json::Bool(b),
+            V::Int(i) => Json::from(i),
+            V::Double(d) => Json::from(d),
+            V::Str(s) => Json::String(s),
+            V::List(l) => Json::Array(l.into_iter().map(V::into_json).collect()),
+            V::Map(m) => Json::Object(
+                m.into_iter()
+                    .map(|(k, v)| match k {
+                        V::Str(k) => (k, v.into_json()),
+                        k => (format!("{k:?}"), v.into_json()),
+                    })
+                    .collect(),
+            ),
+            V::Type(t) => Json::String(t.to_string()),
         }
     }
 
@@ -317,6 +339,26 @@ impl Parser {
                 "false" => E::Lit(V::Bool(false)),
                 "null" => E::Lit(V::Null),
                 _ if self.eat("(") => E::Call(w, self.args(")")?),
+                // A message literal (`JSONPatch{op: 'add', ...}`) evaluates as a map of its
+                // fields.
+                _ if w.starts_with(|c: char| c.is_ascii_uppercase()) && self.eat("{") => {
+                    let mut out = Vec::new();
+                    if !self.eat("}") {
+                        loop {
+                            let Some(Tok::Ident(field)) = self.peek().cloned() else {
+                                return Err(format!("a field name in {w}"));
+                            };
+                            self.at += 1;
+                            self.expect(":")?;
+                            out.push((E::Lit(V::Str(field)), self.expr()?));
+                            if self.eat("}") {
+                                break;
+                            }
+                            self.expect(",")?;
+                        }
+                    }
+                    E::Map(out)
+                }
                 "int" | "bool" | "string" | "double" | "list" | "map" => {
                     E::Lit(V::Type(match w.as_str() {
                         "int" => "int",
@@ -581,6 +623,10 @@ fn ev(e: &E, env: &mut Vec<(String, V)>) -> Result<V, String> {
                 ("lowerAscii", []) => match t {
                     V::Str(s) => Ok(V::Str(s.to_ascii_lowercase())),
                     v => Err(format!("lowerAscii of {v:?}")),
+                },
+                ("contains", [a]) => match (t, ev(a, env)?) {
+                    (V::Str(s), V::Str(a)) => Ok(V::Bool(s.contains(&a))),
+                    _ => Err("contains needs strings".into()),
                 },
                 ("replace", [a, b]) => match (t, ev(a, env)?, ev(b, env)?) {
                     (V::Str(s), V::Str(a), V::Str(b)) => Ok(V::Str(s.replace(&a, &b))),

@@ -22,6 +22,7 @@ use crate::policy::{Config, Policy, Queue};
 use crate::rules::{self, Rule};
 use crate::topology::guardrails::GangAction;
 use crate::validate::Enforcement;
+use crate::workload::WorkloadKind;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -401,6 +402,30 @@ pub fn native_subset(policy: &Policy) -> Config {
     config
 }
 
+/// What the compiled run-level defaults cover, for the report: each kind with defaults in its
+/// descriptor, and the fields they write.
+fn run_defaults_covered() -> String {
+    let with_defaults: Vec<WorkloadKind> = select::kinds()
+        .filter(|k| !k.spec().run.defaults.is_empty())
+        .collect();
+    let mut fields: Vec<String> = with_defaults
+        .iter()
+        .flat_map(|k| k.spec().run.defaults.iter())
+        .map(|d| d.at[1..].join("."))
+        .collect();
+    fields.sort();
+    fields.dedup();
+    format!(
+        "run-level defaults of {} ({})",
+        with_defaults
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        fields.join(", ")
+    )
+}
+
 /// The policy that decides exactly as `policy`'s native admission policies do: what `audit
 /// --native` and `test --native` judge with. (The differential suite on a real API server
 /// holds the two equal; the [`Report`] lists what it leaves out.)
@@ -442,10 +467,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
         }
         if let Some(expr) = mutations::job_defaults(queue, "variables.child") {
             mutations.push(expr);
-            report.native.push(
-                "Job, Volcano Job, PyTorchJob and JobSet defaults (backoffLimit, ttlSecondsAfterFinished, restartPolicy, maxRetry, failurePolicy.maxRestarts)"
-                    .into(),
-            );
+            report.native.push(run_defaults_covered());
         }
         mutations.push(mutations::labels(queue, "variables.child"));
         report.native.push(if queue.config.kueue.is_some() {

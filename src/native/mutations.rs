@@ -5,7 +5,8 @@
 
 use super::select::{self, is_kind};
 use crate::cel::{self, lit};
-use crate::mutate::job_defaults::{API_DEFAULT_BACKOFF_LIMIT, KEEP_BACKOFF_LIMIT_ANNOTATION};
+use crate::kinds::RunDefault;
+use crate::mutate::job_defaults::KEEP_BACKOFF_LIMIT_ANNOTATION;
 use crate::mutate::labels::{QUEUE_LABEL, QUEUE_NAME_ANNOTATION, queue_label_value};
 use crate::mutate::security_context::SecurityContextConfig;
 use crate::policy::Queue;
@@ -184,190 +185,43 @@ pub fn security_context(queue: &Queue) -> Option<String> {
     ))
 }
 
-/// The Job-level defaults, or `None` when the queue turns them off. Never for a Job a
-/// JobSet's controller made (its JobSet got them).
+/// The Job-level defaults, or `None` when the queue turns them off: every kind's run-level
+/// defaults as its descriptor states them ([`crate::kinds::Run::defaults`]). Never for a
+/// workload a verified controller made (its owner got them).
 pub fn job_defaults(queue: &Queue, child: &str) -> Option<String> {
     let cfg = &queue.config.job_defaults;
     if !cfg.enabled {
         return None;
     }
-    let set_if_absent = |holder: &str, ptr: &str, key: &str, value: Option<i64>| {
-        value.map(|v| {
-            add_if(
-                &unset(holder, key),
-                &lit(&format!("{ptr}/{key}")),
-                &v.to_string(),
-            )
+    let branches: String = select::kinds()
+        .filter_map(|k| {
+            let ops = run_defaults(cfg, k);
+            (!ops.is_empty()).then(|| format!("{} ? {} : ", is_kind(k), ops.join(" + ")))
         })
-    };
-    // batch/v1 Job.
-    let mut job = Vec::new();
-    if let Some(limit) = cfg.backoff_limit {
-        let keep = lit(KEEP_BACKOFF_LIMIT_ANNOTATION);
-        let applied = lit(LAST_APPLIED_ANNOTATION);
-        // Did the user write spec.backoffLimit? The keep annotation; a server-side apply
-        // manager owning it; a client-side apply record naming it.
-        let explicit = format!(
-            "((has(object.metadata.annotations) && {keep} in object.metadata.annotations && object.metadata.annotations[{keep}] == 'true') || \
-             (has(object.metadata.managedFields) && object.metadata.managedFields.exists(m, m.operation == 'Apply' && (!has(m.subresource) || m.subresource == '') && has(m.fieldsV1) && 'f:spec' in m.fieldsV1 && 'f:backoffLimit' in m.fieldsV1['f:spec'])) || \
-             (has(object.metadata.annotations) && {applied} in object.metadata.annotations && object.metadata.annotations[{applied}].contains('\"backoffLimit\":')))"
-        );
-        let per_index =
-            "(has(object.spec.backoffLimitPerIndex) && object.spec.backoffLimitPerIndex != null)";
-        let absent = unset("object.spec", "backoffLimit");
-        let api_default = if cfg.treat_api_default_backoff_as_unset
-            && limit != API_DEFAULT_BACKOFF_LIMIT
-        {
-            format!(
-                "(!{absent} && object.spec.backoffLimit == {API_DEFAULT_BACKOFF_LIMIT} && !{explicit} && !{per_index})"
-            )
-        } else {
-            "false".into()
-        };
-        job.push(add_if(
-            &format!("({absent} && !{per_index}) || {api_default}"),
-            "'/spec/backoffLimit'",
-            &limit.to_string(),
-        ));
-    }
-    job.extend(set_if_absent(
-        "object.spec",
-        "/spec",
-        "ttlSecondsAfterFinished",
-        cfg.ttl_seconds_after_finished,
-    ));
-    if let Some(policy) = &cfg.restart_policy {
-        job.push(add_if(
-            "has(object.spec.template) && has(object.spec.template.spec) && (!has(object.spec.template.spec.restartPolicy) || object.spec.template.spec.restartPolicy == null || object.spec.template.spec.restartPolicy == 'Always')",
-            "'/spec/template/spec/restartPolicy'",
-            &lit(policy),
-        ));
-    }
-    // Volcano Job: maxRetry 0 is unset to Volcano.
-    let mut volcano = Vec::new();
-    volcano.extend(set_if_absent(
-        "object.spec",
-        "/spec",
-        "ttlSecondsAfterFinished",
-        cfg.ttl_seconds_after_finished,
-    ));
-    if let Some(retry) = cfg.volcano_max_retry {
-        volcano.push(add_if(
-            &format!(
-                "({} || object.spec.maxRetry == 0) && {}",
-                unset("object.spec", "maxRetry"),
-                if retry == 0 { "false" } else { "true" }
-            ),
-            "'/spec/maxRetry'",
-            &retry.to_string(),
-        ));
-    }
-    // PyTorchJob: runPolicy; a ttlSecondsAfterFinished written at spec level is honoured there.
-    let mut pytorch = Vec::new();
-    let run_policy_entries: Vec<(&str, String)> = [
-        ("backoffLimit", cfg.backoff_limit.map(|v| v.to_string())),
-        (
-            "ttlSecondsAfterFinished",
-            match cfg.ttl_seconds_after_finished {
-                Some(v) => Some(format!(
-                    "(has(object.spec.ttlSecondsAfterFinished) && type(object.spec.ttlSecondsAfterFinished) == int ? object.spec.ttlSecondsAfterFinished : {v})"
-                )),
-                None => Some("object.spec.ttlSecondsAfterFinished".into()),
-            },
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.map(|v| (k, v)))
-    .collect();
-    if !run_policy_entries.is_empty() {
-        let ttl_known = cfg.ttl_seconds_after_finished.is_some();
-        let guard_of = |k: &str| {
-            if k == "ttlSecondsAfterFinished" && !ttl_known {
-                "(has(object.spec.ttlSecondsAfterFinished) && type(object.spec.ttlSecondsAfterFinished) == int)".to_string()
-            } else {
-                "true".to_string()
-            }
-        };
-        let existing: Vec<String> = run_policy_entries
-            .iter()
-            .map(|(k, v)| {
-                add_if(
-                    &format!("{} && {}", guard_of(k), unset("object.spec.runPolicy", k)),
-                    &lit(&format!("/spec/runPolicy/{k}")),
-                    v,
-                )
-            })
-            .collect();
-        let any_entry: Vec<String> = run_policy_entries
-            .iter()
-            .map(|(k, _)| guard_of(k))
-            .collect();
-        pytorch.push(format!(
-            "(has(object.spec.runPolicy) && object.spec.runPolicy != null ? ({}) : ({} ? [JSONPatch{{op: 'add', path: '/spec/runPolicy', value: {{}}}}] : []) + ({}))",
-            existing.join(" + "),
-            cel::any(&any_entry),
-            run_policy_entries
-                .iter()
-                .map(|(k, v)| add_if(&guard_of(k), &lit(&format!("/spec/runPolicy/{k}")), v))
-                .collect::<Vec<_>>()
-                .join(" + ")
-        ));
-    }
-    // JobSet: failurePolicy.maxRestarts from backoffLimit, and ttlSecondsAfterFinished.
-    let mut jobset = Vec::new();
-    jobset.extend(set_if_absent(
-        "object.spec",
-        "/spec",
-        "ttlSecondsAfterFinished",
-        cfg.ttl_seconds_after_finished,
-    ));
-    if let Some(limit) = cfg.backoff_limit {
-        jobset.push(format!(
-            "(!has(object.spec.failurePolicy) || object.spec.failurePolicy == null ? [JSONPatch{{op: 'add', path: '/spec/failurePolicy', value: {{'maxRestarts': {limit}}}}}] : {})",
-            add_if(
-                &unset("object.spec.failurePolicy", "maxRestarts"),
-                "'/spec/failurePolicy/maxRestarts'",
-                &limit.to_string()
-            )
-        ));
-    }
-    let branch = |ops: &[String]| {
-        if ops.is_empty() {
-            "[]".to_string()
-        } else {
-            ops.join(" + ")
-        }
-    };
-    // Every other kind the native policies cover: its descriptor's run-level defaults.
-    let written = [
-        WorkloadKind::BatchJob,
-        WorkloadKind::VolcanoJob,
-        WorkloadKind::PyTorchJob,
-        WorkloadKind::JobSet,
-    ];
-    let others: String = select::kinds()
-        .filter(|k| !written.contains(k) && !k.spec().run.defaults.is_empty())
-        .map(|k| format!("{} ? {} : ", k.cel_test(), branch(&run_defaults(cfg, k))))
         .collect();
     Some(format!(
-        "(!has(object.spec) || {child}) ? [] : {job_is} ? {job} : {volcano_is} ? {volcano} : {pytorch_is} ? {pytorch} : {jobset_is} ? {jobset} : {others}[]",
-        job_is = is_kind(WorkloadKind::BatchJob),
-        volcano_is = is_kind(WorkloadKind::VolcanoJob),
-        pytorch_is = is_kind(WorkloadKind::PyTorchJob),
-        jobset_is = is_kind(WorkloadKind::JobSet),
-        job = branch(&job),
-        volcano = branch(&volcano),
-        pytorch = branch(&pytorch),
-        jobset = branch(&jobset),
+        "(!has(object.spec) || {child}) ? [] : {branches}[]"
     ))
+}
+
+/// One run-level default, compiled: what gates it, the value it writes, and its place.
+struct Compiled<'d> {
+    default: &'d RunDefault,
+    /// What must hold for it to be written, besides the holder's parents existing.
+    gates: Vec<String>,
+    value: String,
+    /// The holder (CEL).
+    holder: String,
+    /// Its field is unset (CEL, read in the holder).
+    unset: String,
 }
 
 /// The run-level defaults of `kind`'s descriptor ([`crate::kinds::Run::defaults`]) as JSON
 /// Patch operations, each written where the Rust mutation writes it
-/// (`mutate::job_defaults`): its gates, its holder (created where the descriptor says so),
-/// and what counts as unset. Whether the user wrote an API-defaulted field is read from a
-/// server-side apply manager owning it or its key in kubectl's last-applied-configuration text
-/// (as for a Job's `backoffLimit`).
+/// (`mutate::job_defaults`): its gates, its holder (created where the descriptor says so, once
+/// for every default under it), what counts as unset, and a misplaced field's value honoured.
+/// Whether the user wrote an API-defaulted field is read from a server-side apply manager
+/// owning it or its key in kubectl's last-applied-configuration text.
 fn run_defaults(
     cfg: &crate::mutate::job_defaults::JobDefaultsConfig,
     kind: WorkloadKind,
@@ -377,20 +231,16 @@ fn run_defaults(
         holder: "object",
         key: None,
     };
-    let mut out = Vec::new();
+    let mut compiled: Vec<Compiled<'_>> = Vec::new();
     // The fields written `true` so far, each with the CEL test for "it is written".
     let mut writes_true: Vec<(&[&str], String)> = Vec::new();
     for d in kind.spec().run.defaults {
-        let value = match d.setting {
+        let configured = match d.setting {
             Setting::BackoffLimit => cfg.backoff_limit.map(|v| v.to_string()),
             Setting::Ttl => cfg.ttl_seconds_after_finished.map(|v| v.to_string()),
             Setting::VolcanoMaxRetry => cfg.volcano_max_retry.map(|v| v.to_string()),
             Setting::RestartPolicy => cfg.restart_policy.as_deref().map(lit),
             Setting::EndWithRun => Some("true".to_string()),
-        };
-        // A misplaced field's value (a PyTorchJob's) is honoured by that kind's own branch.
-        let (Some(value), None) = (value, d.misplaced) else {
-            continue;
         };
         let Some((key, parents)) = d.at.split_last() else {
             continue;
@@ -399,11 +249,22 @@ fn run_defaults(
             continue;
         };
         let mut gates = Vec::new();
-        let mut at = "object".to_string();
-        for k in above {
-            at = format!("{at}.{k}");
-            gates.push(format!("has({at}) && {at} != null"));
-        }
+        // A misplaced field's integer is written in its stead (the configured value, else
+        // nothing, without one).
+        let misplaced = d.misplaced.map(|at| {
+            let (value, mut steps) = select::reach("object", at);
+            steps.push(format!("type({value}) == int"));
+            (value, format!("({})", steps.join(" && ")))
+        });
+        let value = match (misplaced, configured) {
+            (Some((m, has_m)), Some(v)) => format!("({has_m} ? {m} : {v})"),
+            (Some((m, has_m)), None) => {
+                gates.push(has_m);
+                m
+            }
+            (None, Some(v)) => v,
+            (None, None) => continue,
+        };
         if let Some(when) = &d.when {
             // A field an earlier default of this pass writes `true` holds here too, as it does
             // for the Rust mutation, which reads the object it has just written.
@@ -425,14 +286,11 @@ fn run_defaults(
         if let Some(unless) = &d.unless {
             gates.push(format!("!{}", select::cond(unless, scope)));
         }
-        let holder = format!("{at}.{last}");
+        let holder = above
+            .iter()
+            .chain([last])
+            .fold("object".to_string(), |at, k| format!("{at}.{k}"));
         let current = format!("{holder}.{key}");
-        let pointer = |keys: &[&str]| {
-            lit(&keys
-                .iter()
-                .map(|k| format!("/{}", pointer_escape(k)))
-                .collect::<String>())
-        };
         let unset = match d.replaces {
             Replaces::Absent => format!("(!has({current}) || {current} == null)"),
             Replaces::Value(v) => format!(
@@ -460,33 +318,116 @@ fn run_defaults(
                 lit(t)
             ),
         };
-        let holder_is_map = format!("has({holder}) && type({holder}) == map");
-        let write = add_if(
-            &format!("{holder_is_map} && {unset}"),
-            &pointer(d.at),
-            &value,
-        );
-        let op = if d.make {
-            format!(
-                "(!has({holder}) || {holder} == null ? [JSONPatch{{op: 'add', path: {}, value: {{{}: {value}}}}}] : {write})",
-                pointer(parents),
-                lit(key)
-            )
-        } else {
-            write
-        };
         if d.setting == Setting::EndWithRun && !d.make {
-            let mut writes = gates.clone();
-            writes.push(format!("{holder_is_map} && {unset}"));
+            let mut writes = parent_gates(above);
+            writes.extend(gates.iter().cloned());
+            writes.push(format!("{} && {unset}", is_map(&holder)));
             writes_true.push((d.at, format!("({})", writes.join(" && "))));
         }
-        out.push(if gates.is_empty() {
-            op
-        } else {
-            format!("({} ? {op} : [])", gates.join(" && "))
+        compiled.push(Compiled {
+            default: d,
+            gates,
+            value,
+            holder,
+            unset,
         });
     }
+    let mut out = Vec::new();
+    for (i, c) in compiled.iter().enumerate() {
+        let (_, parents) = c.default.at.split_last().expect("compiled from a path");
+        let (_, above) = parents.split_last().expect("compiled from a holder");
+        let write = |c: &Compiled<'_>| {
+            guarded(
+                &c.gates,
+                add_if(
+                    &format!("{} && {}", is_map(&c.holder), c.unset),
+                    &pointer(c.default.at),
+                    &c.value,
+                ),
+            )
+        };
+        let op = if !c.default.make {
+            write(c)
+        } else if compiled[..i]
+            .iter()
+            .any(|e| e.default.make && e.holder == c.holder)
+        {
+            // Written with the first default under the same holder.
+            continue;
+        } else {
+            // The holder is created once, when any default under it is written, as the Rust
+            // mutation creates it for the first and writes the rest into it.
+            let group: Vec<&Compiled<'_>> = compiled[i..]
+                .iter()
+                .filter(|e| e.default.make && e.holder == c.holder)
+                .collect();
+            let any: Vec<String> = group
+                .iter()
+                .map(|e| match e.gates.as_slice() {
+                    [] => "true".to_string(),
+                    g => format!("({})", g.join(" && ")),
+                })
+                .collect();
+            let create = format!(
+                "({} ? [JSONPatch{{op: 'add', path: {}, value: {{}}}}] : [])",
+                cel::any(&any),
+                pointer(parents)
+            );
+            let adds = group.iter().map(|e| {
+                guarded(
+                    &e.gates,
+                    format!(
+                        "[JSONPatch{{op: 'add', path: {}, value: {}}}]",
+                        pointer(e.default.at),
+                        e.value
+                    ),
+                )
+            });
+            let writes = group.iter().map(|e| write(e));
+            format!(
+                "((!has({h}) || {h} == null) ? {create} + {} : {})",
+                adds.collect::<Vec<_>>().join(" + "),
+                writes.collect::<Vec<_>>().join(" + "),
+                h = c.holder,
+            )
+        };
+        out.push(guarded(&parent_gates(above), op));
+    }
     out
+}
+
+/// `ops` where every gate holds, else no operation.
+fn guarded(gates: &[String], ops: String) -> String {
+    if gates.is_empty() {
+        ops
+    } else {
+        format!("({} ? {ops} : [])", gates.join(" && "))
+    }
+}
+
+/// The holder's parents (from the object's root) exist.
+fn parent_gates(above: &[&str]) -> Vec<String> {
+    let mut at = "object".to_string();
+    above
+        .iter()
+        .map(|k| {
+            at = format!("{at}.{k}");
+            format!("has({at}) && {at} != null")
+        })
+        .collect()
+}
+
+/// `at` is a map.
+fn is_map(at: &str) -> String {
+    format!("has({at}) && type({at}) == map")
+}
+
+/// The JSON Pointer of a path, as a CEL string.
+fn pointer(keys: &[&str]) -> String {
+    lit(&keys
+        .iter()
+        .map(|k| format!("/{}", pointer_escape(k)))
+        .collect::<String>())
 }
 
 /// A server-side apply manager owns the field at `at` (from the object's root).
@@ -620,4 +561,162 @@ pub fn labels(queue: &Queue, child: &str) -> String {
         for_map("object", "''", Some(&kueue_when)),
         for_map("x.t", "x.ptr", None),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::{Cond, Replaces, Setting};
+    use crate::mutate::test_support::{mutate_with, queue_yaml};
+    use crate::native::eval::{V, eval};
+    use serde_json::{Value, json};
+
+    /// What one dimension of the generated objects does to the object.
+    #[derive(Clone)]
+    enum Put {
+        Nothing,
+        /// The path's maps exist.
+        Ensure(&'static [&'static str]),
+        Set(&'static [&'static str], Value),
+    }
+
+    fn put(object: &mut Value, put: &Put) {
+        let (at, value) = match put {
+            Put::Nothing => return,
+            Put::Ensure(at) => (*at, None),
+            Put::Set(at, v) => (*at, Some(v.clone())),
+        };
+        let mut here = object;
+        for (i, k) in at.iter().enumerate() {
+            let map = here.as_object_mut().expect("a map on the way");
+            if i + 1 == at.len()
+                && let Some(v) = &value
+            {
+                map.insert(k.to_string(), v.clone());
+                return;
+            }
+            here = map.entry(k.to_string()).or_insert_with(|| json!({}));
+        }
+    }
+
+    /// The states of a default's field: its holder absent, the field absent, null, the value
+    /// it replaces, another value.
+    fn field_states(d: &'static RunDefault) -> Vec<Put> {
+        let (_, parents) = d.at.split_last().unwrap();
+        let other = match d.setting {
+            Setting::RestartPolicy => json!("Never"),
+            Setting::EndWithRun => json!(false),
+            _ => json!(5),
+        };
+        let mut out = vec![
+            Put::Nothing,
+            Put::Ensure(parents),
+            Put::Set(d.at, Value::Null),
+            Put::Set(d.at, other),
+        ];
+        match d.replaces {
+            Replaces::Absent => {}
+            Replaces::Value(v) | Replaces::ApiDefault(v) => out.push(Put::Set(d.at, json!(v))),
+            Replaces::Text(t) => out.push(Put::Set(d.at, json!(t))),
+        }
+        out
+    }
+
+    fn cond_states(c: &Cond) -> Vec<Put> {
+        match c {
+            Cond::True { at, .. } => vec![Put::Nothing, Put::Set(at, json!(true))],
+            Cond::Has { at, .. } => vec![Put::Nothing, Put::Set(at, json!(1))],
+            Cond::KeyIs(_) => vec![Put::Nothing],
+        }
+    }
+
+    /// Every combination of the dimensions' states.
+    fn objects(base: &Value, dimensions: &[Vec<Put>]) -> Vec<Value> {
+        let mut out = vec![base.clone()];
+        for states in dimensions {
+            out = out
+                .iter()
+                .flat_map(|o| {
+                    states.iter().map(move |p| {
+                        let mut o = o.clone();
+                        put(&mut o, p);
+                        o
+                    })
+                })
+                .collect();
+        }
+        out
+    }
+
+    /// The compiled defaults of every kind the native policies cover write, on every
+    /// combination of its fields' states, what the webhook's job-defaults mutation writes.
+    #[test]
+    fn every_kinds_run_defaults_compile_to_what_the_webhook_writes() {
+        let configs = [
+            "{}",
+            "{jobDefaults: {ttlSecondsAfterFinished: null, restartPolicy: Never}}",
+            "{jobDefaults: {backoffLimit: 6, volcanoMaxRetry: 2}}",
+            "{jobDefaults: {backoffLimit: null, treatApiDefaultBackoffAsUnset: false}}",
+        ];
+        let mut checked = 0;
+        for kind in select::kinds() {
+            let defaults = kind.spec().run.defaults;
+            if defaults.is_empty() {
+                continue;
+            }
+            let mut dimensions: Vec<Vec<Put>> = Vec::new();
+            for d in defaults {
+                dimensions.push(field_states(d));
+                for c in d.when.iter().chain(&d.unless) {
+                    dimensions.push(cond_states(c));
+                }
+                if let Some(m) = d.misplaced {
+                    dimensions.push(vec![Put::Nothing, Put::Set(m, json!(7))]);
+                }
+            }
+            // What the user wrote, as kubectl's client-side apply records it.
+            let mut written = json!({});
+            for d in defaults {
+                put(&mut written, &Put::Set(d.at, json!(1)));
+            }
+            dimensions.push(vec![
+                Put::Nothing,
+                Put::Set(
+                    &["metadata", "annotations"],
+                    json!({LAST_APPLIED_ANNOTATION: written.to_string()}),
+                ),
+            ]);
+            let (group, version, _) = kind.api_resource();
+            let request = V::from_json(&json!({"kind": {
+                "group": group, "version": version, "kind": kind.api_kind()}}));
+            let base = json!({"apiVersion": kind.api_version(), "kind": kind.api_kind(),
+                "metadata": {"name": "w"}, "spec": {}});
+            for config in configs {
+                let policy = queue_yaml(config).unwrap();
+                let expr = job_defaults(policy.queue("q").unwrap(), "false").unwrap();
+                for object in objects(&base, &dimensions) {
+                    let ops = eval(
+                        &expr,
+                        &[
+                            ("object", V::from_json(&object)),
+                            ("request", request.clone()),
+                        ],
+                    )
+                    .unwrap_or_else(|e| panic!("{kind:?} {config}: {e} on {object}"));
+                    let patch: json_patch::Patch = serde_json::from_value(ops.into_json()).unwrap();
+                    let mut native = object.clone();
+                    json_patch::patch(&mut native, &patch)
+                        .unwrap_or_else(|e| panic!("{kind:?} {config}: {e} on {object}"));
+                    let (webhook, _) = mutate_with(
+                        &crate::mutate::job_defaults::MUTATOR,
+                        config,
+                        object.clone(),
+                    );
+                    assert_eq!(native, webhook, "{kind:?} {config} on {object}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked}");
+    }
 }

@@ -42,7 +42,7 @@ fn has(base: &str, key: &str) -> String {
 
 /// The field `at` under `base`, and the tests that each step of it exists (in order, so each
 /// may be evaluated only when the ones before it hold).
-fn reach(base: &str, at: &[&str]) -> (String, Vec<String>) {
+pub(crate) fn reach(base: &str, at: &[&str]) -> (String, Vec<String>) {
     let mut value = base.to_string();
     let mut steps = Vec::new();
     for key in at {
@@ -765,7 +765,7 @@ fn inherits(exemptions: &[&Exemption]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::{Deadline, JobSpecs, KindSpec, Kueue, Run};
+    use crate::kinds::{Deadline, KindSpec, Run};
     use crate::native::eval::{V, eval, parse};
     use crate::workload;
     use serde_json::{Value, json};
@@ -798,8 +798,6 @@ mod tests {
         version: "v1",
         kind: "RayJob",
         resource: "rayjobs",
-        subresources: &[],
-        signature: &[],
         positions: &[
             Position {
                 role: "head",
@@ -840,25 +838,17 @@ mod tests {
                 },
             },
         ],
-        pods_from_runtime: false,
         run: Run {
             deadline: Deadline::Run(
                 "/spec",
                 "activeDeadlineSeconds",
                 "spec.activeDeadlineSeconds",
             ),
-            defaults: &[],
-            restarts: None,
             ends: crate::kinds::Ends::WithRun,
+            ..Run::BASE
         },
-        makes: &[],
-        controller: &[],
-        kueue: Kueue::Suspends,
-        native: Ok(()),
-        role_marks: &[],
-        job_specs: JobSpecs::None,
-        shared_version: false,
         webhook_rule: "testrayjob",
+        ..KindSpec::BASE
     };
 
     fn template(image: &str) -> Value {
@@ -1019,27 +1009,7 @@ mod tests {
         let V::List(items) = got else {
             panic!("not a list: {got:?}")
         };
-        items.into_iter().map(to_json).collect()
-    }
-
-    fn to_json(v: V) -> Value {
-        match v {
-            V::Null => Value::Null,
-            V::Bool(b) => json!(b),
-            V::Int(i) => json!(i),
-            V::Double(d) => json!(d),
-            V::Str(s) => json!(s),
-            V::List(l) => Value::Array(l.into_iter().map(to_json).collect()),
-            V::Map(m) => Value::Object(
-                m.into_iter()
-                    .map(|(k, v)| match k {
-                        V::Str(k) => (k, to_json(v)),
-                        k => panic!("map key {k:?}"),
-                    })
-                    .collect(),
-            ),
-            V::Type(t) => json!(t),
-        }
+        items.into_iter().map(V::into_json).collect()
     }
 
     /// What the Rust walk gives for the same object (pod templates with a spec).
@@ -1178,7 +1148,7 @@ mod tests {
                 ],
             )
             .unwrap();
-            let got: Vec<(String, i64, String)> = match to_json(got) {
+            let got: Vec<(String, i64, String)> = match got.into_json() {
                 Value::Array(items) => items
                     .iter()
                     .map(|e| {

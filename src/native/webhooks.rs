@@ -232,23 +232,28 @@ fn launch_condition(policy: &Policy, settings: &Settings) -> String {
     }
 }
 
-/// `pytorchjobs/scale`'s validating webhook, `validate-scale.*` (with the PyTorchJob rule):
-/// every Scale UPDATE, judged against the PyTorchJob it scales, failing open. A Scale carries
-/// no labels, so neither `matchConditions` nor the object selector can tell a launch
-/// PyTorchJob's Scale from another team's; fail-closed, an outage would stop every team's
-/// scaling.
-fn scale_hook(base: &Value, name: &str) -> Value {
+/// The validating webhook of the scale subresources, `validate-scale.*`: every Scale UPDATE of
+/// `scaled` (the registered kinds with a scale subresource), judged against the workload it
+/// scales, failing open. A Scale carries no labels, so neither `matchConditions` nor the object
+/// selector can tell a launch workload's Scale from another team's; fail-closed, an outage
+/// would stop every team's scaling.
+fn scale_hook(base: &Value, name: &str, scaled: &[WorkloadKind]) -> Value {
     let mut hook = base.clone();
     hook["name"] = json!(split_name(name, "scale"));
     hook["failurePolicy"] = json!("Ignore");
-    let (group, version, resource) = WorkloadKind::PyTorchJob.api_resource();
-    hook["rules"] = json!([{
-        "apiGroups": [group],
-        "apiVersions": [version],
-        "resources": [format!("{resource}/scale")],
-        "operations": ["UPDATE"],
-        "scope": "Namespaced",
-    }]);
+    hook["rules"] = scaled
+        .iter()
+        .map(|k| {
+            let (group, version, resource) = k.api_resource();
+            json!({
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "resources": [format!("{resource}/scale")],
+                "operations": ["UPDATE"],
+                "scope": "Namespaced",
+            })
+        })
+        .collect();
     if let Some(h) = hook.as_object_mut() {
         h.remove("matchConditions");
         h.remove("objectSelector");
@@ -450,10 +455,16 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
             )],
         };
         let mut hooks = hooks;
-        let scaled = WorkloadKind::PyTorchJob.spec().webhook_rule;
-        if settings.kinds.is_empty() || settings.kinds.iter().any(|k| k == scaled) {
+        let scaled: Vec<WorkloadKind> = WorkloadKind::all()
+            .filter(|k| k.spec().scale.is_some())
+            .filter(|k| {
+                settings.kinds.is_empty()
+                    || settings.kinds.iter().any(|r| r == k.spec().webhook_rule)
+            })
+            .collect();
+        if !scaled.is_empty() {
             let base = hook(&v.name, "/validate", "Ignore", Vec::new());
-            hooks.push(scale_hook(&base, &v.name));
+            hooks.push(scale_hook(&base, &v.name, &scaled));
         }
         out.push(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",

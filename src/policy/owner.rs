@@ -172,7 +172,7 @@ pub fn owner_claim(
     if owners.is_empty() {
         return OwnerClaim::None;
     }
-    let what = if kind == WorkloadKind::Pod {
+    let what = if kind.is_pod() {
         "pod".to_string()
     } else {
         kind.as_str().to_string()
@@ -189,7 +189,7 @@ pub fn owner_claim(
         .get(owner_kind.as_str())
         .map(Vec::as_slice)
         .unwrap_or_default();
-    let child = kind != WorkloadKind::Pod;
+    let child = !kind.is_pod();
     if !any_match(allowed, who.username) {
         // A child workload (a JobSet's Job, a TrainJob's JobSet) from a user that is not its
         // owner's controller: the short warning names the `match.podCreators` entry that

@@ -491,7 +491,10 @@ pub fn mutate_pod(
         Some(None) => return changed,
         None => {
             let namespace = ctx.namespace().unwrap_or("default");
-            match ctx.cluster().volcano_job(namespace, &place.job_name) {
+            match ctx
+                .cluster()
+                .workload(WorkloadKind::VolcanoJob, namespace, &place.job_name)
+            {
                 Some(job_object) => {
                     let job = match analyse(&job_object, &place.job_name) {
                         Ok(Some(job)) => job,

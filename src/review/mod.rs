@@ -339,15 +339,16 @@ fn decide_object(
         },
     };
     if request.sub_resource.as_deref() == Some("scale")
-        && request
+        && let Some(scaled) = request
             .resource
             .as_ref()
-            .is_some_and(|r| r.group == "kubeflow.org" && r.resource == "pytorchjobs")
+            .and_then(|r| WorkloadKind::scaled_through(&r.group, &r.resource))
     {
         return scale_decision(
             policy,
             endpoint,
             request,
+            scaled,
             object.as_ref(),
             summary,
             cluster,
@@ -506,31 +507,35 @@ fn admitted_before<'r>(
     same_queue.then_some(old)
 }
 
-/// The replica spec whose `replicas` the PyTorchJob CRD's scale subresource writes
-/// (`specReplicasPath: .spec.pytorchReplicaSpecs.Worker.replicas`), and that field as messages
-/// name it.
-const SCALED_WORKER: &str = "/spec/pytorchReplicaSpecs/Worker";
-const SCALED_REPLICAS_FIELD: &str = "spec.pytorchReplicaSpecs.Worker.replicas";
-
-/// `pytorchjobs/scale`: the training operator's CRD scales `Worker.replicas` through an
-/// `autoscaling/v1` Scale, which carries neither labels nor pod templates. The Scale is judged
-/// against the PyTorchJob it scales, read from the cluster view (a cached watch): a PyTorchJob
-/// that is no launch workload (or is exempt) is not launchgate's, and passes; a launch
-/// workload's Scale is judged by its queue exactly as an UPDATE of its `Worker.replicas` to the
-/// new count. When the PyTorchJob cannot be read (no cluster lookups, or not in the cache yet)
-/// a scale-up is denied with the way that is judged (changing `Worker.replicas` on the
-/// PyTorchJob itself); a scale-down, or a Scale that keeps the count, is allowed. Nothing is
-/// ever patched.
+/// `<resource>/scale` of a kind with a scale subresource ([`crate::kinds::KindSpec::scale`]):
+/// an `autoscaling/v1` Scale, which carries neither labels nor pod templates, sets the field
+/// the descriptor names (a PyTorchJob's `Worker.replicas`). The Scale is judged against the
+/// workload it scales, read from the cluster view (a cached watch): a workload that is no
+/// launch workload (or is exempt) is not launchgate's, and passes; a launch workload's Scale is
+/// judged by its queue exactly as an UPDATE of that field to the new count. When the workload
+/// cannot be read (no cluster lookups, or not in the cache yet) a scale-up is denied with the
+/// way that is judged (changing the field on the workload itself); a scale-down, or a Scale
+/// that keeps the count, is allowed. Nothing is ever patched.
+#[allow(clippy::too_many_arguments)]
 fn scale_decision(
     policy: &Policy,
     endpoint: Endpoint,
     request: &AdmissionRequest,
+    kind: WorkloadKind,
     object: Option<&Value>,
     mut summary: ReviewSummary,
     cluster: &dyn ClusterView,
     observer: &mut dyn Observer,
 ) -> Decision {
-    summary.kind = WorkloadKind::PyTorchJob.as_str();
+    let Some(scale) = kind.spec().scale.as_ref() else {
+        return finish(
+            &request.uid,
+            Findings::default(),
+            json_patch::Patch(Vec::new()),
+            summary,
+        );
+    };
+    summary.kind = kind.as_str();
     if let Some(scale) = object {
         describe_request(&mut summary, request, scale);
     }
@@ -542,18 +547,21 @@ fn scale_decision(
     let (new, old) = (replicas(object), replicas(request.old_object.as_ref()));
     let namespace = request.namespace.as_deref().unwrap_or_default();
     let judged = endpoint == Endpoint::Validate && matches!(request.operation, Operation::Update);
+    let field = scale.replicas.join(".");
+    let what = kind.api_kind();
     // Read (and converted from the cache) only when a Scale is judged.
-    if judged && let Some(owner) = cluster.pytorch_job(namespace, &request.name) {
-        // The UPDATE this Scale amounts to: the PyTorchJob with the new Worker count.
+    if judged && let Some(owner) = cluster.workload(kind, namespace, &request.name) {
+        // The UPDATE this Scale amounts to: the workload with the new count.
         let mut scaled = owner.as_ref().clone();
-        if let Some(worker) = scaled
-            .pointer_mut(SCALED_WORKER)
-            .and_then(Value::as_object_mut)
+        if let Some((key, holder)) = scale.replicas.split_last()
+            && let Some(holder) =
+                crate::kinds::field_mut(&mut scaled, holder).and_then(Value::as_object_mut)
         {
-            worker.insert("replicas".into(), Value::from(new));
+            holder.insert(key.to_string(), Value::from(new));
         }
         let mut update = request.clone();
-        update.kind = kube::core::GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob");
+        update.kind =
+            kube::core::GroupVersionKind::gvk(kind.api_group(), kind.spec().version, what);
         update.sub_resource = None;
         update.object = None;
         update.old_object = Some(owner.as_ref().clone());
@@ -567,8 +575,8 @@ fn scale_decision(
         );
         if let Some(status) = decision.response.status.as_mut() {
             status.message = format!(
-                "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas is judged as an update of {}:\n{}",
-                request.name, SCALED_REPLICAS_FIELD, status.message
+                "launchgate: scaling {what} {:?} from {old} to {new} {} is judged as an update of {field}:\n{}",
+                request.name, scale.counts, status.message
             );
             decision.summary.message = Some(status.message.clone());
         }
@@ -576,21 +584,23 @@ fn scale_decision(
     }
     let mut findings = Findings::default();
     if judged && new > old {
-        let message = if cluster.is_connected() {
+        let why = if cluster.is_connected() {
             format!(
-                "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels and the PyTorchJob is not in launchgate's cache (created a moment ago, or in a namespace its cluster lookups do not watch), so its queue's limits cannot be checked; retry, or change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
-                request.name
+                "the {what} is not in launchgate's cache (created a moment ago, or in a namespace its cluster lookups do not watch), so its queue's limits cannot be checked; retry, or"
             )
         } else {
             format!(
-                "launchgate: scaling PyTorchJob {:?} from {old} to {new} Worker replicas through the scale subresource is denied: a Scale carries no labels and without cluster lookups launchgate cannot read the PyTorchJob, so its queue's limits cannot be checked; change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob instead (checked against its queue)",
-                request.name
+                "without cluster lookups launchgate cannot read the {what}, so its queue's limits cannot be checked;"
             )
         };
+        let message = format!(
+            "launchgate: scaling {what} {:?} from {old} to {new} {} through the scale subresource is denied: a Scale carries no labels and {why} change {field} on the {what} instead (checked against its queue)",
+            request.name, scale.counts
+        );
         findings.denials.push(message.clone());
         summary.violations.push(
             Violation::new(rules::SCALE_UNREADABLE_OWNER, message)
-                .at(SCALED_REPLICAS_FIELD)
+                .at(field)
                 .value(new.to_string()),
         );
     }
@@ -969,8 +979,10 @@ fn validate_decision(
     // controller's pod or a Job of a JobSet has its root's verdict.
     let parent = (scope == Scope::PerPodAndRun)
         .then(|| {
+            let run = ctx.kind.made_by().find(|k| k.spec().pods_from_runtime)?;
             let owner = summary.owner.as_ref().map(|o| o.name.as_str());
-            ctx.cluster.train_job(
+            ctx.cluster.workload(
+                run,
                 ctx.request.namespace.as_deref().unwrap_or_default(),
                 owner.unwrap_or_else(|| ctx.object_name(object)),
             )
@@ -990,7 +1002,6 @@ fn validate_decision(
                         ctx.kind,
                         &queue.config.guardrails,
                         object,
-                        ctx.object_name(object),
                         ctx.runtime,
                     )
                     .violations,
@@ -1344,10 +1355,10 @@ mod subresource_tests {
             serde_json::from_slice::<Value>(&out.body).unwrap()["response"].clone()
         };
         // Another team's elastic job: not launchgate's, scales freely.
-        let other = StaticCluster::default().with_pytorch_job(pytorchjob(json!({"team": "b"})));
+        let other = StaticCluster::default().with_workload(pytorchjob(json!({"team": "b"})));
         assert_eq!(answer(&other, scale_review(2, 64))["allowed"], true);
         // A launch workload: judged by its queue, as an update of Worker.replicas.
-        let launch = StaticCluster::default().with_pytorch_job(pytorchjob(
+        let launch = StaticCluster::default().with_workload(pytorchjob(
             json!({"wandb.ai/monitor": "true", "launchgate.io/queue": "gpu-queue"}),
         ));
         let up = answer(&launch, scale_review(2, 64));

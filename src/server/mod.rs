@@ -546,11 +546,11 @@ pub async fn cluster_view(
         .context("--cluster-lookups: connecting to the Kubernetes API")?;
     let cache = owner_cache::start(client, scope).await;
     if cache.wait_until_ready(ready_timeout).await {
-        tracing::info!(jobs = cache.len(), "Volcano Job cache ready");
+        tracing::info!(owners = cache.len(), "owner cache ready");
     } else {
         tracing::warn!(
             timeout = ?ready_timeout,
-            "Volcano Job cache not filled yet (is the Volcano CRD installed and RBAC granted?); serving anyway"
+            "owner cache not filled yet (are the watched kinds' CRDs installed and RBAC granted?); serving anyway"
         );
     }
     Ok(Arc::new(cache))

@@ -1,29 +1,28 @@
-//! Cluster lookups for the pure core: cached watches of Volcano Jobs, Services and PyTorchJobs.
+//! Cluster lookups for the pure core: cached watches of the workload kinds whose descriptor asks
+//! for one ([`crate::kinds::KindSpec::watch`]), of Services and of TrainJob runtimes, so
+//! admission never waits on an API call.
 //!
-//! A Volcano pod whose Job launchgate never mutated (the Job was created before launchgate was
-//! installed, or its webhook was not registered for `batch.volcano.sh` jobs) lacks
-//! `MASTER_ADDR`, `MASTER_PORT` and `WORLD_SIZE`. The PyTorch mutator then reads the owner
-//! Job through [`ClusterView::volcano_job`]; this module answers from a kube reflector store
-//! fed by a list+watch of `batch.volcano.sh/v1alpha1` `jobs`, so admission never waits on an
-//! API call. RBAC: `get`, `list`, `watch` on `jobs.batch.volcano.sh`.
+//! Workloads answer [`ClusterView::workload`]:
+//! - A kind watched as [`Watch::Selected`] (a Volcano Job) holds only what it may be asked
+//!   about ([`WatchScope`]): objects matching a label selector (the chart uses
+//!   `wandb.ai/monitor`, which the W&B agent puts on every Job it creates), and, when namespaces
+//!   are given, one watch per namespace instead of one over the cluster (RBAC can then be a
+//!   Role in each). Its pods read their wiring from it: a Volcano pod whose Job launchgate
+//!   never mutated lacks `MASTER_ADDR`, `MASTER_PORT` and `WORLD_SIZE`, and the PyTorch
+//!   mutator reads the owner Job here. A pod whose owner is outside the scope is handled as if
+//!   the owner were unknown (what can be derived from the pod alone, with a warning). The
+//!   server waits (up to its ready timeout) for these lists before serving.
+//! - A kind watched as [`Watch::Every`] (a PyTorchJob, a TrainJob) holds every object of the
+//!   same namespaces, no label selector: a Scale may come for any PyTorchJob, and one without
+//!   launch labels must be told apart from one not yet seen; the JobSet Trainer makes for a
+//!   TrainJob is held to the TrainJob's run bound. Not waited for (a cluster without the CRD
+//!   must not delay serving): until the list arrives the object is unknown.
 //!
-//! The watch holds only what it may be asked about ([`WatchScope`]): Jobs matching a label
-//! selector (the chart uses `wandb.ai/monitor`, which the W&B agent puts on every Job it
-//! creates), and, when namespaces are given, one watch per namespace instead of one over the
-//! cluster (RBAC can then be a Role in each). A pod whose owner Job is outside the scope is
-//! handled as if the Job were unknown (what can be derived from the pod alone, with a warning).
-//!
-//! The store is read-only here and only `metadata.name`, `spec.plugins` and `spec.tasks` are
-//! read, so each lookup converts one `DynamicObject` to a `serde_json::Value`.
+//! RBAC: `get`, `list`, `watch` on each watched kind's resource (the chart grants them).
 //!
 //! Services (core/v1, the same namespaces, no label selector: a headless Service carries no
 //! launch labels) answer [`ClusterView::service`] for the rendezvous preflight
 //! (`guardrails.rendezvousPreflight`). RBAC: `get`, `list`, `watch` on `services`.
-//!
-//! PyTorchJobs (`kubeflow.org/v1`, the same namespaces, no label selector: a scale may come for
-//! any of them, and one without launch labels must be told apart from one not yet seen) answer
-//! [`ClusterView::pytorch_job`], so a label-less `pytorchjobs/scale` request is judged against
-//! the PyTorchJob it scales. RBAC: `get`, `list`, `watch` on `pytorchjobs.kubeflow.org`.
 //!
 //! TrainJob runtimes (`trainer.kubeflow.org/v1alpha1`: TrainingRuntimes in the same namespaces,
 //! ClusterTrainingRuntimes cluster-wide, no label selector) answer
@@ -31,11 +30,11 @@
 //! `list`, `watch` on `trainingruntimes` and `clustertrainingruntimes`. Without them (Trainer
 //! not installed, RBAC refused, not listed yet) a runtime is unknown, never "not found".
 //!
-//! TrainJobs (the same namespaces, no label selector) answer [`ClusterView::train_job`]: the
-//! JobSet Trainer makes for a TrainJob is held to the TrainJob's run bound. RBAC: `get`,
-//! `list`, `watch` on `trainjobs`.
+//! The stores are read-only here; each lookup converts one `DynamicObject` to a
+//! `serde_json::Value`.
 
 use crate::cluster::{ClusterView, RUNTIME_VERSION, RuntimeLookup, TRAINER_GROUP, runtime_plural};
+use crate::kinds::{Watch, WorkloadKind};
 use crate::workload::trainjob::{CLUSTER_RUNTIME, NAMESPACED_RUNTIME};
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
@@ -47,15 +46,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// The watched resource: Volcano Jobs.
-pub(crate) fn volcano_job_resource() -> ApiResource {
+/// A workload kind's resource, as the watch names it.
+fn resource_of(kind: WorkloadKind) -> ApiResource {
+    let (group, version, plural) = kind.api_resource();
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("batch.volcano.sh", "v1alpha1", "Job"),
-        "jobs",
+        &GroupVersionKind::gvk(group, version, kind.api_kind()),
+        plural,
     )
 }
 
-/// Which Volcano Jobs are watched.
+/// Which objects of the kinds watched as [`Watch::Selected`] are watched.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WatchScope {
     /// Namespaces to watch; empty: all namespaces.
@@ -67,22 +67,6 @@ pub struct WatchScope {
 /// The watched Services.
 fn service_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Service"), "services")
-}
-
-/// The watched PyTorchJobs.
-fn pytorch_job_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob"),
-        "pytorchjobs",
-    )
-}
-
-/// The watched TrainJobs.
-fn train_job_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
-        "trainjobs",
-    )
 }
 
 /// The watched TrainJob runtimes: cluster-scoped ClusterTrainingRuntimes and namespaced
@@ -108,15 +92,20 @@ struct RuntimeStores {
     namespaced_ready: Arc<AtomicBool>,
 }
 
-/// A [`ClusterView`] backed by watch caches of Volcano Jobs, Services, PyTorchJobs and TrainJob
-/// runtimes.
+/// One watched workload kind and its stores.
 #[derive(Clone)]
-pub struct VolcanoJobCache {
-    stores: Stores,
+struct Watched {
+    kind: WorkloadKind,
     resource: ApiResource,
+    stores: Stores,
+}
+
+/// A [`ClusterView`] backed by watch caches of the watched workload kinds, Services and
+/// TrainJob runtimes.
+#[derive(Clone)]
+pub struct OwnerCache {
+    workloads: Vec<Watched>,
     services: Stores,
-    pytorch_jobs: Stores,
-    train_jobs: Stores,
     runtimes: RuntimeStores,
 }
 
@@ -135,14 +124,21 @@ fn lookup(
     serde_json::to_value(object.as_ref()).ok().map(Arc::new)
 }
 
-impl VolcanoJobCache {
-    /// Waits until the first list of the Volcano Job and Service watches has been stored (or
-    /// `timeout` passes); true when ready. PyTorchJobs are not waited for (a cluster without
-    /// their CRD must not delay serving): until their list arrives a PyTorchJob's scale-up is
-    /// refused as unjudgeable, and retried.
+impl OwnerCache {
+    /// The watches of the kinds watched as [`Watch::Selected`].
+    fn selected(&self) -> impl Iterator<Item = &(Option<String>, Store<DynamicObject>)> {
+        self.workloads
+            .iter()
+            .filter(|w| w.kind.spec().watch == Watch::Selected)
+            .flat_map(|w| &w.stores)
+    }
+
+    /// Waits until the first list of the [`Watch::Selected`] kinds' and the Services' watches
+    /// has been stored (or `timeout` passes); true when ready. The [`Watch::Every`] kinds are
+    /// not waited for.
     pub async fn wait_until_ready(&self, timeout: Duration) -> bool {
         let all = async {
-            for (_, store) in self.stores.iter().chain(&self.services) {
+            for (_, store) in self.selected().chain(&self.services) {
                 if store.wait_until_ready().await.is_err() {
                     return false;
                 }
@@ -152,26 +148,20 @@ impl VolcanoJobCache {
         matches!(tokio::time::timeout(timeout, all).await, Ok(true))
     }
 
-    /// Number of cached Jobs.
+    /// Number of cached objects of the [`Watch::Selected`] kinds.
     pub(crate) fn len(&self) -> usize {
-        self.stores.iter().map(|(_, s)| s.state().len()).sum()
+        self.selected().map(|(_, s)| s.state().len()).sum()
     }
 }
 
-impl ClusterView for VolcanoJobCache {
-    fn volcano_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        lookup(&self.stores, &self.resource, namespace, name)
+impl ClusterView for OwnerCache {
+    fn workload(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        let watched = self.workloads.iter().find(|w| w.kind == kind)?;
+        lookup(&watched.stores, &watched.resource, namespace, name)
     }
 
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         lookup(&self.services, &service_resource(), namespace, name)
-    }
-
-    fn pytorch_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        lookup(&self.pytorch_jobs, &pytorch_job_resource(), namespace, name)
-    }
-    fn train_job(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        lookup(&self.train_jobs, &train_job_resource(), namespace, name)
     }
 
     fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
@@ -238,13 +228,12 @@ where
     tracing::warn!(watched = what, "the watch ended");
 }
 
-/// Starts the list+watch of the Volcano Jobs in `scope` on background tasks and returns the
-/// cache (empty until the first list arrives; see [`VolcanoJobCache::wait_until_ready`]).
-pub async fn start(client: kube::Client, scope: WatchScope) -> VolcanoJobCache {
-    let resource = volcano_job_resource();
-    let mut config = watcher::Config::default();
+/// Starts the list+watches in `scope` on background tasks and returns the cache (empty until
+/// the first lists arrive; see [`OwnerCache::wait_until_ready`]).
+pub async fn start(client: kube::Client, scope: WatchScope) -> OwnerCache {
+    let mut selected = watcher::Config::default();
     if !scope.label_selector.trim().is_empty() {
-        config = config.labels(scope.label_selector.trim());
+        selected = selected.labels(scope.label_selector.trim());
     }
     let namespaces: Vec<Option<String>> = if scope.namespaces.is_empty() {
         vec![None]
@@ -270,20 +259,23 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> VolcanoJobCache {
         }
         stores
     };
-    let stores = watch(&resource, config, "Volcano Jobs");
+    let workloads = WorkloadKind::all()
+        .filter_map(|kind| {
+            let config = match kind.spec().watch {
+                Watch::No => return None,
+                Watch::Selected => selected.clone(),
+                Watch::Every => watcher::Config::default(),
+            };
+            let resource = resource_of(kind);
+            let stores = watch(&resource, config, kind.as_str());
+            Some(Watched {
+                kind,
+                resource,
+                stores,
+            })
+        })
+        .collect();
     let services = watch(&service_resource(), watcher::Config::default(), "Services");
-    let pytorch_jobs = watch(
-        &pytorch_job_resource(),
-        watcher::Config::default(),
-        "PyTorchJobs",
-    );
-    // TrainJobs: what the JobSet Trainer makes for one is held to (its run's bound). Not
-    // waited for either.
-    let train_jobs = watch(
-        &train_job_resource(),
-        watcher::Config::default(),
-        "TrainJobs",
-    );
     // TrainJob runtimes: every namespaced one in the watched namespaces (runtimes carry no
     // launch labels), and the cluster-scoped ones. They do not hold up readiness: until a
     // kind has listed, its runtimes are unknown and the queue's `unverifiableRuntime` decides.
@@ -313,12 +305,9 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> VolcanoJobCache {
         namespaced.into_iter().map(|(_, s)| s).collect(),
         runtimes.namespaced_ready.clone(),
     );
-    VolcanoJobCache {
-        stores,
-        resource,
+    OwnerCache {
+        workloads,
         services,
-        pytorch_jobs,
-        train_jobs,
         runtimes,
     }
 }
@@ -328,8 +317,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resource_is_batch_volcano_sh_jobs() {
-        let r = volcano_job_resource();
+    fn a_volcano_job_is_watched_as_batch_volcano_sh_jobs() {
+        let volcano = WorkloadKind::all()
+            .find(|k| k.spec().watch == Watch::Selected)
+            .unwrap();
+        let r = resource_of(volcano);
         assert_eq!(r.api_version, "batch.volcano.sh/v1alpha1");
         assert_eq!(r.plural, "jobs");
         assert_eq!(r.kind, "Job");

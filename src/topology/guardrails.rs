@@ -4,7 +4,6 @@
 //! deadline); the validating webhook denies what the queue says to deny (a gang that can start
 //! half, a run over its GPU-hour cap). Each is per queue (`queues.<name>.guardrails`).
 
-use super::volcano;
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
 use crate::kinds::{Holders, JobSpecs, Position, field};
@@ -265,12 +264,10 @@ fn pod_deadlines_note(kind: WorkloadKind, object: &Value) -> String {
         } else {
             format!("the Job runs longer: {}", more.join(", "))
         }
-    } else if kind == WorkloadKind::PyTorchJob {
-        match int(object.at("/spec/runPolicy/backoffLimit")) {
-            Some(b) => {
-                format!("the training operator restarts failed pods (runPolicy.backoffLimit {b})")
-            }
-            None => "the training operator restarts failed pods".to_string(),
+    } else if let Some(r) = &kind.spec().run.pod_restarts {
+        match int(field(object, r.at)) {
+            Some(b) => format!("{} restarts failed pods ({} {b})", r.by, r.at.join(".")),
+            None => format!("{} restarts failed pods", r.by),
         }
     } else {
         "the controller replaces failed pods".to_string()
@@ -503,37 +500,33 @@ pub struct GangShortfall {
     pub needed: i64,
 }
 
-/// The gang minimums of a distributed job that are below its rendezvous size: a Volcano Job
-/// with the pytorch plugin (`spec.minAvailable`, the least the gang scheduler starts), a
-/// PyTorchJob with a gang scheduler (`spec.runPolicy.schedulingPolicy.minAvailable`). An unset
-/// minimum is the operator's (Volcano and the training operator default it to every replica).
-pub fn gang_shortfalls(kind: WorkloadKind, object: &Value, name: &str) -> Vec<GangShortfall> {
-    let (needed, path) = if kind == WorkloadKind::VolcanoJob {
-        match volcano::analyse(object, name) {
-            Ok(Some(job)) => (job.wiring.nnodes, "spec.minAvailable"),
-            _ => return Vec::new(),
-        }
-    } else if kind == WorkloadKind::PyTorchJob {
-        let specs = super::pytorchjob::replica_specs(object);
-        let master = super::pytorchjob::replicas_of(&specs, "Master").unwrap_or(0);
-        let workers = super::pytorchjob::replicas_of(&specs, "Worker").unwrap_or(0);
-        (
-            master.saturating_add(workers),
-            "spec.runPolicy.schedulingPolicy.minAvailable",
-        )
-    } else {
-        return Vec::new();
-    };
-    let pointer = format!("/{}", path.replace('.', "/"));
-    match object.at(&pointer).and_then(Value::as_i64) {
-        Some(current) if current < needed => vec![GangShortfall {
-            path: path.to_string(),
-            pointer,
-            current,
-            needed,
-        }],
-        _ => Vec::new(),
+/// The gang minimum of a run that is below its rendezvous size, every pod of the run (the
+/// sum of its positions' `replicas`), where its kind has a gang scheduler's minimum
+/// ([`crate::kinds::KindSpec::gang`]) and the run waits for all its pods (the gang's
+/// condition). An unset minimum is the operator's (every operator defaults it to every pod).
+pub fn gang_shortfall(kind: WorkloadKind, object: &Value) -> Option<GangShortfall> {
+    let gang = kind.spec().gang.as_ref()?;
+    if gang
+        .when
+        .as_ref()
+        .is_some_and(|c| !c.holds(object, object, None))
+    {
+        return None;
     }
+    let current = field(object, gang.at)?.as_i64()?;
+    let needed = crate::workload::templates(kind, object)
+        .iter()
+        .fold(0i64, |n, (info, _)| n.saturating_add(info.replicas));
+    (current < needed).then(|| GangShortfall {
+        path: gang.at.join("."),
+        pointer: gang
+            .at
+            .iter()
+            .map(|k| format!("/{}", k.replace('~', "~0").replace('/', "~1")))
+            .collect(),
+        current,
+        needed,
+    })
 }
 
 impl GangShortfall {
@@ -653,17 +646,12 @@ mod tests {
             version: "v1",
             kind: "Retried",
             resource: "retrieds",
-            subresources: &[],
-            signature: &[],
-            positions: &[],
-            pods_from_runtime: false,
             run: Run {
                 deadline: Deadline::Run(
                     "/spec",
                     "activeDeadlineSeconds",
                     "spec.activeDeadlineSeconds",
                 ),
-                defaults: &[],
                 restarts: Some(Restarts {
                     at: &["spec", "backoffLimit"],
                     dotted: "spec.backoffLimit",
@@ -672,16 +660,10 @@ mod tests {
                     default_is: "the default",
                     per_holder: None,
                 }),
-                ends: Ends::WithRun,
+                ..Run::BASE
             },
-            makes: &[],
-            controller: &[],
-            kueue: Kueue::Suspends,
-            native: Ok(()),
-            role_marks: &[],
-            job_specs: JobSpecs::None,
-            shared_version: false,
             webhook_rule: "retried",
+            ..KindSpec::BASE
         }
     };
 
@@ -697,11 +679,13 @@ mod tests {
                     why: "a Forever runs until it is deleted",
                     set: "a bounded kind's deadline",
                 },
-                defaults: &[],
-                restarts: None,
                 ends: Ends::Never,
+                ..Run::BASE
             },
-            ..RETRIED
+            group: "example.com",
+            version: "v1",
+            webhook_rule: "forever",
+            ..KindSpec::BASE
         }
     };
 
@@ -813,27 +797,32 @@ mod tests {
         let vc = json!({"metadata": {"name": "j"}, "spec": {"minAvailable": 1, "plugins": {"pytorch": []},
             "tasks": [{"name": "master", "replicas": 1, "template": {}},
                       {"name": "worker", "replicas": 2, "template": {}}]}});
-        let found = gang_shortfalls(WorkloadKind::VolcanoJob, &vc, "j");
-        assert_eq!(found.len(), 1);
-        assert_eq!((found[0].current, found[0].needed), (1, 3));
+        let found = gang_shortfall(WorkloadKind::VolcanoJob, &vc).unwrap();
+        assert_eq!((found.current, found.needed), (1, 3));
         assert!(
-            found[0]
+            found
                 .explain(WorkloadKind::VolcanoJob)
                 .contains("spec.minAvailable=1 is below the job's rendezvous size 3")
         );
         let mut whole = vc.clone();
         whole["spec"]["minAvailable"] = json!(3);
-        assert!(gang_shortfalls(WorkloadKind::VolcanoJob, &whole, "j").is_empty());
+        assert!(gang_shortfall(WorkloadKind::VolcanoJob, &whole).is_none());
         let mut unset = vc.clone();
         unset["spec"]
             .as_object_mut()
             .unwrap()
             .remove("minAvailable");
-        assert!(gang_shortfalls(WorkloadKind::VolcanoJob, &unset, "j").is_empty());
+        assert!(gang_shortfall(WorkloadKind::VolcanoJob, &unset).is_none());
+        let mut plain = vc.clone();
+        plain["spec"].as_object_mut().unwrap().remove("plugins");
+        assert!(gang_shortfall(WorkloadKind::VolcanoJob, &plain).is_none());
         let pt = json!({"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 2}},
-            "pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 3}}}});
+            "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {}},
+                "Worker": {"replicas": 3, "template": {}}}}});
         assert_eq!(
-            gang_shortfalls(WorkloadKind::PyTorchJob, &pt, "p")[0].needed,
+            gang_shortfall(WorkloadKind::PyTorchJob, &pt)
+                .unwrap()
+                .needed,
             4
         );
     }

@@ -1006,8 +1006,6 @@ fields:
             version: "v1",
             kind: "Groups",
             resource: "groups",
-            subresources: &[],
-            signature: &[],
             positions: &[
                 Position {
                     role: "head",
@@ -1033,21 +1031,12 @@ fields:
                     },
                 },
             ],
-            pods_from_runtime: false,
             run: Run {
-                deadline: Deadline::EachPod,
-                defaults: &[],
-                restarts: None,
                 ends: crate::kinds::Ends::WithRun,
+                ..Run::BASE
             },
-            makes: &[],
-            controller: &[],
-            kueue: Kueue::Suspends,
-            native: Ok(()),
-            role_marks: &[],
-            job_specs: JobSpecs::None,
-            shared_version: false,
             webhook_rule: "test",
+            ..KindSpec::BASE
         }
     };
 

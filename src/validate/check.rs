@@ -263,21 +263,27 @@ fn same_literal(template: &Value, actual: &Value) -> bool {
     }
 }
 
-/// A TrainJob's pods as Trainer makes them from its runtime.
+/// A runtime-sized run's pods as its controller makes them from its runtime (a TrainJob's, as
+/// the JobSet Trainer renders).
 struct RuntimeView<'a> {
     /// `ClusterTrainingRuntime "torch-distributed"`.
     source: String,
+    /// The kind it is rendered into, and the rendered object.
+    kind: WorkloadKind,
     jobset: &'a Value,
     templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
 }
 
 impl<'a> RuntimeView<'a> {
-    fn new(source: String, jobset: &'a Value) -> Self {
-        RuntimeView {
+    /// The view of `kind`'s run rendered as `jobset`, when `kind` is rendered from a runtime.
+    fn new(kind: WorkloadKind, source: String, jobset: &'a Value) -> Option<Self> {
+        let kind = kind.runs_as()?;
+        Some(RuntimeView {
             source,
+            kind,
             jobset,
-            templates: workload::templates(WorkloadKind::JobSet, jobset),
-        }
+            templates: workload::templates(kind, jobset),
+        })
     }
 
     /// `ClusterTrainingRuntime "x" replicatedJobs[1] (node)` for a template of the JobSet.
@@ -613,7 +619,7 @@ impl<'a> Evaluation<'a> {
         if let Some(view) = &self.runtime {
             let jobset = Evaluation {
                 queue: self.queue,
-                kind: WorkloadKind::JobSet,
+                kind: view.kind,
                 object: view.jobset,
                 templates: view.templates.clone(),
                 runtime: None,
@@ -834,7 +840,7 @@ pub fn gpus_at_once(
         templates: workload::templates(kind, object),
         runtime: runtime
             .zip(effective.as_ref())
-            .map(|(r, js)| RuntimeView::new(r.reference.describe(), js)),
+            .and_then(|(r, js)| RuntimeView::new(kind, r.reference.describe(), js)),
         shape: &shape,
         sidecars: &[],
         reached: HashSet::new(),
@@ -939,7 +945,7 @@ impl QueueLimits {
             templates,
             runtime: runtime
                 .zip(effective.as_ref())
-                .map(|(r, js)| RuntimeView::new(r.reference.describe(), js)),
+                .and_then(|(r, js)| RuntimeView::new(kind, r.reference.describe(), js)),
             shape: &self.shape,
             sidecars,
             reached: HashSet::new(),

@@ -6,7 +6,7 @@ use super::check::gpus_at_once;
 use crate::quantity::Quantity;
 use crate::rules::{self, Effect, Violation};
 use crate::topology::guardrails::{
-    GangAction, GuardrailEnforcement, GuardrailsConfig, RunLength, gang_shortfalls, run_length,
+    GangAction, GuardrailEnforcement, GuardrailsConfig, RunLength, gang_shortfall, run_length,
 };
 use crate::workload::WorkloadKind;
 use crate::workload::trainjob::TrainingRuntime;
@@ -48,26 +48,25 @@ pub fn check(
     kind: WorkloadKind,
     cfg: &GuardrailsConfig,
     object: &Value,
-    object_name: &str,
     runtime: Option<&TrainingRuntime>,
 ) -> GuardrailReport {
     let mut report = GuardrailReport::default();
-    if cfg.gang == GangAction::Deny {
-        for short in gang_shortfalls(kind, object, object_name) {
-            report.violations.push(
-                Violation::new(
-                    rules::GUARDRAILS_GANG,
-                    format!(
-                        "queue {queue:?}: {}; set it to {} (guardrails.gang: deny)",
-                        short.explain(kind),
-                        short.needed
-                    ),
-                )
-                .at(short.path.clone())
-                .value(short.current.to_string())
-                .limit(short.needed.to_string()),
-            );
-        }
+    if cfg.gang == GangAction::Deny
+        && let Some(short) = gang_shortfall(kind, object)
+    {
+        report.violations.push(
+            Violation::new(
+                rules::GUARDRAILS_GANG,
+                format!(
+                    "queue {queue:?}: {}; set it to {} (guardrails.gang: deny)",
+                    short.explain(kind),
+                    short.needed
+                ),
+            )
+            .at(short.path.clone())
+            .value(short.current.to_string())
+            .limit(short.needed.to_string()),
+        );
     }
     if let Some(max) = cfg.cost_ceiling.max_gpu_hours
         && let Some((problem, amount)) = gpu_hours_problem(queue, kind, object, max, runtime)
@@ -254,7 +253,7 @@ mod tests {
             ..GuardrailsConfig::default()
         };
         let denials = |cfg: &GuardrailsConfig, job: &Value| {
-            check("q", WorkloadKind::BatchJob, cfg, job, "j", None).denials()
+            check("q", WorkloadKind::BatchJob, cfg, job, None).denials()
         };
         // 8 GPUs × 8 h = 64: at the cap.
         assert!(denials(&cfg, &job(Some(8 * 3600))).is_empty());
@@ -274,14 +273,7 @@ mod tests {
         assert!(denials(&cfg, &cpu_only).is_empty());
         // `warn`: the same words, as a warning.
         cfg.cost_ceiling.enforcement = GuardrailEnforcement::Warn;
-        let report = check(
-            "q",
-            WorkloadKind::BatchJob,
-            &cfg,
-            &job(Some(86400)),
-            "j",
-            None,
-        );
+        let report = check("q", WorkloadKind::BatchJob, &cfg, &job(Some(86400)), None);
         assert!(report.denials().is_empty());
         assert!(
             report.warnings()[0].contains("192.00 GPU-hours"),
@@ -306,15 +298,7 @@ mod tests {
             "spec": {"completions": 100, "parallelism": 2, "backoffLimit": 6, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
-        let d = check(
-            "q",
-            WorkloadKind::BatchJob,
-            &capped(8.0),
-            &long,
-            "sweep",
-            None,
-        )
-        .denials();
+        let d = check("q", WorkloadKind::BatchJob, &capped(8.0), &long, None).denials();
         assert_eq!(
             d,
             [
@@ -325,29 +309,15 @@ mod tests {
         let mut bounded = long.clone();
         bounded["spec"]["activeDeadlineSeconds"] = json!(14400);
         assert!(
-            check(
-                "q",
-                WorkloadKind::BatchJob,
-                &capped(8.0),
-                &bounded,
-                "sweep",
-                None
-            )
-            .denials()
-            .is_empty()
+            check("q", WorkloadKind::BatchJob, &capped(8.0), &bounded, None)
+                .denials()
+                .is_empty()
         );
         bounded["spec"]["activeDeadlineSeconds"] = json!(14401);
         assert_eq!(
-            check(
-                "q",
-                WorkloadKind::BatchJob,
-                &capped(8.0),
-                &bounded,
-                "sweep",
-                None
-            )
-            .denials()
-            .len(),
+            check("q", WorkloadKind::BatchJob, &capped(8.0), &bounded, None)
+                .denials()
+                .len(),
             1
         );
     }
@@ -358,7 +328,7 @@ mod tests {
             "spec": {"maxRetry": 3, "tasks": [{"name": "w", "replicas": 2, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}});
-        let d = check("q", WorkloadKind::VolcanoJob, &capped(6.0), &vc, "v", None).denials();
+        let d = check("q", WorkloadKind::VolcanoJob, &capped(6.0), &vc, None).denials();
         assert_eq!(
             d,
             [
@@ -366,7 +336,7 @@ mod tests {
             ]
         );
         assert!(
-            check("q", WorkloadKind::VolcanoJob, &capped(8.0), &vc, "v", None)
+            check("q", WorkloadKind::VolcanoJob, &capped(8.0), &vc, None)
                 .denials()
                 .is_empty()
         );
@@ -374,13 +344,13 @@ mod tests {
             "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": [{"name": "w", "replicas": 1,
                 "template": {"spec": {"parallelism": 2, "completions": 2, "activeDeadlineSeconds": 3600,
                     "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}]}});
-        let d = check("q", WorkloadKind::JobSet, &capped(3.0), &js, "s", None).denials();
+        let d = check("q", WorkloadKind::JobSet, &capped(3.0), &js, None).denials();
         assert!(
             d[0].contains("× 2 runs (spec.failurePolicy.maxRestarts 1 + 1) × spec.replicatedJobs[0].template.spec.activeDeadlineSeconds 3600 (2.00 h) = 4.00 GPU-hours"),
             "{d:?}"
         );
         assert!(
-            check("q", WorkloadKind::JobSet, &capped(4.0), &js, "s", None)
+            check("q", WorkloadKind::JobSet, &capped(4.0), &js, None)
                 .denials()
                 .is_empty()
         );
@@ -403,7 +373,7 @@ mod tests {
             }
             r
         };
-        let denials = |r: &Value| check("q", ray, &capped(8.0), r, "r", None).denials();
+        let denials = |r: &Value| check("q", ray, &capped(8.0), r, None).denials();
         // Unset: the job defaults make the cluster end with the job, and it is admitted.
         let (defaulted, _) = mutate_with(&MUTATOR, "{}", job(json!({})));
         assert_eq!(defaulted["spec"]["shutdownAfterJobFinishes"], true);
@@ -449,7 +419,7 @@ mod tests {
                 job["spec"]["activeDeadlineSeconds"] = json!(d);
             }
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, "j", None).denials().is_empty();
+            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, None).denials().is_empty();
             // Pods at once: min(parallelism, completions).
             let at_once = parallelism.min(completions) * gpus;
             let within = run_deadline.is_some_and(|d| at_once as f64 * d as f64 / 3600.0 <= max);
@@ -470,7 +440,7 @@ mod tests {
             let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
                 "spec": {"failurePolicy": {"maxRestarts": restarts}, "replicatedJobs": jobs}});
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, "s", None).denials().is_empty();
+            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, None).denials().is_empty();
             let longest = deadlines.iter().copied().max().unwrap_or(0);
             let hours = (gpus * deadlines.len() as i64) as f64 * (restarts + 1) as f64 * longest as f64 / 3600.0;
             proptest::prop_assert_eq!(denied, hours > max);

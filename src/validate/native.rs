@@ -627,11 +627,20 @@ fn total_check(prefix: &str, resource: &str, schema: &Schema) -> String {
 /// `activeDeadlineSeconds` set (on the workload, or on every pod template) and at most
 /// `maximum`.
 fn deadline_check(prefix: &str, maximum: i64) -> String {
-    let roots = format!(
-        "{} + {}",
-        root_places(&FieldPath::parse("spec.activeDeadlineSeconds").unwrap_or_default()),
-        root_places(&FieldPath::parse("spec.runPolicy.activeDeadlineSeconds").unwrap_or_default())
-    );
+    // Every place a kind keeps its run-level deadline (its descriptor's `Deadline::Run`).
+    let mut fields: Vec<&str> = crate::workload::WorkloadKind::all()
+        .filter_map(|k| match k.spec().run.deadline {
+            crate::kinds::Deadline::Run(_, _, dotted) => Some(dotted),
+            _ => None,
+        })
+        .collect();
+    fields.sort();
+    fields.dedup();
+    let roots = fields
+        .iter()
+        .map(|f| root_places(&FieldPath::parse(f).unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(" + ");
     let pods = pod_template_places(
         None,
         &template_path_places(&FieldPath::parse("spec.activeDeadlineSeconds").unwrap_or_default()),

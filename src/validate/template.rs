@@ -306,8 +306,8 @@ fn known_kinds() -> String {
 }
 
 /// The kind of a template that names neither `apiVersion` nor `kind` and has no kind's
-/// signature: a batch/v1 Job, W&B Launch's default Kubernetes resource.
-const DEFAULT_KIND: WorkloadKind = WorkloadKind::BatchJob;
+/// signature.
+const DEFAULT_KIND: WorkloadKind = WorkloadKind::LAUNCH_DEFAULT;
 
 /// Finds the Kubernetes object in a queue config: bare, under `kubernetes:`, or under
 /// `resource_args.kubernetes`.
