@@ -118,7 +118,7 @@ impl<'a> SchemaWalk<'a> {
             };
         }
         if let Some(values) = node.get("enum").and_then(Value::as_array) {
-            return values.iter().map(code).collect::<Vec<_>>().join(" \\| ");
+            return values.iter().map(code).collect::<Vec<_>>().join(" or ");
         }
         if let Some(c) = node.get("const") {
             return code(c);
@@ -152,9 +152,10 @@ impl<'a> SchemaWalk<'a> {
         types
             .iter()
             .map(|t| match *t {
-                "array" => match node.get("items") {
-                    Some(items) => format!("array of {}", self.type_name(items)),
-                    None => "array".into(),
+                // Items of any type (`true`, `{}`) are just an array.
+                "array" => match node.get("items").map(|items| self.type_name(items)) {
+                    Some(items) if !items.is_empty() => format!("array of {items}"),
+                    _ => "array".into(),
                 },
                 "object" => match node.get("additionalProperties") {
                     Some(ap) if ap.is_object() => format!("map of {}", self.type_name(ap)),
@@ -504,7 +505,10 @@ fn parse_exposition(text: &str) -> BTreeMap<String, MetricRow> {
 
 /// `docs/reference/metrics.md`: every metric `/metrics` exports, from the registry.
 pub fn metrics_page() -> Result<String, String> {
-    metrics_page_from(&Metrics::with_example_series().encode())
+    let mut metrics = Metrics::with_example_series();
+    // `serve` adds the memory budget's gauges to the same registry.
+    crate::server::budget::MemoryBudget::new(0).register(&mut metrics.registry);
+    metrics_page_from(&metrics.encode())
 }
 
 /// The metrics page from an OpenMetrics exposition in which every family has a series.
@@ -610,10 +614,12 @@ fn readme_table(readme: &str) -> BTreeMap<String, String> {
         let Some((key, rest)) = rest.split_once("` |") else {
             continue;
         };
-        let columns: Vec<&str> = rest.split(" | ").collect();
-        if let Some(description) = columns.get(1) {
+        // ` default | description |`: an empty description column is no description.
+        let row = rest.trim().trim_end_matches('|').trim_end();
+        let description = row.split_once(" | ").map_or("", |(_, d)| d.trim());
+        if !description.is_empty() {
             out.entry(key.to_owned())
-                .or_insert_with(|| description.trim_end_matches(" |").trim().to_owned());
+                .or_insert_with(|| description.to_owned());
         }
     }
     out
@@ -679,6 +685,19 @@ pub fn chart_values_page(
                 row.description = Some(format!("Part of `{parent}`: {d}"));
             }
         }
+    }
+    let missing: Vec<&str> = walk
+        .rows
+        .iter()
+        .filter(|r| r.description.as_deref().is_none_or(|d| d.trim().is_empty()))
+        .map(|r| r.path.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "chart values without a description (a `# --` comment in values.yaml or the chart \
+             README's values table): {}",
+            missing.join(", ")
+        ));
     }
     let mut out = header(
         "Helm chart values",
@@ -841,6 +860,33 @@ mod tests {
             rules_page(&[fine])
                 .unwrap()
                 .contains("## `limits.variables`")
+        );
+    }
+
+    #[test]
+    fn a_chart_value_without_a_description_is_an_error_and_an_empty_column_is_none() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "said": {"type": "string"},
+                "silent": {"type": "string"},
+                "kinds": {"type": "array", "items": true}
+            }
+        });
+        let readme = "| `said` | `a` | Said. |\n| `silent` | `b` | |\n| `kinds` | `[]` | Any. |\n";
+        let err =
+            chart_values_page(&schema, "said: a\nsilent: b\nkinds: []\n", readme).unwrap_err();
+        assert!(err.ends_with(": silent"), "{err}");
+        let page = chart_values_page(
+            &schema,
+            "said: a\n# -- Told.\nsilent: b\nkinds: []\n",
+            readme,
+        )
+        .unwrap();
+        assert!(page.contains("| `kinds` | array | `[]` | Any. |"), "{page}");
+        assert!(
+            page.contains("| `silent` | string | `\"b\"` | Told. |"),
+            "{page}"
         );
     }
 
