@@ -94,3 +94,50 @@ fn rules_reference_matches_the_rule_table() {
         .collect();
     check("docs/reference/rules.md", rules_page(&docs));
 }
+
+/// The metric families of an OpenMetrics exposition (its `# TYPE` lines).
+fn families(exposition: &str) -> std::collections::BTreeSet<String> {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every metric family a running `serve` exports, after answering a mutate and a validate
+/// review, has its row on the metrics page (the page is written from a registry built like the
+/// server's; this catches a metric registered only where the server starts).
+#[tokio::test]
+async fn a_running_server_exports_only_metrics_the_page_documents() {
+    let server = common::start_default().await;
+    let review = std::fs::read(
+        common::root().join("tests/fixtures/admission/create-job-launch-acme-mnist.json"),
+    )
+    .unwrap();
+    for path in ["/mutate", "/validate"] {
+        let status = server.post(path, review.clone()).await.status();
+        assert!(status.is_success(), "{path}: {status}");
+    }
+    let exported = families(&server.metrics().await);
+    assert!(
+        exported.contains("launchgate_admission_requests")
+            && exported.contains("launchgate_memory_budget_bytes"),
+        "the scrape is not the server's registry: {exported:?}"
+    );
+    let page = read("docs/reference/metrics.md");
+    let documented: std::collections::BTreeSet<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_owned)
+        .collect();
+    let undocumented: Vec<&String> = exported.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "a running server exports metrics docs/reference/metrics.md does not document: \
+         {undocumented:?} ({REGENERATE_HINT}; a family only the server registers must be in \
+         the registry the page is written from, launchgate::reference::metrics_page)"
+    );
+    // (A family appears once it has a series, so a documented one may be absent here.)
+}
