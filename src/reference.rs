@@ -714,6 +714,65 @@ pub fn chart_values_page(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Workload kinds
+
+/// The kinds and the API version each is read at, one line each (the compatibility page's
+/// list between `<!-- kinds:begin -->` and `<!-- kinds:end -->`).
+pub fn kinds_list() -> String {
+    crate::kinds::all()
+        .map(|k| {
+            let api_version = if k.group.is_empty() {
+                k.version.to_owned()
+            } else {
+                format!("{}/{}", k.group, k.version)
+            };
+            format!("- {} — `{api_version}`\n", k.kind)
+        })
+        .collect()
+}
+
+/// `docs/reference/kinds.md`: every workload kind launchgate judges, from the kind registry
+/// (`src/kinds/`): the API version each is served at (the CRD version its controller must
+/// serve), its name among the webhook's rules, and how Kueue and the native policies treat it.
+pub fn kinds_page() -> String {
+    use crate::kinds::Kueue;
+    let mut out = header("Workload kinds", "the kind registry (src/kinds/)");
+    out.push_str(
+        "Every kind launchgate judges, one section each: the API version it is read at (for a \
+         custom resource, the CRD version its operator must serve; another version of the same \
+         resource reaches launchgate converted to this one under the webhooks' `matchPolicy: \
+         Equivalent`), its name among the webhook's rules (`serve --webhook-rules`, the chart's \
+         `webhook.rules`), and how Kueue and the native admission policies treat it. Which \
+         Kubernetes versions: [Compatibility](../compatibility.md).\n",
+    );
+    for k in crate::kinds::all() {
+        let api_version = if k.group.is_empty() {
+            k.version.to_owned()
+        } else {
+            format!("{}/{}", k.group, k.version)
+        };
+        let kueue = match k.kueue {
+            Kueue::Suspends => "managed (admitted by `spec.suspend`)".to_owned(),
+            Kueue::Pod => "managed as a plain pod (scheduling gate)".to_owned(),
+            Kueue::No(why) => format!("not managed: {why}"),
+        };
+        let native = match k.native {
+            Ok(()) => "compiled".to_owned(),
+            Err(why) => format!("webhook only: {}", cell(why)),
+        };
+        let _ = write!(
+            out,
+            "\n## {} ({})\n\n- **API version:** `{api_version}` (resource `{}`)\n- **Webhook rule:** `{}`\n- **Kueue:** {kueue}\n- **Native policies:** {native}\n",
+            k.kind,
+            if k.group.is_empty() { "core" } else { k.group },
+            k.resource,
+            k.webhook_rule,
+        );
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
 // Denials and warnings
 
 /// One denial or warning launchgate can give, as the rule table describes it.

@@ -241,3 +241,45 @@ fn a_copied_readme_links_the_site_or_names_the_file() {
     );
     assert_eq!(body[5], "[x](../../y.md)", "code is left as it is");
 }
+
+/// The Kubernetes version the compatibility page says the end-to-end suite runs is the one it
+/// runs: the `kube-apiserver` of `KUBEBUILDER_ASSETS` (or of `./scripts/k8s-assets.sh`'s
+/// `target/k8s-assets`). Without the binary this says so and passes, unless
+/// `LAUNCHGATE_E2E_REQUIRED=1` (CI).
+#[test]
+fn the_compatibility_page_names_the_kubernetes_version_the_e2e_suite_runs() {
+    let dir = std::env::var_os("KUBEBUILDER_ASSETS")
+        .or_else(|| std::env::var_os("LAUNCHGATE_E2E_ASSETS"))
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| common::root().join("target/k8s-assets"));
+    let apiserver = dir.join("kube-apiserver");
+    if !apiserver.is_file() {
+        let required =
+            std::env::var("LAUNCHGATE_E2E_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0");
+        assert!(
+            !required,
+            "LAUNCHGATE_E2E_REQUIRED is set and {} is missing",
+            apiserver.display()
+        );
+        eprintln!("SKIPPED: no kube-apiserver to read the e2e suite's Kubernetes version from");
+        return;
+    }
+    let out = std::process::Command::new(&apiserver)
+        .arg("--version")
+        .output()
+        .expect("running kube-apiserver --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .split_whitespace()
+        .find(|w| w.starts_with('v'))
+        .unwrap_or_else(|| panic!("no version in {text:?}"));
+    let page = read("docs/compatibility.md");
+    let line = page
+        .lines()
+        .find(|l| l.contains("the end-to-end suite runs on"))
+        .expect("docs/compatibility.md: the end-to-end suite's row");
+    assert!(
+        line.ends_with(&format!("| {version} |")),
+        "docs/compatibility.md says the e2e suite runs {line:?}; it runs {version}"
+    );
+}

@@ -5,7 +5,8 @@
 mod common;
 
 use launchgate::reference::{
-    REGENERATE_HINT, RuleDoc, chart_values_page, cli_page, config_page, metrics_page, rules_page,
+    REGENERATE_HINT, RuleDoc, chart_values_page, cli_page, config_page, kinds_list, kinds_page,
+    metrics_page, rules_page,
 };
 use serde_json::Value;
 
@@ -46,6 +47,11 @@ fn config_reference_matches_the_config_types() {
 #[test]
 fn cli_reference_matches_the_clap_definition() {
     check("docs/reference/cli.md", cli_page());
+}
+
+#[test]
+fn kinds_reference_matches_the_kind_registry() {
+    check("docs/reference/kinds.md", Ok(kinds_page()));
 }
 
 #[test]
@@ -140,4 +146,28 @@ async fn a_running_server_exports_only_metrics_the_page_documents() {
          the registry the page is written from, launchgate::reference::metrics_page)"
     );
     // (A family appears once it has a series, so a documented one may be absent here.)
+}
+
+/// docs/compatibility.md lists each kind's API version as the kind registry has it
+/// (`UPDATE_REFERENCE=1` rewrites the list).
+#[test]
+fn the_compatibility_page_lists_each_kinds_version() {
+    let path = common::root().join("docs/compatibility.md");
+    let page = std::fs::read_to_string(&path).unwrap();
+    let (head, rest) = page
+        .split_once("<!-- kinds:begin -->\n")
+        .expect("docs/compatibility.md: <!-- kinds:begin -->");
+    let (listed, tail) = rest
+        .split_once("<!-- kinds:end -->")
+        .expect("docs/compatibility.md: <!-- kinds:end -->");
+    let list = kinds_list();
+    if std::env::var_os("UPDATE_REFERENCE").is_some() {
+        std::fs::write(
+            &path,
+            format!("{head}<!-- kinds:begin -->\n{list}<!-- kinds:end -->{tail}"),
+        )
+        .unwrap();
+        return;
+    }
+    assert_eq!(listed, list, "docs/compatibility.md: {REGENERATE_HINT}");
 }
