@@ -283,3 +283,66 @@ fn the_compatibility_page_names_the_kubernetes_version_the_e2e_suite_runs() {
         "docs/compatibility.md says the e2e suite runs {line:?}; it runs {version}"
     );
 }
+
+/// CHANGELOG.md is in Keep a Changelog form: `## [Unreleased]` first, then one
+/// `## [x.y.z] - YYYY-MM-DD` per version, newest first, the newest being the crate's version
+/// (and the chart's `version` and `appVersion`), with only Keep a Changelog's kinds of change
+/// under each.
+#[test]
+fn the_changelog_keeps_a_changelog_and_names_the_crates_version() {
+    let changelog = read("CHANGELOG.md");
+    let versions: Vec<&str> = changelog
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .collect();
+    assert_eq!(versions.first(), Some(&"[Unreleased]"), "{versions:?}");
+    let released = &versions[1..];
+    assert!(!released.is_empty(), "CHANGELOG.md has no version heading");
+    for heading in released {
+        let (version, date) = heading
+            .strip_prefix('[')
+            .and_then(|h| h.split_once("] - "))
+            .unwrap_or_else(|| {
+                panic!("CHANGELOG.md: `## {heading}` is not `## [x.y.z] - YYYY-MM-DD`")
+            });
+        assert_eq!(version.split('.').count(), 3, "{heading}");
+        assert!(
+            date.len() == 10 && date.chars().filter(|c| *c == '-').count() == 2,
+            "{heading}"
+        );
+    }
+    let cargo = read("Cargo.toml");
+    let crate_version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("Cargo.toml: version");
+    assert!(
+        released[0].starts_with(&format!("[{crate_version}] - ")),
+        "CHANGELOG.md's newest version is {:?}, the crate's {crate_version}",
+        released[0]
+    );
+    let chart = read("charts/launchgate/Chart.yaml");
+    for key in ["version: ", "appVersion: "] {
+        let value = chart
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim_matches('"'))
+            .unwrap_or_else(|| panic!("Chart.yaml: {key}"));
+        assert_eq!(value, crate_version, "Chart.yaml {key}");
+    }
+    let kinds = [
+        "Added",
+        "Changed",
+        "Deprecated",
+        "Removed",
+        "Fixed",
+        "Security",
+    ];
+    for l in changelog.lines().filter_map(|l| l.strip_prefix("### ")) {
+        assert!(
+            kinds.contains(&l),
+            "CHANGELOG.md: `### {l}` is none of {kinds:?}"
+        );
+    }
+}
