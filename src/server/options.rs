@@ -670,9 +670,9 @@ mod tests {
             }
         );
         assert_eq!(s.kinds, ["jobs", "pods"]);
-        let err = Serve::try_parse_from(["serve", "--webhook-rules=jobs,mpi"])
-            .err()
-            .expect("an unknown kind is refused");
+        let Err(err) = Serve::try_parse_from(["serve", "--webhook-rules=jobs,mpi"]) else {
+            panic!("an unknown kind is refused");
+        };
         assert!(err.to_string().contains("rayjob"), "{err}");
         assert!(s.mutate.is_none());
         assert!(!s.validate.unwrap().fail_closed);
