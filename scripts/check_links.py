@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Offline link check of the documentation (run by `scripts/docs.sh --check`).
 
-1. The built site (target/book): every relative href of every page must name a page or file
-   of the site, and its #fragment an id on that page. A link that leaves the site (to a file
-   of the repository outside docs/, such as the chart's README) must name a file that exists
-   in the repository, and its #fragment a heading of that file.
+1. The built site (target/book), its HTML as a browser reads it: every relative href of every
+   page must name a page or file of the site, and its #fragment an id on that page. A link
+   that leaves the site (to a file of the repository outside docs/) is broken there, even when
+   the file exists in the repository: the README it is in is made a page of the site
+   (tests/docs_site.rs copies the chart's and the manifests' READMEs), the file is included in
+   a page, or the link is an absolute URL.
 2. The Markdown files outside the site (README.md and the other READMEs, CHANGELOG.md): every
    relative link must name an existing file, and its #fragment a heading of the target.
 
@@ -137,12 +139,12 @@ def check_book(book, errors):
                 elif fragment and target.suffix == ".html" and fragment not in parse_page(target).ids:
                     errors.append(f"{where}: no id #{fragment} on {target.relative_to(book)}")
                 continue
-            # Left the site: the same path from docs/ in the repository (mdBook writes a
-            # link to a .md file as .html).
+            # Left the site: a 404 for a reader, whatever the repository holds there.
             repo = Path(os.path.normpath(SRC / os.path.relpath(target, book)))
-            if repo.suffix == ".html" and not repo.exists():
-                repo = repo.with_suffix(".md")
-            check_repo_target(repo, fragment, where, errors)
+            errors.append(
+                f"{where}: leaves the site (to {os.path.relpath(repo, ROOT)}): link a page of "
+                "the site, include the file in one, or use an absolute URL"
+            )
 
 
 def check_markdown(errors):

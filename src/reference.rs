@@ -118,7 +118,7 @@ impl<'a> SchemaWalk<'a> {
             };
         }
         if let Some(values) = node.get("enum").and_then(Value::as_array) {
-            return values.iter().map(code).collect::<Vec<_>>().join(" \\| ");
+            return values.iter().map(code).collect::<Vec<_>>().join(" or ");
         }
         if let Some(c) = node.get("const") {
             return code(c);
@@ -152,9 +152,10 @@ impl<'a> SchemaWalk<'a> {
         types
             .iter()
             .map(|t| match *t {
-                "array" => match node.get("items") {
-                    Some(items) => format!("array of {}", self.type_name(items)),
-                    None => "array".into(),
+                // Items of any type (`true`, `{}`) are just an array.
+                "array" => match node.get("items").map(|items| self.type_name(items)) {
+                    Some(items) if !items.is_empty() => format!("array of {items}"),
+                    _ => "array".into(),
                 },
                 "object" => match node.get("additionalProperties") {
                     Some(ap) if ap.is_object() => format!("map of {}", self.type_name(ap)),
@@ -504,7 +505,10 @@ fn parse_exposition(text: &str) -> BTreeMap<String, MetricRow> {
 
 /// `docs/reference/metrics.md`: every metric `/metrics` exports, from the registry.
 pub fn metrics_page() -> Result<String, String> {
-    metrics_page_from(&Metrics::with_example_series().encode())
+    let mut metrics = Metrics::with_example_series();
+    // `serve` adds the memory budget's gauges to the same registry.
+    crate::server::budget::MemoryBudget::new(0).register(&mut metrics.registry);
+    metrics_page_from(&metrics.encode())
 }
 
 /// The metrics page from an OpenMetrics exposition in which every family has a series.
@@ -610,10 +614,12 @@ fn readme_table(readme: &str) -> BTreeMap<String, String> {
         let Some((key, rest)) = rest.split_once("` |") else {
             continue;
         };
-        let columns: Vec<&str> = rest.split(" | ").collect();
-        if let Some(description) = columns.get(1) {
+        // ` default | description |`: an empty description column is no description.
+        let row = rest.trim().trim_end_matches('|').trim_end();
+        let description = row.split_once(" | ").map_or("", |(_, d)| d.trim());
+        if !description.is_empty() {
             out.entry(key.to_owned())
-                .or_insert_with(|| description.trim_end_matches(" |").trim().to_owned());
+                .or_insert_with(|| description.to_owned());
         }
     }
     out
@@ -680,6 +686,19 @@ pub fn chart_values_page(
             }
         }
     }
+    let missing: Vec<&str> = walk
+        .rows
+        .iter()
+        .filter(|r| r.description.as_deref().is_none_or(|d| d.trim().is_empty()))
+        .map(|r| r.path.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "chart values without a description (a `# --` comment in values.yaml or the chart \
+             README's values table): {}",
+            missing.join(", ")
+        ));
+    }
     let mut out = header(
         "Helm chart values",
         "charts/launchgate/values.schema.json and values.yaml",
@@ -692,6 +711,65 @@ pub fn chart_values_page(
     );
     key_table(&walk.rows, &mut out);
     Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workload kinds
+
+/// The kinds and the API version each is read at, one line each (the compatibility page's
+/// list between `<!-- kinds:begin -->` and `<!-- kinds:end -->`).
+pub fn kinds_list() -> String {
+    crate::kinds::all()
+        .map(|k| {
+            let api_version = if k.group.is_empty() {
+                k.version.to_owned()
+            } else {
+                format!("{}/{}", k.group, k.version)
+            };
+            format!("- {} — `{api_version}`\n", k.kind)
+        })
+        .collect()
+}
+
+/// `docs/reference/kinds.md`: every workload kind launchgate judges, from the kind registry
+/// (`src/kinds/`): the API version each is served at (the CRD version its controller must
+/// serve), its name among the webhook's rules, and how Kueue and the native policies treat it.
+pub fn kinds_page() -> String {
+    use crate::kinds::Kueue;
+    let mut out = header("Workload kinds", "the kind registry (src/kinds/)");
+    out.push_str(
+        "Every kind launchgate judges, one section each: the API version it is read at (for a \
+         custom resource, the CRD version its operator must serve; another version of the same \
+         resource reaches launchgate converted to this one under the webhooks' `matchPolicy: \
+         Equivalent`), its name among the webhook's rules (`serve --webhook-rules`, the chart's \
+         `webhook.rules`), and how Kueue and the native admission policies treat it. Which \
+         Kubernetes versions: [Compatibility](../compatibility.md).\n",
+    );
+    for k in crate::kinds::all() {
+        let api_version = if k.group.is_empty() {
+            k.version.to_owned()
+        } else {
+            format!("{}/{}", k.group, k.version)
+        };
+        let kueue = match k.kueue {
+            Kueue::Suspends => "managed (admitted by `spec.suspend`)".to_owned(),
+            Kueue::Pod => "managed as a plain pod (scheduling gate)".to_owned(),
+            Kueue::No(why) => format!("not managed: {why}"),
+        };
+        let native = match k.native {
+            Ok(()) => "compiled".to_owned(),
+            Err(why) => format!("webhook only: {}", cell(why)),
+        };
+        let _ = write!(
+            out,
+            "\n## {} ({})\n\n- **API version:** `{api_version}` (resource `{}`)\n- **Webhook rule:** `{}`\n- **Kueue:** {kueue}\n- **Native policies:** {native}\n",
+            k.kind,
+            if k.group.is_empty() { "core" } else { k.group },
+            k.resource,
+            k.webhook_rule,
+        );
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -841,6 +919,33 @@ mod tests {
             rules_page(&[fine])
                 .unwrap()
                 .contains("## `limits.variables`")
+        );
+    }
+
+    #[test]
+    fn a_chart_value_without_a_description_is_an_error_and_an_empty_column_is_none() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "said": {"type": "string"},
+                "silent": {"type": "string"},
+                "kinds": {"type": "array", "items": true}
+            }
+        });
+        let readme = "| `said` | `a` | Said. |\n| `silent` | `b` | |\n| `kinds` | `[]` | Any. |\n";
+        let err =
+            chart_values_page(&schema, "said: a\nsilent: b\nkinds: []\n", readme).unwrap_err();
+        assert!(err.ends_with(": silent"), "{err}");
+        let page = chart_values_page(
+            &schema,
+            "said: a\n# -- Told.\nsilent: b\nkinds: []\n",
+            readme,
+        )
+        .unwrap();
+        assert!(page.contains("| `kinds` | array | `[]` | Any. |"), "{page}");
+        assert!(
+            page.contains("| `silent` | string | `\"b\"` | Told. |"),
+            "{page}"
         );
     }
 

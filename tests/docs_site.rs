@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::fmt::Write as _;
 use std::path::Path;
 
 fn read(path: &str) -> String {
@@ -105,4 +106,243 @@ fn every_page_under_docs_is_in_the_site() {
         missing.is_empty(),
         "pages under docs/ that docs/SUMMARY.md does not list (mdBook would leave them out of the site): {missing:?}"
     );
+}
+
+/// READMEs of the repository that are pages of the site too: (the README, its page under docs/).
+/// The page is the README with its links made the site's; `UPDATE_DOCS=1 cargo test --test
+/// docs_site` writes it, and this test fails when a committed page differs from its README.
+const SITE_COPIES: &[(&str, &str)] = &[
+    ("charts/launchgate/README.md", "docs/chart.md"),
+    ("manifests/README.md", "docs/manifests.md"),
+];
+
+/// `a/b/../c` → `a/c`.
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
+
+/// A link of the README at `source` as the site's page under docs/ writes it: a page of the
+/// site (`queue-limits.md#…`, another copied README's page), or `None` when the file is not on
+/// the site.
+fn site_link(source: &str, target: &str) -> Option<String> {
+    if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:") {
+        return Some(target.to_owned());
+    }
+    let (path, fragment) = match target.split_once('#') {
+        Some((p, f)) => (p, format!("#{f}")),
+        None => (target, String::new()),
+    };
+    let dir = source.rsplit_once('/').map_or("", |(d, _)| d);
+    let repo_path = normalize(&format!("{dir}/{path}"));
+    if let Some(&(_, page)) = SITE_COPIES.iter().find(|(readme, _)| *readme == repo_path) {
+        return Some(format!("{}{fragment}", page.trim_start_matches("docs/")));
+    }
+    repo_path
+        .strip_prefix("docs/")
+        .map(|page| format!("{page}{fragment}"))
+}
+
+/// The README at `source` as a page of the site.
+fn site_copy(source: &str, text: &str) -> String {
+    let mut out = String::new();
+    let mut in_code = false;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        }
+        let mut line = line.to_owned();
+        if !in_code {
+            let mut rewritten = String::new();
+            let mut rest = line.as_str();
+            // `[text](target)`: each link either stays a link, to the site's page, or becomes
+            // the text and the file's path in the repository.
+            while let Some(open) = rest.find("](") {
+                let Some(start) = rest[..open].rfind('[') else {
+                    break;
+                };
+                let Some(close) = rest[open + 2..].find(')') else {
+                    break;
+                };
+                let label = &rest[start + 1..open];
+                let target = &rest[open + 2..open + 2 + close];
+                rewritten.push_str(&rest[..start]);
+                match site_link(source, target) {
+                    Some(link) => {
+                        let _ = write!(rewritten, "[{label}]({link})");
+                    }
+                    None => {
+                        let dir = source.rsplit_once('/').map_or("", |(d, _)| d);
+                        let file =
+                            normalize(&format!("{dir}/{}", target.split('#').next().unwrap_or("")));
+                        if label.trim_matches('`') == file {
+                            let _ = write!(rewritten, "`{file}`");
+                        } else {
+                            let _ = write!(rewritten, "{label} (`{file}` in the repository)");
+                        }
+                    }
+                }
+                rest = &rest[open + 2 + close + 1..];
+            }
+            rewritten.push_str(rest);
+            line = rewritten;
+        }
+        out.push_str(&line);
+        out.push('\n');
+        if i == 0 {
+            let _ = write!(
+                out,
+                "\n<!-- The site's copy of {source}, its links made the site's; do not edit: \
+                 UPDATE_DOCS=1 cargo test --test docs_site writes it again. -->\n"
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn the_chart_and_manifests_readmes_are_pages_of_the_site() {
+    let mut stale = Vec::new();
+    for (readme, page) in SITE_COPIES {
+        let copy = site_copy(readme, &read(readme));
+        let file = common::root().join(page);
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(&file, &copy).unwrap();
+        } else if std::fs::read_to_string(&file).unwrap_or_default() != copy {
+            stale.push(*page);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{stale:?} differ from their READMEs: UPDATE_DOCS=1 cargo test --test docs_site writes them"
+    );
+}
+
+#[test]
+fn a_copied_readme_links_the_site_or_names_the_file() {
+    let text = "# Chart\n[install](../../docs/install.md#helm), [manifests](../../manifests/README.md), \
+                [`certs/README.md`](../../certs/README.md), [the top](../../README.md) and \
+                [web](https://example.com).\n```\n[x](../../y.md)\n```\n";
+    let copy = site_copy("charts/launchgate/README.md", text);
+    let body: Vec<&str> = copy.lines().collect();
+    assert_eq!(
+        body[3],
+        "[install](install.md#helm), [manifests](manifests.md), `certs/README.md`, \
+         the top (`README.md` in the repository) and [web](https://example.com)."
+    );
+    assert_eq!(body[5], "[x](../../y.md)", "code is left as it is");
+}
+
+/// The Kubernetes version the compatibility page says the end-to-end suite runs is the one it
+/// runs: the `kube-apiserver` of `KUBEBUILDER_ASSETS` (or of `./scripts/k8s-assets.sh`'s
+/// `target/k8s-assets`). Without the binary this says so and passes, unless
+/// `LAUNCHGATE_E2E_REQUIRED=1` (CI).
+#[test]
+fn the_compatibility_page_names_the_kubernetes_version_the_e2e_suite_runs() {
+    let dir = std::env::var_os("KUBEBUILDER_ASSETS")
+        .or_else(|| std::env::var_os("LAUNCHGATE_E2E_ASSETS"))
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| common::root().join("target/k8s-assets"));
+    let apiserver = dir.join("kube-apiserver");
+    if !apiserver.is_file() {
+        let required =
+            std::env::var("LAUNCHGATE_E2E_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0");
+        assert!(
+            !required,
+            "LAUNCHGATE_E2E_REQUIRED is set and {} is missing",
+            apiserver.display()
+        );
+        eprintln!("SKIPPED: no kube-apiserver to read the e2e suite's Kubernetes version from");
+        return;
+    }
+    let out = std::process::Command::new(&apiserver)
+        .arg("--version")
+        .output()
+        .expect("running kube-apiserver --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .split_whitespace()
+        .find(|w| w.starts_with('v'))
+        .unwrap_or_else(|| panic!("no version in {text:?}"));
+    let page = read("docs/compatibility.md");
+    let line = page
+        .lines()
+        .find(|l| l.contains("the end-to-end suite runs on"))
+        .expect("docs/compatibility.md: the end-to-end suite's row");
+    assert!(
+        line.ends_with(&format!("| {version} |")),
+        "docs/compatibility.md says the e2e suite runs {line:?}; it runs {version}"
+    );
+}
+
+/// CHANGELOG.md is in Keep a Changelog form: `## [Unreleased]` first, then one
+/// `## [x.y.z] - YYYY-MM-DD` per version, newest first, the newest being the crate's version
+/// (and the chart's `version` and `appVersion`), with only Keep a Changelog's kinds of change
+/// under each.
+#[test]
+fn the_changelog_keeps_a_changelog_and_names_the_crates_version() {
+    let changelog = read("CHANGELOG.md");
+    let versions: Vec<&str> = changelog
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .collect();
+    assert_eq!(versions.first(), Some(&"[Unreleased]"), "{versions:?}");
+    let released = &versions[1..];
+    assert!(!released.is_empty(), "CHANGELOG.md has no version heading");
+    for heading in released {
+        let (version, date) = heading
+            .strip_prefix('[')
+            .and_then(|h| h.split_once("] - "))
+            .unwrap_or_else(|| {
+                panic!("CHANGELOG.md: `## {heading}` is not `## [x.y.z] - YYYY-MM-DD`")
+            });
+        assert_eq!(version.split('.').count(), 3, "{heading}");
+        assert!(
+            date.len() == 10 && date.chars().filter(|c| *c == '-').count() == 2,
+            "{heading}"
+        );
+    }
+    let cargo = read("Cargo.toml");
+    let crate_version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("Cargo.toml: version");
+    assert!(
+        released[0].starts_with(&format!("[{crate_version}] - ")),
+        "CHANGELOG.md's newest version is {:?}, the crate's {crate_version}",
+        released[0]
+    );
+    let chart = read("charts/launchgate/Chart.yaml");
+    for key in ["version: ", "appVersion: "] {
+        let value = chart
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim_matches('"'))
+            .unwrap_or_else(|| panic!("Chart.yaml: {key}"));
+        assert_eq!(value, crate_version, "Chart.yaml {key}");
+    }
+    let kinds = [
+        "Added",
+        "Changed",
+        "Deprecated",
+        "Removed",
+        "Fixed",
+        "Security",
+    ];
+    for l in changelog.lines().filter_map(|l| l.strip_prefix("### ")) {
+        assert!(
+            kinds.contains(&l),
+            "CHANGELOG.md: `### {l}` is none of {kinds:?}"
+        );
+    }
 }

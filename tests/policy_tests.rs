@@ -341,3 +341,52 @@ tests:
         text(&out.stderr)
     );
 }
+
+/// The gallery's queue configs (examples/gallery/*/), each with its suite: every suite passes,
+/// every test of it judged a document, and docs/gallery.md shows each setup's config, suite
+/// and verdicts (its blocks are held to the files and to `launchgate test`'s output by
+/// tests/docs_commands.rs).
+#[test]
+fn the_gallery_suites_pass_and_each_is_on_its_page() {
+    let out = launchgate(&["test", "examples/gallery", "-o", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["failed"], 0);
+    let page = std::fs::read_to_string(root().join("docs/gallery.md")).unwrap();
+    let mut setups: Vec<String> = std::fs::read_dir(root().join("examples/gallery"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    setups.sort();
+    assert!(setups.len() >= 5, "{setups:?}");
+    let suites = report["suites"].as_array().unwrap();
+    assert_eq!(
+        suites.len(),
+        setups.len(),
+        "one suite per setup: {setups:?}"
+    );
+    for setup in &setups {
+        let dir = format!("examples/gallery/{setup}");
+        for shown in [
+            format!("<!-- docs-test: file {dir}/config.yaml -->"),
+            format!("<!-- docs-test: file {dir}/launchgate-test.yaml -->"),
+            format!("$ launchgate test {dir}\n"),
+        ] {
+            assert!(
+                page.contains(&shown),
+                "docs/gallery.md does not show {shown:?}"
+            );
+        }
+    }
+    for s in suites {
+        for case in s["cases"].as_array().unwrap() {
+            assert_eq!(case["passed"], true, "{case}");
+        }
+    }
+}

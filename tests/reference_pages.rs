@@ -5,7 +5,8 @@
 mod common;
 
 use launchgate::reference::{
-    REGENERATE_HINT, RuleDoc, chart_values_page, cli_page, config_page, metrics_page, rules_page,
+    REGENERATE_HINT, RuleDoc, chart_values_page, cli_page, config_page, kinds_list, kinds_page,
+    metrics_page, rules_page,
 };
 use serde_json::Value;
 
@@ -46,6 +47,11 @@ fn config_reference_matches_the_config_types() {
 #[test]
 fn cli_reference_matches_the_clap_definition() {
     check("docs/reference/cli.md", cli_page());
+}
+
+#[test]
+fn kinds_reference_matches_the_kind_registry() {
+    check("docs/reference/kinds.md", Ok(kinds_page()));
 }
 
 #[test]
@@ -93,4 +99,75 @@ fn rules_reference_matches_the_rule_table() {
         })
         .collect();
     check("docs/reference/rules.md", rules_page(&docs));
+}
+
+/// The metric families of an OpenMetrics exposition (its `# TYPE` lines).
+fn families(exposition: &str) -> std::collections::BTreeSet<String> {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every metric family a running `serve` exports, after answering a mutate and a validate
+/// review, has its row on the metrics page (the page is written from a registry built like the
+/// server's; this catches a metric registered only where the server starts).
+#[tokio::test]
+async fn a_running_server_exports_only_metrics_the_page_documents() {
+    let server = common::start_default().await;
+    let review = std::fs::read(
+        common::root().join("tests/fixtures/admission/create-job-launch-acme-mnist.json"),
+    )
+    .unwrap();
+    for path in ["/mutate", "/validate"] {
+        let status = server.post(path, review.clone()).await.status();
+        assert!(status.is_success(), "{path}: {status}");
+    }
+    let exported = families(&server.metrics().await);
+    assert!(
+        exported.contains("launchgate_admission_requests")
+            && exported.contains("launchgate_memory_budget_bytes"),
+        "the scrape is not the server's registry: {exported:?}"
+    );
+    let page = read("docs/reference/metrics.md");
+    let documented: std::collections::BTreeSet<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_owned)
+        .collect();
+    let undocumented: Vec<&String> = exported.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "a running server exports metrics docs/reference/metrics.md does not document: \
+         {undocumented:?} ({REGENERATE_HINT}; a family only the server registers must be in \
+         the registry the page is written from, launchgate::reference::metrics_page)"
+    );
+    // (A family appears once it has a series, so a documented one may be absent here.)
+}
+
+/// docs/compatibility.md lists each kind's API version as the kind registry has it
+/// (`UPDATE_REFERENCE=1` rewrites the list).
+#[test]
+fn the_compatibility_page_lists_each_kinds_version() {
+    let path = common::root().join("docs/compatibility.md");
+    let page = std::fs::read_to_string(&path).unwrap();
+    let (head, rest) = page
+        .split_once("<!-- kinds:begin -->\n")
+        .expect("docs/compatibility.md: <!-- kinds:begin -->");
+    let (listed, tail) = rest
+        .split_once("<!-- kinds:end -->")
+        .expect("docs/compatibility.md: <!-- kinds:end -->");
+    let list = kinds_list();
+    if std::env::var_os("UPDATE_REFERENCE").is_some() {
+        std::fs::write(
+            &path,
+            format!("{head}<!-- kinds:begin -->\n{list}<!-- kinds:end -->{tail}"),
+        )
+        .unwrap();
+        return;
+    }
+    assert_eq!(listed, list, "docs/compatibility.md: {REGENERATE_HINT}");
 }

@@ -422,26 +422,18 @@ fn every_trigger_is_for_a_rule_of_the_table() {
     assert_eq!(known.len(), RULES.len());
 }
 
-/// The rule table as the troubleshooting page shows it.
+/// The rule table as the troubleshooting page lists it: one line per rule, its id linking its
+/// section of the rules reference (config key, what to do, UPDATE, native form), and what it
+/// means.
 fn rules_section() -> String {
-    let mut out = String::from(
-        "| rule | configured by | meaning | what to do | native policies |\n|---|---|---|---|---|\n",
-    );
+    let mut out = String::new();
     for r in launchgate::rules::reference() {
-        let native = if r.native {
-            format!("compiled: {}", r.native_note)
-        } else {
-            format!("webhook only: {}", r.native_note)
-        };
-        let row = [
-            format!("`{}`", r.id),
-            format!("`{}`", r.config_key),
-            r.meaning.to_string(),
-            r.action.to_string(),
-            native,
-        ]
-        .map(|cell| cell.replace('|', "\\|"));
-        out.push_str(&format!("| {} |\n", row.join(" | ")));
+        out.push_str(&format!(
+            "- [`{}`](reference/rules.md#{}) — {}\n",
+            r.id,
+            r.id.replace('.', "-"),
+            r.meaning
+        ));
     }
     out
 }

@@ -240,9 +240,8 @@ pub struct RegistrationOptions {
     /// matchPolicy of every webhook.
     #[arg(long, env = "LAUNCHGATE_WEBHOOK_MATCH_POLICY", default_value = "Equivalent", value_parser = ["Equivalent", "Exact"])]
     pub webhook_match_policy: String,
-    /// The kinds sent (comma-separated: pods, jobs, volcano, pytorchjob, jobset, trainjob);
-    /// default: all.
-    #[arg(long, env = "LAUNCHGATE_WEBHOOK_RULES", value_delimiter = ',')]
+    /// The kinds sent (comma-separated); default: all.
+    #[arg(long, env = "LAUNCHGATE_WEBHOOK_RULES", value_delimiter = ',', value_parser = WebhookRule)]
     pub webhook_rules: Vec<String>,
     /// Register the mutating webhook.
     #[arg(long, env = "LAUNCHGATE_WEBHOOK_MUTATE", default_value_t = true, action = clap::ArgAction::Set)]
@@ -500,6 +499,57 @@ fn millis_at_least_100(ms: u64) -> Duration {
 }
 
 /// A JSON object given on the command line.
+/// A kind's name among the webhook's admission rules (`--webhook-rules`): one of the kind
+/// registry's names ([`crate::kinds::KindSpec::webhook_rule`]), spaces around it ignored. The
+/// names are clap's possible values, so `--help` and the command-line reference list them.
+#[derive(Clone, Copy, Debug)]
+struct WebhookRule;
+
+impl clap::builder::TypedValueParser for WebhookRule {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let text = value.to_string_lossy();
+        let name = text.trim();
+        if name.is_empty() || crate::kinds::all().any(|k| k.webhook_rule == name) {
+            return Ok(name.to_owned());
+        }
+        let mut err = clap::Error::new(clap::error::ErrorKind::InvalidValue).with_cmd(cmd);
+        if let Some(arg) = arg {
+            err.insert(
+                clap::error::ContextKind::InvalidArg,
+                clap::error::ContextValue::String(arg.to_string()),
+            );
+        }
+        err.insert(
+            clap::error::ContextKind::InvalidValue,
+            clap::error::ContextValue::String(name.to_owned()),
+        );
+        err.insert(
+            clap::error::ContextKind::ValidValue,
+            clap::error::ContextValue::Strings(
+                crate::kinds::all()
+                    .map(|k| k.webhook_rule.to_owned())
+                    .collect(),
+            ),
+        );
+        Err(err)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            crate::kinds::all().map(|k| clap::builder::PossibleValue::new(k.webhook_rule)),
+        ))
+    }
+}
+
 fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(v) if v.is_object() => Ok(v),
@@ -620,6 +670,10 @@ mod tests {
             }
         );
         assert_eq!(s.kinds, ["jobs", "pods"]);
+        let Err(err) = Serve::try_parse_from(["serve", "--webhook-rules=jobs,mpi"]) else {
+            panic!("an unknown kind is refused");
+        };
+        assert!(err.to_string().contains("rayjob"), "{err}");
         assert!(s.mutate.is_none());
         assert!(!s.validate.unwrap().fail_closed);
         assert_eq!(s.extra_conditions.len(), 1);

@@ -26,6 +26,7 @@ mod launch_stack;
 mod native;
 mod native_rbac;
 mod observability;
+mod outages;
 mod pytorch_guarantees;
 mod ray;
 mod registration;
@@ -156,6 +157,10 @@ fn tests() -> Vec<E2eTest> {
         ),
         e2e!(
             registration::a_stopped_webhook_fails_open_only_for_warn_queues,
+            unregistered
+        ),
+        e2e!(
+            outages::each_outage_the_api_server_reports_has_a_runbook_entry,
             unregistered
         ),
         e2e!(
