@@ -2,7 +2,7 @@
 # Regenerates every file derived from the code, in the order they depend on each other: the
 # config schema and the chart's kinds list (`files/kinds.json`, the `webhook.rules` switch), the
 # plain manifests rendered from the chart, the generated reference pages, the rule list of the
-# troubleshooting page, and the mutation goldens. Each of these has a drift test that fails
+# troubleshooting page, the chart page, and the mutation goldens. Each of these has a drift test that fails
 # until this has been run (the goldens' diff is to be read before committing).
 #
 #   scripts/generate.sh            regenerate everything
@@ -27,4 +27,5 @@ else
 fi
 run UPDATE_REFERENCE reference_pages
 run UPDATE_DOCS rules
+run UPDATE_DOCS docs_site
 run UPDATE_GOLDEN mutations
