@@ -764,7 +764,7 @@ spec:
         for bad in [
             json!({"kind": "TFJob"}),
             json!({"kind": "Job", "apiVersion": "kubeflow.org/v1"}),
-            json!({"kind": "MPIJob", "apiVersion": "kubeflow.org/v2beta1"}),
+            json!({"kind": "TFJob", "apiVersion": "kubeflow.org/v1"}),
             json!({"kind": "${kind}"}),
             json!({"kind": 3}),
             json!({"apiVersion": "kubeflow.org/v1"}),
