@@ -59,6 +59,8 @@ struct E2eTest {
     name: &'static str,
     registered: bool,
     alone: bool,
+    /// Why it is not run yet (listed as ignored; `--include-ignored` runs it).
+    ignored: Option<&'static str>,
     run: for<'a> fn(&'a Ctx) -> TestFuture<'a>,
 }
 
@@ -68,6 +70,7 @@ macro_rules! e2e {
             name: stringify!($f),
             registered: true,
             alone: false,
+            ignored: None,
             run: |c| Box::pin($f(c)),
         }
     };
@@ -76,6 +79,16 @@ macro_rules! e2e {
             name: stringify!($f),
             registered: false,
             alone: false,
+            ignored: None,
+            run: |c| Box::pin($f(c)),
+        }
+    };
+    ($f:path, ignore = $why:literal) => {
+        E2eTest {
+            name: stringify!($f),
+            registered: true,
+            alone: false,
+            ignored: Some($why),
             run: |c| Box::pin($f(c)),
         }
     };
@@ -84,6 +97,7 @@ macro_rules! e2e {
             name: stringify!($f),
             registered: true,
             alone: true,
+            ignored: None,
             run: |c| Box::pin($f(c)),
         }
     };
@@ -298,6 +312,7 @@ async fn wait_until_registered(env: &Arc<Env>) -> Result<()> {
 }
 
 fn trial(test: E2eTest, env: Arc<Env>, rt: tokio::runtime::Handle) -> Trial {
+    let ignored = test.ignored.is_some();
     Trial::test(test.name, move || {
         rt.block_on(async {
             let ctx = Ctx::new(env, test.name, test.registered).await?;
@@ -309,6 +324,7 @@ fn trial(test: E2eTest, env: Arc<Env>, rt: tokio::runtime::Handle) -> Trial {
         })
         .map_err(|e| Failed::from(format!("{e:#}")))
     })
+    .with_ignored_flag(ignored)
 }
 
 /// The harness itself: a test that fails (panics) while its control plane runs leaves no
@@ -415,9 +431,9 @@ fn main() -> ExitCode {
     if args.list {
         let trials = tests()
             .into_iter()
-            .map(|t| t.name)
-            .chain(["harness::no_process_survives_a_failing_test"])
-            .map(|name| Trial::test(name, || Ok(())))
+            .map(|t| (t.name, t.ignored.is_some()))
+            .chain([("harness::no_process_survives_a_failing_test", false)])
+            .map(|(name, ignored)| Trial::test(name, || Ok(())).with_ignored_flag(ignored))
             .collect();
         return libtest_mimic::run(&args, trials).exit_code();
     }
