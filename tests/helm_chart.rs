@@ -472,18 +472,23 @@ fn default_render_is_a_safe_webhook() {
         m.has_match_conditions && v.has_match_conditions,
         "matchConditions on by default"
     );
-    let expected = vec![
-        gvr("", "v1", "pods"),
-        gvr("", "v1", "pods/ephemeralcontainers"),
-        gvr("", "v1", "pods/resize"),
-        gvr("batch", "v1", "jobs"),
-        gvr("batch.volcano.sh", "v1alpha1", "jobs"),
-        gvr("kubeflow.org", "v1", "pytorchjobs"),
-        gvr("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-        gvr("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
-        gvr("ray.io", "v1", "rayjobs"),
-        gvr("ray.io", "v1", "rayclusters"),
-    ];
+    // Every kind of the registry, with the subresources it judges.
+    let kinds = launchgate::native::webhooks::chart_kinds();
+    let expected: Vec<_> = kinds
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|k| {
+            let text = |key: &str| k[key].as_str().unwrap().to_string();
+            let (group, version) = (text("group"), text("version"));
+            k["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |r| gvr(&group, &version, r.as_str().unwrap()))
+        })
+        .collect();
+    assert!(expected.contains(&gvr("kubeflow.org", "v2beta1", "mpijobs")));
     let mut expected_sorted = expected.clone();
     expected_sorted.sort();
     assert_eq!(rule_targets(&m.rules), expected_sorted);

@@ -673,8 +673,9 @@ const GENERATED_PER_CONFIG: usize = 32;
 
 /// The differential of [`native_policies_decide_as_the_webhook_does`] on generated workloads of
 /// every kind (`common::generated`: Pods, Jobs, Volcano Jobs, PyTorchJobs, JobSets, TrainJobs,
-/// RayJobs and RayClusters, sized and labelled around the limits), a fixed sample per config
-/// spread over its queues: identical decisions and objects, every time.
+/// RayJobs, RayClusters and MPIJobs, sized and labelled around the limits), a fixed sample per
+/// config spread over its queues: identical decisions and objects, every time. Every kind of
+/// launchgate's registry is among them.
 pub async fn native_policies_decide_as_the_webhook_does_on_generated_workloads(
     ctx: &Ctx,
 ) -> Result<()> {
@@ -690,7 +691,10 @@ pub async fn native_policies_decide_as_the_webhook_does_on_generated_workloads(
         crate::common::generated::sample(GENERATED_PER_CONFIG, seed, &queues)
             .into_iter()
             .map(|w| {
-                kinds.insert(w["kind"].as_str().unwrap_or_default().to_string());
+                kinds.insert((
+                    w["apiVersion"].as_str().unwrap_or_default().to_string(),
+                    w["kind"].as_str().unwrap_or_default().to_string(),
+                ));
                 let name = w["metadata"]["name"]
                     .as_str()
                     .unwrap_or_default()
@@ -701,9 +705,24 @@ pub async fn native_policies_decide_as_the_webhook_does_on_generated_workloads(
     })
     .await?;
     ensure!(judged >= 500, "only {judged} generated cases judged");
+    for listed in launchgate::audit::listed_kinds() {
+        let api_version = match listed.group {
+            "" => listed.version.to_string(),
+            group => format!("{group}/{}", listed.version),
+        };
+        ensure!(
+            kinds.contains(&(api_version.clone(), listed.kind.to_string())),
+            "no generated {} ({api_version}) was judged",
+            listed.kind
+        );
+    }
     println!(
         "e2e: differential: {judged} generated workloads ({}) of {configs} configs, each judged {} times alike",
-        kinds.into_iter().collect::<Vec<_>>().join(", "),
+        kinds
+            .into_iter()
+            .map(|(_, kind)| kind)
+            .collect::<Vec<_>>()
+            .join(", "),
         REPEATS + 1
     );
     Ok(())
