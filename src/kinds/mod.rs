@@ -289,6 +289,12 @@ pub enum Cond {
     },
     /// The holder's map key equals this, compared case-insensitively.
     KeyIs(&'static str),
+    /// A text field is one of these (the first is what a default writes for it to hold).
+    OneOf {
+        from: From,
+        at: &'static [&'static str],
+        any_of: &'static [&'static str],
+    },
 }
 
 /// A field reached by a path of keys from a value.
@@ -344,6 +350,35 @@ impl Cond {
             Cond::True { from, at } => field(base(from), at).and_then(Value::as_bool) == Some(true),
             Cond::Has { from, at } => field(base(from), at).is_some_and(|v| !v.is_null()),
             Cond::KeyIs(want) => key.is_some_and(|k| k.eq_ignore_ascii_case(want)),
+            Cond::OneOf { from, at, any_of } => field(base(from), at)
+                .and_then(Value::as_str)
+                .is_some_and(|v| any_of.contains(&v)),
+        }
+    }
+
+    /// The value a default writes for the condition to hold (`true`, or the first text a
+    /// [`Cond::OneOf`] allows): `None` for a condition nothing can write.
+    pub fn written(&self) -> Option<Value> {
+        match self {
+            Cond::True { .. } => Some(Value::Bool(true)),
+            Cond::OneOf { any_of, .. } => any_of.first().map(|v| Value::from(*v)),
+            Cond::Has { .. } | Cond::KeyIs(_) => None,
+        }
+    }
+
+    /// The field a default writes for the condition to hold, read from the object.
+    pub fn field_written(&self) -> Option<&'static [&'static str]> {
+        match self {
+            Cond::True {
+                from: From::Object,
+                at,
+            }
+            | Cond::OneOf {
+                from: From::Object,
+                at,
+                ..
+            } => Some(at),
+            _ => None,
         }
     }
 
@@ -354,6 +389,9 @@ impl Cond {
             Cond::True { at, .. } => format!("{}: true", at.join(".")),
             Cond::Has { at, .. } => at.join("."),
             Cond::KeyIs(key) => format!("the key {key}"),
+            Cond::OneOf { at, any_of, .. } => {
+                format!("{}: {}", at.join("."), any_of.first().unwrap_or(&""))
+            }
         }
     }
 
@@ -363,6 +401,9 @@ impl Cond {
             Cond::True { at, .. } => format!("{} is not true", at.join(".")),
             Cond::Has { at, .. } => format!("{} is not set", at.join(".")),
             Cond::KeyIs(key) => format!("the key is not {key}"),
+            Cond::OneOf { at, any_of, .. } => {
+                format!("{} is not {}", at.join("."), any_of.join(" or "))
+            }
         }
     }
 }
@@ -432,10 +473,11 @@ pub enum Ends {
     /// The pods end with the run only when the condition holds of the object as it is stored
     /// (a RayJob's RayCluster is deleted at the end only with
     /// `spec.shutdownAfterJobFinishes: true`); otherwise they outlive the run, and `keeps`
-    /// says what stays (for messages). Where the condition is a [`Cond::True`] field, the
-    /// queue's job defaults write it `true` where it is unset (a [`RunDefault`] of
-    /// [`Setting::EndWithRun`] at that field, before every default its condition gates); a
-    /// run stored without it has no run-level bound for the GPU-hour ceiling.
+    /// says what stays (for messages). Where the condition is a field a default can write
+    /// ([`Cond::written`]: `true`, or the first text of a [`Cond::OneOf`]), the queue's job
+    /// defaults write it where it is unset (a [`RunDefault`] of [`Setting::EndWithRun`] at that
+    /// field, before every default its condition gates); a run stored without it has no
+    /// run-level bound for the GPU-hour ceiling.
     When { cond: Cond, keeps: &'static str },
     /// Nothing ends them but deletion (a RayCluster, whose [`Run::deadline`] is
     /// [`Deadline::Never`]).
@@ -443,6 +485,14 @@ pub enum Ends {
 }
 
 impl Ends {
+    /// What a [`Setting::EndWithRun`] default writes: the value the end condition needs.
+    pub fn written(&self) -> Option<Value> {
+        match self {
+            Ends::When { cond, .. } => cond.written(),
+            Ends::WithRun | Ends::Never => None,
+        }
+    }
+
     /// Why the object's resources outlive its run, if they do: (what fails, what it keeps, and
     /// what to write). `None` for [`Ends::WithRun`], for a condition that holds, and for
     /// [`Ends::Never`] (judged by its [`Deadline::Never`]).
@@ -467,8 +517,9 @@ pub enum Setting {
     VolcanoMaxRetry,
     /// `restartPolicy` of the pods.
     RestartPolicy,
-    /// No setting of its own: `true`, the value of the field an [`Ends::When`] run needs for
-    /// its resources to end with it, written whenever the queue's job defaults are on.
+    /// No setting of its own: the value of the field an [`Ends::When`] run needs for its
+    /// resources to end with it ([`Ends::written`]), written whenever the queue's job defaults
+    /// are on.
     EndWithRun,
 }
 
@@ -855,14 +906,7 @@ mod tests {
                 k.name
             );
             let ends_at = match &k.run.ends {
-                Ends::When {
-                    cond:
-                        Cond::True {
-                            from: From::Object,
-                            at,
-                        },
-                    ..
-                } => Some(*at),
+                Ends::When { cond, .. } if cond.written().is_some() => cond.field_written(),
                 _ => None,
             };
             let writes: Vec<usize> = k

@@ -114,14 +114,14 @@ fn is_explicit(job: &Value, default: &RunDefault) -> bool {
         || UserIntent::of(job).wrote(default.at)
 }
 
-/// The value of `setting` in the queue's job defaults.
-fn value_of(cfg: &JobDefaultsConfig, setting: Setting) -> Option<Value> {
+/// The value of `setting` in the queue's job defaults (for `kind`).
+fn value_of(cfg: &JobDefaultsConfig, kind: WorkloadKind, setting: Setting) -> Option<Value> {
     match setting {
         Setting::BackoffLimit => cfg.backoff_limit.map(Value::from),
         Setting::Ttl => cfg.ttl_seconds_after_finished.map(Value::from),
         Setting::VolcanoMaxRetry => cfg.volcano_max_retry.map(Value::from),
         Setting::RestartPolicy => cfg.restart_policy.clone().map(Value::from),
-        Setting::EndWithRun => Some(Value::Bool(true)),
+        Setting::EndWithRun => kind.spec().run.ends.written(),
     }
 }
 
@@ -153,7 +153,7 @@ fn apply(
         .and_then(Value::as_i64);
     let Some(value) = misplaced
         .map(Value::from)
-        .or_else(|| value_of(cfg, default.setting))
+        .or_else(|| value_of(cfg, kind, default.setting))
     else {
         return false;
     };

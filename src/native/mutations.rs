@@ -240,7 +240,10 @@ fn run_defaults(
             Setting::Ttl => cfg.ttl_seconds_after_finished.map(|v| v.to_string()),
             Setting::VolcanoMaxRetry => cfg.volcano_max_retry.map(|v| v.to_string()),
             Setting::RestartPolicy => cfg.restart_policy.as_deref().map(lit),
-            Setting::EndWithRun => Some("true".to_string()),
+            Setting::EndWithRun => kind.spec().run.ends.written().map(|v| match v {
+                serde_json::Value::String(t) => lit(&t),
+                other => other.to_string(),
+            }),
         };
         let Some((key, parents)) = d.at.split_last() else {
             continue;
@@ -614,6 +617,9 @@ mod tests {
             Put::Set(d.at, Value::Null),
             Put::Set(d.at, other),
         ];
+        if d.setting == Setting::EndWithRun {
+            out.push(Put::Set(d.at, json!("None")));
+        }
         match d.replaces {
             Replaces::Absent => {}
             Replaces::Value(v) | Replaces::ApiDefault(v) => out.push(Put::Set(d.at, json!(v))),
@@ -626,6 +632,7 @@ mod tests {
         match c {
             Cond::True { at, .. } => vec![Put::Nothing, Put::Set(at, json!(true))],
             Cond::Has { at, .. } => vec![Put::Nothing, Put::Set(at, json!(1))],
+            Cond::OneOf { at, any_of, .. } => vec![Put::Nothing, Put::Set(at, json!(any_of[0]))],
             Cond::KeyIs(_) => vec![Put::Nothing],
         }
     }

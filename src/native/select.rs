@@ -125,6 +125,15 @@ pub fn cond(c: &Cond, scope: Scope) -> String {
             steps.push(format!("{value} != null"));
             format!("({})", steps.join(" && "))
         }
+        Cond::OneOf { from, at, any_of } => {
+            let (value, mut steps) = reach(scope.base(*from), at);
+            steps.push(format!("type({value}) == string"));
+            steps.push(format!(
+                "{value} in [{}]",
+                any_of.iter().map(|v| lit(v)).collect::<Vec<_>>().join(", ")
+            ));
+            format!("({})", steps.join(" && "))
+        }
         Cond::KeyIs(want) => match scope.key {
             Some(k) => format!("{k}.lowerAscii() == {}", lit(&want.to_ascii_lowercase())),
             None => "false".into(),
@@ -870,7 +879,9 @@ mod tests {
                 otherwise,
             } => {
                 match when {
-                    Cond::True { from, at } | Cond::Has { from, at } => out.push((*from, at)),
+                    Cond::True { from, at }
+                    | Cond::Has { from, at }
+                    | Cond::OneOf { from, at, .. } => out.push((*from, at)),
                     Cond::KeyIs(_) => {}
                 }
                 reads(then, out);

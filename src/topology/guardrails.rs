@@ -707,7 +707,7 @@ mod tests {
     /// deadline whatever else it sets, one that never ends has none.
     #[test]
     fn every_kinds_run_length_respects_what_ends_its_resources() {
-        use crate::kinds::{Cond, Ends};
+        use crate::kinds::Ends;
         for kind in WorkloadKind::all() {
             let spec = kind.spec();
             // Every deadline the kinds read, set, and the RayJob's cluster kept.
@@ -735,11 +735,15 @@ mod tests {
                         },
                         "{kind:?}"
                     );
-                    let Cond::True { at, .. } = cond else {
+                    let (Some(at), Some(written)) = (cond.field_written(), cond.written()) else {
                         panic!("{kind:?}: a condition the job defaults cannot write")
                     };
                     let mut ends = deadlines.clone();
-                    *ends.pointer_mut(&format!("/{}", at.join("/"))).unwrap() = json!(true);
+                    let (key, holder) = at.split_last().unwrap();
+                    crate::kinds::field_mut(&mut ends, holder)
+                        .and_then(Value::as_object_mut)
+                        .unwrap()
+                        .insert(key.to_string(), written);
                     assert!(
                         matches!(
                             run_length(kind, &ends),
