@@ -2,8 +2,11 @@
 # Regenerates every file derived from the code, in the order they depend on each other: the
 # config schema and the chart's kinds list (`files/kinds.json`, the `webhook.rules` switch), the
 # plain manifests rendered from the chart, the generated reference pages, the rule list of the
-# troubleshooting page, the chart page, and the mutation goldens. Each of these has a drift test that fails
-# until this has been run (the goldens' diff is to be read before committing).
+# troubleshooting page, the chart page, and the native policies' report on
+# docs/native-policies.md. The mutation goldens are expectations, not derived files: a
+# deliberate change of a mutation rewrites them with `UPDATE_GOLDEN=1 cargo test --test
+# mutations`, and the diff is read before it is committed. Each derived file has a drift test
+# that fails until this has been run.
 #
 #   scripts/generate.sh            regenerate everything
 #   scripts/generate.sh --check    fail when any derived file is out of date (what CI checks)
@@ -28,4 +31,18 @@ fi
 run UPDATE_REFERENCE reference_pages
 run UPDATE_DOCS rules
 run UPDATE_DOCS docs_site
-run UPDATE_GOLDEN mutations
+# The report docs/native-policies.md shows (tests/cli.rs checks it).
+if [ "$check" = 1 ]; then
+  cargo test --locked --quiet --test cli the_native_policies_page_shows_the_current_report
+else
+  report=$(cargo run --locked --quiet -- compile-native --report)
+  REPORT="$report" python3 - <<'PY'
+import os
+path = "docs/native-policies.md"
+page = open(path).read()
+begin = page.index("<!-- report:begin -->\n") + len("<!-- report:begin -->\n")
+end = page.index("<!-- report:end -->")
+block = "```markdown\n" + os.environ["REPORT"].strip() + "\n```\n"
+open(path, "w").write(page[:begin] + block + page[end:])
+PY
+fi
