@@ -12,6 +12,7 @@
 
 mod job;
 mod jobset;
+mod mpijob;
 mod pod;
 mod pytorchjob;
 mod ray;
@@ -32,6 +33,7 @@ static FILES: &[&[&KindSpec]] = &[
     jobset::KINDS,
     trainjob::KINDS,
     ray::KINDS,
+    mpijob::KINDS,
 ];
 
 /// Every kind's descriptor, in [`FILES`]' order.

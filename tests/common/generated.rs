@@ -1,5 +1,5 @@
 //! Generated launch workloads of every kind launchgate judges — Pod, batch/v1 Job, Volcano Job,
-//! PyTorchJob, JobSet, TrainJob, RayJob and RayCluster — as a user submits them: valid for the
+//! PyTorchJob, JobSet, TrainJob, RayJob, RayCluster and MPIJob — as a user submits them: valid for the
 //! upstream CRDs, labelled for a queue, with sizes, resources, images, deadlines and Kueue
 //! labels drawn around the limits the suite's configs set, so both sides of a comparison meet
 //! denials as often as admissions. `sample` draws a fixed, reproducible list of them.
@@ -10,7 +10,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Value, json};
 
 /// The kinds generated, by their object's `kind` (a Volcano Job is `Job` of its own group).
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 9] = [
     "Pod",
     "Job",
     "VolcanoJob",
@@ -19,6 +19,7 @@ pub const KINDS: [&str; 8] = [
     "TrainJob",
     "RayJob",
     "RayCluster",
+    "MPIJob",
 ];
 
 /// One container: an image from an allowed or another registry, GPUs around the usual bound
@@ -262,6 +263,36 @@ fn raycluster() -> impl Strategy<Value = Value> {
         .prop_map(|(spec, x)| object("ray.io/v1", "RayCluster", "gen-raycluster".into(), spec, &x))
 }
 
+/// An MPIJob v2: a CPU or GPU launcher and 1..4 GPU workers (the operator's `Worker` key
+/// spelled as it requires), sometimes cleaning up its workers at the end.
+fn mpijob() -> impl Strategy<Value = Value> {
+    (
+        template("Never"),
+        template("Never"),
+        1i64..=4,
+        prop::option::of(prop::sample::select(vec!["Running", "None"])),
+        extras(),
+    )
+        .prop_map(|(launcher, worker, workers, clean, x)| {
+            let mut spec = json!({"slotsPerWorker": 1, "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": launcher},
+                "Worker": {"replicas": workers, "template": worker}}});
+            if let Some(c) = clean {
+                spec["runPolicy"]["cleanPodPolicy"] = json!(c);
+            }
+            if let Some(d) = x.deadline {
+                spec["runPolicy"]["activeDeadlineSeconds"] = json!(d);
+            }
+            object(
+                "kubeflow.org/v2beta1",
+                "MPIJob",
+                "gen-mpijob".into(),
+                spec,
+                &x,
+            )
+        })
+}
+
 /// A launch workload of any generated kind.
 pub fn workload() -> BoxedStrategy<Value> {
     prop_oneof![
@@ -273,6 +304,7 @@ pub fn workload() -> BoxedStrategy<Value> {
         trainjob(),
         rayjob(),
         raycluster(),
+        mpijob(),
     ]
     .boxed()
 }

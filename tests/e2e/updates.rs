@@ -16,7 +16,7 @@ pub const CAPPED_QUEUE: &str = "capped-queue";
 
 /// The suite's config with the queues whose ceilings these tests (and the KubeRay one) judge:
 /// [`CAPPED_QUEUE`] and [`RAY_CAPPED_QUEUE`] (the KubeRay queue with at most 8 GPU-hours per
-/// run). Served by a launchgate of their own ([`Own`]), so the suite's config — and the
+/// run), and the MPIJob queue ([`crate::mpijob::MPI_QUEUE`]). Served by a launchgate of their own ([`Own`]), so the suite's config — and the
 /// differential's sample over its queues — stays as it is.
 pub fn capped_config() -> Result<String> {
     let mut config: Value = serde_yaml::from_str(&suite_config()?)?;
@@ -34,6 +34,8 @@ pub fn capped_config() -> Result<String> {
     let mut ray_capped = config["queues"][RAY_QUEUE].clone();
     ray_capped["guardrails"]["costCeiling"] = json!({"maxGpuHours": 8});
     config["queues"][RAY_CAPPED_QUEUE] = ray_capped;
+    config["queues"][crate::mpijob::MPI_QUEUE] =
+        crate::mpijob::mpi_queue(&config["queues"][&default_queue]);
     Ok(serde_yaml::to_string(&config)?)
 }
 
