@@ -307,7 +307,7 @@ pub(crate) fn check(expect: &Expectation, j: &Judgement) -> Vec<Mismatch> {
         }
     }
     if let Some(w) = &expect.warnings {
-        let warnings = j.warnings();
+        let warnings: Vec<String> = j.warnings().into_iter().map(|w| w.message).collect();
         let wanted = w.items();
         let got = || {
             if warnings.is_empty() {
