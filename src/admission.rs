@@ -355,31 +355,6 @@ pub const MAX_WARNING_CHARS: usize = 256;
 /// Total budget for all warnings of one response (runes, per `warning.go`).
 pub const MAX_WARNINGS_TOTAL_CHARS: usize = 4096;
 
-/// Trims warnings to what the API server will show without truncating mid-word.
-/// Each keeps its id; what is cut is replaced by one [`crate::rules::SERVER_WARNINGS_OMITTED`].
-pub fn bounded_warnings(warnings: Vec<crate::rules::Warning>) -> Vec<crate::rules::Warning> {
-    let mut out = Vec::with_capacity(warnings.len());
-    let mut total = 0;
-    for mut w in warnings {
-        if w.message.chars().count() > MAX_WARNING_CHARS {
-            let mut s: String = w.message.chars().take(MAX_WARNING_CHARS - 1).collect();
-            s.push('…');
-            w.message = s;
-        }
-        let len = w.message.chars().count();
-        if total + len > MAX_WARNINGS_TOTAL_CHARS {
-            out.push(crate::rules::Warning::new(
-                crate::rules::SERVER_WARNINGS_OMITTED,
-                "launchgate: further warnings omitted",
-            ));
-            break;
-        }
-        total += len;
-        out.push(w);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,21 +421,5 @@ mod tests {
         let r = AdmissionResponse::deny("u", "no".into());
         assert!(!r.allowed);
         assert_eq!(r.status.unwrap().code, 403);
-    }
-
-    #[test]
-    fn warnings_are_bounded() {
-        let long = crate::rules::Warning::new(crate::rules::CACHE_MOUNT_TAKEN, "x".repeat(1000));
-        let w = bounded_warnings(vec![long; 40]);
-        assert!(
-            w.iter()
-                .all(|w| w.message.chars().count() <= MAX_WARNING_CHARS + 40)
-        );
-        assert!(
-            w.iter().map(|w| w.message.chars().count()).sum::<usize>()
-                <= MAX_WARNINGS_TOTAL_CHARS + 64
-        );
-        assert_eq!(w[0].rule, "cache.mountTaken");
-        assert_eq!(w.last().unwrap().rule, "server.warningsOmitted");
     }
 }

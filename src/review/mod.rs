@@ -5,7 +5,7 @@
 
 use crate::admission::{
     ADMISSION_API_VERSION, ADMISSION_KIND, AdmissionRequest, AdmissionResponse,
-    AdmissionReviewRequest, Operation, bounded_warnings,
+    AdmissionReviewRequest, Operation,
 };
 use crate::cluster::{ClusterView, RuntimeLookup};
 use crate::json::Pointer as _;
@@ -801,6 +801,35 @@ fn mutate_decision(
     finish(&ctx.request.uid, findings, patch, summary)
 }
 
+/// Trims warnings to what the API server will show without truncating mid-word.
+/// Each keeps its id; what is cut is replaced by one [`rules::SERVER_WARNINGS_OMITTED`].
+fn bounded_warnings(warnings: Vec<Warning>) -> Vec<Warning> {
+    let mut out = Vec::with_capacity(warnings.len());
+    let mut total = 0;
+    for mut w in warnings {
+        if w.message.chars().count() > crate::admission::MAX_WARNING_CHARS {
+            let mut s: String = w
+                .message
+                .chars()
+                .take(crate::admission::MAX_WARNING_CHARS - 1)
+                .collect();
+            s.push('…');
+            w.message = s;
+        }
+        let len = w.message.chars().count();
+        if total + len > crate::admission::MAX_WARNINGS_TOTAL_CHARS {
+            out.push(Warning::new(
+                rules::SERVER_WARNINGS_OMITTED,
+                "launchgate: further warnings omitted",
+            ));
+            break;
+        }
+        total += len;
+        out.push(w);
+    }
+    out
+}
+
 /// Length of the bytes a padded base64 text decodes to.
 fn base64_decoded_len(b64: &str) -> usize {
     let padding = b64.bytes().rev().take_while(|&b| b == b'=').count();
@@ -1136,6 +1165,22 @@ mod tests {
 #[cfg(test)]
 mod observer_tests {
     use super::*;
+
+    #[test]
+    fn warnings_are_bounded() {
+        let long = Warning::new(rules::CACHE_MOUNT_TAKEN, "x".repeat(1000));
+        let w = bounded_warnings(vec![long; 40]);
+        assert!(
+            w.iter()
+                .all(|w| w.message.chars().count() <= crate::admission::MAX_WARNING_CHARS + 40)
+        );
+        assert!(
+            w.iter().map(|w| w.message.chars().count()).sum::<usize>()
+                <= crate::admission::MAX_WARNINGS_TOTAL_CHARS + 64
+        );
+        assert_eq!(w[0].rule, "cache.mountTaken");
+        assert_eq!(w.last().unwrap().rule, "server.warningsOmitted");
+    }
     use crate::cluster::NoCluster;
 
     #[derive(Default)]
