@@ -50,6 +50,38 @@ pub struct Rule {
     pub native: Native,
     /// How an UPDATE is judged by it.
     pub update: OnUpdate,
+    /// What in a queue's configuration makes it deny: a queue where any rule denies is served
+    /// by the fail-closed webhook (`Policy::deny_rules`).
+    pub denies: Denies,
+}
+
+/// What makes a rule deny in a queue. A queue with any rule that denies is served by the
+/// fail-closed validating webhook, so an outage never admits what launchgate would deny; the
+/// policy reads each variant from the queue's settings (`Policy::deny_rules`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Denies {
+    /// `limits.enforcement: deny` (the default).
+    LimitsEnforcement,
+    /// `limits.enforcement: deny`, `trainingRuntimes: clusterOnly` (the default), and something
+    /// bounds a run's size (`totals`, the GPU-hour ceiling).
+    TrainingRuntimes,
+    /// `limits.unverifiableRuntime: deny` (the default), and something bounds a run's size.
+    UnverifiableRuntime,
+    /// `limits.enforcement: deny` and the queue hands off to Kueue (`kueue`).
+    Kueue,
+    /// `guardrails.gang: deny`.
+    Gang,
+    /// `guardrails.costCeiling.maxGpuHours` with `enforcement: deny`.
+    CostCeiling,
+    /// The PyTorch wiring on, with `onUnwirable: deny`.
+    PytorchUnwirable,
+    /// Any exemption configured (`match.exemptions` or a queue's): a mark naming one could
+    /// exempt what inherits it.
+    Exemptions,
+    /// No queue's setting: a request no queue judges (a Scale whose owner cannot be read), or
+    /// the server's own bounds.
+    Never,
 }
 
 /// How a rule judges an UPDATE. Whatever the rule, an UPDATE that brings an object into a
@@ -100,6 +132,7 @@ pub const LIMITS_ALLOWED_NAMESPACES: &Rule = &Rule {
     action: "submit to a listed namespace, or use another queue",
     native: Native::Cel("the namespace compared with the list (validate::native)"),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.variables` (and the envelope they set on every container).
@@ -112,6 +145,7 @@ pub const LIMITS_VARIABLES: &Rule = &Rule {
         "each position of the variable, bound to the workload's pod templates and containers by role and name (validate::native); a position CEL cannot place is listed in the report",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.fields`.
@@ -122,6 +156,7 @@ pub const LIMITS_FIELDS: &Rule = &Rule {
     action: "bring the value within the bound the message names",
     native: Native::Cel("each field path under the root or every pod template (validate::native)"),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.strict`.
@@ -134,6 +169,7 @@ pub const LIMITS_STRICT: &Rule = &Rule {
         "the template's fixed values compare by JSON value and by `${macro}` pattern",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.totals`.
@@ -146,6 +182,7 @@ pub const LIMITS_TOTALS: &Rule = &Rule {
         "the sum over the kind's pod templates of pods at once × per-pod amount (validate::native)",
     ),
     update: OnUpdate::Grown,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.maxActiveDeadlineSeconds`.
@@ -158,6 +195,7 @@ pub const LIMITS_MAX_ACTIVE_DEADLINE_SECONDS: &Rule = &Rule {
         "the run-level and pod-template deadlines compared with the maximum (validate::native)",
     ),
     update: OnUpdate::Grown,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.allowedRegistries`.
@@ -168,6 +206,7 @@ pub const LIMITS_ALLOWED_REGISTRIES: &Rule = &Rule {
     action: "use an image from a listed registry",
     native: Native::Cel("every image, normalised, against the prefixes (validate::native)"),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.unverifiableRuntime`.
@@ -180,6 +219,7 @@ pub const LIMITS_UNVERIFIABLE_RUNTIME: &Rule = &Rule {
         "a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs",
     ),
     update: OnUpdate::CreateOnly,
+    denies: Denies::UnverifiableRuntime,
 };
 
 /// `queues.<queue>.limits.trainingRuntimes`.
@@ -192,6 +232,7 @@ pub const LIMITS_TRAINING_RUNTIMES: &Rule = &Rule {
         "a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::TrainingRuntimes,
 };
 
 /// `queues.<queue>.kueue`: the Kueue labels are the queue's.
@@ -202,6 +243,7 @@ pub const KUEUE_LABELS: &Rule = &Rule {
     action: "remove the label (launchgate writes the queue's at creation) or set the queue's value; a shorter run time is fine",
     native: Native::Cel("the labels compared with the queue's (native::kueue)"),
     update: OnUpdate::Changed,
+    denies: Denies::Kueue,
 };
 
 /// `queues.<queue>.guardrails.gang: deny`.
@@ -214,6 +256,7 @@ pub const GUARDRAILS_GANG: &Rule = &Rule {
         "the rendezvous size comes from the topology reading the wiring uses",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::Gang,
 };
 
 /// `queues.<queue>.guardrails.costCeiling.maxGpuHours`.
@@ -226,6 +269,7 @@ pub const GUARDRAILS_COST_CEILING: &Rule = &Rule {
         "GPU-hours multiply the topology's GPUs at once by the run's bound (its run-level deadline, or a JobSet's Job deadlines × (failurePolicy.maxRestarts + 1), a Volcano Job's pod deadlines × (maxRetry + 1)), with the deadline the mutation may have written; this stays in the webhook",
     ),
     update: OnUpdate::Grown,
+    denies: Denies::CostCeiling,
 };
 
 /// `queues.<queue>.pytorch.onUnwirable: deny`.
@@ -238,6 +282,7 @@ pub const PYTORCH_ON_UNWIRABLE: &Rule = &Rule {
         "the distributed wiring reads the whole topology (master, ranks, world size) and, for controller-made pods, their workload (cluster lookups)",
     ),
     update: OnUpdate::CreateOnly,
+    denies: Denies::PytorchUnwirable,
 };
 
 /// A workload carrying an exemption mark launchgate did not write.
@@ -250,6 +295,7 @@ pub const EXEMPTIONS_UNEARNED_MARK: &Rule = &Rule {
         "a mark on a workload that is not a verified controller's child, refused on CREATE and on an UPDATE that labels the workload into the queue, where an exemption is configured (native::select::unproven_marks): nothing in the native policies writes one",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::Exemptions,
 };
 
 /// A PyTorchJob Scale whose PyTorchJob cannot be read.
@@ -262,6 +308,7 @@ pub const SCALE_UNREADABLE_OWNER: &Rule = &Rule {
         "a Scale carries no labels: its queue is its PyTorchJob's, read from the cluster",
     ),
     update: OnUpdate::Grown,
+    denies: Denies::Never,
 };
 
 /// A request whose object would need more memory than the server's whole budget.
@@ -274,6 +321,7 @@ pub const SERVER_TOO_DENSE: &Rule = &Rule {
         "a memory budget is the webhook's; the API server bounds a policy's CEL cost itself",
     ),
     update: OnUpdate::Every,
+    denies: Denies::Never,
 };
 
 /// A request whose object would take longer to review than the request deadline allows.
@@ -286,6 +334,7 @@ pub const SERVER_TOO_SLOW: &Rule = &Rule {
         "a request deadline is the webhook's; the API server bounds a policy's CEL cost itself",
     ),
     update: OnUpdate::Every,
+    denies: Denies::Never,
 };
 
 /// Every rule, in the order the reference lists them.

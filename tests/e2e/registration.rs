@@ -260,6 +260,9 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
         // A config change re-registers: with every rule of every queue only warning, no
         // webhook fails closed.
         let mut all_warn: Value = serde_yaml::from_str(&suite_config()?)?;
+        // An exemption configured makes a mark launchgate did not write a denial in every
+        // queue (exemptions.unearnedMark): none here.
+        all_warn["match"]["exemptions"] = json!([]);
         for queue in all_warn["queues"]
             .as_object_mut()
             .into_iter()
@@ -314,6 +317,9 @@ pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Res
     let (name, flags) = registration(ctx);
     let dir = tempfile::tempdir()?;
     let mut config: Value = serde_yaml::from_str(&suite_config()?)?;
+    // No exemption: with one, a mark launchgate did not write is denied in every queue
+    // (exemptions.unearnedMark), and the warn queue would fail closed too.
+    config["match"]["exemptions"] = json!([]);
     let mut ceiling = config["queues"][WARN_QUEUE].clone();
     ceiling["guardrails"]["costCeiling"] =
         json!({"defaultDeadlineSeconds": 3600, "maxGpuHours": 8, "enforcement": "deny"});
