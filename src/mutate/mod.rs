@@ -118,6 +118,9 @@ pub struct Findings {
 enum Finding {
     Violation(Violation),
     Warning(Warning),
+    /// A warning that also explains a denial: why something that looks as if it takes the
+    /// object out of a rule does not (shown as a warning, and under a denial's violations).
+    Note(Warning),
 }
 
 impl Findings {
@@ -138,6 +141,12 @@ impl Findings {
             .extend(warnings.into_iter().map(Finding::Warning));
     }
 
+    /// Adds warnings that also explain a denial, if there is one: each is shown as a warning,
+    /// and under the violations in the denial message.
+    pub fn add_notes(&mut self, notes: impl IntoIterator<Item = Warning>) {
+        self.found.extend(notes.into_iter().map(Finding::Note));
+    }
+
     /// Adds a violation, answered by its effect.
     pub fn add_violation(&mut self, violation: Violation) {
         self.found.push(Finding::Violation(violation));
@@ -153,19 +162,26 @@ impl Findings {
     pub fn violations(&self) -> impl Iterator<Item = &Violation> {
         self.found.iter().filter_map(|f| match f {
             Finding::Violation(v) => Some(v),
-            Finding::Warning(_) => None,
+            Finding::Warning(_) | Finding::Note(_) => None,
         })
     }
 
-    /// The denial message: the messages of the violations that deny, one a line; `None` when
-    /// none denies.
+    /// The denial message: the messages of the violations that deny, one a line, then the
+    /// notes; `None` when none denies.
     pub fn denial(&self) -> Option<String> {
-        let lines: Vec<&str> = self
+        let mut lines: Vec<&str> = self
             .violations()
             .filter(|v| v.effect == Effect::Deny)
             .map(|v| v.message.as_str())
             .collect();
-        (!lines.is_empty()).then(|| lines.join("\n"))
+        if lines.is_empty() {
+            return None;
+        }
+        lines.extend(self.found.iter().filter_map(|f| match f {
+            Finding::Note(w) => Some(w.message.as_str()),
+            _ => None,
+        }));
+        Some(lines.join("\n"))
     }
 
     /// The warnings for the user, in the order found: each warning, and each violation that
@@ -174,7 +190,7 @@ impl Findings {
         self.found
             .iter()
             .filter_map(|f| match f {
-                Finding::Warning(w) => Some(w.clone()),
+                Finding::Warning(w) | Finding::Note(w) => Some(w.clone()),
                 Finding::Violation(v) if v.effect == Effect::Warn => Some(Warning::of(v)),
                 Finding::Violation(_) => None,
             })
@@ -187,7 +203,7 @@ impl Findings {
             .into_iter()
             .filter_map(|f| match f {
                 Finding::Violation(v) => Some(v),
-                Finding::Warning(_) => None,
+                Finding::Warning(_) | Finding::Note(_) => None,
             })
             .collect()
     }
@@ -276,12 +292,18 @@ mod findings_tests {
         f.add_violation(Violation::new(rules::GUARDRAILS_GANG, "short"));
         f.add_violation(Violation::new(rules::LIMITS_FIELDS, "audited").effect(Effect::Audit));
         f.add_violation(Violation::new(rules::LIMITS_VARIABLES, "too big"));
-        assert_eq!(f.denial().as_deref(), Some("short\ntoo big"));
-        assert_eq!(f.warning_ids(), ["cache.mountTaken", "limits.totals"]);
-        assert_eq!(f.warning_texts(), ["first", "over"]);
+        f.add_notes([Warning::new(rules::OWNER_UNVERIFIED, "why")]);
+        // The notes go under the denial's violations, and among the warnings.
+        assert_eq!(f.denial().as_deref(), Some("short\ntoo big\nwhy"));
+        assert_eq!(
+            f.warning_ids(),
+            ["cache.mountTaken", "limits.totals", "owner.unverified"]
+        );
+        assert_eq!(f.warning_texts(), ["first", "over", "why"]);
         assert_eq!(f.clone().into_violations().len(), 4);
         let mut allowed = Findings::default();
         allowed.add_violation(Violation::new(rules::LIMITS_FIELDS, "w").effect(Effect::Warn));
+        allowed.add_notes([Warning::new(rules::OWNER_UNVERIFIED, "why")]);
         assert_eq!(allowed.denial(), None);
     }
 }

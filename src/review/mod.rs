@@ -468,26 +468,13 @@ fn decide_object(
         Endpoint::Mutate => Phase::Mutate,
         Endpoint::Validate => Phase::Validate,
     });
-    let mut decision = match endpoint {
-        Endpoint::Mutate => {
-            findings.add_warnings(notes.iter().cloned());
-            mutate_decision(&ctx, &mut object, findings, summary)
-        }
+    findings.add_notes(notes);
+    match endpoint {
+        Endpoint::Mutate => mutate_decision(&ctx, &mut object, findings, summary),
         Endpoint::Validate => {
-            findings.add_warnings(notes.iter().cloned());
             validate_decision(&ctx, queue, &object, scope, &runtime, findings, summary)
         }
-    };
-    if !notes.is_empty()
-        && let Some(status) = decision.response.status.as_mut()
-    {
-        for why in &notes {
-            status.message.push('\n');
-            status.message.push_str(&why.message);
-        }
-        decision.summary.message = Some(status.message.clone());
     }
-    decision
 }
 
 /// What launchgate admitted in `queue` before this request: on an UPDATE, the old object when
