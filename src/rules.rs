@@ -5,9 +5,15 @@
 //!
 //! A check reports a [`Violation`] naming its rule; metrics
 //! (`launchgate_violations_total{rule}`), Kubernetes Events, the decision log, the audit's
-//! reports and the playground read the rule id from it, never from the message text. The native
-//! compiler prints a rule's [`Native::WebhookOnly`] reason in `compile-native --report`, and
-//! [`reference`] lists the table for the generated reference page.
+//! reports and the playground read the rule id from it, never from the message text. Each rule
+//! says what in a queue's settings makes it deny ([`Denies`]): the fail-closed routing reads
+//! that. The native compiler prints a rule's [`Native::WebhookOnly`] reason in
+//! `compile-native --report`, and [`reference`] lists the table for the generated reference
+//! page.
+//!
+//! A warning that is no rule's violation is a [`Notice`] ([`NOTICES`]): every [`Warning`]
+//! carries the id of its rule or notice, counted in `launchgate_warnings_total{rule}` and listed
+//! by [`notice_reference`].
 //!
 //! The table is data at the bottom of the crate (it imports nothing), so the paths that check
 //! (`validate`, `review`), the native compiler and the shells all read the same entries.
@@ -76,8 +82,8 @@ pub enum Denies {
     CostCeiling,
     /// The PyTorch wiring on, with `onUnwirable: deny`.
     PytorchUnwirable,
-    /// Any exemption configured (`match.exemptions` or a queue's): a mark naming one could
-    /// exempt what inherits it.
+    /// An exemption the queue's pods could inherit (`match.exemptions`, or the queue's own):
+    /// a mark naming one would exempt what inherits it.
     Exemptions,
     /// No queue's setting: a request no queue judges (a Scale whose owner cannot be read), or
     /// the server's own bounds.

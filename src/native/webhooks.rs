@@ -560,6 +560,16 @@ mod tests {
         // queue (a mark naming the exemption would exempt what inherits it).
         assert_eq!(ids(&policy("warn")), ["exemptions.unearnedMark"]);
         assert!(closed(&policy("warn")));
+        // A queue's own exemption: that queue only.
+        let own = unexempted("warn", |q| {
+            q["exemptions"] = json!([{"name": "smoke", "groups": ["smoke-testers"]}]);
+        });
+        assert_eq!(ids(&own), ["exemptions.unearnedMark"]);
+        let gpu = own.queue("gpu-queue").unwrap();
+        assert!(
+            !own.deny_rules(gpu)
+                .contains(&crate::rules::EXEMPTIONS_UNEARNED_MARK)
+        );
         for (rules, edit) in [
             (
                 &[

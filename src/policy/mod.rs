@@ -182,8 +182,8 @@ impl Queue {
     }
 
     /// True when the queue's settings make `rule` deny there ([`crate::rules::Denies`]);
-    /// `exemptions`: whether any exemption is configured ([`Policy::exemptions_configured`]).
-    fn denies_by(&self, rule: &crate::rules::Rule, exemptions: bool) -> bool {
+    /// `global_exemptions`: whether `match.exemptions` lists any.
+    fn denies_by(&self, rule: &crate::rules::Rule, global_exemptions: bool) -> bool {
         use crate::rules::Denies;
         use crate::topology::guardrails::{GangAction, GuardrailEnforcement};
         let c = &self.config;
@@ -211,7 +211,8 @@ impl Queue {
             Denies::PytorchUnwirable => {
                 c.pytorch.enabled && c.pytorch.on_unwirable == crate::pytorch::OnUnwirable::Deny
             }
-            Denies::Exemptions => exemptions,
+            // What a pod of this queue inherits: `match.exemptions` and the queue's own.
+            Denies::Exemptions => global_exemptions || !c.exemptions.is_empty(),
             Denies::Never => false,
         }
     }
@@ -247,11 +248,11 @@ impl Policy {
     /// give there. A queue with any is served by the fail-closed webhook
     /// ([`Policy::fails_closed`]), so an outage never admits what launchgate would deny.
     pub fn deny_rules(&self, queue: &Queue) -> Vec<&'static crate::rules::Rule> {
-        let exemptions = self.exemptions_configured();
+        let global_exemptions = !self.config.match_rules.exemptions.is_empty();
         crate::rules::RULES
             .iter()
             .copied()
-            .filter(|r| queue.denies_by(r, exemptions))
+            .filter(|r| queue.denies_by(r, global_exemptions))
             .collect()
     }
 

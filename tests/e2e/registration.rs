@@ -260,8 +260,8 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
         // A config change re-registers: with every rule of every queue only warning, no
         // webhook fails closed.
         let mut all_warn: Value = serde_yaml::from_str(&suite_config()?)?;
-        // An exemption configured makes a mark launchgate did not write a denial in every
-        // queue (exemptions.unearnedMark): none here.
+        // An exemption a queue's pods could inherit makes a mark launchgate did not write a
+        // denial there (exemptions.unearnedMark): none here.
         all_warn["match"]["exemptions"] = json!([]);
         for queue in all_warn["queues"]
             .as_object_mut()
@@ -275,6 +275,7 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
             }
             queue["guardrails"]["costCeiling"]["enforcement"] = json!("warn");
             queue["limits"]["unverifiableRuntime"] = json!("warn");
+            queue["exemptions"] = json!([]);
         }
         std::fs::write(&config, serde_yaml::to_string(&all_warn)?)?;
         ctx.wait_for(
@@ -317,8 +318,8 @@ pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Res
     let (name, flags) = registration(ctx);
     let dir = tempfile::tempdir()?;
     let mut config: Value = serde_yaml::from_str(&suite_config()?)?;
-    // No exemption: with one, a mark launchgate did not write is denied in every queue
-    // (exemptions.unearnedMark), and the warn queue would fail closed too.
+    // No exemption in `match`: with one, a mark launchgate did not write is denied in every
+    // queue (exemptions.unearnedMark), and the warn queue would fail closed too.
     config["match"]["exemptions"] = json!([]);
     let mut ceiling = config["queues"][WARN_QUEUE].clone();
     ceiling["guardrails"]["costCeiling"] =
