@@ -355,29 +355,6 @@ pub const MAX_WARNING_CHARS: usize = 256;
 /// Total budget for all warnings of one response (runes, per `warning.go`).
 pub const MAX_WARNINGS_TOTAL_CHARS: usize = 4096;
 
-/// Trims warnings to what the API server will show without truncating mid-word.
-pub fn bounded_warnings(warnings: Vec<String>) -> Vec<String> {
-    let mut out = Vec::with_capacity(warnings.len());
-    let mut total = 0;
-    for w in warnings {
-        let w: String = if w.chars().count() > MAX_WARNING_CHARS {
-            let mut s: String = w.chars().take(MAX_WARNING_CHARS - 1).collect();
-            s.push('…');
-            s
-        } else {
-            w
-        };
-        let len = w.chars().count();
-        if total + len > MAX_WARNINGS_TOTAL_CHARS {
-            out.push("launchgate: further warnings omitted".to_string());
-            break;
-        }
-        total += len;
-        out.push(w);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,18 +421,5 @@ mod tests {
         let r = AdmissionResponse::deny("u", "no".into());
         assert!(!r.allowed);
         assert_eq!(r.status.unwrap().code, 403);
-    }
-
-    #[test]
-    fn warnings_are_bounded() {
-        let long = "x".repeat(1000);
-        let w = bounded_warnings(vec![long; 40]);
-        assert!(
-            w.iter()
-                .all(|w| w.chars().count() <= MAX_WARNING_CHARS + 40)
-        );
-        assert!(
-            w.iter().map(|w| w.chars().count()).sum::<usize>() <= MAX_WARNINGS_TOTAL_CHARS + 64
-        );
     }
 }

@@ -11,6 +11,7 @@ use crate::admission::{AdmissionRequest, Operation};
 use crate::cluster::ClusterView;
 use crate::policy::Policy;
 use crate::review::{Decision, Endpoint, Outcome, decide};
+use crate::rules::{Violation, Warning};
 use serde_json::Value;
 
 /// Which webhook gave a denial.
@@ -79,20 +80,38 @@ impl Judgement {
             .unwrap_or_default()
     }
 
-    /// Every warning kubectl would print, each once, mutation's first.
-    pub fn warnings(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        let all = self.mutation.response.warnings.iter().chain(
+    /// Every warning kubectl would print, each once (by its text), mutation's first, with the
+    /// id of its rule or notice.
+    pub fn warnings(&self) -> Vec<Warning> {
+        let mut out: Vec<Warning> = Vec::new();
+        let all = self.mutation.summary.warnings.iter().chain(
             self.validation
                 .iter()
-                .flat_map(|v| v.response.warnings.iter()),
+                .flat_map(|v| v.summary.warnings.iter()),
         );
         for w in all {
-            if !out.contains(w) {
+            if !out.iter().any(|seen| seen.message == w.message) {
                 out.push(w.clone());
             }
         }
         out
+    }
+
+    /// Every violation found: the mutating webhook's, then the validating webhook's.
+    pub fn violations(&self) -> impl Iterator<Item = &Violation> {
+        self.mutation.summary.violations.iter().chain(
+            self.validation
+                .iter()
+                .flat_map(|v| v.summary.violations.iter()),
+        )
+    }
+
+    /// The distinct ids of the rules that denied (empty when allowed).
+    pub fn denied_rules(&self) -> Vec<&'static str> {
+        crate::rules::ids(
+            self.violations()
+                .filter(|v| v.effect == crate::rules::Effect::Deny),
+        )
     }
 
     /// Violations found under `audit` enforcement (logged by the server, not shown to users).
@@ -272,7 +291,12 @@ mod tests {
         let req = AdmissionRequest::synthetic_create(job, None).unwrap();
         let j = judge(&Policy::embedded_default(), &req, &NoCluster);
         let w = j.warnings();
-        assert_eq!(w.iter().filter(|w| w.contains("nope")).count(), 1, "{w:?}");
+        assert_eq!(
+            w.iter().filter(|w| w.message.contains("nope")).count(),
+            1,
+            "{w:?}"
+        );
+        assert!(w.iter().any(|w| w.rule == "queue.unknown"), "{w:?}");
     }
 }
 

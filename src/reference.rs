@@ -792,13 +792,32 @@ pub struct RuleDoc<'a> {
     pub on_update: &'a str,
 }
 
-/// A page of every denial and warning, from a rule table: one row per rule, in the table's
-/// order. A rule without a meaning or a remedy is an error.
-pub fn rules_page(rules: &[RuleDoc<'_>]) -> Result<String, String> {
+/// One warning launchgate gives that is no rule's violation, as the notice table describes it.
+#[derive(Debug, Clone, Copy)]
+pub struct NoticeDoc<'a> {
+    /// The notice's id (what `launchgate_warnings_total{rule}` names).
+    pub id: &'a str,
+    /// The setting or step that gives it.
+    pub source: &'a str,
+    /// What it means.
+    pub meaning: &'a str,
+    /// What to do about it.
+    pub what_to_do: &'a str,
+}
+
+/// A page of every denial and warning, from the rule and notice tables: one section per rule,
+/// then one per notice, in the tables' order. One without a meaning or a remedy is an error.
+pub fn rules_page(rules: &[RuleDoc<'_>], notices: &[NoticeDoc<'_>]) -> Result<String, String> {
     let missing: Vec<&str> = rules
         .iter()
         .filter(|r| r.meaning.trim().is_empty() || r.what_to_do.trim().is_empty())
         .map(|r| r.id)
+        .chain(
+            notices
+                .iter()
+                .filter(|n| n.meaning.trim().is_empty() || n.what_to_do.trim().is_empty())
+                .map(|n| n.id),
+        )
         .collect();
     if !missing.is_empty() {
         return Err(format!(
@@ -828,6 +847,24 @@ pub fn rules_page(rules: &[RuleDoc<'_>]) -> Result<String, String> {
             cell(r.what_to_do),
             cell(r.on_update),
             cell(r.native)
+        );
+    }
+    out.push_str(
+        "\n## Warnings\n\n\
+         Besides the rules' violations answered with a warning (under their rule's id above), \
+         launchgate warns about what it did to a workload, or left undone, under these ids: \
+         `launchgate_warnings_total{rule}`, the decision log's `warning_rules`, Events, \
+         `validate -o yaml` and audit reports carry them.\n",
+    );
+    for n in notices {
+        let anchor = n.id.replace('.', "-");
+        let _ = write!(
+            out,
+            "\n<a id=\"{anchor}\"></a>\n\n### `{}`\n\n- **Given by:** `{}`\n- **Meaning:** {}\n- **What to do:** {}\n",
+            n.id,
+            n.source,
+            cell(n.meaning),
+            cell(n.what_to_do),
         );
     }
     Ok(out)
@@ -907,7 +944,7 @@ mod tests {
             on_update: "refused only if it grew",
         };
         assert!(
-            rules_page(&[rule])
+            rules_page(&[rule], &[])
                 .unwrap_err()
                 .contains("limits.variables")
         );
@@ -916,10 +953,30 @@ mod tests {
             ..rule
         };
         assert!(
-            rules_page(&[fine])
+            rules_page(&[fine], &[])
                 .unwrap()
                 .contains("## `limits.variables`")
         );
+        let notice = NoticeDoc {
+            id: "cache.mountTaken",
+            source: "cache",
+            meaning: "Taken.",
+            what_to_do: "",
+        };
+        assert!(
+            rules_page(&[fine], &[notice])
+                .unwrap_err()
+                .contains("cache.mountTaken")
+        );
+        let page = rules_page(
+            &[fine],
+            &[NoticeDoc {
+                what_to_do: "Move it.",
+                ..notice
+            }],
+        )
+        .unwrap();
+        assert!(page.contains("### `cache.mountTaken`"), "{page}");
     }
 
     #[test]

@@ -5,9 +5,15 @@
 //!
 //! A check reports a [`Violation`] naming its rule; metrics
 //! (`launchgate_violations_total{rule}`), Kubernetes Events, the decision log, the audit's
-//! reports and the playground read the rule id from it, never from the message text. The native
-//! compiler prints a rule's [`Native::WebhookOnly`] reason in `compile-native --report`, and
-//! [`reference`] lists the table for the generated reference page.
+//! reports and the playground read the rule id from it, never from the message text. Each rule
+//! says what in a queue's settings makes it deny ([`Denies`]): the fail-closed routing reads
+//! that. The native compiler prints a rule's [`Native::WebhookOnly`] reason in
+//! `compile-native --report`, and [`reference`] lists the table for the generated reference
+//! page.
+//!
+//! A warning that is no rule's violation is a [`Notice`] ([`NOTICES`]): every [`Warning`]
+//! carries the id of its rule or notice, counted in `launchgate_warnings_total{rule}` and listed
+//! by [`notice_reference`].
 //!
 //! The table is data at the bottom of the crate (it imports nothing), so the paths that check
 //! (`validate`, `review`), the native compiler and the shells all read the same entries.
@@ -50,6 +56,49 @@ pub struct Rule {
     pub native: Native,
     /// How an UPDATE is judged by it.
     pub update: OnUpdate,
+    /// What in a queue's configuration makes it deny: a queue where any rule denies is served
+    /// by the fail-closed webhook (`Policy::deny_rules`).
+    pub denies: Denies,
+}
+
+/// What makes a rule deny in a queue. A queue with any rule that denies is served by the
+/// fail-closed validating webhook, so an outage never admits what launchgate would deny; the
+/// policy reads each variant from the queue's settings (`Policy::deny_rules`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Denies {
+    /// `limits.enforcement: deny` (the default).
+    LimitsEnforcement,
+    /// `limits.enforcement: deny`, `trainingRuntimes: clusterOnly` (the default), and something
+    /// bounds a run's size (`totals`, the GPU-hour ceiling).
+    TrainingRuntimes,
+    /// `limits.unverifiableRuntime: deny` (the default), and something bounds a run's size.
+    UnverifiableRuntime,
+    /// `limits.enforcement: deny` and the queue hands off to Kueue (`kueue`).
+    Kueue,
+    /// `guardrails.gang: deny`.
+    Gang,
+    /// `guardrails.costCeiling.maxGpuHours` with `enforcement: deny`.
+    CostCeiling,
+    /// The PyTorch wiring on, with `onUnwirable: deny`.
+    PytorchUnwirable,
+    /// An exemption the queue's pods could inherit (`match.exemptions`, or the queue's own):
+    /// a mark naming one would exempt what inherits it. Denied whenever launchgate answers,
+    /// but it alone does not make the queue fail closed ([`Denies::routes_fail_closed`]).
+    Exemptions,
+    /// No queue's setting: a request no queue judges (a Scale whose owner cannot be read), or
+    /// the server's own bounds.
+    Never,
+}
+
+impl Denies {
+    /// Whether a rule that denies this way makes its queue's validating webhook fail closed.
+    /// A forged exemption mark does not: a queue whose every limit only warns stays open
+    /// during an outage (a warn-only rollout must never block a run), and while launchgate is
+    /// down nothing it would judge is judged anyway; whenever it answers, the mark is denied.
+    pub fn routes_fail_closed(self) -> bool {
+        !matches!(self, Denies::Exemptions | Denies::Never)
+    }
 }
 
 /// How a rule judges an UPDATE. Whatever the rule, an UPDATE that brings an object into a
@@ -100,6 +149,7 @@ pub const LIMITS_ALLOWED_NAMESPACES: &Rule = &Rule {
     action: "submit to a listed namespace, or use another queue",
     native: Native::Cel("the namespace compared with the list (validate::native)"),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.variables` (and the envelope they set on every container).
@@ -112,6 +162,7 @@ pub const LIMITS_VARIABLES: &Rule = &Rule {
         "each position of the variable, bound to the workload's pod templates and containers by role and name (validate::native); a position CEL cannot place is listed in the report",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.fields`.
@@ -122,6 +173,7 @@ pub const LIMITS_FIELDS: &Rule = &Rule {
     action: "bring the value within the bound the message names",
     native: Native::Cel("each field path under the root or every pod template (validate::native)"),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.strict`.
@@ -134,6 +186,7 @@ pub const LIMITS_STRICT: &Rule = &Rule {
         "the template's fixed values compare by JSON value and by `${macro}` pattern",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.totals`.
@@ -146,6 +199,7 @@ pub const LIMITS_TOTALS: &Rule = &Rule {
         "the sum over the kind's pod templates of pods at once × per-pod amount (validate::native)",
     ),
     update: OnUpdate::Grown,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.maxActiveDeadlineSeconds`.
@@ -158,6 +212,7 @@ pub const LIMITS_MAX_ACTIVE_DEADLINE_SECONDS: &Rule = &Rule {
         "the run-level and pod-template deadlines compared with the maximum (validate::native)",
     ),
     update: OnUpdate::Grown,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.allowedRegistries`.
@@ -168,6 +223,7 @@ pub const LIMITS_ALLOWED_REGISTRIES: &Rule = &Rule {
     action: "use an image from a listed registry",
     native: Native::Cel("every image, normalised, against the prefixes (validate::native)"),
     update: OnUpdate::Changed,
+    denies: Denies::LimitsEnforcement,
 };
 
 /// `queues.<queue>.limits.unverifiableRuntime`.
@@ -180,6 +236,7 @@ pub const LIMITS_UNVERIFIABLE_RUNTIME: &Rule = &Rule {
         "a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs",
     ),
     update: OnUpdate::CreateOnly,
+    denies: Denies::UnverifiableRuntime,
 };
 
 /// `queues.<queue>.limits.trainingRuntimes`.
@@ -192,6 +249,7 @@ pub const LIMITS_TRAINING_RUNTIMES: &Rule = &Rule {
         "a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::TrainingRuntimes,
 };
 
 /// `queues.<queue>.kueue`: the Kueue labels are the queue's.
@@ -202,6 +260,7 @@ pub const KUEUE_LABELS: &Rule = &Rule {
     action: "remove the label (launchgate writes the queue's at creation) or set the queue's value; a shorter run time is fine",
     native: Native::Cel("the labels compared with the queue's (native::kueue)"),
     update: OnUpdate::Changed,
+    denies: Denies::Kueue,
 };
 
 /// `queues.<queue>.guardrails.gang: deny`.
@@ -214,6 +273,7 @@ pub const GUARDRAILS_GANG: &Rule = &Rule {
         "the rendezvous size comes from the topology reading the wiring uses",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::Gang,
 };
 
 /// `queues.<queue>.guardrails.costCeiling.maxGpuHours`.
@@ -226,6 +286,7 @@ pub const GUARDRAILS_COST_CEILING: &Rule = &Rule {
         "GPU-hours multiply the topology's GPUs at once by the run's bound (its run-level deadline, or a JobSet's Job deadlines × (failurePolicy.maxRestarts + 1), a Volcano Job's pod deadlines × (maxRetry + 1)), with the deadline the mutation may have written; this stays in the webhook",
     ),
     update: OnUpdate::Grown,
+    denies: Denies::CostCeiling,
 };
 
 /// `queues.<queue>.pytorch.onUnwirable: deny`.
@@ -238,6 +299,7 @@ pub const PYTORCH_ON_UNWIRABLE: &Rule = &Rule {
         "the distributed wiring reads the whole topology (master, ranks, world size) and, for controller-made pods, their workload (cluster lookups)",
     ),
     update: OnUpdate::CreateOnly,
+    denies: Denies::PytorchUnwirable,
 };
 
 /// A workload carrying an exemption mark launchgate did not write.
@@ -250,6 +312,7 @@ pub const EXEMPTIONS_UNEARNED_MARK: &Rule = &Rule {
         "a mark on a workload that is not a verified controller's child, refused on CREATE and on an UPDATE that labels the workload into the queue, where an exemption is configured (native::select::unproven_marks): nothing in the native policies writes one",
     ),
     update: OnUpdate::Changed,
+    denies: Denies::Exemptions,
 };
 
 /// A PyTorchJob Scale whose PyTorchJob cannot be read.
@@ -262,6 +325,7 @@ pub const SCALE_UNREADABLE_OWNER: &Rule = &Rule {
         "a Scale carries no labels: its queue is its PyTorchJob's, read from the cluster",
     ),
     update: OnUpdate::Grown,
+    denies: Denies::Never,
 };
 
 /// A request whose object would need more memory than the server's whole budget.
@@ -274,6 +338,7 @@ pub const SERVER_TOO_DENSE: &Rule = &Rule {
         "a memory budget is the webhook's; the API server bounds a policy's CEL cost itself",
     ),
     update: OnUpdate::Every,
+    denies: Denies::Never,
 };
 
 /// A request whose object would take longer to review than the request deadline allows.
@@ -286,6 +351,7 @@ pub const SERVER_TOO_SLOW: &Rule = &Rule {
         "a request deadline is the webhook's; the API server bounds a policy's CEL cost itself",
     ),
     update: OnUpdate::Every,
+    denies: Denies::Never,
 };
 
 /// Every rule, in the order the reference lists them.
@@ -312,6 +378,239 @@ pub const RULES: &[&Rule] = &[
 /// The rule with `id`.
 pub fn by_id(id: &str) -> Option<&'static Rule> {
     RULES.iter().copied().find(|r| r.id == id)
+}
+
+/// A warning launchgate gives that is no rule's violation: something it did to the workload,
+/// or left undone, and why. Every warning carries an id — a rule's, for a violation answered
+/// with a warning or one an UPDATE carries, else a notice's — so metrics
+/// (`launchgate_warnings_total{rule}`), Events, the decision log, `validate -o yaml` and the
+/// audit's reports name it.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Notice {
+    /// Stable id, config-key-like (`cache.mountTaken`); never a rule's.
+    pub id: &'static str,
+    /// What gives it: the setting or step (`queues.<queue>.cache`).
+    pub source: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+    /// What to do about it.
+    pub action: &'static str,
+}
+
+macro_rules! notices {
+    ($($(#[$doc:meta])* $name:ident = $id:literal, $source:literal, $meaning:literal, $action:literal;)*) => {
+        $($(#[$doc])* pub const $name: &Notice = &Notice {
+            id: $id,
+            source: $source,
+            meaning: $meaning,
+            action: $action,
+        };)*
+        /// Every notice, in the order the reference lists them.
+        pub const NOTICES: &[&Notice] = &[$($name),*];
+    };
+}
+
+notices! {
+    /// No queue resolved and no default queue.
+    QUEUE_NONE = "queue.none", "queues, defaultQueue",
+        "the launch workload names no configured queue and no default queue is set: nothing was checked",
+        "name a configured queue in the workload's queue label, or the platform team sets defaultQueue";
+    /// The queue named is not configured; the default's settings were applied.
+    QUEUE_UNKNOWN = "queue.unknown", "queues, namespaceQueues, defaultQueue",
+        "the queue the workload names is not configured: the namespace's or the default queue's settings were applied",
+        "name a configured queue";
+    /// An exemption that looks as if it applies but does not.
+    EXEMPTIONS_NOT_APPLIED = "exemptions.notApplied", "match.exemptions, queues.<queue>.exemptions",
+        "the object carries an exemption's labels, but the exemption's requesters or namespaces do not match: a label alone exempts nothing",
+        "submit as a requester the exemption lists, or expect every rule of the queue";
+    /// A mark of exemption removed by the mutating webhook.
+    EXEMPTIONS_MARK_REMOVED = "exemptions.markRemoved", "match.exemptions, queues.<queue>.exemptions",
+        "launchgate removed a launchgate.io/exempted-by annotation it did not write: only a workload an exemption covers carries one",
+        "do not set the annotation; exemptions go by requester and namespace";
+    /// An object naming a controller it cannot be verified to come from.
+    OWNER_UNVERIFIED = "owner.unverified", "match.podCreators",
+        "the object names a launch workload as its controller but is not verifiably that controller's (another sender, or without the owner's mark): it is judged (and wired) as a workload of its own",
+        "add the controller's user to match.podCreators, or expect the object to be judged on every rule";
+    /// The namespace of the object is unknown.
+    LIMITS_NAMESPACE_UNKNOWN = "limits.namespaceUnknown", "queues.<queue>.limits.allowedNamespaces",
+        "the request carries no namespace, so allowedNamespaces was not checked",
+        "none: the API server sends the namespace of a namespaced object";
+    /// Job defaults written where the kind has no such field.
+    JOB_DEFAULTS_MISPLACED = "jobDefaults.misplaced", "queues.<queue>.jobDefaults",
+        "a Job default names a field the workload's kind does not have; it was not written",
+        "set the field the message names instead";
+    /// A privileged container's securityContext is left alone.
+    SECURITY_CONTEXT_PRIVILEGED = "securityContext.privileged", "queues.<queue>.securityContext",
+        "a privileged container's securityContext was left as is",
+        "drop privileged: true if the container does not need it";
+    /// CAP_SYS_ADMIN keeps privilege escalation.
+    SECURITY_CONTEXT_SYS_ADMIN = "securityContext.sysAdmin", "queues.<queue>.securityContext",
+        "a container adds CAP_SYS_ADMIN, so allowPrivilegeEscalation was left unset",
+        "drop the capability if the container does not need it";
+    /// Containers running as root keep the pod from runAsNonRoot.
+    SECURITY_CONTEXT_ROOT = "securityContext.root", "queues.<queue>.securityContext",
+        "a container runs as UID 0, so pod-level runAsNonRoot was not added (the kubelet would refuse to start it)",
+        "run the container as a non-root user";
+    /// A TrainJob's runtime cannot be read, so its node pods were not hardened.
+    SECURITY_CONTEXT_UNREADABLE_RUNTIME = "securityContext.unreadableRuntime", "queues.<queue>.securityContext",
+        "the TrainJob's runtime cannot be read, so launchgate did not set the container defaults on its node pods (a privileged or root runtime would make them invalid)",
+        "turn on cluster lookups, or put the runtime's manifest beside the TrainJob offline";
+    /// The cache volume's name is taken.
+    CACHE_VOLUME_TAKEN = "cache.volumeTaken", "queues.<queue>.cache.volumeName",
+        "the pod spec already has a volume of the cache's name for other storage: the shared cache was not added",
+        "rename that volume, or the platform team changes cache.volumeName";
+    /// The cache volume is mounted read-only.
+    CACHE_READ_ONLY = "cache.readOnly", "queues.<queue>.cache",
+        "a container mounts the cache volume read-only: the cache variables were not pointed there",
+        "mount it read-write, or set the variables yourself";
+    /// Something else is mounted at the cache's path.
+    CACHE_MOUNT_TAKEN = "cache.mountTaken", "queues.<queue>.cache.mountPath",
+        "a container already mounts something at the cache's path: the shared cache was not mounted there",
+        "mount the other volume elsewhere";
+    /// Variables left unset because envFrom may set them.
+    ENV_FROM = "env.envFrom", "queues.<queue>.cache.env, queues.<queue>.pytorch",
+        "a container may receive a variable launchgate sets from envFrom, whose keys launchgate cannot see: it was left unset, since an env entry would override that value",
+        "set the variables in env to have launchgate's values";
+    /// A Kueue label was not written.
+    KUEUE_NOT_MANAGED = "kueue.notManaged", "queues.<queue>.kueue",
+        "the queue hands off to a Kueue LocalQueue, but Kueue does not manage this workload (its kind, or a child of a managed workload): no Kueue label was written",
+        "none, or submit a kind Kueue manages";
+    /// A Kueue label replaced by the queue's.
+    KUEUE_LABEL_REPLACED = "kueue.labelReplaced", "queues.<queue>.kueue",
+        "a Kueue label the workload set was replaced by the queue's value",
+        "remove the label: launchgate writes the queue's";
+    /// A gang minimum raised.
+    GUARDRAILS_GANG_RAISED = "guardrails.gangRaised", "queues.<queue>.guardrails.gang",
+        "`gang: raise`: the gang scheduler's minimum was below the job's rendezvous size and was raised to it, so the job starts whole",
+        "none; set the minimum yourself to silence it";
+    /// No podFailurePolicy could be added.
+    GUARDRAILS_PREEMPTION = "guardrails.preemption", "queues.<queue>.guardrails.preemption",
+        "no podFailurePolicy could be added (Kubernetes allows one only with restartPolicy: Never and podReplacementPolicy: Failed): a preemption or node drain counts as a failure of the run",
+        "use restartPolicy: Never and podReplacementPolicy: Failed";
+    /// /dev/shm was not added.
+    GUARDRAILS_SHARED_MEMORY = "guardrails.sharedMemory", "queues.<queue>.guardrails.sharedMemory",
+        "/dev/shm was not added: a volume of its name is no emptyDir, or a container's memory limit is below its size (it counts against that limit)",
+        "rename the volume, or raise the memory limit";
+    /// Several GPUs without a multi-process launcher.
+    GUARDRAILS_MULTI_GPU = "guardrails.multiGpu", "queues.<queue>.guardrails.multiGpu",
+        "a container asks for several GPUs but starts no multi-process launcher and sets no processes per node: a plain `python train.py` uses one",
+        "start with torchrun (or another launcher), or ask for one GPU";
+    /// The rendezvous Service as the cluster has it now.
+    GUARDRAILS_RENDEZVOUS_PREFLIGHT = "guardrails.rendezvousPreflight", "queues.<queue>.guardrails.rendezvousPreflight",
+        "the headless Service the wired Job's pods need for their rendezvous is missing or does not select them",
+        "create the Service the message names";
+    /// The PyTorch wiring skipped.
+    PYTORCH_WIRING_SKIPPED = "pytorch.wiringSkipped", "queues.<queue>.pytorch",
+        "a distributed PyTorch job launchgate would wire cannot rendezvous as written: the wiring was skipped (and `onUnwirable: deny` denies it)",
+        "fix the shape the message names, or opt the job out with the label launchgate.io/pytorch: \"false\"";
+    /// A pod the wiring cannot place.
+    PYTORCH_POD_UNWIRED = "pytorch.podUnwired", "queues.<queue>.pytorch",
+        "a controller's pod could not be placed in its job's rendezvous (no record, no Job name, its job never seen): no PyTorch env was written",
+        "none; the message says what the pod lacks";
+    /// RANK left unset on a pod.
+    PYTORCH_RANK_UNSET = "pytorch.rankUnset", "queues.<queue>.pytorch",
+        "a controller's pod carries no usable index: RANK was not set",
+        "none; the message says what the pod lacks";
+    /// A Volcano Job read with the default task names.
+    PYTORCH_DEFAULT_TASKS = "pytorch.defaultTasks", "queues.<queue>.pytorch",
+        "the pod's Volcano Job cannot be read: RANK is set assuming the default task names, the rest of the env is left to the Volcano pytorch plugin",
+        "turn on cluster lookups";
+    /// Arguments of the Volcano pytorch plugin ignored.
+    PYTORCH_VOLCANO_PLUGIN = "pytorch.volcanoPlugin", "queues.<queue>.pytorch",
+        "the Volcano pytorch plugin's arguments are not as it reads them: it ignores the rest, and so does launchgate",
+        "fix the argument the message names";
+    /// A TrainJob gets its env from Kubeflow Trainer.
+    PYTORCH_TRAIN_JOB = "pytorch.trainJob", "queues.<queue>.pytorch",
+        "a TrainJob gets no PyTorch env from launchgate: Kubeflow Trainer sets it",
+        "none";
+    /// A variable the user set kept.
+    PYTORCH_ENV_KEPT = "pytorch.envKept", "queues.<queue>.pytorch.override",
+        "a container keeps a rendezvous variable it sets, whose value differs from launchgate's",
+        "remove it, or `pytorch.override: true` replaces it";
+    /// A port declared with another number kept.
+    PYTORCH_PORT_KEPT = "pytorch.portKept", "queues.<queue>.pytorch",
+        "a container declares the rendezvous port's name with another number: it was left as is",
+        "declare the rendezvous port";
+    /// A hostNetwork pod's dnsPolicy kept.
+    PYTORCH_HOST_NETWORK_DNS = "pytorch.hostNetworkDns", "queues.<queue>.pytorch",
+        "a hostNetwork pod spec sets a dnsPolicy under which its pods cannot resolve each other: it was left as is",
+        "use dnsPolicy: ClusterFirstWithHostNet";
+    /// A PyTorchJob with only a generateName.
+    PYTORCH_NO_MASTER_WAIT = "pytorch.noMasterWait", "queues.<queue>.pytorch",
+        "a PyTorchJob with only a generateName: its master's address is not known at admission, so its workers get no wait-for-master init container",
+        "give the PyTorchJob a name";
+    /// A variable the PyTorchJob operator overrides.
+    PYTORCH_OPERATOR_ENV = "pytorch.operatorEnv", "queues.<queue>.pytorch",
+        "a container sets a variable the PyTorchJob operator appends its own of, which wins",
+        "remove it";
+    /// Warnings beyond what the API server shows.
+    SERVER_WARNINGS_OMITTED = "server.warningsOmitted", "the API server's warning budget",
+        "more warnings than the API server shows in one response: the rest were omitted",
+        "fix the warnings shown, then look again";
+}
+
+/// The notice with `id`.
+pub fn notice_by_id(id: &str) -> Option<&'static Notice> {
+    NOTICES.iter().copied().find(|n| n.id == id)
+}
+
+/// One warning given to the user: its message and the id of its rule or notice.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Warning {
+    /// The rule's or notice's id.
+    pub rule: &'static str,
+    /// The warning as kubectl prints it.
+    pub message: String,
+}
+
+impl Warning {
+    /// A warning of `notice`.
+    pub fn new(notice: &'static Notice, message: impl Into<String>) -> Self {
+        debug_assert!(
+            notice_by_id(notice.id).is_some_and(|n| n == notice),
+            "notice {} is not in rules::NOTICES",
+            notice.id
+        );
+        Warning {
+            rule: notice.id,
+            message: message.into(),
+        }
+    }
+
+    /// The warning a violation answered with a warning (or carried by an UPDATE) gives.
+    pub fn of(violation: &Violation) -> Self {
+        Warning {
+            rule: violation.rule.id,
+            message: violation.message.clone(),
+        }
+    }
+}
+
+/// One row of the notice reference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NoticeReference {
+    /// The notice id.
+    pub id: &'static str,
+    /// What gives it.
+    pub source: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+    /// What to do.
+    pub action: &'static str,
+}
+
+/// The notices, one row each in [`NOTICES`] order: what a generated reference page renders.
+pub fn notice_reference() -> Vec<NoticeReference> {
+    NOTICES
+        .iter()
+        .map(|n| NoticeReference {
+            id: n.id,
+            source: n.source,
+            meaning: n.meaning,
+            action: n.action,
+        })
+        .collect()
 }
 
 /// One row of the rule reference, ready to render (a Markdown table row, a JSON entry).
@@ -497,6 +796,32 @@ mod tests {
                 Native::Cel(t) | Native::WebhookOnly(t) => assert!(!t.is_empty(), "{}", r.id),
             }
         }
+    }
+
+    #[test]
+    fn notice_ids_are_unique_config_like_documented_and_no_rules() {
+        let mut seen: std::collections::BTreeSet<&str> = RULES.iter().map(|r| r.id).collect();
+        for n in NOTICES {
+            assert!(seen.insert(n.id), "{} twice, or a rule's", n.id);
+            let (area, name) = n.id.split_once('.').expect("area.name");
+            assert!(
+                [area, name]
+                    .iter()
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric())),
+                "{}",
+                n.id
+            );
+            assert!(!n.source.is_empty() && !n.meaning.is_empty() && !n.action.is_empty());
+            assert_eq!(notice_by_id(n.id), Some(*n));
+        }
+        assert_eq!(notice_reference().len(), NOTICES.len());
+        let w = Warning::new(CACHE_MOUNT_TAKEN, "m");
+        assert_eq!(
+            serde_json::to_value(&w).unwrap(),
+            serde_json::json!({"rule": "cache.mountTaken", "message": "m"})
+        );
+        let v = Violation::new(LIMITS_TOTALS, "over").effect(Effect::Warn);
+        assert_eq!(Warning::of(&v).rule, "limits.totals");
     }
 
     #[test]

@@ -316,6 +316,10 @@ fn validate_reads_several_files_directories_and_stdin() {
             .contains("exceeds maximum 4")
     );
     assert_eq!(denied["queue"], "gpu-queue");
+    // The rules that deny, and each violation with its rule id and where it is.
+    assert_eq!(denied["rules"], serde_json::json!(["limits.variables"]));
+    assert_eq!(denied["violations"][0]["rule"], "limits.variables");
+    assert_eq!(denied["violations"][0]["effect"], "deny");
 
     // YAML, same content.
     let out = launchgate(&[
@@ -328,12 +332,14 @@ fn validate_reads_several_files_directories_and_stdin() {
     assert!(out.status.success());
     let verdicts: Value = serde_yaml::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(verdicts[0]["allowed"], true);
+    // Each warning with the id of its rule or notice.
     assert!(
-        verdicts[0]["warnings"][0]
+        verdicts[0]["warnings"][0]["message"]
             .as_str()
             .unwrap()
             .contains("k8s-test")
     );
+    assert_eq!(verdicts[0]["warnings"][0]["rule"], "queue.unknown");
 }
 
 #[test]

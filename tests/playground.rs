@@ -194,13 +194,14 @@ async fn the_api_judges_a_manifest_under_the_built_in_policy() {
     let r = &answer["results"][0];
     assert_eq!(r["verdict"], "allowed", "{r}");
     assert!(
-        r["warnings"][0]
+        r["warnings"][0]["message"]
             .as_str()
             .unwrap()
             .contains("already so before this update"),
         "{r}"
     );
     assert!(rules(r).contains(&"limits.variables".to_string()), "{r}");
+    assert_eq!(r["warnings"][0]["rule"], "limits.variables", "{r}");
 }
 
 #[tokio::test]
@@ -234,10 +235,12 @@ async fn the_api_imports_a_wandb_queue_and_reports_warnings_and_exemptions() {
     assert!(
         warnings
             .iter()
-            .any(|w| w.as_str().unwrap().contains("other-queue")),
+            .any(|w| w["message"].as_str().unwrap().contains("other-queue")
+                && w["rule"] == "queue.unknown"),
         "{r}"
     );
-    assert!(rules(r).contains(&"warning".to_string()), "{r}");
+    // The trail names the warning by its id.
+    assert!(rules(r).contains(&"queue.unknown".to_string()), "{r}");
 
     // Exemptions go by who asks and what it is: the agent's kaniko build is left alone; the
     // agent's training run labelled like one, and anyone else's build, are not.

@@ -5,8 +5,8 @@
 mod common;
 
 use launchgate::reference::{
-    REGENERATE_HINT, RuleDoc, chart_values_page, cli_page, config_page, kinds_list, kinds_page,
-    metrics_page, rules_page,
+    NoticeDoc, REGENERATE_HINT, RuleDoc, chart_values_page, cli_page, config_page, kinds_list,
+    kinds_page, metrics_page, rules_page,
 };
 use serde_json::Value;
 
@@ -98,7 +98,16 @@ fn rules_reference_matches_the_rule_table() {
             native,
         })
         .collect();
-    check("docs/reference/rules.md", rules_page(&docs));
+    let notices: Vec<NoticeDoc<'_>> = launchgate::rules::notice_reference()
+        .into_iter()
+        .map(|n| NoticeDoc {
+            id: n.id,
+            source: n.source,
+            meaning: n.meaning,
+            what_to_do: n.action,
+        })
+        .collect();
+    check("docs/reference/rules.md", rules_page(&docs, &notices));
 }
 
 /// The metric families of an OpenMetrics exposition (its `# TYPE` lines).

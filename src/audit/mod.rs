@@ -11,7 +11,7 @@ pub mod scan;
 
 use crate::admission::AdmissionRequest;
 use crate::cluster::ClusterView;
-use crate::judge::{Stage, judge};
+use crate::judge::judge;
 use crate::policy::Policy;
 use crate::rules::Effect;
 use crate::workload::WorkloadKind;
@@ -172,17 +172,17 @@ pub struct AuditEntry {
     pub queue: Option<String>,
     /// What admission would say today.
     pub result: AuditResult,
-    /// The id of the rule ([`crate::rules`]) that denies or warns (the first, when several
-    /// do: all are in `rules`); for a warning no rule makes, the webhook that gives it
-    /// (`mutate` or `validate`); `admission` on a pass.
+    /// The id of the rule or notice ([`crate::rules`]) that denies or warns (the first, when
+    /// several do: all are in `rules`); `admission` on a pass.
     pub rule: &'static str,
-    /// The ids of every rule that denies or warns, in the order the message names them.
+    /// The ids of every rule (or notice, for a warning) that denies or warns, in the order
+    /// the message names them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<&'static str>,
     /// The denial (fail), the violations or warnings (warn); empty on a pass.
     pub message: String,
-    /// The warnings admission would show.
-    pub warnings: Vec<String>,
+    /// The warnings admission would show, each with its rule's or notice's id.
+    pub warnings: Vec<crate::rules::Warning>,
 }
 
 /// The whole audit.
@@ -298,49 +298,30 @@ pub fn evaluate(
         return None;
     }
     let audit = j.audit_violations();
-    // The rules behind the verdict, read from the structured violations.
-    let found = j
-        .validation
-        .as_ref()
-        .map_or(&[][..], |v| v.summary.violations.as_slice());
-    let rules_of = |effect: Effect| crate::rules::ids(found.iter().filter(|v| v.effect == effect));
-    let (result, rules, stage, message) = match j.denied_by() {
-        Some(stage) => (
-            AuditResult::Fail,
-            rules_of(Effect::Deny),
-            stage,
-            j.message(),
-        ),
+    // The rules behind the verdict, read from the structured violations and warnings.
+    let (result, rules, message) = match j.denied_by() {
+        Some(_) => (AuditResult::Fail, j.denied_rules(), j.message()),
         None if !audit.is_empty() => (
             AuditResult::Warn,
-            rules_of(Effect::Audit),
-            Stage::Validate,
+            crate::rules::ids(j.violations().filter(|v| v.effect == Effect::Audit)),
             audit.join("\n"),
         ),
         None if !warnings.is_empty() => {
-            let stage = if j.mutation.response.warnings.is_empty() {
-                Stage::Validate
-            } else {
-                Stage::Mutate
-            };
-            (
-                AuditResult::Warn,
-                rules_of(Effect::Warn),
-                stage,
-                warnings.join("\n"),
-            )
+            let mut ids: Vec<&'static str> = Vec::new();
+            for w in &warnings {
+                if !ids.contains(&w.rule) {
+                    ids.push(w.rule);
+                }
+            }
+            let lines: Vec<&str> = warnings.iter().map(|w| w.message.as_str()).collect();
+            (AuditResult::Warn, ids, lines.join("\n"))
         }
-        None => (
-            AuditResult::Pass,
-            Vec::new(),
-            Stage::Validate,
-            String::new(),
-        ),
+        None => (AuditResult::Pass, Vec::new(), String::new()),
     };
+    // Every denial and warning names its rule or notice; a result without one is a pass.
     let rule = match (result, rules.first()) {
-        (AuditResult::Pass, _) => "admission",
+        (AuditResult::Pass, _) | (_, None) => "admission",
         (_, Some(id)) => id,
-        (_, None) => stage.as_str(),
     };
     Some(AuditEntry {
         api_version: listed.api_version(),

@@ -293,6 +293,8 @@ fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
                 "skipped": j.skipped(),
                 "deniedBy": j.denied_by().map(|s| s.as_str()),
                 "message": j.message(),
+                "rules": j.denied_rules(),
+                "violations": j.violations().collect::<Vec<_>>(),
                 "warnings": j.warnings(),
                 "auditViolations": j.audit_violations(),
             }));
@@ -309,7 +311,7 @@ fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
             }
         }
         for w in j.warnings() {
-            outln!("  warning: {w}")?;
+            outln!("  warning: {}", w.message)?;
         }
         for v in j.audit_violations() {
             outln!("  audit: {v}")?;

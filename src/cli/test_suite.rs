@@ -18,7 +18,10 @@
 //!     expect:
 //!       result: denied              # allowed | denied | skipped (not a launch workload)
 //!       message: exceeds maximum 4  # substring(s) of the denial message; [] = no denial
+//!       rules: [limits.variables]   # rule id(s), each of some violation (denying, or under
+//!                                   # warn/audit enforcement allowed); [] = no violation
 //!       warnings: [not configured]  # substring(s), each of some warning; [] = no warnings
+//!       warningRules: [queue.unknown]  # id(s) of rules or notices, each of some warning
 //!       mutated: {spec: {backoffLimit: 0}}   # the object after launchgate's mutation
 //!       mutatedMatch: subset        # subset (default; `[]` = an empty or absent list) | full
 //!       patch: [{op: add, path: /spec/backoffLimit, value: 0}]   # the exact JSON Patch
@@ -144,9 +147,16 @@ pub(crate) struct Expectation {
     /// Substring(s) the denial message must contain; an empty list: no denial message.
     #[serde(default)]
     pub(crate) message: Option<OneOrMany>,
+    /// Rule id(s) ([`crate::rules`]), each of some violation found, whatever its enforcement;
+    /// an empty list: no violation at all.
+    #[serde(default)]
+    pub(crate) rules: Option<OneOrMany>,
     /// Substring(s), each contained in some warning; an empty list: no warnings at all.
     #[serde(default)]
     pub(crate) warnings: Option<OneOrMany>,
+    /// Id(s) of rules or notices, each of some warning; an empty list: no warnings at all.
+    #[serde(default)]
+    pub(crate) warning_rules: Option<OneOrMany>,
     /// The object after launchgate's mutation.
     #[serde(default)]
     pub(crate) mutated: Option<Value>,
@@ -262,6 +272,33 @@ pub(crate) fn diff_values(
     }
 }
 
+/// Each of `wanted` among the ids `found`; none wanted (`[]`): none found.
+fn expect_ids(field: &str, what: &str, wanted: Vec<&str>, found: &[&str], out: &mut Vec<Mismatch>) {
+    let got = || {
+        if found.is_empty() {
+            "none".to_string()
+        } else {
+            found.join(", ")
+        }
+    };
+    if wanted.is_empty() && !found.is_empty() {
+        out.push(Mismatch {
+            field: field.into(),
+            expected: "none".into(),
+            got: got(),
+        });
+    }
+    for want in wanted {
+        if !found.contains(&want) {
+            out.push(Mismatch {
+                field: field.into(),
+                expected: format!("{what} {want:?}"),
+                got: got(),
+            });
+        }
+    }
+}
+
 /// Checks one judged document against an expectation. Empty: every expectation holds.
 pub(crate) fn check(expect: &Expectation, j: &Judgement) -> Vec<Mismatch> {
     let mut out = Vec::new();
@@ -306,8 +343,21 @@ pub(crate) fn check(expect: &Expectation, j: &Judgement) -> Vec<Mismatch> {
             }
         }
     }
+    if let Some(r) = &expect.rules {
+        let found = crate::rules::ids(j.violations());
+        expect_ids("rules", "a violation of", r.items(), &found, &mut out);
+    }
+    if let Some(r) = &expect.warning_rules {
+        let mut found: Vec<&str> = Vec::new();
+        for w in j.warnings() {
+            if !found.contains(&w.rule) {
+                found.push(w.rule);
+            }
+        }
+        expect_ids("warningRules", "a warning of", r.items(), &found, &mut out);
+    }
     if let Some(w) = &expect.warnings {
-        let warnings = j.warnings();
+        let warnings: Vec<String> = j.warnings().into_iter().map(|w| w.message).collect();
         let wanted = w.items();
         let got = || {
             if warnings.is_empty() {
@@ -856,6 +906,44 @@ mod tests {
             "{result: allowed, mutated: {spec: {backoffLimit: 0, template: {spec: {containers: [{name: main}]}}}}}",
         );
         assert_eq!(check(&e, &j), []);
+    }
+
+    #[test]
+    fn rules_and_warnings_are_expected_by_id() {
+        let denied = judged(job("8", None));
+        let holds = |yaml: &str, j: &Judgement| check(&expect(yaml), j);
+        assert_eq!(
+            holds("{result: denied, rules: [limits.variables]}", &denied),
+            []
+        );
+        let m = holds("{result: denied, rules: [limits.totals]}", &denied);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(m[0].field, "rules");
+        assert_eq!(m[0].expected, "a violation of \"limits.totals\"");
+        assert!(m[0].got.contains("limits.variables"), "{m:?}");
+        let m = holds("{result: denied, rules: []}", &denied);
+        assert_eq!(m.len(), 1, "{m:?}");
+        let allowed = judged(job("1", None));
+        assert_eq!(holds("{result: allowed, rules: []}", &allowed), []);
+        // A queue that is not configured: warned about by id.
+        let mut unknown = job("1", None);
+        unknown["metadata"]["labels"]["launchgate.io/queue"] = json!("nope");
+        let warned = judged(unknown);
+        assert_eq!(
+            holds("{result: allowed, warningRules: [queue.unknown]}", &warned),
+            []
+        );
+        let m = holds(
+            "{result: allowed, warningRules: [cache.mountTaken]}",
+            &warned,
+        );
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(m[0].field, "warningRules");
+        assert_eq!(m[0].got, "queue.unknown");
+        assert_eq!(
+            holds("{result: allowed, warningRules: []}", &warned)[0].expected,
+            "none"
+        );
     }
 
     #[test]

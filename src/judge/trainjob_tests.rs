@@ -98,7 +98,7 @@ fn a_runtime_that_cannot_be_read_is_never_counted_as_one_node_without_gpus() {
     assert!(
         j.warnings()
             .iter()
-            .any(|w| w.contains("cannot verify the runtime's size")),
+            .any(|w| w.message.contains("cannot verify the runtime's size")),
         "{:?}",
         j.warnings()
     );
@@ -272,11 +272,11 @@ fn hardening_never_makes_a_privileged_runtime_invalid() {
         .with_training_runtime(runtime_with_node_sc("rdma", json!({"privileged": true})));
     let j = judged(&unbounded, trainjob("rdma"), &cluster);
     assert!(
-        j.warnings()
-            .iter()
-            .any(|w| w.contains(
-                r#"the node container of ClusterTrainingRuntime "rdma" (a TrainJob's trainer)"#
-            ) && w.contains("is privileged; its securityContext was left as is")),
+        j.warnings().iter().any(|w| w.message.contains(
+            r#"the node container of ClusterTrainingRuntime "rdma" (a TrainJob's trainer)"#
+        ) && w
+            .message
+            .contains("is privileged; its securityContext was left as is")),
         "{:?}",
         j.warnings()
     );
@@ -313,7 +313,7 @@ fn a_runtime_that_cannot_be_read_gets_no_field_it_could_contradict() {
         "{node}"
     );
     assert!(
-        j.warnings().iter().any(|w| w.contains(
+        j.warnings().iter().any(|w| w.message.contains(
             r#"launchgate: ClusterTrainingRuntime "rdma" cannot be read, so allowPrivilegeEscalation was not set on the TrainJob's node pods"#
         )),
         "{:?}",
@@ -346,9 +346,9 @@ fn a_tenants_privileged_runtime_patch_is_never_contradicted() {
             "{node}"
         );
         assert!(
-            j.warnings()
-                .iter()
-                .any(|w| w.contains("is privileged; its securityContext was left as is")),
+            j.warnings().iter().any(|w| w
+                .message
+                .contains("is privileged; its securityContext was left as is")),
             "{:?}",
             j.warnings()
         );

@@ -289,7 +289,7 @@ fn add_to_pod_spec(
                         .any(|v| workload::name_of(v) == Some(&cfg.volume_name))
                 });
             if taken {
-                findings.warn(format!(
+                findings.warn(crate::rules::CACHE_VOLUME_TAKEN, format!(
                     "launchgate: {spec_path}.volumes already has a volume named {:?} for other storage; the shared cache was not added",
                     cfg.volume_name
                 ));
@@ -319,7 +319,7 @@ fn add_to_pod_spec(
                 .and_then(|m| m.get("mountPath").and_then(Value::as_str))
         {
             // The user mounts the cache storage read-only: that is not a cache.
-            findings.warn(format!(
+            findings.warn(crate::rules::CACHE_READ_ONLY, format!(
                 "launchgate: {where_} mounts the cache volume {volume_name:?} read-only at {path}; {} were not pointed there",
                 cfg.env.keys().cloned().collect::<Vec<_>>().join(", ")
             ));
@@ -335,7 +335,7 @@ fn add_to_pod_spec(
                     cfg.mount_path.clone()
                 };
                 if edit::mount_at(c, &path).is_some() {
-                    findings.warn(format!(
+                    findings.warn(crate::rules::CACHE_MOUNT_TAKEN, format!(
                         "launchgate: {where_} already mounts something at {path}; the shared cache was not mounted there"
                     ));
                     return;
@@ -364,7 +364,7 @@ fn add_to_pod_spec(
             changed |= edit::upsert_env(c, name, &join(&mount_path, sub), false) == Upsert::Added;
         }
         if !from_env_from.is_empty() {
-            findings.warn(super::env_from_warning(where_, &from_env_from));
+            findings.add_warning(super::env_from_warning(where_, &from_env_from));
         }
     });
     // 3. The volume, only when something mounts it.
@@ -436,7 +436,7 @@ mod tests {
             out["spec"]["containers"][1].get("volumeMounts").is_none(),
             "sidecar untouched"
         );
-        assert!(f.warnings.is_empty());
+        assert!(f.warning_texts().is_empty());
     }
 
     #[test]
@@ -478,11 +478,11 @@ mod tests {
                 .len(),
             1
         );
-        assert_eq!(f.warnings.len(), 1);
+        assert_eq!(f.warning_texts().len(), 1);
         assert!(
-            f.warnings[0].contains("spec.containers[0]"),
+            f.warning_texts()[0].contains("spec.containers[0]"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
     }
 
@@ -523,10 +523,10 @@ mod tests {
         assert!(c.get("env").is_none(), "{c}");
         assert_eq!(c["volumeMounts"][0]["mountPath"], "/root/.cache");
         assert!(
-            f.warnings[0].contains("from envFrom (configMapRef \"hf-settings\")")
-                && f.warnings[0].contains("HF_HOME"),
+            f.warning_texts()[0].contains("from envFrom (configMapRef \"hf-settings\")")
+                && f.warning_texts()[0].contains("HF_HOME"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
     }
 
@@ -575,8 +575,12 @@ mod tests {
                 "containers": [{"name": "a", "volumeMounts": [{"name": "nfs-storage", "mountPath": path, "readOnly": true}]}]});
             let (out, f) = mutate_with(&MUTATOR, PVC, pod(spec.clone()));
             assert_eq!(out["spec"], spec, "{path}");
-            assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
-            assert!(f.warnings[0].contains("read-only"), "{:?}", f.warnings);
+            assert_eq!(f.warning_texts().len(), 1, "{:?}", f.warning_texts());
+            assert!(
+                f.warning_texts()[0].contains("read-only"),
+                "{:?}",
+                f.warning_texts()
+            );
         }
         // A cache configured read-only is mounted read-only and gets no env.
         let (out, _) = mutate_with(

@@ -79,11 +79,14 @@ fn gang(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, findings: &mut 
         return false;
     };
     *slot = json!(short.needed);
-    findings.warn(format!(
-        "launchgate: {}; raised to {} so it starts whole (guardrails.gang: raise)",
-        short.explain(ctx.kind),
-        short.needed
-    ));
+    findings.warn(
+        crate::rules::GUARDRAILS_GANG_RAISED,
+        format!(
+            "launchgate: {}; raised to {} so it starts whole (guardrails.gang: raise)",
+            short.explain(ctx.kind),
+            short.needed
+        ),
+    );
     true
 }
 
@@ -122,7 +125,7 @@ fn add_pod_failure_policy(
         .and_then(Value::as_str)
         .map(str::to_string);
     if replacement.as_deref().is_some_and(|r| r != "Failed") && wrote_replacement {
-        findings.warn(format!(
+        findings.warn(crate::rules::GUARDRAILS_PREEMPTION, format!(
             "launchgate: the Job of {at} sets podReplacementPolicy {}, so no podFailurePolicy can be added (Kubernetes allows one only with podReplacementPolicy: Failed): a preemption or node drain counts as a failure of this run",
             replacement.unwrap_or_default()
         ));
@@ -134,7 +137,7 @@ fn add_pod_failure_policy(
         .and_then(|s| s.get("restartPolicy"))
         .and_then(Value::as_str);
     if restart != Some("Never") {
-        findings.warn(format!(
+        findings.warn(crate::rules::GUARDRAILS_PREEMPTION, format!(
             "launchgate: {at} has restartPolicy {}, so no podFailurePolicy can be added (Kubernetes allows one only with restartPolicy: Never): a preemption or node drain counts as a failure of this run",
             restart.unwrap_or("unset")
         ));
@@ -279,7 +282,7 @@ fn shared_memory(
             .find(|v| workload::name_of(v) == Some(SHM_VOLUME))
             .map(|v| v.get("emptyDir").is_some());
         if ours == Some(false) {
-            findings.warn(format!(
+            findings.warn(crate::rules::GUARDRAILS_SHARED_MEMORY, format!(
                 "launchgate: {spec_path}.volumes has a volume named {SHM_VOLUME} that is no emptyDir; /dev/shm was not added"
             ));
             return false;
@@ -300,7 +303,7 @@ fn shared_memory(
                 return;
             }
             if memory_limit(c).is_some_and(|limit| limit < size) {
-                findings.warn(format!(
+                findings.warn(crate::rules::GUARDRAILS_SHARED_MEMORY, format!(
                     "launchgate: {} has a memory limit below the queue's /dev/shm size {size_text} (guardrails.sharedMemory; it counts against that limit); /dev/shm was not added",
                     slot.path(spec_path)
                 ));
@@ -438,7 +441,7 @@ fn multi_gpu(
                 && launcher_of(c).is_none()
                 && !sets_nproc
             {
-                findings.warn(format!(
+                findings.warn(crate::rules::GUARDRAILS_MULTI_GPU, format!(
                     "launchgate: {} asks for {gpus} GPUs but starts no multi-process launcher (torchrun, python -m torch.distributed.run, accelerate launch, deepspeed) and sets no processes per node: a plain `python train.py` uses one GPU and leaves the others idle",
                     slot.path(&info.spec_path())
                 ));
@@ -468,7 +471,7 @@ mod tests {
         );
         let q = "guardrails: {preemption: {enabled: true, retriableExitCodes: [137, 42, 137]}}";
         let (out, f) = mutate_with(&PREEMPTION, q, j.clone());
-        assert!(f.warnings.is_empty());
+        assert!(f.warning_texts().is_empty());
         assert_eq!(
             out["spec"]["podFailurePolicy"],
             json!({"rules": [
@@ -481,7 +484,7 @@ mod tests {
         on_failure["spec"]["template"]["spec"]["restartPolicy"] = json!("OnFailure");
         let (out, f) = mutate_with(&PREEMPTION, q, on_failure.clone());
         assert_eq!(out, on_failure);
-        assert!(f.warnings[0].contains("allows one only with restartPolicy: Never"));
+        assert!(f.warning_texts()[0].contains("allows one only with restartPolicy: Never"));
         let mut own = j.clone();
         own["spec"]["podFailurePolicy"] = json!({"rules": []});
         assert_eq!(mutate_with(&PREEMPTION, q, own.clone()).0, own);
@@ -497,9 +500,9 @@ mod tests {
         let (out, f) = mutate_with(&PREEMPTION, q, written.clone());
         assert_eq!(out, written);
         assert!(
-            f.warnings[0].contains("podReplacementPolicy TerminatingOrFailed"),
+            f.warning_texts()[0].contains("podReplacementPolicy TerminatingOrFailed"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
     }
 
@@ -528,7 +531,7 @@ mod tests {
         let j =
             job(json!({"template": {"spec": {"containers": [container(1, json!(["python"]))]}}}));
         let (out, f) = mutate_with(&SHARED_MEMORY, q, j);
-        assert!(f.warnings.is_empty());
+        assert!(f.warning_texts().is_empty());
         let spec = &out["spec"]["template"]["spec"];
         assert_eq!(
             spec["volumes"][0],
@@ -545,7 +548,7 @@ mod tests {
         let j = job(json!({"template": {"spec": {"containers": [small]}}}));
         let (out, f) = mutate_with(&SHARED_MEMORY, q, j.clone());
         assert_eq!(out, j);
-        assert!(f.warnings[0].contains("memory limit below the queue's /dev/shm size 8Gi"));
+        assert!(f.warning_texts()[0].contains("memory limit below the queue's /dev/shm size 8Gi"));
         let mut own = container(1, json!(["python"]));
         own["volumeMounts"] = json!([{"name": "dshm", "mountPath": "/dev/shm/"}]);
         let j = job(
@@ -629,7 +632,11 @@ mod tests {
                 {"name": "master", "replicas": 1, "template": {}}, {"name": "worker", "replicas": 2, "template": {}}]}});
         let (out, f) = mutate_with(&GANG, "guardrails: {gang: raise}", vc.clone());
         assert_eq!(out["spec"]["minAvailable"], 3);
-        assert!(f.warnings[0].contains("raised to 3"), "{:?}", f.warnings);
+        assert!(
+            f.warning_texts()[0].contains("raised to 3"),
+            "{:?}",
+            f.warning_texts()
+        );
         assert_eq!(
             mutate_with(&GANG, "guardrails: {gang: deny}", vc.clone()).0,
             vc
@@ -645,9 +652,9 @@ mod tests {
         let (out, f) = mutate_with(&MULTI_GPU, q, j.clone());
         assert_eq!(out, j);
         assert!(
-            f.warnings[0].contains("asks for 4 GPUs but starts no multi-process launcher"),
+            f.warning_texts()[0].contains("asks for 4 GPUs but starts no multi-process launcher"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
         for quiet in [
             job(
@@ -657,7 +664,12 @@ mod tests {
                 json!({"template": {"spec": {"containers": [container(1, json!(["python", "train.py"]))]}}}),
             ),
         ] {
-            assert!(mutate_with(&MULTI_GPU, q, quiet).1.warnings.is_empty());
+            assert!(
+                mutate_with(&MULTI_GPU, q, quiet)
+                    .1
+                    .warning_texts()
+                    .is_empty()
+            );
         }
     }
 }

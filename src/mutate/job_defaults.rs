@@ -205,11 +205,14 @@ fn apply(
         .set(key, value.clone());
     if let Some(v) = misplaced {
         let from = default.misplaced.unwrap_or_default().join(".");
-        findings.warn(format!(
-            "launchgate: {from} is not a {} field; set {}={v} instead",
-            kind.api_kind(),
-            default.at.join(".")
-        ));
+        findings.warn(
+            crate::rules::JOB_DEFAULTS_MISPLACED,
+            format!(
+                "launchgate: {from} is not a {} field; set {}={v} instead",
+                kind.api_kind(),
+                default.at.join(".")
+            ),
+        );
     }
     true
 }
@@ -340,7 +343,7 @@ mod tests {
             out["spec"]["ttlSecondsAfterFinished"], 600,
             "unknown fields survive"
         );
-        assert_eq!(f.warnings.len(), 1);
+        assert_eq!(f.warning_texts().len(), 1);
     }
 
     #[test]
@@ -503,6 +506,6 @@ mod tests {
             ),
             "0 is already the value"
         );
-        assert!(findings.warnings.is_empty());
+        assert!(findings.warning_texts().is_empty());
     }
 }

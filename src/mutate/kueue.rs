@@ -249,7 +249,7 @@ pub fn mutate(
     }
     if let Kueue::No(why) = ctx.kind.spec().kueue {
         if cfg.local_queue.is_some() {
-            findings.warn(format!(
+            findings.warn(crate::rules::KUEUE_NOT_MANAGED, format!(
                 "launchgate: the queue hands off to a Kueue LocalQueue, but {why}; no Kueue label was written"
             ));
         }
@@ -270,7 +270,7 @@ pub fn mutate(
         }
         let value = setting.value();
         if let Some(old) = current {
-            findings.warn(format!(
+            findings.warn(crate::rules::KUEUE_LABEL_REPLACED, format!(
                 "launchgate: {} {old:?} replaced by {value:?}: the queue {:?} sets it (kueue.{})",
                 setting.label, ctx.queue_name, setting.key
             ));
@@ -299,17 +299,17 @@ mod tests {
             out["metadata"]["labels"],
             json!({PRIORITY_CLASS_LABEL: "research", QUEUE_NAME_LABEL: "team-a", MAX_EXEC_TIME_LABEL: "86400", "team": "a"})
         );
-        assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
+        assert_eq!(f.warning_texts().len(), 1, "{:?}", f.warning_texts());
         assert!(
-            f.warnings[0]
+            f.warning_texts()[0]
                 .contains(r#"kueue.x-k8s.io/priority-class "urgent" replaced by "research""#),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
         assert_eq!(out["spec"], job["spec"], "suspend is Kueue's");
         let (again, f) = mutate_with(&MUTATOR, QUEUE, out.clone());
         assert_eq!(again, out);
-        assert!(f.warnings.is_empty());
+        assert!(f.warning_texts().is_empty());
     }
 
     #[test]
@@ -329,7 +329,7 @@ mod tests {
                 let labels = &out["metadata"]["labels"];
                 assert_eq!(labels[QUEUE_NAME_LABEL], "team-a", "{object}");
                 assert_eq!(labels[MAX_EXEC_TIME_LABEL], "86400", "{object}");
-                assert_eq!(f.warnings.len(), 2, "{:?}", f.warnings);
+                assert_eq!(f.warning_texts().len(), 2, "{:?}", f.warning_texts());
             }
         }
         // A shorter run is the tenant's to choose.
@@ -390,7 +390,7 @@ mod tests {
         let vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {}, "spec": {}});
         let (out, f) = mutate_with(&MUTATOR, QUEUE, vc.clone());
         assert_eq!(out, vc);
-        assert!(f.warnings[0].contains("Kueue does not manage Volcano Jobs"));
+        assert!(f.warning_texts()[0].contains("Kueue does not manage Volcano Jobs"));
         let (out, _) = mutate_with(
             &MUTATOR,
             "{}",

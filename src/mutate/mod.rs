@@ -14,6 +14,7 @@ use crate::admission::AdmissionRequest;
 use crate::cluster::ClusterView;
 use crate::patch::{MapNode, Node};
 use crate::pytorch::PytorchConfig;
+use crate::rules::{self, Effect, Notice, Violation, Warning};
 use crate::workload::{ContainerAt, ContainerRole, WorkloadKind};
 use cache::CacheConfig;
 use job_defaults::JobDefaultsConfig;
@@ -103,31 +104,135 @@ impl MutationContext<'_> {
     }
 }
 
-/// Messages a mutator or check leaves for the user.
+/// What the mutators and checks found, in the order found: violations of rules (whatever their
+/// effect) and warnings, each naming its rule or notice ([`crate::rules`]). The answer is
+/// rendered from it once: the denial message from the violations that deny, the warnings
+/// kubectl prints from the warnings and the violations that warn.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Findings {
-    /// Shown by kubectl as `Warning: ...`; the request is still allowed.
-    pub warnings: Vec<String>,
-    /// Reasons to deny the request.
-    pub denials: Vec<String>,
+    found: Vec<Finding>,
+}
+
+/// One thing found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Finding {
+    Violation(Violation),
+    Warning(Warning),
+    /// A warning that also explains a denial: why something that looks as if it takes the
+    /// object out of a rule does not (shown as a warning, and under a denial's violations).
+    Note(Warning),
 }
 
 impl Findings {
-    /// Leaves a warning for the user.
-    pub fn warn(&mut self, message: impl Into<String>) {
-        self.warnings.push(message.into());
+    /// Leaves a warning of `notice` for the user.
+    pub fn warn(&mut self, notice: &'static Notice, message: impl Into<String>) {
+        self.found
+            .push(Finding::Warning(Warning::new(notice, message)));
+    }
+
+    /// Leaves a warning made elsewhere (a notice's, or a violation an UPDATE carries).
+    pub fn add_warning(&mut self, warning: Warning) {
+        self.found.push(Finding::Warning(warning));
+    }
+
+    /// Adds warnings made elsewhere.
+    pub fn add_warnings(&mut self, warnings: impl IntoIterator<Item = Warning>) {
+        self.found
+            .extend(warnings.into_iter().map(Finding::Warning));
+    }
+
+    /// Adds warnings that also explain a denial, if there is one: each is shown as a warning,
+    /// and under the violations in the denial message.
+    pub fn add_notes(&mut self, notes: impl IntoIterator<Item = Warning>) {
+        self.found.extend(notes.into_iter().map(Finding::Note));
+    }
+
+    /// Adds a violation, answered by its effect.
+    pub fn add_violation(&mut self, violation: Violation) {
+        self.found.push(Finding::Violation(violation));
+    }
+
+    /// Adds violations, each answered by its effect.
+    pub fn add_violations(&mut self, violations: impl IntoIterator<Item = Violation>) {
+        self.found
+            .extend(violations.into_iter().map(Finding::Violation));
+    }
+
+    /// Every violation, in the order found.
+    pub fn violations(&self) -> impl Iterator<Item = &Violation> {
+        self.found.iter().filter_map(|f| match f {
+            Finding::Violation(v) => Some(v),
+            Finding::Warning(_) | Finding::Note(_) => None,
+        })
+    }
+
+    /// The denial message: the messages of the violations that deny, one a line, then the
+    /// notes; `None` when none denies.
+    pub fn denial(&self) -> Option<String> {
+        let mut lines: Vec<&str> = self
+            .violations()
+            .filter(|v| v.effect == Effect::Deny)
+            .map(|v| v.message.as_str())
+            .collect();
+        if lines.is_empty() {
+            return None;
+        }
+        lines.extend(self.found.iter().filter_map(|f| match f {
+            Finding::Note(w) => Some(w.message.as_str()),
+            _ => None,
+        }));
+        Some(lines.join("\n"))
+    }
+
+    /// The warnings for the user, in the order found: each warning, and each violation that
+    /// warns (with its rule's id).
+    pub fn warnings(&self) -> Vec<Warning> {
+        self.found
+            .iter()
+            .filter_map(|f| match f {
+                Finding::Warning(w) | Finding::Note(w) => Some(w.clone()),
+                Finding::Violation(v) if v.effect == Effect::Warn => Some(Warning::of(v)),
+                Finding::Violation(_) => None,
+            })
+            .collect()
+    }
+
+    /// The violations, moved out, in the order found.
+    pub fn into_violations(self) -> Vec<Violation> {
+        self.found
+            .into_iter()
+            .filter_map(|f| match f {
+                Finding::Violation(v) => Some(v),
+                Finding::Warning(_) | Finding::Note(_) => None,
+            })
+            .collect()
+    }
+
+    /// The warnings' messages (for tests that read what kubectl prints).
+    #[cfg(test)]
+    pub fn warning_texts(&self) -> Vec<String> {
+        self.warnings().into_iter().map(|w| w.message).collect()
+    }
+
+    /// The warnings' ids, in order.
+    #[cfg(test)]
+    pub fn warning_ids(&self) -> Vec<&'static str> {
+        self.warnings().into_iter().map(|w| w.rule).collect()
     }
 }
 
 /// The warning for variables left unset because `envFrom` may set them.
-pub(crate) fn env_from_warning(where_: &dyn std::fmt::Display, vars: &[(&str, String)]) -> String {
+pub(crate) fn env_from_warning(where_: &dyn std::fmt::Display, vars: &[(&str, String)]) -> Warning {
     let names: Vec<&str> = vars.iter().map(|(n, _)| *n).collect();
     let mut sources: Vec<&str> = vars.iter().map(|(_, s)| s.as_str()).collect();
     sources.dedup();
-    format!(
-        "launchgate: {where_} may receive {} from envFrom ({}), whose keys launchgate cannot see: left unset, since an env entry would override that value; set them in env to have launchgate's values",
-        names.join(", "),
-        sources.join(", ")
+    Warning::new(
+        rules::ENV_FROM,
+        format!(
+            "launchgate: {where_} may receive {} from envFrom ({}), whose keys launchgate cannot see: left unset, since an env entry would override that value; set them in env to have launchgate's values",
+            names.join(", "),
+            sources.join(", ")
+        ),
     )
 }
 
@@ -173,6 +278,34 @@ pub fn apply_all(
     }
     labels::record(ctx, object, &applied);
     applied
+}
+
+#[cfg(test)]
+mod findings_tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_is_rendered_from_the_findings_in_order() {
+        let mut f = Findings::default();
+        f.warn(rules::CACHE_MOUNT_TAKEN, "first");
+        f.add_violation(Violation::new(rules::LIMITS_TOTALS, "over").effect(Effect::Warn));
+        f.add_violation(Violation::new(rules::GUARDRAILS_GANG, "short"));
+        f.add_violation(Violation::new(rules::LIMITS_FIELDS, "audited").effect(Effect::Audit));
+        f.add_violation(Violation::new(rules::LIMITS_VARIABLES, "too big"));
+        f.add_notes([Warning::new(rules::OWNER_UNVERIFIED, "why")]);
+        // The notes go under the denial's violations, and among the warnings.
+        assert_eq!(f.denial().as_deref(), Some("short\ntoo big\nwhy"));
+        assert_eq!(
+            f.warning_ids(),
+            ["cache.mountTaken", "limits.totals", "owner.unverified"]
+        );
+        assert_eq!(f.warning_texts(), ["first", "over", "why"]);
+        assert_eq!(f.clone().into_violations().len(), 4);
+        let mut allowed = Findings::default();
+        allowed.add_violation(Violation::new(rules::LIMITS_FIELDS, "w").effect(Effect::Warn));
+        allowed.add_notes([Warning::new(rules::OWNER_UNVERIFIED, "why")]);
+        assert_eq!(allowed.denial(), None);
+    }
 }
 
 /// Helpers for the mutators' unit tests.

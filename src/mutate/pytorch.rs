@@ -86,18 +86,21 @@ impl Site for MutationContext<'_> {
             port,
         ) {
             // The API server cuts long warnings: what and why first.
-            findings.warn(format!("launchgate: rendezvous preflight: {problem}"));
+            findings.warn(
+                crate::rules::GUARDRAILS_RENDEZVOUS_PREFLIGHT,
+                format!("launchgate: rendezvous preflight: {problem}"),
+            );
         }
     }
 }
 
 impl Warnings for Findings {
-    fn warn(&mut self, message: String) {
-        Findings::warn(self, message);
+    fn warn(&mut self, notice: &'static crate::rules::Notice, message: String) {
+        Findings::warn(self, notice, message);
     }
 
     fn env_from(&mut self, where_: &dyn std::fmt::Display, vars: &[(&str, String)]) {
-        Findings::warn(self, super::env_from_warning(where_, vars));
+        self.add_warning(super::env_from_warning(where_, vars));
     }
 }
 
@@ -124,7 +127,7 @@ mod mutator_tests {
     #[test]
     fn volcano_job_is_wired_once_and_sidecars_are_untouched() {
         let (out, f) = mutate_with(&MUTATOR, "{}", vcjob(1));
-        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        assert!(f.warning_texts().is_empty(), "{:?}", f.warning_texts());
         let master = &out["spec"]["tasks"][0]["template"];
         assert_eq!(
             master["metadata"]["annotations"][RANK_OFFSET_ANNOTATION],
@@ -175,9 +178,9 @@ mod mutator_tests {
         }
         assert_eq!(out, expected);
         assert!(
-            f.warnings[0].contains("replicas of the PyTorch master task \"master\" is 2"),
+            f.warning_texts()[0].contains("replicas of the PyTorch master task \"master\" is 2"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
     }
 
@@ -211,9 +214,9 @@ mod mutator_tests {
             json!({"numNodes": 2, "numProcPerNode": 8})
         );
         assert!(
-            f.warnings[0].contains("rejects them from anyone else"),
+            f.warning_texts()[0].contains("rejects them from anyone else"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
         assert!(!serde_json::to_string(&out).unwrap().contains("PET_"));
         let mut own = tj.clone();

@@ -121,9 +121,10 @@ fn default_container(
         .and_then(Value::as_bool)
         == Some(true);
     if privileged {
-        findings.warn(format!(
-            "launchgate: {where_} is privileged; its securityContext was left as is"
-        ));
+        findings.warn(
+            crate::rules::SECURITY_CONTEXT_PRIVILEGED,
+            format!("launchgate: {where_} is privileged; its securityContext was left as is"),
+        );
         return false;
     }
     let before = container.get("securityContext");
@@ -137,7 +138,7 @@ fn default_container(
         if !conflicts_with_sys_admin {
             changed |= set_if_unset(&mut sc, "allowPrivilegeEscalation", Value::Bool(ape));
         } else if is_unset(&sc, "allowPrivilegeEscalation") {
-            findings.warn(format!(
+            findings.warn(crate::rules::SECURITY_CONTEXT_SYS_ADMIN, format!(
                 "launchgate: {where_} adds CAP_SYS_ADMIN; allowPrivilegeEscalation was left unset"
             ));
         }
@@ -213,7 +214,7 @@ fn default_pod(
         if roots.is_empty() {
             changed |= set_if_unset(&mut sc, "runAsNonRoot", Value::Bool(v));
         } else if is_unset(&sc, "runAsNonRoot") {
-            findings.warn(format!(
+            findings.warn(crate::rules::SECURITY_CONTEXT_ROOT, format!(
                 "launchgate: {} run(s) as UID 0 (runAsUser: 0); pod-level runAsNonRoot was not added because the kubelet would refuse to start it",
                 roots.join(", ")
             ));
@@ -401,7 +402,7 @@ fn harden_blind(
         left.push("runAsNonRoot");
     }
     if !left.is_empty() {
-        findings.warn(format!(
+        findings.warn(crate::rules::SECURITY_CONTEXT_UNREADABLE_RUNTIME, format!(
             "launchgate: {runtime} cannot be read, so {} was not set on the TrainJob's node pods (a privileged or root runtime would make them invalid)",
             left.join(" and ")
         ));
@@ -496,7 +497,7 @@ mod tests {
         let (out, f) = mutate_with(&MUTATOR, "{}", pod(json!([{"name": "a"}])));
         let expected: Value = serde_json::from_str(RESTRICTED).unwrap();
         assert_eq!(out["spec"]["containers"][0]["securityContext"], expected);
-        assert!(f.warnings.is_empty());
+        assert!(f.warning_texts().is_empty());
     }
 
     #[test]
@@ -518,8 +519,8 @@ mod tests {
             out["spec"]["containers"][0]["securityContext"],
             json!({"privileged": true})
         );
-        assert_eq!(f.warnings.len(), 1);
-        assert!(f.warnings[0].contains("spec.containers[0]"));
+        assert_eq!(f.warning_texts().len(), 1);
+        assert!(f.warning_texts()[0].contains("spec.containers[0]"));
     }
 
     #[test]
@@ -542,7 +543,7 @@ mod tests {
         let (out, f) = mutate_with(&MUTATOR, "{}", pod(c));
         let sc = &out["spec"]["containers"][0]["securityContext"];
         assert!(sc.get("allowPrivilegeEscalation").is_none());
-        assert_eq!(f.warnings.len(), 1);
+        assert_eq!(f.warning_texts().len(), 1);
     }
 
     #[test]
@@ -566,11 +567,12 @@ mod tests {
             "{}",
             out["spec"]["securityContext"]
         );
-        assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
+        assert_eq!(f.warning_texts().len(), 1, "{:?}", f.warning_texts());
         assert!(
-            f.warnings[0].contains("spec.containers[1] (fixer)") && f.warnings[0].contains("UID 0"),
+            f.warning_texts()[0].contains("spec.containers[1] (fixer)")
+                && f.warning_texts()[0].contains("UID 0"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
         // An init container as root counts too; pod-level runAsUser: 0 inherited counts.
         let mut p = pod(json!([{"name": "app"}]));
@@ -579,9 +581,9 @@ mod tests {
         let (out, f) = mutate_with(&MUTATOR, q, p);
         assert!(out["spec"]["securityContext"].get("runAsNonRoot").is_none());
         assert!(
-            f.warnings[0].contains("initContainers[0] (chown)"),
+            f.warning_texts()[0].contains("initContainers[0] (chown)"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
         let mut p = pod(json!([{"name": "app"}]));
         p["spec"]["securityContext"] = json!({"runAsUser": 0});
@@ -592,7 +594,7 @@ mod tests {
                        {"name": "b", "securityContext": {"runAsUser": 0, "runAsNonRoot": false}}]);
         let (out, f) = mutate_with(&MUTATOR, q, pod(c));
         assert_eq!(out["spec"]["securityContext"]["runAsNonRoot"], true);
-        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        assert!(f.warning_texts().is_empty(), "{:?}", f.warning_texts());
     }
 
     #[test]

@@ -708,12 +708,7 @@ pub fn match_conditions(policy: &Policy, queue: &Queue) -> Vec<(String, String)>
 /// same mark on itself; on CREATE, and on an UPDATE that labels a workload into the queue, it is
 /// refused (`exemptions.unearnedMark`).
 pub fn unproven_marks(policy: &Policy) -> Option<(String, String)> {
-    let any = !policy.config.match_rules.exemptions.is_empty()
-        || policy
-            .queues
-            .values()
-            .any(|q| !q.config.exemptions.is_empty());
-    if !any {
+    if !policy.exemptions_configured() {
         return None;
     }
     let key = lit(EXEMPTED_BY_ANNOTATION);

@@ -2,7 +2,7 @@
 //! chart's `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` (its rules,
 //! selectors, timeouts and launch-workload `matchConditions`), with the validating webhook split
 //! by the queue a request resolves to, so each queue gets the failure policy its rules imply: a
-//! queue with any deny rule ([`crate::policy::Queue::deny_rules`]) fails closed, a queue whose
+//! queue with any deny rule ([`crate::policy::Policy::deny_rules`]) fails closed, a queue whose
 //! every rule only warns or audits fails open.
 //!
 //! A request's queue is resolved in CEL exactly as the native policies resolve it
@@ -316,13 +316,13 @@ pub fn relevant_update<S: AsRef<str>>(keys: &[S]) -> String {
 }
 
 /// The CEL test for "this request fails closed": it resolves to a queue with a deny rule
-/// ([`crate::policy::Queue::has_deny_rule`]: its limits, onUnwirable, gang or cost ceiling), or
+/// ([`Policy::fails_closed`]: a rule of the table denies there), or
 /// CEL cannot resolve its queue the way the webhook does. `None` when no queue denies.
 pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
     let deny: Vec<&str> = policy
         .queues
         .values()
-        .filter(|q| q.has_deny_rule())
+        .filter(|q| policy.fails_closed(q))
         .map(|q| q.key.as_str())
         .collect();
     if deny.is_empty() {
@@ -539,6 +539,19 @@ mod tests {
         );
     }
 
+    /// `policy_with`, without the built-in config's exemption.
+    fn unexempted(extra: &str, edit: impl FnOnce(&mut Value)) -> Policy {
+        let mut config: Value =
+            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
+        config["match"]["exemptions"] = json!([]);
+        let mut warn = config["queues"]["gpu-queue"].clone();
+        warn["limits"]["enforcement"] = json!(extra);
+        warn["pytorch"]["onUnwirable"] = json!("warn");
+        edit(&mut warn);
+        config["queues"]["other-queue"] = warn;
+        Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).expect("policy")
+    }
+
     #[test]
     fn a_queue_with_any_deny_rule_fails_closed() {
         let closed = |p: &Policy| {
@@ -546,58 +559,94 @@ mod tests {
                 .unwrap()
                 .contains("in ['gpu-queue', 'other-queue']")
         };
+        let ids = |p: &Policy| -> Vec<&'static str> {
+            p.deny_rules(p.queue("other-queue").unwrap())
+                .iter()
+                .map(|r| r.id)
+                .collect()
+        };
+        assert!(!closed(&unexempted("warn", |_| {})));
+        assert!(ids(&unexempted("warn", |_| {})).is_empty());
+        // An exemption configured anywhere: a mark launchgate did not write is denied in every
+        // queue (a mark naming the exemption would exempt what inherits it), but that alone
+        // does not make a warn queue fail closed.
+        assert_eq!(ids(&policy("warn")), ["exemptions.unearnedMark"]);
         assert!(!closed(&policy("warn")));
+        assert!(closed(&policy("deny")));
+        // A queue's own exemption: that queue only.
+        let own = unexempted("warn", |q| {
+            q["exemptions"] = json!([{"name": "smoke", "groups": ["smoke-testers"]}]);
+        });
+        assert_eq!(ids(&own), ["exemptions.unearnedMark"]);
+        let gpu = own.queue("gpu-queue").unwrap();
         assert!(
-            policy("warn")
-                .queue("other-queue")
-                .unwrap()
-                .deny_rules()
-                .is_empty()
+            !own.deny_rules(gpu)
+                .contains(&crate::rules::EXEMPTIONS_UNEARNED_MARK)
         );
-        for (rule, edit) in [
+        for (rules, edit) in [
             (
-                "limits.enforcement",
+                &[
+                    "limits.allowedNamespaces",
+                    "limits.variables",
+                    "limits.fields",
+                    "limits.strict",
+                    "limits.totals",
+                    "limits.maxActiveDeadlineSeconds",
+                    "limits.allowedRegistries",
+                ][..],
                 json!({"limits": {"enforcement": "deny"}}),
             ),
             (
-                "pytorch.onUnwirable",
+                &["pytorch.onUnwirable"][..],
                 json!({"pytorch": {"onUnwirable": "deny"}}),
             ),
-            ("guardrails.gang", json!({"guardrails": {"gang": "deny"}})),
             (
-                "guardrails.costCeiling.maxGpuHours",
+                &["guardrails.gang"][..],
+                json!({"guardrails": {"gang": "deny"}}),
+            ),
+            (
+                &["guardrails.costCeiling"][..],
                 json!({"guardrails": {"costCeiling": {"maxGpuHours": 8}},
                     "limits": {"unverifiableRuntime": "warn"}}),
             ),
         ] {
-            let p = policy_with("warn", |q| {
+            let p = unexempted("warn", |q| {
                 for (section, settings) in edit.as_object().unwrap() {
                     for (k, v) in settings.as_object().unwrap() {
                         q[section][k] = v.clone();
                     }
                 }
             });
-            assert_eq!(p.queue("other-queue").unwrap().deny_rules(), [rule]);
-            assert!(closed(&p), "{rule}: {}", deny_queue_condition(&p).unwrap());
+            assert_eq!(ids(&p), rules);
+            assert!(
+                closed(&p),
+                "{rules:?}: {}",
+                deny_queue_condition(&p).unwrap()
+            );
         }
         // A bound on a run's size denies a TrainJob whose runtime cannot be read, unless
-        // limits.unverifiableRuntime says warn.
-        let p = policy_with("warn", |q| {
+        // limits.unverifiableRuntime says warn; with the limits denying, a namespaced runtime too.
+        let p = unexempted("warn", |q| {
             q["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 16}});
         });
-        assert_eq!(
-            p.queue("other-queue").unwrap().deny_rules(),
-            ["limits.unverifiableRuntime"]
-        );
+        assert_eq!(ids(&p), ["limits.unverifiableRuntime"]);
         assert!(closed(&p));
-        let p = policy_with("warn", |q| {
+        let p = unexempted("deny", |q| {
+            q["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 16}});
+        });
+        assert!(
+            ids(&p).contains(&"limits.trainingRuntimes"),
+            "{:?}",
+            ids(&p)
+        );
+        let p = unexempted("warn", |q| {
             q["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 16}});
             q["limits"]["unverifiableRuntime"] = json!("warn");
         });
         assert!(!closed(&p));
         // A cost ceiling that only warns (and a runtime it cannot read only warned about), or
         // the wiring off, does not deny.
-        let p = policy_with("warn", |q| {
+        let p = unexempted("warn", |q| {
             q["guardrails"]["costCeiling"] = json!({"maxGpuHours": 8, "enforcement": "warn"});
             q["limits"]["unverifiableRuntime"] = json!("warn");
             q["pytorch"] = json!({"enabled": false, "onUnwirable": "deny"});
@@ -675,7 +724,7 @@ mod tests {
 
     #[test]
     fn a_deny_and_a_warn_queue_get_a_closed_and_an_open_webhook() {
-        let objects = configurations(&policy("warn"), &Settings::default()).unwrap();
+        let objects = configurations(&unexempted("warn", |_| {}), &Settings::default()).unwrap();
         let validate = hooks(&objects, "ValidatingWebhookConfiguration");
         let names: Vec<(&str, &str)> = validate
             .iter()
@@ -739,6 +788,7 @@ mod tests {
             serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
         config["queues"]["gpu-queue"]["limits"]["enforcement"] = json!("audit");
         config["queues"]["gpu-queue"]["pytorch"]["onUnwirable"] = json!("warn");
+        config["match"]["exemptions"] = json!([]);
         let policy = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
         assert!(deny_queue_condition(&policy).is_none());
         let objects = configurations(&policy, &Settings::default()).unwrap();

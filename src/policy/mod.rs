@@ -163,38 +163,6 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// The queue's settings that can deny a request, by config key: the limits with
-    /// `enforcement: deny`, `pytorch.onUnwirable: deny` (with the wiring on), `guardrails.gang:
-    /// deny`, a `guardrails.costCeiling.maxGpuHours` with `enforcement: deny`,
-    /// `limits.unverifiableRuntime: deny` where something bounds a run's size
-    /// ([`Queue::size_bounds`]). These are every denial the validating webhook gives for a queue;
-    /// a queue with any is registered on the fail-closed webhook, so an outage never admits what
-    /// launchgate would deny.
-    pub fn deny_rules(&self) -> Vec<&'static str> {
-        use crate::topology::guardrails::{GangAction, GuardrailEnforcement};
-        let c = &self.config;
-        let mut out = Vec::new();
-        if c.limits.enforcement == crate::validate::Enforcement::Deny {
-            out.push("limits.enforcement");
-        }
-        if c.pytorch.enabled && c.pytorch.on_unwirable == crate::pytorch::OnUnwirable::Deny {
-            out.push("pytorch.onUnwirable");
-        }
-        if c.guardrails.gang == GangAction::Deny {
-            out.push("guardrails.gang");
-        }
-        let cost = &c.guardrails.cost_ceiling;
-        if cost.max_gpu_hours.is_some() && cost.enforcement == GuardrailEnforcement::Deny {
-            out.push("guardrails.costCeiling.maxGpuHours");
-        }
-        if !self.size_bounds().is_empty()
-            && self.limits.unverifiable_runtime() == crate::validate::UnverifiableRuntime::Deny
-        {
-            out.push("limits.unverifiableRuntime");
-        }
-        out
-    }
-
     /// The settings that bound a run's size (`totals`, the GPU-hour ceiling), by config key: a
     /// TrainJob that leaves its size to a runtime launchgate cannot read is judged by
     /// `limits.unverifiableRuntime` where there is one.
@@ -213,9 +181,40 @@ impl Queue {
         .collect()
     }
 
-    /// True when some setting of the queue denies ([`Queue::deny_rules`]).
-    pub fn has_deny_rule(&self) -> bool {
-        !self.deny_rules().is_empty()
+    /// True when the queue's settings make `rule` deny there ([`crate::rules::Denies`]);
+    /// `global_exemptions`: whether `match.exemptions` lists any.
+    fn denies_by(&self, rule: &crate::rules::Rule, global_exemptions: bool) -> bool {
+        use crate::rules::Denies;
+        use crate::topology::guardrails::{GangAction, GuardrailEnforcement};
+        let c = &self.config;
+        let limits = self.limits.enforcement() == crate::validate::Enforcement::Deny;
+        let sized = !self.size_bounds().is_empty();
+        match rule.denies {
+            Denies::LimitsEnforcement => limits,
+            Denies::TrainingRuntimes => {
+                limits
+                    && sized
+                    && self.limits.training_runtimes()
+                        == crate::validate::TrainingRuntimes::ClusterOnly
+            }
+            Denies::UnverifiableRuntime => {
+                sized
+                    && self.limits.unverifiable_runtime()
+                        == crate::validate::UnverifiableRuntime::Deny
+            }
+            Denies::Kueue => limits && c.kueue.is_some(),
+            Denies::Gang => c.guardrails.gang == GangAction::Deny,
+            Denies::CostCeiling => {
+                let cost = &c.guardrails.cost_ceiling;
+                cost.max_gpu_hours.is_some() && cost.enforcement == GuardrailEnforcement::Deny
+            }
+            Denies::PytorchUnwirable => {
+                c.pytorch.enabled && c.pytorch.on_unwirable == crate::pytorch::OnUnwirable::Deny
+            }
+            // What a pod of this queue inherits: `match.exemptions` and the queue's own.
+            Denies::Exemptions => global_exemptions || !c.exemptions.is_empty(),
+            Denies::Never => false,
+        }
     }
 
     /// The queue's settings for the mutators.
@@ -244,6 +243,37 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The rules ([`crate::rules::RULES`]) that deny in `queue`, by what each rule's
+    /// [`crate::rules::Denies`] reads of its settings: every denial the validating webhook can
+    /// give there. A queue with any is served by the fail-closed webhook
+    /// ([`Policy::fails_closed`]), so an outage never admits what launchgate would deny.
+    pub fn deny_rules(&self, queue: &Queue) -> Vec<&'static crate::rules::Rule> {
+        let global_exemptions = !self.config.match_rules.exemptions.is_empty();
+        crate::rules::RULES
+            .iter()
+            .copied()
+            .filter(|r| queue.denies_by(r, global_exemptions))
+            .collect()
+    }
+
+    /// True when some rule denies in `queue` ([`Policy::deny_rules`]) in a way that makes it
+    /// fail closed ([`crate::rules::Denies::routes_fail_closed`]).
+    pub fn fails_closed(&self, queue: &Queue) -> bool {
+        self.deny_rules(queue)
+            .iter()
+            .any(|r| r.denies.routes_fail_closed())
+    }
+
+    /// True when any exemption is configured (`match.exemptions` or a queue's): then a mark
+    /// naming one could exempt what inherits it, and a mark launchgate did not write is denied.
+    pub fn exemptions_configured(&self) -> bool {
+        !self.config.match_rules.exemptions.is_empty()
+            || self
+                .queues
+                .values()
+                .any(|q| !q.config.exemptions.is_empty())
+    }
+
     /// Parses, checks and compiles a YAML (or JSON) config.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigErrors> {
         let de = serde_yaml::Deserializer::from_str(text);

@@ -19,7 +19,7 @@ pub(crate) enum WorkloadMatch {
 pub(crate) struct QueueResolution<'p> {
     pub(crate) queue: &'p Queue,
     /// Set when the requested queue is not configured and a default was used instead.
-    pub(crate) warning: Option<String>,
+    pub(crate) warning: Option<crate::rules::Warning>,
 }
 
 /// The object and, for the kinds that have them, its pod templates: where launch labels and
@@ -111,9 +111,12 @@ impl Policy {
                 Some(entity) if !name.contains('/') => format!("{entity}/{name}"),
                 _ => name.clone(),
             };
-            format!(
-                "launchgate: queue {asked:?} is not configured; applied the defaults of queue {:?}",
-                queue.key
+            crate::rules::Warning::new(
+                crate::rules::QUEUE_UNKNOWN,
+                format!(
+                    "launchgate: queue {asked:?} is not configured; applied the defaults of queue {:?}",
+                    queue.key
+                ),
             )
         });
         Some(QueueResolution { queue, warning })
@@ -302,6 +305,7 @@ mod tests {
         assert!(
             warning
                 .unwrap()
+                .message
                 .contains(r#"queue "shared" is not configured"#)
         );
         let (k, warning) = key(pod(json!({}), agent_env("zeta", "only-acme")));
@@ -309,6 +313,7 @@ mod tests {
         assert!(
             warning
                 .unwrap()
+                .message
                 .contains(r#"queue "zeta/only-acme" is not configured"#)
         );
         // The queue's name is the W&B name (it goes into the launchgate.io/queue label).
@@ -358,7 +363,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(r.queue.name, "a");
-        assert!(r.warning.unwrap().contains("zz"));
+        assert!(r.warning.unwrap().message.contains("zz"));
         // The agent appended a second WANDB_LAUNCH_QUEUE_NAME: the last one is what runs.
         let env = json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "c"},
                          {"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "b"}]);

@@ -204,7 +204,7 @@ pub fn write_env(
             Some(existing)
                 if *existing == our_entry
                     || (name.starts_with("PET_") && Some(existing) == twin_entry.as_ref()) => {}
-            Some(existing) => findings.warn(format!(
+            Some(existing) => findings.warn(crate::rules::PYTORCH_ENV_KEPT, format!(
                 "launchgate: {where_} keeps its {name}={} (launchgate would set {}; `pytorch.override: true` replaces it)",
                 describe(existing),
                 describe(&our_entry),
@@ -316,7 +316,7 @@ pub fn write_port(
         .filter(|n| n.as_i64() != Some(i64::from(port)))
         .cloned();
     if let Some(number) = same_name_other_number {
-        findings.warn(format!(
+        findings.warn(crate::rules::PYTORCH_PORT_KEPT, format!(
             "launchgate: {where_} declares port {PORT_NAME} as {number} but the rendezvous port is {port}; it was left as is"
         ));
     }
@@ -380,7 +380,10 @@ pub fn ensure_host_network_dns(
         return false;
     }
     if let Some(problem) = host_network_dns_problem(pod_spec, spec_path, user_wrote_dns) {
-        findings.warn(format!("launchgate: {problem}"));
+        findings.warn(
+            crate::rules::PYTORCH_HOST_NETWORK_DNS,
+            format!("launchgate: {problem}"),
+        );
         return false;
     }
     let current = crate::json::member(pod_spec, "dnsPolicy").and_then(Value::as_str);
@@ -577,8 +580,8 @@ mod tests {
             workload::effective_env_value(&c, PET_MASTER_PORT),
             Some("29500")
         );
-        assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
-        assert!(f.warnings[0].contains("keeps its MASTER_PORT=\"29500\""));
+        assert_eq!(f.warning_texts().len(), 1, "{:?}", f.warning_texts());
+        assert!(f.warning_texts()[0].contains("keeps its MASTER_PORT=\"29500\""));
         // A second pass changes nothing and warns the same once.
         let before = c.clone();
         let mut f = Findings::default();
@@ -590,7 +593,7 @@ mod tests {
             &mut f
         ));
         assert_eq!(c, before);
-        assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
+        assert_eq!(f.warning_texts().len(), 1, "{:?}", f.warning_texts());
     }
 
     #[test]
@@ -613,9 +616,9 @@ mod tests {
             Some("29500")
         );
         assert!(
-            f.warnings[0].contains("MASTER_PORT=\"29500\""),
+            f.warning_texts()[0].contains("MASTER_PORT=\"29500\""),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
         // override replaces the effective (last) entry, so the container sees ours.
         let mut o = cfg();
@@ -715,7 +718,7 @@ mod tests {
             &"c",
             &mut f
         ));
-        assert!(f.warnings.is_empty());
+        assert!(f.warning_texts().is_empty());
         assert_eq!(names(&c), [RANK, PET_NODE_RANK]);
     }
 
@@ -725,7 +728,11 @@ mod tests {
         let mut c = obj(json!({"ports": [{"name": PORT_NAME, "containerPort": 123}]}));
         assert!(!write_port(&mut Node::scratch(&mut c), 23456, &"c", &mut f));
         assert_eq!(c["ports"].as_array().unwrap().len(), 1);
-        assert!(f.warnings[0].contains("123"), "{:?}", f.warnings);
+        assert!(
+            f.warning_texts()[0].contains("123"),
+            "{:?}",
+            f.warning_texts()
+        );
         let mut c = obj(json!({"name": "t"}));
         assert!(write_port(&mut Node::scratch(&mut c), 23456, &"c", &mut f));
         assert_eq!(
@@ -762,7 +769,7 @@ mod tests {
             false,
             &mut f
         ));
-        assert!(f.warnings.is_empty());
+        assert!(f.warning_texts().is_empty());
         // A dnsPolicy the user wrote is kept, and explained.
         let mut spec = obj(json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
         assert!(!ensure_host_network_dns(
@@ -773,10 +780,10 @@ mod tests {
         ));
         assert_eq!(spec["dnsPolicy"], "ClusterFirst");
         assert!(
-            f.warnings[0].contains("dnsPolicy: ClusterFirst, which you wrote")
-                && f.warnings[0].contains("ClusterFirstWithHostNet"),
+            f.warning_texts()[0].contains("dnsPolicy: ClusterFirst, which you wrote")
+                && f.warning_texts()[0].contains("ClusterFirstWithHostNet"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
         // Own DNS config, and pods on the pod network, are left alone.
         for spec in [

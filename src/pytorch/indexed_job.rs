@@ -387,7 +387,7 @@ mod tests {
             job(spec.clone(), applied),
         );
         assert_eq!(out["spec"]["parallelism"], 3);
-        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        assert!(f.warning_texts().is_empty(), "{:?}", f.warning_texts());
         // Written by the user (server-side apply owns it): kept, and unwirable.
         let mut j = job(spec.clone(), json!({}));
         j["metadata"]["managedFields"] = json!([{"operation": "Apply", "manager": "kubectl",
@@ -395,9 +395,9 @@ mod tests {
         let (out, f) = mutate_with(&MUTATOR, "pytorch: {indexedJobs: true}", j);
         assert_eq!(out["spec"]["parallelism"], 1);
         assert!(
-            f.warnings[0].contains("spec.parallelism 1 < spec.completions 3"),
+            f.warning_texts()[0].contains("spec.parallelism 1 < spec.completions 3"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
         // No record (kubectl create, the W&B agent): a 1 may be the user's, so it is kept and
         // the message says how to run every rank at once.
@@ -408,9 +408,9 @@ mod tests {
         );
         assert_eq!(out["spec"]["parallelism"], 1);
         assert!(
-            f.warnings[0].contains("set spec.parallelism: 3"),
+            f.warning_texts()[0].contains("set spec.parallelism: 3"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
     }
 
@@ -439,11 +439,11 @@ mod tests {
         assert_eq!(value("PET_MASTER_PORT"), Some("29500"));
         assert_eq!(c["ports"][0]["containerPort"], 29500, "{}", c["ports"]);
         assert!(
-            f.warnings
+            f.warning_texts()
                 .iter()
                 .any(|w| w.contains("keeps its WORLD_SIZE")),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
     }
 

@@ -394,7 +394,7 @@ mod wiring_tests {
     #[test]
     fn each_replicated_job_records_where_its_ranks_start() {
         let (out, f) = mutate_with(&MUTATOR, "pytorch: {indexedJobs: auto}", jobset());
-        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        assert!(f.warning_texts().is_empty(), "{:?}", f.warning_texts());
         let driver = record_of(&out, 0);
         assert_eq!(driver.master_addr, "{job}-driver-0-0.{job}");
         assert_eq!(driver.nnodes, 7);
@@ -428,9 +428,9 @@ mod wiring_tests {
         let (out, f) = mutate_with(&MUTATOR, "pytorch: {indexedJobs: auto}", broken.clone());
         assert_eq!(out, broken);
         assert!(
-            f.warnings[0].contains("enableDNSHostnames"),
+            f.warning_texts()[0].contains("enableDNSHostnames"),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
     }
 
@@ -447,7 +447,7 @@ mod wiring_tests {
             "spec": template["spec"].clone()});
         pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = json!("2");
         let (wired, f) = mutate_with(&MUTATOR, "{}", pod);
-        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        assert!(f.warning_texts().is_empty(), "{:?}", f.warning_texts());
         let env = &wired["spec"]["containers"][0]["env"];
         let value = |name: &str| {
             env.as_array()

@@ -73,14 +73,14 @@ fn complete_deferred(
     let deferred: Deferred = match serde_json::from_str(text) {
         Ok(d) => d,
         Err(e) => {
-            findings.warn(format!(
+            findings.warn(crate::rules::PYTORCH_POD_UNWIRED, format!(
                 "launchgate: this pod's {DEFERRED_ANNOTATION} annotation is not launchgate's record ({e}); PyTorch wiring skipped"
             ));
             return false;
         }
     };
     let Some(job) = job_name(pod).map(str::to_string) else {
-        findings.warn(format!(
+        findings.warn(crate::rules::PYTORCH_POD_UNWIRED, format!(
             "launchgate: this pod carries {DEFERRED_ANNOTATION} but no Job name label ({}); MASTER_ADDR cannot be derived, so no PyTorch env was written",
             JOB_NAME_KEYS.join(", ")
         ));
@@ -105,9 +105,10 @@ fn complete_deferred(
                     Some(rank)
                 }
                 Err(why) => {
-                    findings.warn(format!(
-                        "launchgate: this JobSet pod has {why}; RANK was not set"
-                    ));
+                    findings.warn(
+                        crate::rules::PYTORCH_RANK_UNSET,
+                        format!("launchgate: this JobSet pod has {why}; RANK was not set"),
+                    );
                     None
                 }
             },
@@ -115,7 +116,7 @@ fn complete_deferred(
             (None, Some(place)) => match place.rank_offset {
                 Some(Some(offset)) => volcano::rank_value(&place, offset, findings),
                 _ => {
-                    findings.warn(format!(
+                    findings.warn(crate::rules::PYTORCH_RANK_UNSET, format!(
                         "launchgate: this Volcano pod has no numeric {RANK_OFFSET_ANNOTATION} annotation; RANK was not set"
                     ));
                     None

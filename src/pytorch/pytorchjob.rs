@@ -159,6 +159,7 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
 
     if cfg.wait_for_master.enabled && has_master && job_name.is_empty() {
         findings.warn(
+            crate::rules::PYTORCH_NO_MASTER_WAIT,
             "launchgate: this PyTorchJob has only a generateName, so its master's address (<name>-master-0) is not known at admission and its workers get no wait-for-master init container; give the PyTorchJob a name to have it".into(),
         );
     }
@@ -174,7 +175,7 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
         ctx.for_each_training_container(&mut spec, &info.spec_path(), &mut |where_, c| {
             for name in OPERATOR_VARS {
                 if workload::effective_env(c, name).is_some() {
-                    findings.warn(format!(
+                    findings.warn(crate::rules::PYTORCH_OPERATOR_ENV, format!(
                         "launchgate: {where_} sets {name}, but the PyTorchJob operator appends its own {name}, which wins; remove it"
                     ));
                 }
@@ -241,17 +242,17 @@ mod tests {
             named["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["initContainers"]
                 .is_array()
         );
-        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        assert!(f.warning_texts().is_empty(), "{:?}", f.warning_texts());
         let meta = j["metadata"].as_object_mut().unwrap();
         meta.remove("name");
         meta.insert("generateName".into(), json!("pt-"));
         let (_, f) = mutate_with(&MUTATOR, q, j);
         assert!(
-            f.warnings
+            f.warning_texts()
                 .iter()
                 .any(|w| w.contains("no wait-for-master init container")),
             "{:?}",
-            f.warnings
+            f.warning_texts()
         );
     }
 

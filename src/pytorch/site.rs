@@ -44,8 +44,8 @@ pub trait Site {
 
 /// Where the wiring leaves its warnings (shown by kubectl as `Warning: ...`).
 pub trait Warnings {
-    /// Leaves a warning for the user.
-    fn warn(&mut self, message: String);
+    /// Leaves a warning of `notice` for the user.
+    fn warn(&mut self, notice: &'static crate::rules::Notice, message: String);
     /// Leaves the warning for variables left unset because `envFrom` may set them.
     fn env_from(&mut self, where_: &dyn std::fmt::Display, vars: &[(&str, String)]);
 }
@@ -53,6 +53,9 @@ pub trait Warnings {
 /// Reports problems found while wiring: always a warning from the mutator.
 pub fn warn_unwirable(findings: &mut dyn Warnings, problems: &[String]) {
     for p in problems {
-        findings.warn(format!("launchgate: PyTorch wiring skipped: {p}"));
+        findings.warn(
+            crate::rules::PYTORCH_WIRING_SKIPPED,
+            format!("launchgate: PyTorch wiring skipped: {p}"),
+        );
     }
 }

@@ -21,6 +21,7 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
         || cfg.indexed_jobs == IndexedJobs::All;
     if asked {
         findings.warn(
+            crate::rules::PYTORCH_TRAIN_JOB,
             "launchgate: a TrainJob gets no PyTorch env from launchgate: Kubeflow Trainer sets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT from spec.trainer.numNodes and numProcPerNode and rejects them from anyone else".into(),
         );
     }

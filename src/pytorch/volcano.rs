@@ -354,7 +354,7 @@ pub fn mutate_job(
         return record_no_rank(object);
     };
     if let (_, Some(problem)) = parse_plugin_args(plugin_args) {
-        findings.warn(format!(
+        findings.warn(crate::rules::PYTORCH_VOLCANO_PLUGIN, format!(
             "launchgate: {problem}; the Volcano pytorch plugin ignores the rest of its arguments, and so does launchgate"
         ));
     }
@@ -428,7 +428,7 @@ pub(crate) fn rank_value(
         Some(index) => match offset.checked_add(index) {
             Some(rank) => Some(EnvValue::Literal(rank.to_string())),
             None => {
-                findings.warn(format!(
+                findings.warn(crate::rules::PYTORCH_RANK_UNSET, format!(
                     "launchgate: pod of Volcano Job {:?} task {:?}: {RANK_OFFSET_ANNOTATION} {offset} + {TASK_INDEX_KEY} {index} is out of range; RANK was not set",
                     place.job_name, place.task
                 ));
@@ -436,7 +436,7 @@ pub(crate) fn rank_value(
             }
         },
         None => {
-            findings.warn(format!(
+            findings.warn(crate::rules::PYTORCH_RANK_UNSET, format!(
                 "launchgate: pod of Volcano Job {:?} task {:?} has no numeric {TASK_INDEX_KEY} annotation; RANK was not set",
                 place.job_name, place.task
             ));
@@ -531,7 +531,7 @@ pub fn mutate_pod(
                     // Volcano's MPI and TensorFlow plugins (whose default task names are also
                     // master/worker) leave their own env on the pod: not a PyTorch pod.
                     if let Some(var) = other_framework_env(object) {
-                        findings.warn(format!(
+                        findings.warn(crate::rules::PYTORCH_POD_UNWIRED, format!(
                             "launchgate: this Volcano pod carries {var} (another framework's plugin) and its Job {namespace}/{} was never seen by launchgate; no PyTorch env was written",
                             place.job_name
                         ));
@@ -551,7 +551,7 @@ pub fn mutate_pod(
                     } else {
                         "cannot be read offline"
                     };
-                    findings.warn(format!(
+                    findings.warn(crate::rules::PYTORCH_DEFAULT_TASKS, format!(
                         "launchgate: the owner Volcano Job {namespace}/{} of this pod {why}: RANK is set from {TASK_INDEX_KEY} assuming the default task names (master/worker, 1 master); MASTER_ADDR, MASTER_PORT and WORLD_SIZE are left to the Job",
                         place.job_name
                     ));

@@ -5,7 +5,7 @@
 
 use crate::admission::{
     ADMISSION_API_VERSION, ADMISSION_KIND, AdmissionRequest, AdmissionResponse,
-    AdmissionReviewRequest, Operation, bounded_warnings,
+    AdmissionReviewRequest, Operation,
 };
 use crate::cluster::{ClusterView, RuntimeLookup};
 use crate::json::Pointer as _;
@@ -15,7 +15,7 @@ use crate::policy::{
     EXEMPTED_BY_ANNOTATION, Exemption, OwnerClaim, Policy, Queue, Requester, WorkloadMatch,
     exemption, owner_claim,
 };
-use crate::rules::{self, Effect, Violation};
+use crate::rules::{self, Effect, Violation, Warning};
 use crate::validate::{self, Enforcement, Scope, TrainingRuntimes, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
 use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
@@ -183,8 +183,8 @@ pub struct ReviewSummary {
     pub enforcement: Option<&'static str>,
     /// The denial message sent to the client.
     pub message: Option<String>,
-    /// The warnings sent to the client.
-    pub warnings: Vec<String>,
+    /// The warnings sent to the client, each with its rule's or notice's id.
+    pub warnings: Vec<Warning>,
 }
 
 /// The controller owning an object (for Events about a controller-made pod).
@@ -378,9 +378,12 @@ fn decide_object(
     }
     let Some(resolution) = policy.resolve_queue(kind, &object, request.namespace.as_deref()) else {
         let mut d = skip(summary, "no-queue");
-        d.response.warnings.push(
-            "launchgate: launch workload names no configured queue and no default queue is set; nothing was checked".into(),
+        let warning = Warning::new(
+            rules::QUEUE_NONE,
+            "launchgate: launch workload names no configured queue and no default queue is set; nothing was checked",
         );
+        d.response.warnings.push(warning.message.clone());
+        d.summary.warnings.push(warning);
         return d;
     };
     let queue = resolution.queue;
@@ -414,10 +417,11 @@ fn decide_object(
     describe_request(&mut summary, request, &object);
     // Why something that looks like it takes the object out of a rule does not: shown as
     // warnings, and under a denial's violations.
-    let mut notes: Vec<String> = global
+    let mut notes: Vec<Warning> = global
         .not_applied
         .into_iter()
         .chain(own.not_applied)
+        .map(|why| Warning::new(rules::EXEMPTIONS_NOT_APPLIED, why))
         .collect();
     let scope = match claim {
         // The JobSet Trainer makes for a TrainJob is the TrainJob's size as Trainer rendered
@@ -430,10 +434,12 @@ fn decide_object(
         OwnerClaim::None => Scope::Workload,
         OwnerClaim::Unverified { why, standalone } => {
             match endpoint {
-                Endpoint::Validate => notes.push(why),
+                Endpoint::Validate => notes.push(Warning::new(rules::OWNER_UNVERIFIED, why)),
                 // A child workload taken for a standalone one is mutated as one (its own
                 // wiring): the mutating webhook says so, and where its controller belongs.
-                Endpoint::Mutate => notes.extend(standalone),
+                Endpoint::Mutate => {
+                    notes.extend(standalone.map(|why| Warning::new(rules::OWNER_UNVERIFIED, why)))
+                }
             }
             Scope::Workload
         }
@@ -458,31 +464,18 @@ fn decide_object(
         admitted: admitted_before(policy, kind, request, queue),
     };
     let mut findings = Findings::default();
-    findings.warnings.extend(resolution.warning.clone());
+    findings.add_warnings(resolution.warning.clone());
     observer.phase(match endpoint {
         Endpoint::Mutate => Phase::Mutate,
         Endpoint::Validate => Phase::Validate,
     });
-    let mut decision = match endpoint {
-        Endpoint::Mutate => {
-            findings.warnings.extend(notes.iter().cloned());
-            mutate_decision(&ctx, &mut object, findings, summary)
-        }
+    findings.add_notes(notes);
+    match endpoint {
+        Endpoint::Mutate => mutate_decision(&ctx, &mut object, findings, summary),
         Endpoint::Validate => {
-            findings.warnings.extend(notes.iter().cloned());
             validate_decision(&ctx, queue, &object, scope, &runtime, findings, summary)
         }
-    };
-    if !notes.is_empty()
-        && let Some(status) = decision.response.status.as_mut()
-    {
-        for why in &notes {
-            status.message.push('\n');
-            status.message.push_str(why);
-        }
-        decision.summary.message = Some(status.message.clone());
     }
-    decision
 }
 
 /// What launchgate admitted in `queue` before this request: on an UPDATE, the old object when
@@ -597,8 +590,7 @@ fn scale_decision(
             "launchgate: scaling {what} {:?} from {old} to {new} {} through the scale subresource is denied: a Scale carries no labels and {why} change {field} on the {what} instead (checked against its queue)",
             request.name, scale.counts
         );
-        findings.denials.push(message.clone());
-        summary.violations.push(
+        findings.add_violation(
             Violation::new(rules::SCALE_UNREADABLE_OWNER, message)
                 .at(field)
                 .value(new.to_string()),
@@ -639,16 +631,7 @@ fn exempted(
             let patch = recorder.patch(&marked);
             decision.summary.skipped = Some("exempt");
             let summary = std::mem::take(&mut decision.summary);
-            let warnings = std::mem::take(&mut decision.response.warnings);
-            decision = finish(
-                &request.uid,
-                Findings {
-                    warnings,
-                    denials: Vec::new(),
-                },
-                patch,
-                summary,
-            );
+            decision = finish(&request.uid, Findings::default(), patch, summary);
         }
     }
     decision
@@ -701,17 +684,20 @@ fn finish(
     patch: json_patch::Patch,
     mut summary: ReviewSummary,
 ) -> Decision {
-    let mut response = if findings.denials.is_empty() {
-        AdmissionResponse::allow(uid).with_patch(&patch)
-    } else {
-        summary.outcome = Outcome::Denied;
-        AdmissionResponse::deny(uid, findings.denials.join("\n"))
+    let warnings = bounded_warnings(findings.warnings());
+    let mut response = match findings.denial() {
+        None => AdmissionResponse::allow(uid).with_patch(&patch),
+        Some(message) => {
+            summary.outcome = Outcome::Denied;
+            AdmissionResponse::deny(uid, message)
+        }
     };
-    response.warnings = bounded_warnings(findings.warnings);
+    response.warnings = warnings.iter().map(|w| w.message.clone()).collect();
+    summary.violations = findings.into_violations();
     summary.patch_operations = if response.allowed { patch.0.len() } else { 0 };
     summary.patch_bytes = response.patch.as_deref().map_or(0, base64_decoded_len);
     summary.message = response.status.as_ref().map(|s| s.message.clone());
-    summary.warnings = response.warnings.clone();
+    summary.warnings = warnings;
     Decision {
         response,
         patch,
@@ -751,7 +737,7 @@ fn mutate_decision(
         let mut root = Node::root(object, &mut recorder);
         mutate::kueue::mutate(ctx, &mut root, &mut findings);
         if exemption::strip_own_mark(&mut root) {
-            findings.warn(format!(
+            findings.warn(rules::EXEMPTIONS_MARK_REMOVED, format!(
                 "launchgate: removed the {EXEMPTED_BY_ANNOTATION} annotation: this update brings the workload into queue {:?}, and launchgate writes it only on a workload an exemption covers",
                 ctx.queue_name
             ));
@@ -785,7 +771,7 @@ fn mutate_decision(
     // is not exempt): a mark it carries was not launchgate's, or names an exemption that no
     // longer covers it.
     if exemption::strip_marks(ctx.kind, &mut root) {
-        findings.warn(format!(
+        findings.warn(rules::EXEMPTIONS_MARK_REMOVED, format!(
             "launchgate: removed the {EXEMPTED_BY_ANNOTATION} annotation: launchgate writes it, on a workload an exemption covers, and no exemption covers this one"
         ));
     }
@@ -810,6 +796,35 @@ fn mutate_decision(
         Outcome::Patched
     };
     finish(&ctx.request.uid, findings, patch, summary)
+}
+
+/// Trims warnings to what the API server will show without truncating mid-word.
+/// Each keeps its id; what is cut is replaced by one [`rules::SERVER_WARNINGS_OMITTED`].
+fn bounded_warnings(warnings: Vec<Warning>) -> Vec<Warning> {
+    let mut out = Vec::with_capacity(warnings.len());
+    let mut total = 0;
+    for mut w in warnings {
+        if w.message.chars().count() > crate::admission::MAX_WARNING_CHARS {
+            let mut s: String = w
+                .message
+                .chars()
+                .take(crate::admission::MAX_WARNING_CHARS - 1)
+                .collect();
+            s.push('…');
+            w.message = s;
+        }
+        let len = w.message.chars().count();
+        if total + len > crate::admission::MAX_WARNINGS_TOTAL_CHARS {
+            out.push(Warning::new(
+                rules::SERVER_WARNINGS_OMITTED,
+                "launchgate: further warnings omitted",
+            ));
+            break;
+        }
+        total += len;
+        out.push(w);
+    }
+    out
 }
 
 /// Length of the bytes a padded base64 text decodes to.
@@ -1031,20 +1046,13 @@ fn validate_decision(
     for v in now {
         if ctx.admitted.is_some() && validate::carried(&v, &before) {
             let kept = validate::as_carried(v);
-            findings.warnings.push(kept.message.clone());
+            findings.add_warning(Warning::of(&kept));
             summary.unchanged.push(kept);
         } else {
             found.push(v);
         }
     }
-    for v in &found {
-        match v.effect {
-            Effect::Deny => findings.denials.push(v.message.clone()),
-            Effect::Warn => findings.warnings.push(v.message.clone()),
-            Effect::Audit => {}
-        }
-    }
-    summary.violations = found;
+    findings.add_violations(found);
     let mut report = validate::check_limits(
         &queue.name,
         &queue.limits,
@@ -1074,7 +1082,7 @@ fn validate_decision(
         };
         validate::add_violations(&mut report, found, &admitted);
     }
-    findings.warnings.extend(report.warnings);
+    findings.add_warnings(report.warnings);
     summary.unchanged.extend(report.unchanged);
     summary.outcome = Outcome::Allowed;
     if !report.violations.is_empty() {
@@ -1084,21 +1092,19 @@ fn validate_decision(
             Enforcement::Audit => Effect::Audit,
         };
         summary.enforcement = Some(effect.as_str());
-        let messages = report.violations.iter().map(|v| v.message.clone());
         match effect {
-            Effect::Deny => findings.denials.extend(messages),
-            Effect::Warn => {
-                summary.outcome = Outcome::AllowedWithViolations;
-                findings.warnings.extend(messages);
-            }
+            Effect::Deny => {}
+            Effect::Warn => summary.outcome = Outcome::AllowedWithViolations,
             Effect::Audit => {
                 summary.outcome = Outcome::AllowedWithViolations;
-                summary.audit_violations = messages.collect();
+                summary.audit_violations = report
+                    .violations
+                    .iter()
+                    .map(|v| v.message.clone())
+                    .collect();
             }
         }
-        summary
-            .violations
-            .extend(report.violations.into_iter().map(|v| v.effect(effect)));
+        findings.add_violations(report.violations.into_iter().map(|v| v.effect(effect)));
     }
     let audit = summary.audit_violations.join("\n");
     let mut decision = finish(
@@ -1157,6 +1163,22 @@ mod tests {
 #[cfg(test)]
 mod observer_tests {
     use super::*;
+
+    #[test]
+    fn warnings_are_bounded() {
+        let long = Warning::new(rules::CACHE_MOUNT_TAKEN, "x".repeat(1000));
+        let w = bounded_warnings(vec![long; 40]);
+        assert!(
+            w.iter()
+                .all(|w| w.message.chars().count() <= crate::admission::MAX_WARNING_CHARS + 40)
+        );
+        assert!(
+            w.iter().map(|w| w.message.chars().count()).sum::<usize>()
+                <= crate::admission::MAX_WARNINGS_TOTAL_CHARS + 64
+        );
+        assert_eq!(w[0].rule, "cache.mountTaken");
+        assert_eq!(w.last().unwrap().rule, "server.warningsOmitted");
+    }
     use crate::cluster::NoCluster;
 
     #[derive(Default)]

@@ -6,7 +6,7 @@
 //! launchgate answered: denials and warnings at `info`, plain allows and patches at `debug`
 //! (so the default level shows what needs a look without logging every pod).
 
-use super::metrics::{DecisionLabels, DecisionMetrics, ViolationLabels};
+use super::metrics::{DecisionLabels, DecisionMetrics, ViolationLabels, WarningLabels};
 use crate::review::{Endpoint, Outcome, ReviewSummary};
 use crate::rules::Violation;
 use std::time::Duration;
@@ -52,7 +52,9 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
     let messages: Vec<String> = s.violations.iter().map(|v| v.message.clone()).collect();
     let violations = one_line(&messages);
     let rules = crate::rules::ids(&s.violations).join(",");
-    let warnings = one_line(&s.warnings);
+    let texts: Vec<String> = s.warnings.iter().map(|w| w.message.clone()).collect();
+    let warnings = one_line(&texts);
+    let warning_rules = warning_ids(s).join(",");
     macro_rules! line {
         ($level:expr) => {
             tracing::event!(
@@ -73,6 +75,7 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
                 rules = rules.as_str(),
                 enforcement = s.enforcement.unwrap_or(""),
                 warnings = warnings.as_str(),
+                warning_rules = warning_rules.as_str(),
                 patch_operations = s.patch_operations,
                 patch_bytes = s.patch_bytes,
                 duration_us = elapsed.as_micros() as u64,
@@ -87,12 +90,33 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
     }
 }
 
-/// Counts the decision (nothing for skipped requests).
+/// The distinct ids of the decision's warnings, in first-seen order.
+pub(crate) fn warning_ids(s: &ReviewSummary) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for w in &s.warnings {
+        if !out.contains(&w.rule) {
+            out.push(w.rule);
+        }
+    }
+    out
+}
+
+/// Counts the decision (nothing for skipped requests but their warnings: a launch workload
+/// that names no queue is told so).
 pub(crate) fn count_decision(metrics: &DecisionMetrics, endpoint: Endpoint, s: &ReviewSummary) {
+    let queue = s.queue.clone().unwrap_or_default();
+    for w in &s.warnings {
+        metrics
+            .warnings
+            .get_or_create(&WarningLabels {
+                queue: queue.clone(),
+                rule: w.rule,
+            })
+            .inc();
+    }
     if s.outcome == Outcome::Skipped {
         return;
     }
-    let queue = s.queue.clone().unwrap_or_default();
     metrics
         .decisions
         .get_or_create(&DecisionLabels {
@@ -226,7 +250,10 @@ mod tests {
             name: "x\nINFO admission decision outcome=\"allowed\"".into(),
             generate_name: "g\r".into(),
             user: "eve\u{1b}[2J".into(),
-            warnings: vec!["w\u{0}".into()],
+            warnings: vec![crate::rules::Warning::new(
+                crate::rules::CACHE_MOUNT_TAKEN,
+                "w\u{0}",
+            )],
             ..denied()
         };
         let out = Captured::default();
@@ -288,7 +315,10 @@ mod tests {
     fn warnings_make_an_info_line() {
         let warned = ReviewSummary {
             outcome: Outcome::Patched,
-            warnings: vec!["queue \"k8s-test\" is not configured".into()],
+            warnings: vec![crate::rules::Warning::new(
+                crate::rules::QUEUE_UNKNOWN,
+                "queue \"k8s-test\" is not configured",
+            )],
             message: None,
             ..denied()
         };
@@ -346,6 +376,40 @@ mod tests {
         assert_eq!(count("guardrails.costCeiling", "warn"), 1);
         assert_eq!(count("limits.variables", "deny"), 0);
         assert_eq!(count("limits.totals", "warn"), 0);
+    }
+
+    #[test]
+    fn warnings_are_counted_and_logged_under_their_id() {
+        let metrics = crate::server::metrics::Metrics::default().decisions;
+        let w = |notice, text: &str| crate::rules::Warning::new(notice, text);
+        let warned = ReviewSummary {
+            outcome: Outcome::Patched,
+            message: None,
+            violations: Vec::new(),
+            warnings: vec![
+                w(crate::rules::CACHE_MOUNT_TAKEN, "a"),
+                w(crate::rules::CACHE_MOUNT_TAKEN, "b"),
+                w(crate::rules::QUEUE_UNKNOWN, "c"),
+            ],
+            ..denied()
+        };
+        count_decision(&metrics, Endpoint::Mutate, &warned);
+        let count = |rule: &'static str| {
+            metrics
+                .warnings
+                .get_or_create(&WarningLabels {
+                    queue: "gpu-queue".into(),
+                    rule,
+                })
+                .get()
+        };
+        assert_eq!(count("cache.mountTaken"), 2);
+        assert_eq!(count("queue.unknown"), 1);
+        assert_eq!(count("limits.variables"), 0);
+        let lines = json_lines(tracing::Level::INFO, || {
+            log_decision(Endpoint::Mutate, &warned, Duration::ZERO)
+        });
+        assert_eq!(lines[0]["warning_rules"], "cache.mountTaken,queue.unknown");
     }
 
     #[test]

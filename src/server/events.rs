@@ -123,10 +123,17 @@ impl PendingEvent {
         }
         let (reason, note, effect) = match (&s.message, s.outcome) {
             (Some(message), Outcome::Denied) => (REASON_DENIED, message.clone(), Effect::Deny),
-            _ if !s.warnings.is_empty() => (REASON_WARNING, s.warnings.join("\n"), Effect::Warn),
+            _ if !s.warnings.is_empty() => {
+                let lines: Vec<&str> = s.warnings.iter().map(|w| w.message.as_str()).collect();
+                (REASON_WARNING, lines.join("\n"), Effect::Warn)
+            }
             _ => return None,
         };
-        let rules = crate::rules::ids(s.violations.iter().filter(|v| v.effect == effect));
+        // A denial names the rules that deny; a warning the ids of every warning given.
+        let rules = match effect {
+            Effect::Warn => super::decision::warning_ids(s),
+            _ => crate::rules::ids(s.violations.iter().filter(|v| v.effect == effect)),
+        };
         let some = |v: &str| (!v.is_empty()).then(|| v.to_string());
         let regarding = ObjectReference {
             api_version: some(&s.api_version),
@@ -467,11 +474,16 @@ mod tests {
         };
         assert!(PendingEvent::for_decision(&audit).is_none());
         let warned = ReviewSummary {
-            warnings: vec!["w1".into(), "w2".into()],
+            warnings: vec![
+                crate::rules::Warning::new(crate::rules::CACHE_MOUNT_TAKEN, "w1"),
+                crate::rules::Warning::new(crate::rules::QUEUE_UNKNOWN, "w2"),
+            ],
             ..audit
         };
         let p = PendingEvent::for_decision(&warned).unwrap();
         assert_eq!((p.reason, p.note.as_str()), (REASON_WARNING, "w1\nw2"));
+        // A warning Event names the ids of its warnings, not of the violations under audit.
+        assert_eq!(p.rules, ["cache.mountTaken", "queue.unknown"]);
         let cluster = ReviewSummary {
             namespace: String::new(),
             ..denied_pod()

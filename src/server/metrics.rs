@@ -296,6 +296,10 @@ impl Metrics {
             rule: "<rule>",
             enforcement: "<enforcement>",
         }));
+        drop(m.decisions.warnings.get_or_create(&WarningLabels {
+            queue: queue(),
+            rule: "<rule>",
+        }));
         m
     }
 
@@ -379,6 +383,13 @@ pub(crate) struct ViolationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct WarningLabels {
+    pub(crate) queue: String,
+    /// The id of the warning's rule or notice ([`crate::rules`]), e.g. `cache.mountTaken`.
+    pub(crate) rule: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct BuildLabels {
     pub(crate) version: &'static str,
 }
@@ -394,6 +405,7 @@ pub(crate) struct EventLabels {
 pub(crate) struct DecisionMetrics {
     pub(crate) decisions: Family<DecisionLabels, Counter>,
     pub(crate) violations: Family<ViolationLabels, Counter>,
+    pub(crate) warnings: Family<WarningLabels, Counter>,
     pub(crate) events: Family<EventLabels, Counter>,
 }
 
@@ -410,6 +422,12 @@ impl DecisionMetrics {
             "violations",
             "Rule violations (queue limits, guardrails, launchgate's own denials) by queue, rule id and enforcement (deny, warn, audit)",
             violations.clone(),
+        );
+        let warnings = Family::<WarningLabels, Counter>::default();
+        registry.register(
+            "warnings",
+            "Warnings given to clients, by queue and the id of their rule or notice (one per warning shown, a violation answered with a warning included)",
+            warnings.clone(),
         );
         let events = Family::<EventLabels, Counter>::default();
         registry.register(
@@ -435,6 +453,7 @@ impl DecisionMetrics {
         DecisionMetrics {
             decisions,
             violations,
+            warnings,
             events,
         }
     }

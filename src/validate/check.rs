@@ -89,7 +89,7 @@ pub fn add_violations(report: &mut LimitReport, found: Vec<Violation>, admitted:
     for violation in found {
         if report.enforcement != Enforcement::Audit && carried(&violation, admitted) {
             let kept = as_carried(violation);
-            report.warnings.push(kept.message.clone());
+            report.warnings.push(rules::Warning::of(&kept));
             if report.unchanged.len() < MAX_REPORTED_LINES {
                 report.unchanged.push(kept);
             }
@@ -211,11 +211,16 @@ fn cap_violations(violations: &mut Vec<Violation>, queue: &str) {
     }
 }
 
-fn cap_lines(lines: &mut Vec<String>, queue: &str, what: &str) {
+/// The line in place of the cut ones keeps the id of the first it stands for.
+fn cap_lines(lines: &mut Vec<rules::Warning>, queue: &str, what: &str) {
     if lines.len() > MAX_REPORTED_LINES {
         let more = lines.len() - (MAX_REPORTED_LINES - 1);
+        let rule = lines[MAX_REPORTED_LINES - 1].rule;
         lines.truncate(MAX_REPORTED_LINES - 1);
-        lines.push(format!("queue {queue:?}: … and {more} more {what}"));
+        lines.push(rules::Warning {
+            rule,
+            message: format!("queue {queue:?}: … and {more} more {what}"),
+        });
     }
 }
 
@@ -920,7 +925,7 @@ impl QueueLimits {
         &self,
         queue: &str,
         subject: Subject<'_>,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<rules::Warning>,
     ) -> Vec<Violation> {
         let Subject {
             kind,
@@ -970,8 +975,11 @@ impl QueueLimits {
                         .limit(listed),
                     )
                 }
-                None => warnings.push(format!(
-                    "queue {queue:?}: the namespace is unknown, so allowedNamespaces was not checked"
+                None => warnings.push(rules::Warning::new(
+                    rules::LIMITS_NAMESPACE_UNKNOWN,
+                    format!(
+                        "queue {queue:?}: the namespace is unknown, so allowedNamespaces was not checked"
+                    ),
                 )),
             }
         }

@@ -915,8 +915,8 @@ pub struct LimitReport {
     /// One per violation, its message naming queue, field path, value and limit.
     pub violations: Vec<Violation>,
     /// Things the user should know that are not violations (e.g. violations an UPDATE
-    /// left unchanged).
-    pub warnings: Vec<String>,
+    /// left unchanged), each with its rule's or notice's id.
+    pub warnings: Vec<crate::rules::Warning>,
     /// The violations an UPDATE left as they were, each with its warning as the message
     /// (allowed, not counted as violations).
     pub unchanged: Vec<Violation>,

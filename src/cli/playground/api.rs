@@ -458,8 +458,9 @@ fn trail(j: &Judgement, before: Option<&Value>) -> Vec<Value> {
             "changed the object (see the diff)",
         ));
     }
-    for w in &j.mutation.response.warnings {
-        out.push(entry("mutate", "warning", "warned", w));
+    // Each warning under its rule's or notice's id.
+    for w in &j.mutation.summary.warnings {
+        out.push(entry("mutate", w.rule, "warned", &w.message));
     }
     if !j.mutation.response.allowed {
         out.push(entry("mutate", "mutate", "denied", &j.message()));
@@ -489,15 +490,15 @@ fn trail(j: &Judgement, before: Option<&Value>) -> Vec<Value> {
                 &unchanged.message,
             ));
         }
-        let said = |w: &String| {
+        let said = |w: &crate::rules::Warning| {
             s.violations
                 .iter()
                 .chain(&s.unchanged)
-                .any(|v| &v.message == w)
+                .any(|v| v.message == w.message)
         };
-        for w in &v.response.warnings {
+        for w in &s.warnings {
             if !said(w) {
-                out.push(entry("validate", "warning", "warned", w));
+                out.push(entry("validate", w.rule, "warned", &w.message));
             }
         }
         if !v.response.allowed && s.violations.is_empty() {

@@ -114,7 +114,7 @@ function showResult(r, i) {
   if (r.message) box.append(el("pre", { class: "message", id: "message-" + i, text: r.message }));
   if (r.warnings.length) {
     box.append(el("h4", { text: "Warnings (kubectl prints these)" }));
-    const ul = list(r.warnings, "warnings");
+    const ul = list(r.warnings.map((w) => w.message + " [" + w.rule + "]"), "warnings");
     ul.id = "warnings-" + i;
     box.append(ul);
   }
