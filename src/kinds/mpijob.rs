@@ -441,11 +441,9 @@ defaultQueue: q
     }
 
     /// A child workload's pod template is bound by the role mark its controller writes there,
-    /// as a pod is: not yet — a verified child's templates have no role, so a queue template
-    /// of several replica types binds nothing to the launcher Job, and a launcher over the
-    /// Launcher's bounds is refused only at its pods, which the Job controller retries.
+    /// as a pod is: a launcher Job over the Launcher's bounds is refused at the Job, not only
+    /// at its pods (which the Job controller would retry).
     #[test]
-    #[ignore = "validate::binding reads role marks only on pods, not on a child workload's pod templates"]
     fn the_operators_launcher_job_is_bound_to_the_launcher() {
         let gpu = ask(launcher_job(1), OPERATOR);
         assert!(!gpu.response.allowed, "a 1-GPU launcher Job");

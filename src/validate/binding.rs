@@ -57,12 +57,12 @@ pub(super) struct TemplateShape {
 }
 
 /// The role of a pod template of the workload: its holder's name or map key, or for a Pod
-/// the holder it carries, as the controller of any kind marks its pods
+/// (or the single pod template of a child workload, an MPIJob's launcher Job) the holder it
+/// carries, as the controller of any kind marks its pods
 /// ([`crate::kinds::KindSpec::role_marks`]).
 fn role_of(info: &TemplateInfo, template: &Map<String, Value>) -> Option<String> {
     let role = match &info.name {
         Some(name) => Some(name.clone()),
-        None if !info.is_pod() => None,
         None => WorkloadKind::all()
             .flat_map(|k| k.spec().role_marks.iter())
             .find_map(|mark| match mark {
