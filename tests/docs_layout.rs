@@ -10,86 +10,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
+use common::browser::{self, in_headless_chromium};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// The window width a page must fit.
 const WIDTH: u32 = 1280;
 
-/// chromedriver, with the browsers it starts (its process group), killed when dropped.
-struct Driver {
-    child: Child,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) with the negated id of the process group this test created.
-        unsafe {
-            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
-fn required() -> bool {
-    std::env::var("LAUNCHGATE_BROWSER_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
 /// Says why the test does not run, or fails when it must.
 fn skip(why: &str) {
-    assert!(!required(), "LAUNCHGATE_BROWSER_REQUIRED is set and {why}");
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: the site's layout test: {why}; LAUNCHGATE_BROWSER_REQUIRED=1 makes this a failure"
-    );
-}
-
-/// chromedriver on an ephemeral loopback port, leading its own process group, and its URL.
-fn chromedriver(path: &Path) -> (Driver, String) {
-    let mut command = Command::new(path);
-    command
-        .args(["--port=0", "--allowed-ips=127.0.0.1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .process_group(0);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = command.spawn().expect("starting chromedriver");
-    let stdout = child.stdout.take().expect("piped");
-    let driver = Driver { child };
-    let mut lines = BufReader::new(stdout).lines();
-    for line in lines.by_ref() {
-        let line = line.expect("reading chromedriver's output");
-        if line.contains("started successfully on port") {
-            let port: u16 = line
-                .trim_end_matches('.')
-                .rsplit(' ')
-                .next()
-                .and_then(|p| p.parse().ok())
-                .unwrap_or_else(|| panic!("no port in {line:?}"));
-            std::thread::spawn(move || for _ in lines {});
-            return (driver, format!("http://127.0.0.1:{port}"));
-        }
-    }
-    panic!("chromedriver ended without saying its port");
+    browser::skip("the site's layout test", why);
 }
 
 /// The site's pages (the HTML of each page of the book; not the all-in-one print page).
@@ -132,14 +62,8 @@ return [window.innerWidth, wide];
 
 #[tokio::test]
 async fn no_page_of_the_site_scrolls_sideways_at_1280_px() {
-    use thirtyfour::prelude::*;
-    let (Some(chromium), Some(driver_path)) = (
-        on_path("chromium").or_else(|| on_path("chromium-browser")),
-        on_path("chromedriver"),
-    ) else {
-        return skip(
-            "chromium or chromedriver is missing (`apt-get install -y chromium chromium-driver`)",
-        );
+    let Some(browser) = browser::browser("the site's layout test") else {
+        return;
     };
     let root = common::root();
     let mdbook_installed = std::fs::read_dir(root.join("target/tools"))
@@ -147,7 +71,7 @@ async fn no_page_of_the_site_scrolls_sideways_at_1280_px() {
             d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("mdbook-")))
         })
         .unwrap_or(false);
-    if !mdbook_installed && !required() {
+    if !mdbook_installed && !browser::required() {
         return skip("mdBook is not installed (`./scripts/docs.sh` installs it)");
     }
     let status = Command::new(root.join("scripts/docs.sh"))
@@ -160,29 +84,8 @@ async fn no_page_of_the_site_scrolls_sideways_at_1280_px() {
     let pages = pages(&book);
     assert!(pages.len() > 20, "the site has {} pages", pages.len());
 
-    let profile = tempfile::tempdir().unwrap();
-    let (_driver, url) = chromedriver(&driver_path);
-    let mut caps = DesiredCapabilities::chrome();
-    caps.set_binary(chromium.to_str().unwrap()).unwrap();
-    for arg in [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--disable-crash-reporter",
-        "--hide-scrollbars",
-        &format!("--window-size={WIDTH},900"),
-    ] {
-        caps.add_arg(arg).unwrap();
-    }
-    caps.add_arg(&format!("--user-data-dir={}", profile.path().display()))
-        .unwrap();
-    let driver = WebDriver::new(url, caps).await.unwrap();
-    let outcome = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+    let window = format!("--window-size={WIDTH},900");
+    in_headless_chromium!(browser, &["--hide-scrollbars", &window], |driver| {
         let mut wide = Vec::new();
         for page in &pages {
             driver
@@ -201,11 +104,5 @@ async fn no_page_of_the_site_scrolls_sideways_at_1280_px() {
             wide.len(),
             wide.join("\n")
         );
-    }))
-    .await;
-    let quit = driver.quit().await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-    quit.unwrap();
+    });
 }

@@ -8,72 +8,16 @@
 //! browser it starts) is killed when its guard drops, whether the test passed or failed, and
 //! gets `PR_SET_PDEATHSIG` so a test binary killed outright leaves none behind.
 
+mod common;
+
+use common::browser::{Guard, browser, in_headless_chromium, line_with, spawn};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 
 const EIGHT_GPUS: &str =
     include_str!("../examples/policy-tests/builtin/resources/train-8-gpus.yaml");
 const TWO_GPUS: &str = include_str!("../examples/policy-tests/builtin/resources/train-2-gpus.yaml");
-
-/// A child process killed (with its process group, when it leads one) when dropped.
-struct Guard {
-    child: Child,
-    group: bool,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if self.group {
-            // chromedriver and the browsers it started share its process group.
-            // SAFETY: kill(2) with the negated group id of a group this test created.
-            unsafe {
-                libc::kill(-(self.child.id() as i32), libc::SIGKILL);
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `command` started with `PR_SET_PDEATHSIG = SIGKILL`, optionally leading its own process
-/// group, its stdout piped.
-fn spawn(command: &mut Command, group: bool) -> Guard {
-    command.stdout(Stdio::piped()).stderr(Stdio::inherit());
-    if group {
-        command.process_group(0);
-    }
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
-    Guard { child, group }
-}
-
-/// Reads the child's stdout until a line containing `marker`, returning that line.
-fn line_with(guard: &mut Guard, marker: &str) -> String {
-    let stdout = guard.child.stdout.take().expect("stdout is piped");
-    let mut lines = BufReader::new(stdout).lines();
-    for line in lines.by_ref() {
-        let line = line.expect("reading the child's stdout");
-        if line.contains(marker) {
-            // Keep draining so the child never blocks on a full pipe.
-            std::thread::spawn(move || for _ in lines {});
-            return line;
-        }
-    }
-    panic!("the child's stdout ended without a line containing {marker:?}");
-}
 
 /// A running `launchgate playground` and its base URL (`http://127.0.0.1:PORT`).
 struct Playground {
@@ -513,99 +457,15 @@ fn a_non_loopback_address_is_refused() {
 
 // --- the page in a real browser ---
 
-/// Where a program is on PATH.
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
-/// Chromium and chromedriver, or `None` (with one `SKIPPED` line) when either is missing and
-/// `LAUNCHGATE_BROWSER_REQUIRED` is not set.
-fn browser() -> Option<(PathBuf, PathBuf)> {
-    let required =
-        std::env::var("LAUNCHGATE_BROWSER_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0");
-    let chromium = on_path("chromium").or_else(|| on_path("chromium-browser"));
-    let driver = on_path("chromedriver");
-    match (chromium, driver) {
-        (Some(c), Some(d)) => Some((c, d)),
-        _ if required => panic!(
-            "LAUNCHGATE_BROWSER_REQUIRED is set and chromium or chromedriver is missing: \
-             run `apt-get install -y chromium chromium-driver`"
-        ),
-        _ => {
-            // Straight to the process's stderr: the test harness captures `eprintln!`.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: playground browser test needs chromium and chromedriver \
-                 (`apt-get install -y chromium chromium-driver`); \
-                 LAUNCHGATE_BROWSER_REQUIRED=1 makes this a failure"
-            );
-            None
-        }
-    }
-}
-
-/// chromedriver on an ephemeral loopback port, in its own process group (the browsers it
-/// starts die with it), and its URL.
-fn chromedriver(path: &Path) -> (Guard, String) {
-    let mut guard = spawn(
-        Command::new(path).args(["--port=0", "--allowed-ips=127.0.0.1"]),
-        true,
-    );
-    let line = line_with(&mut guard, "started successfully on port");
-    let port: u16 = line
-        .trim_end_matches('.')
-        .rsplit(' ')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {line:?}"));
-    (guard, format!("http://127.0.0.1:{port}"))
-}
-
 #[tokio::test]
 async fn the_page_shows_a_denial_and_then_the_diff_of_an_allowed_run_in_a_real_browser() {
-    use thirtyfour::prelude::*;
-    let Some((chromium, driver_path)) = browser() else {
+    let Some(browser) = browser("playground browser test") else {
         return;
     };
-    let profile = tempfile::tempdir().unwrap();
     let p = playground();
-    let (_driver_guard, driver_url) = chromedriver(&driver_path);
-
-    let mut caps = DesiredCapabilities::chrome();
-    caps.set_binary(chromium.to_str().unwrap()).unwrap();
-    for arg in [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--disable-crash-reporter",
-        "--disable-breakpad",
-    ] {
-        caps.add_arg(arg).unwrap();
-    }
-    caps.add_arg(&format!("--user-data-dir={}", profile.path().display()))
-        .unwrap();
-    let driver = WebDriver::new(driver_url, caps).await.unwrap();
-    // The session always ends with an orderly quit (the browser closes), also when an
-    // assertion fails; the guards then kill whatever is left.
-    let outcome = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
-        review_in_the_page(&driver, &p.base),
-    ))
-    .await;
-    let quit = driver.quit().await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-    quit.unwrap();
+    in_headless_chromium!(browser, &[], |driver| {
+        review_in_the_page(driver, &p.base).await
+    });
 }
 
 /// Picks the W&B queue example, reviews an over-limit run (denied, naming queue, field and

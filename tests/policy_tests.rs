@@ -26,13 +26,9 @@ fn suite_dir(suite: &str) -> tempfile::TempDir {
     dir
 }
 
-fn path(dir: &Path) -> &str {
-    dir.to_str().unwrap()
-}
-
-#[test]
-fn the_example_suites_pass() {
-    let out = launchgate(&["test", "examples/policy-tests", "-o", "json"]);
+/// `launchgate test <suites> -o json`'s report, which must exit 0 with no test failed.
+fn passing_report(suites: &str) -> Value {
+    let out = launchgate(&["test", suites, "-o", "json"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -41,7 +37,17 @@ fn the_example_suites_pass() {
         text(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["failed"], 0);
+    assert_eq!(report["failed"], 0, "{report}");
+    report
+}
+
+fn path(dir: &Path) -> &str {
+    dir.to_str().unwrap()
+}
+
+#[test]
+fn the_example_suites_pass() {
+    let report = passing_report("examples/policy-tests");
     let suites = report["suites"].as_array().unwrap();
     let names: Vec<&str> = suites.iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["built-in policy", "strict queue template"]);
@@ -348,16 +354,7 @@ tests:
 /// tests/docs_commands.rs).
 #[test]
 fn the_gallery_suites_pass_and_each_is_on_its_page() {
-    let out = launchgate(&["test", "examples/gallery", "-o", "json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["failed"], 0);
+    let report = passing_report("examples/gallery");
     let page = std::fs::read_to_string(root().join("docs/gallery.md")).unwrap();
     let mut setups: Vec<String> = std::fs::read_dir(root().join("examples/gallery"))
         .unwrap()

@@ -4,6 +4,7 @@
 use crate::webhook::UNREGISTERED_LABEL;
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -415,6 +416,48 @@ impl Ctx {
         }
     }
 
+    /// The `LaunchgateDenied` Event in the test's namespace (about the object named
+    /// `regarding`, when given), waited for up to 15 s.
+    pub async fn denied_event(&self, regarding: Option<&str>) -> Result<Event> {
+        let events: Api<Event> = self.api();
+        self.poll(
+            "the LaunchgateDenied Event",
+            Duration::from_secs(15),
+            || async {
+                Ok(events
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .find(|e| {
+                        e.reason.as_deref() == Some("LaunchgateDenied")
+                            && regarding.is_none_or(|name| {
+                                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                            })
+                    }))
+            },
+        )
+        .await
+    }
+
+    /// Lets the service account `operator` (`system:serviceaccount:<namespace>:<name>`) do what
+    /// `rules` allow here, under the Role and RoleBinding `name`, probed with a pod no rule
+    /// judges.
+    pub async fn grant_operator(&self, name: &str, rules: Value, operator: &str) -> Result<()> {
+        let (namespace, account) = operator
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|s| s.split_once(':'))
+            .with_context(|| format!("{operator:?} is not a service account"))?;
+        self.grant(
+            name,
+            rules,
+            json!([{"kind": "ServiceAccount", "name": account, "namespace": namespace}]),
+            &rbac_probe_pod(),
+            &[(operator, &[])],
+        )
+        .await
+    }
+
     /// launchgate's own /metrics (OpenMetrics text).
     pub async fn launchgate_metrics(&self) -> Result<String> {
         let url = format!("{}/metrics", self.env.launchgate_base);
@@ -486,6 +529,12 @@ pub fn manifest(name: &str) -> Value {
 pub fn mutations(obj: &Value) -> Option<&str> {
     obj.pointer("/metadata/annotations/launchgate.io~1mutations")
         .and_then(Value::as_str)
+}
+
+/// A pod no rule judges (not a launch workload): only RBAC can refuse its creation.
+pub fn rbac_probe_pod() -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rbac-probe"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
 }
 
 /// A Job no rule judges (not a launch workload): only RBAC can refuse its creation.

@@ -16,6 +16,7 @@
 
 mod apiserver_metrics;
 mod audit;
+mod checks;
 mod cluster;
 #[path = "../common/mod.rs"]
 mod common;

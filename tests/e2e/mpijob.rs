@@ -3,17 +3,15 @@
 //! launcher Job and the worker pods an MPIJob's operator would, as the operator's service
 //! account); the real Job controller makes the launcher's pod.
 
-use crate::ctx::{Ctx, mutations};
+use crate::checks::{ensure_denied, ensure_needs_no_patch, ensure_stored_launch, hardened};
+use crate::ctx::Ctx;
 use crate::webhook::GUARDRAILS_QUEUE;
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
 use launchgate::Policy;
 use launchgate::admission::AdmissionRequest;
 use launchgate::cluster::NoCluster;
 use launchgate::review::{Endpoint, decide};
 use serde_json::{Value, json};
-use std::time::Duration;
 
 /// The identity the mpi-operator runs as (its standalone install).
 pub const MPI_OPERATOR: &str = "system:serviceaccount:mpi-operator:mpi-operator";
@@ -78,11 +76,6 @@ fn containers(job: &Value) -> Vec<&Value> {
         .collect()
 }
 
-fn hardened(c: &Value) -> bool {
-    c["securityContext"]["allowPrivilegeEscalation"] == false
-        && c["securityContext"]["capabilities"]["drop"] == json!(["ALL"])
-}
-
 /// The controller owner reference the operator writes on what it makes for the stored `job`.
 fn owned_by(job: &Value) -> Value {
     json!([{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
@@ -104,19 +97,27 @@ fn operator_labels(job: &Value, role: &str) -> Value {
     labels
 }
 
+/// The pod spec the operator gives `replica` (`Launcher` or `Worker`) of the stored `job`: the
+/// replica's template's, restarting on `restart`, as host `hostname` of the job's subdomain,
+/// without the security context launchgate wrote on its container.
+fn operator_spec(job: &Value, replica: &str, restart: &str, hostname: &str) -> Value {
+    let mut spec = job["spec"]["mpiReplicaSpecs"][replica]["template"]["spec"].clone();
+    spec["restartPolicy"] = json!(restart);
+    spec["hostname"] = json!(hostname);
+    spec["subdomain"] = job["metadata"]["name"].clone();
+    let c = &mut spec["containers"][0];
+    c.as_object_mut().map(|c| c.remove("securityContext"));
+    spec
+}
+
 /// The launcher Job the operator makes for the stored `job` (`<name>-launcher`, labelled
 /// `app: <name>`), its pod template the Launcher's, without the security context launchgate
 /// wrote there, and with `gpus` GPUs.
 fn launcher_job(job: &Value, gpus: i64) -> Value {
     let name = job["metadata"]["name"].as_str().unwrap_or_default();
-    let mut spec = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"].clone();
-    spec["restartPolicy"] = json!("OnFailure");
-    spec["hostname"] = json!(format!("{name}-launcher"));
-    spec["subdomain"] = json!(name);
-    let c = &mut spec["containers"][0];
-    c.as_object_mut().map(|c| c.remove("securityContext"));
+    let mut spec = operator_spec(job, "Launcher", "OnFailure", &format!("{name}-launcher"));
     if gpus > 0 {
-        c["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus);
+        spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus);
     }
     let run = &job["spec"]["runPolicy"];
     json!({"apiVersion": "batch/v1", "kind": "Job",
@@ -135,13 +136,8 @@ fn worker_pod(job: &Value, index: i64, gpus: i64) -> Value {
     let name = job["metadata"]["name"].as_str().unwrap_or_default();
     let mut labels = operator_labels(job, "worker");
     labels["training.kubeflow.org/replica-index"] = json!(index.to_string());
-    let mut spec = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"].clone();
-    spec["restartPolicy"] = json!("Never");
-    spec["hostname"] = json!(format!("{name}-worker-{index}"));
-    spec["subdomain"] = json!(name);
-    let c = &mut spec["containers"][0];
-    c.as_object_mut().map(|c| c.remove("securityContext"));
-    c["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus);
+    let mut spec = operator_spec(job, "Worker", "Never", &format!("{name}-worker-{index}"));
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus);
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": format!("{name}-worker-{index}"), "labels": labels,
             "ownerReferences": owned_by(job)},
@@ -150,16 +146,11 @@ fn worker_pod(job: &Value, index: i64, gpus: i64) -> Value {
 
 /// Lets the mpi-operator's service account create Jobs and pods here.
 async fn grant_operator(ctx: &Ctx) -> Result<()> {
-    // Not a launch workload: only RBAC can refuse it.
-    let probe = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rbac-probe"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
-    ctx.grant(
+    ctx.grant_operator(
         "mpi-operator",
         json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
                {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]),
-        json!([{"kind": "ServiceAccount", "name": "mpi-operator", "namespace": "mpi-operator"}]),
-        &probe,
-        &[(MPI_OPERATOR, &[])],
+        MPI_OPERATOR,
     )
     .await
 }
@@ -189,26 +180,13 @@ async fn limited_hardened_and_verified(ctx: &Ctx) -> Result<()> {
         ensure!(message.contains(part), "{message:?} lacks {part:?}");
     }
     // The rule's id, on the Event about it.
-    let events: Api<Event> = ctx.api();
     let rules = ctx
-        .poll(
-            "the LaunchgateDenied Event",
-            Duration::from_secs(15),
-            || async {
-                Ok(events
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .find(|e| {
-                        e.reason.as_deref() == Some("LaunchgateDenied")
-                            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                                == Some("too-big")
-                    })
-                    .and_then(|e| e.metadata.annotations?.remove("launchgate.io/rules")))
-            },
-        )
-        .await?;
+        .denied_event(Some("too-big"))
+        .await?
+        .metadata
+        .annotations
+        .and_then(|mut a| a.remove("launchgate.io/rules"))
+        .context("the Event's launchgate.io/rules")?;
     ensure!(
         rules.split(',').any(|r| r == "limits.totals"),
         "rules {rules:?}"
@@ -222,34 +200,13 @@ async fn limited_hardened_and_verified(ctx: &Ctx) -> Result<()> {
         .get(&submitted, "pi")
         .await?
         .context("the stored MPIJob")?;
-    for c in containers(&stored) {
-        ensure!(hardened(c), "stored MPIJob container not hardened: {c}");
-        ensure!(
-            c["env"].as_array().into_iter().flatten().all(|e| ![
-                "MASTER_ADDR",
-                "WORLD_SIZE",
-                "RANK"
-            ]
-            .contains(&e["name"].as_str().unwrap_or_default())),
-            "an MPIJob got PyTorch env: {c}"
-        );
-    }
+    ensure_stored_launch(&stored, &containers(&stored), "MPIJob")?;
     let run = &stored["spec"]["runPolicy"];
     ensure!(
         run["backoffLimit"] == 0
             && run["ttlSecondsAfterFinished"] == 60
             && run["cleanPodPolicy"] == "Running",
         "stored runPolicy {run}"
-    );
-    ensure!(
-        stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a",
-        "Kueue label: {}",
-        stored["metadata"]["labels"]
-    );
-    ensure!(
-        mutations(&stored).is_some_and(|m| m.contains("security-context")),
-        "mutations {:?}",
-        mutations(&stored)
     );
     // Nothing launchgate wrote was pruned: every value its patch writes is stored, and the
     // stored object needs no patch.
@@ -273,15 +230,7 @@ async fn limited_hardened_and_verified(ctx: &Ctx) -> Result<()> {
             );
         }
     }
-    let request = AdmissionRequest::synthetic_create(stored.clone(), None)
-        .map_err(anyhow::Error::msg)
-        .context("the stored MPIJob")?;
-    let again = decide(&policy, Endpoint::Mutate, &request, &NoCluster);
-    ensure!(
-        again.response.allowed && again.patch.0.is_empty(),
-        "the stored MPIJob would be patched again: {:?}",
-        again.patch
-    );
+    ensure_needs_no_patch(&policy, &stored, "the stored MPIJob")?;
 
     // (c) The operator's children: judged per pod (8 GPUs in all already admitted), hardened,
     // bound to their role.
@@ -318,28 +267,14 @@ async fn limited_hardened_and_verified(ctx: &Ctx) -> Result<()> {
     let (status, body, _) = ctx
         .create_raw_as(&worker_pod(&stored, 2, 8), true, Some(MPI_OPERATOR))
         .await?;
-    ensure!(
-        status == 403
-            && body["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("exceeds maximum 4"),
-        "an 8-GPU worker pod: {status} {body}"
-    );
+    ensure_denied(status, &body, "exceeds maximum 4", "an 8-GPU worker pod")?;
     let mut gpu_launcher = worker_pod(&stored, 0, 1);
     gpu_launcher["metadata"]["name"] = json!("pi-launcher-x");
     gpu_launcher["metadata"]["labels"]["training.kubeflow.org/job-role"] = json!("launcher");
     let (status, body, _) = ctx
         .create_raw_as(&gpu_launcher, true, Some(MPI_OPERATOR))
         .await?;
-    ensure!(
-        status == 403
-            && body["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("exceeds maximum 0"),
-        "a 1-GPU launcher pod: {status} {body}"
-    );
+    ensure_denied(status, &body, "exceeds maximum 0", "a 1-GPU launcher pod")?;
     // The same worker from a tenant is not trusted as the operator's.
     let (_, _, warnings) = ctx.create_raw(&worker_pod(&stored, 3, 4), true).await?;
     ensure!(

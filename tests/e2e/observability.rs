@@ -66,21 +66,7 @@ pub async fn a_denial_is_logged_evented_and_counted(ctx: &Ctx) -> Result<()> {
     );
 
     // The Event, on the object's namespace, regarding the Job.
-    let events: Api<Event> = ctx.api();
-    let event = ctx
-        .poll(
-            "the LaunchgateDenied Event",
-            Duration::from_secs(15),
-            || async {
-                Ok(events
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .find(|e| e.reason.as_deref() == Some("LaunchgateDenied")))
-            },
-        )
-        .await?;
+    let event = ctx.denied_event(None).await?;
     let regarding = event.regarding.clone().unwrap_or_default();
     ensure!(
         regarding.kind.as_deref() == Some("Job")

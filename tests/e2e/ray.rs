@@ -2,13 +2,11 @@
 //! operator runs here: the test plays its part (it creates the RayCluster a RayJob's operator
 //! would, and that RayCluster's pods, as the operator's service account).
 
-use crate::ctx::{Ctx, mutations};
+use crate::checks::{ensure_denied, ensure_needs_no_patch, ensure_stored_launch, hardened};
+use crate::ctx::Ctx;
 use crate::webhook::{RAY_CAPPED_QUEUE, RAY_QUEUE, suite_config};
 use anyhow::{Context, Result, ensure};
 use launchgate::Policy;
-use launchgate::admission::AdmissionRequest;
-use launchgate::cluster::NoCluster;
-use launchgate::review::{Endpoint, decide};
 use serde_json::{Value, json};
 
 /// The identity the KubeRay operator runs as (its Helm chart's service account).
@@ -59,16 +57,11 @@ fn containers(rayjob: &Value) -> Vec<&Value> {
 
 /// Lets the KubeRay operator's service account create RayClusters and pods here.
 async fn grant_kuberay(ctx: &Ctx) -> Result<()> {
-    // Not a launch workload: only RBAC can refuse it.
-    let probe = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rbac-probe"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
-    ctx.grant(
+    ctx.grant_operator(
         "kuberay",
         json!([{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["create"]},
                {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]),
-        json!([{"kind": "ServiceAccount", "name": "kuberay-operator", "namespace": "default"}]),
-        &probe,
-        &[(KUBERAY_OPERATOR, &[])],
+        KUBERAY_OPERATOR,
     )
     .await
 }
@@ -142,43 +135,10 @@ pub async fn rayjob_is_limited_hardened_and_its_children_verified(ctx: &Ctx) -> 
     );
     // The same group without autoscaling runs its 2 replicas: 8 GPUs.
     let job = ctx.create(&rayjob("ray-ok", 2, 4, false, 4), false).await?;
-    for c in containers(&job) {
-        ensure!(
-            c["securityContext"]["allowPrivilegeEscalation"] == false
-                && c["securityContext"]["capabilities"]["drop"] == json!(["ALL"]),
-            "stored RayJob container not hardened: {c}"
-        );
-        ensure!(
-            c["env"].as_array().into_iter().flatten().all(|e| ![
-                "MASTER_ADDR",
-                "WORLD_SIZE",
-                "RANK"
-            ]
-            .contains(&e["name"].as_str().unwrap_or_default())),
-            "a RayJob got PyTorch env: {c}"
-        );
-    }
-    ensure!(
-        job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a",
-        "Kueue label: {}",
-        job["metadata"]["labels"]
-    );
-    ensure!(
-        mutations(&job).is_some_and(|m| m.contains("security-context")),
-        "mutations {:?}",
-        mutations(&job)
-    );
+    ensure_stored_launch(&job, &containers(&job), "RayJob")?;
     // Nothing launchgate wrote was pruned: the stored object needs no patch.
     let policy = Policy::from_yaml(&suite_config()?).map_err(anyhow::Error::msg)?;
-    let request = AdmissionRequest::synthetic_create(job.clone(), None)
-        .map_err(anyhow::Error::msg)
-        .context("a RayJob request")?;
-    let again = decide(&policy, Endpoint::Mutate, &request, &NoCluster);
-    ensure!(
-        again.response.allowed && again.patch.0.is_empty(),
-        "the stored RayJob would be patched again (pruned?): {:?}",
-        again.patch
-    );
+    ensure_needs_no_patch(&policy, &job, "the stored RayJob")?;
 
     // The operator's RayCluster, even grown to 4 workers (16 GPUs), is judged per pod.
     grant_kuberay(ctx).await?;
@@ -193,35 +153,23 @@ pub async fn rayjob_is_limited_hardened_and_its_children_verified(ctx: &Ctx) -> 
     let mut forged = operator_cluster(&job, 4);
     forged["metadata"]["name"] = json!("forged");
     let (status, body, _) = ctx.create_raw(&forged, true).await?;
-    ensure!(
-        status == 403
-            && body["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("(totals)"),
-        "a tenant's RayCluster claiming the RayJob: {status} {body}"
-    );
+    ensure_denied(
+        status,
+        &body,
+        "(totals)",
+        "a tenant's RayCluster claiming the RayJob",
+    )?;
     // Its pods, made by the operator: per-pod rules (hardening, the 4-GPU container bound).
     let (status, pod, _) = ctx
         .create_raw_as(&operator_pod(&cluster, 4), false, Some(KUBERAY_OPERATOR))
         .await?;
     ensure!(status == 201, "the operator's worker pod: {status} {pod}");
     let c = &pod["spec"]["containers"][0];
-    ensure!(
-        c["securityContext"]["allowPrivilegeEscalation"] == false,
-        "worker pod not hardened: {c}"
-    );
+    ensure!(hardened(c), "worker pod not hardened: {c}");
     let (status, body, _) = ctx
         .create_raw_as(&operator_pod(&cluster, 8), true, Some(KUBERAY_OPERATOR))
         .await?;
-    ensure!(
-        status == 403
-            && body["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("exceeds maximum 4"),
-        "an 8-GPU worker pod: {status} {body}"
-    );
+    ensure_denied(status, &body, "exceeds maximum 4", "an 8-GPU worker pod")?;
     Ok(())
 }
 
@@ -263,15 +211,7 @@ async fn a_rayjob_cluster_ends_with_the_job_in(ctx: &Ctx) -> Result<()> {
     );
     let policy =
         Policy::from_yaml(&crate::updates::capped_config()?).map_err(anyhow::Error::msg)?;
-    let request = AdmissionRequest::synthetic_create(stored.clone(), None)
-        .map_err(anyhow::Error::msg)
-        .context("a RayJob request")?;
-    let again = decide(&policy, Endpoint::Mutate, &request, &NoCluster);
-    ensure!(
-        again.response.allowed && again.patch.0.is_empty(),
-        "the stored RayJob would be patched again (pruned?): {:?}",
-        again.patch
-    );
+    ensure_needs_no_patch(&policy, &stored, "the stored RayJob")?;
 
     // The same RayJob keeping its cluster, as written by a server-side apply manager.
     let mut kept = job.clone();

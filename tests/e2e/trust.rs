@@ -1,6 +1,7 @@
 //! Nothing a tenant writes into an object takes it out of policy: exemptions go by who sends
 //! the request, as the API server authenticated it.
 
+use crate::checks::ensure_denied;
 use crate::ctx::{Ctx, manifest, rbac_probe_job};
 use crate::webhook::DEADLINE_QUEUE;
 use anyhow::{Result, ensure};
@@ -205,14 +206,12 @@ pub async fn exempt_group_jobs_pods_inherit_the_exemption(ctx: &Ctx) -> Result<(
     let (status, body, _) = ctx
         .create_raw_impersonating(&forged, false, Some("tenant"), &[])
         .await?;
-    ensure!(
-        status == 403
-            && body["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("maximum 4"),
-        "the tenant's Job carrying the exemption's mark: status {status}: {body}"
-    );
+    ensure_denied(
+        status,
+        &body,
+        "maximum 4",
+        "the tenant's Job carrying the exemption's mark",
+    )?;
 
     // The exempt group's Job: admitted, and the Job controller's pods with it.
     let (status, body, _) = ctx
