@@ -547,7 +547,6 @@ const KIND_TOKENS_ALLOWED: &[(&str, &str)] = &[
     ("workload/trainjob.rs", "runtimeRef"),
     ("workload/trainjob.rs", "numNodes"),
     ("workload/trainjob.rs", "\"JobSet\""),
-    ("workload/trainjob.rs", "WorkloadKind::JobSet"),
     ("workload/mod.rs", "numNodes"),
     ("mutate/runtime_patch.rs", "replicatedJobs"),
     ("validate/check.rs", "replicatedJobs"),

@@ -84,5 +84,7 @@ pub static JOB: KindSpec = KindSpec {
     ],
     job_specs: JobSpecs::Object,
     webhook_rule: "jobs",
+    // W&B Launch's default Kubernetes resource.
+    launch_default: true,
     ..KindSpec::BASE
 };

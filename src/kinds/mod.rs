@@ -97,6 +97,9 @@ pub struct KindSpec {
     /// Whether the server keeps a cached watch of this kind, so that a request about
     /// something else can read an object of it.
     pub watch: Watch,
+    /// What W&B Launch makes of a queue template that names no kind (its default Kubernetes
+    /// resource): true of one kind, the batch/v1 Job.
+    pub launch_default: bool,
 }
 
 /// Whether, and which of, a kind's objects the server keeps in a cached watch
@@ -142,6 +145,7 @@ impl KindSpec {
         gang: None,
         scale: None,
         watch: Watch::No,
+        launch_default: false,
     };
 }
 
@@ -652,12 +656,6 @@ impl WorkloadKind {
     pub const TrainJob: WorkloadKind = WorkloadKind(&trainjob::TRAIN_JOB);
 }
 
-impl WorkloadKind {
-    /// The kind W&B Launch makes of a queue template that names no kind: a batch/v1 Job, its
-    /// default Kubernetes resource.
-    pub const LAUNCH_DEFAULT: WorkloadKind = WorkloadKind(&job::JOB);
-}
-
 #[cfg(test)]
 impl WorkloadKind {
     /// A handle on a descriptor that is not one of [`ALL`], for the tests of what reads
@@ -701,6 +699,14 @@ impl WorkloadKind {
     /// Recognises a kind from the admission request's group/version/kind.
     pub fn from_gvk(group: &str, version: &str, kind: &str) -> Option<Self> {
         Self::all().find(|k| k.0.group == group && k.0.version == version && k.0.kind == kind)
+    }
+
+    /// The kind W&B Launch makes of a queue template that names no kind
+    /// ([`KindSpec::launch_default`]).
+    pub fn launch_default() -> WorkloadKind {
+        Self::all()
+            .find(|k| k.0.launch_default)
+            .expect("one registered kind is W&B Launch's default")
     }
 
     /// The kind whose scale subresource is `<resource>/scale` of API group `group`.
@@ -822,6 +828,8 @@ mod tests {
 
     #[test]
     fn names_and_coordinates_are_unique() {
+        assert_eq!(all().filter(|k| k.launch_default).count(), 1);
+        assert_eq!(WorkloadKind::launch_default(), WorkloadKind::BatchJob);
         let mut names: Vec<_> = all().map(|k| k.name).collect();
         names.sort();
         names.dedup();

@@ -941,7 +941,7 @@ impl QueueLimits {
         let mut templates = workload::templates(kind, object);
         if kind.spec().pods_from_runtime {
             // Its runtime patches are pod specs, judged like a Job's pod template.
-            templates.extend(trainjob::patch_templates(object));
+            templates.extend(trainjob::patch_templates(kind, object));
         }
         let mut eval = Evaluation {
             queue,

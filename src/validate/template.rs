@@ -305,10 +305,6 @@ fn known_kinds() -> String {
         .join(", ")
 }
 
-/// The kind of a template that names neither `apiVersion` nor `kind` and has no kind's
-/// signature.
-const DEFAULT_KIND: WorkloadKind = WorkloadKind::LAUNCH_DEFAULT;
-
 /// Finds the Kubernetes object in a queue config: bare, under `kubernetes:`, or under
 /// `resource_args.kubernetes`.
 pub fn unwrap(doc: &Value) -> Result<(Wrapper, &Value), String> {
@@ -404,7 +400,11 @@ pub fn infer_kind(object: &Value) -> Result<WorkloadKind, String> {
                 None => unknown(format!("apiVersion {api_version:?} without a `kind`")),
             }
         }
-        (None, None) => Ok(WorkloadKind::all().find(signed).unwrap_or(DEFAULT_KIND)),
+        // A template that names neither `apiVersion` nor `kind` and has no kind's signature is
+        // W&B Launch's default resource.
+        (None, None) => Ok(WorkloadKind::all()
+            .find(signed)
+            .unwrap_or_else(WorkloadKind::launch_default)),
     }
 }
 

@@ -162,8 +162,16 @@ pub const PATCHES_PATH: &str = "spec.runtimePatches";
 /// every entry's, the tenant's and launchgate's alike: each is a pod spec Trainer merges into
 /// the pods of the replicated job it names. They add no pods (`replicas` 0), and what they leave
 /// out is the runtime's.
-pub fn patch_templates(trainjob: &Value) -> Vec<(TemplateInfo, &Map<String, Value>)> {
+/// Each is bound as a pod template of the kind `kind`'s runtime is rendered into
+/// ([`WorkloadKind::runs_as`]); a kind rendered from no runtime has none.
+pub fn patch_templates(
+    kind: WorkloadKind,
+    trainjob: &Value,
+) -> Vec<(TemplateInfo, &Map<String, Value>)> {
     let mut out = Vec::new();
+    let Some(position) = kind.runs_as().and_then(|k| k.spec().positions.first()) else {
+        return out;
+    };
     let patches = trainjob
         .at("/spec/runtimePatches")
         .and_then(Value::as_array);
@@ -180,7 +188,7 @@ pub fn patch_templates(trainjob: &Value) -> Vec<(TemplateInfo, &Map<String, Valu
             };
             out.push((
                 TemplateInfo::at_path(
-                    &WorkloadKind::JobSet.spec().positions[0],
+                    position,
                     j,
                     Some(
                         rjob.get("name")
