@@ -101,6 +101,15 @@ pub(crate) fn unescape(token: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// A key as a pointer token (RFC 6901): `~` written `~0`, `/` written `~1`.
+pub(crate) fn escape(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.contains(['~', '/']) {
+        key.replace('~', "~0").replace('/', "~1").into()
+    } else {
+        key.into()
+    }
+}
+
 /// An array index token: digits without a sign or a leading zero (as serde_json reads them).
 fn index(token: &str) -> Option<usize> {
     if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {

@@ -198,7 +198,6 @@ fn preemption(
 /// the JSON Pointer of each Job spec (the parent of its pod template) and the dotted path of
 /// its pod spec.
 fn job_templates(kind: WorkloadKind, object: &Value) -> Vec<(String, String)> {
-    let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
     workload::templates(kind, object)
         .into_iter()
         .filter_map(|(info, _)| {
@@ -208,17 +207,17 @@ fn job_templates(kind: WorkloadKind, object: &Value) -> Vec<(String, String)> {
                 .holders
                 .path()
                 .iter()
-                .map(|k| format!("/{}", escape(k)))
+                .map(|k| format!("/{}", crate::json::escape(k)))
                 .collect();
             match position.holders {
                 Holders::Root | Holders::At(_) => {}
                 Holders::Each(_) => pointer.push_str(&format!("/{}", info.index)),
                 Holders::Keyed(_) => {
-                    pointer.push_str(&format!("/{}", escape(info.name.as_deref()?)))
+                    pointer.push_str(&format!("/{}", crate::json::escape(info.name.as_deref()?)))
                 }
             }
             for k in up {
-                pointer.push_str(&format!("/{}", escape(k)));
+                pointer.push_str(&format!("/{}", crate::json::escape(k)));
             }
             Some((pointer, info.spec_path().to_string()))
         })

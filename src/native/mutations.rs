@@ -429,7 +429,7 @@ fn is_map(at: &str) -> String {
 fn pointer(keys: &[&str]) -> String {
     lit(&keys
         .iter()
-        .map(|k| format!("/{}", pointer_escape(k)))
+        .map(|k| format!("/{}", crate::json::escape(k)))
         .collect::<String>())
 }
 
@@ -457,11 +457,6 @@ fn written_in_last_applied(key: &str) -> String {
     )
 }
 
-/// A JSON Pointer segment for a literal key (RFC 6901).
-fn pointer_escape(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
 /// Labels written into the metadata of the map `map` (JSON Pointer expression `ptr`): each
 /// (key, CEL value, CEL condition on the existing labels `map.metadata.labels`), added where
 /// its condition holds or the map has no labels yet; `metadata` and `labels` are created
@@ -480,7 +475,7 @@ fn upsert_labels(map: &str, ptr: &str, labels: &[(String, String, String)]) -> S
                 &format!("(!{has_labels} || ({when}))"),
                 &format!(
                     "{ptr} + {}",
-                    lit(&format!("/metadata/labels/{}", pointer_escape(k)))
+                    lit(&format!("/metadata/labels/{}", crate::json::escape(k)))
                 ),
                 v,
             )
@@ -534,7 +529,7 @@ fn queue_name_annotation(queue: &Queue, map: &str, ptr: &str, label_written: &st
         "({label_written} ? ({has} ? ({key} in {annotations} ? [] : [JSONPatch{{op: 'add', path: {ptr} + {}, value: {name}}}]) : [JSONPatch{{op: 'add', path: {ptr} + '/metadata/annotations', value: {{{key}: {name}}}}}]) : [])",
         lit(&format!(
             "/metadata/annotations/{}",
-            pointer_escape(QUEUE_NAME_ANNOTATION)
+            crate::json::escape(QUEUE_NAME_ANNOTATION)
         )),
         name = lit(&queue.name),
     )

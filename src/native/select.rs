@@ -175,11 +175,6 @@ impl Text {
     }
 }
 
-/// A JSON Pointer segment for a literal key (RFC 6901).
-fn pointer_escape(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
 /// The map `map`'s keys in the order launchgate reads a [`Holders::Keyed`] position
 /// ([`crate::workload::replica_types_in_order`]: byte order). CEL iterates a map in no defined
 /// order, so every expression that walks such a map walks this list.
@@ -267,7 +262,7 @@ pub fn walk(
     let mut path = Text::default().lit(&at.join("."));
     let mut pointer = Text::default();
     for key in at {
-        pointer = pointer.lit(&format!("/{}", pointer_escape(key)));
+        pointer = pointer.lit(&format!("/{}", crate::json::escape(key)));
     }
     let (holder, key, var) = match position.holders {
         Holders::Root | Holders::At(_) => (holders.clone(), None, None),
@@ -286,7 +281,7 @@ pub fn walk(
     for key in position.template {
         let dot = if path.0.is_empty() { "" } else { "." };
         path = path.lit(&format!("{dot}{key}"));
-        pointer = pointer.lit(&format!("/{}", pointer_escape(key)));
+        pointer = pointer.lit(&format!("/{}", crate::json::escape(key)));
     }
     let (template, _) = reach(&holder, position.template);
     template_at.extend(needs);

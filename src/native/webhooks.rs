@@ -487,8 +487,17 @@ mod tests {
     }
 
     fn policy_with(extra: &str, edit: impl FnOnce(&mut Value)) -> Policy {
+        built_in_with(true, extra, edit)
+    }
+
+    /// The built-in config (with its `match.exemptions`, or without), and `other-queue` as
+    /// [`policy_with`] makes it.
+    fn built_in_with(exemptions: bool, extra: &str, edit: impl FnOnce(&mut Value)) -> Policy {
         let mut config: Value =
             serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
+        if !exemptions {
+            config["match"]["exemptions"] = json!([]);
+        }
         let mut warn = config["queues"]["gpu-queue"].clone();
         warn["limits"]["enforcement"] = json!(extra);
         warn["pytorch"]["onUnwirable"] = json!("warn");
@@ -541,15 +550,7 @@ mod tests {
 
     /// `policy_with`, without the built-in config's exemption.
     fn unexempted(extra: &str, edit: impl FnOnce(&mut Value)) -> Policy {
-        let mut config: Value =
-            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
-        config["match"]["exemptions"] = json!([]);
-        let mut warn = config["queues"]["gpu-queue"].clone();
-        warn["limits"]["enforcement"] = json!(extra);
-        warn["pytorch"]["onUnwirable"] = json!("warn");
-        edit(&mut warn);
-        config["queues"]["other-queue"] = warn;
-        Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).expect("policy")
+        built_in_with(false, extra, edit)
     }
 
     #[test]

@@ -522,7 +522,7 @@ pub fn gang_shortfall(kind: WorkloadKind, object: &Value) -> Option<GangShortfal
         pointer: gang
             .at
             .iter()
-            .map(|k| format!("/{}", k.replace('~', "~0").replace('/', "~1")))
+            .map(|k| format!("/{}", crate::json::escape(k)))
             .collect(),
         current,
         needed,
