@@ -551,7 +551,7 @@ const KIND_TOKENS_ALLOWED: &[(&str, &str)] = &[
     ("mutate/runtime_patch.rs", "replicatedJobs"),
     ("validate/check.rs", "replicatedJobs"),
     ("validate/check.rs", "numNodes"),
-    ("review/mod.rs", "runtimeRef"),
+    ("review/runtime.rs", "runtimeRef"),
     // `jobDefaults.volcanoMaxRetry` is a setting of one kind; its config error says why 0 is
     // refused.
     ("mutate/job_defaults.rs", "maxRetry"),

@@ -13,7 +13,7 @@ pub(crate) use owner::{OWN_NAME, owner_kinds_of, owner_mark};
 pub use owner::{OwnerClaim, owner_claim};
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
-pub(crate) use resolve::WorkloadMatch;
+pub(crate) use resolve::{QueueResolution, WorkloadMatch};
 
 pub use crate::error::{ConfigError, ConfigErrors};
 use crate::mutate::labels::queue_label_value;

@@ -3,7 +3,11 @@
 //! is refused by a rule only when what the rule judges grew.
 
 use super::*;
+use crate::admission::{AdmissionRequest, Operation};
 use crate::cluster::NoCluster;
+use crate::policy::EXEMPTED_BY_ANNOTATION;
+use crate::rules::Violation;
+use crate::validate;
 use serde_json::json;
 
 const CONFIG: &str = r#"

@@ -1,0 +1,143 @@
+//! The runtime a workload's pods come from (a TrainJob's TrainingRuntime), read from the
+//! cluster view, and the rules about it: a size that cannot be verified, a runtime a tenant
+//! may grow.
+
+use crate::cluster::{ClusterView, RuntimeLookup};
+use crate::json::Pointer as _;
+use crate::policy::Queue;
+use crate::rules::{self, Effect, Violation};
+use crate::validate::{Enforcement, TrainingRuntimes, UnverifiableRuntime};
+use crate::workload::WorkloadKind;
+use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
+use serde_json::Value;
+
+/// What is known of a TrainJob's runtime.
+pub(super) enum RuntimeState {
+    /// Not a TrainJob.
+    NotATrainJob,
+    /// Read from the cluster.
+    Found(TrainingRuntime),
+    /// Cannot be read: why, and the runtime named (if any).
+    Unknown {
+        reference: Option<RuntimeRef>,
+        why: &'static str,
+    },
+}
+
+/// The runtime a `kind` whose pods come from one names, from the cluster view.
+pub(super) fn lookup(
+    cluster: &dyn ClusterView,
+    kind: WorkloadKind,
+    trainjob: &Value,
+    namespace: Option<&str>,
+) -> RuntimeState {
+    if !kind.spec().pods_from_runtime {
+        return RuntimeState::NotATrainJob;
+    }
+    let Some(reference) = trainjob::runtime_ref(trainjob) else {
+        return RuntimeState::Unknown {
+            reference: None,
+            why: "names no runtime (spec.runtimeRef.name)",
+        };
+    };
+    if !reference.is_known_kind() {
+        return RuntimeState::Unknown {
+            reference: Some(reference),
+            why: "is not a kind Trainer runs (ClusterTrainingRuntime or TrainingRuntime)",
+        };
+    }
+    let namespace = namespace
+        .or_else(|| trainjob.at("/metadata/namespace").and_then(Value::as_str))
+        .unwrap_or(crate::cluster::DEFAULT_NAMESPACE);
+    match cluster.training_runtime(&reference.kind, namespace, &reference.name) {
+        RuntimeLookup::Found(object) => RuntimeState::Found(TrainingRuntime { reference, object }),
+        RuntimeLookup::NotFound => RuntimeState::Unknown {
+            reference: Some(reference),
+            why: "is not in the cluster",
+        },
+        RuntimeLookup::Unavailable => RuntimeState::Unknown {
+            reference: Some(reference),
+            why: "launchgate cannot read (no cluster lookups of runtimes: offline without its manifest beside the TrainJob, `serve` without --cluster-lookups, or the runtime watch has no access)",
+        },
+    }
+}
+
+/// Why a TrainJob's size cannot be verified, when its queue bounds sizes (totals, GPU-hours)
+/// and the TrainJob leaves its size to a runtime that cannot be read.
+pub(super) fn unverifiable_size(
+    queue: &Queue,
+    object: &Value,
+    runtime: &RuntimeState,
+) -> Option<Violation> {
+    let RuntimeState::Unknown { reference, why } = runtime else {
+        return None;
+    };
+    let bounded = queue.size_bounds();
+    let left = trainjob::left_to_runtime(object);
+    if bounded.is_empty() || left.is_empty() {
+        return None;
+    }
+    let named = reference
+        .as_ref()
+        .map_or_else(|| "its runtime".to_string(), RuntimeRef::describe);
+    let effect = match queue.limits.unverifiable_runtime() {
+        UnverifiableRuntime::Deny => Effect::Deny,
+        UnverifiableRuntime::Warn => Effect::Warn,
+    };
+    let message = format!(
+        "queue {:?}: cannot verify the runtime's size: the TrainJob leaves {} to {named}, which {why}, so its size is unknown to the queue's {} (limits.unverifiableRuntime: {}); set them on the TrainJob",
+        queue.name,
+        left.join(" and "),
+        bounded.join(" and "),
+        queue.limits.unverifiable_runtime().as_str(),
+    );
+    Some(
+        Violation::new(rules::LIMITS_UNVERIFIABLE_RUNTIME, message)
+            .value(left.join(", "))
+            .limit(bounded.join(", "))
+            .effect(effect),
+    )
+}
+
+/// A TrainJob that names a namespaced TrainingRuntime in a queue that bounds its runs' size or
+/// cost (totals, a GPU-hour ceiling) and takes sizes only from ClusterTrainingRuntimes
+/// (`limits.trainingRuntimes: clusterOnly`, the default): a tenant may own that runtime and
+/// grow it after the TrainJob is admitted. Answered as the queue's limits are.
+pub(super) fn untrusted(queue: &Queue, object: &Value) -> Option<Violation> {
+    if queue.limits.training_runtimes() != TrainingRuntimes::ClusterOnly {
+        return None;
+    }
+    let named = trainjob::runtime_ref(object)?;
+    let bounded = queue.size_bounds();
+    if named.kind != trainjob::NAMESPACED_RUNTIME || bounded.is_empty() {
+        return None;
+    }
+    let effect = match queue.limits.enforcement() {
+        Enforcement::Deny => Effect::Deny,
+        Enforcement::Warn => Effect::Warn,
+        Enforcement::Audit => Effect::Audit,
+    };
+    let message = format!(
+        "queue {:?}: the TrainJob names {}, a namespaced runtime that anyone who can edit the namespace can grow after the TrainJob is admitted, and the queue's {} take runs' sizes only from ClusterTrainingRuntimes (limits.trainingRuntimes: clusterOnly): name a ClusterTrainingRuntime",
+        queue.name,
+        named.describe(),
+        bounded.join(" and "),
+    );
+    Some(
+        Violation::new(rules::LIMITS_TRAINING_RUNTIMES, message)
+            .at("spec.runtimeRef.kind")
+            .value(format!("{:?}", named.kind))
+            .limit(TrainingRuntimes::ClusterOnly.as_str())
+            .effect(effect),
+    )
+}
+
+impl RuntimeState {
+    /// The runtime, when it was read.
+    pub(super) fn found(&self) -> Option<&TrainingRuntime> {
+        match self {
+            RuntimeState::Found(runtime) => Some(runtime),
+            _ => None,
+        }
+    }
+}
