@@ -115,10 +115,13 @@ impl Judgement {
     }
 
     /// Violations found under `audit` enforcement (logged by the server, not shown to users).
-    pub fn audit_violations(&self) -> &[String] {
-        self.validation
-            .as_ref()
-            .map_or(&[], |v| v.summary.audit_violations.as_slice())
+    pub fn audit_violations(&self) -> Vec<&str> {
+        self.validation.as_ref().map_or(Vec::new(), |v| {
+            v.summary
+                .audit_violations()
+                .map(|v| v.message.as_str())
+                .collect()
+        })
     }
 
     /// The queue the object was judged against (`None`: not a launch workload, or no queue).

@@ -365,8 +365,12 @@ fn audit_mode_allows_and_records_the_violations_in_an_audit_annotation() {
     let body = serde_json::to_vec(&fixture_json("create-job-launch-acme-mnist.json")).unwrap();
     let outcome = review(&policy, Endpoint::Validate, &body, &NoCluster).unwrap();
     assert_eq!(
-        outcome.summary.audit_violations,
-        vec![EIGHT_GPUS.to_string()]
+        outcome
+            .summary
+            .audit_violations()
+            .map(|v| v.message.as_str())
+            .collect::<Vec<_>>(),
+        vec![EIGHT_GPUS]
     );
     let response: Value = serde_json::from_slice(&outcome.body).unwrap();
     let response = &response["response"];

@@ -311,7 +311,7 @@ fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
             }
         }
         for w in j.warnings() {
-            outln!("  warning: {}", w.message)?;
+            outln!("  warning ({}): {}", w.rule, w.message)?;
         }
         for v in j.audit_violations() {
             outln!("  audit: {v}")?;

@@ -4,7 +4,7 @@
 use super::request::operation_name;
 use crate::admission::{AdmissionRequest, AdmissionResponse};
 use crate::mutate::Findings;
-use crate::rules::{self, Violation, Warning};
+use crate::rules::{self, Effect, Violation, Warning};
 use crate::workload::WorkloadKind;
 use serde_json::Value;
 
@@ -60,8 +60,6 @@ pub struct ReviewSummary {
     pub patch_operations: usize,
     /// Size of the JSON Patch as sent (before base64), bytes.
     pub patch_bytes: usize,
-    /// Violations found under `audit` enforcement (logged and counted, not shown).
-    pub audit_violations: Vec<String>,
     /// The request was a dry run.
     pub dry_run: bool,
     /// `request.uid`.
@@ -98,6 +96,12 @@ pub struct ReviewSummary {
 }
 
 impl ReviewSummary {
+    /// The violations answered by `audit` enforcement: logged, counted and in the API server's
+    /// audit log, not shown.
+    pub fn audit_violations(&self) -> impl Iterator<Item = &Violation> {
+        self.violations.iter().filter(|v| v.effect == Effect::Audit)
+    }
+
     /// What the request is before any stage reads it: its kind (`other` when launchgate does
     /// not judge it), operation and dry run.
     pub(super) fn of(request: &AdmissionRequest, kind: Option<WorkloadKind>) -> Self {
@@ -205,6 +209,15 @@ pub(super) fn finish(
     summary.patch_bytes = response.patch.as_deref().map_or(0, base64_decoded_len);
     summary.message = response.status.as_ref().map(|s| s.message.clone());
     summary.warnings = warnings;
+    let audit: Vec<&str> = summary
+        .audit_violations()
+        .map(|v| v.message.as_str())
+        .collect();
+    if !audit.is_empty() {
+        response
+            .audit_annotations
+            .insert("limit-violations".into(), audit.join("\n"));
+    }
     Decision {
         response,
         patch,

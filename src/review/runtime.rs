@@ -6,7 +6,7 @@ use crate::cluster::{ClusterView, RuntimeLookup};
 use crate::json::Pointer as _;
 use crate::policy::Queue;
 use crate::rules::{self, Effect, Violation};
-use crate::validate::{Enforcement, TrainingRuntimes, UnverifiableRuntime};
+use crate::validate::{TrainingRuntimes, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
 use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
 use serde_json::Value;
@@ -112,11 +112,7 @@ pub(super) fn untrusted(queue: &Queue, object: &Value) -> Option<Violation> {
     if named.kind != trainjob::NAMESPACED_RUNTIME || bounded.is_empty() {
         return None;
     }
-    let effect = match queue.limits.enforcement() {
-        Enforcement::Deny => Effect::Deny,
-        Enforcement::Warn => Effect::Warn,
-        Enforcement::Audit => Effect::Audit,
-    };
+    let effect = queue.limits.enforcement().effect();
     let message = format!(
         "queue {:?}: the TrainJob names {}, a namespaced runtime that anyone who can edit the namespace can grow after the TrainJob is admitted, and the queue's {} take runs' sizes only from ClusterTrainingRuntimes (limits.trainingRuntimes: clusterOnly): name a ClusterTrainingRuntime",
         queue.name,

@@ -9,7 +9,7 @@ use crate::admission::Operation;
 use crate::mutate::{self, Findings, MutationContext};
 use crate::policy::{EXEMPTED_BY_ANNOTATION, Queue, exemption};
 use crate::rules::{self, Effect, Violation, Warning};
-use crate::validate::{self, Enforcement, Scope};
+use crate::validate::{self, Scope};
 use serde_json::Value;
 
 /// Judges `object` by the queue's validating rules.
@@ -152,38 +152,17 @@ pub(super) fn decide(
     summary.unchanged.extend(report.unchanged);
     summary.outcome = Outcome::Allowed;
     if !report.violations.is_empty() {
-        let effect = match report.enforcement {
-            Enforcement::Deny => Effect::Deny,
-            Enforcement::Warn => Effect::Warn,
-            Enforcement::Audit => Effect::Audit,
-        };
+        let effect = report.enforcement.effect();
         summary.enforcement = Some(effect.as_str());
-        match effect {
-            Effect::Deny => {}
-            Effect::Warn => summary.outcome = Outcome::AllowedWithViolations,
-            Effect::Audit => {
-                summary.outcome = Outcome::AllowedWithViolations;
-                summary.audit_violations = report
-                    .violations
-                    .iter()
-                    .map(|v| v.message.clone())
-                    .collect();
-            }
+        if effect != Effect::Deny {
+            summary.outcome = Outcome::AllowedWithViolations;
         }
         findings.add_violations(report.violations.into_iter().map(|v| v.effect(effect)));
     }
-    let audit = summary.audit_violations.join("\n");
-    let mut decision = finish(
+    finish(
         &ctx.request.uid,
         findings,
         json_patch::Patch(Vec::new()),
         summary,
-    );
-    if !audit.is_empty() {
-        decision
-            .response
-            .audit_annotations
-            .insert("limit-violations".into(), audit);
-    }
-    decision
+    )
 }

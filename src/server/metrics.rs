@@ -334,11 +334,12 @@ impl Metrics {
                 .get_or_create(&ep)
                 .inc_by(s.patch_operations as u64);
         }
-        if !s.audit_violations.is_empty() {
+        let audited = s.audit_violations().count();
+        if audited > 0 {
             let queue = s.queue.clone().unwrap_or_default();
             self.audit_violations
                 .get_or_create(&QueueLabels { queue })
-                .inc_by(s.audit_violations.len() as u64);
+                .inc_by(audited as u64);
         }
     }
 

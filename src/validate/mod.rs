@@ -136,6 +136,17 @@ pub enum Enforcement {
     Audit,
 }
 
+impl Enforcement {
+    /// How a violation under this enforcement is answered.
+    pub fn effect(self) -> crate::rules::Effect {
+        match self {
+            Enforcement::Deny => crate::rules::Effect::Deny,
+            Enforcement::Warn => crate::rules::Effect::Warn,
+            Enforcement::Audit => crate::rules::Effect::Audit,
+        }
+    }
+}
+
 /// A template variable's schema. W&B nests it as `{schema: {...}}`; both forms are accepted.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
