@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every file derived from the code, in the order they depend on each other: the
-# config schema and the chart's kinds list (`files/kinds.json`, the `webhook.rules` switch), the
+# field tree of the Kubernetes API types (src/validate/api_fields.json), the config schema and the chart's kinds list (`files/kinds.json`, the `webhook.rules` switch), the
 # plain manifests rendered from the chart, the generated reference pages, the rule list of the
 # troubleshooting page, the chart page, and the native policies' report on
 # docs/native-policies.md. The mutation goldens are expectations, not derived files: a
@@ -22,6 +22,11 @@ run() {
     env "$var=1" cargo test --locked --quiet --test "$test"
   fi
 }
+if [ "$check" = 1 ]; then
+  cargo test --locked --quiet --lib the_field_tree_is_k8s_openapis
+else
+  UPDATE_FIELDS=1 cargo test --locked --quiet --lib the_field_tree_is_k8s_openapis
+fi
 run UPDATE_SCHEMA config_schema
 if [ "$check" = 1 ]; then
   python3 scripts/helm_check.py manifests --check

@@ -14,24 +14,16 @@ use crate::workload::WorkloadKind;
 use serde_json::Value;
 use std::sync::OnceLock;
 
-fn schema_of<T: schemars::JsonSchema>() -> Value {
-    serde_json::to_value(schemars::SchemaGenerator::default().into_root_schema_for::<T>())
-        .unwrap_or(Value::Null)
-}
+/// The Kubernetes API types paths are checked against — `PodTemplateSpec`, `Pod` and batch/v1
+/// `Job`, each beside the definitions they share in `$defs` — as k8s-openapi's JSON schemas
+/// reduced to their structure (fields, items, maps, references, scalar types). Generated from
+/// the types by the test `the_field_tree_is_k8s_openapis` (`UPDATE_FIELDS=1` rewrites it), so the
+/// serving process carries neither the schema generator nor the schemas' descriptions.
+const API_FIELDS: &str = include_str!("api_fields.json");
 
-fn pod_template() -> &'static Value {
-    static SCHEMA: OnceLock<Value> = OnceLock::new();
-    SCHEMA.get_or_init(schema_of::<k8s_openapi::api::core::v1::PodTemplateSpec>)
-}
-
-fn pod() -> &'static Value {
-    static SCHEMA: OnceLock<Value> = OnceLock::new();
-    SCHEMA.get_or_init(schema_of::<k8s_openapi::api::core::v1::Pod>)
-}
-
-fn job() -> &'static Value {
-    static SCHEMA: OnceLock<Value> = OnceLock::new();
-    SCHEMA.get_or_init(schema_of::<k8s_openapi::api::batch::v1::Job>)
+fn api_fields() -> &'static Value {
+    static FIELDS: OnceLock<Value> = OnceLock::new();
+    FIELDS.get_or_init(|| serde_json::from_str(API_FIELDS).unwrap_or(Value::Null))
 }
 
 /// What a walk down a schema found.
@@ -127,35 +119,30 @@ fn has_scalar_type(schema: &Value) -> bool {
 
 /// The typed schema a path is checked against: a pod template for `in_pod_template`, else the
 /// root of `kind` (`None` when launchgate has no typed schema for it).
+/// The type a path of `kind` is checked against: a pod template's inside one, else the kind's
+/// own when it is a type k8s-openapi has.
 fn schema_for(kind: Option<WorkloadKind>, in_pod_template: bool) -> Option<&'static Value> {
-    if in_pod_template {
-        return Some(pod_template());
-    }
-    let kind = kind?;
-    // The kinds k8s-openapi has a type for, recognised by their apiVersion and kind.
-    use k8s_openapi::Resource;
-    use k8s_openapi::api::{batch::v1::Job, core::v1::Pod};
-    type Schema = fn() -> &'static Value;
-    let typed: [(&str, &str, Schema); 2] = [
-        (Pod::API_VERSION, Pod::KIND, pod),
-        (Job::API_VERSION, Job::KIND, job),
-    ];
-    typed
-        .into_iter()
-        .find(|(version, name, _)| kind.api_version() == *version && kind.api_kind() == *name)
-        .map(|(_, _, schema)| schema())
+    let name = if in_pod_template {
+        "PodTemplateSpec"
+    } else {
+        use k8s_openapi::Resource;
+        use k8s_openapi::api::{batch::v1::Job, core::v1::Pod};
+        let kind = kind?;
+        [(Pod::API_VERSION, Pod::KIND), (Job::API_VERSION, Job::KIND)]
+            .into_iter()
+            .find(|(version, name)| kind.api_version() == *version && kind.api_kind() == *name)?
+            .1
+    };
+    api_fields().get(name)
 }
 
-/// `None` when `path` names a field (inside a pod template when `in_pod_template`, else at the
-/// root of a `kind`), or cannot be checked; else the number of leading segments that are
-/// fields: the segment after them is unknown.
 pub(super) fn unknown_from(
     kind: Option<WorkloadKind>,
     in_pod_template: bool,
     path: &[Segment],
 ) -> Option<usize> {
-    let root = schema_for(kind, in_pod_template)?;
-    match walk(root, root, path, 0) {
+    let schema = schema_for(kind, in_pod_template)?;
+    match walk(api_fields(), schema, path, 0) {
         Walk::Known => None,
         Walk::UnknownAt(i) => Some(i),
     }
@@ -165,6 +152,71 @@ pub(super) fn unknown_from(
 mod tests {
     use super::*;
     use crate::validate::path::FieldPath;
+
+    /// `schema` with only what a walk reads.
+    fn structure(schema: &Value) -> Value {
+        let Value::Object(map) = schema else {
+            return schema.clone();
+        };
+        let each = |v: &Value| match v {
+            Value::Object(m) => {
+                Value::Object(m.iter().map(|(k, v)| (k.clone(), structure(v))).collect())
+            }
+            other => other.clone(),
+        };
+        map.iter()
+            .filter_map(|(key, v)| {
+                let kept = match key.as_str() {
+                    "properties" | "$defs" => each(v),
+                    "items" | "additionalProperties" => structure(v),
+                    "anyOf" | "oneOf" | "allOf" => {
+                        Value::Array(v.as_array()?.iter().map(structure).collect())
+                    }
+                    "type" | "$ref" => v.clone(),
+                    _ => return None,
+                };
+                Some((key.clone(), kept))
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    /// The field tree, from k8s-openapi's types (a dev-dependency feature: the product does not
+    /// carry the generator).
+    fn field_tree() -> Value {
+        fn root<T: schemars::JsonSchema>(defs: &mut serde_json::Map<String, Value>) -> Value {
+            let schema = schemars::SchemaGenerator::default().into_root_schema_for::<T>();
+            let mut schema = structure(&serde_json::to_value(schema).unwrap());
+            let own = schema.as_object_mut().unwrap().remove("$defs");
+            for (name, def) in own.and_then(|d| d.as_object().cloned()).unwrap_or_default() {
+                let before = defs.insert(name.clone(), def.clone());
+                assert!(before.is_none_or(|b| b == def), "two definitions of {name}");
+            }
+            schema
+        }
+        use k8s_openapi::api::{batch::v1::Job, core::v1::Pod, core::v1::PodTemplateSpec};
+        let mut defs = serde_json::Map::new();
+        let mut tree = serde_json::Map::new();
+        tree.insert("PodTemplateSpec".into(), root::<PodTemplateSpec>(&mut defs));
+        tree.insert("Pod".into(), root::<Pod>(&mut defs));
+        tree.insert("Job".into(), root::<Job>(&mut defs));
+        tree.insert("$defs".into(), Value::Object(defs));
+        Value::Object(tree)
+    }
+
+    #[test]
+    fn the_field_tree_is_k8s_openapis() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/validate/api_fields.json");
+        let tree = serde_json::to_string(&field_tree()).unwrap() + "\n";
+        if std::env::var_os("UPDATE_FIELDS").is_some() {
+            std::fs::write(path, &tree).unwrap();
+            return;
+        }
+        assert!(
+            API_FIELDS == tree,
+            "src/validate/api_fields.json is not k8s-openapi's field tree: run UPDATE_FIELDS=1 cargo test --lib the_field_tree"
+        );
+    }
 
     fn unknown(kind: Option<WorkloadKind>, in_template: bool, path: &str) -> Option<usize> {
         unknown_from(kind, in_template, &FieldPath::parse(path).unwrap().0)
