@@ -696,10 +696,19 @@ impl Violation {
 
 /// The distinct rule ids of `violations`, in first-seen order.
 pub fn ids<'a>(violations: impl IntoIterator<Item = &'a Violation>) -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = Vec::new();
-    for v in violations {
-        if !out.contains(&v.rule.id) {
-            out.push(v.rule.id);
+    distinct(violations.into_iter().map(|v| v.rule.id))
+}
+
+/// The distinct rule or notice ids of `warnings`, in first-seen order.
+pub fn warning_ids<'a>(warnings: impl IntoIterator<Item = &'a Warning>) -> Vec<&'static str> {
+    distinct(warnings.into_iter().map(|w| w.rule))
+}
+
+fn distinct(ids: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for id in ids {
+        if !out.contains(&id) {
+            out.push(id);
         }
     }
     out

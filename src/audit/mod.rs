@@ -307,13 +307,8 @@ pub fn evaluate(
             audit.join("\n"),
         ),
         None if !warnings.is_empty() => {
-            let mut ids: Vec<&'static str> = Vec::new();
-            for w in &warnings {
-                if !ids.contains(&w.rule) {
-                    ids.push(w.rule);
-                }
-            }
             let lines: Vec<&str> = warnings.iter().map(|w| w.message.as_str()).collect();
+            let ids = crate::rules::warning_ids(&warnings);
             (AuditResult::Warn, ids, lines.join("\n"))
         }
         None => (AuditResult::Pass, Vec::new(), String::new()),

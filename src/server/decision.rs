@@ -54,7 +54,7 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
     let rules = crate::rules::ids(&s.violations).join(",");
     let texts: Vec<String> = s.warnings.iter().map(|w| w.message.clone()).collect();
     let warnings = one_line(&texts);
-    let warning_rules = warning_ids(s).join(",");
+    let warning_rules = crate::rules::warning_ids(&s.warnings).join(",");
     macro_rules! line {
         ($level:expr) => {
             tracing::event!(
@@ -88,17 +88,6 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
     } else {
         line!(tracing::Level::DEBUG);
     }
-}
-
-/// The distinct ids of the decision's warnings, in first-seen order.
-pub(crate) fn warning_ids(s: &ReviewSummary) -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = Vec::new();
-    for w in &s.warnings {
-        if !out.contains(&w.rule) {
-            out.push(w.rule);
-        }
-    }
-    out
 }
 
 /// Counts the decision (nothing for skipped requests but their warnings: a launch workload
