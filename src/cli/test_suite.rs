@@ -711,25 +711,7 @@ pub(crate) fn render_table(suites: &[SuiteResult]) -> String {
             })
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: [&str; 4]| {
-        let mut l = String::new();
-        for (cell, w) in cells.iter().zip(widths) {
-            let _ = write!(l, "{cell:<w$}  ");
-        }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
-    line(header);
-    for r in &rows {
-        line([&r[0], &r[1], &r[2], &r[3]]);
-    }
+    let mut out = crate::audit::aligned(header, &rows);
     let failures: Vec<String> = suites
         .iter()
         .flat_map(|s| {
