@@ -26,9 +26,8 @@ pub(crate) fn outcome_label(s: &ReviewSummary) -> &'static str {
 }
 
 /// One line for lists and multi-line messages in a log field.
-fn one_line(items: &[String]) -> String {
+fn one_line<'a>(items: impl Iterator<Item = &'a str>) -> String {
     items
-        .iter()
         .map(|i| i.replace('\n', "; "))
         .collect::<Vec<_>>()
         .join("; ")
@@ -49,11 +48,9 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
         .as_deref()
         .map(|m| m.replace('\n', "; "))
         .unwrap_or_default();
-    let messages: Vec<String> = s.violations.iter().map(|v| v.message.clone()).collect();
-    let violations = one_line(&messages);
+    let violations = one_line(s.violations.iter().map(|v| v.message.as_str()));
     let rules = crate::rules::ids(&s.violations).join(",");
-    let texts: Vec<String> = s.warnings.iter().map(|w| w.message.clone()).collect();
-    let warnings = one_line(&texts);
+    let warnings = one_line(s.warnings.iter().map(|w| w.message.as_str()));
     let warning_rules = crate::rules::warning_ids(&s.warnings).join(",");
     macro_rules! line {
         ($level:expr) => {
