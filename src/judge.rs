@@ -80,16 +80,16 @@ impl Judgement {
             .unwrap_or_default()
     }
 
+    /// The mutating webhook's decision, then the validating webhook's when it was asked.
+    fn decisions(&self) -> impl Iterator<Item = &Decision> {
+        std::iter::once(&self.mutation).chain(&self.validation)
+    }
+
     /// Every warning kubectl would print, each once (by its text), mutation's first, with the
     /// id of its rule or notice.
     pub fn warnings(&self) -> Vec<Warning> {
         let mut out: Vec<Warning> = Vec::new();
-        let all = self.mutation.summary.warnings.iter().chain(
-            self.validation
-                .iter()
-                .flat_map(|v| v.summary.warnings.iter()),
-        );
-        for w in all {
+        for w in self.decisions().flat_map(|d| &d.summary.warnings) {
             if !out.iter().any(|seen| seen.message == w.message) {
                 out.push(w.clone());
             }
@@ -99,11 +99,7 @@ impl Judgement {
 
     /// Every violation found: the mutating webhook's, then the validating webhook's.
     pub fn violations(&self) -> impl Iterator<Item = &Violation> {
-        self.mutation.summary.violations.iter().chain(
-            self.validation
-                .iter()
-                .flat_map(|v| v.summary.violations.iter()),
-        )
+        self.decisions().flat_map(|d| &d.summary.violations)
     }
 
     /// The distinct ids of the rules that denied (empty when allowed).

@@ -7,7 +7,9 @@
 //! `UPDATE_REFERENCE=1` rewrites them.
 
 use crate::cli::Cli;
+use crate::kinds::WorkloadKind;
 use crate::policy::config_json_schema;
+use crate::rules::{NOTICES, Native, Notice, RULES, Rule};
 use crate::server::metrics::Metrics;
 use clap::CommandFactory;
 use serde_json::Value;
@@ -238,6 +240,34 @@ fn shown_default(row: &KeyRow, has_children: bool) -> String {
     }
 }
 
+/// Every key of a JSON Schema (subschemas under `definitions`), in the schema's order.
+fn key_rows(schema: &Value) -> Vec<KeyRow> {
+    let empty = serde_json::Map::new();
+    let mut walk = SchemaWalk {
+        definitions: schema
+            .get("definitions")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty),
+        rows: Vec::new(),
+    };
+    walk.walk(schema, "", &mut Vec::new());
+    walk.rows
+}
+
+/// An error starting with `problem` that lists the rows without a description, if any.
+fn undescribed(rows: &[KeyRow], problem: &str) -> Result<(), String> {
+    let missing: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.description.as_deref().is_none_or(|d| d.trim().is_empty()))
+        .map(|r| r.path.as_str())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{problem}: {}", missing.join(", ")))
+    }
+}
+
 fn key_table(rows: &[KeyRow], out: &mut String) {
     out.push_str("| key | type | default | description |\n|---|---|---|---|\n");
     for (i, row) in rows.iter().enumerate() {
@@ -262,28 +292,11 @@ pub fn config_page() -> Result<String, String> {
 
 /// The config page from a config JSON Schema (draft-07, subschemas under `definitions`).
 pub fn config_page_from(schema: &Value) -> Result<String, String> {
-    let empty = serde_json::Map::new();
-    let definitions = schema
-        .get("definitions")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let mut walk = SchemaWalk {
-        definitions,
-        rows: Vec::new(),
-    };
-    walk.walk(schema, "", &mut Vec::new());
-    let missing: Vec<&str> = walk
-        .rows
-        .iter()
-        .filter(|r| r.description.as_deref().is_none_or(|d| d.trim().is_empty()))
-        .map(|r| r.path.as_str())
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "config keys without a description (write a doc comment on the field): {}",
-            missing.join(", ")
-        ));
-    }
+    let rows = key_rows(schema);
+    undescribed(
+        &rows,
+        "config keys without a description (write a doc comment on the field)",
+    )?;
     let mut out = header("Configuration keys", "the config types' JSON Schema");
     out.push_str(
         "Every key of launchgate's config file (`--config`; the chart's `config` value), with \
@@ -291,7 +304,7 @@ pub fn config_page_from(schema: &Value) -> Result<String, String> {
          you choose (a queue's name); `[]` is each entry of a list. How the file is checked and \
          reloaded: [The configuration file](../configuration.md).\n\n",
     );
-    key_table(&walk.rows, &mut out);
+    key_table(&rows, &mut out);
     Ok(out)
 }
 
@@ -299,6 +312,11 @@ pub fn config_page_from(schema: &Value) -> Result<String, String> {
 // Command line
 
 fn arg_name(arg: &clap::Arg) -> String {
+    let value = arg
+        .get_value_names()
+        .and_then(|v| v.first())
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| arg.get_id().to_string().to_uppercase());
     let mut names = Vec::new();
     if let Some(short) = arg.get_short() {
         names.push(format!("-{short}"));
@@ -307,19 +325,10 @@ fn arg_name(arg: &clap::Arg) -> String {
         names.push(format!("--{long}"));
     }
     if names.is_empty() {
-        let value = arg
-            .get_value_names()
-            .and_then(|v| v.first())
-            .map(|v| v.to_string())
-            .unwrap_or_else(|| arg.get_id().to_string().to_uppercase());
         return format!("`{value}`");
     }
     let value = match arg.get_action() {
-        clap::ArgAction::Set | clap::ArgAction::Append => arg
-            .get_value_names()
-            .and_then(|v| v.first())
-            .map(|v| format!(" {v}"))
-            .unwrap_or_else(|| format!(" {}", arg.get_id().to_string().to_uppercase())),
+        clap::ArgAction::Set | clap::ArgAction::Append => format!(" {value}"),
         _ => String::new(),
     };
     format!("`{}{value}`", names.join(", "))
@@ -640,14 +649,6 @@ pub fn chart_values_page(
         serde_yaml::from_str(values_yaml).map_err(|e| format!("values.yaml: {e}"))?;
     let comments = values_comments(values_yaml);
     let table = readme_table(chart_readme);
-    let empty = serde_json::Map::new();
-    let mut walk = SchemaWalk {
-        definitions: schema
-            .get("definitions")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty),
-        rows: Vec::new(),
-    };
     let mut top = schema.clone();
     if let Some(props) = top.get_mut("properties").and_then(Value::as_object_mut)
         && let Some(config) = props.get_mut("config")
@@ -658,10 +659,10 @@ pub fn chart_values_page(
             "description": "launchgate's configuration (the ConfigMap's config.yaml): every key is in [Configuration keys](config.md)."
         });
     }
-    walk.walk(&top, "", &mut Vec::new());
+    let mut rows = key_rows(&top);
     let described = |path: &str| comments.get(path).or_else(|| table.get(path)).cloned();
-    let paths: Vec<String> = walk.rows.iter().map(|r| r.path.clone()).collect();
-    for row in &mut walk.rows {
+    let paths: Vec<String> = rows.iter().map(|r| r.path.clone()).collect();
+    for row in &mut rows {
         if row.default.is_none() {
             row.default = lookup(&values, &row.path).cloned();
         }
@@ -686,19 +687,11 @@ pub fn chart_values_page(
             }
         }
     }
-    let missing: Vec<&str> = walk
-        .rows
-        .iter()
-        .filter(|r| r.description.as_deref().is_none_or(|d| d.trim().is_empty()))
-        .map(|r| r.path.as_str())
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "chart values without a description (a `# --` comment in values.yaml or the chart \
-             README's values table): {}",
-            missing.join(", ")
-        ));
-    }
+    undescribed(
+        &rows,
+        "chart values without a description (a `# --` comment in values.yaml or the chart \
+         README's values table)",
+    )?;
     let mut out = header(
         "Helm chart values",
         "charts/launchgate/values.schema.json and values.yaml",
@@ -709,7 +702,7 @@ pub fn chart_values_page(
          description, else the value's `# --` comment in `values.yaml`, else the chart \
          README's values table). A value the schema does not know fails `helm install`.\n\n",
     );
-    key_table(&walk.rows, &mut out);
+    key_table(&rows, &mut out);
     Ok(out)
 }
 
@@ -719,15 +712,8 @@ pub fn chart_values_page(
 /// The kinds and the API version each is read at, one line each (the compatibility page's
 /// list between `<!-- kinds:begin -->` and `<!-- kinds:end -->`).
 pub fn kinds_list() -> String {
-    crate::kinds::all()
-        .map(|k| {
-            let api_version = if k.group.is_empty() {
-                k.version.to_owned()
-            } else {
-                format!("{}/{}", k.group, k.version)
-            };
-            format!("- {} — `{api_version}`\n", k.kind)
-        })
+    WorkloadKind::all()
+        .map(|k| format!("- {} — `{}`\n", k.api_kind(), k.api_version()))
         .collect()
 }
 
@@ -745,12 +731,9 @@ pub fn kinds_page() -> String {
          `webhook.rules`), and how Kueue and the native admission policies treat it. Which \
          Kubernetes versions: [Compatibility](../compatibility.md).\n",
     );
-    for k in crate::kinds::all() {
-        let api_version = if k.group.is_empty() {
-            k.version.to_owned()
-        } else {
-            format!("{}/{}", k.group, k.version)
-        };
+    for kind in WorkloadKind::all() {
+        let k = kind.spec();
+        let api_version = kind.api_version();
         let kueue = match k.kueue {
             Kueue::Suspends => "managed (admitted by `spec.suspend`)".to_owned(),
             Kueue::Pod => "managed as a plain pod (scheduling gate)".to_owned(),
@@ -775,47 +758,22 @@ pub fn kinds_page() -> String {
 // ---------------------------------------------------------------------------------------------
 // Denials and warnings
 
-/// One denial or warning launchgate can give, as the rule table describes it.
-#[derive(Debug, Clone, Copy)]
-pub struct RuleDoc<'a> {
-    /// The rule's id (what `launchgate_violations_total{rule}` and the decision trail name).
-    pub id: &'a str,
-    /// How the native admission policies hold it: its CEL form, or why it stays in the webhook.
-    pub native: &'a str,
-    /// The config key that sets or turns off the rule.
-    pub config_key: &'a str,
-    /// What it means.
-    pub meaning: &'a str,
-    /// What to do about it.
-    pub what_to_do: &'a str,
-    /// How an UPDATE is judged by it.
-    pub on_update: &'a str,
+/// `docs/reference/rules.md`: every denial and warning, from [`RULES`] and [`NOTICES`].
+pub fn rules_page() -> Result<String, String> {
+    rules_page_from(RULES, NOTICES)
 }
 
-/// One warning launchgate gives that is no rule's violation, as the notice table describes it.
-#[derive(Debug, Clone, Copy)]
-pub struct NoticeDoc<'a> {
-    /// The notice's id (what `launchgate_warnings_total{rule}` names).
-    pub id: &'a str,
-    /// The setting or step that gives it.
-    pub source: &'a str,
-    /// What it means.
-    pub meaning: &'a str,
-    /// What to do about it.
-    pub what_to_do: &'a str,
-}
-
-/// A page of every denial and warning, from the rule and notice tables: one section per rule,
+/// A page of every denial and warning, from rule and notice tables: one section per rule,
 /// then one per notice, in the tables' order. One without a meaning or a remedy is an error.
-pub fn rules_page(rules: &[RuleDoc<'_>], notices: &[NoticeDoc<'_>]) -> Result<String, String> {
+pub fn rules_page_from(rules: &[&Rule], notices: &[&Notice]) -> Result<String, String> {
     let missing: Vec<&str> = rules
         .iter()
-        .filter(|r| r.meaning.trim().is_empty() || r.what_to_do.trim().is_empty())
+        .filter(|r| r.meaning.trim().is_empty() || r.action.trim().is_empty())
         .map(|r| r.id)
         .chain(
             notices
                 .iter()
-                .filter(|n| n.meaning.trim().is_empty() || n.what_to_do.trim().is_empty())
+                .filter(|n| n.meaning.trim().is_empty() || n.action.trim().is_empty())
                 .map(|n| n.id),
         )
         .collect();
@@ -838,15 +796,19 @@ pub fn rules_page(rules: &[RuleDoc<'_>], notices: &[NoticeDoc<'_>]) -> Result<St
     );
     for r in rules {
         let anchor = r.id.replace('.', "-");
+        let native = match r.native {
+            Native::Cel(how) => format!("CEL: {how}"),
+            Native::WebhookOnly(why) => format!("webhook only: {why}"),
+        };
         let _ = write!(
             out,
             "\n<a id=\"{anchor}\"></a>\n\n## `{}`\n\n- **Config key:** `{}`\n- **Meaning:** {}\n- **What to do:** {}\n- **On UPDATE:** {}\n- **Native policies:** {}\n",
             r.id,
             r.config_key,
             cell(r.meaning),
-            cell(r.what_to_do),
-            cell(r.on_update),
-            cell(r.native)
+            cell(r.action),
+            cell(r.update.describe()),
+            cell(&native)
         );
     }
     out.push_str(
@@ -864,7 +826,7 @@ pub fn rules_page(rules: &[RuleDoc<'_>], notices: &[NoticeDoc<'_>]) -> Result<St
             n.id,
             n.source,
             cell(n.meaning),
-            cell(n.what_to_do),
+            cell(n.action),
         );
     }
     Ok(out)
@@ -935,47 +897,46 @@ mod tests {
 
     #[test]
     fn a_rule_without_a_remedy_is_an_error() {
-        let rule = RuleDoc {
+        use crate::rules::{Denies, OnUpdate};
+        let rule = Rule {
             id: "limits.variables",
-            native: "CEL",
             config_key: "limits.variables",
             meaning: "Too many GPUs.",
-            what_to_do: "",
-            on_update: "refused only if it grew",
+            action: "",
+            native: Native::Cel("CEL"),
+            update: OnUpdate::Grown,
+            denies: Denies::LimitsEnforcement,
         };
         assert!(
-            rules_page(&[rule], &[])
+            rules_page_from(&[&rule], &[])
                 .unwrap_err()
                 .contains("limits.variables")
         );
-        let fine = RuleDoc {
-            what_to_do: "Ask for fewer.",
+        let fine = Rule {
+            action: "Ask for fewer.",
             ..rule
         };
         assert!(
-            rules_page(&[fine], &[])
+            rules_page_from(&[&fine], &[])
                 .unwrap()
                 .contains("## `limits.variables`")
         );
-        let notice = NoticeDoc {
+        let notice = Notice {
             id: "cache.mountTaken",
             source: "cache",
             meaning: "Taken.",
-            what_to_do: "",
+            action: "",
         };
         assert!(
-            rules_page(&[fine], &[notice])
+            rules_page_from(&[&fine], &[&notice])
                 .unwrap_err()
                 .contains("cache.mountTaken")
         );
-        let page = rules_page(
-            &[fine],
-            &[NoticeDoc {
-                what_to_do: "Move it.",
-                ..notice
-            }],
-        )
-        .unwrap();
+        let moved = Notice {
+            action: "Move it.",
+            ..notice
+        };
+        let page = rules_page_from(&[&fine], &[&moved]).unwrap();
         assert!(page.contains("### `cache.mountTaken`"), "{page}");
     }
 

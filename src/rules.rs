@@ -8,12 +8,12 @@
 //! reports and the playground read the rule id from it, never from the message text. Each rule
 //! says what in a queue's settings makes it deny ([`Denies`]): the fail-closed routing reads
 //! that. The native compiler prints a rule's [`Native::WebhookOnly`] reason in
-//! `compile-native --report`, and [`reference`] lists the table for the generated reference
-//! page.
+//! `compile-native --report`, and `reference::rules_page` renders the table as the generated
+//! reference page.
 //!
 //! A warning that is no rule's violation is a [`Notice`] ([`NOTICES`]): every [`Warning`]
 //! carries the id of its rule or notice, counted in `launchgate_warnings_total{rule}` and listed
-//! by [`notice_reference`].
+//! on the same page.
 //!
 //! The table is data at the bottom of the crate (it imports nothing), so the paths that check
 //! (`validate`, `review`), the native compiler and the shells all read the same entries.
@@ -586,75 +586,6 @@ impl Warning {
     }
 }
 
-/// One row of the notice reference.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NoticeReference {
-    /// The notice id.
-    pub id: &'static str,
-    /// What gives it.
-    pub source: &'static str,
-    /// What it means.
-    pub meaning: &'static str,
-    /// What to do.
-    pub action: &'static str,
-}
-
-/// The notices, one row each in [`NOTICES`] order: what a generated reference page renders.
-pub fn notice_reference() -> Vec<NoticeReference> {
-    NOTICES
-        .iter()
-        .map(|n| NoticeReference {
-            id: n.id,
-            source: n.source,
-            meaning: n.meaning,
-            action: n.action,
-        })
-        .collect()
-}
-
-/// One row of the rule reference, ready to render (a Markdown table row, a JSON entry).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RuleReference {
-    /// The rule id.
-    pub id: &'static str,
-    /// Where it is configured.
-    pub config_key: &'static str,
-    /// What a violation means.
-    pub meaning: &'static str,
-    /// What to do.
-    pub action: &'static str,
-    /// True when `compile-native` compiles it to CEL.
-    pub native: bool,
-    /// The CEL form's source, or why the rule stays in the webhook.
-    pub native_note: &'static str,
-    /// How an UPDATE is judged.
-    pub update: &'static str,
-}
-
-/// The table, one row per rule in [`RULES`] order: what a generated reference page renders.
-pub fn reference() -> Vec<RuleReference> {
-    RULES
-        .iter()
-        .map(|r| {
-            let (native, native_note) = match r.native {
-                Native::Cel(how) => (true, how),
-                Native::WebhookOnly(why) => (false, why),
-            };
-            RuleReference {
-                id: r.id,
-                config_key: r.config_key,
-                meaning: r.meaning,
-                action: r.action,
-                native,
-                native_note,
-                update: r.update.describe(),
-            }
-        })
-        .collect()
-}
-
 /// What answers a violation: the queue's enforcement of the rule.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -765,10 +696,19 @@ impl Violation {
 
 /// The distinct rule ids of `violations`, in first-seen order.
 pub fn ids<'a>(violations: impl IntoIterator<Item = &'a Violation>) -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = Vec::new();
-    for v in violations {
-        if !out.contains(&v.rule.id) {
-            out.push(v.rule.id);
+    distinct(violations.into_iter().map(|v| v.rule.id))
+}
+
+/// The distinct rule or notice ids of `warnings`, in first-seen order.
+pub fn warning_ids<'a>(warnings: impl IntoIterator<Item = &'a Warning>) -> Vec<&'static str> {
+    distinct(warnings.into_iter().map(|w| w.rule))
+}
+
+fn distinct(ids: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for id in ids {
+        if !out.contains(&id) {
+            out.push(id);
         }
     }
     out
@@ -814,7 +754,6 @@ mod tests {
             assert!(!n.source.is_empty() && !n.meaning.is_empty() && !n.action.is_empty());
             assert_eq!(notice_by_id(n.id), Some(*n));
         }
-        assert_eq!(notice_reference().len(), NOTICES.len());
         let w = Warning::new(CACHE_MOUNT_TAKEN, "m");
         assert_eq!(
             serde_json::to_value(&w).unwrap(),
@@ -822,20 +761,6 @@ mod tests {
         );
         let v = Violation::new(LIMITS_TOTALS, "over").effect(Effect::Warn);
         assert_eq!(Warning::of(&v).rule, "limits.totals");
-    }
-
-    #[test]
-    fn the_reference_has_one_row_per_rule_with_its_native_reason() {
-        let rows = reference();
-        assert_eq!(rows.len(), RULES.len());
-        let strict = rows.iter().find(|r| r.id == "limits.strict").unwrap();
-        assert!(!strict.native);
-        assert_eq!(Some(strict.native_note), LIMITS_STRICT.native.reason());
-        let json = serde_json::to_value(&rows).unwrap();
-        assert_eq!(
-            json[0]["configKey"],
-            "queues.<queue>.limits.allowedNamespaces"
-        );
     }
 
     #[test]

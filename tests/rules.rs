@@ -427,7 +427,7 @@ fn every_trigger_is_for_a_rule_of_the_table() {
 /// means.
 fn rules_section() -> String {
     let mut out = String::new();
-    for r in launchgate::rules::reference() {
+    for r in RULES {
         out.push_str(&format!(
             "- [`{}`](reference/rules.md#{}) — {}\n",
             r.id,

@@ -307,13 +307,8 @@ pub fn evaluate(
             audit.join("\n"),
         ),
         None if !warnings.is_empty() => {
-            let mut ids: Vec<&'static str> = Vec::new();
-            for w in &warnings {
-                if !ids.contains(&w.rule) {
-                    ids.push(w.rule);
-                }
-            }
             let lines: Vec<&str> = warnings.iter().map(|w| w.message.as_str()).collect();
+            let ids = crate::rules::warning_ids(&warnings);
             (AuditResult::Warn, ids, lines.join("\n"))
         }
         None => (AuditResult::Pass, Vec::new(), String::new()),
@@ -432,6 +427,28 @@ pub fn policy_reports(format: ReportFormat, entries: &[AuditEntry], timestamp: i
         .collect()
 }
 
+/// `rows` under `header`, each column as wide as its widest cell and two spaces from the next,
+/// one line each without trailing spaces (the audit's and `launchgate test`'s tables).
+pub(crate) fn aligned<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let header = header.map(str::to_owned);
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (cell, w) in row.iter().zip(widths) {
+            line.push_str(&format!("{cell:<w$}  "));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 /// The audit as a table (one line per workload, the first line of its message) and a summary.
 pub(crate) fn render_table(report: &AuditReport) -> String {
     let header = ["NAMESPACE", "KIND", "NAME", "QUEUE", "RESULT", "MESSAGE"];
@@ -455,32 +472,11 @@ pub(crate) fn render_table(report: &AuditReport) -> String {
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |cells: &[&str], out: &mut String| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(cell);
-            } else {
-                s.push_str(&format!("{cell:<w$}  "));
-            }
-        }
-        out.push_str(s.trim_end());
-        out.push('\n');
+    let mut out = if rows.is_empty() {
+        String::new()
+    } else {
+        aligned(header, &rows)
     };
-    if !rows.is_empty() {
-        line(&header, &mut out);
-        for row in &rows {
-            let cells: Vec<&str> = row.iter().map(String::as_str).collect();
-            line(&cells, &mut out);
-        }
-    }
     for note in &report.notes {
         out.push_str(&format!("note: {note}\n"));
     }

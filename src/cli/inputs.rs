@@ -140,6 +140,25 @@ pub(crate) fn add_runtime(
     runtimes.add(runtime, placed.as_deref())
 }
 
+/// The documents of one file's text, each named after `shown` (the path as the user gave it),
+/// with its position (`#2`) when there are several.
+pub(crate) fn named_documents(shown: &str, text: &str) -> Result<Vec<(String, InputDocument)>> {
+    let docs = parse_documents(text).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    let several = docs.len() > 1;
+    let name = |i: usize| {
+        if several {
+            format!("{shown}#{}", i + 1)
+        } else {
+            shown.to_string()
+        }
+    };
+    Ok(docs
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| (name(i), d))
+        .collect())
+}
+
 /// What the offline commands read: the workloads to judge, and the TrainJob runtimes given
 /// beside them (the cluster's runtimes, for the TrainJobs).
 #[derive(Debug, Default)]
@@ -158,17 +177,11 @@ impl Inputs {
         queue: Option<&str>,
         namespace: Option<&str>,
     ) -> Result<()> {
-        let docs = parse_documents(text).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+        let docs = named_documents(shown, text)?;
         if docs.is_empty() {
             bail!("{shown}: no documents");
         }
-        let several = docs.len() > 1;
-        for (i, d) in docs.into_iter().enumerate() {
-            let source = if several {
-                format!("{shown}#{}", i + 1)
-            } else {
-                shown.to_string()
-            };
+        for (source, d) in docs {
             let Some(d) = take_runtime(d, &mut self.runtimes, namespace)
                 .map_err(|e| anyhow::anyhow!("{source}: invalid runtime: {e}"))?
             else {

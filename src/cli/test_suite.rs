@@ -31,7 +31,7 @@
 //! validate the mutated object). The comparison is pure ([`check`]); the rest reads files and
 //! prints a table, JSON or JUnit XML.
 
-use super::inputs::{Inputs, add_runtime, describe, read_input};
+use super::inputs::{Inputs, add_runtime, describe, named_documents, read_input};
 use crate::judge::{Judgement, judge};
 use crate::policy::Policy;
 use crate::server::load_policy;
@@ -348,12 +348,7 @@ pub(crate) fn check(expect: &Expectation, j: &Judgement) -> Vec<Mismatch> {
         expect_ids("rules", "a violation of", r.items(), &found, &mut out);
     }
     if let Some(r) = &expect.warning_rules {
-        let mut found: Vec<&str> = Vec::new();
-        for w in j.warnings() {
-            if !found.contains(&w.rule) {
-                found.push(w.rule);
-            }
-        }
+        let found = crate::rules::warning_ids(&j.warnings());
         expect_ids("warningRules", "a warning of", r.items(), &found, &mut out);
     }
     if let Some(w) = &expect.warnings {
@@ -566,15 +561,7 @@ fn suite_runtimes(dir: &Path, entries: &[RuntimeEntry]) -> Result<Vec<(String, V
                 let mut documents = Vec::new();
                 for rel in resolve_resources(dir, pattern)? {
                     let text = read_input(&dir.join(&rel))?;
-                    let docs = crate::manifest::parse_documents(&text)
-                        .map_err(|e| anyhow!("{rel}: {e}"))?;
-                    let several = docs.len() > 1;
-                    for (n, doc) in docs.into_iter().enumerate() {
-                        let source = if several {
-                            format!("{rel}#{}", n + 1)
-                        } else {
-                            rel.clone()
-                        };
+                    for (source, doc) in named_documents(&rel, &text)? {
                         match doc {
                             crate::manifest::InputDocument::Object(object) => {
                                 documents.push((source, object))
@@ -724,25 +711,7 @@ pub(crate) fn render_table(suites: &[SuiteResult]) -> String {
             })
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: [&str; 4]| {
-        let mut l = String::new();
-        for (cell, w) in cells.iter().zip(widths) {
-            let _ = write!(l, "{cell:<w$}  ");
-        }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
-    line(header);
-    for r in &rows {
-        line([&r[0], &r[1], &r[2], &r[3]]);
-    }
+    let mut out = crate::audit::aligned(header, &rows);
     let failures: Vec<String> = suites
         .iter()
         .flat_map(|s| {

@@ -3,7 +3,7 @@
 
 use super::*;
 
-static PARALLELISM: Num = Num::Int {
+const PARALLELISM: Num = Num::Int {
     from: From::Holder,
     at: &["parallelism"],
     default: 1,
@@ -29,20 +29,12 @@ pub static JOB: KindSpec = KindSpec {
         holders: Holders::At(&["spec"]),
         template: &["template"],
         naming: Naming::None,
-        replicas: Num::Int {
-            from: From::Holder,
-            at: &["parallelism"],
-            default: 1,
-        },
+        replicas: PARALLELISM,
         // API defaults: parallelism 1, completions = parallelism.
         at_most: Num::Min(&PARALLELISM, &COMPLETIONS),
     }],
     run: Run {
-        deadline: Deadline::Run(
-            "/spec",
-            "activeDeadlineSeconds",
-            "spec.activeDeadlineSeconds",
-        ),
+        deadline: Deadline::SPEC,
         defaults: &[
             RunDefault {
                 setting: Setting::BackoffLimit,

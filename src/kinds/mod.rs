@@ -607,6 +607,22 @@ pub enum Deadline {
     },
 }
 
+impl Deadline {
+    /// `spec.activeDeadlineSeconds`: a Job's, a Pod's, a RayJob's.
+    pub const SPEC: Deadline = Deadline::Run(
+        "/spec",
+        "activeDeadlineSeconds",
+        "spec.activeDeadlineSeconds",
+    );
+    /// `spec.runPolicy.activeDeadlineSeconds`: the Kubeflow operators' (a PyTorchJob's, an
+    /// MPIJob's).
+    pub const RUN_POLICY: Deadline = Deadline::Run(
+        "/spec/runPolicy",
+        "activeDeadlineSeconds",
+        "spec.runPolicy.activeDeadlineSeconds",
+    );
+}
+
 /// Something a kind's controller makes (pods, or a child workload), and how it proves whose it
 /// is: the label (or annotation) the controller writes on it, equal to a field of the owner
 /// reference.

@@ -71,11 +71,7 @@ pub static MPIJOB: KindSpec = KindSpec {
     }],
     run: Run {
         // Written to the launcher Job, whose deadline counts across its retries.
-        deadline: Deadline::Run(
-            "/spec/runPolicy",
-            "activeDeadlineSeconds",
-            "spec.runPolicy.activeDeadlineSeconds",
-        ),
+        deadline: Deadline::RUN_POLICY,
         // The CRD defaults none of these (only `runPolicy.suspend`, where `runPolicy` is
         // written); the operator passes them to the launcher Job as they are.
         defaults: &[

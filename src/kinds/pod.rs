@@ -21,11 +21,7 @@ pub static POD: KindSpec = KindSpec {
         at_most: Num::Lit(1),
     }],
     run: Run {
-        deadline: Deadline::Run(
-            "/spec",
-            "activeDeadlineSeconds",
-            "spec.activeDeadlineSeconds",
-        ),
+        deadline: Deadline::SPEC,
         ..Run::BASE
     },
     kueue: Kueue::Pod,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-static REPLICAS: Num = Num::Int {
+const REPLICAS: Num = Num::Int {
     from: From::Holder,
     at: &["replicas"],
     default: 1,
@@ -33,11 +33,7 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
         holders: Holders::Keyed(&["spec", "pytorchReplicaSpecs"]),
         template: &["template"],
         naming: Naming::Key,
-        replicas: Num::Int {
-            from: From::Holder,
-            at: &["replicas"],
-            default: 1,
-        },
+        replicas: REPLICAS,
         at_most: Num::If {
             when: Cond::KeyIs("worker"),
             then: &ELASTIC_WORKERS,
@@ -45,11 +41,7 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
         },
     }],
     run: Run {
-        deadline: Deadline::Run(
-            "/spec/runPolicy",
-            "activeDeadlineSeconds",
-            "spec.runPolicy.activeDeadlineSeconds",
-        ),
+        deadline: Deadline::RUN_POLICY,
         defaults: &[
             RunDefault {
                 setting: Setting::BackoffLimit,

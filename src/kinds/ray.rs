@@ -113,11 +113,7 @@ pub static RAYJOB: KindSpec = KindSpec {
     run: Run {
         // `spec.activeDeadlineSeconds` counts from the RayJob's start; each retry (up to
         // `backoffLimit`, on a new RayCluster) starts it afresh.
-        deadline: Deadline::Run(
-            "/spec",
-            "activeDeadlineSeconds",
-            "spec.activeDeadlineSeconds",
-        ),
+        deadline: Deadline::SPEC,
         // The cluster ends with the job only with `shutdownAfterJobFinishes: true`, written
         // first so the TTL it gates is written in the same pass; never over a
         // `deletionStrategy` (KubeRay rejects some of its modes with it). The CRD defaults

@@ -26,9 +26,8 @@ pub(crate) fn outcome_label(s: &ReviewSummary) -> &'static str {
 }
 
 /// One line for lists and multi-line messages in a log field.
-fn one_line(items: &[String]) -> String {
+fn one_line<'a>(items: impl Iterator<Item = &'a str>) -> String {
     items
-        .iter()
         .map(|i| i.replace('\n', "; "))
         .collect::<Vec<_>>()
         .join("; ")
@@ -49,12 +48,10 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
         .as_deref()
         .map(|m| m.replace('\n', "; "))
         .unwrap_or_default();
-    let messages: Vec<String> = s.violations.iter().map(|v| v.message.clone()).collect();
-    let violations = one_line(&messages);
+    let violations = one_line(s.violations.iter().map(|v| v.message.as_str()));
     let rules = crate::rules::ids(&s.violations).join(",");
-    let texts: Vec<String> = s.warnings.iter().map(|w| w.message.clone()).collect();
-    let warnings = one_line(&texts);
-    let warning_rules = warning_ids(s).join(",");
+    let warnings = one_line(s.warnings.iter().map(|w| w.message.as_str()));
+    let warning_rules = crate::rules::warning_ids(&s.warnings).join(",");
     macro_rules! line {
         ($level:expr) => {
             tracing::event!(
@@ -88,17 +85,6 @@ pub(crate) fn log_decision(endpoint: Endpoint, s: &ReviewSummary, elapsed: Durat
     } else {
         line!(tracing::Level::DEBUG);
     }
-}
-
-/// The distinct ids of the decision's warnings, in first-seen order.
-pub(crate) fn warning_ids(s: &ReviewSummary) -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = Vec::new();
-    for w in &s.warnings {
-        if !out.contains(&w.rule) {
-            out.push(w.rule);
-        }
-    }
-    out
 }
 
 /// Counts the decision (nothing for skipped requests but their warnings: a launch workload

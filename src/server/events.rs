@@ -131,7 +131,7 @@ impl PendingEvent {
         };
         // A denial names the rules that deny; a warning the ids of every warning given.
         let rules = match effect {
-            Effect::Warn => super::decision::warning_ids(s),
+            Effect::Warn => crate::rules::warning_ids(&s.warnings),
             _ => crate::rules::ids(s.violations.iter().filter(|v| v.effect == effect)),
         };
         let some = |v: &str| (!v.is_empty()).then(|| v.to_string());

@@ -294,17 +294,7 @@ pub fn run_length(kind: WorkloadKind, object: &Value) -> RunLength {
         DeadlinePlace::Run(holder, key, set) => {
             let field = set.to_string();
             match int(object.at(holder).and_then(|h| h.get(key))) {
-                Some(deadline) => {
-                    let (runs, runs_from, restarts) = runs_of(kind, object);
-                    RunLength::Bounded(RunBound {
-                        runs,
-                        runs_from,
-                        deadline,
-                        field,
-                        set,
-                        restarts,
-                    })
-                }
+                Some(deadline) => bounded(kind, object, deadline, field, set),
                 None => RunLength::Unbounded {
                     why: format!(
                         "this run has no {field}{}",
@@ -379,6 +369,25 @@ fn runs_of(kind: WorkloadKind, object: &Value) -> (i64, Option<String>, Option<&
     )
 }
 
+/// A run of `deadline` seconds (set at `field`), run again as often as the kind restarts.
+fn bounded(
+    kind: WorkloadKind,
+    object: &Value,
+    deadline: i64,
+    field: String,
+    set: &'static str,
+) -> RunLength {
+    let (runs, runs_from, restarts) = runs_of(kind, object);
+    RunLength::Bounded(RunBound {
+        runs,
+        runs_from,
+        deadline,
+        field,
+        set,
+        restarts,
+    })
+}
+
 /// A run bounded by each of its Job templates' own deadline (a JobSet's replicated Jobs), run
 /// again as often as the kind restarts.
 fn jobset_length(kind: WorkloadKind, object: &Value) -> RunLength {
@@ -434,15 +443,7 @@ fn jobset_length(kind: WorkloadKind, object: &Value) -> RunLength {
             set: SET,
         };
     };
-    let (runs, runs_from, restarts) = runs_of(kind, object);
-    RunLength::Bounded(RunBound {
-        runs,
-        runs_from,
-        deadline,
-        field,
-        set: SET,
-        restarts,
-    })
+    bounded(kind, object, deadline, field, SET)
 }
 
 /// A run bounded only by its pod templates' own deadlines (a Volcano Job's tasks), run again
@@ -477,15 +478,7 @@ fn volcano_length(kind: WorkloadKind, object: &Value) -> RunLength {
             set: SET,
         };
     };
-    let (runs, runs_from, restarts) = runs_of(kind, object);
-    RunLength::Bounded(RunBound {
-        runs,
-        runs_from,
-        deadline,
-        field,
-        set: SET,
-        restarts,
-    })
+    bounded(kind, object, deadline, field, SET)
 }
 
 /// Where a gang's minimum sits and what it must be.

@@ -255,8 +255,8 @@ fn requests(
             "manifest: empty; paste a Kubernetes object (YAML or JSON) or pick an example",
         ));
     }
-    let docs = parse_documents(&request.manifest)
-        .map_err(|e| InputError::new("manifest", format!("manifest: {e}")))?;
+    let docs = inputs::named_documents("manifest", &request.manifest)
+        .map_err(|e| InputError::new("manifest", e.to_string()))?;
     if docs.is_empty() {
         return Err(InputError::new("manifest", "manifest: no documents"));
     }
@@ -290,15 +290,9 @@ fn requests(
         .as_ref()
         .filter(|u| !u.username.trim().is_empty() || !u.groups.is_empty())
         .map(|u| json!({"username": u.username.trim(), "groups": u.groups}));
-    let several = docs.len() > 1;
     let mut out = Vec::new();
     let mut runtimes = GivenRuntimes::default();
-    for (i, doc) in docs.into_iter().enumerate() {
-        let source = if several {
-            format!("manifest#{}", i + 1)
-        } else {
-            "manifest".to_string()
-        };
+    for (source, doc) in docs {
         let Some(doc) = inputs::take_runtime(doc, &mut runtimes, non_empty(&request.namespace))
             .map_err(|e| InputError::new("manifest", format!("{source}: invalid runtime: {e}")))?
         else {
