@@ -9,6 +9,7 @@ use crate::admission::{
 };
 use crate::cluster::{ClusterView, RuntimeLookup};
 use crate::json::Pointer as _;
+use crate::kinds::RuntimeSpec;
 use crate::mutate::{self, Findings, MutationContext};
 use crate::patch::{Node, Recorder, diff};
 use crate::policy::{
@@ -18,7 +19,7 @@ use crate::policy::{
 use crate::rules::{self, Effect, Violation, Warning};
 use crate::validate::{self, Enforcement, Scope, TrainingRuntimes, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
-use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
+use crate::workload::runtime::{self, RuntimeRef, TrainingRuntime};
 use serde_json::Value;
 use std::fmt;
 
@@ -429,7 +430,7 @@ fn decide_object(
         // per-run rules (totals, the GPU-hour ceiling) are checked too, against the queue its
         // labels name (launchgate's runtime patch puts the TrainJob's queue label on the
         // trainer's pods).
-        OwnerClaim::Verified(owner) if owner.spec().pods_from_runtime => Scope::PerPodAndRun,
+        OwnerClaim::Verified(owner) if owner.spec().runtime.is_some() => Scope::PerPodAndRun,
         OwnerClaim::Verified(_) => Scope::PerPod,
         OwnerClaim::None => Scope::Workload,
         OwnerClaim::Unverified { why, standalone } => {
@@ -444,10 +445,9 @@ fn decide_object(
             Scope::Workload
         }
     };
-    let runtime = if kind.spec().pods_from_runtime {
-        lookup_runtime(cluster, &object, request.namespace.as_deref())
-    } else {
-        RuntimeState::NotATrainJob
+    let runtime = match kind.spec().runtime {
+        Some(rt) => lookup_runtime(rt, cluster, &object, request.namespace.as_deref()),
+        None => RuntimeState::NotATrainJob,
     };
     let ctx = MutationContext {
         kind,
@@ -842,26 +842,27 @@ enum RuntimeState {
     /// Cannot be read: why, and the runtime named (if any).
     Unknown {
         reference: Option<RuntimeRef>,
-        why: &'static str,
+        why: String,
     },
 }
 
 /// The runtime `trainjob` names, from the cluster view.
 fn lookup_runtime(
+    rt: &RuntimeSpec,
     cluster: &dyn ClusterView,
     trainjob: &Value,
     namespace: Option<&str>,
 ) -> RuntimeState {
-    let Some(reference) = trainjob::runtime_ref(trainjob) else {
+    let Some(reference) = runtime::runtime_ref(rt, trainjob) else {
         return RuntimeState::Unknown {
             reference: None,
-            why: "names no runtime (spec.runtimeRef.name)",
+            why: format!("names no runtime ({}.name)", rt.reference.join(".")),
         };
     };
-    if !reference.is_known_kind() {
+    if reference.cluster_scoped.is_none() {
         return RuntimeState::Unknown {
             reference: Some(reference),
-            why: "is not a kind Trainer runs (ClusterTrainingRuntime or TrainingRuntime)",
+            why: "is not a kind Trainer runs (ClusterTrainingRuntime or TrainingRuntime)".into(),
         };
     }
     let namespace = namespace
@@ -871,23 +872,28 @@ fn lookup_runtime(
         RuntimeLookup::Found(object) => RuntimeState::Found(TrainingRuntime { reference, object }),
         RuntimeLookup::NotFound => RuntimeState::Unknown {
             reference: Some(reference),
-            why: "is not in the cluster",
+            why: "is not in the cluster".into(),
         },
         RuntimeLookup::Unavailable => RuntimeState::Unknown {
             reference: Some(reference),
-            why: "launchgate cannot read (no cluster lookups of runtimes: offline without its manifest beside the TrainJob, `serve` without --cluster-lookups, or the runtime watch has no access)",
+            why: "launchgate cannot read (no cluster lookups of runtimes: offline without its manifest beside the TrainJob, `serve` without --cluster-lookups, or the runtime watch has no access)".into(),
         },
     }
 }
 
 /// Why a TrainJob's size cannot be verified, when its queue bounds sizes (totals, GPU-hours)
 /// and the TrainJob leaves its size to a runtime that cannot be read.
-fn unverifiable_size(queue: &Queue, object: &Value, runtime: &RuntimeState) -> Option<Violation> {
+fn unverifiable_size(
+    kind: WorkloadKind,
+    queue: &Queue,
+    object: &Value,
+    runtime: &RuntimeState,
+) -> Option<Violation> {
     let RuntimeState::Unknown { reference, why } = runtime else {
         return None;
     };
     let bounded = queue.size_bounds();
-    let left = trainjob::left_to_runtime(object);
+    let left = runtime::left_to_runtime(kind.spec().runtime?, object);
     if bounded.is_empty() || left.is_empty() {
         return None;
     }
@@ -917,13 +923,13 @@ fn unverifiable_size(queue: &Queue, object: &Value, runtime: &RuntimeState) -> O
 /// cost (totals, a GPU-hour ceiling) and takes sizes only from ClusterTrainingRuntimes
 /// (`limits.trainingRuntimes: clusterOnly`, the default): a tenant may own that runtime and
 /// grow it after the TrainJob is admitted. Answered as the queue's limits are.
-fn untrusted_runtime(queue: &Queue, object: &Value) -> Option<Violation> {
+fn untrusted_runtime(rt: &RuntimeSpec, queue: &Queue, object: &Value) -> Option<Violation> {
     if queue.limits.training_runtimes() != TrainingRuntimes::ClusterOnly {
         return None;
     }
-    let named = trainjob::runtime_ref(object)?;
+    let named = runtime::runtime_ref(rt, object)?;
     let bounded = queue.size_bounds();
-    if named.kind != trainjob::NAMESPACED_RUNTIME || bounded.is_empty() {
+    if named.cluster_scoped != Some(false) || bounded.is_empty() {
         return None;
     }
     let effect = match queue.limits.enforcement() {
@@ -939,7 +945,7 @@ fn untrusted_runtime(queue: &Queue, object: &Value) -> Option<Violation> {
     );
     Some(
         Violation::new(rules::LIMITS_TRAINING_RUNTIMES, message)
-            .at("spec.runtimeRef.kind")
+            .at(format!("{}.kind", rt.reference.join(".")))
             .value(format!("{:?}", named.kind))
             .limit(TrainingRuntimes::ClusterOnly.as_str())
             .effect(effect),
@@ -960,7 +966,7 @@ fn validate_decision(
     let mut found: Vec<Violation> = Vec::new();
     let as_create = ctx.judged_as_create();
     if scope == Scope::Workload && as_create {
-        found.extend(unverifiable_size(queue, object, runtime));
+        found.extend(unverifiable_size(ctx.kind, queue, object, runtime));
     }
     if as_create {
         found.extend(validate::distributed::denials(
@@ -994,7 +1000,7 @@ fn validate_decision(
     // controller's pod or a Job of a JobSet has its root's verdict.
     let parent = (scope == Scope::PerPodAndRun)
         .then(|| {
-            let run = ctx.kind.made_by().find(|k| k.spec().pods_from_runtime)?;
+            let run = ctx.kind.made_by().find(|k| k.spec().runtime.is_some())?;
             let owner = summary.owner.as_ref().map(|o| o.name.as_str());
             ctx.cluster.workload(
                 run,
@@ -1006,11 +1012,10 @@ fn validate_decision(
     let run_rules = |object: &Value| -> Vec<Violation> {
         match scope {
             Scope::Workload => {
-                let mut out: Vec<Violation> = if ctx.kind.spec().pods_from_runtime {
-                    untrusted_runtime(queue, object).into_iter().collect()
-                } else {
-                    Vec::new()
-                };
+                let mut out: Vec<Violation> = (ctx.kind.spec().runtime)
+                    .and_then(|rt| untrusted_runtime(rt, queue, object))
+                    .into_iter()
+                    .collect();
                 out.extend(
                     validate::guardrails::check(
                         &queue.name,
