@@ -13,7 +13,7 @@
 //! finds it complete, so the patch is idempotent and reinvocation-safe. Only fields of the
 //! entry's real schema are written (the API server would prune any other, silently).
 
-use crate::kinds::{Position, RuntimeSpec, field};
+use crate::kinds::field;
 use crate::patch::Node;
 use crate::workload::{self, WorkloadKind, edit, runtime};
 use serde_json::{Map, Value, json};
@@ -24,24 +24,6 @@ pub const MANAGER: &str = "launchgate.io/admission";
 /// `value` under the keys `at`, each an object of one key.
 fn nest(at: &[&str], value: Value) -> Value {
     at.iter().rev().fold(value, |v, k| json!({ *k: v }))
-}
-
-/// The pod template of launchgate's entry in the patches, if present (its holders `at`).
-fn entry_template<'a>(
-    rt: &RuntimeSpec,
-    position: &Position,
-    at: &[&str],
-    object: &'a Value,
-) -> Option<&'a Map<String, Value>> {
-    let entry = field(object, rt.patches)?
-        .as_array()?
-        .iter()
-        .find(|p| p.get("manager").and_then(Value::as_str) == Some(MANAGER))?;
-    field(entry, at)?
-        .as_array()?
-        .iter()
-        .find(|j| workload::name_of(j) == Some(rt.node))
-        .and_then(|j| field(j, position.template)?.as_object())
 }
 
 /// [`with_trainer_pod_template`] on the template's pod spec.
@@ -58,9 +40,9 @@ pub fn with_trainer_pod_spec(
 }
 
 /// Runs `f` on the pod template (`metadata`, `spec`) of launchgate's runtime patch of the
-/// object, and its path for messages (starting from what the entry holds, or from a template
-/// with only the node container) and writes the entry back when `f` changed it. Returns true when the object
-/// changed.
+/// object, with its path for messages (starting from what the entry holds, or from a template
+/// with only the node container), and writes the entry back when `f` changed it. Returns true
+/// when the object changed.
 pub fn with_trainer_pod_template(
     kind: WorkloadKind,
     object: &mut Node<'_, Value>,
@@ -70,18 +52,21 @@ pub fn with_trainer_pod_template(
         return false;
     };
     // The settings and the patches are fields of one map (`spec`), written as one place.
-    let ([top, patches_key], [_, settings_key]) = (rt.patches, rt.settings) else {
-        return false;
-    };
+    let (top, patches_key, settings_key) = (rt.patches[0], rt.patches[1], rt.settings[1]);
     if !object.is_object() || object.get(top).is_some_and(|s| !s.is_object()) {
         return false;
     }
-    // The entry's holders, from the entry.
+    // The entry's holders (from the entry) and launchgate's entry's node template.
     let at = [rt.patch_renders, position.holders.path()].concat();
+    let ours = |p: &Value| p.get("manager").and_then(Value::as_str) == Some(MANAGER);
+    let template = runtime::patch_entries(rt, object)
+        .find(|p| ours(p))
+        .and_then(|p| runtime::patch_holders(rt, position, p).0)
+        .and_then(|hs| hs.iter().find(|h| workload::name_of(h) == Some(rt.node)))
+        .and_then(|h| field(h, position.template)?.as_object().cloned());
     let skeleton = json!({"spec": {"containers": [{"name": rt.node}]}});
-    let mut template = entry_template(rt, position, &at, object)
-        .cloned()
-        .unwrap_or_else(|| skeleton.as_object().cloned().unwrap_or_default());
+    let mut template =
+        template.unwrap_or_else(|| skeleton.as_object().cloned().unwrap_or_default());
     let path = format!(
         "{}[manager={MANAGER}].{}[name={}].{}",
         rt.patches.join("."),
@@ -104,7 +89,7 @@ pub fn with_trainer_pod_template(
     if let Some(Value::Array(env)) = env
         && !env.is_empty()
     {
-        let settings = root_spec.entry(*settings_key).or_insert_with(|| json!({}));
+        let settings = root_spec.entry(settings_key).or_insert_with(|| json!({}));
         if let Some(settings) = settings.as_object_mut() {
             for entry in env {
                 changed |=
@@ -118,15 +103,12 @@ pub fn with_trainer_pod_template(
     holder[*first] = nest(rest, Value::Object(template));
     let mut entry = json!({"manager": MANAGER});
     entry[at[0]] = nest(&at[1..], json!([holder]));
-    let patches = root_spec.entry(*patches_key).or_insert_with(|| json!([]));
+    let patches = root_spec.entry(patches_key).or_insert_with(|| json!([]));
     if !patches.is_array() {
         return changed;
     }
     let list = patches.as_array_mut().expect("checked to be an array");
-    match list
-        .iter_mut()
-        .find(|p| p.get("manager").and_then(Value::as_str) == Some(MANAGER))
-    {
+    match list.iter_mut().find(|p| ours(p)) {
         Some(existing) if *existing == entry => {}
         Some(existing) => {
             *existing = entry;

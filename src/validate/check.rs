@@ -273,8 +273,6 @@ fn same_literal(template: &Value, actual: &Value) -> bool {
 struct RuntimeView<'a> {
     /// `ClusterTrainingRuntime "torch-distributed"`.
     source: String,
-    /// The list of the rendered object's holders (`replicatedJobs`).
-    holders: &'static str,
     /// The kind it is rendered into, and the rendered object.
     kind: WorkloadKind,
     jobset: &'a Value,
@@ -287,7 +285,6 @@ impl<'a> RuntimeView<'a> {
         let kind = kind.runs_as()?;
         Some(RuntimeView {
             source,
-            holders: kind.spec().positions.first()?.holders.path().last()?,
             kind,
             jobset,
             templates: workload::templates(kind, jobset),
@@ -296,8 +293,10 @@ impl<'a> RuntimeView<'a> {
 
     /// `ClusterTrainingRuntime "x" replicatedJobs[1] (node)` for a template of the JobSet.
     fn label(&self, info: &TemplateInfo) -> String {
+        // The list of the rendered object's holders.
+        let holders = info.position.holders.path().last().unwrap_or(&"");
         match &info.name {
-            Some(name) => format!("{} {}[{}] ({name})", self.source, self.holders, info.index),
+            Some(name) => format!("{} {holders}[{}] ({name})", self.source, info.index),
             None => self.source.clone(),
         }
     }

@@ -49,10 +49,7 @@ pub fn runtime_ref(rt: &RuntimeSpec, object: &Value) -> Option<RuntimeRef> {
     Some(RuntimeRef {
         name: text("name")?.to_string(),
         kind: kind.to_string(),
-        cluster_scoped: [rt.cluster, rt.namespaced]
-            .iter()
-            .position(|k| *k == kind)
-            .map(|i| i == 0),
+        cluster_scoped: (kind == rt.cluster || kind == rt.namespaced).then_some(kind == rt.cluster),
     })
 }
 
@@ -69,14 +66,10 @@ pub fn own_nodes(rt: &RuntimeSpec, object: &Value) -> Option<i64> {
 /// What of its size the object leaves to its runtime (empty: it sets both).
 pub fn left_to_runtime(rt: &RuntimeSpec, object: &Value) -> Vec<String> {
     let resources = field(object, rt.settings).and_then(|s| s.get(rt.resources));
-    [
-        (own_nodes(rt, object).is_none(), rt.nodes),
-        (resources.is_none_or(Value::is_null), rt.resources),
-    ]
-    .into_iter()
-    .filter(|(left, _)| *left)
-    .map(|(_, key)| format!("{}.{key}", rt.settings.join(".")))
-    .collect()
+    let nodes = own_nodes(rt, object).is_none().then_some(rt.nodes);
+    let resources = resources.is_none_or(Value::is_null).then_some(rt.resources);
+    let at = |key| format!("{}.{key}", rt.settings.join("."));
+    nodes.into_iter().chain(resources).map(at).collect()
 }
 
 /// The runtime of `kind` and the position of the kind it renders into.
@@ -158,7 +151,7 @@ pub fn node_pod_spec(kind: WorkloadKind, runtime: &Value) -> Option<Map<String, 
 }
 
 /// The holders of one patch entry, and their path from the entry.
-fn patch_holders<'a>(
+pub fn patch_holders<'a>(
     rt: &RuntimeSpec,
     position: &Position,
     entry: &'a Value,
@@ -168,7 +161,7 @@ fn patch_holders<'a>(
 }
 
 /// The entries of the object's patches to its runtime.
-fn patch_entries<'a>(rt: &RuntimeSpec, object: &'a Value) -> impl Iterator<Item = &'a Value> {
+pub fn patch_entries<'a>(rt: &RuntimeSpec, object: &'a Value) -> impl Iterator<Item = &'a Value> {
     field(object, rt.patches)
         .and_then(Value::as_array)
         .into_iter()
