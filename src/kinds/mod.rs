@@ -108,8 +108,8 @@ pub struct KindSpec {
 /// and where the object's own settings and patches go in it. `workload::runtime` reads it.
 #[derive(Debug)]
 pub struct RuntimeSpec {
-    /// Where the object names its runtime: an object of `name` and `kind` (unset: the first
-    /// of [`RuntimeSpec::kinds`]).
+    /// Where the object names its runtime: an object of `name` and `kind` (unset:
+    /// [`RuntimeSpec::cluster`]).
     pub reference: &'static [&'static str],
     /// The runtime kinds (of the kind's own API group and version): the cluster-scoped one,
     /// which the object names by default, and the namespaced one.
@@ -125,7 +125,8 @@ pub struct RuntimeSpec {
     /// The name of the nodes' holder and of their container, which the object's settings
     /// and patches apply to.
     pub node: &'static str,
-    /// The object's settings for the node container (image, env, resources, node count).
+    /// The object's settings for the node container (image, env, resources, node count). The
+    /// settings and the patches are two keys deep, under one map (`spec`).
     pub settings: &'static [&'static str],
     /// The settings' node count, else the runtime's field, else `default_nodes`; written to
     /// each field `nodes_at` of the map `job` of the nodes' holder (its Job's spec).
