@@ -279,6 +279,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The runtime kinds the cluster view reads are the ones the descriptors name.
+    #[test]
+    fn the_runtime_kinds_are_the_descriptors() {
+        let rt = WorkloadKind::all().find_map(|k| k.spec().runtime).unwrap();
+        assert_eq!(
+            (rt.cluster, rt.namespaced),
+            (CLUSTER_RUNTIME, NAMESPACED_RUNTIME)
+        );
+    }
+
     fn runtime(kind: &str, namespace: Option<&str>, name: &str) -> Value {
         let mut r = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind,
             "metadata": {"name": name}, "spec": {}});

@@ -539,19 +539,9 @@ const KIND_TOKENS: &[&str] = &[
     "spec/failurePolicy",
 ];
 
-/// The product code that still names a kind's fields, each with why: the Kubeflow Trainer
-/// runtime reader (how a TrainJob's pods are rendered from the runtime it names, its runtime
-/// patches) is a module of its own, not yet a descriptor. This list may only shrink.
+/// The product code that still names a kind's fields, each with why. This list may only
+/// shrink.
 const KIND_TOKENS_ALLOWED: &[(&str, &str)] = &[
-    ("workload/trainjob.rs", "replicatedJobs"),
-    ("workload/trainjob.rs", "runtimeRef"),
-    ("workload/trainjob.rs", "numNodes"),
-    ("workload/trainjob.rs", "\"JobSet\""),
-    ("workload/mod.rs", "numNodes"),
-    ("mutate/runtime_patch.rs", "replicatedJobs"),
-    ("validate/check.rs", "replicatedJobs"),
-    ("validate/check.rs", "numNodes"),
-    ("review/runtime.rs", "runtimeRef"),
     // `jobDefaults.volcanoMaxRetry` is a setting of one kind; its config error says why 0 is
     // refused.
     ("mutate/job_defaults.rs", "maxRetry"),

@@ -61,8 +61,8 @@ pub struct KindSpec {
     /// Every pod-template position, in the order the walk visits them.
     pub positions: &'static [Position],
     /// Its pods come from a runtime the object names (a Trainer v2 TrainJob), not from pod
-    /// templates of its own.
-    pub pods_from_runtime: bool,
+    /// templates of its own: how the runtime is read.
+    pub runtime: Option<&'static RuntimeSpec>,
     /// The run-level fields.
     pub run: Run,
     /// What this kind's controller makes, and how each proves it.
@@ -102,6 +102,50 @@ pub struct KindSpec {
     pub launch_default: bool,
 }
 
+/// How a kind's pods come from a runtime the object names (a Trainer v2 TrainJob's
+/// ClusterTrainingRuntime or TrainingRuntime): where the object names it, which objects are
+/// runtimes, what a runtime renders into (the kind its controller makes, [`KindSpec::makes`]),
+/// and where the object's own settings and patches go in it. `workload::runtime` reads it.
+#[derive(Debug)]
+pub struct RuntimeSpec {
+    /// Where the object names its runtime: an object of `name` and `kind` (unset:
+    /// [`RuntimeSpec::cluster`]).
+    pub reference: &'static [&'static str],
+    /// The runtime kinds (of the kind's own API group and version): the cluster-scoped one,
+    /// which the object names by default, and the namespaced one.
+    pub cluster: &'static str,
+    pub namespaced: &'static str,
+    /// Where a runtime holds the object it renders (a JobSet template).
+    pub renders: &'static [&'static str],
+    /// The holder of the rendered object that runs the nodes: the one whose field `step`
+    /// (from the holder) is `step_is`, or, where no holder has that field, the one named
+    /// [`RuntimeSpec::node`].
+    pub step: &'static [&'static str],
+    pub step_is: &'static str,
+    /// The name of the nodes' holder and of their container, which the object's settings
+    /// and patches apply to.
+    pub node: &'static str,
+    /// The object's settings for the node container (image, env, resources, node count). The
+    /// settings and the patches are two keys deep, under one map (`spec`).
+    pub settings: &'static [&'static str],
+    /// The settings' node count, else the runtime's field, else `default_nodes`; written to
+    /// each field `nodes_at` of the map `job` of the nodes' holder (its Job's spec).
+    pub nodes: &'static str,
+    pub runtime_nodes: &'static [&'static str],
+    pub default_nodes: i64,
+    pub job: &'static [&'static str],
+    pub nodes_at: &'static [&'static str],
+    /// The settings' resources of each node (the node container's `resources`) and image
+    /// (its `image`). The node count and the resources are what the object can leave to
+    /// its runtime.
+    pub resources: &'static str,
+    pub image: &'static str,
+    /// Where the object's patches to the runtime are (a list of entries, each keyed by
+    /// `manager`), and where an entry holds its part of the rendered object.
+    pub patches: &'static [&'static str],
+    pub patch_renders: &'static [&'static str],
+}
+
 /// Whether, and which of, a kind's objects the server keeps in a cached watch
 /// ([`crate::cluster::ClusterView::workload`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +176,7 @@ impl KindSpec {
         subresources: &[],
         signature: &[],
         positions: &[],
-        pods_from_runtime: false,
+        runtime: None,
         run: Run::BASE,
         makes: &[],
         controller: &[],
@@ -817,12 +861,10 @@ impl WorkloadKind {
         !self.is_job()
     }
 
-    /// For a kind whose pods come from a runtime it names ([`KindSpec::pods_from_runtime`]),
-    /// the workload kind its controller renders the runtime into (a TrainJob's JobSet).
+    /// For a kind whose pods come from a runtime it names ([`KindSpec::runtime`]), the
+    /// workload kind its controller renders the runtime into (a TrainJob's JobSet).
     pub fn runs_as(self) -> Option<WorkloadKind> {
-        if !self.0.pods_from_runtime {
-            return None;
-        }
+        self.0.runtime?;
         self.0.makes.iter().find_map(|m| Self::named(m.kind))
     }
 

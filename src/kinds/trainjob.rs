@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// The label by which Trainer finds a runtime's trainer step.
+const ANCESTOR_STEP: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
+
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&TRAIN_JOB];
 
@@ -15,7 +18,27 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
     resource: "trainjobs",
     signature: &["runtimeRef", "trainer"],
     positions: &[],
-    pods_from_runtime: true,
+    runtime: Some(&RuntimeSpec {
+        reference: &["spec", "runtimeRef"],
+        cluster: "ClusterTrainingRuntime",
+        namespaced: "TrainingRuntime",
+        // Trainer builds the JobSet from the runtime's `spec.template`.
+        renders: &["spec", "template"],
+        step: &["template", "metadata", "labels", ANCESTOR_STEP],
+        step_is: "trainer",
+        // Trainer's `constants.Node`.
+        node: "node",
+        settings: &["spec", "trainer"],
+        nodes: "numNodes",
+        runtime_nodes: &["spec", "mlPolicy", "numNodes"],
+        default_nodes: 1,
+        job: &["template", "spec"],
+        nodes_at: &["parallelism", "completions"],
+        resources: "resourcesPerNode",
+        image: "image",
+        patches: &["spec", "runtimePatches"],
+        patch_renders: &["trainingRuntimeSpec", "template"],
+    }),
     run: Run {
         deadline: Deadline::Run(
             "/spec",

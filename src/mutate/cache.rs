@@ -385,8 +385,8 @@ pub fn mutate(
     let Some(cfg) = ctx.settings.cache.filter(|c| c.enabled) else {
         return false;
     };
-    if ctx.kind.spec().pods_from_runtime {
-        return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| {
+    if ctx.kind.spec().runtime.is_some() {
+        return runtime_patch::with_trainer_pod_spec(ctx.kind, object, |spec, spec_path| {
             add_to_pod_spec(ctx, cfg, &mut Node::scratch(spec), &spec_path, findings)
         });
     }

@@ -318,8 +318,8 @@ fn shared_memory(
         }
         changed
     };
-    if ctx.kind.spec().pods_from_runtime {
-        return super::runtime_patch::with_trainer_pod_spec(object, |spec, path| {
+    if ctx.kind.spec().runtime.is_some() {
+        return super::runtime_patch::with_trainer_pod_spec(ctx.kind, object, |spec, path| {
             add(&mut Node::scratch(spec), &path, findings)
         });
     }

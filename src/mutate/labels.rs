@@ -108,10 +108,11 @@ pub fn record(
         }
     });
     // A TrainJob's pods come from its runtime: the label goes into launchgate's runtime patch.
-    if ctx.kind.spec().pods_from_runtime {
-        changed |= super::runtime_patch::with_trainer_pod_template(object, |template| {
-            add_label(&mut Node::scratch(template))
-        });
+    if ctx.kind.spec().runtime.is_some() {
+        changed |=
+            super::runtime_patch::with_trainer_pod_template(ctx.kind, object, |template, _| {
+                add_label(&mut Node::scratch(template))
+            });
     }
     if applied.is_empty() {
         return changed;

@@ -48,7 +48,7 @@ pub struct MutationContext<'a> {
     /// what applies to every pod template is done again.
     pub child: bool,
     /// A TrainJob's runtime, when it could be read from the cluster.
-    pub runtime: Option<&'a crate::workload::trainjob::TrainingRuntime>,
+    pub runtime: Option<&'a crate::workload::runtime::TrainingRuntime>,
     /// On an UPDATE, the old object when launchgate admitted it in this queue (judged, or
     /// exempted, when it came in); `None` on CREATE and on an UPDATE that brings the object
     /// into the queue, which is judged as a CREATE.

@@ -1,123 +1,114 @@
-//! A TrainJob's hardening: a TrainJob has no pod template (its pods come from the referenced
-//! TrainingRuntime), but Kubeflow Trainer merges `spec.runtimePatches[]` entries, keyed by
-//! `manager`, into the runtime's JobSet template (a strategic merge, in list order). The
-//! mutators that apply to every pod template (container `securityContext`, the shared cache,
-//! the queue label that makes the pods known as the queue's) write into launchgate's own
-//! entry, [`MANAGER`], on the runtime's trainer replicated job and container
-//! ([`workload::TRAINER_NODE`], Trainer's convention), exactly as they would into a pod
-//! template that had only that container.
+//! Hardening of a workload whose pods come from a runtime ([`crate::kinds::RuntimeSpec`]): a
+//! TrainJob has no pod template (its pods come from the referenced TrainingRuntime), but
+//! Kubeflow Trainer merges `spec.runtimePatches[]` entries, keyed by `manager`, into the
+//! runtime's JobSet template (a strategic merge, in list order). The mutators that apply to
+//! every pod template (container `securityContext`, the shared cache, the queue label that
+//! makes the pods known as the queue's) write into launchgate's own entry, [`MANAGER`], on the
+//! runtime's node holder and container ([`RuntimeSpec::node`], Trainer's convention), exactly
+//! as they would into a pod template that had only that container.
 //!
-//! What Trainer does not take in a patch is moved where it does: env for the `node` container
-//! (Trainer rejects it in patches) goes into `spec.trainer.env`, where you did not set it. The
-//! entry is written only when something is added, and a second pass finds it complete, so the
-//! patch is idempotent and reinvocation-safe. Only fields of the entry's real schema are
-//! written (the API server would prune any other, silently).
+//! What Trainer does not take in a patch is moved where it does: env for the node container
+//! (Trainer rejects it in patches) goes into the settings' `env` (`spec.trainer.env`), where
+//! you did not set it. The entry is written only when something is added, and a second pass
+//! finds it complete, so the patch is idempotent and reinvocation-safe. Only fields of the
+//! entry's real schema are written (the API server would prune any other, silently).
 
-use crate::json::Pointer as _;
+use crate::kinds::field;
 use crate::patch::Node;
-use crate::workload::{self, edit, trainjob};
+use crate::workload::{self, WorkloadKind, edit, runtime};
 use serde_json::{Map, Value, json};
 
 /// The `manager` of launchgate's runtime patch.
 pub const MANAGER: &str = "launchgate.io/admission";
 
-/// Path of the patch's pod spec, for messages.
-pub fn spec_path() -> String {
-    format!(
-        "spec.runtimePatches[manager={MANAGER}].trainingRuntimeSpec.template.spec.replicatedJobs[name={node}].template.spec.template.spec",
-        node = workload::TRAINER_NODE
-    )
-}
-
-/// The pod template of launchgate's entry in `runtimePatches`, if present.
-fn entry_template(object: &Value) -> Option<&Map<String, Value>> {
-    let entry = object
-        .at("/spec/runtimePatches")?
-        .as_array()?
-        .iter()
-        .find(|p| p.get("manager").and_then(Value::as_str) == Some(MANAGER))?;
-    entry
-        .at("/trainingRuntimeSpec/template/spec/replicatedJobs")?
-        .as_array()?
-        .iter()
-        .find(|j| workload::name_of(j) == Some(workload::TRAINER_NODE))?
-        .at("/template/spec/template")?
-        .as_object()
+/// `value` under the keys `at`, each an object of one key.
+fn nest(at: &[&str], value: Value) -> Value {
+    at.iter().rev().fold(value, |v, k| json!({ *k: v }))
 }
 
 /// [`with_trainer_pod_template`] on the template's pod spec.
 pub fn with_trainer_pod_spec(
+    kind: WorkloadKind,
     object: &mut Node<'_, Value>,
     f: impl FnOnce(&mut Map<String, Value>, &str) -> bool,
 ) -> bool {
-    with_trainer_pod_template(object, |template| {
+    with_trainer_pod_template(kind, object, |template, path| {
         crate::json::member_mut(template, "spec")
             .and_then(Value::as_object_mut)
-            .is_some_and(|spec| f(spec, &spec_path()))
+            .is_some_and(|spec| f(spec, &format!("{path}.spec")))
     })
 }
 
-/// Runs `f` on the pod template (`metadata`, `spec`) of launchgate's runtime patch of a
-/// TrainJob (starting from what the entry holds, or from a template with only the trainer's
-/// `node` container) and writes the entry back when `f` changed it. Returns true when the
-/// TrainJob changed.
+/// Runs `f` on the pod template (`metadata`, `spec`) of launchgate's runtime patch of the
+/// object, with its path for messages (starting from what the entry holds, or from a template
+/// with only the node container), and writes the entry back when `f` changed it. Returns true
+/// when the object changed.
 pub fn with_trainer_pod_template(
+    kind: WorkloadKind,
     object: &mut Node<'_, Value>,
-    f: impl FnOnce(&mut Map<String, Value>) -> bool,
+    f: impl FnOnce(&mut Map<String, Value>, &str) -> bool,
 ) -> bool {
-    if !object.is_object() || object.get("spec").is_some_and(|s| !s.is_object()) {
+    let Some((rt, position)) = runtime::parts(kind) else {
+        return false;
+    };
+    // The settings and the patches are fields of one map (`spec`), written as one place.
+    let (top, patches_key, settings_key) = (rt.patches[0], rt.patches[1], rt.settings[1]);
+    if !object.is_object() || object.get(top).is_some_and(|s| !s.is_object()) {
         return false;
     }
-    let mut template = entry_template(object).cloned().unwrap_or_else(|| {
-        let mut skeleton = Map::new();
-        skeleton.insert(
-            "spec".into(),
-            json!({"containers": [{"name": workload::TRAINER_NODE}]}),
-        );
-        skeleton
-    });
-    if !f(&mut template) {
+    // The entry's holders (from the entry) and launchgate's entry's node template.
+    let at = [rt.patch_renders, position.holders.path()].concat();
+    let ours = |p: &Value| p.get("manager").and_then(Value::as_str) == Some(MANAGER);
+    let template = runtime::patch_entries(rt, object)
+        .find(|p| ours(p))
+        .and_then(|p| runtime::patch_holders(rt, position, p).0)
+        .and_then(|hs| hs.iter().find(|h| workload::name_of(h) == Some(rt.node)))
+        .and_then(|h| field(h, position.template)?.as_object().cloned());
+    let skeleton = json!({"spec": {"containers": [{"name": rt.node}]}});
+    let mut template =
+        template.unwrap_or_else(|| skeleton.as_object().cloned().unwrap_or_default());
+    let path = format!(
+        "{}[manager={MANAGER}].{}[name={}].{}",
+        rt.patches.join("."),
+        at.join("."),
+        rt.node,
+        position.template.join(".")
+    );
+    if !f(&mut template, &path) {
         return false;
     }
     let env = crate::json::member_mut(&mut template, "spec")
         .and_then(Value::as_object_mut)
-        .map(take_node_env)
-        .unwrap_or_default();
+        .and_then(|spec| runtime::node_container_mut(rt, spec)?.remove("env"));
     let mut changed = false;
     let Some(mut root) = object.as_map_node() else {
         return false;
     };
-    // A TrainJob's spec is small: written as one place.
-    let mut root_spec = root.object_or_new("spec");
+    let mut root_spec = root.object_or_new(top);
     let root_spec: &mut Map<String, Value> = &mut root_spec;
-    if !env.is_empty() {
-        let trainer = root_spec.entry("trainer").or_insert_with(|| json!({}));
-        if let Some(trainer) = trainer.as_object_mut() {
+    if let Some(Value::Array(env)) = env
+        && !env.is_empty()
+    {
+        let settings = root_spec.entry(settings_key).or_insert_with(|| json!({}));
+        if let Some(settings) = settings.as_object_mut() {
             for entry in env {
                 changed |=
-                    edit::upsert_named(&mut Node::scratch(&mut *trainer), "env", entry, false)
+                    edit::upsert_named(&mut Node::scratch(&mut *settings), "env", entry, false)
                         .changed();
             }
         }
     }
-    let entry = json!({
-        "manager": MANAGER,
-        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{
-            "name": workload::TRAINER_NODE,
-            "template": {"spec": {"template": template}}
-        }]}}}
-    });
-    let patches = root_spec
-        .entry("runtimePatches")
-        .or_insert_with(|| json!([]));
+    let mut holder = json!({"name": rt.node});
+    let (first, rest) = position.template.split_first().expect("a template path");
+    holder[*first] = nest(rest, Value::Object(template));
+    let mut entry = json!({"manager": MANAGER});
+    entry[at[0]] = nest(&at[1..], json!([holder]));
+    let patches = root_spec.entry(patches_key).or_insert_with(|| json!([]));
     if !patches.is_array() {
         return changed;
     }
     let list = patches.as_array_mut().expect("checked to be an array");
-    match list
-        .iter_mut()
-        .find(|p| p.get("manager").and_then(Value::as_str) == Some(MANAGER))
-    {
+    match list.iter_mut().find(|p| ours(p)) {
         Some(existing) if *existing == entry => {}
         Some(existing) => {
             *existing = entry;
@@ -129,14 +120,6 @@ pub fn with_trainer_pod_template(
         }
     }
     changed
-}
-
-/// Removes the `env` of the `node` container (Trainer takes it only in `spec.trainer.env`).
-fn take_node_env(spec: &mut Map<String, Value>) -> Vec<Value> {
-    match trainjob::node_container_mut(spec).and_then(|c| c.remove("env")) {
-        Some(Value::Array(env)) => env,
-        _ => Vec::new(),
-    }
 }
 
 #[cfg(test)]
@@ -164,7 +147,11 @@ mod tests {
             );
             true
         };
-        assert!(with_trainer_pod_spec(&mut Node::scratch(&mut tj), write));
+        assert!(with_trainer_pod_spec(
+            WorkloadKind::TrainJob,
+            &mut Node::scratch(&mut tj),
+            write
+        ));
         assert_eq!(
             tj["spec"]["runtimePatches"][0]["manager"],
             "kueue.x-k8s.io/kueue"
@@ -182,14 +169,22 @@ mod tests {
             json!([{"name": "HF_HOME", "value": "/mine"}, {"name": "TORCH_HOME", "value": "/cache/torch"}])
         );
         let before = tj.clone();
-        assert!(!with_trainer_pod_spec(&mut Node::scratch(&mut tj), write));
+        assert!(!with_trainer_pod_spec(
+            WorkloadKind::TrainJob,
+            &mut Node::scratch(&mut tj),
+            write
+        ));
         assert_eq!(tj, before);
         for mut garbage in [
             json!(null),
             json!({"spec": 3}),
             json!({"spec": {"runtimePatches": 1}}),
         ] {
-            let _ = with_trainer_pod_spec(&mut Node::scratch(&mut garbage), write);
+            let _ = with_trainer_pod_spec(
+                WorkloadKind::TrainJob,
+                &mut Node::scratch(&mut garbage),
+                write,
+            );
         }
     }
 }

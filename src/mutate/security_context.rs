@@ -8,10 +8,11 @@
 use super::{Findings, MutationContext, Mutator, runtime_patch};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
+use crate::kinds::RuntimeSpec;
 use crate::patch::{MapNode, Node};
 use crate::workload;
 use crate::workload::edit::deep_merge;
-use crate::workload::trainjob::{self, TrainingRuntime};
+use crate::workload::runtime::{self, TrainingRuntime};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -241,15 +242,16 @@ pub fn mutate(
     if !cfg.enabled {
         return false;
     }
-    if ctx.kind.spec().pods_from_runtime {
+    if let Some(rt) = ctx.kind.spec().runtime {
         let runtime = ctx.runtime;
-        let named = trainjob::runtime_ref(object)
+        let named = runtime::runtime_ref(rt, object)
             .map_or_else(|| "its runtime".to_string(), |r| r.describe());
         // The tenant's own runtime patches are merged into the same pods, before launchgate's.
-        let tenant = trainjob::tenant_patch_pod_spec(object, runtime_patch::MANAGER);
-        return runtime_patch::with_trainer_pod_spec(object, |spec, spec_path| match runtime {
-            Some(runtime) => harden_over_runtime(cfg, spec, &spec_path, runtime, &tenant, findings),
-            None => harden_blind(cfg, spec, &spec_path, &named, &tenant, findings),
+        let tenant = runtime::tenant_patch_pod_spec(ctx.kind, object, runtime_patch::MANAGER);
+        let kind = ctx.kind;
+        return runtime_patch::with_trainer_pod_spec(kind, object, |spec, at| match runtime {
+            Some(runtime) => harden_over_runtime(cfg, kind, spec, &at, runtime, &tenant, findings),
+            None => harden_blind(cfg, rt, spec, &at, &named, &tenant, findings),
         });
     }
     let mut changed = false;
@@ -292,32 +294,35 @@ fn harden_pod_spec(
 /// left as is and warned about, as in a Job.
 fn harden_over_runtime(
     cfg: &SecurityContextConfig,
+    kind: workload::WorkloadKind,
     patch: &mut Map<String, Value>,
     spec_path: &dyn std::fmt::Display,
     runtime: &TrainingRuntime,
     tenant: &Map<String, Value>,
     findings: &mut Findings,
 ) -> bool {
-    let mut base = trainjob::trainer_pod_spec(&runtime.object).unwrap_or_default();
-    trainjob::merge_pod_spec(&mut base, tenant);
+    let mut base = runtime::node_pod_spec(kind, &runtime.object).unwrap_or_default();
+    runtime::merge_pod_spec(&mut base, tenant);
     let where_ = format!(
         "the node container of {} (a TrainJob's trainer)",
         runtime.reference.describe()
     );
-    harden_over(cfg, patch, spec_path, base, &where_, findings)
+    let rt = kind.spec().runtime.expect("a kind that reads a runtime");
+    harden_over(cfg, rt, patch, spec_path, base, &where_, findings)
 }
 
 /// Hardens launchgate's `patch` as it would the pod `merged` with `patch` over it, writing
 /// into `patch` only what the hardening adds.
 fn harden_over(
     cfg: &SecurityContextConfig,
+    rt: &RuntimeSpec,
     patch: &mut Map<String, Value>,
     spec_path: &dyn std::fmt::Display,
     mut merged: Map<String, Value>,
     where_: &dyn std::fmt::Display,
     findings: &mut Findings,
 ) -> bool {
-    trainjob::merge_pod_spec(&mut merged, patch);
+    runtime::merge_pod_spec(&mut merged, patch);
     if workload::is_windows(&merged) {
         return false;
     }
@@ -327,7 +332,7 @@ fn harden_over(
         .get("securityContext")
         .and_then(|s| s.get("seccompProfile"))
         .is_some_and(|v| !v.is_null());
-    if let Some(node) = trainjob::node_container_mut(&mut merged) {
+    if let Some(node) = runtime::node_container_mut(rt, &mut merged) {
         default_container(
             cfg,
             pod_sets_seccomp,
@@ -346,12 +351,11 @@ fn harden_over(
         );
     }
     let node_sc = |spec: &Map<String, Value>| {
-        trainjob::node_container(spec)
-            .and_then(|c| c.get("securityContext"))
-            .cloned()
+        let mut spec = spec.clone();
+        runtime::node_container_mut(rt, &mut spec)?.remove("securityContext")
     };
     if let Some(added) = added_leaves(node_sc(&before).as_ref(), node_sc(&merged).as_ref())
-        && let Some(node) = trainjob::node_container_mut(patch)
+        && let Some(node) = runtime::node_container_mut(rt, patch)
     {
         changed |= deep_merge(
             &mut Node::scratch(node).object_or_new("securityContext"),
@@ -368,6 +372,7 @@ fn harden_over(
 /// user is told.
 fn harden_blind(
     cfg: &SecurityContextConfig,
+    rt: &RuntimeSpec,
     spec: &mut Map<String, Value>,
     spec_path: &dyn std::fmt::Display,
     runtime: &str,
@@ -382,6 +387,7 @@ fn harden_blind(
     let where_ = format!("the node container of the TrainJob's runtime patches ({runtime})");
     let changed = harden_over(
         &cautious,
+        rt,
         spec,
         spec_path,
         tenant.clone(),
@@ -391,7 +397,7 @@ fn harden_blind(
     let unset =
         |key: &str, sc: Option<&Value>| sc.and_then(|s| s.get(key)).is_none_or(Value::is_null);
     let node_sc =
-        trainjob::node_container_mut(spec).and_then(|c| c.get("securityContext").cloned());
+        runtime::node_container_mut(rt, spec).and_then(|c| c.get("securityContext").cloned());
     let mut left = Vec::new();
     if cfg.allow_privilege_escalation.is_some()
         && unset("allowPrivilegeEscalation", node_sc.as_ref())

@@ -341,7 +341,7 @@ pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
         None
     };
     let runtime_kinds: Vec<String> = WorkloadKind::all()
-        .filter(|k| k.spec().pods_from_runtime)
+        .filter(|k| k.spec().runtime.is_some())
         .map(select::is_kind)
         .collect();
     let mut parts = Vec::new();

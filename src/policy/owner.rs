@@ -85,7 +85,7 @@ pub fn check_pod_creators(
 /// controller copies the pod templates' annotations, where launchgate writes the mark (a kind
 /// whose pods come from a runtime has no templates to carry it).
 pub(crate) fn inheriting_owner_kinds() -> impl Iterator<Item = WorkloadKind> {
-    owner_kinds().filter(|k| !k.spec().pods_from_runtime)
+    owner_kinds().filter(|k| k.spec().runtime.is_none())
 }
 
 /// An exemption covers the workload, and so the pods its controller makes: with no controller

@@ -179,7 +179,7 @@ impl Policy {
 /// last entry of that name, as the kubelet reads it).
 fn env_value(kind: WorkloadKind, object: &Value, env_name: &str) -> Option<String> {
     // A TrainJob's trainer env goes into its `node` container.
-    let trainer = workload::trainer(object).filter(|_| kind.spec().pods_from_runtime);
+    let trainer = workload::runtime::settings(kind, object);
     workload::templates(kind, object)
         .into_iter()
         .filter_map(|(_, template)| workload::pod_spec(template))

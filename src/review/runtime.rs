@@ -8,7 +8,7 @@ use crate::policy::Queue;
 use crate::rules::{self, Effect, Violation};
 use crate::validate::{TrainingRuntimes, UnverifiableRuntime};
 use crate::workload::WorkloadKind;
-use crate::workload::trainjob::{self, RuntimeRef, TrainingRuntime};
+use crate::workload::runtime::{self as reader, RuntimeRef, TrainingRuntime};
 use serde_json::Value;
 
 /// What is known of a TrainJob's runtime.
@@ -20,7 +20,7 @@ pub(super) enum RuntimeState {
     /// Cannot be read: why, and the runtime named (if any).
     Unknown {
         reference: Option<RuntimeRef>,
-        why: &'static str,
+        why: String,
     },
 }
 
@@ -31,19 +31,19 @@ pub(super) fn lookup(
     trainjob: &Value,
     namespace: Option<&str>,
 ) -> RuntimeState {
-    if !kind.spec().pods_from_runtime {
+    let Some(rt) = kind.spec().runtime else {
         return RuntimeState::NotATrainJob;
-    }
-    let Some(reference) = trainjob::runtime_ref(trainjob) else {
+    };
+    let Some(reference) = reader::runtime_ref(rt, trainjob) else {
         return RuntimeState::Unknown {
             reference: None,
-            why: "names no runtime (spec.runtimeRef.name)",
+            why: format!("names no runtime ({}.name)", rt.reference.join(".")),
         };
     };
-    if !reference.is_known_kind() {
+    if reference.cluster_scoped.is_none() {
         return RuntimeState::Unknown {
             reference: Some(reference),
-            why: "is not a kind Trainer runs (ClusterTrainingRuntime or TrainingRuntime)",
+            why: "is not a kind Trainer runs (ClusterTrainingRuntime or TrainingRuntime)".into(),
         };
     }
     let namespace = namespace
@@ -53,11 +53,11 @@ pub(super) fn lookup(
         RuntimeLookup::Found(object) => RuntimeState::Found(TrainingRuntime { reference, object }),
         RuntimeLookup::NotFound => RuntimeState::Unknown {
             reference: Some(reference),
-            why: "is not in the cluster",
+            why: "is not in the cluster".into(),
         },
         RuntimeLookup::Unavailable => RuntimeState::Unknown {
             reference: Some(reference),
-            why: "launchgate cannot read (no cluster lookups of runtimes: offline without its manifest beside the TrainJob, `serve` without --cluster-lookups, or the runtime watch has no access)",
+            why: "launchgate cannot read (no cluster lookups of runtimes: offline without its manifest beside the TrainJob, `serve` without --cluster-lookups, or the runtime watch has no access)".into(),
         },
     }
 }
@@ -65,6 +65,7 @@ pub(super) fn lookup(
 /// Why a TrainJob's size cannot be verified, when its queue bounds sizes (totals, GPU-hours)
 /// and the TrainJob leaves its size to a runtime that cannot be read.
 pub(super) fn unverifiable_size(
+    kind: WorkloadKind,
     queue: &Queue,
     object: &Value,
     runtime: &RuntimeState,
@@ -73,7 +74,7 @@ pub(super) fn unverifiable_size(
         return None;
     };
     let bounded = queue.size_bounds();
-    let left = trainjob::left_to_runtime(object);
+    let left = reader::left_to_runtime(kind.spec().runtime?, object);
     if bounded.is_empty() || left.is_empty() {
         return None;
     }
@@ -103,13 +104,14 @@ pub(super) fn unverifiable_size(
 /// cost (totals, a GPU-hour ceiling) and takes sizes only from ClusterTrainingRuntimes
 /// (`limits.trainingRuntimes: clusterOnly`, the default): a tenant may own that runtime and
 /// grow it after the TrainJob is admitted. Answered as the queue's limits are.
-pub(super) fn untrusted(queue: &Queue, object: &Value) -> Option<Violation> {
+pub(super) fn untrusted(kind: WorkloadKind, queue: &Queue, object: &Value) -> Option<Violation> {
+    let rt = kind.spec().runtime?;
     if queue.limits.training_runtimes() != TrainingRuntimes::ClusterOnly {
         return None;
     }
-    let named = trainjob::runtime_ref(object)?;
+    let named = reader::runtime_ref(rt, object)?;
     let bounded = queue.size_bounds();
-    if named.kind != trainjob::NAMESPACED_RUNTIME || bounded.is_empty() {
+    if named.cluster_scoped != Some(false) || bounded.is_empty() {
         return None;
     }
     let effect = queue.limits.enforcement().effect();
@@ -121,7 +123,7 @@ pub(super) fn untrusted(queue: &Queue, object: &Value) -> Option<Violation> {
     );
     Some(
         Violation::new(rules::LIMITS_TRAINING_RUNTIMES, message)
-            .at("spec.runtimeRef.kind")
+            .at(format!("{}.kind", rt.reference.join(".")))
             .value(format!("{:?}", named.kind))
             .limit(TrainingRuntimes::ClusterOnly.as_str())
             .effect(effect),

@@ -102,7 +102,7 @@ pub(super) fn scope(endpoint: Endpoint, claim: OwnerClaim, notes: &mut Vec<Warni
         // per-run rules (totals, the GPU-hour ceiling) are checked too, against the queue its
         // labels name (launchgate's runtime patch puts the TrainJob's queue label on the
         // trainer's pods).
-        OwnerClaim::Verified(owner) if owner.spec().pods_from_runtime => Scope::PerPodAndRun,
+        OwnerClaim::Verified(owner) if owner.spec().runtime.is_some() => Scope::PerPodAndRun,
         OwnerClaim::Verified(_) => Scope::PerPod,
         OwnerClaim::None => Scope::Workload,
         OwnerClaim::Unverified { why, standalone } => {

@@ -26,7 +26,7 @@ pub(super) fn decide(
     let mut found: Vec<Violation> = Vec::new();
     let as_create = ctx.judged_as_create();
     if scope == Scope::Workload && as_create {
-        found.extend(runtime::unverifiable_size(queue, object, state));
+        found.extend(runtime::unverifiable_size(ctx.kind, queue, object, state));
     }
     if as_create {
         found.extend(validate::distributed::denials(
@@ -60,7 +60,7 @@ pub(super) fn decide(
     // controller's pod or a Job of a JobSet has its root's verdict.
     let parent = (scope == Scope::PerPodAndRun)
         .then(|| {
-            let run = ctx.kind.made_by().find(|k| k.spec().pods_from_runtime)?;
+            let run = ctx.kind.made_by().find(|k| k.spec().runtime.is_some())?;
             let owner = summary.owner.as_ref().map(|o| o.name.as_str());
             ctx.cluster.workload(
                 run,
@@ -72,11 +72,9 @@ pub(super) fn decide(
     let run_rules = |object: &Value| -> Vec<Violation> {
         match scope {
             Scope::Workload => {
-                let mut out: Vec<Violation> = if ctx.kind.spec().pods_from_runtime {
-                    runtime::untrusted(queue, object).into_iter().collect()
-                } else {
-                    Vec::new()
-                };
+                let mut out: Vec<Violation> = runtime::untrusted(ctx.kind, queue, object)
+                    .into_iter()
+                    .collect();
                 out.extend(
                     validate::guardrails::check(
                         &queue.name,

@@ -33,9 +33,9 @@
 //! The stores are read-only here; each lookup converts one `DynamicObject` to a
 //! `serde_json::Value`.
 
+use crate::cluster::{CLUSTER_RUNTIME, NAMESPACED_RUNTIME};
 use crate::cluster::{ClusterView, RUNTIME_VERSION, RuntimeLookup, TRAINER_GROUP, runtime_plural};
 use crate::kinds::{Watch, WorkloadKind};
-use crate::workload::trainjob::{CLUSTER_RUNTIME, NAMESPACED_RUNTIME};
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;

@@ -7,10 +7,10 @@ use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
 use crate::json::Pointer as _;
-use crate::kinds::Deadline;
+use crate::kinds::{Deadline, RuntimeSpec};
 use crate::quantity::Quantity;
 use crate::rules::{self, OnUpdate, Violation};
-use crate::workload::trainjob::{self, TrainingRuntime};
+use crate::workload::runtime::{self, TrainingRuntime};
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashSet};
@@ -293,8 +293,10 @@ impl<'a> RuntimeView<'a> {
 
     /// `ClusterTrainingRuntime "x" replicatedJobs[1] (node)` for a template of the JobSet.
     fn label(&self, info: &TemplateInfo) -> String {
+        // The list of the rendered object's holders.
+        let holders = info.position.holders.path().last().unwrap_or(&"");
         match &info.name {
-            Some(name) => format!("{} replicatedJobs[{}] ({name})", self.source, info.index),
+            Some(name) => format!("{} {holders}[{}] ({name})", self.source, info.index),
             None => self.source.clone(),
         }
     }
@@ -340,7 +342,7 @@ impl<'a> Evaluation<'a> {
                 })
                 .collect(),
         };
-        without_unset_patch_places(places)
+        without_unset_patch_places(self.kind, places)
     }
 
     /// Every place a template position designates: under the root, or in the workload's pod
@@ -358,7 +360,7 @@ impl<'a> Evaluation<'a> {
                     .places(&self.templates, self.sidecars, template_path, path)
             }
         };
-        without_unset_patch_places(places)
+        without_unset_patch_places(self.kind, places)
     }
 
     /// Holds every container no variable or field limit looked at to the queue's envelope.
@@ -391,7 +393,7 @@ impl<'a> Evaluation<'a> {
             }
         }
         // A TrainJob's `resourcesPerNode` is the `node` container's resources on every node.
-        if let Some(resources) = self.trainer_resources() {
+        if let Some((rt, resources)) = self.trainer_resources() {
             for ceiling in envelope {
                 let Some(value) = resources
                     .get(&ceiling.kind)
@@ -400,7 +402,7 @@ impl<'a> Evaluation<'a> {
                 else {
                     continue;
                 };
-                let mut place = format!("{}.resourcesPerNode", workload::TRAINER_PATH);
+                let mut place = format!("{}.{}", rt.settings.join("."), rt.resources);
                 for key in [&ceiling.kind, &ceiling.resource] {
                     path::push_segment(&mut place, &Segment::Key(key.clone()));
                 }
@@ -433,14 +435,11 @@ impl<'a> Evaluation<'a> {
         )
     }
 
-    /// A TrainJob's `spec.trainer.resourcesPerNode`.
-    fn trainer_resources(&self) -> Option<&'a Map<String, Value>> {
-        if !self.kind.spec().pods_from_runtime {
-            return None;
-        }
-        workload::trainer(self.object)?
-            .get("resourcesPerNode")?
-            .as_object()
+    /// A TrainJob's `spec.trainer.resourcesPerNode`, with its kind's runtime.
+    fn trainer_resources(&self) -> Option<(&'static RuntimeSpec, &'a Map<String, Value>)> {
+        let rt = self.kind.spec().runtime?;
+        let settings = runtime::settings(self.kind, self.object)?;
+        Some((rt, settings.get(rt.resources)?.as_object()?))
     }
 
     /// Root-level template positions only mean something for the template's own kind.
@@ -640,15 +639,15 @@ impl<'a> Evaluation<'a> {
         // A TrainJob whose runtime could not be read: `numNodes` pods, each with
         // `resourcesPerNode` (numNodes unset: counted as 1, said so, and the queue's
         // `unverifiableRuntime` decides whether that is enough).
-        if let Some(resources) = self.trainer_resources() {
+        if let Some((rt, resources)) = self.trainer_resources() {
             let per_node = Self::amount(&Value::Object(resources.clone()), resource);
             if per_node != Quantity::ZERO {
-                let nodes = workload::trainer_num_nodes(self.object);
+                let nodes = runtime::own_nodes(rt, self.object);
                 let shown = match nodes {
                     Some(n) => n.to_string(),
-                    None => "1 (numNodes unset)".into(),
+                    None => format!("1 ({} unset)", rt.nodes),
                 };
-                parts.push(format!("{}: {shown} × {per_node}", workload::TRAINER_PATH));
+                parts.push(format!("{}: {shown} × {per_node}", rt.settings.join(".")));
                 total = total.and_then(|total| {
                     per_node
                         .checked_mul_int(nodes.unwrap_or(1).max(0))
@@ -669,7 +668,7 @@ impl<'a> Evaluation<'a> {
         let mut total = Some(Quantity::ZERO);
         let mut parts = Vec::new();
         for (info, template) in &self.templates {
-            if trainjob::is_patch_place(&info.path_text) {
+            if runtime::is_patch_place(self.kind, &info.path_text) {
                 // A runtime patch adds no pods (and its schema has no resources).
                 continue;
             }
@@ -750,7 +749,7 @@ impl<'a> Evaluation<'a> {
                 continue;
             };
             // A runtime patch carries no image (its containers' images are the runtime's).
-            if trainjob::is_patch_place(&info.path_text) {
+            if runtime::is_patch_place(self.kind, &info.path_text) {
                 continue;
             }
             // `kubectl debug` adds ephemeral containers to a running pod: their images too.
@@ -795,17 +794,17 @@ impl<'a> Evaluation<'a> {
             }
         }
         // A TrainJob's image (unset and the runtime unknown: the runtime's).
-        if self.kind.spec().pods_from_runtime
+        if let Some(rt) = self.kind.spec().runtime
             && self.runtime.is_none()
-            && let Some(image) = workload::trainer(self.object)
-                .and_then(|t| t.get("image"))
+            && let Some(image) = runtime::settings(self.kind, self.object)
+                .and_then(|t| t.get(rt.image))
                 .and_then(Value::as_str)
             && !allowed
                 .iter()
                 .any(|p| image_allowed_by(&normalized_image(image), p))
         {
             bad.push((
-                format!("{}.image", workload::TRAINER_PATH),
+                format!("{}.{}", rt.settings.join("."), rt.image),
                 format!("{image:?}"),
             ));
         }
@@ -836,8 +835,8 @@ pub fn gpus_at_once(
     runtime: Option<&TrainingRuntime>,
 ) -> Option<(Quantity, Vec<String>)> {
     let shape = TemplateShape::default();
-    let runtime = runtime.filter(|_| kind.spec().pods_from_runtime);
-    let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
+    let runtime = runtime.filter(|_| kind.spec().runtime.is_some());
+    let effective = runtime.map(|r| runtime::rendered(kind, object, &r.object));
     let eval = Evaluation {
         queue: "",
         kind,
@@ -876,7 +875,7 @@ pub fn gpus_at_once(
             collect(c.get("resources"));
         }
     }
-    if let Some(r) = eval.trainer_resources() {
+    if let Some((_, r)) = eval.trainer_resources() {
         collect(Some(&Value::Object(r.clone())));
     }
     let mut total = Quantity::ZERO;
@@ -902,11 +901,12 @@ pub(super) fn is_per_pod(anchor: Anchor, path: &FieldPath) -> bool {
 /// A TrainJob's runtime patch is a partial pod spec: what it leaves out is the runtime's, so
 /// only what it sets is judged (a missing value there is no violation).
 fn without_unset_patch_places(
+    kind: WorkloadKind,
     places: Vec<(String, Option<&Value>)>,
 ) -> Vec<(String, Option<&Value>)> {
     places
         .into_iter()
-        .filter(|(place, value)| value.is_some() || !trainjob::is_patch_place(place))
+        .filter(|(place, value)| value.is_some() || !runtime::is_patch_place(kind, place))
         .collect()
 }
 
@@ -936,13 +936,11 @@ impl QueueLimits {
             runtime,
         } = subject;
         let per_pod_only = scope != Scope::Workload;
-        let runtime = runtime.filter(|_| kind.spec().pods_from_runtime);
-        let effective = runtime.map(|r| trainjob::effective_jobset(object, &r.object));
+        let runtime = runtime.filter(|_| kind.spec().runtime.is_some());
+        let effective = runtime.map(|r| runtime::rendered(kind, object, &r.object));
         let mut templates = workload::templates(kind, object);
-        if kind.spec().pods_from_runtime {
-            // Its runtime patches are pod specs, judged like a Job's pod template.
-            templates.extend(trainjob::patch_templates(kind, object));
-        }
+        // Its runtime patches are pod specs, judged like a Job's pod template.
+        templates.extend(runtime::patch_templates(kind, object));
         let mut eval = Evaluation {
             queue,
             kind,

@@ -9,7 +9,7 @@ use crate::topology::guardrails::{
     GangAction, GuardrailEnforcement, GuardrailsConfig, RunLength, gang_shortfall, run_length,
 };
 use crate::workload::WorkloadKind;
-use crate::workload::trainjob::TrainingRuntime;
+use crate::workload::runtime::TrainingRuntime;
 use serde_json::Value;
 
 /// How a workload breaks the queue's guardrails.

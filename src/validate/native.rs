@@ -506,7 +506,7 @@ impl QueueLimits {
         // object that shows the run's size.
         let trainer_jobset = crate::cel::any(
             &WorkloadKind::all()
-                .filter(|k| k.spec().pods_from_runtime)
+                .filter(|k| k.spec().runtime.is_some())
                 .flat_map(|k| k.spec().makes)
                 .filter_map(|m| WorkloadKind::named(m.kind))
                 .map(WorkloadKind::cel_test)

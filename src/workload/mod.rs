@@ -4,13 +4,12 @@
 //! `spec.template`; a Volcano Job has `spec.tasks[*].template`; a PyTorchJob has
 //! `spec.pytorchReplicaSpecs.<Type>.template`; a JobSet has
 //! `spec.replicatedJobs[*].template.spec.template`. A Trainer v2 TrainJob has **no** pod
-//! template (its pods come from the referenced runtime): its one trainer node is described by
-//! `spec.trainer` ([`trainer_node`]). Mutators and limit checks ask this module for templates
+//! template (its pods come from the referenced runtime, read by [`runtime`]). Mutators and limit checks ask this module for templates
 //! and never match on kinds themselves.
 
 pub mod edit;
 pub mod intent;
-pub mod trainjob;
+pub mod runtime;
 
 use crate::json;
 use crate::patch::{MapNode, Node, Step};
@@ -327,23 +326,6 @@ pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<
             (info, template)
         })
         .collect()
-}
-
-/// Path of a TrainJob's trainer settings.
-pub const TRAINER_PATH: &str = "spec.trainer";
-/// The replicated job and container of a Trainer v2 runtime that run the trainer (Trainer's
-/// `constants.Node`): `spec.trainer` is applied to them, and so are runtime patches.
-pub const TRAINER_NODE: &str = "node";
-
-/// A TrainJob's `spec.trainer`: the image, command, env and `resourcesPerNode` of the `node`
-/// container of each of its `numNodes` pods.
-pub fn trainer(object: &Value) -> Option<&Map<String, Value>> {
-    object.get("spec")?.get("trainer")?.as_object()
-}
-
-/// A TrainJob's `spec.trainer.numNodes`, when set (else the runtime's `mlPolicy.numNodes`).
-pub fn trainer_num_nodes(object: &Value) -> Option<i64> {
-    trainer(object)?.get("numNodes")?.as_i64()
 }
 
 /// The container lists of a pod spec that launchgate treats as "containers".
