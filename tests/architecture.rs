@@ -545,10 +545,6 @@ const KIND_TOKENS_ALLOWED: &[(&str, &str)] = &[
     // `jobDefaults.volcanoMaxRetry` is a setting of one kind; its config error says why 0 is
     // refused.
     ("mutate/job_defaults.rs", "maxRetry"),
-    // A JobSet's run length (its `Deadline::EachJob`): failure-policy actions that restart
-    // without counting.
-    ("topology/guardrails.rs", "spec.failurePolicy"),
-    ("topology/guardrails.rs", "spec/failurePolicy"),
 ];
 
 #[test]

@@ -65,6 +65,13 @@ pub static JOBSET: KindSpec = KindSpec {
             zero_is_default: false,
             default_is: "JobSet's default",
             per_holder: None,
+            uncounted: Some(Uncounted {
+                rules: &["spec", "failurePolicy", "rules"],
+                dotted: "spec.failurePolicy.rules",
+                action: "action",
+                suffix: "AndIgnoreMaxRestarts",
+                set: "spec.failurePolicy.rules (no action that ignores maxRestarts)",
+            }),
         }),
         ..Run::BASE
     },

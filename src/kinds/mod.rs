@@ -625,6 +625,23 @@ pub struct Restarts {
     /// A field of each holder that can raise the count for its pods (a Volcano task's own
     /// `maxRetry`).
     pub per_holder: Option<&'static str>,
+    /// Rules of the object that restart the run without counting against `at`.
+    pub uncounted: Option<Uncounted>,
+}
+
+/// Rules that restart a run without counting (a JobSet's failure-policy actions
+/// `…AndIgnoreMaxRestarts`): one of them leaves the run unbounded.
+#[derive(Debug)]
+pub struct Uncounted {
+    /// The list of rules, from the object's root, and its dotted form.
+    pub rules: &'static [&'static str],
+    pub dotted: &'static str,
+    /// The field of a rule that names its action, and the end of the actions that restart
+    /// without counting.
+    pub action: &'static str,
+    pub suffix: &'static str,
+    /// What bounds the run instead.
+    pub set: &'static str,
 }
 
 /// Where a kind keeps the deadline that bounds a whole run.

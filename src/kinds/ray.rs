@@ -153,6 +153,7 @@ pub static RAYJOB: KindSpec = KindSpec {
             zero_is_default: false,
             default_is: "the CRD's default",
             per_holder: None,
+            uncounted: None,
         }),
         ends: Ends::When {
             cond: Cond::True {

@@ -51,6 +51,7 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
             zero_is_default: true,
             default_is: "Volcano's default",
             per_holder: Some("maxRetry"),
+            uncounted: None,
         }),
         ..Run::BASE
     },

@@ -421,20 +421,27 @@ fn jobset_length(kind: WorkloadKind, object: &Value) -> RunLength {
             set: SET,
         };
     }
-    // JobSet's failure policy actions that restart without counting.
-    let rules = object
-        .at("/spec/failurePolicy/rules")
-        .and_then(Value::as_array);
-    for (i, rule) in rules.into_iter().flatten().enumerate() {
-        if let Some(action) = rule.get("action").and_then(Value::as_str)
-            && action.ends_with("AndIgnoreMaxRestarts")
-        {
-            return RunLength::Unbounded {
-                why: format!(
-                    "spec.failurePolicy.rules[{i}].action {action} restarts without limit, so no deadline bounds the run"
-                ),
-                set: "spec.failurePolicy.rules (no action that ignores maxRestarts)",
-            };
+    // Restarts that do not count against the run's bound.
+    if let Some(u) = kind
+        .spec()
+        .run
+        .restarts
+        .as_ref()
+        .and_then(|r| r.uncounted.as_ref())
+    {
+        let rules = field(object, u.rules).and_then(Value::as_array);
+        for (i, rule) in rules.into_iter().flatten().enumerate() {
+            if let Some(action) = rule.get(u.action).and_then(Value::as_str)
+                && action.ends_with(u.suffix)
+            {
+                return RunLength::Unbounded {
+                    why: format!(
+                        "{}[{i}].{} {action} restarts without limit, so no deadline bounds the run",
+                        u.dotted, u.action
+                    ),
+                    set: u.set,
+                };
+            }
         }
     }
     let Some((deadline, field)) = longest else {
@@ -652,6 +659,7 @@ mod tests {
                     zero_is_default: false,
                     default_is: "the default",
                     per_holder: None,
+                    uncounted: None,
                 }),
                 ..Run::BASE
             },
