@@ -37,7 +37,8 @@ impl fmt::Display for RequestError {
 
 impl std::error::Error for RequestError {}
 
-/// The phases of one review, in order; [`review_observed`] reports each as it begins.
+/// The phases of one review, in order; [`review_observed`](super::review_observed) reports
+/// each as it begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// Reading the AdmissionReview out of the body.
@@ -66,8 +67,8 @@ impl Phase {
     }
 }
 
-/// What the caller of [`review_observed`] hears while the core works: each phase as it begins
-/// (so the previous one ends), and the request once it is parsed. The core reads no clock; a
+/// What the caller of [`review_observed`](super::review_observed) hears while the core works:
+/// each phase as it begins (so the previous one ends), and the request once it is parsed. The core reads no clock; a
 /// caller that times the phases does it here. `()` hears nothing.
 pub trait Observer {
     /// `phase` begins (and the phase before it, if any, ends).

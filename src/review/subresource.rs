@@ -47,7 +47,9 @@ impl Scaling {
 /// cannot be read (no cluster lookups, or not in the cache yet) a scale-up is denied with the
 /// way that is judged (changing the field on the workload itself); a scale-down, or a Scale
 /// that keeps the count, is allowed. Nothing is ever patched.
-/// Not a Scale: `Continue(None)`.
+///
+/// `Break`: the Scale is answered here; `Continue(Some)`: judge the UPDATE it amounts to;
+/// `Continue(None)`: not a Scale.
 pub(super) fn scale(
     endpoint: Endpoint,
     request: &AdmissionRequest,
