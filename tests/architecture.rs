@@ -539,14 +539,6 @@ const KIND_TOKENS: &[&str] = &[
     "spec/failurePolicy",
 ];
 
-/// The product code that still names a kind's fields, each with why. This list may only
-/// shrink.
-const KIND_TOKENS_ALLOWED: &[(&str, &str)] = &[
-    // `jobDefaults.volcanoMaxRetry` is a setting of one kind; its config error says why 0 is
-    // refused.
-    ("mutate/job_defaults.rs", "maxRetry"),
-];
-
 #[test]
 fn only_the_descriptors_name_a_kind_or_its_fields() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -568,7 +560,7 @@ fn only_the_descriptors_name_a_kind_or_its_fields() {
         }
         let code = production_code(&std::fs::read_to_string(&file).unwrap());
         for token in KIND_TOKENS {
-            if code.contains(token) && !KIND_TOKENS_ALLOWED.contains(&(rel.as_str(), *token)) {
+            if code.contains(token) {
                 found.push(format!("{rel}: {token}"));
             }
         }
@@ -578,12 +570,4 @@ fn only_the_descriptors_name_a_kind_or_its_fields() {
         "product code outside src/kinds/ and src/pytorch/ names a kind or its fields (make it a descriptor field):\n{}",
         found.join("\n")
     );
-    // Every allowance is still needed.
-    for (file, token) in KIND_TOKENS_ALLOWED {
-        let code = production_code(&std::fs::read_to_string(src.join(file)).unwrap());
-        assert!(
-            code.contains(token),
-            "{file} no longer names {token}: remove it from KIND_TOKENS_ALLOWED"
-        );
-    }
 }

@@ -573,6 +573,19 @@ pub enum Setting {
     EndWithRun,
 }
 
+impl Setting {
+    /// The key of `jobDefaults` that holds the setting.
+    pub fn key(self) -> &'static str {
+        match self {
+            Setting::BackoffLimit => "backoffLimit",
+            Setting::Ttl => "ttlSecondsAfterFinished",
+            Setting::VolcanoMaxRetry => "volcanoMaxRetry",
+            Setting::RestartPolicy => "restartPolicy",
+            Setting::EndWithRun => "enabled",
+        }
+    }
+}
+
 /// What already written value a [`RunDefault`] replaces, besides an absent or null one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replaces {

@@ -79,11 +79,35 @@ impl JobDefaultsConfig {
                 ));
             }
         }
-        if self.volcano_max_retry == Some(0) {
-            errors.push(ConfigError::new(
-                format!("{at}.volcanoMaxRetry"),
-                "0 is not kept: Volcano's admission webhook and job controller treat maxRetry 0 as unset and use 3; use 1 (the job fails at its first restart, i.e. no restarts) or null to leave maxRetry to Volcano",
-            ));
+        // A value the kind's controller reads as unset is never kept (Volcano's `maxRetry: 0`).
+        for kind in WorkloadKind::all() {
+            let run = &kind.spec().run;
+            for default in run.defaults {
+                let Replaces::Value(unset) = default.replaces else {
+                    continue;
+                };
+                if value_of(self, kind, default.setting) != Some(Value::from(unset)) {
+                    continue;
+                }
+                let field = default.at.join(".");
+                let instead = run
+                    .restarts
+                    .as_ref()
+                    .filter(|r| r.at == default.at)
+                    .map_or_else(
+                        || "the kind's default".to_string(),
+                        |r| format!("{} ({})", r.default_is, r.default),
+                    );
+                errors.push(ConfigError::new(
+                    format!("{at}.{}", default.setting.key()),
+                    format!(
+                        "{unset} is not kept: a {}'s {field} of {unset} counts as unset, so {instead} applies; use {} or more, or null to leave {field} to the {}",
+                        kind.as_str(),
+                        unset + 1,
+                        kind.as_str()
+                    ),
+                ));
+            }
         }
         if let Some(p) = &self.restart_policy
             && p != "Never"
@@ -415,7 +439,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("queues.q.jobDefaults.volcanoMaxRetry") && err.contains("use 3"),
+            err.contains("queues.q.jobDefaults.volcanoMaxRetry")
+                && err.contains("default (3) applies"),
             "{err}"
         );
         // A Job's own maxRetry: 0 is unset for Volcano, so the queue's value goes in.
