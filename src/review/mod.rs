@@ -63,7 +63,7 @@ pub fn review_observed(
     observer.phase(Phase::Policy);
     // The object is mutated in place; the patch is recorded as it is written.
     let object = request.object.take();
-    let decision = decide_object(policy, endpoint, &request, object, cluster, observer);
+    let decision = settled(chain(policy, endpoint, &request, object, cluster, observer));
     observer.phase(Phase::Serialise);
     let body = crate::admission::review_response_body(&decision.response);
     Ok(ReviewOutcome {
@@ -79,32 +79,25 @@ pub fn decide(
     request: &AdmissionRequest,
     cluster: &dyn ClusterView,
 ) -> Decision {
-    decide_object(
+    settled(chain(
         policy,
         endpoint,
         request,
         request.object.clone(),
         cluster,
         &mut (),
-    )
+    ))
 }
 
-/// Decides on `object` (the request's object, held apart so it can be mutated in place).
-/// `observer` hears when the endpoint's rules begin.
-fn decide_object(
-    policy: &Policy,
-    endpoint: Endpoint,
-    request: &AdmissionRequest,
-    object: Option<Value>,
-    cluster: &dyn ClusterView,
-    observer: &mut dyn Observer,
-) -> Decision {
-    match chain(policy, endpoint, request, object, cluster, observer) {
+/// The decision, whichever stage made it.
+fn settled(flow: ControlFlow<Decision, Decision>) -> Decision {
+    match flow {
         ControlFlow::Break(decision) | ControlFlow::Continue(decision) => decision,
     }
 }
 
-/// The stages of one review, in order.
+/// Decides on `object` (the request's object, held apart so it can be mutated in place) by the
+/// stages of one review, in order; `observer` hears when the endpoint's rules begin.
 fn chain(
     policy: &Policy,
     endpoint: Endpoint,
@@ -114,14 +107,14 @@ fn chain(
     observer: &mut dyn Observer,
 ) -> ControlFlow<Decision, Decision> {
     if let Some(update) = subresource::scale(endpoint, request, object.as_ref(), cluster)? {
-        let judged = decide_object(
+        let judged = settled(chain(
             policy,
             Endpoint::Validate,
             &update.request,
             Some(update.object),
             cluster,
             observer,
-        );
+        ));
         return ControlFlow::Break(update.scaling.explain(judged));
     }
     let mut target = select::workload(policy, request, object)?;
