@@ -6,7 +6,7 @@
 #   scripts/fuzz-smoke.sh [SECONDS]
 #
 # Environment:
-#   FUZZ_TARGETS    space-separated subset of targets (default: all four)
+#   FUZZ_TARGETS    space-separated subset of targets (default: all five)
 #   FUZZ_FRESH=1    start from the seeds only (drop the corpus grown by earlier runs)
 #   FUZZ_SANITIZER  none (default) | address. The stable toolchain cannot build cargo-fuzz's
 #                   default AddressSanitizer build: `-Zsanitizer=address` is a nightly flag.
@@ -24,7 +24,7 @@ SECS="${1:-60}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FUZZ="$ROOT/fuzz"
 SANITIZER="${FUZZ_SANITIZER:-none}"
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-review_bytes review_structured config_parse quantity_parse}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-review_bytes review_structured field_sets config_parse quantity_parse}"
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "== installing cargo-fuzz"
@@ -52,6 +52,7 @@ seed() { # seed TARGET FILE...: copy seeds in without overwriting corpus entries
 }
 seed review_bytes "$ROOT"/tests/fixtures/admission/*.json
 seed review_structured "$ROOT"/tests/fixtures/admission/*.json
+seed field_sets "$ROOT"/tests/fixtures/admission/*.json
 seed config_parse "$ROOT/src/policy/default-config.yaml" "$FUZZ/src/wide-config.yaml"
 if [[ " ${TARGETS[*]} " == *" quantity_parse "* ]]; then
     i=0

@@ -7,10 +7,16 @@
 //! in-order comparison needs no lookup at all.
 //!
 //! The object of a request is parsed by [`parse`]: the same tree as serde_json's own parse, with
-//! every object and array allocated once at its exact size.
+//! every object and array allocated once at its exact size. Within [`raw_field_sets`], the field
+//! sets of `metadata.managedFields` (each entry's `fieldsV1`, a third of a recorded Pod's bytes)
+//! are kept as their JSON text in a string: no rule reads them but the one that reads a
+//! server-side apply's intent, which parses the few it needs ([`field_set`]).
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 
 /// Maps up to this many members are scanned instead of hashed: a container or pod spec as the
@@ -138,10 +144,98 @@ pub(crate) fn same(left: &Value, right: &Value) -> bool {
 /// list allocated once. serde_json grows each map from empty, re-hashing and copying at every
 /// doubling and leaving up to half of the last allocation unused.
 pub(crate) fn parse<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+    let place = if RAW_FIELD_SETS.get() {
+        Place::Root
+    } else {
+        Place::Other
+    };
     ValueSeed {
         stacks: &mut Stacks::default(),
+        place,
     }
     .deserialize(deserializer)
+}
+
+thread_local! {
+    /// Set while [`raw_field_sets`] runs on this thread.
+    static RAW_FIELD_SETS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `read` (a `serde_json` read from text, whose objects are parsed by [`parse`]) keeping
+/// each `metadata.managedFields[*].fieldsV1` of those objects as a string holding its JSON text.
+/// Only for a tree that is read and patched, never written out whole: the string stands where
+/// the API server's object has the field set.
+pub(crate) fn raw_field_sets<T>(read: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            RAW_FIELD_SETS.set(self.0);
+        }
+    }
+    let _reset = Reset(RAW_FIELD_SETS.replace(true));
+    read()
+}
+
+/// A managed-fields entry's `fieldsV1` as [`raw_field_sets`] keeps it: an object as a string
+/// of its text, anything else (never sent by the API server) parsed as usual.
+fn field_set_text(raw: Box<RawValue>) -> Result<Value, serde_json::Error> {
+    if raw.get().starts_with('{') {
+        Ok(Value::String(Box::<str>::from(raw).into_string()))
+    } else {
+        ValueSeed {
+            stacks: &mut Stacks::default(),
+            place: Place::Other,
+        }
+        .deserialize(&mut serde_json::Deserializer::from_str(raw.get()))
+    }
+}
+
+/// A managed-fields entry's `fieldsV1` as a tree, whether it was parsed as one or kept as its
+/// text ([`raw_field_sets`]). A string is read as the text of an object (so a tree and its
+/// text read the same); `None` when it is not one.
+pub(crate) fn field_set(fields: &Value) -> Option<Cow<'_, Value>> {
+    match fields {
+        Value::String(text) if text.starts_with('{') => {
+            serde_json::from_str(text).ok().map(Cow::Owned)
+        }
+        Value::String(_) => None,
+        tree => Some(Cow::Borrowed(tree)),
+    }
+}
+
+/// Where a value being parsed is, as far as [`raw_field_sets`] needs to know.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The object itself.
+    Root,
+    /// Its `metadata`.
+    Metadata,
+    /// `metadata.managedFields`.
+    ManagedFields,
+    /// One entry of the managed fields.
+    Entry,
+    /// Anywhere else: parsed whole.
+    Other,
+}
+
+impl Place {
+    /// The place of member `key` of an object here.
+    fn member(self, key: &str) -> Place {
+        match (self, key) {
+            (Place::Root, "metadata") => Place::Metadata,
+            (Place::Metadata, "managedFields") => Place::ManagedFields,
+            _ => Place::Other,
+        }
+    }
+
+    /// The place of an element of an array here.
+    fn element(self) -> Place {
+        if self == Place::ManagedFields {
+            Place::Entry
+        } else {
+            Place::Other
+        }
+    }
 }
 
 /// [`parse`] for an optional field: `null` or absent is `None`, as serde reads an `Option`.
@@ -160,6 +254,7 @@ struct Stacks {
 
 struct ValueSeed<'s> {
     stacks: &'s mut Stacks,
+    place: Place,
 }
 
 impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
@@ -215,9 +310,11 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let stacks = self.stacks;
+        let place = self.place.element();
         let start = stacks.items.len();
         while let Some(item) = seq.next_element_seed(ValueSeed {
             stacks: &mut *stacks,
+            place,
         })? {
             stacks.items.push(item);
         }
@@ -228,9 +325,15 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
         let stacks = self.stacks;
         let start = stacks.members.len();
         while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value_seed(ValueSeed {
-                stacks: &mut *stacks,
-            })?;
+            let value = if self.place == Place::Entry && key == "fieldsV1" {
+                field_set_text(map.next_value::<Box<RawValue>>()?)
+                    .map_err(serde::de::Error::custom)?
+            } else {
+                map.next_value_seed(ValueSeed {
+                    stacks: &mut *stacks,
+                    place: self.place.member(&key),
+                })?
+            };
             stacks.members.push((key, value));
         }
         Ok(Value::Object(stacks.members.drain(start..).collect()))
@@ -294,6 +397,71 @@ mod tests {
             assert_eq!(ours, theirs);
             assert_eq!(ours.to_string(), theirs.to_string(), "member order");
         }
+    }
+
+    /// `value` with every managed-fields entry's `fieldsV1` read back from its text.
+    fn field_sets_as_trees(mut value: Value) -> Value {
+        if let Some(entries) = value
+            .pointer_mut("/metadata/managedFields")
+            .and_then(Value::as_array_mut)
+        {
+            for entry in entries {
+                if let Some(fields) = entry.get_mut("fieldsV1") {
+                    *fields = field_set(fields).unwrap().into_owned();
+                }
+            }
+        }
+        value
+    }
+
+    #[test]
+    fn field_sets_kept_as_text_read_back_as_the_trees_they_were() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission");
+        let mut kept = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            let review: Value = serde_json::from_str(&text).unwrap();
+            let object = review["request"]["object"].to_string();
+            let raw = raw_field_sets(|| parsed(&object)).unwrap();
+            let sets = raw
+                .pointer("/metadata/managedFields")
+                .and_then(Value::as_array);
+            for set in sets.into_iter().flatten() {
+                assert!(set["fieldsV1"].is_string(), "{set}");
+                kept += 1;
+            }
+            let back = field_sets_as_trees(raw);
+            assert_eq!(back.to_string(), object, "member order");
+        }
+        assert!(kept >= 20, "{kept}");
+        // Outside `raw_field_sets`, and outside an object's own managed fields, trees are trees.
+        let nested = r#"{"spec": {"metadata": {"managedFields": [{"fieldsV1": {"f:a": {}}}]}},
+            "metadata": {"managedFields": [{"fieldsV1": {"f:b": {}}}, {"fieldsV1": null}]}}"#;
+        let raw = raw_field_sets(|| parsed(nested)).unwrap();
+        assert_eq!(
+            raw["spec"]["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:a": {}})
+        );
+        assert_eq!(
+            raw["metadata"]["managedFields"][0]["fieldsV1"],
+            json!(r#"{"f:b": {}}"#)
+        );
+        assert_eq!(raw["metadata"]["managedFields"][1]["fieldsV1"], Value::Null);
+        assert_eq!(
+            parsed(nested).unwrap(),
+            serde_json::from_str::<Value>(nested).unwrap()
+        );
+        assert!(!RAW_FIELD_SETS.get());
+    }
+
+    #[test]
+    fn a_field_set_reads_the_same_from_its_tree_and_its_text() {
+        let tree = json!({"f:spec": {"f:backoffLimit": {}}});
+        assert_eq!(field_set(&tree).unwrap().as_ref(), &tree);
+        assert_eq!(field_set(&json!(tree.to_string())).unwrap().as_ref(), &tree);
+        assert_eq!(field_set(&json!("f:spec")), None);
+        assert_eq!(field_set(&json!("{not json")), None);
+        assert_eq!(field_set(&Value::Null).unwrap().as_ref(), &Value::Null);
     }
 
     #[test]

@@ -16,6 +16,11 @@
 //! A denied answer carries no patch (the validating endpoint is asked too, so denials really
 //! occur), and objects that are not launch workloads (or carry an exclude label) get no patch.
 //!
+//! The request bytes are read with the objects' managed field sets kept as text: with generated
+//! `metadata.managedFields` (apply and update records over the fields the mutators ask about),
+//! both endpoints answer byte for byte as they do on the request parsed whole, and the object the
+//! API server stores keeps its managed fields exactly.
+//!
 //! Generated: Pods, Volcano pods (`volcano.sh/*` annotations), batch/v1 Jobs (plain and
 //! Indexed, opted in with `launchgate.io/pytorch`), Volcano Jobs (with and without the pytorch
 //! plugin; master/worker/extra tasks), PyTorchJobs (Master/Worker), and pods made by the
@@ -27,9 +32,9 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use launchgate::Policy;
-use launchgate::admission::{AdmissionResponse, AdmissionReviewResponse};
+use launchgate::admission::{AdmissionResponse, AdmissionReviewResponse, review_response_body};
 use launchgate::cluster::NoCluster;
-use launchgate::review::{Endpoint, review};
+use launchgate::review::{Endpoint, decide, parse_request, review};
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 use proptest::strategy::ValueTree;
@@ -2244,6 +2249,102 @@ fn check_untouched_unless_launch(case: &Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Field paths whose apply record changes what the mutators do (a default the user wrote is
+/// kept), and some no rule asks about.
+const RECORDED_FIELDS: &[&[&str]] = &[
+    &["spec", "backoffLimit"],
+    &["spec", "ttlSecondsAfterFinished"],
+    &["spec", "activeDeadlineSeconds"],
+    &["spec", "podReplacementPolicy"],
+    &["spec", "maxRetry"],
+    &["spec", "nprocPerNode"],
+    &["spec", "dnsPolicy"],
+    &["spec", "runPolicy", "backoffLimit"],
+    &["spec", "runPolicy", "ttlSecondsAfterFinished"],
+    &["spec", "failurePolicy", "maxRestarts"],
+    &["spec", "template", "spec", "dnsPolicy"],
+    &["metadata", "labels", "app"],
+    &["spec", "x-future-field"],
+];
+
+/// A `fieldsV1` owning `paths` (`{"f:spec": {"f:backoffLimit": {}}}`).
+fn field_set(paths: &[&[&str]]) -> Value {
+    let mut set = json!({});
+    for path in paths {
+        let mut at = &mut set;
+        for key in *path {
+            at = at
+                .as_object_mut()
+                .unwrap()
+                .entry(format!("f:{key}"))
+                .or_insert_with(|| json!({}));
+        }
+        at["."] = json!({});
+    }
+    set
+}
+
+/// `metadata.managedFields`: apply and update records, one of the status subresource.
+fn managed_fields() -> impl Strategy<Value = Vec<Value>> {
+    let entry = (
+        select(vec!["Apply", "Update"]),
+        select(vec!["", "status"]),
+        subsequence(RECORDED_FIELDS.to_vec(), 0..=RECORDED_FIELDS.len()),
+    )
+        .prop_map(|(operation, subresource, paths)| {
+            let mut entry = json!({
+                "manager": "kubectl", "operation": operation, "apiVersion": "v1",
+                "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": field_set(&paths),
+            });
+            if !subresource.is_empty() {
+                entry["subresource"] = json!(subresource);
+            }
+            entry
+        });
+    prop::collection::vec(entry, 1..4)
+}
+
+/// Both endpoints answer `object` read with its field sets kept as text exactly as they
+/// answer it parsed whole, and the stored object keeps its managed fields.
+fn check_field_sets_kept_as_text(case: &Case, entries: Vec<Value>) -> Result<(), TestCaseError> {
+    let mut object = case.object.clone();
+    object["metadata"]["managedFields"] = Value::Array(entries);
+    let body = admission_review(case.kind, &object, "uid-1");
+    for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+        let kept = review(policy(), endpoint, &body, &NoCluster)
+            .map_err(|e| TestCaseError::fail(format!("request rejected: {e}")))?;
+        let request = parse_request(&body).unwrap();
+        prop_assert!(
+            request
+                .object
+                .as_ref()
+                .unwrap()
+                .pointer("/metadata/managedFields/0/fieldsV1")
+                .unwrap()
+                .is_object()
+        );
+        let whole = decide(policy(), endpoint, &request, &NoCluster);
+        let whole = review_response_body(&whole.response);
+        prop_assert_eq!(
+            String::from_utf8_lossy(&kept.body),
+            String::from_utf8_lossy(&whole),
+            "{:?}",
+            endpoint
+        );
+        let answer: AdmissionReviewResponse = serde_json::from_slice(&kept.body).unwrap();
+        if let Some(patch) = answer.response.decoded_patch() {
+            let mut stored = object.clone();
+            json_patch::patch(&mut stored, &patch.unwrap()).unwrap();
+            prop_assert_eq!(
+                stored["metadata"]["managedFields"].to_string(),
+                object["metadata"]["managedFields"].to_string()
+            );
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -2282,6 +2383,12 @@ proptest! {
     #[test]
     fn only_launch_workloads_are_patched(case in any_case()) {
         check_untouched_unless_launch(&case)?;
+    }
+
+    /// Managed field sets kept as text change no answer and no stored byte.
+    #[test]
+    fn field_sets_kept_as_text_change_nothing(case in any_case(), entries in managed_fields()) {
+        check_field_sets_kept_as_text(&case, entries)?;
     }
 }
 

@@ -4,7 +4,7 @@
 use arbitrary::{Result, Unstructured};
 use launchgate::admission::{
     ADMISSION_API_VERSION, ADMISSION_KIND, AdmissionRequest, AdmissionReviewResponse,
-    MAX_WARNING_CHARS,
+    MAX_WARNING_CHARS, review_response_body,
 };
 use launchgate::cluster::NoCluster;
 use launchgate::review::parse_request;
@@ -72,6 +72,8 @@ pub struct Reviewed {
 /// Runs `review` and checks what holds for every answer:
 ///
 /// * a rejected body is one `parse_request` rejects too;
+/// * the answer is byte for byte `decide`'s on the request `parse_request` reads (which parses
+///   the managed field sets whole, where `review` keeps them as text);
 /// * the response is JSON, an `admission.k8s.io/v1` AdmissionReview, echoing the request uid;
 /// * a denial carries a status and no patch; only the mutate endpoint patches;
 /// * a patch is base64 of a non-empty RFC 6902 patch that applies to the request object;
@@ -93,6 +95,13 @@ pub fn review_checked(policy: &Policy, endpoint: Endpoint, body: &[u8]) -> Optio
     assert_eq!(answer.api_version, ADMISSION_API_VERSION);
     assert_eq!(answer.kind, ADMISSION_KIND);
     let request = parse_request(body).expect("review accepted the body");
+    // The review reads the managed field sets as text; on the request parsed whole the answer
+    // is the same, byte for byte.
+    let whole = launchgate::review::decide(policy, endpoint, &request, &NoCluster);
+    assert!(
+        review_response_body(&whole.response) == outcome.body,
+        "the answer differs when the managed field sets are parsed whole"
+    );
     let response = answer.response;
     assert_eq!(response.uid, request.uid, "the response echoes the uid");
     for w in &response.warnings {
@@ -660,6 +669,69 @@ pub fn edited_review(u: &mut Unstructured) -> Result<(&'static Policy, Vec<u8>)>
         } else {
             edit(u, &mut review, &starts, WORDS)?;
         }
+    }
+    let body = serde_json::to_vec(&review).expect("serialises");
+    let policy = if wide {
+        &*WIDE_POLICY
+    } else {
+        &*DEFAULT_POLICY
+    };
+    Ok((policy, body))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Managed fields (field_sets).
+
+/// Keys and values of managed-fields entries: operations, subresources and the field sets of
+/// the fields whose apply record the mutators read.
+pub const FIELD_SET_WORDS: &[&str] = &[
+    "Apply",
+    "Update",
+    "",
+    "status",
+    "scale",
+    "operation",
+    "subresource",
+    "fieldsV1",
+    "fieldsType",
+    "FieldsV1",
+    "manager",
+    "managedFields",
+    ".",
+    "f:spec",
+    "f:metadata",
+    "f:template",
+    "f:backoffLimit",
+    "f:ttlSecondsAfterFinished",
+    "f:activeDeadlineSeconds",
+    "f:dnsPolicy",
+    "f:nprocPerNode",
+    "f:maxRetry",
+    "f:runPolicy",
+    "f:podReplacementPolicy",
+    "{\"f:spec\":{\"f:backoffLimit\":{}}}",
+    "{",
+];
+
+/// A fixture whose managed fields (and the object's spec, now and then) get 1–8 edits chosen
+/// by the input, the first entry an apply record more often than not; serialised, with the
+/// policy to review it with.
+pub fn edited_managed_fields(u: &mut Unstructured) -> Result<(&'static Policy, Vec<u8>)> {
+    let wide = u.arbitrary::<bool>()?;
+    let mut review = fixture_json(u.choose_index(FIXTURES.len())?);
+    if u.ratio(2, 3)?
+        && let Some(entry) = review.pointer_mut("/request/object/metadata/managedFields/0")
+    {
+        entry["operation"] = json!("Apply");
+    }
+    let managed = keys(&["request", "object", "metadata", "managedFields"]);
+    let metadata = keys(&["request", "object", "metadata"]);
+    let old = keys(&["request", "oldObject", "metadata", "managedFields"]);
+    let spec = keys(&["request", "object", "spec"]);
+    let starts: [&[Step]; 5] = [&managed, &managed, &metadata, &old, &spec];
+    let words: Vec<&str> = FIELD_SET_WORDS.iter().chain(WORDS).copied().collect();
+    for _ in 0..u.int_in_range(1..=8)? {
+        edit(u, &mut review, &starts, &words)?;
     }
     let body = serde_json::to_vec(&review).expect("serialises");
     let policy = if wide {

@@ -58,7 +58,8 @@ pub fn review_observed(
     observer: &mut dyn Observer,
 ) -> Result<ReviewOutcome, RequestError> {
     observer.phase(Phase::Parse);
-    let mut request = parse_request(body)?;
+    // Nothing here writes the objects out whole: their managed field sets stay text.
+    let mut request = crate::json::raw_field_sets(|| parse_request(body))?;
     observer.request(&request);
     observer.phase(Phase::Policy);
     // The object is mutated in place; the patch is recorded as it is written.

@@ -14,9 +14,10 @@
 //! nothing about intent. Custom resources (Volcano Jobs, PyTorchJobs) are not defaulted by the
 //! API server, so there a present field is always the user's (see [`UserIntent::wrote`] callers).
 
-use crate::json::Pointer as _;
+use crate::json::{self, Pointer as _};
 use crate::workload;
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// kubectl's client-side apply record.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -50,7 +51,8 @@ impl UserIntent {
                     .and_then(Value::as_str)
                     .is_none_or(str::is_empty)
             })
-            .filter_map(|entry| entry.get("fieldsV1").cloned())
+            .filter_map(|entry| json::field_set(entry.get("fieldsV1")?))
+            .map(Cow::into_owned)
             .collect();
         UserIntent {
             last_applied,
@@ -102,6 +104,19 @@ mod tests {
         let i = UserIntent::of(&j);
         assert!(i.wrote(&["spec", "backoffLimit"]));
         assert!(i.wrote(&["spec", "template", "spec", "dnsPolicy"]));
+        assert!(!i.wrote(&["spec", "completions"]));
+    }
+
+    #[test]
+    fn a_field_set_kept_as_text_reads_as_its_tree() {
+        let text = r#"{"f:spec": {"f:backoffLimit": {}}}"#;
+        let j = job(
+            json!([{"manager": "kubectl", "operation": "Apply", "fieldsV1": text},
+                   {"manager": "x", "operation": "Apply", "fieldsV1": "f:spec"}]),
+            json!({}),
+        );
+        let i = UserIntent::of(&j);
+        assert!(i.wrote(&["spec", "backoffLimit"]));
         assert!(!i.wrote(&["spec", "completions"]));
     }
 
