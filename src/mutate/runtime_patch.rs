@@ -21,9 +21,12 @@ use serde_json::{Map, Value, json};
 /// The `manager` of launchgate's runtime patch.
 pub const MANAGER: &str = "launchgate.io/admission";
 
-/// `value` under the keys `at`, each an object of one key.
+/// `value` under the keys `at`, each an object of one key. (Built as maps: `json!` would
+/// serialise `value` into a new tree at every level.)
 fn nest(at: &[&str], value: Value) -> Value {
-    at.iter().rev().fold(value, |v, k| json!({ *k: v }))
+    at.iter().rev().fold(value, |v, k| {
+        Value::Object(Map::from_iter([(k.to_string(), v)]))
+    })
 }
 
 /// [`with_trainer_pod_template`] on the template's pod spec.
@@ -102,7 +105,7 @@ pub fn with_trainer_pod_template(
     let (first, rest) = position.template.split_first().expect("a template path");
     holder[*first] = nest(rest, Value::Object(template));
     let mut entry = json!({"manager": MANAGER});
-    entry[at[0]] = nest(&at[1..], json!([holder]));
+    entry[at[0]] = nest(&at[1..], Value::Array(vec![holder]));
     let patches = root_spec.entry(patches_key).or_insert_with(|| json!([]));
     if !patches.is_array() {
         return changed;
