@@ -588,18 +588,13 @@ impl Prepared {
     /// [`JUDGE_FACTOR`] times over.
     pub(crate) fn cost(&self) -> crate::server::budget::ReviewCost {
         use crate::server::budget::{ReviewCost, review_cost};
-        let none = ReviewCost {
-            charge: 0,
-            by_shape: 0,
-            containers: 0,
-            values: 0,
-            time_nanos: 0,
-        };
-        self.requests.iter().fold(none, |total, (_, req)| {
-            // An AdmissionRequest always serialises; an empty body would be charged nothing.
-            let body = serde_json::to_vec(req).unwrap_or_default();
-            total.plus(review_cost(&body).times(JUDGE_FACTOR))
-        })
+        self.requests
+            .iter()
+            .fold(ReviewCost::default(), |total, (_, req)| {
+                // An AdmissionRequest always serialises; an empty body would be charged nothing.
+                let body = serde_json::to_vec(req).unwrap_or_default();
+                total.plus(review_cost(&body).times(JUDGE_FACTOR))
+            })
     }
 
     /// The verdict on every object.
