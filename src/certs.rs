@@ -106,16 +106,6 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// The DNS names a Service `name` in `namespace` is reached by.
-pub fn service_dns_names(name: &str, namespace: &str) -> Vec<String> {
-    vec![
-        format!("{name}.{namespace}.svc"),
-        format!("{name}.{namespace}.svc.cluster.local"),
-        format!("{name}.{namespace}"),
-        name.to_string(),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

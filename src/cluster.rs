@@ -107,7 +107,6 @@ fn runtime_key(kind: &str, namespace: &str, name: &str) -> (String, String, Stri
 pub struct StaticCluster {
     /// By `(kind, namespace, name)`.
     workloads: HashMap<(WorkloadKind, String, String), Arc<Value>>,
-    services: HashMap<(String, String), Arc<Value>>,
     /// By `(kind, namespace, name)`; namespace empty for a ClusterTrainingRuntime.
     runtimes: HashMap<(String, String, String), Arc<Value>>,
 }
@@ -150,23 +149,12 @@ impl StaticCluster {
             .insert(runtime_key(&kind, &namespace, &name), Arc::new(runtime));
         self
     }
-
-    /// Adds a Service to the view.
-    pub fn with_service(mut self, service: Value) -> Self {
-        self.services.insert(key_of(&service), Arc::new(service));
-        self
-    }
 }
 
 impl ClusterView for StaticCluster {
     fn workload(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.workloads
             .get(&(kind, namespace.to_string(), name.to_string()))
-            .cloned()
-    }
-    fn service(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        self.services
-            .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }
     fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
@@ -231,16 +219,6 @@ impl GivenRuntimes {
     /// not is "not in the cluster" (an audit that listed them), not unknown.
     pub fn listed_all(&mut self, kind: &'static str) {
         self.complete.push(kind);
-    }
-
-    /// How many runtimes are here.
-    pub fn len(&self) -> usize {
-        self.runtimes.len()
-    }
-
-    /// True when none is.
-    pub fn is_empty(&self) -> bool {
-        self.runtimes.is_empty()
     }
 
     /// `Kind name` of each runtime, sorted (for a summary of what was given).
@@ -355,7 +333,7 @@ mod tests {
             RuntimeLookup::NotFound
         ));
         assert!(!given.is_connected());
-        assert_eq!(given.len(), 4);
+        assert_eq!(given.describe().len(), 4);
     }
 
     #[test]

@@ -39,12 +39,7 @@ pub fn parse_documents(text: &str) -> Result<Vec<InputDocument>, String> {
 fn collect(v: Value, out: &mut Vec<InputDocument>) -> Result<(), String> {
     match &v {
         Value::Null => Ok(()),
-        Value::Array(items) => {
-            for item in items.clone() {
-                collect(item, out)?;
-            }
-            Ok(())
-        }
+        Value::Array(items) => items.iter().try_for_each(|item| collect(item.clone(), out)),
         Value::Object(map) => {
             let kind = map.get("kind").and_then(Value::as_str);
             if kind == Some(ADMISSION_KIND) {
@@ -52,14 +47,11 @@ fn collect(v: Value, out: &mut Vec<InputDocument>) -> Result<(), String> {
                 let req = parse_request(&bytes).map_err(|RequestError(e)| e)?;
                 out.push(InputDocument::Review(Box::new(req)));
             } else if kind == Some("List") {
-                for item in map
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-                {
-                    collect(item, out)?;
-                }
+                let items = map.get("items").and_then(Value::as_array);
+                items
+                    .into_iter()
+                    .flatten()
+                    .try_for_each(|item| collect(item.clone(), out))?;
             } else {
                 out.push(InputDocument::Object(v));
             }

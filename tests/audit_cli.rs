@@ -274,11 +274,12 @@ fn reports_fit_the_crd_fixtures() {
 fn report_fits(format: launchgate::audit::ReportFormat, file: &str) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crd: CustomResourceDefinition = serde_yaml::from_str(&crd_text(file)).unwrap();
-    assert_eq!(crd.spec.group, format.group());
-    assert_eq!(crd.spec.names.kind, format.kind());
-    assert_eq!(crd.spec.names.plural, format.plural());
+    let resource = format.resource();
+    assert_eq!(crd.spec.group, resource.group);
+    assert_eq!(crd.spec.names.kind, resource.kind);
+    assert_eq!(crd.spec.names.plural, resource.plural);
     let version = &crd.spec.versions[0];
-    assert_eq!(version.name, format.version());
+    assert_eq!(version.name, resource.version);
     let schema =
         serde_json::to_value(&version.schema.as_ref().unwrap().open_api_v3_schema).unwrap();
     let item = &schema["properties"]["results"]["items"]["properties"];

@@ -39,37 +39,30 @@ pub enum ReportFormat {
 }
 
 impl ReportFormat {
-    /// The API group.
-    pub fn group(self) -> &'static str {
-        match self {
-            ReportFormat::PolicyReport => "wgpolicyk8s.io",
-            ReportFormat::OpenReports => "openreports.io",
-        }
-    }
-    /// The API version.
-    pub fn version(self) -> &'static str {
-        match self {
-            ReportFormat::PolicyReport => "v1alpha2",
-            ReportFormat::OpenReports => "v1alpha1",
-        }
-    }
-    /// The kind.
-    pub fn kind(self) -> &'static str {
-        match self {
-            ReportFormat::PolicyReport => "PolicyReport",
-            ReportFormat::OpenReports => "Report",
-        }
-    }
-    /// The resource (plural).
-    pub fn plural(self) -> &'static str {
-        match self {
-            ReportFormat::PolicyReport => "policyreports",
-            ReportFormat::OpenReports => "reports",
+    /// The report resource: its API group, version, kind and plural (from a CRD that may not
+    /// be installed).
+    pub fn resource(self) -> ListedKind {
+        let (group, version, kind, plural) = match self {
+            ReportFormat::PolicyReport => (
+                "wgpolicyk8s.io",
+                "v1alpha2",
+                "PolicyReport",
+                "policyreports",
+            ),
+            ReportFormat::OpenReports => ("openreports.io", "v1alpha1", "Report", "reports"),
+        };
+        ListedKind {
+            group,
+            version,
+            kind,
+            plural,
+            optional: true,
         }
     }
     /// `policyreports.wgpolicyk8s.io/v1alpha2`, for messages.
     pub fn resource_name(self) -> String {
-        format!("{}.{}/{}", self.plural(), self.group(), self.version())
+        let resource = self.resource();
+        format!("{}/{}", resource.resource_name(), resource.version)
     }
 }
 
@@ -391,8 +384,8 @@ pub(crate) fn policy_report(
         .map(|e| report_result(e, timestamp))
         .collect();
     let mut report = json!({
-        "apiVersion": format!("{}/{}", format.group(), format.version()),
-        "kind": format.kind(),
+        "apiVersion": format.resource().api_version(),
+        "kind": format.resource().kind,
         "metadata": {
             "name": POLICY_REPORT_NAME,
             "namespace": namespace,

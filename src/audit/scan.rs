@@ -61,17 +61,12 @@ async fn served_resources(
     group: &str,
     version: &str,
 ) -> Result<Vec<String>> {
-    let gv = if group.is_empty() {
-        version.to_string()
+    let (root, gv) = if group.is_empty() {
+        ("api", version.to_string())
     } else {
-        format!("{group}/{version}")
+        ("apis", format!("{group}/{version}"))
     };
-    let path = if group.is_empty() {
-        format!("/api/{version}")
-    } else {
-        format!("/apis/{gv}")
-    };
-    let req = hyper::Request::get(path).body(Vec::new())?;
+    let req = hyper::Request::get(format!("/{root}/{gv}")).body(Vec::new())?;
     match client.request::<Value>(req).await {
         Ok(list) => Ok(list
             .get("resources")
@@ -88,12 +83,12 @@ async fn served_resources(
     }
 }
 
-/// True when the API server serves `resource` in `group/version` (a CRD is installed).
-async fn serves(client: &kube::Client, group: &str, version: &str, resource: &str) -> Result<bool> {
-    Ok(served_resources(client, group, version)
+/// True when the API server serves `kind` (its CRD is installed).
+async fn serves(client: &kube::Client, kind: &ListedKind) -> Result<bool> {
+    Ok(served_resources(client, kind.group, kind.version)
         .await?
         .iter()
-        .any(|r| r == resource))
+        .any(|r| r == kind.plural))
 }
 
 /// Lists the TrainJob runtimes the TrainJobs are sized by: every ClusterTrainingRuntime, and
@@ -171,6 +166,7 @@ async fn list_all(
     }
 }
 
+/// The URL path of the objects of `kind`, in `namespace` or in all namespaces.
 fn collection_path(kind: &ListedKind, namespace: Option<&str>) -> String {
     let prefix = if kind.group.is_empty() {
         format!("/api/{}", kind.version)
@@ -289,7 +285,7 @@ pub async fn run(
     // The TrainJob runtimes, listed when the TrainJobs are reached.
     let mut runtimes: Option<GivenRuntimes> = None;
     for kind in &super::listed_kinds() {
-        if kind.optional && !serves(&client, kind.group, kind.version, kind.plural).await? {
+        if kind.optional && !serves(&client, kind).await? {
             report.notes.push(format!(
                 "{} ({}) is not installed in this cluster: skipped",
                 kind.resource_name(),
@@ -318,13 +314,13 @@ pub async fn run(
     progress.done();
     if opts.write_policy_reports {
         let format = opts.report_format;
-        if serves(&client, format.group(), format.version(), format.plural()).await? {
+        if serves(&client, &format.resource()).await? {
             report.policy_reports = write_policy_reports(&client, format, &report.entries).await?;
             clear_stale_reports(&client, opts, &mut report).await?;
         } else {
             report.notes.push(format!(
                 "the {} CRD ({}) is not installed: no reports written",
-                format.kind(),
+                format.resource().kind,
                 format.resource_name()
             ));
         }
@@ -346,11 +342,6 @@ async fn write_policy_reports(
     Ok(written)
 }
 
-/// `/apis/<group>/<version>` of the report format.
-fn report_base(format: ReportFormat) -> String {
-    format!("/apis/{}/{}", format.group(), format.version())
-}
-
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -367,17 +358,13 @@ async fn apply_report(
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let request = kube::core::Request::new(format!(
-        "{}/namespaces/{namespace}/{}",
-        report_base(format),
-        format.plural()
-    ));
+    let request = kube::core::Request::new(collection_path(&format.resource(), Some(namespace)));
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let req = request.patch(POLICY_REPORT_NAME, &params, &Patch::Apply(report))?;
     client.request::<Value>(req).await.with_context(|| {
         format!(
             "applying {} {namespace}/{POLICY_REPORT_NAME}",
-            format.kind()
+            format.resource().kind
         )
     })?;
     Ok(format!("{namespace}/{POLICY_REPORT_NAME}"))
@@ -391,12 +378,7 @@ async fn clear_stale_reports(
     report: &mut AuditReport,
 ) -> Result<()> {
     let format = opts.report_format;
-    let base = report_base(format);
-    let plural = format.plural();
-    let path = match &opts.namespace {
-        Some(ns) => format!("{base}/namespaces/{ns}/{plural}"),
-        None => format!("{base}/{plural}"),
-    };
+    let path = collection_path(&format.resource(), opts.namespace.as_deref());
     let request = kube::core::Request::new(path);
     let mut continue_token: Option<String> = None;
     let mut stale = Vec::new();

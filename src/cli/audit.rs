@@ -91,9 +91,5 @@ pub(crate) fn run(args: &AuditArgs) -> Result<ExitCode> {
         }
     }
     let failed = report.entries.iter().any(|e| e.result == AuditResult::Fail);
-    Ok(if failed && !args.no_fail {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(u8::from(failed && !args.no_fail)))
 }

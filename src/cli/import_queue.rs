@@ -211,15 +211,14 @@ pub(crate) fn import(
             Some(text) => text.clone(),
             None => serde_yaml::to_string(&queue.config).map_err(|e| e.to_string())?,
         };
-        let mut limits = json!({"enforcement": "deny", "template": template});
-        let variables = match &queue.variables {
-            Some(v) => variables_value(v),
-            None => Value::Object(Map::new()),
-        };
-        limits["variables"] = variables;
+        let variables = queue
+            .variables
+            .as_ref()
+            .map_or_else(|| json!({}), variables_value);
+        let limits = json!({"enforcement": "deny", "template": template, "variables": variables});
         // Placeholders the input gives no schema for: listed with an empty schema, which
         // does not load until the user fills in the type and bounds.
-        let parsed: Result<LimitsConfig, _> = serde_json::from_value(limits.clone());
+        let parsed: Result<LimitsConfig, _> = serde_json::from_value(limits);
         let mut limits_cfg = match parsed {
             Ok(l) => l,
             Err(e) => {
@@ -232,11 +231,7 @@ pub(crate) fn import(
         if let Ok(t) = crate::validate::template::parse(&Value::String(template.clone())) {
             for leaf in &t.leaves {
                 for var in leaf.variables() {
-                    if !limits_cfg.variables.contains_key(var) {
-                        limits_cfg
-                            .variables
-                            .insert(var.to_string(), Default::default());
-                    }
+                    limits_cfg.variables.entry(var.to_string()).or_default();
                 }
             }
         }

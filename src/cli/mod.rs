@@ -266,11 +266,7 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
         None if objects => print_values(&outputs, OutputFormat::Yaml)?,
         None => print_values(&outputs, OutputFormat::Json)?,
     }
-    Ok(if denied {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(u8::from(denied)))
 }
 
 fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
@@ -320,11 +316,7 @@ fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
     if let Some(format) = args.output {
         print_values(&[Value::Array(verdicts)], format)?;
     }
-    Ok(if denied {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(u8::from(denied)))
 }
 
 fn init_logging(format: LogFormat, level: &str) {
@@ -369,16 +361,9 @@ fn serve_cmd(opts: ServeOptions) -> Result<ExitCode> {
 
 /// Standard output was closed by its reader (a pipe into `head`): there is nobody left to
 /// print for, so the run ends quietly instead of panicking.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("standard output was closed")]
 pub struct StdoutClosed;
-
-impl std::fmt::Display for StdoutClosed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("standard output was closed")
-    }
-}
-
-impl std::error::Error for StdoutClosed {}
 
 impl StdoutClosed {
     /// A write error to stdout as the CLI reports it: [`StdoutClosed`] for a broken pipe.

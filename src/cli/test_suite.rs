@@ -42,6 +42,7 @@ use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use wildmatch::WildMatch;
 
 /// File names recognised as suites when walking a directory.
 pub(crate) const SUITE_FILE_NAMES: [&str; 2] = ["launchgate-test.yaml", "launchgate-test.yml"];
@@ -440,24 +441,11 @@ pub(crate) fn glob_match(pattern: &str, path: &str) -> bool {
             .filter(|p| !p.is_empty() && *p != ".")
             .collect()
     }
-    fn seg_match(p: &[char], s: &[char]) -> bool {
-        match (p.first(), s.first()) {
-            (None, None) => true,
-            (Some('*'), _) => seg_match(&p[1..], s) || (!s.is_empty() && seg_match(p, &s[1..])),
-            (Some('?'), Some(_)) => seg_match(&p[1..], &s[1..]),
-            (Some(a), Some(b)) if a == b => seg_match(&p[1..], &s[1..]),
-            _ => false,
-        }
-    }
     fn rec(p: &[&str], s: &[&str]) -> bool {
         match (p.first(), s.first()) {
             (None, None) => true,
             (Some(&"**"), _) => rec(&p[1..], s) || (!s.is_empty() && rec(p, &s[1..])),
-            (Some(a), Some(b)) => {
-                let a: Vec<char> = a.chars().collect();
-                let b: Vec<char> = b.chars().collect();
-                seg_match(&a, &b) && rec(&p[1..], &s[1..])
-            }
+            (Some(a), Some(b)) => WildMatch::new(a).matches(b) && rec(&p[1..], &s[1..]),
             _ => false,
         }
     }
@@ -827,11 +815,7 @@ pub(crate) fn run(args: &TestArgs) -> Result<ExitCode> {
         TestFormat::Junit => out!("{}", render_junit(&suites))?,
     }
     let failed = suites.iter().any(|s| s.failures() > 0);
-    Ok(if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(u8::from(failed)))
 }
 
 #[cfg(test)]

@@ -60,8 +60,9 @@ pub(crate) const PER_CONTAINER: u64 = 12 << 10;
 /// nanoseconds each, which the 8 MiB body limit keeps well under the deadline.
 pub(crate) const NANOS_PER_CONTAINER: u64 = 200_000;
 
-/// What reviewing a body costs in memory, estimated before it is parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What reviewing a body costs in memory, estimated before it is parsed. The default costs
+/// nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReviewCost {
     /// Bytes charged against the budget: the larger of `body × COST_FACTOR` and the shape's
     /// estimate (`body × SMALL_BODY_FACTOR` for a small body).
@@ -136,10 +137,7 @@ pub fn review_cost(body: &[u8]) -> ReviewCost {
     if body.len() < SCAN_FROM_BYTES {
         return ReviewCost {
             charge: body.len() as u64 * SMALL_BODY_FACTOR,
-            by_shape: 0,
-            containers: 0,
-            values: 0,
-            time_nanos: 0,
+            ..ReviewCost::default()
         };
     }
     let s = crate::json::shape(body);

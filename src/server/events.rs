@@ -31,8 +31,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -59,12 +57,11 @@ pub(crate) const REASON_WARNING: &str = "LaunchgateWarning";
 /// comma-separated in the order the message names them.
 pub const RULES_ANNOTATION: &str = "launchgate.io/rules";
 
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
 /// Where Events go: the Kubernetes API, or a test's list.
+#[async_trait::async_trait]
 pub trait EventSink: Send + Sync + 'static {
     /// Creates one Event in the cluster.
-    fn create<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), String>>;
+    async fn create(&self, event: &Event) -> Result<(), String>;
 }
 
 /// Creates Events through the Kubernetes API.
@@ -73,30 +70,25 @@ pub(crate) struct KubeEventSink {
 }
 
 impl KubeEventSink {
-    pub(crate) fn new(client: kube::Client) -> Self {
-        KubeEventSink { client }
-    }
-
     /// The in-cluster service account, else `KUBECONFIG` / `~/.kube/config`.
     pub(crate) async fn try_default() -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let client = kube::Client::try_default()
             .await
             .context("--events: connecting to the Kubernetes API")?;
-        Ok(Self::new(client))
+        Ok(KubeEventSink { client })
     }
 }
 
+#[async_trait::async_trait]
 impl EventSink for KubeEventSink {
-    fn create<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
-            let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), namespace);
-            api.create(&kube::api::PostParams::default(), event)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })
+    async fn create(&self, event: &Event) -> Result<(), String> {
+        let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+        let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), namespace);
+        api.create(&kube::api::PostParams::default(), event)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -134,23 +126,20 @@ impl PendingEvent {
             Effect::Warn => crate::rules::warning_ids(&s.warnings),
             _ => crate::rules::ids(s.violations.iter().filter(|v| v.effect == effect)),
         };
-        let some = |v: &str| (!v.is_empty()).then(|| v.to_string());
-        let regarding = ObjectReference {
-            api_version: some(&s.api_version),
-            kind: some(&s.api_kind),
-            namespace: Some(s.namespace.clone()),
-            name: some(&s.name),
-            uid: some(&s.object_uid),
-            ..ObjectReference::default()
+        let reference = |api_version: &str, kind: &str, name: &str, uid: &str| {
+            let some = |v: &str| (!v.is_empty()).then(|| v.to_string());
+            ObjectReference {
+                api_version: some(api_version),
+                kind: some(kind),
+                namespace: Some(s.namespace.clone()),
+                name: some(name),
+                uid: some(uid),
+                ..ObjectReference::default()
+            }
         };
-        let related = s.owner.as_ref().map(|o| ObjectReference {
-            api_version: some(&o.api_version),
-            kind: some(&o.kind),
-            namespace: Some(s.namespace.clone()),
-            name: some(&o.name),
-            uid: some(&o.uid),
-            ..ObjectReference::default()
-        });
+        let regarding = reference(&s.api_version, &s.api_kind, &s.name, &s.object_uid);
+        let related =
+            (s.owner.as_ref()).map(|o| reference(&o.api_version, &o.kind, &o.name, &o.uid));
         let name_base = if s.name.is_empty() {
             s.generate_name.clone()
         } else {
@@ -369,13 +358,14 @@ pub struct MemoryEventSink {
     pub events: std::sync::Mutex<Vec<Event>>,
 }
 
+#[async_trait::async_trait]
 impl EventSink for MemoryEventSink {
-    fn create<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), String>> {
+    async fn create(&self, event: &Event) -> Result<(), String> {
         self.events
             .lock()
             .expect("not poisoned")
             .push(event.clone());
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 }
 

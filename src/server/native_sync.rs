@@ -34,7 +34,9 @@ const KINDS: [&str; 4] = [
     "MutatingAdmissionPolicyBinding",
 ];
 
-fn resource(kind: &str) -> ApiResource {
+/// An `admissionregistration.k8s.io/v1` kind's resource: the native policies and bindings,
+/// the webhook configurations.
+pub(super) fn resource(kind: &str) -> ApiResource {
     let plural = match kind.strip_suffix('y') {
         Some(stem) => format!("{}ies", stem.to_lowercase()),
         None => format!("{}s", kind.to_lowercase()),

@@ -290,28 +290,7 @@ pub struct RegistrationOptions {
 impl Default for RegistrationOptions {
     /// The flags' defaults.
     fn default() -> Self {
-        RegistrationOptions {
-            register_webhooks: None,
-            webhook_service: None,
-            webhook_url: None,
-            webhook_ca_bundle: None,
-            webhook_ca_bundle_base64: None,
-            webhook_namespace_selector: None,
-            webhook_object_selector: None,
-            webhook_timeout_seconds: 5,
-            webhook_match_policy: "Equivalent".into(),
-            webhook_rules: Vec::new(),
-            webhook_mutate: true,
-            webhook_mutate_name: "mutate.launchgate.io".into(),
-            webhook_mutate_failure_policy: "Ignore".into(),
-            webhook_reinvocation_policy: "IfNeeded".into(),
-            webhook_validate: true,
-            webhook_validate_name: "validate.launchgate.io".into(),
-            webhook_validate_failure_policy: "Fail".into(),
-            webhook_match_conditions: true,
-            webhook_launch_labels: Vec::new(),
-            webhook_extra_match_conditions: None,
-        }
+        flag_defaults()
     }
 }
 
@@ -429,39 +408,20 @@ impl RegistrationOptions {
 }
 
 impl Default for ServeOptions {
-    /// The flags' defaults (pinned by a test against the command line).
+    /// The flags' defaults.
     fn default() -> Self {
-        ServeOptions {
-            listen: "0.0.0.0:8443".parse().expect("valid address"),
-            config: None,
-            tls_cert: None,
-            tls_key: None,
-            client_ca: None,
-            dev_cert_dir: default_dev_cert_dir(),
-            dev_cert_names: Vec::new(),
-            log_format: LogFormat::Text,
-            log_level: "info".into(),
-            shutdown_delay: Duration::ZERO,
-            drain_timeout: Duration::from_secs(10),
-            read_timeout: Duration::from_secs(3),
-            reload_interval: Duration::from_secs(2),
-            max_concurrency: 512,
-            request_deadline: Duration::from_secs(4),
-            memory_budget: None,
-            cluster_lookups: false,
-            worker_threads: None,
-            admin_listen: None,
-            events: false,
-            native_policies: None,
-            native_policy_slots: crate::native::DEFAULT_POLICY_SLOTS,
-            native_namespace_selector: None,
-            pod_name: None,
-            owner_watch_namespaces: Vec::new(),
-            owner_watch_selector: String::new(),
-            otlp_traces: false,
-            registration: RegistrationOptions::default(),
-        }
+        flag_defaults()
     }
+}
+
+/// Options as a command line without flags gives them, the environment not read: each default
+/// is declared once, on its flag.
+fn flag_defaults<T: Args + clap::FromArgMatches>() -> T {
+    let command = T::augment_args(clap::Command::new("serve")).mut_args(|arg| arg.env(None));
+    command
+        .try_get_matches_from(["serve"])
+        .and_then(|matches| T::from_arg_matches(&matches))
+        .expect("the flags' defaults parse")
 }
 
 impl ServeOptions {

@@ -13,6 +13,7 @@ use super::tls::{LoadedCert, SwappableCert, load_pem};
 use crate::certs::GeneratedCerts;
 use crate::policy::Policy;
 use anyhow::{Context, Result};
+use prometheus_client::metrics::{counter::Counter, family::Family};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -43,6 +44,11 @@ impl CertSource {
         let (cert, key) = self.read()?;
         load_pem(&cert, &key)
     }
+}
+
+/// Counts one reload by its result (`success`, `failure`).
+fn count(reloads: &Family<ResultLabels, Counter>, result: &'static str) {
+    reloads.get_or_create(&ResultLabels { result }).inc();
 }
 
 /// True while `not_after_unix` lies in the future.
@@ -87,25 +93,16 @@ pub(crate) fn spawn(
                                 resolver.swap(loaded.key);
                                 not_after = loaded.not_after_unix;
                                 state.metrics.cert_not_after.set(not_after);
-                                state
-                                    .metrics
-                                    .cert_reloads
-                                    .get_or_create(&ResultLabels { result: "success" })
-                                    .inc();
+                                count(&state.metrics.cert_reloads, "success");
                                 tracing::info!("reloaded TLS certificate");
-                                last_cert = Some(pair);
                             }
                             Err(e) => {
                                 // Possibly half-written: retried at the next tick, old cert kept.
-                                state
-                                    .metrics
-                                    .cert_reloads
-                                    .get_or_create(&ResultLabels { result: "failure" })
-                                    .inc();
+                                count(&state.metrics.cert_reloads, "failure");
                                 tracing::warn!(error = %format!("{e:#}"), "new TLS certificate rejected; keeping the current one");
-                                last_cert = Some(pair);
                             }
                         }
+                        last_cert = Some(pair);
                     }
                     Ok(_) => {}
                     Err(e) => {
@@ -130,20 +127,12 @@ pub(crate) fn spawn(
                                 state.policy.store(Arc::new(policy));
                                 let hash = crate::policy::config_hash(&bytes);
                                 state.metrics.config_loaded(hash.clone());
-                                state
-                                    .metrics
-                                    .config_reloads
-                                    .get_or_create(&ResultLabels { result: "success" })
-                                    .inc();
+                                count(&state.metrics.config_reloads, "success");
                                 tracing::info!(path = %path.display(), %hash, "reloaded config");
                             }
                             Err(e) => {
                                 state.metrics.config_last_reload_successful.set(0);
-                                state
-                                    .metrics
-                                    .config_reloads
-                                    .get_or_create(&ResultLabels { result: "failure" })
-                                    .inc();
+                                count(&state.metrics.config_reloads, "failure");
                                 tracing::error!(path = %path.display(), error = %e, "new config rejected; keeping the current policy");
                             }
                         }

@@ -10,12 +10,11 @@
 //! apply is logged and retried at the next check; serving is unaffected.
 
 use super::AppState;
+use super::native_sync::resource;
 use super::options::RegistrationOptions;
 use crate::native::webhooks;
 use anyhow::{Context, Result};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::ApiResource;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -78,13 +77,6 @@ impl Bundle {
             _ => self.current.clone(),
         }
     }
-}
-
-fn resource(kind: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
-        &format!("{}s", kind.to_lowercase()),
-    )
 }
 
 /// Server-side applies `objects` (webhook configurations).

@@ -8,6 +8,7 @@ use super::super::import_queue;
 use super::super::inputs::{self, describe};
 use crate::admission::{AdmissionRequest, Operation};
 use crate::cluster::{ClusterView, GivenRuntimes};
+use crate::error::ConfigErrors;
 use crate::judge::{Judgement, judge};
 use crate::manifest::{InputDocument, parse_documents};
 use crate::mutate::labels::MUTATIONS_ANNOTATION;
@@ -126,24 +127,26 @@ fn non_empty(text: &Option<String>) -> Option<&str> {
     text.as_deref().map(str::trim).filter(|t| !t.is_empty())
 }
 
-fn load_launchgate(text: &str) -> Result<LoadedConfig, InputError> {
-    match Policy::from_yaml(text) {
-        Ok(policy) => Ok(LoadedConfig {
-            summary: json!({
-                "source": "launchgate config",
-                "queues": policy.queues.keys().collect::<Vec<_>>(),
-                // check-config's warnings.
-                "notes": policy.warnings.iter().map(|w| format!("warning: {w}")).collect::<Vec<_>>(),
-            }),
-            policy,
-        }),
-        // As `check-config` prints it.
-        Err(e) => Err(InputError {
-            input: "config",
-            error: "config: invalid config".into(),
-            details: e.0.iter().map(ToString::to_string).collect(),
-        }),
+/// A config that does not load, as `check-config` prints it.
+fn invalid_config(e: ConfigErrors) -> InputError {
+    InputError {
+        input: "config",
+        error: "config: invalid config".into(),
+        details: e.0.iter().map(ToString::to_string).collect(),
     }
+}
+
+fn load_launchgate(text: &str) -> Result<LoadedConfig, InputError> {
+    let policy = Policy::from_yaml(text).map_err(invalid_config)?;
+    Ok(LoadedConfig {
+        summary: json!({
+            "source": "launchgate config",
+            "queues": policy.queues.keys().collect::<Vec<_>>(),
+            // check-config's warnings.
+            "notes": policy.warnings.iter().map(|w| format!("warning: {w}")).collect::<Vec<_>>(),
+        }),
+        policy,
+    })
 }
 
 /// A W&B queue turned into a launchgate config by `import-queue`'s own import; its only queue
@@ -203,11 +206,7 @@ fn load_wandb(request: &ReviewRequest, text: &str) -> Result<LoadedConfig, Input
     }
     let text = serde_yaml::to_string(&config)
         .map_err(|e| InputError::new("config", format!("config: {e}")))?;
-    let policy = Policy::from_yaml(&text).map_err(|e| InputError {
-        input: "config",
-        error: "config: invalid config".into(),
-        details: e.0.iter().map(ToString::to_string).collect(),
-    })?;
+    let policy = Policy::from_yaml(&text).map_err(invalid_config)?;
     notes.extend(policy.warnings.iter().map(|w| format!("warning: {w}")));
     Ok(LoadedConfig {
         policy,
@@ -588,18 +587,13 @@ impl Prepared {
     /// [`JUDGE_FACTOR`] times over.
     pub(crate) fn cost(&self) -> crate::server::budget::ReviewCost {
         use crate::server::budget::{ReviewCost, review_cost};
-        let none = ReviewCost {
-            charge: 0,
-            by_shape: 0,
-            containers: 0,
-            values: 0,
-            time_nanos: 0,
-        };
-        self.requests.iter().fold(none, |total, (_, req)| {
-            // An AdmissionRequest always serialises; an empty body would be charged nothing.
-            let body = serde_json::to_vec(req).unwrap_or_default();
-            total.plus(review_cost(&body).times(JUDGE_FACTOR))
-        })
+        self.requests
+            .iter()
+            .fold(ReviewCost::default(), |total, (_, req)| {
+                // An AdmissionRequest always serialises; an empty body would be charged nothing.
+                let body = serde_json::to_vec(req).unwrap_or_default();
+                total.plus(review_cost(&body).times(JUDGE_FACTOR))
+            })
     }
 
     /// The verdict on every object.

@@ -62,11 +62,6 @@ impl Limits {
             deadline: crate::server::ServeOptions::default().request_deadline,
         }
     }
-
-    /// With a request deadline of `deadline`.
-    pub(crate) fn with_deadline(self, deadline: Duration) -> Self {
-        Limits { deadline, ..self }
-    }
 }
 
 /// True when `host` (a `Host` header or URI authority) names this playground: a loopback host
@@ -491,7 +486,10 @@ pub(crate) fn run(args: &PlaygroundArgs) -> Result<ExitCode> {
             Some(bytes) => MemoryBudget::new(bytes),
             None => MemoryBudget::from_environment(),
         };
-        let limits = Limits::new(addr.port(), budget).with_deadline(args.request_deadline);
+        let limits = Limits {
+            deadline: args.request_deadline,
+            ..Limits::new(addr.port(), budget)
+        };
         axum::serve(listener, router(limits))
             .with_graceful_shutdown(shutdown_signal())
             .await
