@@ -567,9 +567,19 @@ mod tests {
     }
 
     /// Run without `LAUNCHGATE_*` variables in the environment (they would be read as flags).
+    /// The defaults the docs and the chart state are declared once, on the flags.
     #[test]
     fn the_in_process_default_is_the_command_line_default() {
-        assert_eq!(parse(&[]), ServeOptions::default());
+        let defaults = ServeOptions::default();
+        assert_eq!(parse(&[]), defaults);
+        assert_eq!(defaults.listen.to_string(), "0.0.0.0:8443");
+        assert_eq!(defaults.read_timeout, Duration::from_secs(3));
+        assert_eq!(defaults.request_deadline, Duration::from_secs(4));
+        assert_eq!(defaults.max_concurrency, 512);
+        let registration = &defaults.registration;
+        assert_eq!(registration.webhook_mutate_failure_policy, "Ignore");
+        assert_eq!(registration.webhook_validate_failure_policy, "Fail");
+        assert_eq!(registration.webhook_timeout_seconds, 5);
     }
 
     #[test]
