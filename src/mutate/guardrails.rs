@@ -24,13 +24,11 @@
 
 use super::{Findings, MutationContext, Mutator};
 use crate::json::Pointer as _;
-use crate::kinds::{Holders, JobSpecs};
+use crate::kinds::{Deadline, Holders, JobSpecs};
 use crate::patch::{MapNode, Node};
 use crate::pytorch::indexed_job::{self, launcher_of};
 use crate::quantity::Quantity;
-use crate::topology::guardrails::{
-    DeadlinePlace, GangAction, GuardrailsConfig, deadline_place, gang_shortfall,
-};
+use crate::topology::guardrails::{GangAction, GuardrailsConfig, gang_shortfall};
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, ContainerRole, WorkloadKind, edit};
 use serde_json::{Map, Value, json};
@@ -361,9 +359,9 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, _: &mut Fin
     if ctx.child {
         return false;
     }
-    match deadline_place(ctx.kind) {
-        DeadlinePlace::Run(holder, key, _) => set_absent(object, holder, key, seconds),
-        DeadlinePlace::EachJob => {
+    match ctx.kind.spec().run.deadline {
+        Deadline::Run(holder, key, _) => set_absent(object, holder, key, seconds),
+        Deadline::EachJob => {
             let mut changed = false;
             for (pointer, _) in job_templates(ctx.kind, object) {
                 if let Some(mut spec) = object.at_pointer(&pointer)
@@ -375,8 +373,8 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, _: &mut Fin
             // Its pods get it too, as `limits.maxActiveDeadlineSeconds` reads them.
             changed | each_pod_template(ctx.kind, object, seconds)
         }
-        DeadlinePlace::EachPod => each_pod_template(ctx.kind, object, seconds),
-        DeadlinePlace::Never { .. } => false,
+        Deadline::EachPod => each_pod_template(ctx.kind, object, seconds),
+        Deadline::Never { .. } => false,
     }
 }
 

@@ -70,23 +70,15 @@ const BOOL_FLAGS: [&str; 1] = ["wait-master-enabled"];
 /// for the rest; the problem is returned for a warning.
 pub fn parse_plugin_args(args: Option<&Value>) -> (PluginArgs, Option<String>) {
     let mut out = PluginArgs::default();
-    let list: Vec<&str> = match args {
-        None | Some(Value::Null) => return (out, None),
-        Some(Value::Array(items)) => match items.iter().map(Value::as_str).collect() {
-            Some(list) => list,
-            None => {
-                return (
-                    out,
-                    Some("spec.plugins.pytorch must be a list of strings".into()),
-                );
-            }
-        },
-        Some(_) => {
-            return (
-                out,
-                Some("spec.plugins.pytorch must be a list of strings".into()),
-            );
-        }
+    let Some(args) = args.filter(|a| !a.is_null()) else {
+        return (out, None);
+    };
+    let Some(list) = args
+        .as_array()
+        .and_then(|items| items.iter().map(Value::as_str).collect::<Option<Vec<_>>>())
+    else {
+        let problem = "spec.plugins.pytorch must be a list of strings";
+        return (out, Some(problem.into()));
     };
     let mut i = 0;
     while i < list.len() {
@@ -153,16 +145,24 @@ pub struct VolcanoPytorchJob {
     pub deferred_addr: Option<String>,
 }
 
-impl VolcanoPytorchJob {
-    /// Rank of pod 0 of `task`, `None` for tasks that take no rank.
-    pub fn rank_offset(&self, task: &str) -> Option<i64> {
-        if task == self.args.master {
+impl PluginArgs {
+    /// Rank of pod 0 of `task` behind `master_replicas` master pods, `None` for tasks that
+    /// take no rank.
+    fn rank_offset(&self, task: &str, master_replicas: i64) -> Option<i64> {
+        if task == self.master {
             Some(0)
-        } else if task == self.args.worker {
-            Some(self.master_replicas)
+        } else if task == self.worker {
+            Some(master_replicas)
         } else {
             None
         }
+    }
+}
+
+impl VolcanoPytorchJob {
+    /// Rank of pod 0 of `task`, `None` for tasks that take no rank.
+    pub fn rank_offset(&self, task: &str) -> Option<i64> {
+        self.args.rank_offset(task, self.master_replicas)
     }
 }
 
@@ -537,15 +537,9 @@ pub fn mutate_pod(
                         ));
                         return changed;
                     }
-                    let defaults = PluginArgs::default();
-                    let offset = if place.task == defaults.master {
-                        Some(0)
-                    } else if place.task == defaults.worker {
-                        Some(1)
-                    } else {
-                        None
+                    let Some(offset) = PluginArgs::default().rank_offset(&place.task, 1) else {
+                        return changed;
                     };
-                    let Some(offset) = offset else { return changed };
                     let why = if ctx.cluster().is_connected() {
                         "was not found"
                     } else {
