@@ -154,10 +154,6 @@ pub fn rank_vars(cfg: &PytorchConfig, rank: EnvValue) -> Vec<(&'static str, EnvV
     vars
 }
 
-fn env_entry<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    workload::effective_env(container, name)
-}
-
 fn renamed(entry: &Value, name: &str) -> Value {
     let mut e = entry.clone();
     if let Some(m) = e.as_object_mut() {
@@ -198,8 +194,8 @@ pub fn write_env(
         // wrote may count processes (nodes × GPUs), while torchrun's --nnodes counts pods.
         let twin_entry = twin_of(name)
             .filter(|_| *name != PET_NNODES)
-            .and_then(|t| env_entry(container, t).map(|e| renamed(e, name)));
-        match env_entry(container, name) {
+            .and_then(|t| workload::effective_env(container, t).map(|e| renamed(e, name)));
+        match workload::effective_env(container, name) {
             // A torchrun twin mirroring the user's env:// value is not worth a second warning.
             Some(existing)
                 if *existing == our_entry
@@ -275,8 +271,8 @@ pub fn follow_shadowed_twins(container: &mut MapNode<'_>) -> bool {
             continue;
         }
         let (Some(effective), Some(pet)) = (
-            env_entry(container, env_name),
-            env_entry(container, pet_name),
+            workload::effective_env(container, env_name),
+            workload::effective_env(container, pet_name),
         ) else {
             continue;
         };

@@ -23,10 +23,10 @@ use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
 use super::env::{self, EnvValue, JobWiring, host_network_dns_problem, string_at};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
-use crate::patch::{MapNode, Node};
+use crate::patch::Node;
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// Template (and so pod) annotation: rank of the task's pod 0, or `none` for a task whose
 /// pods take no rank (e.g. tensorboard).
@@ -323,22 +323,13 @@ pub fn pod_place(pod: &Map<String, Value>) -> Option<VolcanoPodPlace> {
     })
 }
 
-fn set_annotation(template: &mut MapNode<'_>, key: &str, value: &str) -> bool {
-    let mut annotations = workload::metadata_map_mut(template, "annotations");
-    if annotations.get(key).and_then(Value::as_str) == Some(value) {
-        return false;
-    }
-    annotations.set(key, json!(value));
-    true
-}
-
 /// Records on every task template that its pods take no PyTorch rank: the pods of a Volcano
 /// Job without the pytorch plugin (MPI, TensorFlow, plain), or of one that can never
 /// rendezvous, get no `RANK`/`PET_*` at pod admission, also without cluster lookups.
 fn record_no_rank(object: &mut Node<'_, Value>) -> bool {
     let mut changed = false;
     workload::for_each_template_mut(WorkloadKind::VolcanoJob, object, |_, template| {
-        changed |= set_annotation(template, RANK_OFFSET_ANNOTATION, NO_RANK);
+        changed |= workload::set_annotation(template, RANK_OFFSET_ANNOTATION, NO_RANK);
     });
     changed
 }
@@ -375,7 +366,7 @@ pub fn mutate_job(
         };
         let offset = job.rank_offset(name);
         let offset_text = offset.map_or(NO_RANK.to_string(), |o| o.to_string());
-        changed |= set_annotation(template, RANK_OFFSET_ANNOTATION, &offset_text);
+        changed |= workload::set_annotation(template, RANK_OFFSET_ANNOTATION, &offset_text);
         if let Some(addr) = &job.deferred_addr {
             // No name yet: nothing half-wired in the template; the pods complete it.
             changed |= deferred::record(
