@@ -14,7 +14,7 @@
 //! * NFS paths compare normalised; the volume is added only when some container mounts it;
 //!   Windows pods get nothing.
 
-use super::{Findings, MutationContext, Mutator, runtime_patch};
+use super::{Findings, MutationContext, Mutator};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
 use crate::patch::{MapNode, Node};
@@ -385,18 +385,9 @@ pub fn mutate(
     let Some(cfg) = ctx.settings.cache.filter(|c| c.enabled) else {
         return false;
     };
-    if ctx.kind.spec().runtime.is_some() {
-        return runtime_patch::with_trainer_pod_spec(ctx.kind, object, |spec, spec_path| {
-            add_to_pod_spec(ctx, cfg, &mut Node::scratch(spec), &spec_path, findings)
-        });
-    }
-    let mut changed = false;
-    workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        if let Some(mut spec) = workload::pod_spec_mut(template) {
-            changed |= add_to_pod_spec(ctx, cfg, &mut spec, &info.spec_path(), findings);
-        }
-    });
-    changed
+    ctx.for_each_pod_spec(object, |spec, spec_path| {
+        add_to_pod_spec(ctx, cfg, spec, spec_path, findings)
+    })
 }
 
 #[cfg(test)]

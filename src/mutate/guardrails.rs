@@ -263,11 +263,8 @@ fn shared_memory(
         .as_ref()
         .map(|s| s.size_limit.clone())
         .unwrap_or_default();
-    let mut changed = false;
     let sidecars = ctx.sidecars;
-    let add = |spec: &mut MapNode<'_>,
-               spec_path: &dyn std::fmt::Display,
-               findings: &mut Findings| {
+    ctx.for_each_pod_spec(object, |spec, spec_path| {
         if workload::is_windows(spec) {
             return false;
         }
@@ -315,18 +312,7 @@ fn shared_memory(
             changed |= edit::upsert_named(spec, "volumes", volume, false).changed();
         }
         changed
-    };
-    if ctx.kind.spec().runtime.is_some() {
-        return super::runtime_patch::with_trainer_pod_spec(ctx.kind, object, |spec, path| {
-            add(&mut Node::scratch(spec), &path, findings)
-        });
-    }
-    workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        if let Some(mut spec) = workload::pod_spec_mut(template) {
-            changed |= add(&mut spec, &info.spec_path(), findings);
-        }
-    });
-    changed
+    })
 }
 
 /// Sets `key` in the object at `holder` (a JSON Pointer, created as needed) when absent.
