@@ -62,6 +62,16 @@ pub fn string_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
         .filter(|s| !s.is_empty())
 }
 
+/// How a message names the `kind` called `name` (`Job "train"`; `Job (generateName)` for one
+/// with no name yet).
+pub fn display_name(kind: &str, name: &str) -> String {
+    if name.is_empty() {
+        format!("{kind} (generateName)")
+    } else {
+        format!("{kind} {name:?}")
+    }
+}
+
 /// Name of the rendezvous container port.
 pub const PORT_NAME: &str = "pytorchjob-port";
 /// Name of the wait-for-master init container (the Volcano plugin's name, so it skips its own).

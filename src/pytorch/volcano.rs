@@ -20,7 +20,7 @@
 
 use super::config::DEFAULT_PORT;
 use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
-use super::env::{self, EnvValue, JobWiring, host_network_dns_problem, string_at};
+use super::env::{self, EnvValue, JobWiring, display_name, host_network_dns_problem, string_at};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
 use crate::patch::Node;
@@ -178,11 +178,7 @@ pub fn analyse(job: &Value, job_name: &str) -> Result<Option<VolcanoPytorchJob>,
         return Ok(None);
     };
     let (args, _) = parse_plugin_args(plugin_args);
-    let display = if job_name.is_empty() {
-        "Volcano Job (generateName)".to_string()
-    } else {
-        format!("Volcano Job {job_name:?}")
-    };
+    let display = display_name("Volcano Job", job_name);
     let tasks: Vec<&Value> = job
         .at("/spec/tasks")
         .and_then(Value::as_array)
