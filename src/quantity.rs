@@ -36,39 +36,26 @@ pub struct Quantity {
 }
 
 /// Why a string is not a quantity.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     /// An empty string.
+    #[error("empty quantity")]
     Empty,
     /// No digits before the suffix.
+    #[error("quantity has no digits")]
     NoDigits,
     /// A suffix Kubernetes does not know.
+    #[error(
+        "unknown quantity suffix {0:?} (expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or an exponent like e3)"
+    )]
     UnknownSuffix(String),
     /// More significant digits than a quantity may carry.
+    #[error("quantity has more than {MAX_SIGNIFICANT_DIGITS} significant digits")]
     TooManyDigits,
     /// An exponent too large or too small to compare.
+    #[error("quantity exponent out of range")]
     ExponentOutOfRange,
 }
-
-impl fmt::Display for QuantityError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            QuantityError::Empty => f.write_str("empty quantity"),
-            QuantityError::NoDigits => f.write_str("quantity has no digits"),
-            QuantityError::UnknownSuffix(s) => write!(
-                f,
-                "unknown quantity suffix {s:?} (expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or an exponent like e3)"
-            ),
-            QuantityError::TooManyDigits => write!(
-                f,
-                "quantity has more than {MAX_SIGNIFICANT_DIGITS} significant digits"
-            ),
-            QuantityError::ExponentOutOfRange => f.write_str("quantity exponent out of range"),
-        }
-    }
-}
-
-impl std::error::Error for QuantityError {}
 
 /// How a suffix scales the number.
 enum Scale {
