@@ -177,20 +177,15 @@ impl CacheConfig {
 
     /// The volume source JSON (`{"persistentVolumeClaim": ...}` or `{"nfs": ...}`).
     fn source(&self) -> Option<(&'static str, Value)> {
-        if let Some(c) = &self.persistent_volume_claim {
-            let mut v = json!({"claimName": c.claim_name});
-            if self.read_only {
-                v["readOnly"] = json!(true);
-            }
-            return Some(("persistentVolumeClaim", v));
+        let (key, mut source) = match (&self.persistent_volume_claim, &self.nfs) {
+            (Some(c), _) => ("persistentVolumeClaim", json!({"claimName": c.claim_name})),
+            (None, Some(n)) => ("nfs", json!({"server": n.server, "path": n.path})),
+            (None, None) => return None,
+        };
+        if self.read_only {
+            source["readOnly"] = json!(true);
         }
-        self.nfs.as_ref().map(|n| {
-            let mut v = json!({"server": n.server, "path": n.path});
-            if self.read_only {
-                v["readOnly"] = json!(true);
-            }
-            ("nfs", v)
-        })
+        Some((key, source))
     }
 
     /// Does this existing volume point at our cache storage, writable unless the cache is
