@@ -36,39 +36,26 @@ pub struct Quantity {
 }
 
 /// Why a string is not a quantity.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     /// An empty string.
+    #[error("empty quantity")]
     Empty,
     /// No digits before the suffix.
+    #[error("quantity has no digits")]
     NoDigits,
     /// A suffix Kubernetes does not know.
+    #[error(
+        "unknown quantity suffix {0:?} (expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or an exponent like e3)"
+    )]
     UnknownSuffix(String),
     /// More significant digits than a quantity may carry.
+    #[error("quantity has more than {MAX_SIGNIFICANT_DIGITS} significant digits")]
     TooManyDigits,
     /// An exponent too large or too small to compare.
+    #[error("quantity exponent out of range")]
     ExponentOutOfRange,
 }
-
-impl fmt::Display for QuantityError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            QuantityError::Empty => f.write_str("empty quantity"),
-            QuantityError::NoDigits => f.write_str("quantity has no digits"),
-            QuantityError::UnknownSuffix(s) => write!(
-                f,
-                "unknown quantity suffix {s:?} (expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or an exponent like e3)"
-            ),
-            QuantityError::TooManyDigits => write!(
-                f,
-                "quantity has more than {MAX_SIGNIFICANT_DIGITS} significant digits"
-            ),
-            QuantityError::ExponentOutOfRange => f.write_str("quantity exponent out of range"),
-        }
-    }
-}
-
-impl std::error::Error for QuantityError {}
 
 /// How a suffix scales the number.
 enum Scale {
@@ -108,11 +95,7 @@ fn decimal_exponent(suffix: &str) -> Result<i64, QuantityError> {
         .strip_prefix('e')
         .or_else(|| suffix.strip_prefix('E'))
         .ok_or_else(unknown)?;
-    let (negative, digits) = match rest.as_bytes().first() {
-        Some(b'-') => (true, &rest[1..]),
-        Some(b'+') => (false, &rest[1..]),
-        _ => (false, rest),
-    };
+    let (negative, digits) = split_sign(rest);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(unknown());
     }
@@ -128,6 +111,22 @@ fn decimal_exponent(suffix: &str) -> Result<i64, QuantityError> {
             .map_err(|_| QuantityError::ExponentOutOfRange)?
     };
     Ok(if negative { -value } else { value })
+}
+
+/// A leading `-` or `+`: whether the number is negative, and the rest.
+fn split_sign(text: &str) -> (bool, &str) {
+    match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    }
+}
+
+/// The leading ASCII digits of `text`, and the rest.
+fn split_digits(text: &str) -> (&str, &str) {
+    text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    )
 }
 
 fn pow10(n: u32) -> Option<u128> {
@@ -176,63 +175,29 @@ impl Quantity {
         if text.is_empty() {
             return Err(QuantityError::Empty);
         }
-        let bytes = text.as_bytes();
-        let mut pos = 0;
-        let negative = match bytes[0] {
-            b'-' => {
-                pos = 1;
-                true
-            }
-            b'+' => {
-                pos = 1;
-                false
-            }
-            _ => false,
+        let (negative, rest) = split_sign(text);
+        let (integer_digits, rest) = split_digits(rest);
+        let (fraction_digits, suffix) = match rest.strip_prefix('.') {
+            Some(rest) => split_digits(rest),
+            None => ("", rest),
         };
-        let int_start = pos;
-        while pos < bytes.len() && bytes[pos].is_ascii_digit() {
-            pos += 1;
-        }
-        let integer_digits = &text[int_start..pos];
-        let mut fraction_digits = "";
-        if pos < bytes.len() && bytes[pos] == b'.' {
-            pos += 1;
-            let frac_start = pos;
-            while pos < bytes.len() && bytes[pos].is_ascii_digit() {
-                pos += 1;
-            }
-            fraction_digits = &text[frac_start..pos];
-        }
         if integer_digits.is_empty() && fraction_digits.is_empty() {
             return Err(QuantityError::NoDigits);
         }
-        let scale = suffix_scale(&text[pos..])?;
+        let scale = suffix_scale(suffix)?;
 
-        // All digits, with the decimal point moved into the exponent.
-        let all_digits = integer_digits.bytes().chain(fraction_digits.bytes());
-        let mut exponent: i64 = -(fraction_digits.len().min(1 << 40) as i64);
-        let mut significant = String::new();
-        let mut pending_zeros: i64 = 0;
-        for digit in all_digits {
-            if digit == b'0' {
-                if !significant.is_empty() {
-                    pending_zeros += 1;
-                }
-                continue;
-            }
-            for _ in 0..pending_zeros {
-                significant.push('0');
-            }
-            pending_zeros = 0;
-            significant.push(char::from(digit));
-            if significant.len() > MAX_SIGNIFICANT_DIGITS {
-                return Err(QuantityError::TooManyDigits);
-            }
-        }
+        // All digits, with the decimal point and the trailing zeros moved into the exponent.
+        let digits = [integer_digits, fraction_digits].concat();
+        let digits = digits.trim_start_matches('0');
+        let significant = digits.trim_end_matches('0');
         if significant.is_empty() {
             return Ok(Quantity::ZERO);
         }
-        exponent = exponent.saturating_add(pending_zeros);
+        if significant.len() > MAX_SIGNIFICANT_DIGITS {
+            return Err(QuantityError::TooManyDigits);
+        }
+        let trailing_zeros = (digits.len() - significant.len()) as i64;
+        let mut exponent = trailing_zeros - (fraction_digits.len().min(1 << 40) as i64);
         let mut mantissa: i128 = significant
             .parse()
             .map_err(|_| QuantityError::TooManyDigits)?;

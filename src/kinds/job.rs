@@ -47,11 +47,7 @@ pub static JOB: KindSpec = KindSpec {
                 }),
                 ..RunDefault::BASE
             },
-            RunDefault {
-                setting: Setting::Ttl,
-                at: &["spec", "ttlSecondsAfterFinished"],
-                ..RunDefault::BASE
-            },
+            RunDefault::of(Setting::Ttl, &["spec", "ttlSecondsAfterFinished"]),
             // "Always" is what pod defaulting fills in and is invalid for a Job.
             RunDefault {
                 setting: Setting::RestartPolicy,

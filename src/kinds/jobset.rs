@@ -45,18 +45,12 @@ pub static JOBSET: KindSpec = KindSpec {
     run: Run {
         deadline: Deadline::EachJob,
         defaults: &[
-            RunDefault {
-                setting: Setting::Ttl,
-                at: &["spec", "ttlSecondsAfterFinished"],
-                ..RunDefault::BASE
-            },
+            RunDefault::of(Setting::Ttl, &["spec", "ttlSecondsAfterFinished"]),
             // How often the whole JobSet is restarted after a Job fails.
-            RunDefault {
-                setting: Setting::BackoffLimit,
-                at: &["spec", "failurePolicy", "maxRestarts"],
-                make: true,
-                ..RunDefault::BASE
-            },
+            RunDefault::made(
+                Setting::BackoffLimit,
+                &["spec", "failurePolicy", "maxRestarts"],
+            ),
         ],
         restarts: Some(Restarts {
             at: &["spec", "failurePolicy", "maxRestarts"],

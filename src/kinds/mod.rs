@@ -503,6 +503,23 @@ impl RunDefault {
         unless: None,
         misplaced: None,
     };
+
+    /// The default of `setting` at `at`, the rest as [`RunDefault::BASE`].
+    pub const fn of(setting: Setting, at: &'static [&'static str]) -> RunDefault {
+        RunDefault {
+            setting,
+            at,
+            ..RunDefault::BASE
+        }
+    }
+
+    /// [`RunDefault::of`], its field's map created where it is missing ([`RunDefault::make`]).
+    pub const fn made(setting: Setting, at: &'static [&'static str]) -> RunDefault {
+        RunDefault {
+            make: true,
+            ..RunDefault::of(setting, at)
+        }
+    }
 }
 
 /// Who restarts a failed pod within a run, and the field that bounds how often.

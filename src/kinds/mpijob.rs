@@ -76,25 +76,16 @@ pub static MPIJOB: KindSpec = KindSpec {
         // written); the operator passes them to the launcher Job as they are.
         defaults: &[
             // Written first, so the workers end with the run.
-            RunDefault {
-                setting: Setting::EndWithRun,
-                at: CLEAN_POD_POLICY,
-                make: true,
-                ..RunDefault::BASE
-            },
-            RunDefault {
-                setting: Setting::BackoffLimit,
-                at: &["spec", "runPolicy", "backoffLimit"],
-                make: true,
-                ..RunDefault::BASE
-            },
+            RunDefault::made(Setting::EndWithRun, CLEAN_POD_POLICY),
+            RunDefault::made(
+                Setting::BackoffLimit,
+                &["spec", "runPolicy", "backoffLimit"],
+            ),
             // Deletes the launcher Job; the MPIJob and its workers stay.
-            RunDefault {
-                setting: Setting::Ttl,
-                at: &["spec", "runPolicy", "ttlSecondsAfterFinished"],
-                make: true,
-                ..RunDefault::BASE
-            },
+            RunDefault::made(
+                Setting::Ttl,
+                &["spec", "runPolicy", "ttlSecondsAfterFinished"],
+            ),
         ],
         // The operator deletes the workers when the run ends only with `cleanPodPolicy`
         // `Running` or `All`; unset, it defaults it to `None` and keeps them.

@@ -43,12 +43,10 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
     run: Run {
         deadline: Deadline::RUN_POLICY,
         defaults: &[
-            RunDefault {
-                setting: Setting::BackoffLimit,
-                at: &["spec", "runPolicy", "backoffLimit"],
-                make: true,
-                ..RunDefault::BASE
-            },
+            RunDefault::made(
+                Setting::BackoffLimit,
+                &["spec", "runPolicy", "backoffLimit"],
+            ),
             RunDefault {
                 setting: Setting::Ttl,
                 at: &["spec", "runPolicy", "ttlSecondsAfterFinished"],

@@ -2,6 +2,12 @@
 
 use super::*;
 
+const REPLICAS: Num = Num::Int {
+    from: From::Holder,
+    at: &["replicas"],
+    default: 1,
+};
+
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&VOLCANO_JOB];
 
@@ -17,25 +23,13 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
         holders: Holders::Each(&["spec", "tasks"]),
         template: &["template"],
         naming: Naming::Field("name"),
-        replicas: Num::Int {
-            from: From::Holder,
-            at: &["replicas"],
-            default: 1,
-        },
-        at_most: Num::Int {
-            from: From::Holder,
-            at: &["replicas"],
-            default: 1,
-        },
+        replicas: REPLICAS,
+        at_most: REPLICAS,
     }],
     run: Run {
         deadline: Deadline::EachPod,
         defaults: &[
-            RunDefault {
-                setting: Setting::Ttl,
-                at: &["spec", "ttlSecondsAfterFinished"],
-                ..RunDefault::BASE
-            },
+            RunDefault::of(Setting::Ttl, &["spec", "ttlSecondsAfterFinished"]),
             // Volcano treats `maxRetry: 0` as unset (its webhook writes 3).
             RunDefault {
                 setting: Setting::VolcanoMaxRetry,

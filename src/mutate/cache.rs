@@ -14,7 +14,7 @@
 //! * NFS paths compare normalised; the volume is added only when some container mounts it;
 //!   Windows pods get nothing.
 
-use super::{Findings, MutationContext, Mutator, runtime_patch};
+use super::{Findings, MutationContext, Mutator};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
 use crate::patch::{MapNode, Node};
@@ -177,20 +177,15 @@ impl CacheConfig {
 
     /// The volume source JSON (`{"persistentVolumeClaim": ...}` or `{"nfs": ...}`).
     fn source(&self) -> Option<(&'static str, Value)> {
-        if let Some(c) = &self.persistent_volume_claim {
-            let mut v = json!({"claimName": c.claim_name});
-            if self.read_only {
-                v["readOnly"] = json!(true);
-            }
-            return Some(("persistentVolumeClaim", v));
+        let (key, mut source) = match (&self.persistent_volume_claim, &self.nfs) {
+            (Some(c), _) => ("persistentVolumeClaim", json!({"claimName": c.claim_name})),
+            (None, Some(n)) => ("nfs", json!({"server": n.server, "path": n.path})),
+            (None, None) => return None,
+        };
+        if self.read_only {
+            source["readOnly"] = json!(true);
         }
-        self.nfs.as_ref().map(|n| {
-            let mut v = json!({"server": n.server, "path": n.path});
-            if self.read_only {
-                v["readOnly"] = json!(true);
-            }
-            ("nfs", v)
-        })
+        Some((key, source))
     }
 
     /// Does this existing volume point at our cache storage, writable unless the cache is
@@ -385,18 +380,9 @@ pub fn mutate(
     let Some(cfg) = ctx.settings.cache.filter(|c| c.enabled) else {
         return false;
     };
-    if ctx.kind.spec().runtime.is_some() {
-        return runtime_patch::with_trainer_pod_spec(ctx.kind, object, |spec, spec_path| {
-            add_to_pod_spec(ctx, cfg, &mut Node::scratch(spec), &spec_path, findings)
-        });
-    }
-    let mut changed = false;
-    workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        if let Some(mut spec) = workload::pod_spec_mut(template) {
-            changed |= add_to_pod_spec(ctx, cfg, &mut spec, &info.spec_path(), findings);
-        }
-    });
-    changed
+    ctx.for_each_pod_spec(object, |spec, spec_path| {
+        add_to_pod_spec(ctx, cfg, spec, spec_path, findings)
+    })
 }
 
 #[cfg(test)]

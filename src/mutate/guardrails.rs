@@ -24,13 +24,11 @@
 
 use super::{Findings, MutationContext, Mutator};
 use crate::json::Pointer as _;
-use crate::kinds::{Holders, JobSpecs};
+use crate::kinds::{Deadline, Holders, JobSpecs};
 use crate::patch::{MapNode, Node};
 use crate::pytorch::indexed_job::{self, launcher_of};
 use crate::quantity::Quantity;
-use crate::topology::guardrails::{
-    DeadlinePlace, GangAction, GuardrailsConfig, deadline_place, gang_shortfall,
-};
+use crate::topology::guardrails::{GangAction, GuardrailsConfig, gang_shortfall};
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, ContainerRole, WorkloadKind, edit};
 use serde_json::{Map, Value, json};
@@ -265,11 +263,8 @@ fn shared_memory(
         .as_ref()
         .map(|s| s.size_limit.clone())
         .unwrap_or_default();
-    let mut changed = false;
     let sidecars = ctx.sidecars;
-    let add = |spec: &mut MapNode<'_>,
-               spec_path: &dyn std::fmt::Display,
-               findings: &mut Findings| {
+    ctx.for_each_pod_spec(object, |spec, spec_path| {
         if workload::is_windows(spec) {
             return false;
         }
@@ -317,18 +312,7 @@ fn shared_memory(
             changed |= edit::upsert_named(spec, "volumes", volume, false).changed();
         }
         changed
-    };
-    if ctx.kind.spec().runtime.is_some() {
-        return super::runtime_patch::with_trainer_pod_spec(ctx.kind, object, |spec, path| {
-            add(&mut Node::scratch(spec), &path, findings)
-        });
-    }
-    workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        if let Some(mut spec) = workload::pod_spec_mut(template) {
-            changed |= add(&mut spec, &info.spec_path(), findings);
-        }
-    });
-    changed
+    })
 }
 
 /// Sets `key` in the object at `holder` (a JSON Pointer, created as needed) when absent.
@@ -361,9 +345,9 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, _: &mut Fin
     if ctx.child {
         return false;
     }
-    match deadline_place(ctx.kind) {
-        DeadlinePlace::Run(holder, key, _) => set_absent(object, holder, key, seconds),
-        DeadlinePlace::EachJob => {
+    match ctx.kind.spec().run.deadline {
+        Deadline::Run(holder, key, _) => set_absent(object, holder, key, seconds),
+        Deadline::EachJob => {
             let mut changed = false;
             for (pointer, _) in job_templates(ctx.kind, object) {
                 if let Some(mut spec) = object.at_pointer(&pointer)
@@ -375,8 +359,8 @@ fn deadline(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, _: &mut Fin
             // Its pods get it too, as `limits.maxActiveDeadlineSeconds` reads them.
             changed | each_pod_template(ctx.kind, object, seconds)
         }
-        DeadlinePlace::EachPod => each_pod_template(ctx.kind, object, seconds),
-        DeadlinePlace::Never { .. } => false,
+        Deadline::EachPod => each_pod_template(ctx.kind, object, seconds),
+        Deadline::Never { .. } => false,
     }
 }
 

@@ -33,17 +33,14 @@ pub const MAX_EXEC_TIME_LABEL: &str = "kueue.x-k8s.io/max-exec-time-seconds";
 
 /// `queues.<name>.kueue`: where this launch queue's runs wait for quota.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct KueueConfig {
     /// The Kueue LocalQueue, in the workload's namespace (`kueue.x-k8s.io/queue-name`).
-    #[serde(default)]
     pub local_queue: Option<String>,
     /// A WorkloadPriorityClass (`kueue.x-k8s.io/priority-class`).
-    #[serde(default)]
     pub priority_class: Option<String>,
     /// Seconds a run may be admitted for before Kueue evicts it
     /// (`kueue.x-k8s.io/max-exec-time-seconds`).
-    #[serde(default)]
     pub max_execution_seconds: Option<i64>,
 }
 

@@ -104,6 +104,30 @@ impl MutationContext<'_> {
     }
 }
 
+impl MutationContext<'_> {
+    /// Calls `f` on every pod spec of the workload with its dotted path (for a kind whose pods
+    /// come from a runtime, the pod spec of launchgate's runtime patch, [`runtime_patch`]);
+    /// true when a call changed something.
+    pub fn for_each_pod_spec(
+        &self,
+        object: &mut Node<'_, Value>,
+        mut f: impl FnMut(&mut MapNode<'_>, &dyn std::fmt::Display) -> bool,
+    ) -> bool {
+        if self.kind.spec().runtime.is_some() {
+            return runtime_patch::with_trainer_pod_spec(self.kind, object, |spec, path| {
+                f(&mut Node::scratch(spec), &path)
+            });
+        }
+        let mut changed = false;
+        crate::workload::for_each_template_mut(self.kind, object, |info, template| {
+            if let Some(mut spec) = crate::workload::pod_spec_mut(template) {
+                changed |= f(&mut spec, &info.spec_path());
+            }
+        });
+        changed
+    }
+}
+
 /// What the mutators and checks found, in the order found: violations of rules (whatever their
 /// effect) and warnings, each naming its rule or notice ([`crate::rules`]). The answer is
 /// rendered from it once: the denial message from the violations that deny, the warnings

@@ -98,6 +98,14 @@ fn set_if_unset(map: &mut MapNode<'_>, key: &str, value: Value) -> bool {
     }
 }
 
+/// The pod spec sets a pod-level `seccompProfile`, which its containers inherit.
+fn sets_seccomp(pod_spec: &Map<String, Value>) -> bool {
+    pod_spec
+        .get("securityContext")
+        .and_then(|s| s.get("seccompProfile"))
+        .is_some_and(|v| !v.is_null())
+}
+
 fn adds_sys_admin(sc: &Map<String, Value>) -> bool {
     sc.get("capabilities")
         .and_then(|c| c.get("add"))
@@ -254,13 +262,9 @@ pub fn mutate(
             None => harden_blind(cfg, rt, spec, &at, &named, &tenant, findings),
         });
     }
-    let mut changed = false;
-    workload::for_each_template_mut(ctx.kind, object, |info, template| {
-        if let Some(mut spec) = workload::pod_spec_mut(template) {
-            changed |= harden_pod_spec(ctx, cfg, &mut spec, &info.spec_path(), findings);
-        }
-    });
-    changed
+    ctx.for_each_pod_spec(object, |spec, spec_path| {
+        harden_pod_spec(ctx, cfg, spec, spec_path, findings)
+    })
 }
 
 /// The defaults for one pod spec and its containers.
@@ -276,10 +280,7 @@ fn harden_pod_spec(
         return false;
     }
     let mut changed = default_pod(cfg, spec, spec_path, findings);
-    let pod_sets_seccomp = spec
-        .get("securityContext")
-        .and_then(|s| s.get("seccompProfile"))
-        .is_some_and(|v| !v.is_null());
+    let pod_sets_seccomp = sets_seccomp(spec);
     workload::for_each_container_mut(spec, ctx.sidecars, |slot, c| {
         let where_ = slot.path(spec_path);
         changed |= default_container(cfg, pod_sets_seccomp, c, &where_, findings);
@@ -328,10 +329,7 @@ fn harden_over(
     }
     let before = merged.clone();
     default_pod(cfg, &mut Node::scratch(&mut merged), spec_path, findings);
-    let pod_sets_seccomp = merged
-        .get("securityContext")
-        .and_then(|s| s.get("seccompProfile"))
-        .is_some_and(|v| !v.is_null());
+    let pod_sets_seccomp = sets_seccomp(&merged);
     if let Some(node) = runtime::node_container_mut(rt, &mut merged) {
         default_container(
             cfg,
@@ -459,10 +457,7 @@ pub fn mutate_ephemeral(
     if workload::is_windows(spec) {
         return false;
     }
-    let pod_sets_seccomp = spec
-        .get("securityContext")
-        .and_then(|s| s.get("seccompProfile"))
-        .is_some_and(|v| !v.is_null());
+    let pod_sets_seccomp = sets_seccomp(spec);
     let mut changed = false;
     let items = spec
         .get_mut("ephemeralContainers")

@@ -494,15 +494,7 @@ fn edit_mark_places(
 /// something changed.
 pub(crate) fn write_marks(kind: WorkloadKind, object: &mut Node<'_, Value>, name: &str) -> bool {
     edit_mark_places(kind, object, |map| {
-        let mut annotations = workload::metadata_map_mut(map, "annotations");
-        let marked = annotations
-            .get(EXEMPTED_BY_ANNOTATION)
-            .and_then(Value::as_str)
-            == Some(name);
-        if !marked {
-            annotations.set(EXEMPTED_BY_ANNOTATION, Value::from(name));
-        }
-        !marked
+        workload::set_annotation(map, EXEMPTED_BY_ANNOTATION, name)
     })
 }
 

@@ -40,18 +40,15 @@ pub fn config_hash(bytes: &[u8]) -> String {
 
 /// The whole config file.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct Config {
-    #[serde(default, rename = "match")]
+    #[serde(rename = "match")]
     /// Which objects are launch workloads and how their queue is named (`match`).
     pub match_rules: MatchRules,
     /// Queue for workloads that name none, or name an unconfigured one.
-    #[serde(default)]
     pub default_queue: Option<String>,
     /// Per-namespace default queues (checked before `defaultQueue`).
-    #[serde(default)]
     pub namespace_queues: BTreeMap<String, String>,
-    #[serde(default)]
     /// The queues, by name (`name` or `entity/name`).
     pub queues: BTreeMap<String, QueueConfig>,
 }
@@ -118,30 +115,22 @@ impl Default for MatchRules {
 
 /// Everything configured for one queue.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct QueueConfig {
-    #[serde(default)]
     /// Safe container and pod security defaults.
     pub security_context: SecurityContextConfig,
-    #[serde(default)]
     /// batch/v1 and Volcano Job retry and cleanup defaults.
     pub job_defaults: JobDefaultsConfig,
-    #[serde(default)]
     /// The shared NFS or PVC cache, when configured.
     pub cache: Option<CacheConfig>,
-    #[serde(default)]
     /// PyTorch distributed wiring.
     pub pytorch: PytorchConfig,
-    #[serde(default)]
     /// Launch guardrails: whole gangs, preemption, rank 0, /dev/shm, a cost ceiling.
     pub guardrails: crate::topology::guardrails::GuardrailsConfig,
-    #[serde(default)]
     /// The Kueue LocalQueue, priority class and run-time bound this queue's runs get.
     pub kueue: Option<crate::mutate::kueue::KueueConfig>,
-    #[serde(default)]
     /// The queue's W&B template limits.
     pub limits: LimitsConfig,
-    #[serde(default)]
     /// Requests of this queue launchgate leaves alone (after `match.exemptions`).
     pub exemptions: Vec<Exemption>,
 }

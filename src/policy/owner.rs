@@ -81,13 +81,6 @@ pub fn check_pod_creators(
     }
 }
 
-/// The owner kinds whose pods (or child workloads) inherit an exemption of the owner: their
-/// controller copies the pod templates' annotations, where launchgate writes the mark (a kind
-/// whose pods come from a runtime has no templates to carry it).
-pub(crate) fn inheriting_owner_kinds() -> impl Iterator<Item = WorkloadKind> {
-    owner_kinds().filter(|k| k.spec().runtime.is_none())
-}
-
 /// An exemption covers the workload, and so the pods its controller makes: with no controller
 /// of a kind named in `match.podCreators`, those pods could never be verified, never inherit
 /// the exemption, and would be judged (and, denied, retried forever). `exemption` names one
@@ -101,7 +94,10 @@ pub fn check_inheritance(
     let Some(exemption) = exemption else {
         return;
     };
-    for kind in inheriting_owner_kinds() {
+    // The owner kinds whose pods (or child workloads) inherit an exemption of the owner: their
+    // controller copies the pod templates' annotations, where launchgate writes the mark (a
+    // kind whose pods come from a runtime has no templates to carry it).
+    for kind in owner_kinds().filter(|k| k.spec().runtime.is_none()) {
         if creators.get(kind.as_str()).is_none_or(Vec::is_empty) {
             errors.push(ConfigError::new(
                 format!("{at}.{}", kind.as_str()),
@@ -168,15 +164,7 @@ pub fn owner_claim(
     who: &Requester<'_>,
     creators: &BTreeMap<String, Vec<String>>,
 ) -> OwnerClaim {
-    let owners = owner_kinds_of(kind);
-    if owners.is_empty() {
-        return OwnerClaim::None;
-    }
-    let what = if kind.is_pod() {
-        "pod".to_string()
-    } else {
-        kind.as_str().to_string()
-    };
+    let what = if kind.is_pod() { "pod" } else { kind.as_str() };
     let Some((owner_kind, owner)) = claimed_owner(kind, object) else {
         return OwnerClaim::None;
     };

@@ -85,9 +85,10 @@ impl Policy {
     ) -> Option<QueueResolution<'_>> {
         // The workload's own label, then its container env; else the namespace's default
         // queue, then the global one.
-        let requested = self
-            .queue_from_labels(kind, object)
-            .or_else(|| self.queue_from_env(kind, object));
+        let requested = self.queue_from_labels(kind, object).or_else(|| {
+            let env = self.config.match_rules.queue_env.as_deref()?;
+            env_value(kind, object, env)
+        });
         // The entity only qualifies a requested name (read only then: it is a walk over every
         // container's env).
         let entity = requested.as_ref().and_then(|_| {
@@ -151,27 +152,19 @@ impl Policy {
         }
     }
 
+    /// The first of the queue labels the object or one of its pod templates carries,
+    /// non-empty.
     fn queue_from_labels(&self, kind: WorkloadKind, object: &Value) -> Option<String> {
-        let obj = object.as_object()?;
-        let templates = if kind.is_job() {
-            workload::templates(kind, object)
-        } else {
-            Vec::new()
-        };
-        for key in &self.config.match_rules.queue_labels {
-            let found = std::iter::once(obj)
-                .chain(templates.iter().map(|(_, t)| *t))
-                .find_map(|c| workload::label(c, key));
-            if let Some(name) = found.filter(|n| !n.is_empty()) {
-                return Some(name.to_string());
-            }
-        }
-        None
-    }
-
-    fn queue_from_env(&self, kind: WorkloadKind, object: &Value) -> Option<String> {
-        let env_name = self.config.match_rules.queue_env.as_deref()?;
-        env_value(kind, object, env_name)
+        let carriers = label_carriers(kind, object);
+        self.config
+            .match_rules
+            .queue_labels
+            .iter()
+            .find_map(|key| {
+                let found = carriers.iter().find_map(|c| workload::label(c, key));
+                found.filter(|n| !n.is_empty())
+            })
+            .map(str::to_string)
     }
 }
 

@@ -165,12 +165,10 @@ impl<'de> Deserialize<'de> for QuantityText {
 
 /// Container resources of the wait-for-master init container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct InitResources {
-    #[serde(default)]
     /// Resource requests (e.g. `cpu: 10m`).
     pub requests: BTreeMap<String, QuantityText>,
-    #[serde(default)]
     /// Resource limits (e.g. `memory: 32Mi`).
     pub limits: BTreeMap<String, QuantityText>,
 }

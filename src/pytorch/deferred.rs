@@ -23,7 +23,7 @@
 use crate::patch::MapNode;
 use crate::workload;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Stands for the Job's name in [`Deferred::master_addr`] (never part of a Kubernetes name).
 pub const JOB_PLACEHOLDER: &str = "{job}";
@@ -67,13 +67,7 @@ impl Deferred {
 
 /// Writes the record onto a pod template; true when it changed it.
 pub fn record(template: &mut MapNode<'_>, deferred: &Deferred) -> bool {
-    let value = deferred.to_annotation();
-    let mut annotations = workload::metadata_map_mut(template, "annotations");
-    if annotations.get(DEFERRED_ANNOTATION).and_then(Value::as_str) == Some(value.as_str()) {
-        return false;
-    }
-    annotations.set(DEFERRED_ANNOTATION, json!(value));
-    true
+    workload::set_annotation(template, DEFERRED_ANNOTATION, &deferred.to_annotation())
 }
 
 /// True when a pod carries the record.

@@ -62,6 +62,16 @@ pub fn string_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
         .filter(|s| !s.is_empty())
 }
 
+/// How a message names the `kind` called `name` (`Job "train"`; `Job (generateName)` for one
+/// with no name yet).
+pub fn display_name(kind: &str, name: &str) -> String {
+    if name.is_empty() {
+        format!("{kind} (generateName)")
+    } else {
+        format!("{kind} {name:?}")
+    }
+}
+
 /// Name of the rendezvous container port.
 pub const PORT_NAME: &str = "pytorchjob-port";
 /// Name of the wait-for-master init container (the Volcano plugin's name, so it skips its own).
@@ -154,10 +164,6 @@ pub fn rank_vars(cfg: &PytorchConfig, rank: EnvValue) -> Vec<(&'static str, EnvV
     vars
 }
 
-fn env_entry<'a>(container: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    workload::effective_env(container, name)
-}
-
 fn renamed(entry: &Value, name: &str) -> Value {
     let mut e = entry.clone();
     if let Some(m) = e.as_object_mut() {
@@ -198,8 +204,8 @@ pub fn write_env(
         // wrote may count processes (nodes × GPUs), while torchrun's --nnodes counts pods.
         let twin_entry = twin_of(name)
             .filter(|_| *name != PET_NNODES)
-            .and_then(|t| env_entry(container, t).map(|e| renamed(e, name)));
-        match env_entry(container, name) {
+            .and_then(|t| workload::effective_env(container, t).map(|e| renamed(e, name)));
+        match workload::effective_env(container, name) {
             // A torchrun twin mirroring the user's env:// value is not worth a second warning.
             Some(existing)
                 if *existing == our_entry
@@ -275,8 +281,8 @@ pub fn follow_shadowed_twins(container: &mut MapNode<'_>) -> bool {
             continue;
         }
         let (Some(effective), Some(pet)) = (
-            env_entry(container, env_name),
-            env_entry(container, pet_name),
+            workload::effective_env(container, env_name),
+            workload::effective_env(container, pet_name),
         ) else {
             continue;
         };

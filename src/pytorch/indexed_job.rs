@@ -25,7 +25,7 @@
 
 use super::config::{IndexedJobs, OPT_IN_ANNOTATION, PytorchConfig};
 use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
-use super::env::{self, EnvValue, JobWiring, host_network_dns_problem, string_at};
+use super::env::{self, EnvValue, JobWiring, display_name, host_network_dns_problem, string_at};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
 use crate::patch::Node;
@@ -41,6 +41,17 @@ pub enum OptIn {
     Queue,
     /// The queue's `indexedJobs: auto`, and this evidence that the Job is PyTorch training.
     Evidence(&'static str),
+}
+
+impl OptIn {
+    /// What opted the workload in, for a message.
+    pub fn describe(self) -> String {
+        match self {
+            OptIn::Annotation => format!("{OPT_IN_ANNOTATION}: \"true\""),
+            OptIn::Queue => "the queue's pytorch.indexedJobs: true".to_string(),
+            OptIn::Evidence(evidence) => format!("{evidence}, pytorch.indexedJobs: auto"),
+        }
+    }
 }
 
 /// Whether (and how) a batch/v1 Job is opted in.
@@ -139,12 +150,8 @@ pub enum Shape {
 
 /// Reads the shape of an opted-in Job.
 pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
-    let display = display_name(job_name);
-    let why_opted = match how {
-        OptIn::Annotation => format!("{OPT_IN_ANNOTATION}: \"true\""),
-        OptIn::Queue => "the queue's pytorch.indexedJobs: true".to_string(),
-        OptIn::Evidence(evidence) => format!("{evidence}, pytorch.indexedJobs: auto"),
-    };
+    let display = display_name("Job", job_name);
+    let why_opted = how.describe();
     let indexed = job.at("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
     if !indexed {
         return match how {
@@ -217,18 +224,10 @@ pub fn problems(cfg: &PytorchConfig, object: &Value, name: &str) -> Vec<String> 
             .at("/spec/template/spec")
             .and_then(Value::as_object)
             .and_then(|spec| host_network_dns_problem(spec, &SPEC_PATH, user_wrote_dns(object)))
-            .map(|p| format!("{}: {p}", display_name(name)))
+            .map(|p| format!("{}: {p}", display_name("Job", name)))
             .into_iter()
             .collect(),
         _ => Vec::new(),
-    }
-}
-
-fn display_name(job_name: &str) -> String {
-    if job_name.is_empty() {
-        "Job (generateName)".to_string()
-    } else {
-        format!("Job {job_name:?}")
     }
 }
 
@@ -287,15 +286,15 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
     };
     let wrote_dns = user_wrote_dns(object);
     ctx.preflight_rendezvous_service(object, &job_name, &subdomain, cfg.port, findings);
+    let Some(mut template) = object
+        .at_pointer("/spec/template")
+        .and_then(Node::into_map_node)
+    else {
+        return changed;
+    };
     if job_name.is_empty() {
         // No name yet (generateName): nothing half-wired in the template; each pod carries
         // the Job's name and gets everything at pod admission.
-        let Some(mut template) = object
-            .at_pointer("/spec/template")
-            .and_then(Node::into_map_node)
-        else {
-            return changed;
-        };
         changed |= deferred::record(
             &mut template,
             &Deferred {
@@ -320,12 +319,6 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
     let rank = EnvValue::FieldRef(env::COMPLETION_INDEX_FIELD.into());
     let mut vars = env::job_vars(cfg, &wiring);
     vars.extend(env::rank_vars(cfg, rank.clone()));
-    let Some(mut template) = object
-        .at_pointer("/spec/template")
-        .and_then(Node::into_map_node)
-    else {
-        return changed;
-    };
     let Some(mut spec) = workload::pod_spec_mut(&mut template) else {
         return changed;
     };

@@ -26,7 +26,7 @@
 
 use super::config::{IndexedJobs, OPT_IN_ANNOTATION, PytorchConfig};
 use super::deferred::{self, Deferred, JOB_PLACEHOLDER, JobSetRank};
-use super::env::{self, host_network_dns_problem, string_at};
+use super::env::{self, display_name, host_network_dns_problem, string_at};
 use super::indexed_job::{OptIn, pod_spec_evidence};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
@@ -108,22 +108,10 @@ impl Layout {
     }
 }
 
-fn display_name(name: &str) -> String {
-    if name.is_empty() {
-        "JobSet (generateName)".to_string()
-    } else {
-        format!("JobSet {name:?}")
-    }
-}
-
 /// Reads the rendezvous of an opted-in JobSet, or why it can never happen.
 pub fn layout(jobset: &Value, how: OptIn, name: &str) -> Result<Layout, Vec<String>> {
-    let display = display_name(name);
-    let why_opted = match how {
-        OptIn::Annotation => format!("{OPT_IN_ANNOTATION}: \"true\""),
-        OptIn::Queue => "the queue's pytorch.indexedJobs: true".to_string(),
-        OptIn::Evidence(evidence) => format!("{evidence}, pytorch.indexedJobs: auto"),
-    };
+    let display = display_name("JobSet", name);
+    let why_opted = how.describe();
     let mut problems = Vec::new();
     let network = jobset.at("/spec/network");
     if network

@@ -20,13 +20,13 @@
 
 use super::config::DEFAULT_PORT;
 use super::deferred::{self, Deferred, JOB_PLACEHOLDER};
-use super::env::{self, EnvValue, JobWiring, host_network_dns_problem, string_at};
+use super::env::{self, EnvValue, JobWiring, display_name, host_network_dns_problem, string_at};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
-use crate::patch::{MapNode, Node};
+use crate::patch::Node;
 use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// Template (and so pod) annotation: rank of the task's pod 0, or `none` for a task whose
 /// pods take no rank (e.g. tensorboard).
@@ -70,23 +70,15 @@ const BOOL_FLAGS: [&str; 1] = ["wait-master-enabled"];
 /// for the rest; the problem is returned for a warning.
 pub fn parse_plugin_args(args: Option<&Value>) -> (PluginArgs, Option<String>) {
     let mut out = PluginArgs::default();
-    let list: Vec<&str> = match args {
-        None | Some(Value::Null) => return (out, None),
-        Some(Value::Array(items)) => match items.iter().map(Value::as_str).collect() {
-            Some(list) => list,
-            None => {
-                return (
-                    out,
-                    Some("spec.plugins.pytorch must be a list of strings".into()),
-                );
-            }
-        },
-        Some(_) => {
-            return (
-                out,
-                Some("spec.plugins.pytorch must be a list of strings".into()),
-            );
-        }
+    let Some(args) = args.filter(|a| !a.is_null()) else {
+        return (out, None);
+    };
+    let Some(list) = args
+        .as_array()
+        .and_then(|items| items.iter().map(Value::as_str).collect::<Option<Vec<_>>>())
+    else {
+        let problem = "spec.plugins.pytorch must be a list of strings";
+        return (out, Some(problem.into()));
     };
     let mut i = 0;
     while i < list.len() {
@@ -153,16 +145,24 @@ pub struct VolcanoPytorchJob {
     pub deferred_addr: Option<String>,
 }
 
-impl VolcanoPytorchJob {
-    /// Rank of pod 0 of `task`, `None` for tasks that take no rank.
-    pub fn rank_offset(&self, task: &str) -> Option<i64> {
-        if task == self.args.master {
+impl PluginArgs {
+    /// Rank of pod 0 of `task` behind `master_replicas` master pods, `None` for tasks that
+    /// take no rank.
+    fn rank_offset(&self, task: &str, master_replicas: i64) -> Option<i64> {
+        if task == self.master {
             Some(0)
-        } else if task == self.args.worker {
-            Some(self.master_replicas)
+        } else if task == self.worker {
+            Some(master_replicas)
         } else {
             None
         }
+    }
+}
+
+impl VolcanoPytorchJob {
+    /// Rank of pod 0 of `task`, `None` for tasks that take no rank.
+    pub fn rank_offset(&self, task: &str) -> Option<i64> {
+        self.args.rank_offset(task, self.master_replicas)
     }
 }
 
@@ -178,11 +178,7 @@ pub fn analyse(job: &Value, job_name: &str) -> Result<Option<VolcanoPytorchJob>,
         return Ok(None);
     };
     let (args, _) = parse_plugin_args(plugin_args);
-    let display = if job_name.is_empty() {
-        "Volcano Job (generateName)".to_string()
-    } else {
-        format!("Volcano Job {job_name:?}")
-    };
+    let display = display_name("Volcano Job", job_name);
     let tasks: Vec<&Value> = job
         .at("/spec/tasks")
         .and_then(Value::as_array)
@@ -323,22 +319,13 @@ pub fn pod_place(pod: &Map<String, Value>) -> Option<VolcanoPodPlace> {
     })
 }
 
-fn set_annotation(template: &mut MapNode<'_>, key: &str, value: &str) -> bool {
-    let mut annotations = workload::metadata_map_mut(template, "annotations");
-    if annotations.get(key).and_then(Value::as_str) == Some(value) {
-        return false;
-    }
-    annotations.set(key, json!(value));
-    true
-}
-
 /// Records on every task template that its pods take no PyTorch rank: the pods of a Volcano
 /// Job without the pytorch plugin (MPI, TensorFlow, plain), or of one that can never
 /// rendezvous, get no `RANK`/`PET_*` at pod admission, also without cluster lookups.
 fn record_no_rank(object: &mut Node<'_, Value>) -> bool {
     let mut changed = false;
     workload::for_each_template_mut(WorkloadKind::VolcanoJob, object, |_, template| {
-        changed |= set_annotation(template, RANK_OFFSET_ANNOTATION, NO_RANK);
+        changed |= workload::set_annotation(template, RANK_OFFSET_ANNOTATION, NO_RANK);
     });
     changed
 }
@@ -375,7 +362,7 @@ pub fn mutate_job(
         };
         let offset = job.rank_offset(name);
         let offset_text = offset.map_or(NO_RANK.to_string(), |o| o.to_string());
-        changed |= set_annotation(template, RANK_OFFSET_ANNOTATION, &offset_text);
+        changed |= workload::set_annotation(template, RANK_OFFSET_ANNOTATION, &offset_text);
         if let Some(addr) = &job.deferred_addr {
             // No name yet: nothing half-wired in the template; the pods complete it.
             changed |= deferred::record(
@@ -537,15 +524,9 @@ pub fn mutate_pod(
                         ));
                         return changed;
                     }
-                    let defaults = PluginArgs::default();
-                    let offset = if place.task == defaults.master {
-                        Some(0)
-                    } else if place.task == defaults.worker {
-                        Some(1)
-                    } else {
-                        None
+                    let Some(offset) = PluginArgs::default().rank_offset(&place.task, 1) else {
+                        return changed;
                     };
-                    let Some(offset) = offset else { return changed };
                     let why = if ctx.cluster().is_connected() {
                         "was not found"
                     } else {

@@ -4,7 +4,6 @@
 use crate::admission::{
     ADMISSION_API_VERSION, ADMISSION_KIND, AdmissionRequest, AdmissionReviewRequest, Operation,
 };
-use std::fmt;
 
 /// Which webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,16 +25,9 @@ impl Endpoint {
 }
 
 /// A request body that is not a usable AdmissionReview (answered with HTTP 400).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct RequestError(pub String);
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RequestError {}
 
 /// The phases of one review, in order; [`review_observed`](super::review_observed) reports
 /// each as it begins.

@@ -6,17 +6,20 @@
 
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
-use crate::kinds::{Holders, JobSpecs, Position, field};
+use crate::kinds::{Deadline, Holders, JobSpecs, Position, field};
 use crate::quantity::Quantity;
 use crate::workload::WorkloadKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What to do with a gang that could start with fewer pods than it has ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum GangAction {
     /// Leave it alone.
+    #[default]
     Off,
     /// Raise `minAvailable` to the rendezvous size (mutating webhook).
     Raise,
@@ -73,7 +76,7 @@ pub struct CostCeilingConfig {
 }
 
 /// `queues.<name>.guardrails`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct GuardrailsConfig {
     /// A distributed job whose gang could start with fewer pods than its world size.
@@ -88,20 +91,6 @@ pub struct GuardrailsConfig {
     /// With `--cluster-lookups`: warn when the Service a wired Indexed Job's pods rendezvous
     /// through is missing or cannot give them DNS names in time.
     pub rendezvous_preflight: bool,
-}
-
-impl Default for GuardrailsConfig {
-    fn default() -> Self {
-        GuardrailsConfig {
-            gang: GangAction::Off,
-            preemption: PreemptionConfig::default(),
-            end_with_rank_zero: false,
-            multi_gpu_warning: false,
-            shared_memory: None,
-            cost_ceiling: CostCeilingConfig::default(),
-            rendezvous_preflight: false,
-        }
-    }
 }
 
 impl GuardrailsConfig {
@@ -152,14 +141,6 @@ impl GuardrailsConfig {
     pub fn shm_size(&self) -> Option<Quantity> {
         Quantity::parse(&self.shared_memory.as_ref()?.size_limit).ok()
     }
-}
-
-/// Where a kind keeps the deadline the ceiling reads (its descriptor's run-level deadline).
-pub use crate::kinds::Deadline as DeadlinePlace;
-
-/// Where `kind` keeps the deadline the ceiling reads.
-pub fn deadline_place(kind: WorkloadKind) -> DeadlinePlace {
-    kind.spec().run.deadline
 }
 
 /// The longest a run can hold its GPUs, as written: `runs` × `deadline` seconds.
@@ -290,8 +271,8 @@ pub fn run_length(kind: WorkloadKind, object: &Value) -> RunLength {
             set,
         };
     }
-    match deadline_place(kind) {
-        DeadlinePlace::Run(holder, key, set) => {
+    match kind.spec().run.deadline {
+        Deadline::Run(holder, key, set) => {
             let field = set.to_string();
             match int(object.at(holder).and_then(|h| h.get(key))) {
                 Some(deadline) => bounded(kind, object, deadline, field, set),
@@ -304,9 +285,9 @@ pub fn run_length(kind: WorkloadKind, object: &Value) -> RunLength {
                 },
             }
         }
-        DeadlinePlace::EachJob => jobset_length(kind, object),
-        DeadlinePlace::EachPod => volcano_length(kind, object),
-        DeadlinePlace::Never { why, set } => RunLength::Unbounded {
+        Deadline::EachJob => jobset_length(kind, object),
+        Deadline::EachPod => volcano_length(kind, object),
+        Deadline::Never { why, set } => RunLength::Unbounded {
             why: why.to_string(),
             set,
         },
@@ -582,12 +563,11 @@ pub fn rendezvous_service_problems(
             "{at} is not headless (clusterIP: None): pods get no per-pod DNS names through it, so MASTER_ADDR never resolves"
         ));
     }
-    let selector = field("selector").and_then(Value::as_object);
+    let selector = field("selector")
+        .and_then(Value::as_object)
+        .filter(|s| !s.is_empty());
     match selector {
         None => out.push(format!(
-            "{at} has no selector: it lists none of the Job's pods, so their DNS names never resolve"
-        )),
-        Some(selector) if selector.is_empty() => out.push(format!(
             "{at} has no selector: it lists none of the Job's pods, so their DNS names never resolve"
         )),
         Some(selector) => {

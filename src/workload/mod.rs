@@ -547,6 +547,17 @@ pub fn annotation<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a s
     annotations(object)?.get(key)?.as_str()
 }
 
+/// Sets `metadata.annotations[key]` to `value` unless it is that already; true when it
+/// changed it.
+pub fn set_annotation(object: &mut MapNode<'_>, key: &str, value: &str) -> bool {
+    let mut annotations = metadata_map_mut(object, "annotations");
+    if annotations.get(key).and_then(Value::as_str) == Some(value) {
+        return false;
+    }
+    annotations.set(key, Value::from(value));
+    true
+}
+
 /// `metadata.<key>` as a writable map, created when missing (or replaced when not a map).
 pub fn metadata_map_mut<'a>(object: &'a mut MapNode<'_>, key: &'a str) -> MapNode<'a> {
     object
