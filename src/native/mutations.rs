@@ -3,7 +3,7 @@
 //! intent rule as far as CEL can read it), the queue label, and the Kueue labels. Each mirrors
 //! its webhook mutator (`mutate::*`) rule for rule; what it cannot mirror is in the report.
 
-use super::select::{self, is_kind};
+use super::select;
 use crate::cel::{self, lit};
 use crate::kinds::RunDefault;
 use crate::mutate::job_defaults::KEEP_BACKOFF_LIMIT_ANNOTATION;
@@ -196,7 +196,7 @@ pub fn job_defaults(queue: &Queue, child: &str) -> Option<String> {
     let branches: String = select::kinds()
         .filter_map(|k| {
             let ops = run_defaults(cfg, k);
-            (!ops.is_empty()).then(|| format!("{} ? {} : ", is_kind(k), ops.join(" + ")))
+            (!ops.is_empty()).then(|| format!("{} ? {} : ", k.cel_test(), ops.join(" + ")))
         })
         .collect();
     Some(format!(

@@ -16,12 +16,6 @@ pub fn kinds() -> impl Iterator<Item = WorkloadKind> {
     WorkloadKind::all().filter(|k| k.spec().native.is_ok())
 }
 
-/// The CEL test for "the request is for a `kind`": its API group, and its `kind` too where
-/// another kind shares the group.
-pub fn is_kind(kind: WorkloadKind) -> String {
-    kind.cel_test()
-}
-
 /// `base` followed by the field `key` (a map index where the key is no CEL identifier).
 fn sel(base: &str, key: &str) -> String {
     if cel::is_identifier(key) {
@@ -322,7 +316,7 @@ fn by_kind(each: impl Fn(&'static Position) -> Option<String>) -> String {
     for kind in kinds() {
         let lists: Vec<String> = kind.spec().positions.iter().filter_map(&each).collect();
         if !lists.is_empty() {
-            out.push_str(&format!("{} ? {} : ", is_kind(kind), lists.join(" + ")));
+            out.push_str(&format!("{} ? {} : ", kind.cel_test(), lists.join(" + ")));
         }
     }
     out.push_str("[])");
@@ -419,7 +413,7 @@ pub fn is_launch(policy: &Policy) -> String {
 }
 
 /// The labels that make a launch workload: the launch labels and the queue labels.
-fn launch_label_keys(policy: &Policy) -> Vec<&String> {
+pub fn launch_label_keys(policy: &Policy) -> Vec<&String> {
     let rules = &policy.config.match_rules;
     rules
         .launch_labels
@@ -659,7 +653,7 @@ pub fn is_verified_child(policy: &Policy) -> String {
         }
         per_kind.push(format!(
             "({} && has(object.metadata.ownerReferences) && [object.metadata.ownerReferences.filter(r, has(r.controller) && r.controller == true && {launch_ref})].map(rs, size(rs) > 0 && [rs[0]].map(r, {})[0])[0])",
-            is_kind(kind),
+            kind.cel_test(),
             cel::any(&claims)
         ));
     }
@@ -1220,10 +1214,10 @@ mod tests {
     #[test]
     fn a_kind_is_told_by_its_group_where_no_other_kind_shares_it() {
         assert_eq!(
-            is_kind(WorkloadKind::VolcanoJob),
+            WorkloadKind::VolcanoJob.cel_test(),
             "request.kind.group == 'batch.volcano.sh'"
         );
-        assert_eq!(is_kind(WorkloadKind::Pod), "request.kind.group == ''");
+        assert_eq!(WorkloadKind::Pod.cel_test(), "request.kind.group == ''");
         // The covered kinds are the descriptors that say so, in the registry's order.
         let covered: Vec<&str> = kinds().map(|k| k.as_str()).collect();
         let said: Vec<&str> = WorkloadKind::all()
