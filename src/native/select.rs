@@ -476,19 +476,15 @@ pub fn queue_key(policy: &Policy) -> String {
         }
     }
     // A name configured only as `entity/name`, under exactly one entity.
-    let mut unique: Vec<(String, String)> = Vec::new();
-    let mut ambiguous: Vec<String> = Vec::new();
-    for q in policy.queues.values().filter(|q| q.entity.is_some()) {
-        if ambiguous.contains(&q.name) {
-            continue;
-        }
-        if let Some(at) = unique.iter().position(|(n, _)| *n == q.name) {
-            unique.remove(at);
-            ambiguous.push(q.name.clone());
-        } else {
-            unique.push((q.name.clone(), q.key.clone()));
-        }
-    }
+    let scoped: Vec<&Queue> = policy
+        .queues
+        .values()
+        .filter(|q| q.entity.is_some())
+        .collect();
+    let unique = scoped
+        .iter()
+        .filter(|q| scoped.iter().filter(|o| o.name == q.name).count() == 1)
+        .map(|q| (q.name.as_str(), q.key.as_str()));
     let by_label = cel::str_map(by_label);
     let unique = cel::str_map(unique);
     let requested = format!(
