@@ -248,7 +248,7 @@ fn run_defaults(
         let Some((key, parents)) = d.at.split_last() else {
             continue;
         };
-        let Some((last, above)) = parents.split_last() else {
+        let Some((_, above)) = parents.split_last() else {
             continue;
         };
         let mut gates = Vec::new();
@@ -289,10 +289,7 @@ fn run_defaults(
         if let Some(unless) = &d.unless {
             gates.push(format!("!{}", select::cond(unless, scope)));
         }
-        let holder = above
-            .iter()
-            .chain([last])
-            .fold("object".to_string(), |at, k| format!("{at}.{k}"));
+        let holder = format!("object.{}", parents.join("."));
         let current = format!("{holder}.{key}");
         let unset = match d.replaces {
             Replaces::Absent => format!("(!has({current}) || {current} == null)"),

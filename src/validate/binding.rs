@@ -543,9 +543,10 @@ impl TemplateShape {
                 .and_then(Value::as_array)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let name_of = |c: &Value| crate::workload::name_of(c).map(str::to_string);
             let found = match name {
-                Some(name) => items.iter().position(|c| name_of(c).as_ref() == Some(name)),
+                Some(name) => items
+                    .iter()
+                    .position(|c| workload::name_of(c) == Some(name.as_str())),
                 None if list == CONTAINER_LISTS[0] => template
                     .get("spec")
                     .and_then(Value::as_object)
@@ -556,22 +557,13 @@ impl TemplateShape {
                     .map(|(slot, _)| slot.index),
                 None => (index < items.len()).then_some(index),
             };
-            let mut base = info.spec_path_text();
-            path::push_segment(&mut base, &Segment::Key(list.to_string()));
-            match (found, name) {
-                (Some(j), _) => {
-                    path::push_segment(&mut base, &Segment::Index(j));
-                    out.extend(path::resolve(&items[j], &base, rest));
-                }
-                (None, Some(name)) => {
-                    base.push_str(&format!("[name={name}]"));
-                    out.extend(path::resolve(&ABSENT, &base, rest));
-                }
-                (None, None) => {
-                    path::push_segment(&mut base, &Segment::Index(index));
-                    out.extend(path::resolve(&ABSENT, &base, rest));
-                }
-            }
+            let (item, step) = match (found, name) {
+                (Some(j), _) => (&items[j], format!("[{j}]")),
+                (None, Some(name)) => (&ABSENT, format!("[name={name}]")),
+                (None, None) => (&ABSENT, format!("[{index}]")),
+            };
+            let base = dotted(&info.spec_path_text(), &[list]) + &step;
+            out.extend(path::resolve(item, &base, rest));
         }
         out
     }
