@@ -323,24 +323,22 @@ fn by_kind(each: impl Fn(&'static Position) -> Option<String>) -> String {
     out
 }
 
+/// `body` for every pod template of the workload; none for a Pod.
+fn each_template(body: impl Fn(&Place) -> String + Copy) -> String {
+    by_kind(|position| {
+        (!matches!(position.holders, Holders::Root)).then(|| walk(position, &[], body))
+    })
+}
+
 /// The workload's pod templates (maps with `metadata` and `spec`); none for a Pod.
 pub fn templates() -> String {
-    by_kind(|position| {
-        (!matches!(position.holders, Holders::Root))
-            .then(|| walk(position, &[], |p| p.template.clone()))
-    })
+    each_template(|p| p.template.clone())
 }
 
 /// Every pod template of the workload with its JSON Pointer: `{'t': the template, 'ptr': its
 /// JSON Pointer}`; none for a Pod.
 pub fn template_pointers() -> String {
-    by_kind(|position| {
-        (!matches!(position.holders, Holders::Root)).then(|| {
-            walk(position, &[], |p| {
-                format!("{{'t': dyn({}), 'ptr': dyn({})}}", p.template, p.pointer())
-            })
-        })
-    })
+    each_template(|p| format!("{{'t': dyn({}), 'ptr': dyn({})}}", p.template, p.pointer()))
 }
 
 /// Where launch and queue labels are read: the object and its pod templates.

@@ -283,11 +283,11 @@ fn container_places(
         ),
         None => "lists.range(size(cs))".into(),
     };
-    let nth = if name.is_some() { 0 } else { index };
-    let absent_at = match name {
-        Some(name) => format!("{base} + {}", lit(&format!("[name={name}]"))),
-        None => format!("{base} + {}", lit(&format!("[{index}]"))),
+    let (nth, absent) = match name {
+        Some(name) => (0, format!("[name={name}]")),
+        None => (index, format!("[{index}]")),
     };
+    let absent_at = format!("{base} + {}", lit(&absent));
     format!(
         "[{items}].map(cs, [{found}].map(js, size(js) > {nth} ? [[cs[js[{nth}]]]].map(c0, {present})[0] : [dyn([])].map(c0, {absent})[0])[0])[0]",
         present = resolve(
