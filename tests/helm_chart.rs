@@ -473,7 +473,7 @@ fn default_render_is_a_safe_webhook() {
         "matchConditions on by default"
     );
     // Every kind of the registry, with the subresources it judges.
-    let kinds = launchgate::native::webhooks::chart_kinds();
+    let kinds = common::chart_kinds();
     let expected: Vec<_> = kinds
         .as_array()
         .unwrap()

@@ -6,14 +6,20 @@ use super::select;
 use crate::cel::{self, lit};
 use crate::kinds::Kueue;
 use crate::mutate::kueue::{EXEC_SECONDS_REGEX, KueueConfig, Rule, Setting};
+use crate::workload::WorkloadKind;
 
 /// CEL: the request is for a covered kind whose object Kueue manages through its labels
 /// ([`Kueue::Suspends`]).
 pub fn managed() -> String {
+    kinds(Kueue::Suspends)
+}
+
+/// CEL: the request is for a covered kind Kueue manages `how`.
+fn kinds(how: Kueue) -> String {
     cel::any(
         &select::kinds()
-            .filter(|k| k.spec().kueue == Kueue::Suspends)
-            .map(select::is_kind)
+            .filter(|k| k.spec().kueue == how)
+            .map(WorkloadKind::cel_test)
             .collect::<Vec<_>>(),
     )
 }
@@ -72,12 +78,7 @@ pub fn violations(cfg: &KueueConfig, queue_name: &str, child: &str) -> Option<St
     }
     let labels = "object.metadata.labels";
     let has = format!("(has(object.metadata) && has({labels}) && {labels} != null)");
-    let pod = cel::any(
-        &select::kinds()
-            .filter(|k| k.spec().kueue == Kueue::Pod)
-            .map(select::is_kind)
-            .collect::<Vec<_>>(),
-    );
+    let pod = kinds(Kueue::Pod);
     let managed = managed();
     let each: Vec<String> = settings
         .iter()

@@ -3,7 +3,7 @@
 //! intent rule as far as CEL can read it), the queue label, and the Kueue labels. Each mirrors
 //! its webhook mutator (`mutate::*`) rule for rule; what it cannot mirror is in the report.
 
-use super::select::{self, is_kind};
+use super::select;
 use crate::cel::{self, lit};
 use crate::kinds::RunDefault;
 use crate::mutate::job_defaults::KEEP_BACKOFF_LIMIT_ANNOTATION;
@@ -196,7 +196,7 @@ pub fn job_defaults(queue: &Queue, child: &str) -> Option<String> {
     let branches: String = select::kinds()
         .filter_map(|k| {
             let ops = run_defaults(cfg, k);
-            (!ops.is_empty()).then(|| format!("{} ? {} : ", is_kind(k), ops.join(" + ")))
+            (!ops.is_empty()).then(|| format!("{} ? {} : ", k.cel_test(), ops.join(" + ")))
         })
         .collect();
     Some(format!(
@@ -248,7 +248,7 @@ fn run_defaults(
         let Some((key, parents)) = d.at.split_last() else {
             continue;
         };
-        let Some((last, above)) = parents.split_last() else {
+        let Some((_, above)) = parents.split_last() else {
             continue;
         };
         let mut gates = Vec::new();
@@ -289,10 +289,7 @@ fn run_defaults(
         if let Some(unless) = &d.unless {
             gates.push(format!("!{}", select::cond(unless, scope)));
         }
-        let holder = above
-            .iter()
-            .chain([last])
-            .fold("object".to_string(), |at, k| format!("{at}.{k}"));
+        let holder = format!("object.{}", parents.join("."));
         let current = format!("{holder}.{key}");
         let unset = match d.replaces {
             Replaces::Absent => format!("(!has({current}) || {current} == null)"),

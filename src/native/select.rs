@@ -16,12 +16,6 @@ pub fn kinds() -> impl Iterator<Item = WorkloadKind> {
     WorkloadKind::all().filter(|k| k.spec().native.is_ok())
 }
 
-/// The CEL test for "the request is for a `kind`": its API group, and its `kind` too where
-/// another kind shares the group.
-pub fn is_kind(kind: WorkloadKind) -> String {
-    kind.cel_test()
-}
-
 /// `base` followed by the field `key` (a map index where the key is no CEL identifier).
 fn sel(base: &str, key: &str) -> String {
     if cel::is_identifier(key) {
@@ -322,31 +316,29 @@ fn by_kind(each: impl Fn(&'static Position) -> Option<String>) -> String {
     for kind in kinds() {
         let lists: Vec<String> = kind.spec().positions.iter().filter_map(&each).collect();
         if !lists.is_empty() {
-            out.push_str(&format!("{} ? {} : ", is_kind(kind), lists.join(" + ")));
+            out.push_str(&format!("{} ? {} : ", kind.cel_test(), lists.join(" + ")));
         }
     }
     out.push_str("[])");
     out
 }
 
+/// `body` for every pod template of the workload; none for a Pod.
+fn each_template(body: impl Fn(&Place) -> String + Copy) -> String {
+    by_kind(|position| {
+        (!matches!(position.holders, Holders::Root)).then(|| walk(position, &[], body))
+    })
+}
+
 /// The workload's pod templates (maps with `metadata` and `spec`); none for a Pod.
 pub fn templates() -> String {
-    by_kind(|position| {
-        (!matches!(position.holders, Holders::Root))
-            .then(|| walk(position, &[], |p| p.template.clone()))
-    })
+    each_template(|p| p.template.clone())
 }
 
 /// Every pod template of the workload with its JSON Pointer: `{'t': the template, 'ptr': its
 /// JSON Pointer}`; none for a Pod.
 pub fn template_pointers() -> String {
-    by_kind(|position| {
-        (!matches!(position.holders, Holders::Root)).then(|| {
-            walk(position, &[], |p| {
-                format!("{{'t': dyn({}), 'ptr': dyn({})}}", p.template, p.pointer())
-            })
-        })
-    })
+    each_template(|p| format!("{{'t': dyn({}), 'ptr': dyn({})}}", p.template, p.pointer()))
 }
 
 /// Where launch and queue labels are read: the object and its pod templates.
@@ -419,7 +411,7 @@ pub fn is_launch(policy: &Policy) -> String {
 }
 
 /// The labels that make a launch workload: the launch labels and the queue labels.
-fn launch_label_keys(policy: &Policy) -> Vec<&String> {
+pub fn launch_label_keys(policy: &Policy) -> Vec<&String> {
     let rules = &policy.config.match_rules;
     rules
         .launch_labels
@@ -482,19 +474,15 @@ pub fn queue_key(policy: &Policy) -> String {
         }
     }
     // A name configured only as `entity/name`, under exactly one entity.
-    let mut unique: Vec<(String, String)> = Vec::new();
-    let mut ambiguous: Vec<String> = Vec::new();
-    for q in policy.queues.values().filter(|q| q.entity.is_some()) {
-        if ambiguous.contains(&q.name) {
-            continue;
-        }
-        if let Some(at) = unique.iter().position(|(n, _)| *n == q.name) {
-            unique.remove(at);
-            ambiguous.push(q.name.clone());
-        } else {
-            unique.push((q.name.clone(), q.key.clone()));
-        }
-    }
+    let scoped: Vec<&Queue> = policy
+        .queues
+        .values()
+        .filter(|q| q.entity.is_some())
+        .collect();
+    let unique = scoped
+        .iter()
+        .filter(|q| scoped.iter().filter(|o| o.name == q.name).count() == 1)
+        .map(|q| (q.name.as_str(), q.key.as_str()));
     let by_label = cel::str_map(by_label);
     let unique = cel::str_map(unique);
     let requested = format!(
@@ -659,7 +647,7 @@ pub fn is_verified_child(policy: &Policy) -> String {
         }
         per_kind.push(format!(
             "({} && has(object.metadata.ownerReferences) && [object.metadata.ownerReferences.filter(r, has(r.controller) && r.controller == true && {launch_ref})].map(rs, size(rs) > 0 && [rs[0]].map(r, {})[0])[0])",
-            is_kind(kind),
+            kind.cel_test(),
             cel::any(&claims)
         ));
     }
@@ -1220,10 +1208,10 @@ mod tests {
     #[test]
     fn a_kind_is_told_by_its_group_where_no_other_kind_shares_it() {
         assert_eq!(
-            is_kind(WorkloadKind::VolcanoJob),
+            WorkloadKind::VolcanoJob.cel_test(),
             "request.kind.group == 'batch.volcano.sh'"
         );
-        assert_eq!(is_kind(WorkloadKind::Pod), "request.kind.group == ''");
+        assert_eq!(WorkloadKind::Pod.cel_test(), "request.kind.group == ''");
         // The covered kinds are the descriptors that say so, in the registry's order.
         let covered: Vec<&str> = kinds().map(|k| k.as_str()).collect();
         let said: Vec<&str> = WorkloadKind::all()

@@ -43,17 +43,14 @@ impl std::str::FromStr for Endpoint {
 
     /// `namespace/name:port` (a Service).
     fn from_str(text: &str) -> Result<Endpoint, String> {
-        let (namespace, rest) = text
-            .split_once('/')
-            .ok_or_else(|| format!("expected namespace/name:port, got {text:?}"))?;
-        let (name, port) = rest
-            .rsplit_once(':')
-            .ok_or_else(|| format!("expected namespace/name:port, got {text:?}"))?;
+        let expected = || format!("expected namespace/name:port, got {text:?}");
+        let (namespace, rest) = text.split_once('/').ok_or_else(expected)?;
+        let (name, port) = rest.rsplit_once(':').ok_or_else(expected)?;
         let port: u16 = port
             .parse()
             .map_err(|_| format!("invalid port {port:?} in {text:?}"))?;
         if namespace.is_empty() || name.is_empty() || port == 0 {
-            return Err(format!("expected namespace/name:port, got {text:?}"));
+            return Err(expected());
         }
         Ok(Endpoint::Service {
             namespace: namespace.into(),
@@ -67,28 +64,6 @@ impl std::str::FromStr for Endpoint {
 /// every kind, named by its descriptor ([`crate::kinds::KindSpec::webhook_rule`]).
 pub fn rule_names() -> impl Iterator<Item = (&'static str, WorkloadKind)> {
     WorkloadKind::all().map(|k| (k.spec().webhook_rule, k))
-}
-
-/// The kinds as the chart reads them (`charts/launchgate/files/kinds.json`, generated from the
-/// descriptors): per kind, in [`crate::kinds::ALL`]'s order, its `webhook.rules` name, API
-/// group, version and resource, and the resources its admission rules cover (the resource and
-/// the subresources that are judged). The chart's webhook rules, the rules the server
-/// registers and the audit's read access are all built from it.
-pub fn chart_kinds() -> Value {
-    Value::Array(
-        rule_names()
-            .map(|(rule, kind)| {
-                let (group, version, resource) = kind.api_resource();
-                json!({
-                    "rule": rule,
-                    "group": group,
-                    "version": version,
-                    "resource": resource,
-                    "resources": resources(kind),
-                })
-            })
-            .collect(),
-    )
 }
 
 /// The resources a kind's admission rules cover: its own, and the subresources that are
@@ -196,20 +171,10 @@ pub fn split_name(name: &str, suffix: &str) -> String {
 /// change what the limits cover: ephemeral containers, pod resize; a PyTorchJob's scale has a
 /// webhook of its own, [`scale_hook`]).
 fn rules(kinds: &[String]) -> Result<Value, String> {
-    let mut out = Vec::new();
-    for (rule, kind) in rule_names() {
-        if !kinds.is_empty() && !kinds.iter().any(|k| k == rule) {
-            continue;
-        }
-        let (group, version, _) = kind.api_resource();
-        out.push(json!({
-            "apiGroups": [group],
-            "apiVersions": [version],
-            "resources": resources(kind),
-            "operations": ["CREATE", "UPDATE"],
-            "scope": "Namespaced",
-        }));
-    }
+    let out = rule_names()
+        .filter(|(rule, _)| kinds.is_empty() || kinds.iter().any(|k| k == rule))
+        .map(|(_, kind)| admission_rule(kind, resources(kind), &["CREATE", "UPDATE"]))
+        .collect();
     if let Some(unknown) = kinds
         .iter()
         .find(|k| !rule_names().any(|(n, _)| n == k.as_str()))
@@ -221,6 +186,18 @@ fn rules(kinds: &[String]) -> Result<Value, String> {
         ));
     }
     Ok(Value::Array(out))
+}
+
+/// A namespaced admission rule: `operations` on `resources` of `kind`'s API group and version.
+fn admission_rule(kind: WorkloadKind, resources: Vec<String>, operations: &[&str]) -> Value {
+    let (group, version, _) = kind.api_resource();
+    json!({
+        "apiGroups": [group],
+        "apiVersions": [version],
+        "resources": resources,
+        "operations": operations,
+        "scope": "Namespaced",
+    })
 }
 
 /// The CEL test for the launch workloads the webhooks are sent.
@@ -243,15 +220,9 @@ fn scale_hook(base: &Value, name: &str, scaled: &[WorkloadKind]) -> Value {
     hook["failurePolicy"] = json!("Ignore");
     hook["rules"] = scaled
         .iter()
-        .map(|k| {
-            let (group, version, resource) = k.api_resource();
-            json!({
-                "apiGroups": [group],
-                "apiVersions": [version],
-                "resources": [format!("{resource}/scale")],
-                "operations": ["UPDATE"],
-                "scope": "Namespaced",
-            })
+        .map(|&k| {
+            let scale = format!("{}/scale", k.api_resource().2);
+            admission_rule(k, vec![scale], &["UPDATE"])
         })
         .collect();
     if let Some(h) = hook.as_object_mut() {
@@ -264,13 +235,8 @@ fn scale_hook(base: &Value, name: &str, scaled: &[WorkloadKind]) -> Value {
 /// The label keys whose change on an UPDATE is sent to the webhooks: the launch and queue
 /// labels (`settings.launch_labels`, else the config's), in order, without repeats.
 fn decision_labels(policy: &Policy, settings: &Settings) -> Vec<String> {
-    let rules = &policy.config.match_rules;
     let keys: Vec<&String> = if settings.launch_labels.is_empty() {
-        rules
-            .launch_labels
-            .iter()
-            .chain(&rules.queue_labels)
-            .collect()
+        select::launch_label_keys(policy)
     } else {
         settings.launch_labels.iter().collect()
     };
@@ -342,7 +308,7 @@ pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
     };
     let runtime_kinds: Vec<String> = WorkloadKind::all()
         .filter(|k| k.spec().runtime.is_some())
-        .map(select::is_kind)
+        .map(WorkloadKind::cel_test)
         .collect();
     let mut parts = Vec::new();
     if let Some(unknown) = from_env.filter(|_| !runtime_kinds.is_empty()) {
@@ -420,7 +386,7 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
         }));
     }
     if let Some(v) = &settings.validate {
-        let hooks = match (
+        let mut hooks = match (
             v.fail_closed,
             settings.match_conditions,
             deny_queue_condition(policy),
@@ -454,7 +420,6 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
                 Vec::new(),
             )],
         };
-        let mut hooks = hooks;
         let scaled: Vec<WorkloadKind> = WorkloadKind::all()
             .filter(|k| k.spec().scale.is_some())
             .filter(|k| {

@@ -74,11 +74,6 @@ fn role_of(info: &TemplateInfo, template: &Map<String, Value>) -> Option<String>
     role.filter(|r| !r.is_empty())
 }
 
-/// `path` as segments.
-fn keys(path: &[&str]) -> impl Iterator<Item = Segment> {
-    path.iter().map(|k| Segment::Key((*k).to_string()))
-}
-
 /// True when `segments` are exactly the keys of `path`.
 fn is_keys(segments: &[Segment], path: &[&str]) -> bool {
     segments.len() == path.len()
@@ -228,11 +223,11 @@ fn scaling_bounds(
     bounds
 }
 
-/// Dotted path of `path` from the root.
-fn dotted(path: &[&str]) -> String {
-    let mut out = String::new();
-    for k in keys(path) {
-        path::push_segment(&mut out, &k);
+/// The written path `base` followed by the keys of `path`.
+fn dotted(base: &str, path: &[&str]) -> String {
+    let mut out = base.to_string();
+    for k in path {
+        path::push_segment(&mut out, &Segment::Key(k.to_string()));
     }
     out
 }
@@ -396,7 +391,7 @@ impl TemplateShape {
         // The holder's name is what binds it: an extra holder is not held to another's.
         let is_name = matches!(rest, [Segment::Key(k)] if k == f);
         let counts = count_field(&position.replicas).is_some_and(|c| is_keys(rest, c));
-        let base = dotted(list);
+        let base = dotted("", list);
         let mut out = Vec::new();
         let mut bounds = Vec::new();
         for (j, holder) in items.iter().enumerate() {
@@ -433,7 +428,7 @@ impl TemplateShape {
             .get(map)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        let base = dotted(map);
+        let base = dotted("", map);
         let mut out = Vec::new();
         let mut found = None;
         for (t, holder) in holders.into_iter().flatten() {
@@ -442,20 +437,15 @@ impl TemplateShape {
                 found = Some(holder);
             }
             if same || !described.iter().any(|r| r.eq_ignore_ascii_case(t)) {
-                let mut at = base.clone();
-                path::push_segment(&mut at, &Segment::Key(t.clone()));
-                out.extend(path::resolve(holder, &at, rest));
+                out.extend(path::resolve(holder, &dotted(&base, &[t]), rest));
             }
         }
+        let at = dotted(&base, &[want]);
         if found.is_none() {
-            let mut at = base.clone();
-            path::push_segment(&mut at, &Segment::Key(want.to_string()));
             out.extend(path::resolve(&ABSENT, &at, rest));
         }
         if count_field(&position.replicas).is_some_and(|c| is_keys(rest, c)) {
             let holder = found.unwrap_or(&ABSENT);
-            let mut at = base;
-            path::push_segment(&mut at, &Segment::Key(want.to_string()));
             self.bounds_of(position, object, holder, Some(want), &at, &mut out);
         }
         out
@@ -473,14 +463,8 @@ impl TemplateShape {
     ) {
         for (from, field) in scaling_bounds(position, object, holder, key) {
             let (base, written) = match from {
-                KindFrom::Holder => (holder, {
-                    let mut w = at.to_string();
-                    for k in keys(field) {
-                        path::push_segment(&mut w, &k);
-                    }
-                    w
-                }),
-                KindFrom::Object => (object, dotted(field)),
+                KindFrom::Holder => (holder, dotted(at, field)),
+                KindFrom::Object => (object, dotted("", field)),
             };
             if let Some(value) = crate::kinds::field(base, field).filter(|v| !v.is_null())
                 && !out.iter().any(|(p, _)| *p == written)
@@ -499,41 +483,33 @@ impl TemplateShape {
         path: &FieldPath,
         container: Option<(&'static str, usize)>,
     ) -> (Option<&str>, Option<&str>) {
-        let prefix = &template_path.0[..template_path.0.len().saturating_sub(path.0.len())];
-        let source = self.pod_templates.iter().find(|t| t.path.0 == prefix);
-        let role = source
-            .and_then(|s| s.role.as_deref())
-            .filter(|_| self.pod_templates.len() > 1);
-        let name = container
-            .and_then(|key| source.and_then(|s| s.names.get(&key)))
-            .map(String::as_str);
-        (role, name)
+        let source = self.source(template_path, path);
+        let name = container.and_then(|key| source?.names.get(&key));
+        (self.role(source), name.map(String::as_str))
     }
 
-    /// True when the template's pod template `source` applies to the workload's `template`.
-    fn binds(
-        &self,
-        source: Option<&PodTemplateShape>,
-        info: &TemplateInfo,
-        template: &Map<String, Value>,
-    ) -> bool {
-        match source.and_then(|s| s.role.as_deref()) {
-            Some(want) if self.pod_templates.len() > 1 => {
-                role_of(info, template).is_some_and(|r| r.eq_ignore_ascii_case(want))
-            }
-            _ => true,
-        }
+    /// The template's pod template the position `template_path` (`path` relative to its pod
+    /// template) is in.
+    fn source(&self, template_path: &FieldPath, path: &FieldPath) -> Option<&PodTemplateShape> {
+        let prefix = &template_path.0[..template_path.0.len().saturating_sub(path.0.len())];
+        self.pod_templates.iter().find(|t| t.path.0 == prefix)
+    }
+
+    /// The role the template's pod template `source` binds by: its role when the template has
+    /// several pod templates (one applies to every pod template).
+    fn role<'s>(&self, source: Option<&'s PodTemplateShape>) -> Option<&'s str> {
+        source
+            .and_then(|s| s.role.as_deref())
+            .filter(|_| self.pod_templates.len() > 1)
     }
 
     /// Which pod templates of a workload the template position `template_path` (`path`
     /// relative to its pod template) applies to, in words: `every pod template`, or
     /// `the Worker pod template` when the template has several and this one has a role.
     pub(super) fn pod_templates_of(&self, template_path: &FieldPath, path: &FieldPath) -> String {
-        let prefix = &template_path.0[..template_path.0.len().saturating_sub(path.0.len())];
-        let source = self.pod_templates.iter().find(|t| t.path.0 == prefix);
-        match source.and_then(|s| s.role.as_deref()) {
-            Some(role) if self.pod_templates.len() > 1 => format!("the {role} pod template"),
-            _ => "every pod template".into(),
+        match self.role(self.source(template_path, path)) {
+            Some(role) => format!("the {role} pod template"),
+            None => "every pod template".into(),
         }
     }
 
@@ -546,11 +522,14 @@ impl TemplateShape {
         template_path: &FieldPath,
         path: &FieldPath,
     ) -> Vec<(String, Option<&'a Value>)> {
-        let prefix = &template_path.0[..template_path.0.len().saturating_sub(path.0.len())];
-        let source = self.pod_templates.iter().find(|t| t.path.0 == prefix);
+        let source = self.source(template_path, path);
+        let role = self.role(source);
         let mut out = Vec::new();
         for (info, template) in templates {
-            if !self.binds(source, info, template) {
+            // Only the workload's pod templates of the role, when the position has one.
+            if let Some(want) = role
+                && !role_of(info, template).is_some_and(|r| r.eq_ignore_ascii_case(want))
+            {
                 continue;
             }
             let Some((list, index, rest)) = container_of(path) else {
@@ -564,9 +543,10 @@ impl TemplateShape {
                 .and_then(Value::as_array)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let name_of = |c: &Value| crate::workload::name_of(c).map(str::to_string);
             let found = match name {
-                Some(name) => items.iter().position(|c| name_of(c).as_ref() == Some(name)),
+                Some(name) => items
+                    .iter()
+                    .position(|c| workload::name_of(c) == Some(name.as_str())),
                 None if list == CONTAINER_LISTS[0] => template
                     .get("spec")
                     .and_then(Value::as_object)
@@ -577,22 +557,13 @@ impl TemplateShape {
                     .map(|(slot, _)| slot.index),
                 None => (index < items.len()).then_some(index),
             };
-            let mut base = info.spec_path_text();
-            path::push_segment(&mut base, &Segment::Key(list.to_string()));
-            match (found, name) {
-                (Some(j), _) => {
-                    path::push_segment(&mut base, &Segment::Index(j));
-                    out.extend(path::resolve(&items[j], &base, rest));
-                }
-                (None, Some(name)) => {
-                    base.push_str(&format!("[name={name}]"));
-                    out.extend(path::resolve(&ABSENT, &base, rest));
-                }
-                (None, None) => {
-                    path::push_segment(&mut base, &Segment::Index(index));
-                    out.extend(path::resolve(&ABSENT, &base, rest));
-                }
-            }
+            let (item, step) = match (found, name) {
+                (Some(j), _) => (&items[j], format!("[{j}]")),
+                (None, Some(name)) => (&ABSENT, format!("[name={name}]")),
+                (None, None) => (&ABSENT, format!("[{index}]")),
+            };
+            let base = dotted(&info.spec_path_text(), &[list]) + &step;
+            out.extend(path::resolve(item, &base, rest));
         }
         out
     }
@@ -611,55 +582,43 @@ pub(super) struct Ceiling {
     pub source: Source,
 }
 
-/// `spec.<list>[i or *].resources.<limits|requests>.<resource>`: (limits|requests, resource).
-fn resource_of(path: &FieldPath) -> Option<(String, String)> {
-    match path.0.as_slice() {
-        [
-            Segment::Key(spec),
-            Segment::Key(list),
-            Segment::Index(_) | Segment::AnyIndex,
-            Segment::Key(resources),
-            Segment::Key(kind),
-            Segment::Key(resource),
-        ] if spec == "spec"
-            && CONTAINER_LISTS.contains(&list.as_str())
-            && resources == "resources"
-            && (kind == "limits" || kind == "requests") =>
-        {
-            Some((kind.clone(), resource.clone()))
-        }
-        _ => None,
-    }
-}
-
-/// `spec.trainer.resourcesPerNode.<limits|requests>.<resource>` at a TrainJob's root: what
-/// Trainer gives the `node` container of every node, so a container position too.
-fn trainer_resource_of(path: &FieldPath) -> Option<(String, String)> {
-    match path.0.as_slice() {
-        [
-            Segment::Key(spec),
-            Segment::Key(trainer),
-            Segment::Key(per_node),
-            Segment::Key(kind),
-            Segment::Key(resource),
-        ] if spec == "spec"
-            && trainer == "trainer"
-            && per_node == "resourcesPerNode"
-            && (kind == "limits" || kind == "requests") =>
-        {
-            Some((kind.clone(), resource.clone()))
-        }
-        _ => None,
-    }
-}
-
-/// The resource a limit position bounds per container: in a pod template, or a TrainJob's
-/// per-node resources.
+/// The resource a limit position bounds per container, as (limits|requests, resource): in a
+/// pod template `spec.<list>[i or *].resources.<limits|requests>.<resource>`, or at a
+/// TrainJob's root `spec.trainer.resourcesPerNode.<limits|requests>.<resource>` (what Trainer
+/// gives the `node` container of every node, so a container position too).
 fn container_resource_of(anchor: Anchor, path: &FieldPath) -> Option<(String, String)> {
-    match anchor {
-        Anchor::PodTemplate => resource_of(path),
-        Anchor::Root => trainer_resource_of(path),
-    }
+    let (kind, resource) = match (anchor, path.0.as_slice()) {
+        (
+            Anchor::PodTemplate,
+            [
+                Segment::Key(spec),
+                Segment::Key(list),
+                Segment::Index(_) | Segment::AnyIndex,
+                Segment::Key(resources),
+                Segment::Key(kind),
+                Segment::Key(resource),
+            ],
+        ) if spec == "spec"
+            && CONTAINER_LISTS.contains(&list.as_str())
+            && resources == "resources" =>
+        {
+            (kind, resource)
+        }
+        (
+            Anchor::Root,
+            [
+                Segment::Key(spec),
+                Segment::Key(trainer),
+                Segment::Key(per_node),
+                Segment::Key(kind),
+                Segment::Key(resource),
+            ],
+        ) if spec == "spec" && trainer == "trainer" && per_node == "resourcesPerNode" => {
+            (kind, resource)
+        }
+        _ => return None,
+    };
+    (kind == "limits" || kind == "requests").then(|| (kind.clone(), resource.clone()))
 }
 
 /// The envelope of a queue: per resource, the largest maximum any container position has.

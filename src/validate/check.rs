@@ -33,45 +33,22 @@ pub fn check_limits(
     candidate: &Candidate<'_>,
     sidecars: &[String],
 ) -> LimitReport {
-    let Candidate {
-        kind,
-        object,
-        old_object,
-        namespace,
-        operation,
-        scope,
-        runtime,
-    } = *candidate;
     let mut report = LimitReport {
         enforcement: limits.enforcement,
         ..LimitReport::default()
     };
-    if !matches!(operation, Operation::Create | Operation::Update) || limits.is_empty() {
+    if !matches!(candidate.operation, Operation::Create | Operation::Update) || limits.is_empty() {
         return report;
     }
-    let found = limits.violations(
-        queue_name,
-        Subject {
-            kind,
-            object,
-            namespace,
-            scope,
-            sidecars,
-            runtime,
-        },
-        &mut report.warnings,
-    );
-    let admitted: Vec<Violation> = match (operation, old_object) {
+    let found = limits.violations(queue_name, candidate, sidecars, &mut report.warnings);
+    let admitted: Vec<Violation> = match (candidate.operation, candidate.old_object) {
         (Operation::Update, Some(old)) if !found.is_empty() => limits.violations(
             queue_name,
-            Subject {
-                kind,
+            &Candidate {
                 object: old,
-                namespace,
-                scope,
-                sidecars,
-                runtime,
+                ..*candidate
             },
+            sidecars,
             &mut Vec::new(),
         ),
         _ => Vec::new(),
@@ -165,16 +142,6 @@ pub struct Candidate<'a> {
     pub runtime: Option<&'a TrainingRuntime>,
 }
 
-/// What is checked, and how.
-struct Subject<'a> {
-    kind: WorkloadKind,
-    object: &'a Value,
-    namespace: Option<&'a str>,
-    scope: Scope,
-    sidecars: &'a [String],
-    runtime: Option<&'a TrainingRuntime>,
-}
-
 /// Which of the queue's rules an object is checked on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -237,21 +204,18 @@ pub(super) fn normalized_registry(prefix: &str) -> String {
 /// An image reference with its implicit registry spelled out (`busybox` →
 /// `docker.io/library/busybox`, `acme/train:1` → `docker.io/acme/train:1`).
 fn normalized_image(image: &str) -> String {
-    match image.split_once('/') {
-        None => format!("docker.io/library/{image}"),
-        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            image.to_string()
-        }
-        Some(_) => format!("docker.io/{image}"),
+    if image.contains('/') {
+        normalized_registry(image)
+    } else {
+        format!("docker.io/library/{image}")
     }
 }
 
 /// True when `image` (normalised) is `prefix` or lies under it (`prefix/`, `prefix:`, `prefix@`).
 fn image_allowed_by(image: &str, prefix: &str) -> bool {
-    match image.strip_prefix(prefix) {
-        Some(rest) => rest.is_empty() || rest.starts_with(['/', ':', '@']),
-        None => false,
-    }
+    image
+        .strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', ':', '@']))
 }
 
 /// Literal template values compare by value when both are numbers/quantities (`4` == `"4"`).
@@ -272,21 +236,33 @@ fn same_literal(template: &Value, actual: &Value) -> bool {
 /// the JobSet Trainer renders).
 struct RuntimeView<'a> {
     /// `ClusterTrainingRuntime "torch-distributed"`.
-    source: String,
-    /// The kind it is rendered into, and the rendered object.
+    source: &'a str,
+    /// The kind it is rendered into.
     kind: WorkloadKind,
-    jobset: &'a Value,
     templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
+}
+
+/// A runtime-sized `kind`'s run as its controller renders it from its `runtime` (when known):
+/// how messages name the runtime, and the rendered object.
+fn rendered(
+    kind: WorkloadKind,
+    object: &Value,
+    runtime: Option<&TrainingRuntime>,
+) -> Option<(String, Value)> {
+    let runtime = runtime.filter(|_| kind.spec().runtime.is_some())?;
+    Some((
+        runtime.reference.describe(),
+        runtime::rendered(kind, object, &runtime.object),
+    ))
 }
 
 impl<'a> RuntimeView<'a> {
     /// The view of `kind`'s run rendered as `jobset`, when `kind` is rendered from a runtime.
-    fn new(kind: WorkloadKind, source: String, jobset: &'a Value) -> Option<Self> {
+    fn new(kind: WorkloadKind, (source, jobset): &'a (String, Value)) -> Option<Self> {
         let kind = kind.runs_as()?;
         Some(RuntimeView {
             source,
             kind,
-            jobset,
             templates: workload::templates(kind, jobset),
         })
     }
@@ -297,7 +273,7 @@ impl<'a> RuntimeView<'a> {
         let holders = info.position.holders.path().last().unwrap_or(&"");
         match &info.name {
             Some(name) => format!("{} {holders}[{}] ({name})", self.source, info.index),
-            None => self.source.clone(),
+            None => self.source.to_string(),
         }
     }
 }
@@ -321,6 +297,29 @@ struct Evaluation<'a> {
 }
 
 impl<'a> Evaluation<'a> {
+    fn new(
+        queue: &'a str,
+        kind: WorkloadKind,
+        object: &'a Value,
+        templates: Vec<(TemplateInfo, &'a Map<String, Value>)>,
+        rendered: Option<&'a (String, Value)>,
+        shape: &'a TemplateShape,
+        sidecars: &'a [String],
+    ) -> Self {
+        Evaluation {
+            queue,
+            kind,
+            object,
+            templates,
+            runtime: rendered.and_then(|r| RuntimeView::new(kind, r)),
+            shape,
+            sidecars,
+            reached: HashSet::new(),
+            violations: Vec::new(),
+            seen: HashSet::new(),
+        }
+    }
+
     /// Records a violation (once: a location can be reached twice), its message prefixed with
     /// the queue.
     fn report(&mut self, violation: Violation) {
@@ -468,7 +467,7 @@ impl<'a> Evaluation<'a> {
             }
             Some(value) => {
                 if let Some(problem) = schema.problem(value) {
-                    let shown = display_value(value, Some(schema.value_type()));
+                    let shown = display_value(value, Some(schema.value_type));
                     self.report(
                         source
                             .violation(format!("{place}={shown} {problem} ({text})"))
@@ -483,104 +482,47 @@ impl<'a> Evaluation<'a> {
 
     fn check_fixed_value(&mut self, leaf: &TemplateLeaf) {
         for (place, value) in self.template_places(leaf.anchor, &leaf.template_path, &leaf.path) {
-            match (&leaf.content, value) {
-                (LeafContent::Literal(expected), None | Some(Value::Null)) => self.report(
-                    Violation::new(
-                        rules::LIMITS_STRICT,
-                        format!(
-                            "{place} is missing; the queue template sets it to {expected} (strict)"
-                        ),
-                    )
-                    .at(&place)
-                    .limit(expected.to_string()),
+            let (message, value, limit) = match (&leaf.content, value) {
+                (LeafContent::Literal(expected), None | Some(Value::Null)) => (
+                    format!(
+                        "{place} is missing; the queue template sets it to {expected} (strict)"
+                    ),
+                    None,
+                    expected.to_string(),
                 ),
-                (LeafContent::Literal(expected), Some(actual)) => {
-                    if !same_literal(expected, actual) {
-                        self.report(
-                            Violation::new(
-                                rules::LIMITS_STRICT,
-                                format!(
-                                    "{place}={actual} differs from the queue template's {expected} (strict)"
-                                ),
-                            )
-                            .at(&place)
-                            .value(actual.to_string())
-                            .limit(expected.to_string()),
-                        );
-                    }
+                (LeafContent::Literal(expected), Some(actual))
+                    if !same_literal(expected, actual) =>
+                {
+                    (
+                        format!(
+                            "{place}={actual} differs from the queue template's {expected} (strict)"
+                        ),
+                        Some(actual.to_string()),
+                        expected.to_string(),
+                    )
                 }
-                (LeafContent::Pattern(pattern), actual) => {
-                    let matches = actual
+                (LeafContent::Pattern(pattern), actual)
+                    if actual
                         .and_then(Value::as_str)
-                        .is_some_and(|s| template::match_pattern(pattern, s).is_some());
-                    if !matches {
-                        let shown = actual.map_or("<missing>".to_string(), Value::to_string);
-                        let written = super::pattern_text(pattern);
-                        self.report(
-                            Violation::new(
-                                rules::LIMITS_STRICT,
-                                format!(
-                                    "{place}={shown} does not match the queue template's {written:?} (strict)"
-                                ),
-                            )
-                            .at(&place)
-                            .value(shown)
-                            .limit(written),
-                        );
-                    }
+                        .is_none_or(|s| template::match_pattern(pattern, s).is_none()) =>
+                {
+                    let shown = actual.map_or("<missing>".to_string(), Value::to_string);
+                    let written = super::pattern_text(pattern);
+                    (
+                        format!(
+                            "{place}={shown} does not match the queue template's {written:?} (strict)"
+                        ),
+                        Some(shown),
+                        written,
+                    )
                 }
-            }
+                _ => continue,
+            };
+            let violation = Violation::new(rules::LIMITS_STRICT, message)
+                .at(&place)
+                .limit(limit);
+            self.report(Violation { value, ..violation });
         }
-    }
-
-    /// Effective per-pod amount of `resource`, by Kubernetes' pod resource formula with native
-    /// sidecars (`initContainers` with `restartPolicy: Always`):
-    /// max(Σ app containers + Σ sidecars, max over init containers of (the init container +
-    /// Σ sidecars started before it)). Each container counts its limit, else its request.
-    /// `None` when the sum does not fit.
-    fn per_pod(template: &Map<String, Value>, resource: &str) -> Option<Quantity> {
-        let amount = |container: &Map<String, Value>| -> Quantity {
-            container
-                .get("resources")
-                .map_or(Quantity::ZERO, |r| Self::amount(r, resource))
-        };
-        let mut app = Quantity::ZERO;
-        let mut sidecars = Quantity::ZERO;
-        let mut init_peak = Quantity::ZERO;
-        let spec = workload::pod_spec(template)?;
-        for (slot, container) in workload::containers(spec, &[]) {
-            let own = amount(container);
-            match slot.role {
-                ContainerRole::App | ContainerRole::ConfiguredSidecar => {
-                    app = app.checked_add(&own)?
-                }
-                ContainerRole::Sidecar => {
-                    sidecars = sidecars.checked_add(&own)?;
-                    init_peak = init_peak.max(sidecars);
-                }
-                ContainerRole::Init => init_peak = init_peak.max(own.checked_add(&sidecars)?),
-            }
-        }
-        app = app.checked_add(&sidecars)?;
-        Some(app.max(init_peak))
-    }
-
-    /// What a `resources` block counts of `resource`: its limit, else its request.
-    fn amount(resources: &Value, resource: &str) -> Quantity {
-        resources
-            .get("limits")
-            .and_then(|l| l.get(resource))
-            .or_else(|| resources.get("requests").and_then(|r| r.get(resource)))
-            .and_then(Quantity::from_json)
-            .and_then(Result::ok)
-            .unwrap_or(Quantity::ZERO)
-    }
-
-    /// How many pods of one pod template can run at the same time: the position's upper
-    /// bound ([`TemplateInfo::at_most`]: a batch/v1 Job runs min(parallelism, completions),
-    /// the Worker replicas of an elastic PyTorchJob scale up to `elasticPolicy.maxReplicas`).
-    fn pods_at_once(&self, info: &TemplateInfo) -> i64 {
-        info.at_most
     }
 
     fn check_total(&mut self, resource: &str, schema: &Schema) {
@@ -621,26 +563,17 @@ impl<'a> Evaluation<'a> {
     fn total(&self, resource: &str) -> (Option<Quantity>, Vec<String>) {
         // A TrainJob whose runtime is known: the JobSet Trainer makes from it.
         if let Some(view) = &self.runtime {
-            let jobset = Evaluation {
-                queue: self.queue,
-                kind: view.kind,
-                object: view.jobset,
-                templates: view.templates.clone(),
-                runtime: None,
-                shape: self.shape,
-                sidecars: self.sidecars,
-                reached: HashSet::new(),
-                violations: Vec::new(),
-                seen: HashSet::new(),
-            };
-            return jobset.templates_total(resource, |info| view.label(info));
+            return templates_total(view.kind, &view.templates, resource, |info| {
+                view.label(info)
+            });
         }
-        let (mut total, mut parts) = self.templates_total(resource, template_label);
+        let (mut total, mut parts) =
+            templates_total(self.kind, &self.templates, resource, template_label);
         // A TrainJob whose runtime could not be read: `numNodes` pods, each with
         // `resourcesPerNode` (numNodes unset: counted as 1, said so, and the queue's
         // `unverifiableRuntime` decides whether that is enough).
         if let Some((rt, resources)) = self.trainer_resources() {
-            let per_node = Self::amount(&Value::Object(resources.clone()), resource);
+            let per_node = amount(&Value::Object(resources.clone()), resource);
             if per_node != Quantity::ZERO {
                 let nodes = runtime::own_nodes(rt, self.object);
                 let shown = match nodes {
@@ -658,52 +591,17 @@ impl<'a> Evaluation<'a> {
         (total, parts)
     }
 
-    /// Σ over the pod templates of (pods at once × per pod), with the parts of the sum, each
-    /// named by `label`.
-    fn templates_total(
-        &self,
-        resource: &str,
-        label: impl Fn(&TemplateInfo) -> String,
-    ) -> (Option<Quantity>, Vec<String>) {
-        let mut total = Some(Quantity::ZERO);
-        let mut parts = Vec::new();
-        for (info, template) in &self.templates {
-            if runtime::is_patch_place(self.kind, &info.path_text) {
-                // A runtime patch adds no pods (and its schema has no resources).
-                continue;
-            }
-            let per_pod = Self::per_pod(template, resource);
-            if per_pod == Some(Quantity::ZERO) {
-                continue;
-            }
-            let replicas = self.pods_at_once(info);
-            let shown = per_pod.map_or("too much".into(), |q| q.to_string());
-            parts.push(format!("{}: {replicas} × {shown}", label(info)));
-            total = total.zip(per_pod).and_then(|(total, per_pod)| {
-                per_pod
-                    .checked_mul_int(replicas)
-                    .and_then(|p| total.checked_add(&p))
-            });
-        }
-        (total, parts)
-    }
-
     fn check_deadline(&mut self, maximum: i64) {
-        // Every place a kind keeps its run-level deadline (`spec.activeDeadlineSeconds`,
-        // `spec.runPolicy.activeDeadlineSeconds`), each once.
-        let mut roots: Vec<&str> = Vec::new();
-        for kind in WorkloadKind::all() {
-            if let Deadline::Run(_, _, dotted) = kind.spec().run.deadline
-                && !roots.contains(&dotted)
-            {
-                roots.push(dotted);
-            }
-        }
-        let mut places = Vec::new();
-        for root in roots {
-            let path = FieldPath::parse(root).unwrap_or_default();
-            places.extend(path::resolve(self.object, "", &path.0));
-        }
+        let places: Vec<_> = run_deadlines()
+            .into_iter()
+            .flat_map(|root| {
+                path::resolve(
+                    self.object,
+                    "",
+                    &FieldPath::parse(root).unwrap_or_default().0,
+                )
+            })
+            .collect();
         let job_level = places.iter().any(|(_, v)| v.is_some());
         let pod_path = FieldPath::parse("spec.activeDeadlineSeconds").unwrap_or_default();
         let pod_places = self.places(Anchor::PodTemplate, &pod_path);
@@ -743,6 +641,18 @@ impl<'a> Evaluation<'a> {
     }
 
     fn check_registries(&mut self, allowed: &[String]) {
+        // How a container's image not from an allowed registry is shown.
+        let refused = |image: Option<&str>| match image {
+            Some(image)
+                if allowed
+                    .iter()
+                    .any(|p| image_allowed_by(&normalized_image(image), p)) =>
+            {
+                None
+            }
+            Some(image) => Some(format!("{image:?}")),
+            None => Some("<none>".to_string()),
+        };
         let mut bad = Vec::new();
         for (info, template) in &self.templates {
             let Some(spec) = template.get("spec") else {
@@ -759,15 +669,8 @@ impl<'a> Evaluation<'a> {
                 };
                 for (i, container) in containers.iter().enumerate() {
                     let place = format!("{}.{list}[{i}].image", info.spec_path_text());
-                    match container.get("image").and_then(Value::as_str) {
-                        Some(image) => {
-                            let normalized = normalized_image(image);
-                            if !allowed.iter().any(|p| image_allowed_by(&normalized, p)) {
-                                bad.push((place, format!("{image:?}")));
-                            }
-                        }
-                        None => bad.push((place, "<none>".to_string())),
-                    }
+                    let image = container.get("image").and_then(Value::as_str);
+                    bad.extend(refused(image).map(|shown| (place, shown)));
                 }
             }
         }
@@ -780,17 +683,8 @@ impl<'a> Evaluation<'a> {
             let spec = workload::pod_spec(template);
             for (slot, c) in spec.into_iter().flat_map(|s| workload::containers(s, &[])) {
                 let place = format!("{} {}[{}].image", view.label(info), slot.list, slot.index);
-                match c.get("image").and_then(Value::as_str) {
-                    Some(image) => {
-                        if !allowed
-                            .iter()
-                            .any(|p| image_allowed_by(&normalized_image(image), p))
-                        {
-                            bad.push((place, format!("{image:?}")));
-                        }
-                    }
-                    None => bad.push((place, "<none>".to_string())),
-                }
+                let image = c.get("image").and_then(Value::as_str);
+                bad.extend(refused(image).map(|shown| (place, shown)));
             }
         }
         // A TrainJob's image (unset and the runtime unknown: the runtime's).
@@ -799,14 +693,9 @@ impl<'a> Evaluation<'a> {
             && let Some(image) = runtime::settings(self.kind, self.object)
                 .and_then(|t| t.get(rt.image))
                 .and_then(Value::as_str)
-            && !allowed
-                .iter()
-                .any(|p| image_allowed_by(&normalized_image(image), p))
+            && let Some(shown) = refused(Some(image))
         {
-            bad.push((
-                format!("{}.{}", rt.settings.join("."), rt.image),
-                format!("{image:?}"),
-            ));
+            bad.push((format!("{}.{}", rt.settings.join("."), rt.image), shown));
         }
         let listed = allowed.join(", ");
         for (place, shown) in bad {
@@ -835,22 +724,9 @@ pub fn gpus_at_once(
     runtime: Option<&TrainingRuntime>,
 ) -> Option<(Quantity, Vec<String>)> {
     let shape = TemplateShape::default();
-    let runtime = runtime.filter(|_| kind.spec().runtime.is_some());
-    let effective = runtime.map(|r| runtime::rendered(kind, object, &r.object));
-    let eval = Evaluation {
-        queue: "",
-        kind,
-        object,
-        templates: workload::templates(kind, object),
-        runtime: runtime
-            .zip(effective.as_ref())
-            .and_then(|(r, js)| RuntimeView::new(kind, r.reference.describe(), js)),
-        shape: &shape,
-        sidecars: &[],
-        reached: HashSet::new(),
-        violations: Vec::new(),
-        seen: HashSet::new(),
-    };
+    let rendered = rendered(kind, object, runtime);
+    let templates = workload::templates(kind, object);
+    let eval = Evaluation::new("", kind, object, templates, rendered.as_ref(), &shape, &[]);
     let mut names: BTreeSet<String> = BTreeSet::new();
     let mut collect = |resources: Option<&Value>| {
         for kind in ["limits", "requests"] {
@@ -886,6 +762,95 @@ pub fn gpus_at_once(
         parts.extend(p.into_iter().map(|p| format!("{name} {p}")));
     }
     Some((total, parts))
+}
+
+/// Effective per-pod amount of `resource`, by Kubernetes' pod resource formula with native
+/// sidecars (`initContainers` with `restartPolicy: Always`):
+/// max(Σ app containers + Σ sidecars, max over init containers of (the init container +
+/// Σ sidecars started before it)). Each container counts its limit, else its request.
+/// `None` when the sum does not fit.
+fn per_pod(template: &Map<String, Value>, resource: &str) -> Option<Quantity> {
+    let amount = |container: &Map<String, Value>| -> Quantity {
+        container
+            .get("resources")
+            .map_or(Quantity::ZERO, |r| amount(r, resource))
+    };
+    let mut app = Quantity::ZERO;
+    let mut sidecars = Quantity::ZERO;
+    let mut init_peak = Quantity::ZERO;
+    let spec = workload::pod_spec(template)?;
+    for (slot, container) in workload::containers(spec, &[]) {
+        let own = amount(container);
+        match slot.role {
+            ContainerRole::App | ContainerRole::ConfiguredSidecar => app = app.checked_add(&own)?,
+            ContainerRole::Sidecar => {
+                sidecars = sidecars.checked_add(&own)?;
+                init_peak = init_peak.max(sidecars);
+            }
+            ContainerRole::Init => init_peak = init_peak.max(own.checked_add(&sidecars)?),
+        }
+    }
+    app = app.checked_add(&sidecars)?;
+    Some(app.max(init_peak))
+}
+
+/// What a `resources` block counts of `resource`: its limit, else its request.
+fn amount(resources: &Value, resource: &str) -> Quantity {
+    resources
+        .get("limits")
+        .and_then(|l| l.get(resource))
+        .or_else(|| resources.get("requests").and_then(|r| r.get(resource)))
+        .and_then(Quantity::from_json)
+        .and_then(Result::ok)
+        .unwrap_or(Quantity::ZERO)
+}
+
+/// Σ over the pod templates of (pods at once × per pod), with the parts of the sum, each
+/// named by `label`.
+fn templates_total(
+    kind: WorkloadKind,
+    templates: &[(TemplateInfo, &Map<String, Value>)],
+    resource: &str,
+    label: impl Fn(&TemplateInfo) -> String,
+) -> (Option<Quantity>, Vec<String>) {
+    let mut total = Some(Quantity::ZERO);
+    let mut parts = Vec::new();
+    for (info, template) in templates {
+        if runtime::is_patch_place(kind, &info.path_text) {
+            // A runtime patch adds no pods (and its schema has no resources).
+            continue;
+        }
+        let per_pod = per_pod(template, resource);
+        if per_pod == Some(Quantity::ZERO) {
+            continue;
+        }
+        // How many of its pods can run at once: the position's upper bound (a batch/v1 Job
+        // runs min(parallelism, completions), an elastic PyTorchJob's Worker replicas scale up
+        // to `elasticPolicy.maxReplicas`).
+        let replicas = info.at_most;
+        let shown = per_pod.map_or("too much".into(), |q| q.to_string());
+        parts.push(format!("{}: {replicas} × {shown}", label(info)));
+        total = total.zip(per_pod).and_then(|(total, per_pod)| {
+            per_pod
+                .checked_mul_int(replicas)
+                .and_then(|p| total.checked_add(&p))
+        });
+    }
+    (total, parts)
+}
+
+/// Every place a kind keeps its run-level deadline (`spec.activeDeadlineSeconds`,
+/// `spec.runPolicy.activeDeadlineSeconds`), each once, in the kinds' order.
+pub(super) fn run_deadlines() -> Vec<&'static str> {
+    let mut roots = Vec::new();
+    for kind in WorkloadKind::all() {
+        if let Deadline::Run(_, _, dotted) = kind.spec().run.deadline
+            && !roots.contains(&dotted)
+        {
+            roots.push(dotted);
+        }
+    }
+    roots
 }
 
 /// True for a location checked on a controller-made Pod: inside the pod template, except the
@@ -924,37 +889,32 @@ impl QueueLimits {
     fn violations(
         &self,
         queue: &str,
-        subject: Subject<'_>,
+        candidate: &Candidate<'_>,
+        sidecars: &[String],
         warnings: &mut Vec<rules::Warning>,
     ) -> Vec<Violation> {
-        let Subject {
+        let Candidate {
             kind,
             object,
             namespace,
             scope,
-            sidecars,
             runtime,
-        } = subject;
+            ..
+        } = *candidate;
         let per_pod_only = scope != Scope::Workload;
-        let runtime = runtime.filter(|_| kind.spec().runtime.is_some());
-        let effective = runtime.map(|r| runtime::rendered(kind, object, &r.object));
+        let rendered = rendered(kind, object, runtime);
         let mut templates = workload::templates(kind, object);
         // Its runtime patches are pod specs, judged like a Job's pod template.
         templates.extend(runtime::patch_templates(kind, object));
-        let mut eval = Evaluation {
+        let mut eval = Evaluation::new(
             queue,
             kind,
             object,
             templates,
-            runtime: runtime
-                .zip(effective.as_ref())
-                .and_then(|(r, js)| RuntimeView::new(kind, r.reference.describe(), js)),
-            shape: &self.shape,
+            rendered.as_ref(),
+            &self.shape,
             sidecars,
-            reached: HashSet::new(),
-            violations: Vec::new(),
-            seen: HashSet::new(),
-        };
+        );
 
         if !self.allowed_namespaces.is_empty() {
             let namespace =
@@ -1027,8 +987,7 @@ impl QueueLimits {
                         if matches!(piece, Piece::Variable(n) if *n == variable.name) {
                             let part = Value::String(text.to_string());
                             if let Some(problem) = variable.schema.problem(&part) {
-                                let shown =
-                                    display_value(&part, Some(variable.schema.value_type()));
+                                let shown = display_value(&part, Some(variable.schema.value_type));
                                 eval.report(
                                     source
                                         .violation(format!(
@@ -1481,9 +1440,7 @@ variables:
     fn per_pod_amount_follows_the_pod_resource_formula_with_native_sidecars() {
         use serde_json::json;
         let template = |spec: Value| json!({"spec": spec}).as_object().unwrap().clone();
-        let gpus = |spec: Value| {
-            Evaluation::per_pod(&template(spec), "nvidia.com/gpu").map(|q| q.to_string())
-        };
+        let gpus = |spec: Value| per_pod(&template(spec), "nvidia.com/gpu").map(|q| q.to_string());
         let c = |n: i64| gpu_container(n);
         let sidecar = |n: i64| {
             let mut s = gpu_container(n);

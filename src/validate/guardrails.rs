@@ -69,15 +69,14 @@ pub fn check(
         );
     }
     if let Some(max) = cfg.cost_ceiling.max_gpu_hours
-        && let Some((problem, amount)) = gpu_hours_problem(queue, kind, object, max, runtime)
+        && let Some((problem, amount)) =
+            over_the_ceiling(queue, max, gpus_at_once(kind, object, runtime), || {
+                run_length(kind, object)
+            })
     {
-        let effect = match cfg.cost_ceiling.enforcement {
-            GuardrailEnforcement::Deny => Effect::Deny,
-            GuardrailEnforcement::Warn => Effect::Warn,
-        };
         report
             .violations
-            .push(ceiling_violation(problem, amount, max, effect));
+            .push(ceiling_violation(cfg, problem, amount, max));
     }
     report
 }
@@ -90,18 +89,6 @@ enum Amount {
     Unbounded(String),
     /// Too many GPUs to count.
     Uncountable,
-}
-
-/// Why the run is over the GPU-hour cap, and by how much.
-fn gpu_hours_problem(
-    queue: &str,
-    kind: WorkloadKind,
-    object: &Value,
-    max: f64,
-    runtime: Option<&TrainingRuntime>,
-) -> Option<(String, Amount)> {
-    let gpus = gpus_at_once(kind, object, runtime);
-    over_the_ceiling(queue, max, gpus, || run_length(kind, object))
 }
 
 /// The GPU-hour ceiling for `gpus` at once (`None`: too many to count) held for the run's
@@ -200,10 +187,6 @@ pub fn child_cost(
             },
         }
     })?;
-    let effect = match cfg.cost_ceiling.enforcement {
-        GuardrailEnforcement::Deny => Effect::Deny,
-        GuardrailEnforcement::Warn => Effect::Warn,
-    };
     let whose = match parent.and_then(|p| p.get("kind")).and_then(Value::as_str) {
         Some(owner) => format!(
             " (this {} is its {owner}'s run as its runtime is now; the deadline is the {owner}'s)",
@@ -211,12 +194,22 @@ pub fn child_cost(
         ),
         None => String::new(),
     };
-    Some(ceiling_violation(problem + &whose, amount, max, effect))
+    Some(ceiling_violation(cfg, problem + &whose, amount, max))
 }
 
-/// A violation of the GPU-hour ceiling. What an UPDATE compares (`OnUpdate::Grown`): the
-/// GPU-hours, or the GPUs at once of a run with no bound, each under its own key.
-fn ceiling_violation(problem: String, amount: Amount, max: f64, effect: Effect) -> Violation {
+/// A violation of the GPU-hour ceiling `max`, with the effect its enforcement gives it. What an
+/// UPDATE compares (`OnUpdate::Grown`): the GPU-hours, or the GPUs at once of a run with no
+/// bound, each under its own key.
+fn ceiling_violation(
+    cfg: &GuardrailsConfig,
+    problem: String,
+    amount: Amount,
+    max: f64,
+) -> Violation {
+    let effect = match cfg.cost_ceiling.enforcement {
+        GuardrailEnforcement::Deny => Effect::Deny,
+        GuardrailEnforcement::Warn => Effect::Warn,
+    };
     let found = Violation::new(rules::GUARDRAILS_COST_CEILING, problem)
         .limit(format!("{max} GPU-hours"))
         .effect(effect);

@@ -62,22 +62,16 @@ fn walk(root: &Value, schema: &Value, path: &[Segment], at: usize) -> Walk {
     // Alternatives (`Option<T>` is `anyOf [T, null]`): known if any alternative knows it.
     for key in ["anyOf", "oneOf", "allOf"] {
         if let Some(alternatives) = schema.get(key).and_then(Value::as_array) {
-            let walks: Vec<Walk> = alternatives
+            // Otherwise the alternative that goes furthest says where it stops.
+            return alternatives
                 .iter()
                 .filter(|a| a.get("type").and_then(Value::as_str) != Some("null"))
                 .map(|a| walk(root, a, path, at))
-                .collect();
-            return if walks.contains(&Walk::Known) || walks.is_empty() {
-                Walk::Known
-            } else {
-                walks
-                    .into_iter()
-                    .max_by_key(|w| match w {
-                        Walk::UnknownAt(i) => *i,
-                        Walk::Known => usize::MAX,
-                    })
-                    .unwrap_or(Walk::Known)
-            };
+                .max_by_key(|w| match w {
+                    Walk::UnknownAt(i) => *i,
+                    Walk::Known => usize::MAX,
+                })
+                .unwrap_or(Walk::Known);
         }
     }
     match first {

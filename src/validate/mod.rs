@@ -404,7 +404,7 @@ impl QueueLimits {
         let mut schemas = BTreeMap::new();
         for (name, variable) in &cfg.variables {
             let var_at = format!("{at}.variables.{name}");
-            let effective = match &variable.schema {
+            let (keys, keys_at) = match &variable.schema {
                 Some(_) if variable.has_schema_keys() => {
                     errors.push(ConfigError::new(
                         var_at.clone(),
@@ -412,21 +412,26 @@ impl QueueLimits {
                     ));
                     continue;
                 }
-                Some(nested) => {
-                    let mut merged = (**nested).clone();
-                    merged.required |= variable.required;
-                    if merged.schema.is_some() {
-                        errors.push(ConfigError::new(
-                            format!("{var_at}.schema.schema"),
-                            "`schema` cannot be nested twice",
-                        ));
-                        continue;
-                    }
-                    (merged, format!("{var_at}.schema"))
+                Some(nested) if nested.schema.is_some() => {
+                    errors.push(ConfigError::new(
+                        format!("{var_at}.schema.schema"),
+                        "`schema` cannot be nested twice",
+                    ));
+                    continue;
                 }
-                None => (variable.clone(), var_at.clone()),
+                Some(nested) => {
+                    let required = nested.required || variable.required;
+                    (
+                        SchemaKeys {
+                            required,
+                            ..nested.keys()
+                        },
+                        format!("{var_at}.schema"),
+                    )
+                }
+                None => (variable.keys(), var_at.clone()),
             };
-            if let Some(schema) = Schema::compile(&effective.0.keys(), &effective.1, &mut errors) {
+            if let Some(schema) = Schema::compile(&keys, &keys_at, &mut errors) {
                 schemas.insert(name.clone(), schema);
             }
         }
@@ -440,15 +445,14 @@ impl QueueLimits {
                         Value::String(text) => text.clone(),
                         other => other.to_string(),
                     };
-                    let mut names: Vec<String> = template::pieces(&text)
+                    let names: BTreeSet<String> = template::pieces(&text)
                         .into_iter()
                         .filter_map(|p| match p {
                             Piece::Variable(name) => Some(format!("{name:?}")),
                             _ => None,
                         })
                         .collect();
-                    names.sort();
-                    names.dedup();
+                    let names: Vec<String> = names.into_iter().collect();
                     let unchecked = match names.len() {
                         0 => String::new(),
                         1 => format!("; variable {} would never be checked", names[0]),

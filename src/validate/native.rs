@@ -11,9 +11,9 @@
 
 use super::binding::{self, container_of};
 use super::path::{FieldPath, Segment};
-use super::schema::{Schema, SchemaParts, ValueType};
+use super::schema::{Allowed, Schema, ValueType, quoted};
 use super::template::{Anchor, Piece};
-use super::{FieldLimit, LimitsConfig, QueueLimits, VariableConfig, VariableLimit};
+use super::{LimitsConfig, QueueLimits, VariableConfig, VariableLimit};
 use crate::cel::{self, Identifier, ident, lit};
 use crate::workload::{CONTAINER_LISTS, WorkloadKind};
 
@@ -174,62 +174,57 @@ fn run_text(written: Option<&str>, steps: &[Segment]) -> String {
     }
 }
 
+/// `v` is a number or a bool.
+fn scalar(v: &str) -> String {
+    format!("(type({v}) == int || type({v}) == uint || type({v}) == double || type({v}) == bool)")
+}
+
 /// A value as a message shows it.
 fn show(v: &str) -> String {
     format!(
-        "(type({v}) == string ? {v} : (type({v}) == int || type({v}) == uint || type({v}) == double || type({v}) == bool) ? string({v}) : '<object>')"
+        "(type({v}) == string ? {v} : {} ? string({v}) : '<object>')",
+        scalar(v)
     )
 }
 
 /// What is wrong with the (present) value `v` under `schema`, as a CEL string (`''`: nothing).
-fn problem(v: &str, schema: &SchemaParts<'_>) -> String {
-    let scalar = format!(
-        "(type({v}) == int || type({v}) == uint || type({v}) == double || type({v}) == bool)"
-    );
+fn problem(v: &str, schema: &Schema) -> String {
     if schema.value_type == ValueType::String {
-        let check = match schema.strings {
-            Some(options) => {
-                let shown: Vec<String> = options
-                    .iter()
-                    .map(|o| serde_json::Value::String(o.clone()).to_string())
-                    .collect();
-                format!(
-                    "((type({v}) == string ? {v} : string({v})) in {} ? '' : {})",
-                    cel::str_list(options),
-                    lit(&format!("is not one of {}", shown.join(", ")))
-                )
-            }
-            None => "''".into(),
+        let check = match &schema.allowed {
+            Some(Allowed::Strings(options)) => format!(
+                "((type({v}) == string ? {v} : string({v})) in {} ? '' : {})",
+                cel::str_list(options),
+                lit(&format!("is not one of {}", quoted(options)))
+            ),
+            _ => "''".into(),
         };
-        return format!("((type({v}) == string || {scalar}) ? {check} : 'is not a string')");
+        return format!(
+            "((type({v}) == string || {}) ? {check} : 'is not a string')",
+            scalar(v)
+        );
     }
-    let not_a = match schema.value_type {
-        ValueType::Quantity => "is not a valid quantity",
-        ValueType::Integer => "is not an integer",
-        _ => "is not a number",
-    };
     let mut steps = Vec::new();
     if schema.value_type == ValueType::Integer {
         steps.push(("!q.isInteger()".to_string(), lit("is not an integer")));
     }
-    if let Some((max, text)) = &schema.maximum {
+    if let Some(max) = &schema.maximum {
         steps.push((
-            format!("q.compareTo(quantity({})) > 0", lit(max)),
-            lit(&format!("exceeds maximum {text}")),
+            format!("q.compareTo(quantity({})) > 0", lit(&max.value.to_string())),
+            lit(&format!("exceeds maximum {}", max.text)),
         ));
     }
-    if let Some((min, text)) = &schema.minimum {
+    if let Some(min) = &schema.minimum {
         steps.push((
-            format!("q.compareTo(quantity({})) < 0", lit(min)),
-            lit(&format!("is below minimum {text}")),
+            format!("q.compareTo(quantity({})) < 0", lit(&min.value.to_string())),
+            lit(&format!("is below minimum {}", min.text)),
         ));
     }
-    if let Some(options) = &schema.numbers {
+    if let Some(Allowed::Numbers(options)) = &schema.allowed {
         let values: Vec<String> = options
             .iter()
-            .map(|(q, _)| format!("quantity({})", lit(q)))
+            .map(|o| format!("quantity({})", lit(&o.value.to_string())))
             .collect();
-        let shown: Vec<&str> = options.iter().map(|(_, t)| t.as_str()).collect();
+        let shown: Vec<&str> = options.iter().map(|o| o.text.as_str()).collect();
         steps.push((
             format!("![{}].exists(o, q.compareTo(o) == 0)", values.join(", ")),
             lit(&format!("is not one of {}", shown.join(", "))),
@@ -241,14 +236,13 @@ fn problem(v: &str, schema: &SchemaParts<'_>) -> String {
     }
     format!(
         "[type({v}) == string ? (isQuantity({v}) ? {v} : '') : (type({v}) == int || type({v}) == uint || type({v}) == double) ? string({v}) : ''].map(s, s == '' ? {} : [quantity(s)].map(q, {chain})[0])[0]",
-        lit(not_a)
+        lit(&format!("is not {}", schema.value_type.article_name()))
     )
 }
 
 /// The violation lines of the places in `places` (a CEL list of `{'at', 'v'}`) under `schema`.
 fn check_places(prefix: &str, places: &str, schema: &Schema, source: &str) -> String {
-    let parts = schema.parts();
-    let missing = if parts.required {
+    let missing = if schema.required {
         format!(
             "[{} + e.at + {}]",
             lit(prefix),
@@ -259,7 +253,7 @@ fn check_places(prefix: &str, places: &str, schema: &Schema, source: &str) -> St
     };
     format!(
         "{places}.map(e, size(e.v) == 0 || e.v[0] == null ? {missing} : [{}].filter(x, x != '').map(x, {} + e.at + '=' + {} + ' ' + x + {})).flatten()",
-        problem("e.v[0]", &parts),
+        problem("e.v[0]", schema),
         lit(prefix),
         show("e.v[0]"),
         lit(&format!(" ({source})")),
@@ -289,11 +283,11 @@ fn container_places(
         ),
         None => "lists.range(size(cs))".into(),
     };
-    let nth = if name.is_some() { 0 } else { index };
-    let absent_at = match name {
-        Some(name) => format!("{base} + {}", lit(&format!("[name={name}]"))),
-        None => format!("{base} + {}", lit(&format!("[{index}]"))),
+    let (nth, absent) = match name {
+        Some(name) => (0, format!("[name={name}]")),
+        None => (index, format!("[{index}]")),
     };
+    let absent_at = format!("{base} + {}", lit(&absent));
     format!(
         "[{items}].map(cs, [{found}].map(js, size(js) > {nth} ? [[cs[js[{nth}]]]].map(c0, {present})[0] : [dyn([])].map(c0, {absent})[0])[0])[0]",
         present = resolve(
@@ -326,11 +320,7 @@ fn template_path_places(path: &FieldPath) -> String {
     };
     let first_step = format!(
         "p.tat + (p.tat == '' ? '' : '.') + {}",
-        lit(&{
-            let mut s = String::new();
-            super::path::push_segment(&mut s, &Segment::Key(first.clone()));
-            s
-        })
+        lit(&FieldPath(vec![Segment::Key(first.clone())]).to_string())
     );
     format!(
         "[{first} in p.t ? [p.t[{first}]] : []].map(c0, {})[0]",
@@ -455,8 +445,7 @@ impl QueueLimits {
             format!("({}).map(e, e.at)", reached.join(" + "))
         };
         let reached = out.place(ident!("reached"), reached);
-        let fields: Vec<FieldLimit> = self.fields.clone();
-        for (n, ceiling) in binding::envelope(&placed, &fields).iter().enumerate() {
+        for (n, ceiling) in binding::envelope(&placed, &self.fields).iter().enumerate() {
             let path = FieldPath(vec![
                 Segment::Key("resources".into()),
                 Segment::Key(ceiling.kind.clone()),
@@ -594,18 +583,23 @@ fn total_check(prefix: &str, resource: &str, schema: &Schema) -> String {
         sidecars_before(&format!("size({init})"))
     );
     let total = format!("([0.0] + variables.specs.map(p, double(p.n) * {per_pod})).sum()");
-    let parts = schema.parts();
     let mut checks = Vec::new();
-    if let Some((max, text)) = &parts.maximum {
+    if let Some(max) = &schema.maximum {
         checks.push((
-            format!("t > quantity({}).asApproximateFloat()", lit(max)),
-            format!("exceeds maximum {text}"),
+            format!(
+                "t > quantity({}).asApproximateFloat()",
+                lit(&max.value.to_string())
+            ),
+            format!("exceeds maximum {}", max.text),
         ));
     }
-    if let Some((min, text)) = &parts.minimum {
+    if let Some(min) = &schema.minimum {
         checks.push((
-            format!("t < quantity({}).asApproximateFloat()", lit(min)),
-            format!("is below minimum {text}"),
+            format!(
+                "t < quantity({}).asApproximateFloat()",
+                lit(&min.value.to_string())
+            ),
+            format!("is below minimum {}", min.text),
         ));
     }
     let lines: Vec<String> = checks
@@ -627,15 +621,8 @@ fn total_check(prefix: &str, resource: &str, schema: &Schema) -> String {
 /// `activeDeadlineSeconds` set (on the workload, or on every pod template) and at most
 /// `maximum`.
 fn deadline_check(prefix: &str, maximum: i64) -> String {
-    // Every place a kind keeps its run-level deadline (its descriptor's `Deadline::Run`).
-    let mut fields: Vec<&str> = crate::workload::WorkloadKind::all()
-        .filter_map(|k| match k.spec().run.deadline {
-            crate::kinds::Deadline::Run(_, _, dotted) => Some(dotted),
-            _ => None,
-        })
-        .collect();
+    let mut fields = super::check::run_deadlines();
     fields.sort();
-    fields.dedup();
     let roots = fields
         .iter()
         .map(|f| root_places(&FieldPath::parse(f).unwrap_or_default()))

@@ -35,16 +35,8 @@ pub fn push_segment(out: &mut String, segment: &Segment) {
             }
             out.push_str(key);
         }
-        Segment::Key(key) => {
-            out.push('[');
-            out.push_str(&serde_json::Value::String(key.clone()).to_string());
-            out.push(']');
-        }
-        Segment::Index(i) => {
-            out.push('[');
-            out.push_str(&i.to_string());
-            out.push(']');
-        }
+        Segment::Key(key) => out.push_str(&format!("[{}]", Value::String(key.clone()))),
+        Segment::Index(i) => out.push_str(&format!("[{i}]")),
         Segment::AnyIndex => out.push_str("[*]"),
     }
 }
@@ -185,28 +177,21 @@ fn resolve_into<'a>(
         return;
     };
     let len = written.len();
-    match first {
+    let next = match first {
         Segment::AnyIndex => {
-            if let Some(items) = value.and_then(Value::as_array) {
-                for (i, item) in items.iter().enumerate() {
-                    push_segment(written, &Segment::Index(i));
-                    resolve_into(Some(item), written, rest, out);
-                    written.truncate(len);
-                }
+            let items = value.and_then(Value::as_array).into_iter().flatten();
+            for (i, item) in items.enumerate() {
+                push_segment(written, &Segment::Index(i));
+                resolve_into(Some(item), written, rest, out);
+                written.truncate(len);
             }
             return;
         }
-        Segment::Key(key) => {
-            push_segment(written, first);
-            let next = value.and_then(|v| v.as_object()).and_then(|m| m.get(key));
-            resolve_into(next, written, rest, out);
-        }
-        Segment::Index(i) => {
-            push_segment(written, first);
-            let next = value.and_then(Value::as_array).and_then(|a| a.get(*i));
-            resolve_into(next, written, rest, out);
-        }
-    }
+        Segment::Key(key) => value.and_then(|v| v.get(key)),
+        Segment::Index(i) => value.and_then(|v| v.get(i)),
+    };
+    push_segment(written, first);
+    resolve_into(next, written, rest, out);
     written.truncate(len);
 }
 

@@ -21,7 +21,7 @@ pub enum ValueType {
 }
 
 impl ValueType {
-    fn article_name(self) -> &'static str {
+    pub(super) fn article_name(self) -> &'static str {
         match self {
             ValueType::Integer => "an integer",
             ValueType::Number => "a number",
@@ -48,35 +48,35 @@ pub struct SchemaKeys<'a> {
 
 /// A numeric bound or enum member: its exact value and how the config wrote it.
 #[derive(Debug, Clone)]
-struct Written {
-    value: Quantity,
-    text: String,
+pub(super) struct Written {
+    pub value: Quantity,
+    pub text: String,
 }
 
 #[derive(Debug, Clone)]
-enum Allowed {
+pub(super) enum Allowed {
     Numbers(Vec<Written>),
     Strings(Vec<String>),
 }
 
-/// A schema's parts: bounds and numeric enum members as (canonical quantity, as written).
-pub(super) struct SchemaParts<'a> {
-    pub value_type: ValueType,
-    pub minimum: Option<(String, String)>,
-    pub maximum: Option<(String, String)>,
-    pub strings: Option<&'a [String]>,
-    pub numbers: Option<Vec<(String, String)>>,
+/// A compiled schema (its parts are read to write it in another language: native admission
+/// policies).
+#[derive(Debug, Clone)]
+pub struct Schema {
+    pub(super) value_type: ValueType,
+    pub(super) minimum: Option<Written>,
+    pub(super) maximum: Option<Written>,
+    pub(super) allowed: Option<Allowed>,
     pub required: bool,
 }
 
-/// A compiled schema.
-#[derive(Debug, Clone)]
-pub struct Schema {
-    value_type: ValueType,
-    minimum: Option<Written>,
-    maximum: Option<Written>,
-    allowed: Option<Allowed>,
-    pub required: bool,
+/// Strings as a message lists them: `"a", "b"`.
+pub(super) fn quoted(options: &[String]) -> String {
+    let quoted: Vec<String> = options
+        .iter()
+        .map(|o| Value::String(o.clone()).to_string())
+        .collect();
+    quoted.join(", ")
 }
 
 /// How a value looks in a message: strings as written for numeric types, JSON otherwise.
@@ -124,30 +124,6 @@ fn written_text(value: &Value) -> String {
 }
 
 impl Schema {
-    pub fn value_type(&self) -> ValueType {
-        self.value_type
-    }
-
-    /// The schema's parts, for writing it in another language (native admission policies):
-    /// bounds and numeric enum members as (canonical quantity, as written).
-    pub(super) fn parts(&self) -> SchemaParts<'_> {
-        let pair = |w: &Written| (w.value.to_string(), w.text.clone());
-        SchemaParts {
-            value_type: self.value_type,
-            minimum: self.minimum.as_ref().map(pair),
-            maximum: self.maximum.as_ref().map(pair),
-            strings: match &self.allowed {
-                Some(Allowed::Strings(s)) => Some(s.as_slice()),
-                _ => None,
-            },
-            numbers: match &self.allowed {
-                Some(Allowed::Numbers(n)) => Some(n.iter().map(pair).collect()),
-                _ => None,
-            },
-            required: self.required,
-        }
-    }
-
     /// Compiles the keys found at `at` (e.g. `queues.q.limits.variables.gpus`).
     pub fn compile(
         keys: &SchemaKeys<'_>,
@@ -265,14 +241,7 @@ impl Schema {
             (None, None) => type_name.to_string(),
         }];
         match &self.allowed {
-            Some(Allowed::Strings(options)) => parts.push(format!(
-                "one of {}",
-                options
-                    .iter()
-                    .map(|o| Value::String(o.clone()).to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+            Some(Allowed::Strings(options)) => parts.push(format!("one of {}", quoted(options))),
             Some(Allowed::Numbers(options)) => parts.push(format!(
                 "one of {}",
                 options
@@ -301,11 +270,7 @@ impl Schema {
             if let Some(Allowed::Strings(options)) = &self.allowed
                 && !options.contains(&text)
             {
-                let list: Vec<String> = options
-                    .iter()
-                    .map(|o| Value::String(o.clone()).to_string())
-                    .collect();
-                return Some(format!("is not one of {}", list.join(", ")));
+                return Some(format!("is not one of {}", quoted(options)));
             }
             return None;
         }

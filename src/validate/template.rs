@@ -444,44 +444,32 @@ pub fn parse(source: &Value) -> Result<Template, String> {
         .into_iter()
         .map(|(info, _)| FieldPath::parse(&info.path_text).unwrap_or_default())
         .collect();
-    let mut leaves = Vec::new();
-    let mut errors = Vec::new();
     let mut walk = Walk {
         pod_templates: &pod_templates,
         prefix_len: prefix.len(),
-        leaves: &mut leaves,
-        errors: &mut errors,
+        leaves: Vec::new(),
+        errors: Vec::new(),
     };
     walk.collect(object, &mut prefix.clone(), false);
-    if let Some(first) = errors.into_iter().next() {
+    if let Some(first) = walk.errors.into_iter().next() {
         return Err(first);
     }
     // Placeholders next to the object (e.g. beside `resource_args`) land in no workload.
     let mut stray_variables = Vec::new();
-    if wrapper != Wrapper::Bare {
+    if let Some((last, parents)) = wrapper.prefix().split_last() {
         let mut outside = doc.clone();
-        let mut at = &mut outside;
-        for (i, key) in wrapper.prefix().iter().enumerate() {
-            let Some(map) = at.as_object_mut() else { break };
-            if i + 1 == wrapper.prefix().len() {
-                map.remove(*key);
-                break;
-            }
-            match map.get_mut(*key) {
-                Some(next) => at = next,
-                None => break,
-            }
+        let parent: String = parents.iter().map(|k| format!("/{k}")).collect();
+        if let Some(map) = outside.pointer_mut(&parent).and_then(Value::as_object_mut) {
+            map.remove(*last);
         }
-        let mut outer_leaves = Vec::new();
-        let mut ignored = Vec::new();
-        let mut walk = Walk {
+        let mut outer = Walk {
             pod_templates: &[],
             prefix_len: 0,
-            leaves: &mut outer_leaves,
-            errors: &mut ignored,
+            leaves: Vec::new(),
+            errors: Vec::new(),
         };
-        walk.collect(&outside, &mut Vec::new(), false);
-        for leaf in &outer_leaves {
+        outer.collect(&outside, &mut Vec::new(), false);
+        for leaf in &outer.leaves {
             for name in leaf.variables() {
                 stray_variables.push((name.to_string(), leaf.template_path.clone()));
             }
@@ -490,7 +478,7 @@ pub fn parse(source: &Value) -> Result<Template, String> {
     Ok(Template {
         kind,
         wrapper,
-        leaves,
+        leaves: walk.leaves,
         stray_variables,
     })
 }
@@ -499,8 +487,8 @@ struct Walk<'a> {
     pod_templates: &'a [FieldPath],
     /// Segments of the wrapper in front of the object (not part of workload paths).
     prefix_len: usize,
-    leaves: &'a mut Vec<TemplateLeaf>,
-    errors: &'a mut Vec<String>,
+    leaves: Vec<TemplateLeaf>,
+    errors: Vec<String>,
 }
 
 impl Walk<'_> {
