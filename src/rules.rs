@@ -141,239 +141,130 @@ impl OnUpdate {
     }
 }
 
-/// `queues.<queue>.limits.allowedNamespaces`.
-pub const LIMITS_ALLOWED_NAMESPACES: &Rule = &Rule {
-    id: "limits.allowedNamespaces",
-    config_key: "queues.<queue>.limits.allowedNamespaces",
-    meaning: "the workload is in a namespace the queue does not allow",
-    action: "submit to a listed namespace, or use another queue",
-    native: Native::Cel("the namespace compared with the list (validate::native)"),
-    update: OnUpdate::Changed,
-    denies: Denies::LimitsEnforcement,
-};
+/// Declares each rule as a constant, and [`RULES`]: every rule, in the order the reference lists
+/// them. A rule is its id, config key, meaning, action, native form, how an UPDATE is judged and
+/// what makes it deny (the fields of [`Rule`], in order).
+macro_rules! rules {
+    ($($(#[$doc:meta])* $name:ident = $id:literal, $config_key:literal, $meaning:literal,
+        $action:literal, $native:expr, $update:expr, $denies:expr;)*) => {
+        $($(#[$doc])* pub const $name: &Rule = &Rule {
+            id: $id,
+            config_key: $config_key,
+            meaning: $meaning,
+            action: $action,
+            native: $native,
+            update: $update,
+            denies: $denies,
+        };)*
+        /// Every rule, in the order the reference lists them.
+        pub const RULES: &[&Rule] = &[$($name),*];
+    };
+}
 
-/// `queues.<queue>.limits.variables` (and the envelope they set on every container).
-pub const LIMITS_VARIABLES: &Rule = &Rule {
-    id: "limits.variables",
-    config_key: "queues.<queue>.limits.variables",
-    meaning: "a value at a template variable's position is outside the variable's schema (type, minimum, maximum, enum, required, the template's pattern around it); a container the template does not describe is held to the largest maximum any container may have (the envelope)",
-    action: "bring the value within the bound the message names, or the queue's platform team changes the variable",
-    native: Native::Cel(
-        "each position of the variable, bound to the workload's pod templates and containers by role and name (validate::native); a position CEL cannot place is listed in the report",
-    ),
-    update: OnUpdate::Changed,
-    denies: Denies::LimitsEnforcement,
-};
-
-/// `queues.<queue>.limits.fields`.
-pub const LIMITS_FIELDS: &Rule = &Rule {
-    id: "limits.fields",
-    config_key: "queues.<queue>.limits.fields",
-    meaning: "a value at a field limit's path is outside its schema (or missing where required); a container no limit describes is held to the largest maximum (the envelope)",
-    action: "bring the value within the bound the message names",
-    native: Native::Cel("each field path under the root or every pod template (validate::native)"),
-    update: OnUpdate::Changed,
-    denies: Denies::LimitsEnforcement,
-};
-
-/// `queues.<queue>.limits.strict`.
-pub const LIMITS_STRICT: &Rule = &Rule {
-    id: "limits.strict",
-    config_key: "queues.<queue>.limits.strict",
-    meaning: "`strict: true`: a fixed (non-variable) value of the queue template differs on the workload",
-    action: "use the template's value",
-    native: Native::WebhookOnly(
-        "the template's fixed values compare by JSON value and by `${macro}` pattern",
-    ),
-    update: OnUpdate::Changed,
-    denies: Denies::LimitsEnforcement,
-};
-
-/// `queues.<queue>.limits.totals`.
-pub const LIMITS_TOTALS: &Rule = &Rule {
-    id: "limits.totals",
-    config_key: "queues.<queue>.limits.totals",
-    meaning: "the pods that can run at once × each pod's amount of a resource is over the queue's total (a TrainJob counted as the JobSet Trainer makes from its runtime)",
-    action: "fewer replicas or parallelism, or less per pod; the message's parts show which template counts how much",
-    native: Native::Cel(
-        "the sum over the kind's pod templates of pods at once × per-pod amount (validate::native)",
-    ),
-    update: OnUpdate::Grown,
-    denies: Denies::LimitsEnforcement,
-};
-
-/// `queues.<queue>.limits.maxActiveDeadlineSeconds`.
-pub const LIMITS_MAX_ACTIVE_DEADLINE_SECONDS: &Rule = &Rule {
-    id: "limits.maxActiveDeadlineSeconds",
-    config_key: "queues.<queue>.limits.maxActiveDeadlineSeconds",
-    meaning: "the workload has no activeDeadlineSeconds (on itself or on every pod template), or one over the queue's maximum",
-    action: "set a deadline within the bound",
-    native: Native::Cel(
-        "the run-level and pod-template deadlines compared with the maximum (validate::native)",
-    ),
-    update: OnUpdate::Grown,
-    denies: Denies::LimitsEnforcement,
-};
-
-/// `queues.<queue>.limits.allowedRegistries`.
-pub const LIMITS_ALLOWED_REGISTRIES: &Rule = &Rule {
-    id: "limits.allowedRegistries",
-    config_key: "queues.<queue>.limits.allowedRegistries",
-    meaning: "a container image (of any container list, ephemeral containers included) is not under an allowed registry prefix",
-    action: "use an image from a listed registry",
-    native: Native::Cel("every image, normalised, against the prefixes (validate::native)"),
-    update: OnUpdate::Changed,
-    denies: Denies::LimitsEnforcement,
-};
-
-/// `queues.<queue>.limits.unverifiableRuntime`.
-pub const LIMITS_UNVERIFIABLE_RUNTIME: &Rule = &Rule {
-    id: "limits.unverifiableRuntime",
-    config_key: "queues.<queue>.limits.unverifiableRuntime",
-    meaning: "a TrainJob leaves numNodes or resourcesPerNode to a runtime launchgate cannot read, in a queue whose totals or GPU-hour ceiling bound its size (`deny`, the default; `warn` makes it a warning)",
-    action: "set spec.trainer.numNodes and resourcesPerNode on the TrainJob, or turn on cluster lookups so the runtime is read",
-    native: Native::WebhookOnly(
-        "a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs",
-    ),
-    update: OnUpdate::CreateOnly,
-    denies: Denies::UnverifiableRuntime,
-};
-
-/// `queues.<queue>.limits.trainingRuntimes`.
-pub const LIMITS_TRAINING_RUNTIMES: &Rule = &Rule {
-    id: "limits.trainingRuntimes",
-    config_key: "queues.<queue>.limits.trainingRuntimes",
-    meaning: "`trainingRuntimes: clusterOnly` (the default): a TrainJob names a namespaced TrainingRuntime, which a tenant can own and grow after the TrainJob is admitted; only ClusterTrainingRuntimes size the queue's runs",
-    action: "name a ClusterTrainingRuntime, or the platform team sets `trainingRuntimes: namespaced` for the queue",
-    native: Native::WebhookOnly(
-        "a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs",
-    ),
-    update: OnUpdate::Changed,
-    denies: Denies::TrainingRuntimes,
-};
-
-/// `queues.<queue>.kueue`: the Kueue labels are the queue's.
-pub const KUEUE_LABELS: &Rule = &Rule {
-    id: "kueue.labels",
-    config_key: "queues.<queue>.kueue",
-    meaning: "the workload's Kueue label (LocalQueue, priority class, longest run time) differs from the queue's after the mutating webhook, or an update changed it",
-    action: "remove the label (launchgate writes the queue's at creation) or set the queue's value; a shorter run time is fine",
-    native: Native::Cel("the labels compared with the queue's (native::kueue)"),
-    update: OnUpdate::Changed,
-    denies: Denies::Kueue,
-};
-
-/// `queues.<queue>.guardrails.gang: deny`.
-pub const GUARDRAILS_GANG: &Rule = &Rule {
-    id: "guardrails.gang",
-    config_key: "queues.<queue>.guardrails.gang",
-    meaning: "`gang: deny`: a gang scheduler's minimum (a Volcano Job's spec.minAvailable, a PyTorchJob's runPolicy.schedulingPolicy.minAvailable) is below the job's rendezvous size, so the job could start half",
-    action: "set the minimum to the rendezvous size the message names",
-    native: Native::WebhookOnly(
-        "the rendezvous size comes from the topology reading the wiring uses",
-    ),
-    update: OnUpdate::Changed,
-    denies: Denies::Gang,
-};
-
-/// `queues.<queue>.guardrails.costCeiling.maxGpuHours`.
-pub const GUARDRAILS_COST_CEILING: &Rule = &Rule {
-    id: "guardrails.costCeiling",
-    config_key: "queues.<queue>.guardrails.costCeiling.maxGpuHours",
-    meaning: "GPUs at once × the run's bound (its run-level deadline × runs) is over the queue's GPU-hours per run, or the run has no run-level bound (`enforcement: deny`; `warn` makes it a warning)",
-    action: "set the field the message names to at most the value it gives, allow fewer restarts, or use fewer GPUs",
-    native: Native::WebhookOnly(
-        "GPU-hours multiply the topology's GPUs at once by the run's bound (its run-level deadline, or a JobSet's Job deadlines × (failurePolicy.maxRestarts + 1), a Volcano Job's pod deadlines × (maxRetry + 1)), with the deadline the mutation may have written; this stays in the webhook",
-    ),
-    update: OnUpdate::Grown,
-    denies: Denies::CostCeiling,
-};
-
-/// `queues.<queue>.pytorch.onUnwirable: deny`.
-pub const PYTORCH_ON_UNWIRABLE: &Rule = &Rule {
-    id: "pytorch.onUnwirable",
-    config_key: "queues.<queue>.pytorch.onUnwirable",
-    meaning: "a distributed PyTorch job launchgate would wire can never rendezvous (no master, several masters, no subdomain, parallelism below completions, …) and the queue says `onUnwirable: deny`",
-    action: "fix the shape the message names, or opt the job out with the label launchgate.io/pytorch: \"false\"",
-    native: Native::WebhookOnly(
-        "the distributed wiring reads the whole topology (master, ranks, world size) and, for controller-made pods, their workload (cluster lookups)",
-    ),
-    update: OnUpdate::CreateOnly,
-    denies: Denies::PytorchUnwirable,
-};
-
-/// A workload carrying an exemption mark launchgate did not write.
-pub const EXEMPTIONS_UNEARNED_MARK: &Rule = &Rule {
-    id: "exemptions.unearnedMark",
-    config_key: "match.exemptions, queues.<queue>.exemptions",
-    meaning: "the workload (or a pod template) carries launchgate.io/exempted-by, which only launchgate writes on a workload an exemption covers, and no exemption covers this one",
-    action: "remove the annotation; exemptions go by requester and namespace",
-    native: Native::Cel(
-        "a mark on a workload that is not a verified controller's child, refused on CREATE and on an UPDATE that labels the workload into the queue, where an exemption is configured (native::select::unproven_marks): nothing in the native policies writes one",
-    ),
-    update: OnUpdate::Changed,
-    denies: Denies::Exemptions,
-};
-
-/// A PyTorchJob Scale whose PyTorchJob cannot be read.
-pub const SCALE_UNREADABLE_OWNER: &Rule = &Rule {
-    id: "scale.unreadableOwner",
-    config_key: "clusterLookups (serve --cluster-lookups)",
-    meaning: "a scale-up through pytorchjobs/scale, whose PyTorchJob launchgate cannot read (no cluster lookups, or not in their cache yet), so its queue's limits cannot be checked",
-    action: "turn on cluster lookups (covering the namespace) and retry, or change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob",
-    native: Native::WebhookOnly(
-        "a Scale carries no labels: its queue is its PyTorchJob's, read from the cluster",
-    ),
-    update: OnUpdate::Grown,
-    denies: Denies::Never,
-};
-
-/// A request whose object would need more memory than the server's whole budget.
-pub const SERVER_TOO_DENSE: &Rule = &Rule {
-    id: "server.tooDense",
-    config_key: "--memory-budget-mib (the pod's memory limit)",
-    meaning: "the object's shape alone (tens of thousands of containers) would need more memory to review than the replica's whole budget: denied unreviewed",
-    action: "split the workload, or raise the webhook's memory limit (the budget follows it)",
-    native: Native::WebhookOnly(
-        "a memory budget is the webhook's; the API server bounds a policy's CEL cost itself",
-    ),
-    update: OnUpdate::Every,
-    denies: Denies::Never,
-};
-
-/// A request whose object would take longer to review than the request deadline allows.
-pub const SERVER_TOO_SLOW: &Rule = &Rule {
-    id: "server.tooSlow",
-    config_key: "--request-deadline-ms",
-    meaning: "the object's shape alone (tens of thousands of containers) would take longer to review than half the request deadline, so the answer would come after the API server gave up: denied unreviewed",
-    action: "split the workload, or raise the request deadline and the webhook's timeoutSeconds together",
-    native: Native::WebhookOnly(
-        "a request deadline is the webhook's; the API server bounds a policy's CEL cost itself",
-    ),
-    update: OnUpdate::Every,
-    denies: Denies::Never,
-};
-
-/// Every rule, in the order the reference lists them.
-pub const RULES: &[&Rule] = &[
-    LIMITS_ALLOWED_NAMESPACES,
-    LIMITS_VARIABLES,
-    LIMITS_FIELDS,
-    LIMITS_STRICT,
-    LIMITS_TOTALS,
-    LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
-    LIMITS_ALLOWED_REGISTRIES,
-    LIMITS_UNVERIFIABLE_RUNTIME,
-    LIMITS_TRAINING_RUNTIMES,
-    KUEUE_LABELS,
-    GUARDRAILS_GANG,
-    GUARDRAILS_COST_CEILING,
-    PYTORCH_ON_UNWIRABLE,
-    EXEMPTIONS_UNEARNED_MARK,
-    SCALE_UNREADABLE_OWNER,
-    SERVER_TOO_DENSE,
-    SERVER_TOO_SLOW,
-];
+rules! {
+    /// `queues.<queue>.limits.allowedNamespaces`.
+    LIMITS_ALLOWED_NAMESPACES = "limits.allowedNamespaces", "queues.<queue>.limits.allowedNamespaces",
+        "the workload is in a namespace the queue does not allow",
+        "submit to a listed namespace, or use another queue",
+        Native::Cel("the namespace compared with the list (validate::native)"),
+        OnUpdate::Changed, Denies::LimitsEnforcement;
+    /// `queues.<queue>.limits.variables` (and the envelope they set on every container).
+    LIMITS_VARIABLES = "limits.variables", "queues.<queue>.limits.variables",
+        "a value at a template variable's position is outside the variable's schema (type, minimum, maximum, enum, required, the template's pattern around it); a container the template does not describe is held to the largest maximum any container may have (the envelope)",
+        "bring the value within the bound the message names, or the queue's platform team changes the variable",
+        Native::Cel("each position of the variable, bound to the workload's pod templates and containers by role and name (validate::native); a position CEL cannot place is listed in the report"),
+        OnUpdate::Changed, Denies::LimitsEnforcement;
+    /// `queues.<queue>.limits.fields`.
+    LIMITS_FIELDS = "limits.fields", "queues.<queue>.limits.fields",
+        "a value at a field limit's path is outside its schema (or missing where required); a container no limit describes is held to the largest maximum (the envelope)",
+        "bring the value within the bound the message names",
+        Native::Cel("each field path under the root or every pod template (validate::native)"),
+        OnUpdate::Changed, Denies::LimitsEnforcement;
+    /// `queues.<queue>.limits.strict`.
+    LIMITS_STRICT = "limits.strict", "queues.<queue>.limits.strict",
+        "`strict: true`: a fixed (non-variable) value of the queue template differs on the workload",
+        "use the template's value",
+        Native::WebhookOnly("the template's fixed values compare by JSON value and by `${macro}` pattern"),
+        OnUpdate::Changed, Denies::LimitsEnforcement;
+    /// `queues.<queue>.limits.totals`.
+    LIMITS_TOTALS = "limits.totals", "queues.<queue>.limits.totals",
+        "the pods that can run at once × each pod's amount of a resource is over the queue's total (a TrainJob counted as the JobSet Trainer makes from its runtime)",
+        "fewer replicas or parallelism, or less per pod; the message's parts show which template counts how much",
+        Native::Cel("the sum over the kind's pod templates of pods at once × per-pod amount (validate::native)"),
+        OnUpdate::Grown, Denies::LimitsEnforcement;
+    /// `queues.<queue>.limits.maxActiveDeadlineSeconds`.
+    LIMITS_MAX_ACTIVE_DEADLINE_SECONDS = "limits.maxActiveDeadlineSeconds", "queues.<queue>.limits.maxActiveDeadlineSeconds",
+        "the workload has no activeDeadlineSeconds (on itself or on every pod template), or one over the queue's maximum",
+        "set a deadline within the bound",
+        Native::Cel("the run-level and pod-template deadlines compared with the maximum (validate::native)"),
+        OnUpdate::Grown, Denies::LimitsEnforcement;
+    /// `queues.<queue>.limits.allowedRegistries`.
+    LIMITS_ALLOWED_REGISTRIES = "limits.allowedRegistries", "queues.<queue>.limits.allowedRegistries",
+        "a container image (of any container list, ephemeral containers included) is not under an allowed registry prefix",
+        "use an image from a listed registry",
+        Native::Cel("every image, normalised, against the prefixes (validate::native)"),
+        OnUpdate::Changed, Denies::LimitsEnforcement;
+    /// `queues.<queue>.limits.unverifiableRuntime`.
+    LIMITS_UNVERIFIABLE_RUNTIME = "limits.unverifiableRuntime", "queues.<queue>.limits.unverifiableRuntime",
+        "a TrainJob leaves numNodes or resourcesPerNode to a runtime launchgate cannot read, in a queue whose totals or GPU-hour ceiling bound its size (`deny`, the default; `warn` makes it a warning)",
+        "set spec.trainer.numNodes and resourcesPerNode on the TrainJob, or turn on cluster lookups so the runtime is read",
+        Native::WebhookOnly("a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs"),
+        OnUpdate::CreateOnly, Denies::UnverifiableRuntime;
+    /// `queues.<queue>.limits.trainingRuntimes`.
+    LIMITS_TRAINING_RUNTIMES = "limits.trainingRuntimes", "queues.<queue>.limits.trainingRuntimes",
+        "`trainingRuntimes: clusterOnly` (the default): a TrainJob names a namespaced TrainingRuntime, which a tenant can own and grow after the TrainJob is admitted; only ClusterTrainingRuntimes size the queue's runs",
+        "name a ClusterTrainingRuntime, or the platform team sets `trainingRuntimes: namespaced` for the queue",
+        Native::WebhookOnly("a TrainJob's pods come from its training runtime, read from the cluster; native policies do not judge TrainJobs"),
+        OnUpdate::Changed, Denies::TrainingRuntimes;
+    /// `queues.<queue>.kueue`: the Kueue labels are the queue's.
+    KUEUE_LABELS = "kueue.labels", "queues.<queue>.kueue",
+        "the workload's Kueue label (LocalQueue, priority class, longest run time) differs from the queue's after the mutating webhook, or an update changed it",
+        "remove the label (launchgate writes the queue's at creation) or set the queue's value; a shorter run time is fine",
+        Native::Cel("the labels compared with the queue's (native::kueue)"),
+        OnUpdate::Changed, Denies::Kueue;
+    /// `queues.<queue>.guardrails.gang: deny`.
+    GUARDRAILS_GANG = "guardrails.gang", "queues.<queue>.guardrails.gang",
+        "`gang: deny`: a gang scheduler's minimum (a Volcano Job's spec.minAvailable, a PyTorchJob's runPolicy.schedulingPolicy.minAvailable) is below the job's rendezvous size, so the job could start half",
+        "set the minimum to the rendezvous size the message names",
+        Native::WebhookOnly("the rendezvous size comes from the topology reading the wiring uses"),
+        OnUpdate::Changed, Denies::Gang;
+    /// `queues.<queue>.guardrails.costCeiling.maxGpuHours`.
+    GUARDRAILS_COST_CEILING = "guardrails.costCeiling", "queues.<queue>.guardrails.costCeiling.maxGpuHours",
+        "GPUs at once × the run's bound (its run-level deadline × runs) is over the queue's GPU-hours per run, or the run has no run-level bound (`enforcement: deny`; `warn` makes it a warning)",
+        "set the field the message names to at most the value it gives, allow fewer restarts, or use fewer GPUs",
+        Native::WebhookOnly("GPU-hours multiply the topology's GPUs at once by the run's bound (its run-level deadline, or a JobSet's Job deadlines × (failurePolicy.maxRestarts + 1), a Volcano Job's pod deadlines × (maxRetry + 1)), with the deadline the mutation may have written; this stays in the webhook"),
+        OnUpdate::Grown, Denies::CostCeiling;
+    /// `queues.<queue>.pytorch.onUnwirable: deny`.
+    PYTORCH_ON_UNWIRABLE = "pytorch.onUnwirable", "queues.<queue>.pytorch.onUnwirable",
+        "a distributed PyTorch job launchgate would wire can never rendezvous (no master, several masters, no subdomain, parallelism below completions, …) and the queue says `onUnwirable: deny`",
+        "fix the shape the message names, or opt the job out with the label launchgate.io/pytorch: \"false\"",
+        Native::WebhookOnly("the distributed wiring reads the whole topology (master, ranks, world size) and, for controller-made pods, their workload (cluster lookups)"),
+        OnUpdate::CreateOnly, Denies::PytorchUnwirable;
+    /// A workload carrying an exemption mark launchgate did not write.
+    EXEMPTIONS_UNEARNED_MARK = "exemptions.unearnedMark", "match.exemptions, queues.<queue>.exemptions",
+        "the workload (or a pod template) carries launchgate.io/exempted-by, which only launchgate writes on a workload an exemption covers, and no exemption covers this one",
+        "remove the annotation; exemptions go by requester and namespace",
+        Native::Cel("a mark on a workload that is not a verified controller's child, refused on CREATE and on an UPDATE that labels the workload into the queue, where an exemption is configured (native::select::unproven_marks): nothing in the native policies writes one"),
+        OnUpdate::Changed, Denies::Exemptions;
+    /// A PyTorchJob Scale whose PyTorchJob cannot be read.
+    SCALE_UNREADABLE_OWNER = "scale.unreadableOwner", "clusterLookups (serve --cluster-lookups)",
+        "a scale-up through pytorchjobs/scale, whose PyTorchJob launchgate cannot read (no cluster lookups, or not in their cache yet), so its queue's limits cannot be checked",
+        "turn on cluster lookups (covering the namespace) and retry, or change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob",
+        Native::WebhookOnly("a Scale carries no labels: its queue is its PyTorchJob's, read from the cluster"),
+        OnUpdate::Grown, Denies::Never;
+    /// A request whose object would need more memory than the server's whole budget.
+    SERVER_TOO_DENSE = "server.tooDense", "--memory-budget-mib (the pod's memory limit)",
+        "the object's shape alone (tens of thousands of containers) would need more memory to review than the replica's whole budget: denied unreviewed",
+        "split the workload, or raise the webhook's memory limit (the budget follows it)",
+        Native::WebhookOnly("a memory budget is the webhook's; the API server bounds a policy's CEL cost itself"),
+        OnUpdate::Every, Denies::Never;
+    /// A request whose object would take longer to review than the request deadline allows.
+    SERVER_TOO_SLOW = "server.tooSlow", "--request-deadline-ms",
+        "the object's shape alone (tens of thousands of containers) would take longer to review than half the request deadline, so the answer would come after the API server gave up: denied unreviewed",
+        "split the workload, or raise the request deadline and the webhook's timeoutSeconds together",
+        Native::WebhookOnly("a request deadline is the webhook's; the API server bounds a policy's CEL cost itself"),
+        OnUpdate::Every, Denies::Never;
+}
 
 /// The rule with `id`.
 pub fn by_id(id: &str) -> Option<&'static Rule> {
