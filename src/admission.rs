@@ -117,13 +117,9 @@ impl AdmissionRequest {
             .get("kind")
             .and_then(Value::as_str)
             .ok_or("object has no kind")?;
-        let (group, version) = match api_version.split_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), api_version.to_string()),
-        };
-        let meta = object.get("metadata");
-        let name = meta
-            .and_then(|m| m.get("name"))
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let name = object
+            .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
@@ -131,8 +127,8 @@ impl AdmissionRequest {
         Ok(AdmissionRequest {
             uid: "launchgate-cli".into(),
             kind: GroupVersionKind {
-                group,
-                version,
+                group: group.to_string(),
+                version: version.to_string(),
                 kind: kind.to_string(),
             },
             sub_resource: None,

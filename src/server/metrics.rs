@@ -6,7 +6,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
@@ -124,6 +124,22 @@ impl prometheus_client::collector::Collector for ProcessCollector {
     }
 }
 
+/// Registers a new metric under `name` and returns it.
+fn registered<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
+    registered_with(registry, name, help, M::default())
+}
+
+/// Registers `metric` under `name` and returns it.
+fn registered_with<M: Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 /// All metrics of the server.
 pub(crate) struct Metrics {
     pub(crate) registry: Registry,
@@ -153,116 +169,99 @@ impl Default for Metrics {
 impl Metrics {
     pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("launchgate");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "admission_requests",
-            "Admission requests by endpoint, kind, operation and outcome",
-            requests.clone(),
-        );
-        let request_errors = Family::<ErrorLabels, Counter>::default();
-        registry.register(
-            "admission_request_errors",
-            "Requests not reviewed: answered with an HTTP error (bad body, wrong content type, too large, timeout), or denied unreviewed (too_dense: the object could never fit the memory budget; too_slow: reviewing it would outlast the request deadline)",
-            request_errors.clone(),
-        );
-        let latency = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
-            // Up to the longest request deadline the webhook timeout allows (30 s), so a
-            // request answered near the deadline is still told apart from a fast one.
-            Histogram::new([
-                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1.0,
-                2.5, 5.0, 10.0, 30.0,
-            ])
-        });
-        registry.register(
-            "admission_duration_seconds",
-            "Time to answer an admission request (body read to response), seconds",
-            latency.clone(),
-        );
-        let patch_operations = Family::<EndpointLabels, Counter>::default();
-        registry.register(
-            "patch_operations",
-            "JSON Patch operations returned",
-            patch_operations.clone(),
-        );
-        let audit_violations = Family::<QueueLabels, Counter>::default();
-        registry.register(
-            "audit_violations",
-            "Limit violations allowed under audit enforcement, by queue",
-            audit_violations.clone(),
-        );
-        let in_flight = Gauge::default();
-        registry.register(
-            "admission_in_flight",
-            "Admission requests being processed",
-            in_flight.clone(),
-        );
-        let config_reloads = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "config_reloads",
-            "Config file reloads by result (success, failure)",
-            config_reloads.clone(),
-        );
-        let config_last_reload_successful = Gauge::default();
-        registry.register(
-            "config_last_reload_successful",
-            "1 when the last config load or reload succeeded, 0 when the config file on disk was rejected (the previous policy is still in force)",
-            config_last_reload_successful.clone(),
-        );
-        let config_info = Family::<ConfigLabels, Gauge>::default();
-        registry.register(
-            "config_info",
-            "The config in force: always 1, labelled with its sha256 (compare across pods)",
-            config_info.clone(),
-        );
-        let cert_reloads = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "certificate_reloads",
-            "TLS certificate reloads by result (success, failure)",
-            cert_reloads.clone(),
-        );
-        let cert_not_after = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "certificate_not_after_timestamp_seconds",
-            "notAfter of the serving certificate (alert well before it passes)",
-            cert_not_after.clone(),
-        );
-        let decisions = DecisionMetrics::register(&mut registry);
+        let mut process = Registry::default();
+        process.register_collector(Box::new(ProcessCollector));
+        let metrics = Metrics {
+            requests: registered(
+                &mut registry,
+                "admission_requests",
+                "Admission requests by endpoint, kind, operation and outcome",
+            ),
+            request_errors: registered(
+                &mut registry,
+                "admission_request_errors",
+                "Requests not reviewed: answered with an HTTP error (bad body, wrong content type, too large, timeout), or denied unreviewed (too_dense: the object could never fit the memory budget; too_slow: reviewing it would outlast the request deadline)",
+            ),
+            latency: registered_with(
+                &mut registry,
+                "admission_duration_seconds",
+                "Time to answer an admission request (body read to response), seconds",
+                Family::new_with_constructor(|| {
+                    // Up to the longest request deadline the webhook timeout allows (30 s), so a
+                    // request answered near the deadline is still told apart from a fast one.
+                    Histogram::new([
+                        0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1,
+                        0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    ])
+                }),
+            ),
+            patch_operations: registered(
+                &mut registry,
+                "patch_operations",
+                "JSON Patch operations returned",
+            ),
+            audit_violations: registered(
+                &mut registry,
+                "audit_violations",
+                "Limit violations allowed under audit enforcement, by queue",
+            ),
+            in_flight: registered(
+                &mut registry,
+                "admission_in_flight",
+                "Admission requests being processed",
+            ),
+            config_reloads: registered(
+                &mut registry,
+                "config_reloads",
+                "Config file reloads by result (success, failure)",
+            ),
+            config_last_reload_successful: registered(
+                &mut registry,
+                "config_last_reload_successful",
+                "1 when the last config load or reload succeeded, 0 when the config file on disk was rejected (the previous policy is still in force)",
+            ),
+            config_info: registered(
+                &mut registry,
+                "config_info",
+                "The config in force: always 1, labelled with its sha256 (compare across pods)",
+            ),
+            cert_reloads: registered(
+                &mut registry,
+                "certificate_reloads",
+                "TLS certificate reloads by result (success, failure)",
+            ),
+            cert_not_after: registered(
+                &mut registry,
+                "certificate_not_after_timestamp_seconds",
+                "notAfter of the serving certificate (alert well before it passes)",
+            ),
+            decisions: DecisionMetrics::register(&mut registry),
+            registry,
+            process,
+        };
         // Every series a shipped alert reads exists from start-up at 0: `increase()` of a
         // series that appears with its first failure is no increase, and the alert would miss
         // it.
         for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
-            drop(latency.get_or_create(&EndpointLabels {
+            drop(metrics.latency.get_or_create(&EndpointLabels {
                 endpoint: endpoint.as_str(),
             }));
             for reason in super::error::AdmissionError::REASONS {
-                drop(request_errors.get_or_create(&ErrorLabels {
+                drop(metrics.request_errors.get_or_create(&ErrorLabels {
                     endpoint: endpoint.as_str(),
                     reason,
                 }));
             }
         }
         for result in RELOAD_RESULTS {
-            drop(config_reloads.get_or_create(&ResultLabels { result }));
-            drop(cert_reloads.get_or_create(&ResultLabels { result }));
+            drop(
+                metrics
+                    .config_reloads
+                    .get_or_create(&ResultLabels { result }),
+            );
+            drop(metrics.cert_reloads.get_or_create(&ResultLabels { result }));
         }
-        let mut process = Registry::default();
-        process.register_collector(Box::new(ProcessCollector));
-        Metrics {
-            decisions,
-            registry,
-            process,
-            requests,
-            request_errors,
-            latency,
-            patch_operations,
-            audit_violations,
-            in_flight,
-            config_reloads,
-            config_last_reload_successful,
-            config_info,
-            cert_reloads,
-            cert_not_after,
-        }
+        metrics
     }
 
     /// The registry with one series in every family, so its encoding names every metric's
@@ -412,32 +411,30 @@ pub(crate) struct DecisionMetrics {
 
 impl DecisionMetrics {
     fn register(registry: &mut Registry) -> Self {
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        registry.register(
-            "decisions",
-            "Decisions on launch workloads by endpoint, queue and outcome (denied, warned, patched, allowed)",
-            decisions.clone(),
-        );
-        let violations = Family::<ViolationLabels, Counter>::default();
-        registry.register(
-            "violations",
-            "Rule violations (queue limits, guardrails, launchgate's own denials) by queue, rule id and enforcement (deny, warn, audit)",
-            violations.clone(),
-        );
-        let warnings = Family::<WarningLabels, Counter>::default();
-        registry.register(
-            "warnings",
-            "Warnings given to clients, by queue and the id of their rule or notice (one per warning shown, a violation answered with a warning included)",
-            warnings.clone(),
-        );
-        let events = Family::<EventLabels, Counter>::default();
-        registry.register(
-            "events",
-            "Kubernetes Events about denied and warned workloads, by result",
-            events.clone(),
-        );
+        let metrics = DecisionMetrics {
+            decisions: registered(
+                registry,
+                "decisions",
+                "Decisions on launch workloads by endpoint, queue and outcome (denied, warned, patched, allowed)",
+            ),
+            violations: registered(
+                registry,
+                "violations",
+                "Rule violations (queue limits, guardrails, launchgate's own denials) by queue, rule id and enforcement (deny, warn, audit)",
+            ),
+            warnings: registered(
+                registry,
+                "warnings",
+                "Warnings given to clients, by queue and the id of their rule or notice (one per warning shown, a violation answered with a warning included)",
+            ),
+            events: registered(
+                registry,
+                "events",
+                "Kubernetes Events about denied and warned workloads, by result",
+            ),
+        };
         for result in EVENT_RESULTS {
-            drop(events.get_or_create(&EventLabels { result }));
+            drop(metrics.events.get_or_create(&EventLabels { result }));
         }
         // Registered once and set; the registry keeps it.
         let build_info = Family::<BuildLabels, Gauge>::default();
@@ -451,12 +448,7 @@ impl DecisionMetrics {
                 version: env!("CARGO_PKG_VERSION"),
             })
             .set(1);
-        DecisionMetrics {
-            decisions,
-            violations,
-            warnings,
-            events,
-        }
+        metrics
     }
 
     /// Counts one Event outcome.
