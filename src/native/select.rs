@@ -5,9 +5,7 @@
 
 use crate::cel::{self, lit};
 use crate::kinds::{Cond, From, Holders, Naming, Num, Position, RoleMark};
-use crate::policy::{
-    EXEMPTED_BY_ANNOTATION, Exemption, OWN_NAME, Policy, Queue, owner_kinds_of, owner_mark,
-};
+use crate::policy::{EXEMPTED_BY_ANNOTATION, Exemption, OWN_NAME, Policy, Queue, owner_mark};
 use crate::workload::WorkloadKind;
 
 /// The kinds native policies cover: those whose descriptor says so
@@ -614,7 +612,7 @@ pub fn is_verified_child(policy: &Policy) -> String {
     let mut per_kind = Vec::new();
     for kind in kinds() {
         let mut claims = Vec::new();
-        for owner in owner_kinds_of(kind) {
+        for owner in kind.made_by() {
             let (keys, field) = owner_mark(owner, kind);
             let users = creators
                 .get(owner.as_str())

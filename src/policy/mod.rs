@@ -9,7 +9,7 @@ mod owner;
 mod resolve;
 
 pub use exemption::{EXEMPTED_BY_ANNOTATION, Exemption, Requester};
-pub(crate) use owner::{OWN_NAME, owner_kinds_of, owner_mark};
+pub(crate) use owner::{OWN_NAME, owner_mark};
 pub use owner::{OwnerClaim, owner_claim};
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};

@@ -26,11 +26,6 @@ pub fn owner_kinds() -> impl Iterator<Item = WorkloadKind> {
     WorkloadKind::all().filter(|k| !k.spec().makes.is_empty())
 }
 
-/// The owner kinds whose controller makes objects of `kind`.
-pub(crate) fn owner_kinds_of(kind: WorkloadKind) -> Vec<WorkloadKind> {
-    kind.made_by().collect()
-}
-
 /// The default `match.podCreators`: the identities the upstream controllers run as.
 pub fn default_pod_creators() -> BTreeMap<String, Vec<String>> {
     owner_kinds()
@@ -145,7 +140,6 @@ pub(crate) fn owner_mark(
 /// The controller owner reference of `object` (a `kind`) when it names a launch kind whose
 /// controller makes objects of `kind`.
 fn claimed_owner(kind: WorkloadKind, object: &Value) -> Option<(WorkloadKind, &Value)> {
-    let owners = owner_kinds_of(kind);
     object
         .at("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -153,7 +147,7 @@ fn claimed_owner(kind: WorkloadKind, object: &Value) -> Option<(WorkloadKind, &V
         .flatten()
         .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
         .find_map(|r| Some((WorkloadKind::of_object(r)?, r)))
-        .filter(|(k, _)| owners.contains(k))
+        .filter(|(k, _)| kind.made_by().any(|owner| owner == *k))
 }
 
 /// Judges the controller owner reference of `object` (a `kind`) for a request from `who`,
