@@ -215,10 +215,7 @@ impl CacheConfig {
 }
 
 /// The cache mutator.
-pub const MUTATOR: Mutator = Mutator {
-    name: "cache",
-    run: mutate,
-};
+pub const MUTATOR: Mutator = Mutator::new("cache", mutate);
 
 fn runs_as_non_root(pod_sc: Option<&Value>, container: &Map<String, Value>) -> bool {
     let sc = container.get("securityContext");

@@ -37,30 +37,12 @@ use serde_json::{Map, Value, json};
 pub const SHM_VOLUME: &str = "launchgate-shm";
 const SHM_PATH: &str = "/dev/shm";
 
-pub const GANG: Mutator = Mutator {
-    name: "gang",
-    run: gang,
-};
-pub const PREEMPTION: Mutator = Mutator {
-    name: "preemption",
-    run: preemption,
-};
-pub const SUCCESS_POLICY: Mutator = Mutator {
-    name: "success-policy",
-    run: success_policy,
-};
-pub const SHARED_MEMORY: Mutator = Mutator {
-    name: "shared-memory",
-    run: shared_memory,
-};
-pub const DEADLINE: Mutator = Mutator {
-    name: "deadline",
-    run: deadline,
-};
-pub const MULTI_GPU: Mutator = Mutator {
-    name: "multi-gpu",
-    run: multi_gpu,
-};
+pub const GANG: Mutator = Mutator::new("gang", gang);
+pub const PREEMPTION: Mutator = Mutator::new("preemption", preemption);
+pub const SUCCESS_POLICY: Mutator = Mutator::new("success-policy", success_policy);
+pub const SHARED_MEMORY: Mutator = Mutator::new("shared-memory", shared_memory);
+pub const DEADLINE: Mutator = Mutator::new("deadline", deadline);
+pub const MULTI_GPU: Mutator = Mutator::new("multi-gpu", multi_gpu);
 
 fn cfg<'a>(ctx: &MutationContext<'a>) -> &'a GuardrailsConfig {
     ctx.settings.guardrails

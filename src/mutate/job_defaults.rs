@@ -122,10 +122,7 @@ impl JobDefaultsConfig {
 }
 
 /// The job-defaults mutator.
-pub const MUTATOR: Mutator = Mutator {
-    name: "job-defaults",
-    run: mutate,
-};
+pub const MUTATOR: Mutator = Mutator::new("job-defaults", mutate);
 
 /// Did the user write the field of `default` themselves (or keep a `backoffLimit` as the
 /// API server defaulted it, by annotation)?

@@ -228,10 +228,7 @@ fn is_dns_subdomain_label(s: &str) -> bool {
 }
 
 /// The Kueue hand-off mutator.
-pub const MUTATOR: Mutator = Mutator {
-    name: "kueue",
-    run: mutate,
-};
+pub const MUTATOR: Mutator = Mutator::new("kueue", mutate);
 
 pub fn mutate(
     ctx: &MutationContext<'_>,

@@ -272,6 +272,13 @@ pub struct Mutator {
     pub run: MutateFn,
 }
 
+impl Mutator {
+    /// The mutator `name` that runs `run`.
+    pub const fn new(name: &'static str, run: MutateFn) -> Self {
+        Mutator { name, run }
+    }
+}
+
 /// The mutators, in the order they run. The label/annotation recorder runs last.
 pub static MUTATORS: &[Mutator] = &[
     job_defaults::MUTATOR,

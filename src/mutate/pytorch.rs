@@ -14,10 +14,7 @@ use crate::topology::guardrails::rendezvous_service_problems;
 use serde_json::Value;
 
 /// The pytorch mutator.
-pub const MUTATOR: Mutator = Mutator {
-    name: "pytorch",
-    run: mutate,
-};
+pub const MUTATOR: Mutator = Mutator::new("pytorch", mutate);
 
 pub fn mutate(ctx: &MutationContext<'_>, object: &mut Node<'_, Value>, f: &mut Findings) -> bool {
     let cfg = ctx.settings.pytorch;

@@ -79,10 +79,7 @@ impl SecurityContextConfig {
 }
 
 /// The security-context mutator.
-pub const MUTATOR: Mutator = Mutator {
-    name: "security-context",
-    run: mutate,
-};
+pub const MUTATOR: Mutator = Mutator::new("security-context", mutate);
 
 fn is_unset(map: &Map<String, Value>, key: &str) -> bool {
     map.get(key).is_none_or(Value::is_null)
