@@ -3,17 +3,9 @@
 
 use super::*;
 
-const PARALLELISM: Num = Num::Int {
-    from: From::Holder,
-    at: &["parallelism"],
-    default: 1,
-};
+const PARALLELISM: Num = Num::holder(&["parallelism"], 1);
 
-static COMPLETIONS: Num = Num::Int {
-    from: From::Holder,
-    at: &["completions"],
-    default: i64::MAX,
-};
+static COMPLETIONS: Num = Num::holder(&["completions"], i64::MAX);
 
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&JOB];

@@ -4,23 +4,11 @@
 
 use super::*;
 
-static REPLICAS: Num = Num::Int {
-    from: From::Holder,
-    at: &["replicas"],
-    default: 1,
-};
+static REPLICAS: Num = Num::holder(&["replicas"], 1);
 
-static PARALLELISM: Num = Num::Int {
-    from: From::Holder,
-    at: &["template", "spec", "parallelism"],
-    default: 1,
-};
+static PARALLELISM: Num = Num::holder(&["template", "spec", "parallelism"], 1);
 
-static COMPLETIONS: Num = Num::Int {
-    from: From::Holder,
-    at: &["template", "spec", "completions"],
-    default: i64::MAX,
-};
+static COMPLETIONS: Num = Num::holder(&["template", "spec", "completions"], i64::MAX);
 
 static AT_ONCE: Num = Num::Min(&PARALLELISM, &COMPLETIONS);
 

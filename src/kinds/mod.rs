@@ -324,6 +324,26 @@ pub enum Num {
     },
 }
 
+impl Num {
+    /// The integer field at `at` of the position's holder, or `default`.
+    pub const fn holder(at: &'static [&'static str], default: i64) -> Num {
+        Num::Int {
+            from: From::Holder,
+            at,
+            default,
+        }
+    }
+
+    /// The integer field at `at` of the object, or `default`.
+    pub const fn object(at: &'static [&'static str], default: i64) -> Num {
+        Num::Int {
+            from: From::Object,
+            at,
+            default,
+        }
+    }
+}
+
 /// A condition a [`Num`] can test.
 #[derive(Debug)]
 pub enum Cond {
@@ -1078,16 +1098,8 @@ mod tests {
 
     #[test]
     fn counts_evaluate_as_written() {
-        static PAR: Num = Num::Int {
-            from: From::Holder,
-            at: &["parallelism"],
-            default: 1,
-        };
-        static COMP: Num = Num::Int {
-            from: From::Holder,
-            at: &["completions"],
-            default: i64::MAX,
-        };
+        static PAR: Num = Num::holder(&["parallelism"], 1);
+        static COMP: Num = Num::holder(&["completions"], i64::MAX);
         static AT_ONCE: Num = Num::Min(&PAR, &COMP);
         let h = json!({"parallelism": 4, "completions": 2});
         assert_eq!(AT_ONCE.eval(&json!({}), &h, None), 2);

@@ -29,16 +29,8 @@ const MPI_OPERATOR: &[&str] = &[
 /// refuses a launcher of any other count).
 const REPLICAS: Num = Num::If {
     when: Cond::KeyIs("Launcher"),
-    then: &Num::Int {
-        from: From::Holder,
-        at: &["replicas"],
-        default: 1,
-    },
-    otherwise: &Num::Int {
-        from: From::Holder,
-        at: &["replicas"],
-        default: 0,
-    },
+    then: &Num::holder(&["replicas"], 1),
+    otherwise: &Num::holder(&["replicas"], 0),
 };
 
 /// Which pods the operator deletes when the run ends.

@@ -4,17 +4,9 @@
 
 use super::*;
 
-const REPLICAS: Num = Num::Int {
-    from: From::Holder,
-    at: &["replicas"],
-    default: 1,
-};
+const REPLICAS: Num = Num::holder(&["replicas"], 1);
 
-static MAX_REPLICAS: Num = Num::Int {
-    from: From::Object,
-    at: &["spec", "elasticPolicy", "maxReplicas"],
-    default: i64::MIN,
-};
+static MAX_REPLICAS: Num = Num::object(&["spec", "elasticPolicy", "maxReplicas"], i64::MIN);
 
 static ELASTIC_WORKERS: Num = Num::Max(&REPLICAS, &MAX_REPLICAS);
 

@@ -22,30 +22,14 @@ const ROLE_MARKS: &[RoleMark] = &[RoleMark::Label("ray.io/group")];
 /// The label KubeRay sets, on what it makes for a RayJob, to the RayJob's name.
 const FROM_RAYJOB: &[&str] = &["ray.io/originated-from-cr-name"];
 
-static REPLICAS: Num = Num::Int {
-    from: From::Holder,
-    at: &["replicas"],
-    default: 0,
-};
+static REPLICAS: Num = Num::holder(&["replicas"], 0);
 
-static MIN_REPLICAS: Num = Num::Int {
-    from: From::Holder,
-    at: &["minReplicas"],
-    default: 0,
-};
+static MIN_REPLICAS: Num = Num::holder(&["minReplicas"], 0);
 
 /// The CRD's default (2147483647): an autoscaling group without a maximum has none.
-static MAX_REPLICAS: Num = Num::Int {
-    from: From::Holder,
-    at: &["maxReplicas"],
-    default: 2147483647,
-};
+static MAX_REPLICAS: Num = Num::holder(&["maxReplicas"], 2147483647);
 
-static HOSTS: Num = Num::Int {
-    from: From::Holder,
-    at: &["numOfHosts"],
-    default: 1,
-};
+static HOSTS: Num = Num::holder(&["numOfHosts"], 1);
 
 /// Without autoscaling KubeRay keeps `replicas` within `[minReplicas, maxReplicas]`.
 static FIXED: Num = Num::Min(&AT_LEAST_MIN, &MAX_REPLICAS);

@@ -2,11 +2,7 @@
 
 use super::*;
 
-const REPLICAS: Num = Num::Int {
-    from: From::Holder,
-    at: &["replicas"],
-    default: 1,
-};
+const REPLICAS: Num = Num::holder(&["replicas"], 1);
 
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&VOLCANO_JOB];

@@ -759,21 +759,9 @@ mod tests {
     // nested path, a list of worker groups bound by `groupName` that autoscale up to
     // `maxReplicas` when the cluster says so, each `replicas × numOfHosts` pods, and a
     // submitter pod template that is the holder itself.
-    static REPLICAS: Num = Num::Int {
-        from: From::Holder,
-        at: &["replicas"],
-        default: 1,
-    };
-    static HOSTS: Num = Num::Int {
-        from: From::Holder,
-        at: &["numOfHosts"],
-        default: 1,
-    };
-    static MAX_REPLICAS: Num = Num::Int {
-        from: From::Holder,
-        at: &["maxReplicas"],
-        default: i64::MIN,
-    };
+    static REPLICAS: Num = Num::holder(&["replicas"], 1);
+    static HOSTS: Num = Num::holder(&["numOfHosts"], 1);
+    static MAX_REPLICAS: Num = Num::holder(&["maxReplicas"], i64::MIN);
     static GROUPS: Num = Num::Max(&REPLICAS, &MAX_REPLICAS);
     static PODS: Num = Num::Mul(&REPLICAS, &HOSTS);
     static SCALED: Num = Num::Mul(&GROUPS, &HOSTS);

@@ -941,21 +941,9 @@ fields:
     /// this test.
     static GROUPS: crate::kinds::KindSpec = {
         use crate::kinds::*;
-        static REPLICAS: Num = Num::Int {
-            from: From::Holder,
-            at: &["replicas"],
-            default: 1,
-        };
-        static MAX: Num = Num::Int {
-            from: From::Holder,
-            at: &["maxReplicas"],
-            default: 1,
-        };
-        static HOSTS: Num = Num::Int {
-            from: From::Holder,
-            at: &["numOfHosts"],
-            default: 1,
-        };
+        static REPLICAS: Num = Num::holder(&["replicas"], 1);
+        static MAX: Num = Num::holder(&["maxReplicas"], 1);
+        static HOSTS: Num = Num::holder(&["numOfHosts"], 1);
         static COUNT: Num = Num::Mul(&REPLICAS, &HOSTS);
         static MOST: Num = Num::Max(&REPLICAS, &MAX);
         static SCALED: Num = Num::Mul(&MOST, &HOSTS);
