@@ -144,11 +144,7 @@ pub(crate) fn same(left: &Value, right: &Value) -> bool {
 /// list allocated once. serde_json grows each map from empty, re-hashing and copying at every
 /// doubling and leaving up to half of the last allocation unused.
 pub(crate) fn parse<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
-    let place = if RAW_FIELD_SETS.get() {
-        Place::Root
-    } else {
-        Place::Other
-    };
+    let place = RAW_FIELD_SETS.get().then_some(0);
     ValueSeed {
         stacks: &mut Stacks::default(),
         place,
@@ -176,15 +172,42 @@ pub(crate) fn raw_field_sets<T>(read: impl FnOnce() -> T) -> T {
     read()
 }
 
+/// The arrays and objects a request's field set may nest: serde_json enters at most 127, and
+/// six enclose a field set (the review, its request, the object, `metadata`, `managedFields`
+/// and the entry). Kept as text, a field set is held to the same bound as when parsed whole.
+const FIELD_SET_NESTING: usize = 127 - 6;
+
+/// How deep `text` (JSON) nests arrays and objects.
+fn nesting(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    for byte in text.bytes() {
+        match (in_string, byte) {
+            (true, _) if escaped => escaped = false,
+            (true, b'\\') => escaped = true,
+            (true, b'"') | (false, b'"') => in_string = !in_string,
+            (false, b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// A managed-fields entry's `fieldsV1` as [`raw_field_sets`] keeps it: an object as a string
 /// of its text, anything else (never sent by the API server) parsed as usual.
 fn field_set_text(raw: Box<RawValue>) -> Result<Value, serde_json::Error> {
+    if nesting(raw.get()) > FIELD_SET_NESTING {
+        return Err(serde::de::Error::custom("recursion limit exceeded"));
+    }
     if raw.get().starts_with('{') {
         Ok(Value::String(Box::<str>::from(raw).into_string()))
     } else {
         ValueSeed {
             stacks: &mut Stacks::default(),
-            place: Place::Other,
+            place: None,
         }
         .deserialize(&mut serde_json::Deserializer::from_str(raw.get()))
     }
@@ -203,39 +226,23 @@ pub(crate) fn field_set(fields: &Value) -> Option<Cow<'_, Value>> {
     }
 }
 
-/// Where a value being parsed is, as far as [`raw_field_sets`] needs to know.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Place {
-    /// The object itself.
-    Root,
-    /// Its `metadata`.
-    Metadata,
-    /// `metadata.managedFields`.
-    ManagedFields,
-    /// One entry of the managed fields.
-    Entry,
-    /// Anywhere else: parsed whole.
-    Other,
-}
+/// The steps from an object to its field sets: members by key, `None` for any element of a list.
+const FIELD_SETS: [Option<&str>; 4] = [
+    Some("metadata"),
+    Some("managedFields"),
+    None,
+    Some("fieldsV1"),
+];
 
-impl Place {
-    /// The place of member `key` of an object here.
-    fn member(self, key: &str) -> Place {
-        match (self, key) {
-            (Place::Root, "metadata") => Place::Metadata,
-            (Place::Metadata, "managedFields") => Place::ManagedFields,
-            _ => Place::Other,
-        }
-    }
+/// Where a value being parsed is, as far as [`raw_field_sets`] needs to know: how many steps of
+/// [`FIELD_SETS`] lead to it (`FIELD_SETS.len()`: a field set), or `None` elsewhere.
+type Place = Option<usize>;
 
-    /// The place of an element of an array here.
-    fn element(self) -> Place {
-        if self == Place::ManagedFields {
-            Place::Entry
-        } else {
-            Place::Other
-        }
-    }
+/// The place of member `key` (`None`: an element) of a value at `place`.
+fn step(place: Place, key: Option<&str>) -> Place {
+    place
+        .filter(|&steps| FIELD_SETS.get(steps) == Some(&key))
+        .map(|steps| steps + 1)
 }
 
 /// [`parse`] for an optional field: `null` or absent is `None`, as serde reads an `Option`.
@@ -310,7 +317,7 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let stacks = self.stacks;
-        let place = self.place.element();
+        let place = step(self.place, None);
         let start = stacks.items.len();
         while let Some(item) = seq.next_element_seed(ValueSeed {
             stacks: &mut *stacks,
@@ -325,13 +332,14 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
         let stacks = self.stacks;
         let start = stacks.members.len();
         while let Some(key) = map.next_key::<String>()? {
-            let value = if self.place == Place::Entry && key == "fieldsV1" {
+            let place = step(self.place, Some(&key));
+            let value = if place == Some(FIELD_SETS.len()) {
                 field_set_text(map.next_value::<Box<RawValue>>()?)
                     .map_err(serde::de::Error::custom)?
             } else {
                 map.next_value_seed(ValueSeed {
                     stacks: &mut *stacks,
-                    place: self.place.member(&key),
+                    place,
                 })?
             };
             stacks.members.push((key, value));
@@ -451,7 +459,41 @@ mod tests {
             parsed(nested).unwrap(),
             serde_json::from_str::<Value>(nested).unwrap()
         );
+        let keyed = r#"{"metadata": {"managedFields": {"": {"fieldsV1": {"f:c": {}}}}}}"#;
+        let raw = raw_field_sets(|| parsed(keyed)).unwrap();
+        assert_eq!(
+            raw,
+            serde_json::from_str::<Value>(keyed).unwrap(),
+            "not a list's entry"
+        );
         assert!(!RAW_FIELD_SETS.get());
+    }
+
+    /// A field set nested too deep is refused kept as text exactly when it is parsed whole.
+    #[test]
+    fn a_field_set_kept_as_text_nests_as_deep_as_a_tree() {
+        for depth in [
+            1,
+            FIELD_SET_NESTING - 1,
+            FIELD_SET_NESTING,
+            FIELD_SET_NESTING + 1,
+        ] {
+            for (open, close) in [("{\"f:a\":", "}"), ("[", "]")] {
+                let set = format!("{}{{}}{}", open.repeat(depth - 1), close.repeat(depth - 1));
+                assert_eq!(nesting(&set), depth);
+                let review = format!(
+                    r#"{{"request": {{"uid": "u", "operation": "CREATE",
+                        "kind": {{"group": "", "version": "v1", "kind": "Pod"}},
+                        "object": {{"metadata": {{"managedFields": [{{"fieldsV1": {set}}}]}}}}}}}}"#
+                );
+                let read =
+                    || serde_json::from_str::<crate::admission::AdmissionReviewRequest>(&review);
+                let whole = read().is_ok();
+                let kept = raw_field_sets(read);
+                assert_eq!(kept.is_ok(), whole, "depth {depth}: {kept:?}");
+            }
+        }
+        assert_eq!(nesting(r#"{"a": "[[{\"", "b": [1]}"#), 2);
     }
 
     #[test]
