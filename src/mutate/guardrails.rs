@@ -29,7 +29,6 @@ use crate::patch::{MapNode, Node};
 use crate::pytorch::indexed_job::{self, launcher_of};
 use crate::quantity::Quantity;
 use crate::topology::guardrails::{GangAction, GuardrailsConfig, gang_shortfall};
-use crate::workload::intent::UserIntent;
 use crate::workload::{self, ContainerRole, WorkloadKind, edit};
 use serde_json::{Map, Value, json};
 
@@ -143,7 +142,7 @@ fn preemption(
     match ctx.kind.spec().job_specs {
         JobSpecs::None => false,
         JobSpecs::Object => {
-            let wrote = UserIntent::of(object).wrote(&["spec", "podReplacementPolicy"]);
+            let wrote = ctx.intent(object).wrote(&["spec", "podReplacementPolicy"]);
             object.object("spec").is_some_and(|mut spec| {
                 add_pod_failure_policy(&mut spec, "spec.template.spec", codes, wrote, findings)
             })

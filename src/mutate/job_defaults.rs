@@ -124,15 +124,15 @@ impl JobDefaultsConfig {
 /// The job-defaults mutator.
 pub const MUTATOR: Mutator = Mutator::new("job-defaults", mutate);
 
-/// Did the user write the field of `default` themselves (or keep a `backoffLimit` as the
-/// API server defaulted it, by annotation)?
-fn is_explicit(job: &Value, default: &RunDefault) -> bool {
+/// Did the user write the field of `default` themselves, as `intent` shows (or keep a
+/// `backoffLimit` as the API server defaulted it, by annotation)?
+fn is_explicit(job: &Value, default: &RunDefault, intent: &UserIntent) -> bool {
     let Some(meta) = job.as_object() else {
         return false;
     };
     (default.setting == Setting::BackoffLimit
         && workload::annotation(meta, KEEP_BACKOFF_LIMIT_ANNOTATION) == Some("true"))
-        || UserIntent::of(job).wrote(default.at)
+        || intent.wrote(default.at)
 }
 
 /// The value of `setting` in the queue's job defaults (for `kind`).
@@ -146,12 +146,14 @@ fn value_of(cfg: &JobDefaultsConfig, kind: WorkloadKind, setting: Setting) -> Op
     }
 }
 
-/// Writes one run-level default of the kind's descriptor where it is unset.
+/// Writes one run-level default of the kind's descriptor where it is unset (and `intent`
+/// does not show the user wrote it).
 fn apply(
     cfg: &JobDefaultsConfig,
     kind: WorkloadKind,
     default: &RunDefault,
     object: &mut Node<'_, Value>,
+    intent: &UserIntent,
     findings: &mut Findings,
 ) -> bool {
     let Some((key, parents)) = default.at.split_last() else {
@@ -179,7 +181,7 @@ fn apply(
         return false;
     };
     let explicit =
-        matches!(default.replaces, Replaces::ApiDefault(_)) && is_explicit(object, default);
+        matches!(default.replaces, Replaces::ApiDefault(_)) && is_explicit(object, default, intent);
     // The holder of the field: its parents must exist, but for the last with `make`.
     let Some((last, above)) = parents.split_last() else {
         return false;
@@ -249,7 +251,7 @@ pub fn mutate(
     }
     let mut changed = false;
     for default in ctx.kind.spec().run.defaults {
-        changed |= apply(cfg, ctx.kind, default, object, findings);
+        changed |= apply(cfg, ctx.kind, default, object, ctx.intent(object), findings);
     }
     changed
 }
@@ -497,6 +499,7 @@ mod tests {
             kind,
             &TTL,
             &mut Node::scratch(&mut kept),
+            &UserIntent::default(),
             &mut findings
         ));
         assert_eq!(kept, json!({"spec": {"shutdownAfterJobFinishes": false}}));
@@ -506,6 +509,7 @@ mod tests {
             kind,
             &TTL,
             &mut Node::scratch(&mut shut),
+            &UserIntent::default(),
             &mut findings
         ));
         assert_eq!(shut["spec"]["ttlSecondsAfterFinished"], json!(60));
@@ -514,6 +518,7 @@ mod tests {
             kind,
             &RETRIES,
             &mut Node::scratch(&mut shut),
+            &UserIntent::default(),
             &mut findings
         ));
         assert_eq!(shut["spec"]["policy"], json!({"retries": 0}));
@@ -524,6 +529,7 @@ mod tests {
                 kind,
                 &RETRIES,
                 &mut Node::scratch(&mut zero),
+                &UserIntent::default(),
                 &mut findings
             ),
             "0 is already the value"

@@ -15,6 +15,7 @@ use crate::cluster::ClusterView;
 use crate::patch::{MapNode, Node};
 use crate::pytorch::PytorchConfig;
 use crate::rules::{self, Effect, Notice, Violation, Warning};
+use crate::workload::intent::UserIntent;
 use crate::workload::{ContainerAt, ContainerRole, WorkloadKind};
 use cache::CacheConfig;
 use job_defaults::JobDefaultsConfig;
@@ -53,6 +54,8 @@ pub struct MutationContext<'a> {
     /// exempted, when it came in); `None` on CREATE and on an UPDATE that brings the object
     /// into the queue, which is judged as a CREATE.
     pub admitted: Option<&'a Value>,
+    /// What the user wrote of the object ([`UserIntent`]), read when a mutator first asks.
+    pub intent: std::cell::OnceCell<UserIntent>,
 }
 
 impl MutationContext<'_> {
@@ -75,6 +78,13 @@ impl MutationContext<'_> {
 }
 
 impl MutationContext<'_> {
+    /// What the user wrote of `object`, the request's object: read once per request (no
+    /// mutator writes the records it is read from, the last-applied annotation and the
+    /// managed fields).
+    pub fn intent(&self, object: &Value) -> &UserIntent {
+        self.intent.get_or_init(|| UserIntent::of(object))
+    }
+
     /// The object's name: `request.name`, else `metadata.name` (empty with `generateName`).
     pub fn object_name<'v>(&'v self, object: &'v Value) -> &'v str {
         self.request.object_name(object)
@@ -375,6 +385,7 @@ pub(crate) mod test_support {
             child: false,
             runtime: None,
             admitted: None,
+            intent: Default::default(),
         };
         let mut out = object.clone();
         let mut findings = Findings::default();

@@ -11,6 +11,7 @@ use crate::patch::{MapNode, Node};
 use crate::pytorch::site::{EachContainer, Site, Warnings};
 use crate::pytorch::{self, PytorchConfig};
 use crate::topology::guardrails::rendezvous_service_problems;
+use crate::workload::intent::UserIntent;
 use serde_json::Value;
 
 /// The pytorch mutator.
@@ -43,6 +44,10 @@ impl Site for MutationContext<'_> {
 
     fn object_name<'v>(&'v self, object: &'v Value) -> &'v str {
         MutationContext::object_name(self, object)
+    }
+
+    fn intent(&self, object: &Value) -> &UserIntent {
+        MutationContext::intent(self, object)
     }
 
     fn for_each_training_container(

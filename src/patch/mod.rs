@@ -134,11 +134,12 @@ pub struct Recorder {
     root: Place,
 }
 
-/// A step's token, decoded: a key, or an index written in decimal.
-fn token_of<'s>(step: &Step<'s>) -> Cow<'s, str> {
+/// A step's token, decoded: a key, or an index written in decimal (into `digits`: a look-up
+/// by an index allocates nothing).
+fn token_of<'s>(step: &Step<'s>, digits: &'s mut itoa::Buffer) -> Cow<'s, str> {
     match *step {
         Step::Key(key) => Cow::Borrowed(key),
-        Step::Index(index) => Cow::Owned(index.to_string()),
+        Step::Index(index) => Cow::Borrowed(digits.format(index)),
         Step::Token(token) => json::unescape(token),
     }
 }
@@ -154,7 +155,8 @@ impl Recorder {
             if place.old.is_some() {
                 return;
             }
-            let token = token_of(step);
+            let mut digits = itoa::Buffer::new();
+            let token = token_of(step, &mut digits);
             // Looked up by the borrowed token first: most writes go to places known already.
             if !place.below.contains_key(token.as_ref()) {
                 place.below.insert(token.to_string(), Place::default());

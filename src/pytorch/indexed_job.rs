@@ -148,8 +148,8 @@ pub enum Shape {
     Unwirable(Vec<String>),
 }
 
-/// Reads the shape of an opted-in Job.
-pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
+/// Reads the shape of an opted-in Job (`intent`: what the user wrote of it).
+pub fn shape(job: &Value, how: OptIn, job_name: &str, intent: &UserIntent) -> Shape {
     let display = display_name("Job", job_name);
     let why_opted = how.describe();
     let indexed = job.at("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
@@ -163,7 +163,7 @@ pub fn shape(job: &Value, how: OptIn, job_name: &str) -> Shape {
     }
     let mut problems = Vec::new();
     let completions = job.at("/spec/completions").and_then(Value::as_i64);
-    let parallelism = parallelism_to_write(job)
+    let parallelism = parallelism_to_write(job, intent)
         .or_else(|| job.at("/spec/parallelism").and_then(Value::as_i64))
         .unwrap_or(1);
     let subdomain = string_at(job, "/spec/template/spec/subdomain");
@@ -211,19 +211,20 @@ pub const KUEUE_MIN_PARALLELISM: &str = "kueue.x-k8s.io/job-min-parallelism";
 pub const SPEC_PATH: &str = "spec.template.spec";
 
 /// Did the user write the template's `dnsPolicy` (the API server defaults it)?
-pub fn user_wrote_dns(job: &Value) -> bool {
-    UserIntent::of(job).wrote(&["spec", "template", "spec", "dnsPolicy"])
+fn user_wrote_dns(intent: &UserIntent) -> bool {
+    intent.wrote(&["spec", "template", "spec", "dnsPolicy"])
 }
 
 /// Why an opted-in batch/v1 Job can never rendezvous, judged as the mutation leaves it (an
 /// API-defaulted parallelism becomes completions, see [`parallelism_to_write`]).
 pub fn problems(cfg: &PytorchConfig, object: &Value, name: &str) -> Vec<String> {
-    match opt_in(cfg, object).map(|how| shape(object, how, name)) {
+    let intent = UserIntent::of(object);
+    match opt_in(cfg, object).map(|how| shape(object, how, name, &intent)) {
         Some(Shape::Unwirable(problems)) => problems,
         Some(Shape::Wirable { .. }) => object
             .at("/spec/template/spec")
             .and_then(Value::as_object)
-            .and_then(|spec| host_network_dns_problem(spec, &SPEC_PATH, user_wrote_dns(object)))
+            .and_then(|spec| host_network_dns_problem(spec, &SPEC_PATH, user_wrote_dns(&intent)))
             .map(|p| format!("{}: {p}", display_name("Job", name)))
             .into_iter()
             .collect(),
@@ -237,12 +238,11 @@ pub fn problems(cfg: &PytorchConfig, object: &Value, name: &str) -> Vec<String> 
 /// once: this is the `parallelism` (= `completions`) the mutation writes, `None` when it writes
 /// none. Without a record an explicit `parallelism: 1` looks exactly like the default, so it is
 /// never changed (a sharded job must not become `completions` pods at once).
-pub fn parallelism_to_write(job: &Value) -> Option<i64> {
+pub fn parallelism_to_write(job: &Value, intent: &UserIntent) -> Option<i64> {
     let indexed = job.at("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
     let completions = job.at("/spec/completions").and_then(Value::as_i64);
     let parallelism = job.at("/spec/parallelism").and_then(Value::as_i64);
     let completions = completions.filter(|c| *c > 1)?;
-    let intent = UserIntent::of(job);
     let defaulted = indexed
         && matches!(parallelism, None | Some(1))
         && intent.has_records()
@@ -252,8 +252,8 @@ pub fn parallelism_to_write(job: &Value) -> Option<i64> {
 
 /// Writes [`parallelism_to_write`]: an opted-in Indexed Job whose `parallelism` the API server
 /// defaulted runs all its ranks at once.
-fn all_ranks_at_once(job: &mut Node<'_, Value>) -> bool {
-    let Some(parallelism) = parallelism_to_write(job) else {
+fn all_ranks_at_once(job: &mut Node<'_, Value>, intent: &UserIntent) -> bool {
+    let Some(parallelism) = parallelism_to_write(job, intent) else {
         return false;
     };
     match job.object("spec") {
@@ -272,8 +272,8 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
         return false;
     };
     let job_name = ctx.object_name(object).to_string();
-    let mut changed = all_ranks_at_once(object);
-    let (completions, subdomain) = match shape(object, how, &job_name) {
+    let mut changed = all_ranks_at_once(object, ctx.intent(object));
+    let (completions, subdomain) = match shape(object, how, &job_name, ctx.intent(object)) {
         Shape::NotDistributed => return changed,
         Shape::Unwirable(problems) => {
             warn_unwirable(findings, &problems);
@@ -284,7 +284,7 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
             subdomain,
         } => (completions, subdomain),
     };
-    let wrote_dns = user_wrote_dns(object);
+    let wrote_dns = user_wrote_dns(ctx.intent(object));
     ctx.preflight_rendezvous_service(object, &job_name, &subdomain, cfg.port, findings);
     let Some(mut template) = object
         .at_pointer("/spec/template")
@@ -508,7 +508,12 @@ mod tests {
     #[test]
     fn shapes() {
         assert_eq!(
-            shape(&job(good_spec(), json!({})), OptIn::Queue, "ddp"),
+            shape(
+                &job(good_spec(), json!({})),
+                OptIn::Queue,
+                "ddp",
+                &UserIntent::default()
+            ),
             Shape::Wirable {
                 completions: 3,
                 subdomain: "ddp".into()
@@ -517,8 +522,12 @@ mod tests {
         let mut non_indexed = good_spec();
         non_indexed["completionMode"] = json!("NonIndexed");
         let j = job(non_indexed, json!({}));
-        assert_eq!(shape(&j, OptIn::Queue, "ddp"), Shape::NotDistributed);
-        let Shape::Unwirable(p) = shape(&j, OptIn::Annotation, "ddp") else {
+        assert_eq!(
+            shape(&j, OptIn::Queue, "ddp", &UserIntent::default()),
+            Shape::NotDistributed
+        );
+        let Shape::Unwirable(p) = shape(&j, OptIn::Annotation, "ddp", &UserIntent::default())
+        else {
             panic!("explicit opt-in of a non-Indexed Job is unwirable")
         };
         assert!(p[0].contains("not an Indexed Job"), "{p:?}");
@@ -529,7 +538,12 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("subdomain");
-        let Shape::Unwirable(p) = shape(&job(s, json!({})), OptIn::Queue, "ddp") else {
+        let Shape::Unwirable(p) = shape(
+            &job(s, json!({})),
+            OptIn::Queue,
+            "ddp",
+            &UserIntent::default(),
+        ) else {
             panic!("unwirable")
         };
         assert_eq!(p.len(), 2, "{p:?}");
@@ -541,7 +555,12 @@ mod tests {
 
         let mut s = good_spec();
         s.as_object_mut().unwrap().remove("completions");
-        let Shape::Unwirable(p) = shape(&job(s, json!({})), OptIn::Queue, "ddp") else {
+        let Shape::Unwirable(p) = shape(
+            &job(s, json!({})),
+            OptIn::Queue,
+            "ddp",
+            &UserIntent::default(),
+        ) else {
             panic!("unwirable")
         };
         assert!(p[0].contains("spec.completions must be set"), "{p:?}");
@@ -549,6 +568,7 @@ mod tests {
             &json!({"spec": {"completionMode": "Indexed"}}),
             OptIn::Queue,
             "",
+            &UserIntent::default(),
         ) else {
             panic!("malformed is unwirable")
         };

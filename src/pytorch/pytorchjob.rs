@@ -18,7 +18,6 @@ use super::env::{self, host_network_dns_problem, string_at};
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
 use crate::patch::Node;
-use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
 use serde_json::{Value, json};
 
@@ -144,7 +143,7 @@ pub fn mutate(ctx: &dyn Site, object: &mut Node<'_, Value>, findings: &mut dyn W
             .is_some_and(|v| !v.is_null());
         // The operator's defaulting writes "auto" when nprocPerNode is unset; an "auto" the
         // user did not write (by apply) is that default, not a choice.
-        let user_wrote = UserIntent::of(object).wrote(&["spec", "nprocPerNode"]);
+        let user_wrote = ctx.intent(object).wrote(&["spec", "nprocPerNode"]);
         let wanted = json!(nproc.to_string());
         if !elastic_nproc && let Some(mut spec) = object.object("spec") {
             let current = spec.get("nprocPerNode");

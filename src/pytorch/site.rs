@@ -5,6 +5,7 @@
 use super::config::PytorchConfig;
 use crate::cluster::ClusterView;
 use crate::patch::MapNode;
+use crate::workload::intent::UserIntent;
 use serde_json::Value;
 
 /// What is called for each training container: its display path (written only when a message
@@ -21,6 +22,8 @@ pub trait Site {
     fn namespace(&self) -> Option<&str>;
     /// Read-only snapshot of cluster state (owner Jobs); empty offline.
     fn cluster(&self) -> &dyn ClusterView;
+    /// What the user wrote of `object`, the request's object (read once per request).
+    fn intent(&self, object: &Value) -> &UserIntent;
     /// The object's name: the request's, else `metadata.name` (empty with `generateName`).
     fn object_name<'v>(&'v self, object: &'v Value) -> &'v str;
     /// Calls `f` for every training container of a pod spec with its display path.

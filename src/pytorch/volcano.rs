@@ -24,7 +24,6 @@ use super::env::{self, EnvValue, JobWiring, display_name, host_network_dns_probl
 use super::site::{Site, Warnings, warn_unwirable};
 use crate::json::Pointer as _;
 use crate::patch::Node;
-use crate::workload::intent::UserIntent;
 use crate::workload::{self, WorkloadKind};
 use serde_json::{Map, Value};
 
@@ -503,9 +502,8 @@ pub fn mutate_pod(
                             .find(|t| workload::name_of(t) == Some(&place.task))
                             .and_then(|t| t.at("/template/spec/dnsPolicy"))
                             .is_some();
-                        dns_wrote = Some(
-                            template_dns || UserIntent::of(object).wrote(&["spec", "dnsPolicy"]),
-                        );
+                        dns_wrote =
+                            Some(template_dns || ctx.intent(object).wrote(&["spec", "dnsPolicy"]));
                         if let Some(rank) = rank_value(&place, offset, findings) {
                             vars.extend(env::rank_vars(cfg, rank));
                         }

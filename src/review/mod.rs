@@ -159,6 +159,7 @@ fn chain(
         child: scope != Scope::Workload,
         runtime: runtime.found(),
         admitted: select::admitted_before(policy, target.kind, request, queue),
+        intent: Default::default(),
     };
     let mut findings = Findings::default();
     findings.add_warnings(resolution.warning.clone());
