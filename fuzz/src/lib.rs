@@ -651,6 +651,11 @@ fn edit_request(u: &mut Unstructured, review: &mut Value) -> Result<()> {
     Ok(())
 }
 
+/// The policy an edited review is judged by: [`WIDE_POLICY`] or [`DEFAULT_POLICY`].
+fn policy(wide: bool) -> &'static Policy {
+    if wide { &WIDE_POLICY } else { &DEFAULT_POLICY }
+}
+
 /// A fixture with 1–8 edits chosen by the input, serialised, and the policy to review it with
 /// (the default or the wide one).
 pub fn edited_review(u: &mut Unstructured) -> Result<(&'static Policy, Vec<u8>)> {
@@ -671,12 +676,7 @@ pub fn edited_review(u: &mut Unstructured) -> Result<(&'static Policy, Vec<u8>)>
         }
     }
     let body = serde_json::to_vec(&review).expect("serialises");
-    let policy = if wide {
-        &*WIDE_POLICY
-    } else {
-        &*DEFAULT_POLICY
-    };
-    Ok((policy, body))
+    Ok((policy(wide), body))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -734,10 +734,5 @@ pub fn edited_managed_fields(u: &mut Unstructured) -> Result<(&'static Policy, V
         edit(u, &mut review, &starts, &words)?;
     }
     let body = serde_json::to_vec(&review).expect("serialises");
-    let policy = if wide {
-        &*WIDE_POLICY
-    } else {
-        &*DEFAULT_POLICY
-    };
-    Ok((policy, body))
+    Ok((policy(wide), body))
 }
