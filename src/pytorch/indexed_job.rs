@@ -507,13 +507,10 @@ mod tests {
 
     #[test]
     fn shapes() {
+        // A Job without apply records: the user's intent says nothing.
+        let shape_of = |j: &Value, how| shape(j, how, "ddp", &UserIntent::default());
         assert_eq!(
-            shape(
-                &job(good_spec(), json!({})),
-                OptIn::Queue,
-                "ddp",
-                &UserIntent::default()
-            ),
+            shape_of(&job(good_spec(), json!({})), OptIn::Queue),
             Shape::Wirable {
                 completions: 3,
                 subdomain: "ddp".into()
@@ -522,12 +519,8 @@ mod tests {
         let mut non_indexed = good_spec();
         non_indexed["completionMode"] = json!("NonIndexed");
         let j = job(non_indexed, json!({}));
-        assert_eq!(
-            shape(&j, OptIn::Queue, "ddp", &UserIntent::default()),
-            Shape::NotDistributed
-        );
-        let Shape::Unwirable(p) = shape(&j, OptIn::Annotation, "ddp", &UserIntent::default())
-        else {
+        assert_eq!(shape_of(&j, OptIn::Queue), Shape::NotDistributed);
+        let Shape::Unwirable(p) = shape_of(&j, OptIn::Annotation) else {
             panic!("explicit opt-in of a non-Indexed Job is unwirable")
         };
         assert!(p[0].contains("not an Indexed Job"), "{p:?}");
@@ -538,12 +531,7 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("subdomain");
-        let Shape::Unwirable(p) = shape(
-            &job(s, json!({})),
-            OptIn::Queue,
-            "ddp",
-            &UserIntent::default(),
-        ) else {
+        let Shape::Unwirable(p) = shape_of(&job(s, json!({})), OptIn::Queue) else {
             panic!("unwirable")
         };
         assert_eq!(p.len(), 2, "{p:?}");
@@ -555,21 +543,13 @@ mod tests {
 
         let mut s = good_spec();
         s.as_object_mut().unwrap().remove("completions");
-        let Shape::Unwirable(p) = shape(
-            &job(s, json!({})),
-            OptIn::Queue,
-            "ddp",
-            &UserIntent::default(),
-        ) else {
+        let Shape::Unwirable(p) = shape_of(&job(s, json!({})), OptIn::Queue) else {
             panic!("unwirable")
         };
         assert!(p[0].contains("spec.completions must be set"), "{p:?}");
-        let Shape::Unwirable(_) = shape(
-            &json!({"spec": {"completionMode": "Indexed"}}),
-            OptIn::Queue,
-            "",
-            &UserIntent::default(),
-        ) else {
+        let malformed = json!({"spec": {"completionMode": "Indexed"}});
+        let Shape::Unwirable(_) = shape(&malformed, OptIn::Queue, "", &UserIntent::default())
+        else {
             panic!("malformed is unwirable")
         };
     }
