@@ -54,7 +54,8 @@ pub struct MutationContext<'a> {
     /// exempted, when it came in); `None` on CREATE and on an UPDATE that brings the object
     /// into the queue, which is judged as a CREATE.
     pub admitted: Option<&'a Value>,
-    /// What the user wrote of the object ([`UserIntent`]), read when a mutator first asks.
+    /// What the user wrote of the object ([`UserIntent`]), read when a mutator first asks
+    /// ([`MutationContext::intent`]); `Default::default()` when the context is made.
     pub intent: std::cell::OnceCell<UserIntent>,
 }
 

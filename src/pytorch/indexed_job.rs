@@ -218,10 +218,13 @@ fn user_wrote_dns(intent: &UserIntent) -> bool {
 /// Why an opted-in batch/v1 Job can never rendezvous, judged as the mutation leaves it (an
 /// API-defaulted parallelism becomes completions, see [`parallelism_to_write`]).
 pub fn problems(cfg: &PytorchConfig, object: &Value, name: &str) -> Vec<String> {
+    let Some(how) = opt_in(cfg, object) else {
+        return Vec::new();
+    };
     let intent = UserIntent::of(object);
-    match opt_in(cfg, object).map(|how| shape(object, how, name, &intent)) {
-        Some(Shape::Unwirable(problems)) => problems,
-        Some(Shape::Wirable { .. }) => object
+    match shape(object, how, name, &intent) {
+        Shape::Unwirable(problems) => problems,
+        Shape::Wirable { .. } => object
             .at("/spec/template/spec")
             .and_then(Value::as_object)
             .and_then(|spec| host_network_dns_problem(spec, &SPEC_PATH, user_wrote_dns(&intent)))
