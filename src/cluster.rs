@@ -2,7 +2,7 @@
 //!
 //! The core never fetches anything: the server passes a snapshot backed by a cached watch
 //! (see `server::owner_cache`), the offline tools pass [`NoCluster`] or the TrainJob runtimes
-//! they were given ([`GivenRuntimes`]), tests a fixed map.
+//! they were given ([`GivenObjects`]), tests a fixed map.
 
 use crate::kinds::WorkloadKind;
 use serde_json::Value;
@@ -27,8 +27,71 @@ pub trait ClusterView: Send + Sync {
     fn training_runtime(&self, _kind: &str, _namespace: &str, _name: &str) -> RuntimeLookup {
         RuntimeLookup::Unavailable
     }
+    /// The Dynamic Resource Allocation object `kind` named `namespace/name` (a
+    /// ResourceClaimTemplate or ResourceClaim a pod names in `spec.resourceClaims`).
+    fn dra_object(&self, _kind: DraKind, _namespace: &str, _name: &str) -> RuntimeLookup {
+        RuntimeLookup::Unavailable
+    }
     /// True when this view is backed by a live cluster (false offline).
     fn is_connected(&self) -> bool;
+}
+
+/// The API group of Dynamic Resource Allocation.
+pub const DRA_GROUP: &str = "resource.k8s.io";
+/// The versions of the DRA objects launchgate reads (`v1` is GA since Kubernetes 1.34; the
+/// betas have the same claim shape, or `exactly`'s fields on the request itself).
+pub const DRA_VERSIONS: [&str; 3] = ["v1", "v1beta2", "v1beta1"];
+
+/// The DRA objects a pod's claims name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DraKind {
+    /// `spec.resourceClaims[].resourceClaimTemplateName`: one claim per pod, made from it.
+    ResourceClaimTemplate,
+    /// `spec.resourceClaims[].resourceClaimName`: a claim shared by every pod that names it.
+    ResourceClaim,
+}
+
+impl DraKind {
+    /// Both kinds.
+    pub const ALL: [DraKind; 2] = [DraKind::ResourceClaimTemplate, DraKind::ResourceClaim];
+
+    /// The kind as the API names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DraKind::ResourceClaimTemplate => "ResourceClaimTemplate",
+            DraKind::ResourceClaim => "ResourceClaim",
+        }
+    }
+
+    /// The resource (plural).
+    pub fn plural(self) -> &'static str {
+        match self {
+            DraKind::ResourceClaimTemplate => "resourceclaimtemplates",
+            DraKind::ResourceClaim => "resourceclaims",
+        }
+    }
+
+    /// The DRA kind of a manifest (`resource.k8s.io/<version>` ResourceClaimTemplate or
+    /// ResourceClaim); `Ok(None)` for any other object. A DRA kind in a version launchgate does
+    /// not read is an error.
+    pub fn of(object: &Value) -> Result<Option<DraKind>, String> {
+        let text = |key: &str| object.get(key).and_then(Value::as_str).unwrap_or_default();
+        let Some(kind) = DraKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == text("kind"))
+        else {
+            return Ok(None);
+        };
+        match text("apiVersion").split_once('/') {
+            Some((DRA_GROUP, version)) if DRA_VERSIONS.contains(&version) => Ok(Some(kind)),
+            Some((DRA_GROUP, version)) => Err(format!(
+                "{} of {DRA_GROUP}/{version}: launchgate reads {DRA_GROUP}/{}",
+                kind.as_str(),
+                DRA_VERSIONS.join(", ")
+            )),
+            _ => Ok(None),
+        }
+    }
 }
 
 /// The cluster-scoped runtime kind a TrainJob names by default.
@@ -109,6 +172,8 @@ pub struct StaticCluster {
     workloads: HashMap<(WorkloadKind, String, String), Arc<Value>>,
     /// By `(kind, namespace, name)`; namespace empty for a ClusterTrainingRuntime.
     runtimes: HashMap<(String, String, String), Arc<Value>>,
+    /// ResourceClaimTemplates and ResourceClaims by `(kind, namespace, name)`.
+    dra: HashMap<(DraKind, String, String), Arc<Value>>,
 }
 
 /// `(namespace, name)` of an object (namespace `default` when unset).
@@ -149,6 +214,20 @@ impl StaticCluster {
             .insert(runtime_key(&kind, &namespace, &name), Arc::new(runtime));
         self
     }
+
+    /// Adds a ResourceClaimTemplate or ResourceClaim (by its `kind`) to the view.
+    ///
+    /// # Panics
+    /// On an object that is neither (a mistake of the test that builds the view).
+    pub fn with_dra_object(mut self, object: Value) -> Self {
+        let kind = DraKind::of(&object)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("not a DRA claim or template: {object}"));
+        let (namespace, name) = key_of(&object);
+        self.dra.insert((kind, namespace, name), Arc::new(object));
+        self
+    }
 }
 
 impl ClusterView for StaticCluster {
@@ -163,33 +242,85 @@ impl ClusterView for StaticCluster {
             None => RuntimeLookup::NotFound,
         }
     }
+    fn dra_object(&self, kind: DraKind, namespace: &str, name: &str) -> RuntimeLookup {
+        match self
+            .dra
+            .get(&(kind, namespace.to_string(), name.to_string()))
+        {
+            Some(object) => RuntimeLookup::Found(object.clone()),
+            None => RuntimeLookup::NotFound,
+        }
+    }
     fn is_connected(&self) -> bool {
         true
     }
 }
 
-/// TrainJob runtimes given to an offline tool: the runtime manifests beside the workloads
-/// (`validate`, `mutate`, a test suite, the playground), or the runtimes an audit listed. The
-/// TrainJobs are sized by them as the webhook with cluster lookups sizes them. Not a live
-/// cluster: every other lookup finds nothing.
+/// The cluster objects given to an offline tool: TrainJob runtimes and the DRA claims and
+/// claim templates pods name, as manifests beside the workloads (`validate`, `mutate`, a test
+/// suite, the playground), or the runtimes an audit listed. The workloads are sized by them as
+/// the webhook with cluster lookups sizes them. Not a live cluster: every other lookup finds
+/// nothing.
 #[derive(Debug, Default, Clone)]
-pub struct GivenRuntimes {
+pub struct GivenObjects {
     /// By `(kind, namespace, name)`; namespace empty for a ClusterTrainingRuntime.
     runtimes: HashMap<(String, String, String), Arc<Value>>,
+    /// ResourceClaimTemplates and ResourceClaims by `(kind, namespace, name)`.
+    dra: HashMap<(DraKind, String, String), Arc<Value>>,
     /// The kinds whose every runtime is here (an audit listed them all): a runtime of such a
     /// kind that is not here is not in the cluster. For any other kind it is unknown.
     complete: Vec<&'static str>,
 }
 
-impl GivenRuntimes {
-    /// Adds a runtime manifest. A TrainingRuntime goes in `namespace` (where the caller places
+/// True for a manifest an offline tool takes as a cluster object rather than a workload to
+/// judge: a TrainJob runtime, a ResourceClaimTemplate or a ResourceClaim. Errors: such a kind in
+/// a version launchgate does not read.
+pub fn is_given_object(object: &Value) -> Result<bool, String> {
+    Ok(runtime_kind(object)?.is_some() || DraKind::of(object)?.is_some())
+}
+
+impl GivenObjects {
+    /// Adds a ResourceClaimTemplate or ResourceClaim, placed in `namespace` (as bare objects
+    /// are), `default` when `None`. Errors: not such a manifest, no name, the same object twice.
+    fn add_dra(
+        &mut self,
+        kind: DraKind,
+        object: Value,
+        namespace: Option<&str>,
+    ) -> Result<(), String> {
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| format!("{} without metadata.name", kind.as_str()))?
+            .to_string();
+        if object.get("spec").is_some_and(|s| !s.is_object()) {
+            return Err(format!("{} {name:?}: spec is not a mapping", kind.as_str()));
+        }
+        let namespace = namespace.unwrap_or(DEFAULT_NAMESPACE).to_string();
+        let key = (kind, namespace, name);
+        if self.dra.contains_key(&key) {
+            let (kind, namespace, name) = key;
+            return Err(format!(
+                "{} {name:?} in namespace {namespace:?} is given twice",
+                kind.as_str()
+            ));
+        }
+        self.dra.insert(key, Arc::new(object));
+        Ok(())
+    }
+
+    /// Adds a runtime manifest, or a DRA claim or claim template. A TrainingRuntime goes in `namespace` (where the caller places
     /// it: the offline tools as every bare object, an audit where it was listed), `default`
     /// when `None`; a ClusterTrainingRuntime is cluster-scoped. Errors: not a runtime manifest,
     /// no name, a `spec` that is not a mapping, the same runtime twice.
     pub fn add(&mut self, runtime: Value, namespace: Option<&str>) -> Result<(), String> {
+        if let Some(kind) = DraKind::of(&runtime)? {
+            return self.add_dra(kind, runtime, namespace);
+        }
         let Some(kind) = runtime_kind(&runtime)? else {
             return Err(format!(
-                "not a {TRAINER_GROUP}/{RUNTIME_VERSION} {CLUSTER_RUNTIME} or {NAMESPACED_RUNTIME}"
+                "not a {TRAINER_GROUP}/{RUNTIME_VERSION} {CLUSTER_RUNTIME} or {NAMESPACED_RUNTIME}, nor a {DRA_GROUP} ResourceClaimTemplate or ResourceClaim"
             ));
         };
         let name = runtime
@@ -233,17 +364,31 @@ impl GivenRuntimes {
                     format!("{kind} {namespace}/{name}")
                 }
             })
+            .chain(
+                self.dra
+                    .keys()
+                    .map(|(kind, namespace, name)| format!("{} {namespace}/{name}", kind.as_str())),
+            )
             .collect();
         out.sort();
         out
     }
 }
 
-impl ClusterView for GivenRuntimes {
+impl ClusterView for GivenObjects {
     fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
         match self.runtimes.get(&runtime_key(kind, namespace, name)) {
             Some(runtime) => RuntimeLookup::Found(runtime.clone()),
             None if self.complete.contains(&kind) => RuntimeLookup::NotFound,
+            None => RuntimeLookup::Unavailable,
+        }
+    }
+    fn dra_object(&self, kind: DraKind, namespace: &str, name: &str) -> RuntimeLookup {
+        match self
+            .dra
+            .get(&(kind, namespace.to_string(), name.to_string()))
+        {
+            Some(object) => RuntimeLookup::Found(object.clone()),
             None => RuntimeLookup::Unavailable,
         }
     }
@@ -292,7 +437,7 @@ mod tests {
 
     #[test]
     fn given_runtimes_are_found_where_the_cli_places_them() {
-        let mut given = GivenRuntimes::default();
+        let mut given = GivenObjects::default();
         given
             .add(runtime(CLUSTER_RUNTIME, Some("ignored"), "torch"), None)
             .unwrap();
@@ -338,7 +483,7 @@ mod tests {
 
     #[test]
     fn a_malformed_runtime_is_refused_with_why() {
-        let mut given = GivenRuntimes::default();
+        let mut given = GivenObjects::default();
         let mut nameless = runtime(CLUSTER_RUNTIME, None, "x");
         nameless["metadata"] = json!({});
         assert!(

@@ -269,6 +269,15 @@ impl Quantity {
         Quantity::new(mantissa, i64::from(self.exponent))
     }
 
+    /// `self × other`, or `None` when it does not fit.
+    pub fn checked_mul(&self, other: &Quantity) -> Option<Quantity> {
+        let mantissa = self.mantissa.checked_mul(other.mantissa)?;
+        Quantity::new(
+            mantissa,
+            i64::from(self.exponent) + i64::from(other.exponent),
+        )
+    }
+
     fn cmp_magnitude(&self, other: &Quantity) -> Ordering {
         let a = self.mantissa.unsigned_abs();
         let b = other.mantissa.unsigned_abs();
@@ -291,6 +300,12 @@ impl Quantity {
         } else {
             scaled(b).map_or(Ordering::Less, |b| a.cmp(&b))
         }
+    }
+}
+
+impl Default for Quantity {
+    fn default() -> Self {
+        Quantity::ZERO
     }
 }
 

@@ -80,6 +80,9 @@ pub enum Denies {
     Gang,
     /// `guardrails.costCeiling.maxGpuHours` with `enforcement: deny`.
     CostCeiling,
+    /// `limits.enforcement: deny` and the queue's limits bound GPUs (a most per container or a
+    /// total on a whole GPU, such as `nvidia.com/gpu`).
+    GpuLimits,
     /// The PyTorch wiring on, with `onUnwirable: deny`.
     PytorchUnwirable,
     /// An exemption the queue's pods could inherit (`match.exemptions`, or the queue's own):
@@ -204,6 +207,12 @@ rules! {
         "use an image from a listed registry",
         Native::Cel("every image, normalised, against the prefixes (validate::native)"),
         OnUpdate::Changed, Denies::LimitsEnforcement;
+    /// `accelerators`: devices a pod asks for that cannot be counted as GPUs.
+    ACCELERATORS_UNCOUNTED = "accelerators.uncounted", "accelerators, queues.<queue>.limits",
+        "a pod asks for devices launchgate cannot count as GPUs — through a DeviceClass the accelerator map does not know, `allocationMode: All` without a bound, or a ResourceClaimTemplate or ResourceClaim that cannot be read — in a queue whose limits bound GPUs (a most per container, or a total, on a whole GPU such as nvidia.com/gpu)",
+        "map the DeviceClass in accelerators.deviceClasses (with allDevicesAtMost for allocationMode: All), create the claim or claim template before the workload, or turn on cluster lookups so claims are read",
+        Native::WebhookOnly("claims are counted through the ResourceClaimTemplates and ResourceClaims a pod names, read from the cluster; an admission policy's CEL cannot read another object"),
+        OnUpdate::Changed, Denies::GpuLimits;
     /// `queues.<queue>.limits.unverifiableRuntime`.
     LIMITS_UNVERIFIABLE_RUNTIME = "limits.unverifiableRuntime", "queues.<queue>.limits.unverifiableRuntime",
         "a TrainJob leaves numNodes or resourcesPerNode to a runtime launchgate cannot read, in a queue whose totals or GPU-hour ceiling bound its size (`deny`, the default; `warn` makes it a warning)",

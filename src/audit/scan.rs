@@ -11,8 +11,8 @@ use super::{
     policy_reports,
 };
 use crate::cluster::{
-    CLUSTER_RUNTIME, ClusterView, GivenRuntimes, NAMESPACED_RUNTIME, RUNTIME_VERSION,
-    TRAINER_GROUP, runtime_plural,
+    CLUSTER_RUNTIME, ClusterView, GivenObjects, NAMESPACED_RUNTIME, RUNTIME_VERSION, TRAINER_GROUP,
+    runtime_plural,
 };
 use crate::policy::Policy;
 use anyhow::{Context, Result};
@@ -99,8 +99,8 @@ async fn list_runtimes(
     client: &kube::Client,
     opts: &AuditOptions,
     report: &mut AuditReport,
-) -> Result<GivenRuntimes> {
-    let mut runtimes = GivenRuntimes::default();
+) -> Result<GivenObjects> {
+    let mut runtimes = GivenObjects::default();
     let served = served_resources(client, TRAINER_GROUP, RUNTIME_VERSION).await?;
     for kind in [CLUSTER_RUNTIME, NAMESPACED_RUNTIME] {
         let listed = ListedKind {
@@ -283,7 +283,7 @@ pub async fn run(
         listed: 0,
     };
     // The TrainJob runtimes, listed when the TrainJobs are reached.
-    let mut runtimes: Option<GivenRuntimes> = None;
+    let mut runtimes: Option<GivenObjects> = None;
     for kind in &super::listed_kinds() {
         if kind.optional && !serves(&client, kind).await? {
             report.notes.push(format!(

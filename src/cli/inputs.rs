@@ -5,7 +5,7 @@
 //! lookups sizes them.
 
 use crate::admission::{AdmissionRequest, placed_namespace};
-use crate::cluster::{GivenRuntimes, runtime_kind};
+use crate::cluster::{GivenObjects, is_given_object};
 use crate::manifest::{InputDocument, parse_documents};
 use crate::mutate::labels::QUEUE_LABEL;
 use anyhow::{Context, Result, bail};
@@ -112,18 +112,19 @@ pub(crate) fn to_request(
     }
 }
 
-/// A document that is a TrainJob runtime manifest goes into `runtimes` (`Ok(None)`), placed in
+/// A document that is a cluster object rather than a workload — a TrainJob runtime, a DRA
+/// ResourceClaimTemplate or ResourceClaim — goes into `runtimes` (`Ok(None)`), placed in
 /// `namespace` as bare objects are; any other document is given back. Errors: a malformed
-/// runtime (the caller names where it came from).
+/// one (the caller names where it came from).
 pub(crate) fn take_runtime(
     doc: InputDocument,
-    runtimes: &mut GivenRuntimes,
+    runtimes: &mut GivenObjects,
     namespace: Option<&str>,
 ) -> Result<Option<InputDocument>, String> {
     match doc {
-        InputDocument::Object(object) => match runtime_kind(&object)? {
-            Some(_) => add_runtime(runtimes, object, namespace).map(|()| None),
-            None => Ok(Some(InputDocument::Object(object))),
+        InputDocument::Object(object) => match is_given_object(&object)? {
+            true => add_runtime(runtimes, object, namespace).map(|()| None),
+            false => Ok(Some(InputDocument::Object(object))),
         },
         review => Ok(Some(review)),
     }
@@ -132,7 +133,7 @@ pub(crate) fn take_runtime(
 /// Adds a runtime manifest to `runtimes`, placed as a bare object is (`namespace` when given,
 /// else its own).
 pub(crate) fn add_runtime(
-    runtimes: &mut GivenRuntimes,
+    runtimes: &mut GivenObjects,
     runtime: Value,
     namespace: Option<&str>,
 ) -> Result<(), String> {
@@ -164,7 +165,7 @@ pub(crate) fn named_documents(shown: &str, text: &str) -> Result<Vec<(String, In
 #[derive(Debug, Default)]
 pub(crate) struct Inputs {
     pub(crate) workloads: Vec<Input>,
-    pub(crate) runtimes: GivenRuntimes,
+    pub(crate) runtimes: GivenObjects,
 }
 
 impl Inputs {

@@ -539,7 +539,7 @@ fn load_suite_policy(suite_dir: &Path, config: Option<&str>) -> Result<Policy> {
 /// them would never be judged.
 fn suite_runtimes(dir: &Path, entries: &[RuntimeEntry]) -> Result<Vec<(String, Value)>> {
     let mut out = Vec::new();
-    let mut checked = crate::cluster::GivenRuntimes::default();
+    let mut checked = crate::cluster::GivenObjects::default();
     for (i, entry) in entries.iter().enumerate() {
         let documents = match entry {
             RuntimeEntry::Manifest(object) => {

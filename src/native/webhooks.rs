@@ -559,6 +559,8 @@ mod tests {
                     "limits.totals",
                     "limits.maxActiveDeadlineSeconds",
                     "limits.allowedRegistries",
+                    // The example queue's `gpus` bounds every container's nvidia.com/gpu.
+                    "accelerators.uncounted",
                 ][..],
                 json!({"limits": {"enforcement": "deny"}}),
             ),

@@ -22,8 +22,10 @@ use crate::mutate::{
 };
 use crate::pytorch::PytorchConfig;
 use crate::validate::{LimitsConfig, QueueLimits};
+use crate::workload::consumption::{Accelerators, AcceleratorsConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The built-in example policy (the W&B docs' minikube GPU queue), as YAML.
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("default-config.yaml");
@@ -51,6 +53,10 @@ pub struct Config {
     pub namespace_queues: BTreeMap<String, String>,
     /// The queues, by name (`name` or `entity/name`).
     pub queues: BTreeMap<String, QueueConfig>,
+    /// How many GPUs each way of asking for an accelerator counts as — an extended resource
+    /// name, a MIG profile, a DRA DeviceClass — for every limit, total and GPU-hour ceiling on
+    /// a whole GPU (`nvidia.com/gpu`).
+    pub accelerators: AcceleratorsConfig,
 }
 
 /// Which objects are launch workloads and how their queue is named.
@@ -149,6 +155,8 @@ pub struct Queue {
     pub config: QueueConfig,
     /// Its limits, compiled.
     pub limits: QueueLimits,
+    /// How GPUs are counted (`accelerators`, the same for every queue).
+    pub accelerators: Arc<Accelerators>,
 }
 
 impl Queue {
@@ -192,6 +200,7 @@ impl Queue {
                         == crate::validate::UnverifiableRuntime::Deny
             }
             Denies::Kueue => limits && c.kueue.is_some(),
+            Denies::GpuLimits => limits && self.limits.limits_gpus(&self.accelerators),
             Denies::Gang => c.guardrails.gang == GangAction::Deny,
             Denies::CostCeiling => {
                 let cost = &c.guardrails.cost_ceiling;
@@ -331,6 +340,13 @@ impl Policy {
             "match.podCreators",
             &mut errors,
         );
+        let accelerators = match Accelerators::compile(&config.accelerators, "accelerators") {
+            Ok(a) => Arc::new(a),
+            Err(mut errs) => {
+                errors.append(&mut errs);
+                Arc::new(Accelerators::default())
+            }
+        };
         let mut queues = BTreeMap::new();
         let mut warnings = Vec::new();
         for (name, qc) in &config.queues {
@@ -390,6 +406,7 @@ impl Policy {
                             key: name.clone(),
                             config: qc.clone(),
                             limits,
+                            accelerators: accelerators.clone(),
                         },
                     );
                 }

@@ -10,6 +10,7 @@ use crate::mutate::{self, Findings, MutationContext};
 use crate::policy::{EXEMPTED_BY_ANNOTATION, Queue, exemption};
 use crate::rules::{self, Effect, Violation, Warning};
 use crate::validate::{self, Scope};
+use crate::workload::consumption::Accounting;
 use serde_json::Value;
 
 /// Judges `object` by the queue's validating rules.
@@ -22,6 +23,23 @@ pub(super) fn decide(
     mut findings: Findings,
     mut summary: ReviewSummary,
 ) -> Decision {
+    // How GPUs are counted: the accelerator map, the pods' claims read from the cluster view
+    // in the workload's namespace.
+    let namespace = ctx
+        .request
+        .namespace
+        .as_deref()
+        .or_else(|| {
+            object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+        })
+        .unwrap_or(crate::cluster::DEFAULT_NAMESPACE);
+    let accounting = Accounting {
+        accelerators: &queue.accelerators,
+        claims: ctx.cluster,
+        namespace,
+    };
     // The rules outside the queue's limits: each denies or warns by its own setting.
     let mut found: Vec<Violation> = Vec::new();
     let as_create = ctx.judged_as_create();
@@ -82,6 +100,7 @@ pub(super) fn decide(
                         &queue.config.guardrails,
                         object,
                         ctx.runtime,
+                        &accounting,
                     )
                     .violations,
                 );
@@ -93,6 +112,7 @@ pub(super) fn decide(
                 ctx.kind,
                 object,
                 parent.as_deref(),
+                &accounting,
             )
             .into_iter()
             .collect(),
@@ -128,6 +148,7 @@ pub(super) fn decide(
             operation: &ctx.request.operation,
             scope,
             runtime: ctx.runtime,
+            accounting: &accounting,
         },
         ctx.sidecars,
     );

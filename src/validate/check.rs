@@ -6,14 +6,15 @@ use super::schema::{Schema, ValueType, display_value};
 use super::template::{self, Anchor, LeafContent, Piece, TemplateLeaf};
 use super::{Enforcement, LimitReport, QueueLimits};
 use crate::admission::Operation;
-use crate::json::Pointer as _;
+use crate::json::{self, Pointer as _};
 use crate::kinds::{Deadline, RuntimeSpec};
 use crate::quantity::Quantity;
 use crate::rules::{self, OnUpdate, Violation};
+use crate::workload::consumption::{Accounting, PodGpus};
 use crate::workload::runtime::{self, TrainingRuntime};
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 /// Checks `object` (and, on an UPDATE of what was admitted, compares with `old_object`) against
 /// the queue's limits.
@@ -140,6 +141,8 @@ pub struct Candidate<'a> {
     /// A TrainJob's runtime, when it could be read: the TrainJob is counted as the JobSet
     /// Trainer makes from it.
     pub runtime: Option<&'a TrainingRuntime>,
+    /// How GPUs are counted (the accelerator map) and where the pods' claims are read.
+    pub accounting: &'a Accounting<'a>,
 }
 
 /// Which of the queue's rules an object is checked on.
@@ -289,6 +292,7 @@ struct Evaluation<'a> {
     runtime: Option<RuntimeView<'a>>,
     shape: &'a TemplateShape,
     sidecars: &'a [String],
+    accounting: &'a Accounting<'a>,
     /// Every place a variable or field limit looked at (the envelope holds the others).
     reached: HashSet<String>,
     violations: Vec<Violation>,
@@ -297,6 +301,7 @@ struct Evaluation<'a> {
 }
 
 impl<'a> Evaluation<'a> {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         queue: &'a str,
         kind: WorkloadKind,
@@ -305,6 +310,7 @@ impl<'a> Evaluation<'a> {
         rendered: Option<&'a (String, Value)>,
         shape: &'a TemplateShape,
         sidecars: &'a [String],
+        accounting: &'a Accounting<'a>,
     ) -> Self {
         Evaluation {
             queue,
@@ -314,10 +320,104 @@ impl<'a> Evaluation<'a> {
             runtime: rendered.and_then(|r| RuntimeView::new(kind, r)),
             shape,
             sidecars,
+            accounting,
             reached: HashSet::new(),
             violations: Vec::new(),
             seen: HashSet::new(),
         }
+    }
+
+    /// Every pod template the workload runs (a TrainJob's as Trainer renders them from its
+    /// runtime, when known), with how many of its pods run at once and how messages name it;
+    /// never a runtime patch, which adds no pods.
+    fn pod_templates(&self) -> Vec<(String, i64, &'a Map<String, Value>)> {
+        let kind = self.kind;
+        match &self.runtime {
+            Some(view) => view
+                .templates
+                .iter()
+                .map(|(info, t)| (view.label(info), info.at_most, *t))
+                .collect(),
+            None => self
+                .templates
+                .iter()
+                .filter(|(info, _)| !runtime::is_patch_place(kind, &info.path_text))
+                .map(|(info, t)| (template_label(info), info.at_most, *t))
+                .collect(),
+        }
+    }
+
+    /// The GPUs the workload can use at once, however asked for (the accelerator map): Σ over
+    /// its pod templates of pods at once × GPUs per pod, each shared ResourceClaim once, a
+    /// TrainJob's `resourcesPerNode` × its nodes when its runtime is unknown; with the parts of
+    /// the sum. `Err`: why they cannot be counted.
+    fn gpus_at_once(&self) -> Result<(Quantity, Vec<String>), NotCounted> {
+        let mut total = Quantity::ZERO;
+        let mut parts = Vec::new();
+        let mut shared: Vec<(String, Quantity, String)> = Vec::new();
+        let mut uncounted = Vec::new();
+        let too_many = || NotCounted::TooMany;
+        for (label, at_most, template) in self.pod_templates() {
+            let pod = self.accounting.pod(template);
+            uncounted.extend(pod.uncounted.iter().map(|why| format!("{label}: {why}")));
+            for s in &pod.shared {
+                if !shared.iter().any(|(name, _, _)| *name == s.0) {
+                    shared.push(s.clone());
+                }
+            }
+            if pod.per_pod == Quantity::ZERO {
+                continue;
+            }
+            parts.push(pod_part(&label, at_most, &pod));
+            let all = pod.per_pod.checked_mul_int(at_most).ok_or_else(too_many)?;
+            total = total.checked_add(&all).ok_or_else(too_many)?;
+        }
+        for (_, gpus, text) in shared {
+            parts.push(format!("{text} (shared, once)"));
+            total = total.checked_add(&gpus).ok_or_else(too_many)?;
+        }
+        if let Some((rt, resources)) = self.trainer_resources() {
+            let block = Value::Object(resources.clone());
+            let per_node = self.accounting.named_gpus(Some(&block));
+            if per_node != Quantity::ZERO {
+                let nodes = runtime::own_nodes(rt, self.object);
+                let shown = match nodes {
+                    Some(n) => n.to_string(),
+                    None => format!("1 ({} unset)", rt.nodes),
+                };
+                let names = self.accounting.gpu_names(Some(&block));
+                let name = match names.as_slice() {
+                    [name] => format!("{name} "),
+                    _ => String::new(),
+                };
+                parts.push(format!(
+                    "{name}{}: {shown} × {per_node}",
+                    rt.settings.join(".")
+                ));
+                let all = per_node
+                    .checked_mul_int(nodes.unwrap_or(1).max(0))
+                    .ok_or_else(too_many)?;
+                total = total.checked_add(&all).ok_or_else(too_many)?;
+            }
+        }
+        if !uncounted.is_empty() {
+            return Err(NotCounted::Devices(uncounted.join("; ")));
+        }
+        Ok((total, parts))
+    }
+
+    /// Why the pods of this workload ask for devices that cannot be counted (each once).
+    fn uncounted_devices(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (label, _, template) in self.pod_templates() {
+            for why in self.accounting.pod(template).uncounted {
+                let line = format!("{label}: {why}");
+                if !out.contains(&line) {
+                    out.push(line);
+                }
+            }
+        }
+        out
     }
 
     /// Records a violation (once: a location can be reached twice), its message prefixed with
@@ -391,6 +491,7 @@ impl<'a> Evaluation<'a> {
                 }
             }
         }
+        self.envelope_other_ways(envelope, &mut found);
         // A TrainJob's `resourcesPerNode` is the `node` container's resources on every node.
         if let Some((rt, resources)) = self.trainer_resources() {
             for ceiling in envelope {
@@ -410,6 +511,83 @@ impl<'a> Evaluation<'a> {
         }
         for line in found {
             self.report(line);
+        }
+    }
+
+    /// What the envelope holds beyond the containers' own resource names: the pod-level
+    /// resources (`spec.resources`, which the containers share, so no more than one container
+    /// may have), and each container's GPUs however asked for — claims, MIG slices, a
+    /// DeviceClass's extended name — against a ceiling on a whole GPU (`nvidia.com/gpu`).
+    fn envelope_other_ways(&self, envelope: &[Ceiling], found: &mut Vec<Violation>) {
+        let accel = self.accounting.accelerators;
+        let gpu_ceilings: Vec<&Ceiling> = envelope
+            .iter()
+            .filter(|c| accel.is_gpu(&c.resource))
+            .collect();
+        for (info, template) in &self.templates {
+            let Some(spec) = workload::pod_spec(template) else {
+                continue;
+            };
+            if let Some(pod_level) = json::member(spec, "resources") {
+                for ceiling in envelope {
+                    let Some(value) = pod_level
+                        .get(&ceiling.kind)
+                        .and_then(|r| r.get(&ceiling.resource))
+                        .filter(|v| !v.is_null())
+                    else {
+                        continue;
+                    };
+                    let mut place = info.spec_path_text();
+                    for key in ["resources", &ceiling.kind, &ceiling.resource] {
+                        path::push_segment(&mut place, &Segment::Key(key.to_string()));
+                    }
+                    let Some(problem) = ceiling.schema.problem(value) else {
+                        continue;
+                    };
+                    let shown = display_value(value, Some(ValueType::Quantity));
+                    found.push(
+                        ceiling
+                            .source
+                            .violation(format!(
+                                "{place}={shown} {problem} (pod-level resources are shared by the pod's containers, so they are held to what one container may have: {}, which holds every container)",
+                                ceiling.source.text
+                            ))
+                            .at(place)
+                            .value(shown)
+                            .limit(problem),
+                    );
+                }
+            }
+            if gpu_ceilings.is_empty() {
+                continue;
+            }
+            let pod = self.accounting.pod(template);
+            for c in pod.containers.iter().filter(|c| c.other_ways) {
+                for ceiling in &gpu_ceilings {
+                    let value = Value::String(c.gpus.to_string());
+                    let Some(problem) = ceiling.schema.problem(&value) else {
+                        continue;
+                    };
+                    let mut place = info.spec_path_text();
+                    path::push_segment(&mut place, &Segment::Key(c.list.to_string()));
+                    path::push_segment(&mut place, &Segment::Index(c.index));
+                    found.push(
+                        ceiling
+                            .source
+                            .violation(format!(
+                                "{place} ({}) asks for {} GPUs ({}), {problem} ({} on {}, which holds every container however it asks for GPUs)",
+                                c.name,
+                                c.gpus,
+                                c.parts.join(" + "),
+                                ceiling.source.text,
+                                ceiling.resource
+                            ))
+                            .at(place)
+                            .value(c.gpus.to_string())
+                            .limit(problem),
+                    );
+                }
+            }
         }
     }
 
@@ -526,7 +704,27 @@ impl<'a> Evaluation<'a> {
     }
 
     fn check_total(&mut self, resource: &str, schema: &Schema) {
-        let (total, parts) = self.total(resource);
+        // A total on a whole GPU (`nvidia.com/gpu`) counts every GPU, however asked for.
+        let (total, parts) = if self.accounting.accelerators.is_gpu(resource) {
+            match self.gpus_at_once() {
+                // Its parts name the resource only when another counts too.
+                Ok((total, parts)) => (
+                    Some(total),
+                    parts
+                        .into_iter()
+                        .map(|p| {
+                            p.strip_prefix(&format!("{resource} "))
+                                .map_or(p.clone(), str::to_string)
+                        })
+                        .collect(),
+                ),
+                Err(NotCounted::TooMany) => (None, Vec::new()),
+                // Reported once for the queue (`accelerators.uncounted`).
+                Err(NotCounted::Devices(_)) => return,
+            }
+        } else {
+            self.total(resource)
+        };
         let parts = parts.join(", ");
         let Some(total) = total else {
             self.report(
@@ -714,54 +912,55 @@ impl<'a> Evaluation<'a> {
     }
 }
 
-/// The GPUs (every `*/gpu` resource) a workload can use at once, by the totals arithmetic, with
-/// the parts of the sum; `None` when the sum does not fit.
+/// Why a workload's GPUs cannot be counted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NotCounted {
+    /// The sum does not fit.
+    TooMany,
+    /// A pod asks for devices the accelerator map cannot count, or through a claim that cannot
+    /// be read: why.
+    Devices(String),
+}
+
+/// One pod template's part of a GPU sum: `spec.template: 4 × 2`, with how the pod asks for
+/// them when it is more than one whole-GPU resource name on its containers.
+fn pod_part(label: &str, at_most: i64, pod: &PodGpus) -> String {
+    match pod.names.as_slice() {
+        _ if pod.other_ways => format!(
+            "{label}: {at_most} × {} ({})",
+            pod.per_pod,
+            pod.parts.join(", ")
+        ),
+        [name] => format!("{name} {label}: {at_most} × {}", pod.per_pod),
+        _ => format!("{label}: {at_most} × {}", pod.per_pod),
+    }
+}
+
+/// The GPUs a workload can use at once however asked for (the accelerator map, claims read
+/// through `accounting`), by the totals arithmetic, with the parts of the sum; why not when
+/// they cannot be counted.
 ///
 /// A TrainJob whose `runtime` is known counts as the JobSet Trainer makes from it.
 pub fn gpus_at_once(
     kind: WorkloadKind,
     object: &Value,
     runtime: Option<&TrainingRuntime>,
-) -> Option<(Quantity, Vec<String>)> {
+    accounting: &Accounting<'_>,
+) -> Result<(Quantity, Vec<String>), NotCounted> {
     let shape = TemplateShape::default();
     let rendered = rendered(kind, object, runtime);
     let templates = workload::templates(kind, object);
-    let eval = Evaluation::new("", kind, object, templates, rendered.as_ref(), &shape, &[]);
-    let mut names: BTreeSet<String> = BTreeSet::new();
-    let mut collect = |resources: Option<&Value>| {
-        for kind in ["limits", "requests"] {
-            let keys = resources
-                .and_then(|r| r.get(kind))
-                .and_then(Value::as_object);
-            names.extend(
-                keys.into_iter()
-                    .flatten()
-                    .map(|(k, _)| k)
-                    .filter(|k| k.ends_with("/gpu"))
-                    .cloned(),
-            );
-        }
-    };
-    let runtime_templates = eval.runtime.iter().flat_map(|v| &v.templates);
-    for (_, template) in eval.templates.iter().chain(runtime_templates) {
-        for (_, c) in workload::pod_spec(template)
-            .into_iter()
-            .flat_map(|s| workload::containers(s, &[]))
-        {
-            collect(c.get("resources"));
-        }
-    }
-    if let Some((_, r)) = eval.trainer_resources() {
-        collect(Some(&Value::Object(r.clone())));
-    }
-    let mut total = Quantity::ZERO;
-    let mut parts = Vec::new();
-    for name in names {
-        let (sum, p) = eval.total(&name);
-        total = total.checked_add(&sum?)?;
-        parts.extend(p.into_iter().map(|p| format!("{name} {p}")));
-    }
-    Some((total, parts))
+    let eval = Evaluation::new(
+        "",
+        kind,
+        object,
+        templates,
+        rendered.as_ref(),
+        &shape,
+        &[],
+        accounting,
+    );
+    eval.gpus_at_once()
 }
 
 /// Effective per-pod amount of `resource`, by Kubernetes' pod resource formula with native
@@ -791,7 +990,10 @@ fn per_pod(template: &Map<String, Value>, resource: &str) -> Option<Quantity> {
         }
     }
     app = app.checked_add(&sidecars)?;
-    Some(app.max(init_peak))
+    // Pod-level resources (`spec.resources`) bound the containers together: the pod has them.
+    let pod_level =
+        json::member(spec, "resources").map_or(Quantity::ZERO, |r| self::amount(r, resource));
+    Some(app.max(init_peak).max(pod_level))
 }
 
 /// What a `resources` block counts of `resource`: its limit, else its request.
@@ -914,6 +1116,7 @@ impl QueueLimits {
             rendered.as_ref(),
             &self.shape,
             sidecars,
+            candidate.accounting,
         );
 
         if !self.allowed_namespaces.is_empty() {
@@ -1018,6 +1221,20 @@ impl QueueLimits {
 
         eval.check_envelope(&self.envelope);
 
+        // A workload (not a controller's pod: its workload was judged) whose pods ask for
+        // devices that cannot be counted, in a queue that limits GPUs.
+        if scope == Scope::Workload && self.limits_gpus(eval.accounting.accelerators) {
+            for why in eval.uncounted_devices() {
+                eval.report(
+                    Violation::new(
+                        rules::ACCELERATORS_UNCOUNTED,
+                        format!("{why}; the queue limits GPUs, so it cannot be admitted"),
+                    )
+                    .value(why),
+                );
+            }
+        }
+
         if !per_pod_only {
             for leaf in &self.fixed_values {
                 if eval.applies(leaf.anchor, self.template_kind) {
@@ -1107,6 +1324,7 @@ mod tests {
             operation: &Operation::Create,
             scope,
             runtime: None,
+            accounting: &crate::workload::consumption::offline(),
         };
         check_limits(
             &queue.name,

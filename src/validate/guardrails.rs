@@ -2,13 +2,14 @@
 //! start half (`gang: deny`), and a run over the queue's GPU-hour cap
 //! (`costCeiling.maxGpuHours`), denied with the arithmetic.
 
-use super::check::gpus_at_once;
+use super::check::{NotCounted, gpus_at_once};
 use crate::quantity::Quantity;
 use crate::rules::{self, Effect, Violation};
 use crate::topology::guardrails::{
     GangAction, GuardrailEnforcement, GuardrailsConfig, RunLength, gang_shortfall, run_length,
 };
 use crate::workload::WorkloadKind;
+use crate::workload::consumption::Accounting;
 use crate::workload::runtime::TrainingRuntime;
 use serde_json::Value;
 
@@ -49,6 +50,7 @@ pub fn check(
     cfg: &GuardrailsConfig,
     object: &Value,
     runtime: Option<&TrainingRuntime>,
+    accounting: &Accounting<'_>,
 ) -> GuardrailReport {
     let mut report = GuardrailReport::default();
     if cfg.gang == GangAction::Deny
@@ -69,10 +71,12 @@ pub fn check(
         );
     }
     if let Some(max) = cfg.cost_ceiling.max_gpu_hours
-        && let Some((problem, amount)) =
-            over_the_ceiling(queue, max, gpus_at_once(kind, object, runtime), || {
-                run_length(kind, object)
-            })
+        && let Some((problem, amount)) = over_the_ceiling(
+            queue,
+            max,
+            gpus_at_once(kind, object, runtime, accounting),
+            || run_length(kind, object),
+        )
     {
         report
             .violations
@@ -96,16 +100,27 @@ enum Amount {
 fn over_the_ceiling(
     queue: &str,
     max: f64,
-    gpus: Option<(Quantity, Vec<String>)>,
+    gpus: Result<(Quantity, Vec<String>), NotCounted>,
     bound: impl FnOnce() -> RunLength,
 ) -> Option<(String, Amount)> {
-    let Some((gpus, parts)) = gpus else {
-        return Some((
-            format!(
-                "queue {queue:?}: the GPUs this run can use at once are too many to count (guardrails.costCeiling.maxGpuHours {max})"
-            ),
-            Amount::Uncountable,
-        ));
+    let (gpus, parts) = match gpus {
+        Ok(counted) => counted,
+        Err(NotCounted::TooMany) => {
+            return Some((
+                format!(
+                    "queue {queue:?}: the GPUs this run can use at once are too many to count (guardrails.costCeiling.maxGpuHours {max})"
+                ),
+                Amount::Uncountable,
+            ));
+        }
+        Err(NotCounted::Devices(why)) => {
+            return Some((
+                format!(
+                    "queue {queue:?}: the GPUs this run can use at once cannot be counted: {why} (guardrails.costCeiling.maxGpuHours {max})"
+                ),
+                Amount::Uncountable,
+            ));
+        }
     };
     let gpus = gpus.to_f64();
     if gpus <= 0.0 {
@@ -168,9 +183,10 @@ pub fn child_cost(
     kind: WorkloadKind,
     child: &Value,
     parent: Option<&Value>,
+    accounting: &Accounting<'_>,
 ) -> Option<Violation> {
     let max = cfg.cost_ceiling.max_gpu_hours?;
-    let gpus = gpus_at_once(kind, child, None);
+    let gpus = gpus_at_once(kind, child, None, accounting);
     let (problem, amount) = over_the_ceiling(queue, max, gpus, || {
         let owner = parent.and_then(|p| WorkloadKind::of_object(p).map(|k| (k, p)));
         match owner {
@@ -246,7 +262,15 @@ mod tests {
             ..GuardrailsConfig::default()
         };
         let denials = |cfg: &GuardrailsConfig, job: &Value| {
-            check("q", WorkloadKind::BatchJob, cfg, job, None).denials()
+            check(
+                "q",
+                WorkloadKind::BatchJob,
+                cfg,
+                job,
+                None,
+                &crate::workload::consumption::offline(),
+            )
+            .denials()
         };
         // 8 GPUs × 8 h = 64: at the cap.
         assert!(denials(&cfg, &job(Some(8 * 3600))).is_empty());
@@ -266,7 +290,14 @@ mod tests {
         assert!(denials(&cfg, &cpu_only).is_empty());
         // `warn`: the same words, as a warning.
         cfg.cost_ceiling.enforcement = GuardrailEnforcement::Warn;
-        let report = check("q", WorkloadKind::BatchJob, &cfg, &job(Some(86400)), None);
+        let report = check(
+            "q",
+            WorkloadKind::BatchJob,
+            &cfg,
+            &job(Some(86400)),
+            None,
+            &crate::workload::consumption::offline(),
+        );
         assert!(report.denials().is_empty());
         assert!(
             report.warnings()[0].contains("192.00 GPU-hours"),
@@ -291,7 +322,15 @@ mod tests {
             "spec": {"completions": 100, "parallelism": 2, "backoffLimit": 6, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
-        let d = check("q", WorkloadKind::BatchJob, &capped(8.0), &long, None).denials();
+        let d = check(
+            "q",
+            WorkloadKind::BatchJob,
+            &capped(8.0),
+            &long,
+            None,
+            &crate::workload::consumption::offline(),
+        )
+        .denials();
         assert_eq!(
             d,
             [
@@ -302,15 +341,29 @@ mod tests {
         let mut bounded = long.clone();
         bounded["spec"]["activeDeadlineSeconds"] = json!(14400);
         assert!(
-            check("q", WorkloadKind::BatchJob, &capped(8.0), &bounded, None)
-                .denials()
-                .is_empty()
+            check(
+                "q",
+                WorkloadKind::BatchJob,
+                &capped(8.0),
+                &bounded,
+                None,
+                &crate::workload::consumption::offline()
+            )
+            .denials()
+            .is_empty()
         );
         bounded["spec"]["activeDeadlineSeconds"] = json!(14401);
         assert_eq!(
-            check("q", WorkloadKind::BatchJob, &capped(8.0), &bounded, None)
-                .denials()
-                .len(),
+            check(
+                "q",
+                WorkloadKind::BatchJob,
+                &capped(8.0),
+                &bounded,
+                None,
+                &crate::workload::consumption::offline()
+            )
+            .denials()
+            .len(),
             1
         );
     }
@@ -321,7 +374,15 @@ mod tests {
             "spec": {"maxRetry": 3, "tasks": [{"name": "w", "replicas": 2, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}});
-        let d = check("q", WorkloadKind::VolcanoJob, &capped(6.0), &vc, None).denials();
+        let d = check(
+            "q",
+            WorkloadKind::VolcanoJob,
+            &capped(6.0),
+            &vc,
+            None,
+            &crate::workload::consumption::offline(),
+        )
+        .denials();
         assert_eq!(
             d,
             [
@@ -329,23 +390,45 @@ mod tests {
             ]
         );
         assert!(
-            check("q", WorkloadKind::VolcanoJob, &capped(8.0), &vc, None)
-                .denials()
-                .is_empty()
+            check(
+                "q",
+                WorkloadKind::VolcanoJob,
+                &capped(8.0),
+                &vc,
+                None,
+                &crate::workload::consumption::offline()
+            )
+            .denials()
+            .is_empty()
         );
         let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
             "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": [{"name": "w", "replicas": 1,
                 "template": {"spec": {"parallelism": 2, "completions": 2, "activeDeadlineSeconds": 3600,
                     "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}]}});
-        let d = check("q", WorkloadKind::JobSet, &capped(3.0), &js, None).denials();
+        let d = check(
+            "q",
+            WorkloadKind::JobSet,
+            &capped(3.0),
+            &js,
+            None,
+            &crate::workload::consumption::offline(),
+        )
+        .denials();
         assert!(
             d[0].contains("× 2 runs (spec.failurePolicy.maxRestarts 1 + 1) × spec.replicatedJobs[0].template.spec.activeDeadlineSeconds 3600 (2.00 h) = 4.00 GPU-hours"),
             "{d:?}"
         );
         assert!(
-            check("q", WorkloadKind::JobSet, &capped(4.0), &js, None)
-                .denials()
-                .is_empty()
+            check(
+                "q",
+                WorkloadKind::JobSet,
+                &capped(4.0),
+                &js,
+                None,
+                &crate::workload::consumption::offline()
+            )
+            .denials()
+            .is_empty()
         );
     }
 
@@ -366,7 +449,17 @@ mod tests {
             }
             r
         };
-        let denials = |r: &Value| check("q", ray, &capped(8.0), r, None).denials();
+        let denials = |r: &Value| {
+            check(
+                "q",
+                ray,
+                &capped(8.0),
+                r,
+                None,
+                &crate::workload::consumption::offline(),
+            )
+            .denials()
+        };
         // Unset: the job defaults make the cluster end with the job, and it is admitted.
         let (defaulted, _) = mutate_with(&MUTATOR, "{}", job(json!({})));
         assert_eq!(defaulted["spec"]["shutdownAfterJobFinishes"], true);
@@ -412,7 +505,7 @@ mod tests {
                 job["spec"]["activeDeadlineSeconds"] = json!(d);
             }
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, None).denials().is_empty();
+            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, None, &crate::workload::consumption::offline()).denials().is_empty();
             // Pods at once: min(parallelism, completions).
             let at_once = parallelism.min(completions) * gpus;
             let within = run_deadline.is_some_and(|d| at_once as f64 * d as f64 / 3600.0 <= max);
@@ -433,7 +526,7 @@ mod tests {
             let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
                 "spec": {"failurePolicy": {"maxRestarts": restarts}, "replicatedJobs": jobs}});
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, None).denials().is_empty();
+            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, None, &crate::workload::consumption::offline()).denials().is_empty();
             let longest = deadlines.iter().copied().max().unwrap_or(0);
             let hours = (gpus * deadlines.len() as i64) as f64 * (restarts + 1) as f64 * longest as f64 / 3600.0;
             proptest::prop_assert_eq!(denied, hours > max);

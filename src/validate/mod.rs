@@ -362,6 +362,15 @@ impl QueueLimits {
         !self.totals.is_empty()
     }
 
+    /// True when the queue limits GPUs by its limits: a most any container may have, or a
+    /// total, on a resource the accelerator map counts as a whole GPU.
+    pub fn limits_gpus(&self, accelerators: &crate::workload::consumption::Accelerators) -> bool {
+        self.envelope
+            .iter()
+            .any(|c| accelerators.is_gpu(&c.resource))
+            || self.totals.iter().any(|t| accelerators.is_gpu(&t.resource))
+    }
+
     /// What happens to a TrainJob whose runtime-decided size cannot be read.
     pub fn unverifiable_runtime(&self) -> UnverifiableRuntime {
         self.unverifiable_runtime

@@ -7,6 +7,7 @@
 //! template (its pods come from the referenced runtime, read by [`runtime`]). Mutators and limit checks ask this module for templates
 //! and never match on kinds themselves.
 
+pub mod consumption;
 pub mod edit;
 pub mod intent;
 pub mod runtime;

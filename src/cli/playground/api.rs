@@ -7,7 +7,7 @@
 use super::super::import_queue;
 use super::super::inputs::{self, describe};
 use crate::admission::{AdmissionRequest, Operation};
-use crate::cluster::{ClusterView, GivenRuntimes};
+use crate::cluster::{ClusterView, GivenObjects};
 use crate::error::ConfigErrors;
 use crate::judge::{Judgement, judge};
 use crate::manifest::{InputDocument, parse_documents};
@@ -247,7 +247,7 @@ fn load_config(request: &ReviewRequest) -> Result<LoadedConfig, InputError> {
 /// and the TrainJob runtimes among them.
 fn requests(
     request: &ReviewRequest,
-) -> Result<(Vec<(String, AdmissionRequest)>, GivenRuntimes), InputError> {
+) -> Result<(Vec<(String, AdmissionRequest)>, GivenObjects), InputError> {
     if request.manifest.trim().is_empty() {
         return Err(InputError::new(
             "manifest",
@@ -290,7 +290,7 @@ fn requests(
         .filter(|u| !u.username.trim().is_empty() || !u.groups.is_empty())
         .map(|u| json!({"username": u.username.trim(), "groups": u.groups}));
     let mut out = Vec::new();
-    let mut runtimes = GivenRuntimes::default();
+    let mut runtimes = GivenObjects::default();
     for (source, doc) in docs {
         let Some(doc) = inputs::take_runtime(doc, &mut runtimes, non_empty(&request.namespace))
             .map_err(|e| InputError::new("manifest", format!("{source}: invalid runtime: {e}")))?
@@ -565,7 +565,7 @@ pub(crate) fn review(request: &ReviewRequest) -> Result<Value, InputError> {
 pub(crate) struct Prepared {
     config: LoadedConfig,
     requests: Vec<(String, AdmissionRequest)>,
-    runtimes: GivenRuntimes,
+    runtimes: GivenObjects,
 }
 
 /// Reads the config and the manifests of `request` (bounded by the body limit and
