@@ -300,4 +300,6 @@ mod tests {
 }
 
 #[cfg(test)]
+mod accelerator_tests;
+#[cfg(test)]
 mod trainjob_tests;

@@ -208,7 +208,7 @@ rules! {
         Native::Cel("every image, normalised, against the prefixes (validate::native)"),
         OnUpdate::Changed, Denies::LimitsEnforcement;
     /// `accelerators`: devices a pod asks for that cannot be counted as GPUs.
-    ACCELERATORS_UNCOUNTED = "accelerators.uncounted", "accelerators, queues.<queue>.limits",
+    ACCELERATORS_UNCOUNTED = "accelerators.uncounted", "queues.<queue>.limits, accelerators",
         "a pod asks for devices launchgate cannot count as GPUs — through a DeviceClass the accelerator map does not know, `allocationMode: All` without a bound, or a ResourceClaimTemplate or ResourceClaim that cannot be read — in a queue whose limits bound GPUs (a most per container, or a total, on a whole GPU such as nvidia.com/gpu)",
         "map the DeviceClass in accelerators.deviceClasses (with allDevicesAtMost for allocationMode: All), create the claim or claim template before the workload, or turn on cluster lookups so claims are read",
         Native::WebhookOnly("claims are counted through the ResourceClaimTemplates and ResourceClaims a pod names, read from the cluster; an admission policy's CEL cannot read another object"),

@@ -156,6 +156,19 @@ fn trigger(rule: &str) -> Option<(&'static str, Value)> {
         "limits.maxActiveDeadlineSeconds" => {
             ("/validate", job("deadline", "deadline", none(), none()))
         }
+        "accelerators.uncounted" => {
+            // Its GPUs come through a claim template the server (no cluster lookups) cannot
+            // read, in a queue whose totals bound GPUs.
+            let mut r = job(
+                "totals",
+                "claims",
+                none(),
+                json!({"resources": {"claims": [{"name": "gpus"}]}}),
+            );
+            r["request"]["object"]["spec"]["template"]["spec"]["resourceClaims"] =
+                json!([{"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}]);
+            ("/validate", r)
+        }
         "limits.allowedRegistries" => (
             "/validate",
             job(
@@ -401,6 +414,7 @@ fn every_trigger_is_for_a_rule_of_the_table() {
         "limits.totals",
         "limits.maxActiveDeadlineSeconds",
         "limits.allowedRegistries",
+        "accelerators.uncounted",
         "limits.unverifiableRuntime",
         "limits.trainingRuntimes",
         "kueue.labels",

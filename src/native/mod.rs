@@ -373,6 +373,16 @@ fn queue_gaps(queue: &Queue) -> Vec<Gap> {
             "reads Services from the cluster",
         );
     }
+    if queue.limits.limits_gpus(&queue.accelerators) {
+        gap(
+            "limits (GPUs through DRA claims)",
+            webhook_only(rules::ACCELERATORS_UNCOUNTED),
+        );
+        gap(
+            "limits (GPUs by the accelerator map)",
+            "the compiled limits read each resource by its own name: MIG slices, other vendors' names and a DeviceClass's extended name are counted as GPUs, and pod-level resources (spec.resources) held to the most per container, by the webhook only",
+        );
+    }
     out
 }
 

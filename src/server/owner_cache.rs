@@ -30,11 +30,18 @@
 //! `list`, `watch` on `trainingruntimes` and `clustertrainingruntimes`. Without them (Trainer
 //! not installed, RBAC refused, not listed yet) a runtime is unknown, never "not found".
 //!
+//! DRA claims (`resource.k8s.io/v1`: ResourceClaimTemplates and ResourceClaims in the same
+//! namespaces, no label selector) answer [`ClusterView::dra_object`]: the GPUs a pod asks for
+//! through `spec.resourceClaims` are counted from the devices its claims request. RBAC: `get`,
+//! `list`, `watch` on `resourceclaimtemplates` and `resourceclaims`. Without them (RBAC
+//! refused, not listed yet) a claim is unknown and cannot be counted, never "not found".
+//!
 //! The stores are read-only here; each lookup converts one `DynamicObject` to a
 //! `serde_json::Value`.
 
 use crate::cluster::{CLUSTER_RUNTIME, NAMESPACED_RUNTIME};
 use crate::cluster::{ClusterView, RUNTIME_VERSION, RuntimeLookup, TRAINER_GROUP, runtime_plural};
+use crate::cluster::{DRA_GROUP, DRA_VERSIONS, DraKind};
 use crate::kinds::{Watch, WorkloadKind};
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
@@ -78,6 +85,14 @@ fn runtime_resource(kind: &str) -> ApiResource {
     )
 }
 
+/// The watched DRA objects (`resource.k8s.io/v1`).
+fn dra_resource(kind: DraKind) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(DRA_GROUP, DRA_VERSIONS[0], kind.as_str()),
+        kind.plural(),
+    )
+}
+
 /// One store per watched namespace, or one store under `None` for all namespaces.
 type Stores = Vec<(Option<String>, Store<DynamicObject>)>;
 
@@ -90,6 +105,14 @@ struct RuntimeStores {
     namespaced: Stores,
     cluster_ready: Arc<AtomicBool>,
     namespaced_ready: Arc<AtomicBool>,
+}
+
+/// The DRA claim watches of one kind, and whether they have listed their objects yet.
+#[derive(Clone)]
+struct DraStores {
+    kind: DraKind,
+    stores: Stores,
+    ready: Arc<AtomicBool>,
 }
 
 /// One watched workload kind and its stores.
@@ -107,6 +130,7 @@ pub struct OwnerCache {
     workloads: Vec<Watched>,
     services: Stores,
     runtimes: RuntimeStores,
+    dra: Vec<DraStores>,
 }
 
 /// `namespace/name` in `stores`, as a JSON value.
@@ -192,6 +216,21 @@ impl ClusterView for OwnerCache {
         match found {
             Some(runtime) => RuntimeLookup::Found(runtime),
             None if ready => RuntimeLookup::NotFound,
+            None => RuntimeLookup::Unavailable,
+        }
+    }
+
+    fn dra_object(&self, kind: DraKind, namespace: &str, name: &str) -> RuntimeLookup {
+        let Some(watched) = self.dra.iter().find(|d| d.kind == kind) else {
+            return RuntimeLookup::Unavailable;
+        };
+        let covered = watched
+            .stores
+            .iter()
+            .any(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace));
+        match lookup(&watched.stores, &dra_resource(kind), namespace, name) {
+            Some(object) => RuntimeLookup::Found(object),
+            None if covered && watched.ready.load(Ordering::Acquire) => RuntimeLookup::NotFound,
             None => RuntimeLookup::Unavailable,
         }
     }
@@ -305,10 +344,26 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> OwnerCache {
         namespaced.into_iter().map(|(_, s)| s).collect(),
         runtimes.namespaced_ready.clone(),
     );
+    // DRA claim templates and claims: every one in the watched namespaces (they carry no
+    // launch labels). Not waited for: until listed, a pod's claims cannot be counted.
+    let dra = DraKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let stores = watch(
+                &dra_resource(kind),
+                watcher::Config::default(),
+                kind.plural(),
+            );
+            let ready = Arc::new(AtomicBool::new(false));
+            mark_ready(stores.iter().map(|(_, s)| s.clone()).collect(), ready.clone());
+            DraStores { kind, stores, ready }
+        })
+        .collect();
     OwnerCache {
         workloads,
         services,
         runtimes,
+        dra,
     }
 }
 

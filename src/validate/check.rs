@@ -562,8 +562,17 @@ impl<'a> Evaluation<'a> {
                 continue;
             }
             let pod = self.accounting.pod(template);
-            for c in pod.containers.iter().filter(|c| c.other_ways) {
+            for c in &pod.containers {
+                let resources = json::member(spec, c.list)
+                    .and_then(|l| l.get(c.index))
+                    .and_then(|c| c.get("resources"));
                 for ceiling in &gpu_ceilings {
+                    // What the envelope reads by the ceiling's own name is checked above.
+                    let own =
+                        resources.map_or(Quantity::ZERO, |r| self::amount(r, &ceiling.resource));
+                    if c.gpus <= own {
+                        continue;
+                    }
                     let value = Value::String(c.gpus.to_string());
                     let Some(problem) = ceiling.schema.problem(&value) else {
                         continue;

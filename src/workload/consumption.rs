@@ -461,6 +461,7 @@ impl std::fmt::Debug for Accounting<'_> {
 }
 
 /// The built-in accelerator map with no cluster to read claims from (a claim cannot be counted).
+#[cfg(test)]
 pub fn offline() -> Accounting<'static> {
     static BUILT_IN: std::sync::LazyLock<Accelerators> =
         std::sync::LazyLock::new(Accelerators::default);
