@@ -686,3 +686,63 @@ fn a_malformed_runtime_is_an_error_naming_its_file() {
         text(&out.stderr)
     );
 }
+
+/// The DRA claim templates given among the `-f` documents count a Job's GPUs offline as the
+/// server's cluster lookups count them; without them the claims cannot be counted.
+#[test]
+fn a_jobs_dra_claims_are_counted_from_the_templates_given_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.yaml");
+    std::fs::write(
+        &job,
+        r#"apiVersion: batch/v1
+kind: Job
+metadata: {name: dra, labels: {wandb.ai/monitor: "true"}}
+spec:
+  parallelism: 2
+  completions: 2
+  template:
+    spec:
+      restartPolicy: Never
+      resourceClaims: [{name: gpus, resourceClaimTemplateName: eight-gpus}]
+      containers:
+        - {name: main, image: busybox, resources: {claims: [{name: gpus}]}}
+"#,
+    )
+    .unwrap();
+    let template = dir.path().join("template.yaml");
+    std::fs::write(
+        &template,
+        r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: eight-gpus}
+spec:
+  spec:
+    devices:
+      requests:
+        - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: 8}}
+"#,
+    )
+    .unwrap();
+    let (job, template) = (job.to_str().unwrap(), template.to_str().unwrap());
+    let out = launchgate(&["validate", "-f", job, "-f", template]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains(r#"asks for 8 GPUs (claim "gpus" (ResourceClaimTemplate eight-gpus): 8 × gpu.nvidia.com (8 GPUs)), exceeds maximum 4 (variable "gpus""#),
+        "{shown}"
+    );
+    // The template is no workload to judge.
+    assert!(
+        !shown.contains("ResourceClaimTemplate eight-gpus:"),
+        "{shown}"
+    );
+    let out = launchgate(&["validate", "-f", job]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout)
+            .contains(r#"claim "gpus" (ResourceClaimTemplate eight-gpus) cannot be read"#),
+        "{}",
+        text(&out.stdout)
+    );
+}

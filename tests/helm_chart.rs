@@ -731,7 +731,7 @@ fn cert_manager_mode_with_crd_rules_off() {
         .map(typed)
         .expect("the owner-watch ClusterRole");
     let rules = role.rules.unwrap();
-    assert_eq!(rules.len(), 4);
+    assert_eq!(rules.len(), 5);
     assert_eq!(
         rules[0].api_groups.as_deref(),
         Some(&["batch.volcano.sh".to_string()][..])
@@ -751,6 +751,20 @@ fn cert_manager_mode_with_crd_rules_off() {
                 "trainingruntimes".to_string(),
                 "clustertrainingruntimes".to_string(),
                 "trainjobs".to_string()
+            ][..]
+        )
+    );
+    // The DRA claims pods name: their devices are counted as GPUs.
+    assert_eq!(
+        rules[4].api_groups.as_deref(),
+        Some(&["resource.k8s.io".to_string()][..])
+    );
+    assert_eq!(
+        rules[4].resources.as_deref(),
+        Some(
+            &[
+                "resourceclaimtemplates".to_string(),
+                "resourceclaims".to_string()
             ][..]
         )
     );

@@ -637,6 +637,10 @@ pub enum Replaces {
     /// `treatApiDefaultBackoffAsUnset`). A CRD's schema defaults (a RayJob's `backoffLimit: 0`)
     /// arrive the same way.
     ApiDefault(i64),
+    /// Both: `unset`, which the controller reads as unset, and `api`, the value the kind's CRD
+    /// schema defaults the field to before admission (Volcano's `maxRetry`: 0 is unset, and the
+    /// CRD writes 3 where the user wrote none), replaced unless the user wrote it.
+    ValueOrApiDefault { unset: i64, api: i64 },
     /// This text, which pod defaulting fills in and the kind does not allow (`Always`).
     Text(&'static str),
 }

@@ -26,11 +26,12 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
         deadline: Deadline::EachPod,
         defaults: &[
             RunDefault::of(Setting::Ttl, &["spec", "ttlSecondsAfterFinished"]),
-            // Volcano treats `maxRetry: 0` as unset (its webhook writes 3).
+            // Volcano treats `maxRetry: 0` as unset (its webhook writes 3), and its CRD's schema
+            // writes `maxRetry: 3` before any webhook where the user wrote none.
             RunDefault {
                 setting: Setting::VolcanoMaxRetry,
                 at: &["spec", "maxRetry"],
-                replaces: Replaces::Value(0),
+                replaces: Replaces::ValueOrApiDefault { unset: 0, api: 3 },
                 ..RunDefault::BASE
             },
         ],

@@ -83,7 +83,9 @@ impl JobDefaultsConfig {
         for kind in WorkloadKind::all() {
             let run = &kind.spec().run;
             for default in run.defaults {
-                let Replaces::Value(unset) = default.replaces else {
+                let (Replaces::Value(unset) | Replaces::ValueOrApiDefault { unset, .. }) =
+                    default.replaces
+                else {
                     continue;
                 };
                 if value_of(self, kind, default.setting) != Some(Value::from(unset)) {
@@ -180,8 +182,10 @@ fn apply(
     else {
         return false;
     };
-    let explicit =
-        matches!(default.replaces, Replaces::ApiDefault(_)) && is_explicit(object, default, intent);
+    let explicit = matches!(
+        default.replaces,
+        Replaces::ApiDefault(_) | Replaces::ValueOrApiDefault { .. }
+    ) && is_explicit(object, default, intent);
     // The holder of the field: its parents must exist, but for the last with `make`.
     let Some((last, above)) = parents.split_last() else {
         return false;
@@ -213,6 +217,12 @@ fn apply(
                 default.setting != Setting::BackoffLimit || cfg.treat_api_default_backoff_as_unset;
             let api_default = current == Some(api) && treat && !explicit;
             current.is_none() || (api_default && value.as_i64() != Some(api))
+        }
+        Replaces::ValueOrApiDefault { unset, api } => {
+            let current = current.filter(|c| !c.is_null()).map(Value::as_i64);
+            let api_default = current == Some(Some(api)) && !explicit;
+            (current.is_none() || current == Some(Some(unset)) || api_default)
+                && current != Some(value.as_i64())
         }
         Replaces::Text(t) => current.and_then(Value::as_str).is_none_or(|c| c == t),
     };
@@ -451,6 +461,23 @@ mod tests {
                         "spec": {"maxRetry": 5, "tasks": []}});
         let (out, _) = mutate_with(&MUTATOR, "jobDefaults: {volcanoMaxRetry: 1}", vc);
         assert_eq!(out["spec"]["maxRetry"], 5);
+        // The CRD's schema writes 3 where the user wrote none: replaced, as offline (where
+        // nothing writes it) ...
+        let defaulted = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
+                        "spec": {"maxRetry": 3, "tasks": []}});
+        let (out, _) = mutate_with(
+            &MUTATOR,
+            "jobDefaults: {volcanoMaxRetry: 1}",
+            defaulted.clone(),
+        );
+        assert_eq!(out["spec"]["maxRetry"], 1);
+        // ... unless the user wrote it (kubectl's last-applied-configuration).
+        let mut written = defaulted;
+        written["metadata"]["annotations"] = json!({
+            "kubectl.kubernetes.io/last-applied-configuration":
+                r#"{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","spec":{"maxRetry":3,"tasks":[]}}"#});
+        let (out, _) = mutate_with(&MUTATOR, "jobDefaults: {volcanoMaxRetry: 1}", written);
+        assert_eq!(out["spec"]["maxRetry"], 3);
     }
 
     #[test]

@@ -313,6 +313,12 @@ fn run_defaults(
                 };
                 format!("(!has({current}) || type({current}) != int{replaced})")
             }
+            Replaces::ValueOrApiDefault { unset, api } => {
+                let explicit = [written_by_apply(d.at), written_in_last_applied(key)].join(" || ");
+                format!(
+                    "((!has({current}) || {current} == null || {current} == {unset} || ({current} == {api} && !({explicit}))) && !(has({current}) && {current} == {value}))"
+                )
+            }
             Replaces::Text(t) => format!(
                 "(!has({current}) || type({current}) != string || {current} == {})",
                 lit(t)
@@ -615,6 +621,10 @@ mod tests {
         match d.replaces {
             Replaces::Absent => {}
             Replaces::Value(v) | Replaces::ApiDefault(v) => out.push(Put::Set(d.at, json!(v))),
+            Replaces::ValueOrApiDefault { unset, api } => {
+                out.push(Put::Set(d.at, json!(unset)));
+                out.push(Put::Set(d.at, json!(api)));
+            }
             Replaces::Text(t) => out.push(Put::Set(d.at, json!(t))),
         }
         out

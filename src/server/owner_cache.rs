@@ -355,8 +355,15 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> OwnerCache {
                 kind.plural(),
             );
             let ready = Arc::new(AtomicBool::new(false));
-            mark_ready(stores.iter().map(|(_, s)| s.clone()).collect(), ready.clone());
-            DraStores { kind, stores, ready }
+            mark_ready(
+                stores.iter().map(|(_, s)| s.clone()).collect(),
+                ready.clone(),
+            );
+            DraStores {
+                kind,
+                stores,
+                ready,
+            }
         })
         .collect();
     OwnerCache {

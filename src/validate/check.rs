@@ -376,7 +376,9 @@ impl<'a> Evaluation<'a> {
             parts.push(format!("{text} (shared, once)"));
             total = total.checked_add(&gpus).ok_or_else(too_many)?;
         }
-        if let Some((rt, resources)) = self.trainer_resources() {
+        // A TrainJob whose runtime could not be read: `numNodes` pods, each with
+        // `resourcesPerNode` (numNodes unset: counted as 1, said so).
+        if let Some((rt, resources)) = self.trainer_resources().filter(|_| self.runtime.is_none()) {
             let block = Value::Object(resources.clone());
             let per_node = self.accounting.named_gpus(Some(&block));
             if per_node != Quantity::ZERO {

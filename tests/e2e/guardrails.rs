@@ -213,7 +213,8 @@ pub async fn a_run_gets_a_deadline_and_an_over_cap_run_is_denied(ctx: &Ctx) -> R
 
 /// (6b) The GPU-hour cap reads the run's bound, not a pod's: a Job of 100 one-hour pods two at a
 /// time gets the queue's run-level deadline and cannot lose it; a Volcano Job counts the
-/// restarts Volcano allows (`maxRetry`, 3 as the API server defaults it), a JobSet its
+/// restarts Volcano allows (`maxRetry`: the queue's `volcanoMaxRetry` where the user wrote none,
+/// although the CRD writes 3 first, as offline; the user's own when written), a JobSet its
 /// `failurePolicy.maxRestarts`, and each replicated Job gets a deadline of its own (kept by the
 /// real JobSet CRD).
 pub async fn the_gpu_hour_cap_reads_the_whole_run(ctx: &Ctx) -> Result<()> {
@@ -259,7 +260,7 @@ pub async fn the_gpu_hour_cap_reads_the_whole_run(ctx: &Ctx) -> Result<()> {
         "{message}"
     );
 
-    // A Volcano Job: 3 GPUs × the queue's 1 h on each pod × 4 runs (maxRetry 3 + 1).
+    // A Volcano Job: 3 GPUs × the queue's 1 h on each pod × its runs (maxRetry + 1).
     let volcano = |name: &str, max_retry: Option<i64>| {
         let mut vc = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
             "metadata": {"name": name, "labels": {"wandb.ai/monitor": "true",
@@ -271,12 +272,41 @@ pub async fn the_gpu_hour_cap_reads_the_whole_run(ctx: &Ctx) -> Result<()> {
         }
         vc
     };
-    let (status, body, _) = ctx.create_raw(&volcano("retried", None), true).await?;
-    let message = body["message"].as_str().unwrap_or_default();
-    ensure!(status == 403, "{status} {body}");
+    // Without a maxRetry of the user's, the CRD's schema writes 3 before any webhook; as
+    // offline (where nothing writes it), the queue's volcanoMaxRetry replaces it: 2 runs × 3 h
+    // fit. The offline verdict is the same.
+    let (status, body, _) = ctx.create_raw(&volcano("defaulted", None), true).await?;
+    ensure!(status == 201, "{status} {body}");
+    ensure!(body["spec"]["maxRetry"] == 1, "{}", body["spec"]);
+    let dir = tempfile::tempdir()?;
+    let (config, manifest) = (dir.path().join("config.yaml"), dir.path().join("vc.yaml"));
+    std::fs::write(&config, crate::webhook::suite_config()?)?;
+    std::fs::write(
+        &manifest,
+        serde_json::to_string(&volcano("defaulted", None))?,
+    )?;
+    let offline = crate::common::launchgate(&[
+        "validate",
+        "--config",
+        config.to_str().unwrap_or_default(),
+        "-f",
+        manifest.to_str().unwrap_or_default(),
+    ]);
     ensure!(
-        message.contains("3 GPUs at once (nvidia.com/gpu spec.tasks[0].template: 3 × 1) × 4 runs (spec.maxRetry 3 + 1) × spec.tasks[0].template.spec.activeDeadlineSeconds 3600 (4.00 h) = 12.00 GPU-hours exceeds the queue's maximum 8 GPU-hours per run"),
-        "{message}"
+        offline.status.success(),
+        "offline: {}",
+        crate::common::text(&offline.stdout)
+    );
+    // A maxRetry the user wrote (server-side apply records it) is theirs: 4 runs × 3 h.
+    let err = ctx
+        .apply(&volcano("retried", Some(3)), "tenant")
+        .await
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+    ensure!(
+        err.contains("3 GPUs at once (nvidia.com/gpu spec.tasks[0].template: 3 × 1) × 4 runs (spec.maxRetry 3 + 1) × spec.tasks[0].template.spec.activeDeadlineSeconds 3600 (4.00 h) = 12.00 GPU-hours exceeds the queue's maximum 8 GPU-hours per run"),
+        "{err}"
     );
     let (status, body, _) = ctx.create_raw(&volcano("once", Some(1)), true).await?;
     ensure!(status == 201, "{status} {body}");

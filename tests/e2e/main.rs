@@ -14,6 +14,7 @@
 //! A custom harness (libtest-mimic) so the control plane is started once, shared by every
 //! test (each gets its own namespace), and always torn down, also when tests fail.
 
+mod accelerators;
 mod apiserver_metrics;
 mod audit;
 mod checks;
@@ -149,6 +150,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(jobset_order::jobset_defaults_before_or_after_launchgate_give_the_same_jobset),
         e2e!(launch_stack::trainjob_is_hardened_through_a_runtime_patch_and_limited),
         e2e!(launch_stack::trainjob_is_sized_by_its_runtime),
+        e2e!(accelerators::a_gpu_is_counted_however_it_is_asked_for),
         e2e!(launch_stack::trainjob_hardening_keeps_a_privileged_runtime_valid),
         e2e!(launch_stack::kueue_admission_is_left_alone_and_revalidated),
         e2e!(launch_stack::a_tenants_kueue_labels_are_replaced_or_denied),

@@ -313,6 +313,10 @@ pub fn suite_config() -> Result<String> {
         json!({"defaultDeadlineSeconds": 3600, "maxGpuHours": 8});
     guarded["guardrails"]["rendezvousPreflight"] = json!(true);
     config["queues"][GUARDRAILS_QUEUE] = guarded;
+    let mut accelerators = config["queues"][&default_queue].clone();
+    accelerators["limits"]["totals"] = json!({"nvidia.com/gpu": {"maximum": 16}});
+    accelerators["guardrails"]["costCeiling"] = json!({"maxGpuHours": 64});
+    config["queues"][crate::accelerators::ACCELERATORS_QUEUE] = accelerators;
     // The docs' exemption example, on the default queue only.
     config["queues"][&default_queue]["exemptions"] = json!([{"name": "platform-smoke-tests",
         "groups": [crate::trust::EXEMPT_GROUP], "namespaces": ["exempt-group-*"]}]);
