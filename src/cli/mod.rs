@@ -139,8 +139,9 @@ pub(crate) struct DeleteWebhooksArgs {
 pub(crate) struct OfflineArgs {
     /// Manifest file (YAML or JSON, multi-document, objects or AdmissionReviews), directory
     /// (read recursively: *.yaml, *.yml, *.json) or `-` for stdin. Repeatable. TrainJob
-    /// runtimes (ClusterTrainingRuntime, TrainingRuntime) among them are taken as the
-    /// cluster's, and size the TrainJobs that name them.
+    /// runtimes (ClusterTrainingRuntime, TrainingRuntime) and DRA claims (ResourceClaimTemplate,
+    /// ResourceClaim) among them are taken as the cluster's: they size the TrainJobs and count
+    /// the GPUs of the pods that name them.
     #[arg(short = 'f', long = "filename", required = true)]
     pub(crate) files: Vec<PathBuf>,
     /// Config file (default: the built-in example policy).

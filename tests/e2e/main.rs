@@ -130,6 +130,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(observability::a_dry_run_denial_writes_no_event),
         e2e!(semantics::controller_pods_are_not_judged_on_workload_rules),
         e2e!(semantics::server_side_apply_intent_is_kept),
+        e2e!(semantics::offline_judges_as_the_cluster_does_crd_defaults_included),
         e2e!(semantics::generate_name_jobs_are_wired_at_pod_admission),
         e2e!(semantics::host_network_pods_can_resolve_the_master),
         e2e!(semantics::torchrun_twins_follow_the_effective_env),

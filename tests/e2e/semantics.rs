@@ -184,3 +184,69 @@ pub async fn only_pytorch_workloads_get_pytorch_env(ctx: &Ctx) -> Result<()> {
     }
     Ok(())
 }
+
+/// Offline judges as the cluster does, the upstream CRDs' defaults included: a sample of the
+/// generated workloads of every kind, spread over the suite's queues, is created (dry run)
+/// through the real API server — its CRDs' schemas default fields before any webhook, as
+/// Volcano's writes `maxRetry: 3` — and judged by `launchgate validate` with the same config:
+/// the same verdict for each.
+pub async fn offline_judges_as_the_cluster_does_crd_defaults_included(ctx: &Ctx) -> Result<()> {
+    let config: serde_json::Value = serde_yaml::from_str(&crate::webhook::suite_config()?)?;
+    let queues: Vec<String> = config["queues"]
+        .as_object()
+        .map(|q| q.keys().cloned().collect())
+        .unwrap_or_default();
+    let sample = crate::common::generated::sample(48, 7, &queues);
+    let dir = tempfile::tempdir()?;
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(&config_path, crate::webhook::suite_config()?)?;
+    let mut args = vec![
+        "validate".to_string(),
+        "-o".into(),
+        "json".into(),
+        "--config".into(),
+        config_path.display().to_string(),
+        "-n".into(),
+        ctx.ns.clone(),
+    ];
+    for (i, w) in sample.iter().enumerate() {
+        let path = dir.path().join(format!("{i:03}.json"));
+        std::fs::write(&path, serde_json::to_string(w)?)?;
+        args.extend(["-f".to_string(), path.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = crate::common::launchgate(&args);
+    let verdicts: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let verdicts = verdicts.as_array().cloned().unwrap_or_default();
+    ensure!(
+        verdicts.len() == sample.len(),
+        "offline judged {} of {}: {}",
+        verdicts.len(),
+        sample.len(),
+        crate::common::text(&out.stderr)
+    );
+    let mut differences = Vec::new();
+    for (w, offline) in sample.iter().zip(&verdicts) {
+        let (status, body, _) = ctx.create_raw(w, true).await?;
+        let in_cluster = status == 201;
+        let offline_allowed = offline["allowed"].as_bool().unwrap_or_default();
+        if in_cluster != offline_allowed {
+            differences.push(format!(
+                "{} {}: the cluster says {status} ({}), offline {} ({})",
+                w["kind"].as_str().unwrap_or_default(),
+                w["metadata"]["name"].as_str().unwrap_or_default(),
+                body["message"].as_str().unwrap_or_default(),
+                if offline_allowed { "allowed" } else { "denied" },
+                offline["message"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    ensure!(
+        differences.is_empty(),
+        "{} of {} judged differently:\n{}",
+        differences.len(),
+        sample.len(),
+        differences.join("\n")
+    );
+    Ok(())
+}
