@@ -230,7 +230,8 @@ pub struct Policy {
     pub config: Config,
     /// The configured queues, by config key.
     pub queues: BTreeMap<String, Queue>,
-    /// What loads but does not hold as written (a cap on `resources.limits` alone): printed
+    /// What loads but does not hold as written (a cap on `resources.limits` alone, a controller
+    /// identity in a namespace tenants hold): printed
     /// by `check-config` and logged when the webhook loads the config.
     pub warnings: Vec<ConfigError>,
     /// Who is trusted to make each owner kind's pods and child workloads
