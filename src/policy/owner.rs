@@ -46,9 +46,11 @@ pub(crate) fn matches_service_account_in(pattern: &str, namespace: &str) -> bool
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 
 /// The default `match.podCreators`: the identities the upstream controllers run as. A kind whose
-/// controller has none a tenant cannot take (KubeRay's) is trusted by no one until configured.
+/// controller has none a tenant cannot take (KubeRay's) is left out: trusted by no one until
+/// configured.
 pub fn default_pod_creators() -> BTreeMap<String, Vec<String>> {
     owner_kinds()
+        .filter(|k| !k.spec().controller.is_empty())
         .map(|k| {
             let users = k.spec().controller.iter().map(|u| u.to_string()).collect();
             (k.as_str().to_string(), users)
