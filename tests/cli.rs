@@ -141,6 +141,41 @@ fn check_config_reads_stdin_like_every_other_command() {
 }
 
 #[test]
+fn check_config_says_which_controllers_it_trusts_and_why() {
+    let config = b"match:\n  podCreators:\n    RayJob: [system:serviceaccount:ray-system:kuberay-operator]\n    RayCluster: [system:serviceaccount:default:kuberay-operator]\nqueues: {q: {}}\n";
+    let out = run_with_stdin(launchgate_command().args(["check-config", "-"]), config);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "<stdin>: ok (1 queue(s))", "{stdout}");
+    for line in [
+        "  RayJob: system:serviceaccount:ray-system:kuberay-operator (match.podCreators.RayJob)",
+        "  RayCluster: system:serviceaccount:default:kuberay-operator (match.podCreators.RayCluster)",
+        "  JobSet: system:serviceaccount:jobset-system:jobset-controller-manager (built in: the upstream controller's identity; match.podCreators.JobSet replaces it)",
+    ] {
+        assert!(lines.contains(&line), "{line:?} in {stdout}");
+    }
+    // The identity in `default` is trusted as configured, with a warning that says why not to.
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("<stdin>: warning: match.podCreators.RayCluster[0]: system:serviceaccount:default:kuberay-operator is a service account of namespace \"default\", which tenants commonly hold"),
+        "{stderr}"
+    );
+    // Left out, KubeRay's kinds trust no one: there is no built-in identity to fall back on.
+    let out = run_with_stdin(
+        launchgate_command().args(["check-config", "-"]),
+        b"queues: {q: {}}\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\n  RayJob: no one (no built-in identity: name the controller's in match.podCreators.RayJob; "),
+        "{stdout}"
+    );
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+}
+
+#[test]
 fn completions_are_generated_for_each_shell() {
     for (shell, marker) in [
         ("bash", "_launchgate()"),

@@ -65,7 +65,9 @@ pub(crate) enum Command {
     /// Judge the launch workloads running in a cluster against a config (read-only; optionally
     /// writes wgpolicyk8s.io PolicyReports). Exits 1 if any would be denied.
     Audit(audit::AuditArgs),
-    /// Check a config file; exits non-zero with the offending key path.
+    /// Check a config file and print which controllers' identities it trusts for each kind, and
+    /// why (`match.podCreators`, or the upstream controller's built-in identity); exits non-zero
+    /// with the offending key path.
     CheckConfig {
         /// The config file; `-` for stdin.
         file: PathBuf,
@@ -468,6 +470,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             match Policy::from_yaml(&text) {
                 Ok(p) => {
                     outln!("{shown}: ok ({} queue(s))", p.queues.len())?;
+                    outln!(
+                        "controllers trusted with what they make (judged on the per-pod rules only):"
+                    )?;
+                    for trusted in &p.trusted_creators {
+                        outln!("  {}: {trusted}", trusted.kind.as_str())?;
+                    }
                     for warning in &p.warnings {
                         eprintln!("{shown}: warning: {warning}");
                     }

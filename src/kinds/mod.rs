@@ -67,8 +67,12 @@ pub struct KindSpec {
     pub run: Run,
     /// What this kind's controller makes, and how each proves it.
     pub makes: &'static [Makes],
-    /// The identities the upstream controller of this kind runs as (the default
-    /// `match.podCreators` entry).
+    /// The identities the upstream controller of this kind runs as wherever it is installed
+    /// (the default `match.podCreators` entry): only identities a tenant cannot take — never one
+    /// in a namespace tenants commonly hold, such as `default`, where anyone who may create a
+    /// pod can run it as any of its service accounts (`policy::owner`'s tests hold every
+    /// descriptor to it). A controller with no such identity has none here, and the platform
+    /// team names its own.
     pub controller: &'static [&'static str],
     /// How Kueue manages it.
     pub kueue: Kueue,

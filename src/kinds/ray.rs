@@ -12,9 +12,13 @@
 
 use super::*;
 
-/// The identity the KubeRay operator runs as when installed with its Helm chart
-/// (`kuberay-operator` in the release's namespace, `default` in KubeRay's own instructions).
-const KUBERAY: &[&str] = &["system:serviceaccount:default:kuberay-operator"];
+/// The identities the KubeRay operator runs as that launchgate trusts unconfigured: none.
+/// KubeRay's Helm chart runs it as `kuberay-operator` in the release's namespace, which
+/// KubeRay's own instructions leave at `default` — a namespace tenants commonly hold, where
+/// anyone who may create a pod can run it as that service account. There is no namespace to
+/// assume, so the platform team names its operator's identity (`match.podCreators.RayJob` and
+/// `.RayCluster`); until it does, what the operator makes is judged on every rule.
+const KUBERAY: &[&str] = &[];
 
 /// The label by which a pod KubeRay makes names its group (`headgroup` for the head).
 const ROLE_MARKS: &[RoleMark] = &[RoleMark::Label("ray.io/group")];

@@ -10,7 +10,7 @@ mod resolve;
 
 pub use exemption::{EXEMPTED_BY_ANNOTATION, Exemption, Requester};
 pub(crate) use owner::{OWN_NAME, owner_mark};
-pub use owner::{OwnerClaim, owner_claim};
+pub use owner::{OwnerClaim, TENANT_HELD_NAMESPACES, TrustedBecause, TrustedCreators, owner_claim};
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
 pub(crate) use resolve::{QueueResolution, WorkloadMatch};
@@ -84,8 +84,10 @@ pub struct MatchRules {
     /// Who creates the pods of each workload kind (`Job`, `VolcanoJob`, `PyTorchJob`: the
     /// usernames the controllers run as; `*` and `?` are wildcards). A pod naming such an
     /// owner as its controller is judged as that workload's pod only when one of these sends
-    /// it. A kind left out keeps the identities its upstream controller runs as; `[]` trusts
-    /// no one for it.
+    /// it. A kind left out keeps the identities its upstream controller runs as, where it has
+    /// one no tenant can take (KubeRay's `RayJob` and `RayCluster` have none: name your
+    /// operator's); `[]` trusts no one for it. `check-config` prints who is trusted and why.
+    #[schemars(default = "owner::default_pod_creators")]
     pub pod_creators: BTreeMap<String, Vec<String>>,
 }
 
@@ -113,7 +115,9 @@ impl Default for MatchRules {
                 ..Exemption::default()
             }],
             exclude_labels: None,
-            pod_creators: owner::default_pod_creators(),
+            // Filled in when the config is loaded (`owner::complete_pod_creators`), which
+            // remembers which kinds the config named.
+            pod_creators: BTreeMap::new(),
             sidecar_containers: vec!["istio-proxy".into(), "linkerd-proxy".into()],
         }
     }
@@ -235,9 +239,13 @@ pub struct Policy {
     pub config: Config,
     /// The configured queues, by config key.
     pub queues: BTreeMap<String, Queue>,
-    /// What loads but does not hold as written (a cap on `resources.limits` alone): printed
+    /// What loads but does not hold as written (a cap on `resources.limits` alone, a controller
+    /// identity in a namespace tenants hold): printed
     /// by `check-config` and logged when the webhook loads the config.
     pub warnings: Vec<ConfigError>,
+    /// Who is trusted to make each owner kind's pods and child workloads
+    /// (`match.podCreators`), and why: printed by `check-config`.
+    pub trusted_creators: Vec<TrustedCreators>,
 }
 
 impl Policy {
@@ -293,8 +301,24 @@ impl Policy {
 
     /// Checks and compiles a parsed config.
     pub fn from_config(mut config: Config) -> Result<Self, ConfigErrors> {
-        owner::complete_pod_creators(&mut config.match_rules.pod_creators);
+        // Where the config puts tenants: no controller identity there is trusted.
+        let mut tenant_namespaces = BTreeMap::new();
+        for (name, queue) in &config.queues {
+            for ns in &queue.limits.allowed_namespaces {
+                tenant_namespaces
+                    .entry(ns.clone())
+                    .or_insert_with(|| format!("queues.{name}.limits.allowedNamespaces"));
+            }
+        }
+        for ns in config.namespace_queues.keys() {
+            tenant_namespaces
+                .entry(ns.clone())
+                .or_insert_with(|| format!("namespaceQueues.{ns}"));
+        }
+        let trusted_creators =
+            owner::complete_pod_creators(&mut config.match_rules.pod_creators, &tenant_namespaces);
         let mut errors = Vec::new();
+        let mut warnings = Vec::new();
         let mut check_queue_ref = |path: String, name: &str| {
             if !config.queues.contains_key(name) {
                 errors.push(ConfigError::new(
@@ -327,6 +351,13 @@ impl Policy {
             "match.podCreators",
             &mut errors,
         );
+        owner::check_tenant_identities(
+            &trusted_creators,
+            &tenant_namespaces,
+            "match.podCreators",
+            &mut errors,
+            &mut warnings,
+        );
         let some_exemption = config
             .match_rules
             .exemptions
@@ -335,7 +366,7 @@ impl Policy {
             .map(|e| e.name.as_str())
             .next();
         owner::check_inheritance(
-            &config.match_rules.pod_creators,
+            &trusted_creators,
             some_exemption,
             "match.podCreators",
             &mut errors,
@@ -348,7 +379,6 @@ impl Policy {
             }
         };
         let mut queues = BTreeMap::new();
-        let mut warnings = Vec::new();
         for (name, qc) in &config.queues {
             let at = format!("queues.{name}");
             exemption::check_all(&qc.exemptions, &format!("{at}.exemptions"), &mut errors);
@@ -431,6 +461,7 @@ impl Policy {
                 config,
                 queues,
                 warnings,
+                trusted_creators,
             })
         } else {
             Err(ConfigErrors(errors))

@@ -26,9 +26,31 @@ pub fn owner_kinds() -> impl Iterator<Item = WorkloadKind> {
     WorkloadKind::all().filter(|k| !k.spec().makes.is_empty())
 }
 
-/// The default `match.podCreators`: the identities the upstream controllers run as.
+/// The namespaces tenants commonly hold, whatever a config says: no identity in one is built
+/// in, and one a config names there is warned about. Anyone who may create a pod in a
+/// namespace can run it as any service account of that namespace, and so send what that
+/// service account sends.
+pub const TENANT_HELD_NAMESPACES: &[&str] = &["default"];
+
+/// Whether the user pattern `pattern` (`*` and `?` wildcards) matches a service account of
+/// `namespace`: `system:serviceaccount:<namespace>:<name>` for the name the pattern ends with
+/// (its wildcards standing for themselves), so `system:serviceaccount:*:kuberay-operator`,
+/// `system:serviceaccount:default:*` and `*:default:*` all do for `default`.
+pub(crate) fn matches_service_account_in(pattern: &str, namespace: &str) -> bool {
+    let name = pattern.rsplit(':').next().unwrap_or(pattern);
+    wildmatch::WildMatch::new(pattern)
+        .matches(&format!("{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"))
+}
+
+/// The username prefix the API server gives a service account.
+const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+
+/// The default `match.podCreators`: the identities the upstream controllers run as. A kind whose
+/// controller has none a tenant cannot take (KubeRay's) is left out: trusted by no one until
+/// configured.
 pub fn default_pod_creators() -> BTreeMap<String, Vec<String>> {
     owner_kinds()
+        .filter(|k| !k.spec().controller.is_empty())
         .map(|k| {
             let users = k.spec().controller.iter().map(|u| u.to_string()).collect();
             (k.as_str().to_string(), users)
@@ -36,12 +58,167 @@ pub fn default_pod_creators() -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
+/// Why the identities of one kind's controller are trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrustedBecause {
+    /// The config names them (`match.podCreators.<Kind>`; `[]` names no one).
+    Configured,
+    /// The config leaves the kind out, so the identities its upstream controller runs as are
+    /// trusted (less any in a namespace where the config says tenants launch, `dropped`).
+    BuiltIn {
+        /// The built-in identities not trusted, each with where the config puts tenants in
+        /// its namespace.
+        dropped: Vec<(String, String)>,
+    },
+    /// The config leaves the kind out and its controller has no built-in identity: no one.
+    NoBuiltIn,
+}
+
+/// Who is trusted to make one kind's pods and child workloads, and why: what `check-config`
+/// prints for each kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedCreators {
+    /// The owner kind (`match.podCreators` key).
+    pub kind: WorkloadKind,
+    /// The trusted user patterns.
+    pub users: Vec<String>,
+    /// Where they come from.
+    pub because: TrustedBecause,
+}
+
+impl std::fmt::Display for TrustedCreators {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = self.kind.as_str();
+        if self.users.is_empty() {
+            f.write_str("no one")?;
+        } else {
+            f.write_str(&self.users.join(", "))?;
+        }
+        match &self.because {
+            TrustedBecause::Configured => write!(f, " (match.podCreators.{kind})"),
+            TrustedBecause::BuiltIn { dropped } => {
+                write!(
+                    f,
+                    " (built in: the upstream controller's identity; match.podCreators.{kind} replaces it"
+                )?;
+                for (user, why) in dropped {
+                    write!(f, "; not {user}: its namespace is a tenants' ({why})")?;
+                }
+                f.write_str(")")
+            }
+            TrustedBecause::NoBuiltIn => write!(
+                f,
+                " (no built-in identity: name the controller's in match.podCreators.{kind}; until then what it makes is judged on every rule)"
+            ),
+        }
+    }
+}
+
 /// Gives every owner kind `creators` leaves out its default identities (a config written before
-/// launchgate knew a kind keeps working, and verifies that kind's children); a kind listed with
-/// `[]` stays trusted by no one.
-pub fn complete_pod_creators(creators: &mut BTreeMap<String, Vec<String>>) {
-    for (kind, users) in default_pod_creators() {
-        creators.entry(kind).or_insert(users);
+/// launchgate knew a kind keeps working, and verifies that kind's children) — except those in a
+/// namespace of `tenant_namespaces` (namespace → the config key that puts tenants there), which
+/// are never trusted; a kind listed with `[]` stays trusted by no one. Returns who is trusted
+/// for each owner kind, and why.
+pub fn complete_pod_creators(
+    creators: &mut BTreeMap<String, Vec<String>>,
+    tenant_namespaces: &BTreeMap<String, String>,
+) -> Vec<TrustedCreators> {
+    let mut trusted = Vec::new();
+    for kind in owner_kinds() {
+        let built_in = kind.spec().controller;
+        let (users, because) = match creators.get(kind.as_str()) {
+            Some(users) => (users.clone(), TrustedBecause::Configured),
+            None if built_in.is_empty() => (Vec::new(), TrustedBecause::NoBuiltIn),
+            None => {
+                let mut dropped = Vec::new();
+                let mut users = Vec::new();
+                for user in built_in {
+                    match tenant_namespace_of(user, tenant_namespaces) {
+                        Some((_, why)) => dropped.push((user.to_string(), why)),
+                        None => users.push(user.to_string()),
+                    }
+                }
+                (users, TrustedBecause::BuiltIn { dropped })
+            }
+        };
+        // A kind the config leaves out with no one to trust stays out, so the completed
+        // config loads again to the same trust (listed as `[]`, it would be the config's word).
+        if !users.is_empty() {
+            creators.insert(kind.as_str().to_string(), users.clone());
+        }
+        trusted.push(TrustedCreators {
+            kind,
+            users,
+            because,
+        });
+    }
+    trusted
+}
+
+/// The tenants' namespace `user` is a service account of, if any, and why it is one: a
+/// namespace of `tenant_namespaces` (with the config key that puts tenants there) or one
+/// tenants commonly hold ([`TENANT_HELD_NAMESPACES`]).
+fn tenant_namespace_of(
+    user: &str,
+    tenant_namespaces: &BTreeMap<String, String>,
+) -> Option<(String, String)> {
+    tenant_namespaces
+        .iter()
+        .map(|(ns, why)| (ns.clone(), why.clone()))
+        .chain(
+            TENANT_HELD_NAMESPACES
+                .iter()
+                .map(|ns| (ns.to_string(), "tenants commonly hold it".to_string())),
+        )
+        .find(|(ns, _)| matches_service_account_in(user, ns))
+}
+
+/// Checks that no identity trusted with what a controller makes is a service account a tenant
+/// can take. One the config names in a namespace where it puts tenants (`tenant_namespaces`:
+/// namespace → the config key that does) is an error, the config contradicting itself; one it
+/// names in a namespace tenants commonly hold ([`TENANT_HELD_NAMESPACES`]) a warning, since
+/// launchgate cannot read the cluster's RBAC and a platform team may keep tenants out of it;
+/// a built-in identity left untrusted for its namespace ([`complete_pod_creators`]) a warning.
+pub fn check_tenant_identities(
+    trusted: &[TrustedCreators],
+    tenant_namespaces: &BTreeMap<String, String>,
+    at: &str,
+    errors: &mut Vec<ConfigError>,
+    warnings: &mut Vec<ConfigError>,
+) {
+    for t in trusted {
+        let kind = t.kind.as_str();
+        if let TrustedBecause::BuiltIn { dropped } = &t.because {
+            for (user, why) in dropped {
+                warnings.push(ConfigError::new(
+                    format!("{at}.{kind}"),
+                    format!("the {kind} controller's built-in identity {user} is not trusted: its namespace is one where tenants launch workloads ({why}), so anyone who may create a pod there could send what the controller sends; name the controller's identity (in a namespace of its own) here"),
+                ));
+            }
+        }
+        if t.because != TrustedBecause::Configured {
+            continue;
+        }
+        for (i, user) in t.users.iter().enumerate() {
+            let here = format!("{at}.{kind}[{i}]");
+            if let Some((ns, why)) = tenant_namespaces
+                .iter()
+                .find(|(ns, _)| matches_service_account_in(user, ns))
+            {
+                errors.push(ConfigError::new(
+                    here,
+                    format!("{user} is a service account of namespace {ns:?}, where tenants launch workloads ({why}): anyone who may create a pod there can run it as that service account, and what it sends would be judged as the {kind} controller's, on the per-pod rules only; run the controller in a namespace of its own and name that identity"),
+                ));
+            } else if let Some(ns) = TENANT_HELD_NAMESPACES
+                .iter()
+                .find(|ns| matches_service_account_in(user, ns))
+            {
+                warnings.push(ConfigError::new(
+                    here,
+                    format!("{user} is a service account of namespace {ns:?}, which tenants commonly hold: anyone who may create a pod there can run it as that service account, and what it sends is judged as the {kind} controller's, on the per-pod rules only; run the controller in a namespace of its own and name that identity, unless no tenant can create pods in {ns:?}"),
+                ));
+            }
+        }
     }
 }
 
@@ -81,7 +258,7 @@ pub fn check_pod_creators(
 /// the exemption, and would be judged (and, denied, retried forever). `exemption` names one
 /// configured exemption, if any.
 pub fn check_inheritance(
-    creators: &BTreeMap<String, Vec<String>>,
+    trusted: &[TrustedCreators],
     exemption: Option<&str>,
     at: &str,
     errors: &mut Vec<ConfigError>,
@@ -91,9 +268,16 @@ pub fn check_inheritance(
     };
     // The owner kinds whose pods (or child workloads) inherit an exemption of the owner: their
     // controller copies the pod templates' annotations, where launchgate writes the mark (a
-    // kind whose pods come from a runtime has no templates to carry it).
-    for kind in owner_kinds().filter(|k| k.spec().runtime.is_none()) {
-        if creators.get(kind.as_str()).is_none_or(Vec::is_empty) {
+    // kind whose pods come from a runtime has no templates to carry it). Only a kind the
+    // config lists with no one is refused: one it leaves out whose controller has no built-in
+    // identity (KubeRay's), or whose built-in identity is in a tenants' namespace, is said by
+    // `check-config`'s listing (and the second by a warning).
+    for t in trusted {
+        let kind = t.kind;
+        if kind.spec().runtime.is_none()
+            && t.users.is_empty()
+            && t.because == TrustedBecause::Configured
+        {
             errors.push(ConfigError::new(
                 format!("{at}.{}", kind.as_str()),
                 format!(
@@ -456,6 +640,90 @@ mod tests {
             ),
             OwnerClaim::None
         );
+    }
+
+    #[test]
+    fn no_built_in_identity_is_in_a_namespace_tenants_hold() {
+        // The matcher finds a service account of `default` however it is written.
+        for pattern in [
+            "system:serviceaccount:default:kuberay-operator",
+            "system:serviceaccount:*:kuberay-operator",
+            "system:serviceaccount:default:*",
+            "system:serviceaccount:def*",
+            "*:default:kuberay-operator",
+        ] {
+            assert!(matches_service_account_in(pattern, "default"), "{pattern}");
+        }
+        for pattern in [
+            "system:serviceaccount:ray-system:kuberay-operator",
+            "system:serviceaccount:default-ray:kuberay-operator",
+            "system:kube-controller-manager",
+        ] {
+            assert!(!matches_service_account_in(pattern, "default"), "{pattern}");
+        }
+        // Every descriptor's built-in identities are ones no tenant can take.
+        let mut built_in = 0;
+        for spec in crate::kinds::all() {
+            for user in spec.controller {
+                built_in += 1;
+                assert!(
+                    user_pattern_covers_everyone(user).is_none(),
+                    "{}: {user}",
+                    spec.name
+                );
+                for ns in TENANT_HELD_NAMESPACES {
+                    assert!(
+                        !matches_service_account_in(user, ns),
+                        "{}: the built-in identity {user} is a service account of {ns:?}, which tenants commonly hold",
+                        spec.name
+                    );
+                }
+            }
+        }
+        assert!(built_in > 0, "the descriptors name built-in identities");
+    }
+
+    #[test]
+    fn the_config_says_who_is_trusted_for_each_kind_and_why() {
+        let policy = crate::Policy::from_yaml(
+            "match:\n  exemptions: []\n  podCreators:\n    Job: [system:kube-controller-manager]\n    VolcanoJob: []\nqueues: {q: {}}\n",
+        )
+        .unwrap();
+        let said: BTreeMap<&str, String> = policy
+            .trusted_creators
+            .iter()
+            .map(|t| (t.kind.as_str(), t.to_string()))
+            .collect();
+        // Every owner kind, in the registry's order.
+        let kinds: Vec<WorkloadKind> = owner_kinds().collect();
+        let listed: Vec<WorkloadKind> = policy.trusted_creators.iter().map(|t| t.kind).collect();
+        assert_eq!(listed, kinds);
+        assert_eq!(
+            said["Job"],
+            "system:kube-controller-manager (match.podCreators.Job)"
+        );
+        assert_eq!(said["VolcanoJob"], "no one (match.podCreators.VolcanoJob)");
+        assert_eq!(
+            said["JobSet"],
+            "system:serviceaccount:jobset-system:jobset-controller-manager (built in: the upstream controller's identity; match.podCreators.JobSet replaces it)"
+        );
+        for kind in ["RayJob", "RayCluster"] {
+            assert!(
+                said[kind].starts_with(&format!(
+                    "no one (no built-in identity: name the controller's in match.podCreators.{kind}"
+                )),
+                "{}",
+                said[kind]
+            );
+        }
+        // What is said is what is trusted.
+        for t in &policy.trusted_creators {
+            let creators = &policy.config.match_rules.pod_creators;
+            assert_eq!(
+                creators.get(t.kind.as_str()).cloned().unwrap_or_default(),
+                t.users
+            );
+        }
     }
 
     #[test]

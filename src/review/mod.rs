@@ -182,6 +182,8 @@ fn chain(
 }
 
 #[cfg(test)]
+mod identity_tests;
+#[cfg(test)]
 mod stage_tests;
 #[cfg(test)]
 mod update_tests;

@@ -212,7 +212,10 @@ pub async fn start_with_event_sink(
     opts.registration.check()?;
     let policy = load_policy(opts.config.as_deref())?;
     for warning in &policy.warnings {
-        tracing::warn!(%warning, "config loads, but a limit does not hold as written");
+        tracing::warn!(%warning, "config loads, but does not hold as written");
+    }
+    for trusted in &policy.trusted_creators {
+        tracing::info!(kind = trusted.kind.as_str(), %trusted, "controller trusted with what it makes");
     }
     let (cert_source, dev_ca_pem) = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => (

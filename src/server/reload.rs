@@ -122,7 +122,7 @@ pub(crate) fn spawn(
                         match parsed {
                             Ok(policy) => {
                                 for warning in &policy.warnings {
-                                    tracing::warn!(path = %path.display(), %warning, "config loads, but a limit does not hold as written");
+                                    tracing::warn!(path = %path.display(), %warning, "config loads, but does not hold as written");
                                 }
                                 state.policy.store(Arc::new(policy));
                                 let hash = crate::policy::config_hash(&bytes);

@@ -157,6 +157,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(launch_stack::a_tenants_kueue_labels_are_replaced_or_denied),
         e2e!(ray::rayjob_is_limited_hardened_and_its_children_verified),
         e2e!(ray::a_rayjob_cluster_ends_with_the_job),
+        e2e!(ray::a_kuberay_operator_in_default_is_no_controller),
         e2e!(mpijob::an_mpijob_is_limited_hardened_and_its_children_verified),
         e2e!(mpijob::a_gang_below_launcher_and_workers_is_denied),
         e2e!(guardrails::a_gang_starts_whole_or_is_denied),

@@ -9,8 +9,14 @@ use anyhow::{Context, Result, ensure};
 use launchgate::Policy;
 use serde_json::{Value, json};
 
-/// The identity the KubeRay operator runs as (its Helm chart's service account).
-pub const KUBERAY_OPERATOR: &str = "system:serviceaccount:default:kuberay-operator";
+/// The identity the KubeRay operator runs as here (its Helm chart's service account, installed
+/// in a namespace of its own), which the suite's config names in `match.podCreators.RayJob` and
+/// `.RayCluster`: launchgate trusts no KubeRay identity unconfigured.
+pub const KUBERAY_OPERATOR: &str = "system:serviceaccount:ray-system:kuberay-operator";
+
+/// The same operator installed as KubeRay's own instructions do, in `default`: a namespace
+/// tenants commonly hold, where anyone who may create a pod can run it as this service account.
+pub const KUBERAY_IN_DEFAULT: &str = "system:serviceaccount:default:kuberay-operator";
 
 fn container(name: &str, gpus: i64) -> Value {
     json!({"name": name, "image": "rayproject/ray:2.46.0",
@@ -55,13 +61,13 @@ fn containers(rayjob: &Value) -> Vec<&Value> {
     out
 }
 
-/// Lets the KubeRay operator's service account create RayClusters and pods here.
-async fn grant_kuberay(ctx: &Ctx) -> Result<()> {
+/// Lets the KubeRay operator's service account `operator` create RayClusters and pods here.
+async fn grant_kuberay(ctx: &Ctx, name: &str, operator: &str) -> Result<()> {
     ctx.grant_operator(
-        "kuberay",
+        name,
         json!([{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["create"]},
                {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]),
-        KUBERAY_OPERATOR,
+        operator,
     )
     .await
 }
@@ -141,7 +147,7 @@ pub async fn rayjob_is_limited_hardened_and_its_children_verified(ctx: &Ctx) -> 
     ensure_needs_no_patch(&policy, &job, "the stored RayJob")?;
 
     // The operator's RayCluster, even grown to 4 workers (16 GPUs), is judged per pod.
-    grant_kuberay(ctx).await?;
+    grant_kuberay(ctx, "kuberay", KUBERAY_OPERATOR).await?;
     let (status, cluster, _) = ctx
         .create_raw_as(&operator_cluster(&job, 4), false, Some(KUBERAY_OPERATOR))
         .await?;
@@ -170,6 +176,68 @@ pub async fn rayjob_is_limited_hardened_and_its_children_verified(ctx: &Ctx) -> 
         .create_raw_as(&operator_pod(&cluster, 8), true, Some(KUBERAY_OPERATOR))
         .await?;
     ensure_denied(status, &body, "exceeds maximum 4", "an 8-GPU worker pod")?;
+    Ok(())
+}
+
+/// A controller's identity is configuration: with no KubeRay identity configured (none is
+/// built in), the operator's service account in `default` is no one's controller. Its 16 ×
+/// 4-GPU RayCluster "for" an admitted 1-GPU RayJob is judged on every rule and denied by the
+/// queue's totals, naming the `match.podCreators` key; the operator a config names sends the
+/// same RayCluster as the RayJob's child, judged per pod.
+pub async fn a_kuberay_operator_in_default_is_no_controller(ctx: &Ctx) -> Result<()> {
+    // The suite's launchgate names the operator (in `ray-system`): per pod.
+    let job = ctx.create(&rayjob("small", 1, 1, false, 1), false).await?;
+    grant_kuberay(ctx, "kuberay", KUBERAY_OPERATOR).await?;
+    let (status, body, _) = ctx
+        .create_raw_as(&oversized(&job), true, Some(KUBERAY_OPERATOR))
+        .await?;
+    ensure!(
+        status == 201,
+        "the configured operator's RayCluster: {status} {body}"
+    );
+    // A launchgate of its own whose config names no KubeRay identity.
+    let mut config: Value = serde_yaml::from_str(&suite_config()?)?;
+    let creators = config["match"]["podCreators"]
+        .as_object_mut()
+        .context("the suite's podCreators")?;
+    creators.remove("RayJob");
+    creators.remove("RayCluster");
+    let own =
+        crate::updates::Own::start_serving(ctx, "ray-unnamed", &serde_yaml::to_string(&config)?)
+            .await?;
+    let result = operator_in_default_is_judged_on_every_rule(&own.ns).await;
+    own.finish(ctx).await;
+    result
+}
+
+/// The RayCluster the operator makes for `job`, grown to 16 workers of 4 GPUs.
+fn oversized(job: &Value) -> Value {
+    let mut cluster = operator_cluster(job, 16);
+    cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["limits"]
+        ["nvidia.com/gpu"] = json!(4);
+    cluster
+}
+
+async fn operator_in_default_is_judged_on_every_rule(ctx: &Ctx) -> Result<()> {
+    let job = ctx.create(&rayjob("small", 1, 1, false, 1), false).await?;
+    grant_kuberay(ctx, "kuberay-default", KUBERAY_IN_DEFAULT).await?;
+    let (status, body, _) = ctx
+        .create_raw_as(&oversized(&job), true, Some(KUBERAY_IN_DEFAULT))
+        .await?;
+    ensure_denied(
+        status,
+        &body,
+        "(totals)",
+        "a 16 × 4-GPU RayCluster sent as the operator's service account in default",
+    )?;
+    let message = body["message"].as_str().unwrap_or_default();
+    for part in [
+        format!("queue \"{RAY_QUEUE}\""),
+        "total nvidia.com/gpu over all pods=64 exceeds maximum 8".to_string(),
+        "not by that kind's controller (match.podCreators.RayJob: none configured)".to_string(),
+    ] {
+        ensure!(message.contains(&part), "{message:?} lacks {part:?}");
+    }
     Ok(())
 }
 

@@ -52,6 +52,11 @@ impl Own {
     /// Starts it, registers it for a new namespace and waits until a launch Job there is
     /// mutated by it.
     pub async fn start(ctx: &Ctx, name: &str) -> Result<Own> {
+        Self::start_serving(ctx, name, &capped_config()?).await
+    }
+
+    /// [`Own::start`] serving `config` instead (which has the default queue).
+    pub async fn start_serving(ctx: &Ctx, name: &str, config: &str) -> Result<Own> {
         let tag = format!("{name}-{}", &ctx.ns[ctx.ns.len() - 4..]);
         let ns = crate::native::namespace(ctx, name, &tag).await?;
         let dir = tempfile::tempdir()?;
@@ -59,7 +64,7 @@ impl Own {
             dir.path(),
             Some(&ctx.env.kubeconfig),
             "127.0.0.1",
-            &capped_config()?,
+            config,
             &[],
         )
         .await?;
@@ -112,7 +117,7 @@ pub(crate) use with_own;
 
 const MARK: &str = "launchgate.io/exempted-by";
 const KUEUE: &str = "system:serviceaccount:kueue-system:kueue-controller-manager";
-const KUBERAY: &str = "system:serviceaccount:default:kuberay-operator";
+const KUBERAY: &str = crate::ray::KUBERAY_OPERATOR;
 const TRAINER: &str = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager";
 
 fn launch_labels() -> Value {

@@ -323,5 +323,9 @@ pub fn suite_config() -> Result<String> {
     config["queues"][WARN_QUEUE] = warn;
     config["queues"][DEADLINE_QUEUE] = deadline;
     config["queues"][KUBEFLOW_QUEUE] = kubeflow;
+    // KubeRay has no built-in identity: the suite names its operator's, as a platform team does.
+    for kind in ["RayJob", "RayCluster"] {
+        config["match"]["podCreators"][kind] = json!([crate::ray::KUBERAY_OPERATOR]);
+    }
     Ok(serde_yaml::to_string(&config)?)
 }
