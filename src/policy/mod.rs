@@ -10,7 +10,7 @@ mod resolve;
 
 pub use exemption::{EXEMPTED_BY_ANNOTATION, Exemption, Requester};
 pub(crate) use owner::{OWN_NAME, owner_mark};
-pub use owner::{OwnerClaim, owner_claim};
+pub use owner::{OwnerClaim, is_workload_updater, owner_claim};
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
 pub(crate) use resolve::{QueueResolution, WorkloadMatch};
@@ -81,6 +81,12 @@ pub struct MatchRules {
     /// it. A kind left out keeps the identities its upstream controller runs as; `[]` trusts
     /// no one for it.
     pub pod_creators: BTreeMap<String, Vec<String>>,
+    /// Controllers that update launch workloads they did not create (the usernames they run
+    /// as; `*` and `?` are wildcards): Kueue, which admits a run by an UPDATE. Their UPDATE of
+    /// an exempt workload is judged against what its exemption admitted; an UPDATE of an
+    /// exempt workload by anyone else no exemption covers is judged as that requester's
+    /// CREATE. A workload's own controller (`podCreators`) updating what it made counts too.
+    pub workload_updaters: Vec<String>,
 }
 
 /// The kaniko executor image the W&B agent builds with, by tag or digest.
@@ -108,6 +114,7 @@ impl Default for MatchRules {
             }],
             exclude_labels: None,
             pod_creators: owner::default_pod_creators(),
+            workload_updaters: owner::default_workload_updaters(),
             sidecar_containers: vec!["istio-proxy".into(), "linkerd-proxy".into()],
         }
     }
@@ -316,6 +323,11 @@ impl Policy {
         owner::check_pod_creators(
             &config.match_rules.pod_creators,
             "match.podCreators",
+            &mut errors,
+        );
+        owner::check_workload_updaters(
+            &config.match_rules.workload_updaters,
+            "match.workloadUpdaters",
             &mut errors,
         );
         let some_exemption = config
