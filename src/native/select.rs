@@ -682,8 +682,9 @@ pub fn match_conditions(policy: &Policy, queue: &Queue) -> Vec<(String, String)>
     out
 }
 
-/// An UPDATE of an exempt workload — the old object carries launchgate's mark on itself, which
-/// launchgate writes with those of its pod templates — from a requester no exemption covers
+/// An UPDATE of an exempt workload — the old object, a launch workload by its own labels,
+/// carries launchgate's mark on itself, which launchgate writes with those of its pod
+/// templates — from a requester no exemption covers
 /// (the policies' matchConditions leave out the ones that are) that is neither a verified
 /// controller's child nor a controller of `match.workloadUpdaters` (Kueue admitting the run):
 /// judged as that requester's CREATE, as the webhook judges it. An exemption belongs to the
@@ -691,7 +692,8 @@ pub fn match_conditions(policy: &Policy, queue: &Queue) -> Vec<(String, String)>
 pub fn update_outside_exemption(policy: &Policy) -> String {
     let key = lit(EXEMPTED_BY_ANNOTATION);
     format!(
-        "(request.operation == 'UPDATE' && !variables.child && has(oldObject.metadata) && has(oldObject.metadata.annotations) && {key} in oldObject.metadata.annotations && !{updater})",
+        "(request.operation == 'UPDATE' && !variables.child && has(oldObject.metadata) && has(oldObject.metadata.labels) && {keys}.exists(k, k in oldObject.metadata.labels) && has(oldObject.metadata.annotations) && {key} in oldObject.metadata.annotations && !{updater})",
+        keys = cel::str_list(launch_label_keys(policy)),
         updater = workload_updater(policy)
     )
 }
@@ -1265,7 +1267,15 @@ mod tests {
             ask(&judged, "UPDATE", "alice", &marked, true),
             V::Bool(false)
         );
-        // An unmarked workload's UPDATE, and a CREATE, are not this rule's.
+        // One that labels a workload into the queue is refused for its mark, and judged by
+        // the webhook; an unmarked workload's UPDATE, and a CREATE, are not this rule's.
+        let mut outside = marked.clone();
+        outside["metadata"]["labels"] = json!({});
+        assert_eq!(
+            ask(&judged, "UPDATE", "alice", &outside, false),
+            V::Bool(false)
+        );
+        assert_eq!(ask(&kept, "UPDATE", kueue, &outside, false), V::Bool(false));
         let unmarked = job(&json!({}));
         assert_eq!(
             ask(&judged, "UPDATE", "alice", &unmarked, false),
