@@ -321,7 +321,7 @@ notices! {
         "name a configured queue";
     /// An exemption that looks as if it applies but does not.
     EXEMPTIONS_NOT_APPLIED = "exemptions.notApplied", "match.exemptions, queues.<queue>.exemptions",
-        "the object carries an exemption's labels, but the exemption's requesters or namespaces do not match: a label alone exempts nothing",
+        "the object carries an exemption's labels, or launchgate's mark of one (an UPDATE of an exempt workload), but the exemption's requesters or namespaces do not match this request: a label or a mark alone exempts nothing, and such an UPDATE is judged as the requester's CREATE",
         "submit as a requester the exemption lists, or expect every rule of the queue";
     /// A mark of exemption removed by the mutating webhook.
     EXEMPTIONS_MARK_REMOVED = "exemptions.markRemoved", "match.exemptions, queues.<queue>.exemptions",

@@ -54,15 +54,21 @@ pub struct MutationContext<'a> {
     /// exempted, when it came in); `None` on CREATE and on an UPDATE that brings the object
     /// into the queue, which is judged as a CREATE.
     pub admitted: Option<&'a Value>,
+    /// On an UPDATE of an exempt workload (the old object carries launchgate's mark) from a
+    /// requester no exemption covers that is no controller updating what it manages: the
+    /// exemption the mark names. `admitted` is then `None`: the UPDATE is judged as that
+    /// requester's CREATE.
+    pub outside_exemption: Option<&'a str>,
     /// What the user wrote of the object ([`UserIntent`]), read when a mutator first asks
     /// ([`MutationContext::intent`]); `Default::default()` when the context is made.
     pub intent: std::cell::OnceCell<UserIntent>,
 }
 
 impl MutationContext<'_> {
-    /// True when the request is judged as a CREATE: a CREATE, or an UPDATE that brings the
+    /// True when the request is judged as a CREATE: a CREATE, an UPDATE that brings the
     /// object into this queue (it was no launch workload, or another queue's, so nothing of it
-    /// was judged here).
+    /// was judged here), or an UPDATE of an exempt workload from a requester its exemption does
+    /// not cover ([`MutationContext::outside_exemption`]).
     pub fn judged_as_create(&self) -> bool {
         match self.request.operation {
             crate::admission::Operation::Create => true,
@@ -71,8 +77,9 @@ impl MutationContext<'_> {
         }
     }
 
-    /// True for an UPDATE that brings the object into this queue.
-    pub fn enters_queue(&self) -> bool {
+    /// True for an UPDATE judged as a CREATE: one that brings the object into this queue, or
+    /// one of an exempt workload from a requester its exemption does not cover.
+    pub fn update_as_create(&self) -> bool {
         matches!(self.request.operation, crate::admission::Operation::Update)
             && self.admitted.is_none()
     }
@@ -386,6 +393,7 @@ pub(crate) mod test_support {
             child: false,
             runtime: None,
             admitted: None,
+            outside_exemption: None,
             intent: Default::default(),
         };
         let mut out = object.clone();

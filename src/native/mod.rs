@@ -284,7 +284,7 @@ fn everywhere() -> Vec<Gap> {
     out.extend([
         gap(
             "UPDATE",
-            "re-validating an UPDATE (Kueue's admission, a resize) reports only what the update made worse, which needs the old object's violations, and an UPDATE that brings a workload into a queue is judged as a CREATE; native policies judge CREATE (and refuse an exemption mark they cannot prove on UPDATE too)",
+            "re-validating an UPDATE (Kueue's admission, a resize) reports only what the update made worse, which needs the old object's violations, and an UPDATE that brings a workload into a queue is judged as a CREATE; native policies judge CREATE (and refuse an exemption mark they cannot prove on UPDATE too, and judge an UPDATE of a workload launchgate marked exempt from a requester no exemption covers as a CREATE; in `policyMode: native` nothing writes the mark, so a tenant's UPDATE of an exempt workload there is not told apart and is judged by the webhook only)",
         ),
         gap(
             "launchgate.io/mutations annotation",
@@ -573,13 +573,21 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             // The limits judge a CREATE. Where an exemption can be inherited, launchgate's
             // mark on a workload is refused on CREATE and on an UPDATE that brings the workload
             // into the queue: nothing in the native policies writes it, so they cannot tell
-            // launchgate's from a tenant's.
+            // launchgate's from a tenant's. An UPDATE of a workload launchgate marked exempt
+            // from a requester no exemption covers is judged as that requester's CREATE.
+            let marks = select::unproven_marks(policy);
+            let judged = match &marks {
+                Some(_) => format!(
+                    "(request.operation != 'CREATE' && !{}) || size(variables.violations) == 0",
+                    select::update_outside_exemption(policy)
+                ),
+                None => "request.operation != 'CREATE' || size(variables.violations) == 0".into(),
+            };
             let mut validations = vec![json!({
-                "expression": "request.operation != 'CREATE' || size(variables.violations) == 0",
+                "expression": judged,
                 "messageExpression": "variables.violations.join('; ')",
                 "reason": "Forbidden",
             })];
-            let marks = select::unproven_marks(policy);
             if let Some((expression, message)) = &marks {
                 validations.push(json!({
                     "expression": expression,
@@ -588,6 +596,9 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 }));
                 report.native.push(
                     "a launchgate.io/exempted-by mark on a workload (not a verified controller's child) is refused on CREATE and on an UPDATE that labels it into the queue (rule exemptions.unearnedMark)".into(),
+                );
+                report.native.push(
+                    "an UPDATE of a workload carrying launchgate.io/exempted-by from a requester no exemption covers (not a verified controller's child, not match.workloadUpdaters) is judged as that requester's CREATE: the limits, and the mark refused".into(),
                 );
             }
             let operations: &[&str] = if marks.is_some() {

@@ -682,12 +682,37 @@ pub fn match_conditions(policy: &Policy, queue: &Queue) -> Vec<(String, String)>
     out
 }
 
+/// An UPDATE of an exempt workload — the old object, a launch workload by its own labels,
+/// carries launchgate's mark on itself, which launchgate writes with those of its pod
+/// templates — from a requester no exemption covers
+/// (the policies' matchConditions leave out the ones that are) that is neither a verified
+/// controller's child nor a controller of `match.workloadUpdaters` (Kueue admitting the run):
+/// judged as that requester's CREATE, as the webhook judges it. An exemption belongs to the
+/// requesters it names, not to the object.
+pub fn update_outside_exemption(policy: &Policy) -> String {
+    let key = lit(EXEMPTED_BY_ANNOTATION);
+    format!(
+        "(request.operation == 'UPDATE' && !variables.child && has(oldObject.metadata) && has(oldObject.metadata.labels) && {keys}.exists(k, k in oldObject.metadata.labels) && has(oldObject.metadata.annotations) && {key} in oldObject.metadata.annotations && !{updater})",
+        keys = cel::str_list(launch_label_keys(policy)),
+        updater = workload_updater(policy)
+    )
+}
+
+/// True when the request comes from a controller of `match.workloadUpdaters`.
+fn workload_updater(policy: &Policy) -> String {
+    cel::any_wildcard(
+        &policy.config.match_rules.workload_updaters,
+        "request.userInfo.username",
+    )
+}
+
 /// Where an exemption can be inherited (any is configured): a CEL test that passes unless the
 /// workload — not a verified controller's child — carries launchgate's exemption mark that the
 /// native policies cannot prove launchgate wrote, and the message for it. A mark is kept only by
 /// an UPDATE of a workload that already was a launch workload (its own labels) and carried the
-/// same mark on itself; on CREATE, and on an UPDATE that labels a workload into the queue, it is
-/// refused (`exemptions.unearnedMark`).
+/// same mark on itself, from a controller of `match.workloadUpdaters` (anyone else no exemption
+/// covers is judged as creating it: [`update_outside_exemption`]); on CREATE, and on an UPDATE
+/// that labels a workload into the queue, it is refused (`exemptions.unearnedMark`).
 pub fn unproven_marks(policy: &Policy) -> Option<(String, String)> {
     if !policy.exemptions_configured() {
         return None;
@@ -700,7 +725,8 @@ pub fn unproven_marks(policy: &Policy) -> Option<(String, String)> {
         )
     };
     let expression = format!(
-        "variables.child || !{carriers}.exists(c, has(c.metadata) && has(c.metadata.annotations) && {key} in c.metadata.annotations) || (request.operation == 'UPDATE' && has(oldObject.metadata) && has(oldObject.metadata.labels) && {keys}.exists(k, k in oldObject.metadata.labels) && {old} == {new} && {new} != '')",
+        "variables.child || !{carriers}.exists(c, has(c.metadata) && has(c.metadata.annotations) && {key} in c.metadata.annotations) || (request.operation == 'UPDATE' && has(oldObject.metadata) && has(oldObject.metadata.labels) && {keys}.exists(k, k in oldObject.metadata.labels) && {old} == {new} && {new} != '' && {updater})",
+        updater = workload_updater(policy),
         carriers = carriers(),
         keys = cel::str_list(&keys),
         old = own_mark("oldObject"),
@@ -1189,6 +1215,76 @@ mod tests {
         );
         assert_eq!(pod("system:serviceaccount:team-a:default"), V::Bool(false));
         assert_eq!(pod("alice"), V::Bool(false));
+    }
+
+    #[test]
+    fn an_update_of_a_marked_workload_is_judged_unless_a_controller_sends_it() {
+        let policy = Policy::from_yaml(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
+        let judged = parse(&update_outside_exemption(&policy)).unwrap();
+        let (kept, _) = unproven_marks(&policy).unwrap();
+        let kept = parse(&kept).unwrap();
+        let kueue = "system:serviceaccount:kueue-system:kueue-controller-manager";
+        let mark = json!({EXEMPTED_BY_ANNOTATION: "wandb-image-builds"});
+        let job = |annotations: &Value| {
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "j", "annotations": annotations,
+                    "labels": {"wandb.ai/monitor": "true"}},
+                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}})
+        };
+        let ask = |program: &crate::native::eval::Program,
+                   operation: &str,
+                   user: &str,
+                   old: &Value,
+                   child: bool| {
+            let request = json!({"operation": operation, "userInfo": {"username": user},
+                "kind": {"group": "batch", "version": "v1", "kind": "Job"}});
+            program
+                .run(&[
+                    ("object", V::from_json(&job(&mark))),
+                    ("oldObject", V::from_json(old)),
+                    ("request", V::from_json(&request)),
+                    ("variables", V::from_json(&json!({"child": child}))),
+                ])
+                .unwrap()
+        };
+        let marked = job(&mark);
+        // A tenant's UPDATE of a marked workload: judged as her CREATE, its mark refused.
+        assert_eq!(
+            ask(&judged, "UPDATE", "alice", &marked, false),
+            V::Bool(true)
+        );
+        assert_eq!(
+            ask(&kept, "UPDATE", "alice", &marked, false),
+            V::Bool(false)
+        );
+        // Kueue's, and a verified controller's child: compared with what was admitted.
+        assert_eq!(
+            ask(&judged, "UPDATE", kueue, &marked, false),
+            V::Bool(false)
+        );
+        assert_eq!(ask(&kept, "UPDATE", kueue, &marked, false), V::Bool(true));
+        assert_eq!(
+            ask(&judged, "UPDATE", "alice", &marked, true),
+            V::Bool(false)
+        );
+        // One that labels a workload into the queue is refused for its mark, and judged by
+        // the webhook; an unmarked workload's UPDATE, and a CREATE, are not this rule's.
+        let mut outside = marked.clone();
+        outside["metadata"]["labels"] = json!({});
+        assert_eq!(
+            ask(&judged, "UPDATE", "alice", &outside, false),
+            V::Bool(false)
+        );
+        assert_eq!(ask(&kept, "UPDATE", kueue, &outside, false), V::Bool(false));
+        let unmarked = job(&json!({}));
+        assert_eq!(
+            ask(&judged, "UPDATE", "alice", &unmarked, false),
+            V::Bool(false)
+        );
+        assert_eq!(
+            ask(&judged, "CREATE", "alice", &Value::Null, false),
+            V::Bool(false)
+        );
     }
 
     #[test]

@@ -454,6 +454,12 @@ fn mark_places(kind: WorkloadKind, object: &Value) -> Vec<(String, Option<&str>)
     out
 }
 
+/// The exemption `object` (a `kind`) is marked with: the first of its marks (on itself, then
+/// its pod templates), if it carries one.
+pub(crate) fn mark_of(kind: WorkloadKind, object: &Value) -> Option<&str> {
+    mark_places(kind, object).into_iter().find_map(|(_, v)| v)
+}
+
 /// The places of `object` that carry the exemption mark but did not carry the same value in
 /// `old` (the object before an UPDATE; `None` on CREATE): marks launchgate did not write.
 pub(crate) fn unearned_marks(

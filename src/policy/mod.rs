@@ -10,7 +10,10 @@ mod resolve;
 
 pub use exemption::{EXEMPTED_BY_ANNOTATION, Exemption, Requester};
 pub(crate) use owner::{OWN_NAME, owner_mark};
-pub use owner::{OwnerClaim, TENANT_HELD_NAMESPACES, TrustedBecause, TrustedCreators, owner_claim};
+pub use owner::{
+    OwnerClaim, TENANT_HELD_NAMESPACES, TrustedBecause, TrustedCreators, is_workload_updater,
+    owner_claim,
+};
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};
 pub(crate) use resolve::{QueueResolution, WorkloadMatch};
@@ -89,6 +92,12 @@ pub struct MatchRules {
     /// operator's); `[]` trusts no one for it. `check-config` prints who is trusted and why.
     #[schemars(default = "owner::default_pod_creators")]
     pub pod_creators: BTreeMap<String, Vec<String>>,
+    /// Controllers that update launch workloads they did not create (the usernames they run
+    /// as; `*` and `?` are wildcards): Kueue, which admits a run by an UPDATE. Their UPDATE of
+    /// an exempt workload is judged against what its exemption admitted; an UPDATE of an
+    /// exempt workload by anyone else no exemption covers is judged as that requester's
+    /// CREATE. A workload's own controller (`podCreators`) updating what it made counts too.
+    pub workload_updaters: Vec<String>,
 }
 
 /// The kaniko executor image the W&B agent builds with, by tag or digest.
@@ -118,6 +127,7 @@ impl Default for MatchRules {
             // Filled in when the config is loaded (`owner::complete_pod_creators`), which
             // remembers which kinds the config named.
             pod_creators: BTreeMap::new(),
+            workload_updaters: owner::default_workload_updaters(),
             sidecar_containers: vec!["istio-proxy".into(), "linkerd-proxy".into()],
         }
     }
@@ -357,6 +367,11 @@ impl Policy {
             "match.podCreators",
             &mut errors,
             &mut warnings,
+        );
+        owner::check_workload_updaters(
+            &config.match_rules.workload_updaters,
+            "match.workloadUpdaters",
+            &mut errors,
         );
         let some_exemption = config
             .match_rules

@@ -253,6 +253,38 @@ pub fn check_pod_creators(
     }
 }
 
+/// The identity Kueue's controller runs as when installed with its manifests or Helm chart.
+const KUEUE_CONTROLLER: &str = "system:serviceaccount:kueue-system:kueue-controller-manager";
+
+/// The default `match.workloadUpdaters`: Kueue's controller, which admits a run by an UPDATE
+/// (unsuspending it, writing its flavor's node selector).
+pub fn default_workload_updaters() -> Vec<String> {
+    vec![KUEUE_CONTROLLER.to_string()]
+}
+
+/// Checks `match.workloadUpdaters` at `at`: each names a controller, not everyone.
+pub fn check_workload_updaters(users: &[String], at: &str, errors: &mut Vec<ConfigError>) {
+    for (i, user) in users.iter().enumerate() {
+        let everyone = if user.is_empty() {
+            Some("everyone")
+        } else {
+            user_pattern_covers_everyone(user)
+        };
+        if let Some(everyone) = everyone {
+            errors.push(ConfigError::new(
+                format!("{at}[{i}]"),
+                format!("a workload updater names a controller's user; this matches {everyone}, so anyone's UPDATE of an exempt workload would keep its exemption"),
+            ));
+        }
+    }
+}
+
+/// True when `who` is a controller that updates launch workloads it did not create
+/// (`match.workloadUpdaters`).
+pub fn is_workload_updater(updaters: &[String], who: &Requester<'_>) -> bool {
+    !who.username.is_empty() && any_match(updaters, who.username)
+}
+
 /// An exemption covers the workload, and so the pods its controller makes: with no controller
 /// of a kind named in `match.podCreators`, those pods could never be verified, never inherit
 /// the exemption, and would be judged (and, denied, retried forever). `exemption` names one

@@ -33,7 +33,7 @@ pub use request::{Endpoint, Observer, Phase, RequestError, parse_request};
 use crate::admission::AdmissionRequest;
 use crate::cluster::ClusterView;
 use crate::mutate::{Findings, MutationContext};
-use crate::policy::{Policy, Requester};
+use crate::policy::{OwnerClaim, Policy, Requester};
 use crate::rules::{self, Warning};
 use crate::validate::Scope;
 use serde_json::Value;
@@ -134,6 +134,14 @@ fn chain(
     )?;
     let claim = select::owner(policy, &target, &who);
     exempt::inherited(policy, endpoint, request, &mut target, &claim, queue, &who)?;
+    let before = select::admitted_before(
+        policy,
+        target.kind,
+        request,
+        queue,
+        &who,
+        matches!(claim, OwnerClaim::Verified(_)),
+    );
     answer::describe_request(&mut target.summary, request, &target.object);
     // Why something that looks like it takes the object out of a rule does not: shown as
     // warnings, and under a denial's violations.
@@ -142,6 +150,18 @@ fn chain(
         .chain(own)
         .map(|why| Warning::new(rules::EXEMPTIONS_NOT_APPLIED, why))
         .collect();
+    // An exemption belongs to the requesters it names: one it does not cover updating what it
+    // exempted is judged as creating it.
+    if let Some(name) = before.outside_exemption {
+        notes.push(Warning::new(
+            rules::EXEMPTIONS_NOT_APPLIED,
+            format!(
+                "launchgate: exemption {name:?} admitted this workload, but this update comes from {}, whom it does not cover: an exemption belongs to the requesters it names, so the update is judged as their CREATE, on every rule of queue {:?}",
+                who.describe(),
+                queue.name
+            ),
+        ));
+    }
     let scope = select::scope(endpoint, claim, &mut notes);
     let runtime = runtime::lookup(
         cluster,
@@ -158,7 +178,8 @@ fn chain(
         cluster,
         child: scope != Scope::Workload,
         runtime: runtime.found(),
-        admitted: select::admitted_before(policy, target.kind, request, queue),
+        admitted: before.admitted,
+        outside_exemption: before.outside_exemption,
         intent: Default::default(),
     };
     let mut findings = Findings::default();

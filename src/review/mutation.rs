@@ -16,18 +16,28 @@ pub(super) fn decide(
     mut findings: Findings,
     summary: ReviewSummary,
 ) -> Decision {
-    // An UPDATE that brings the object into the queue: what an UPDATE may change of what a
-    // CREATE would write — the queue's Kueue labels, and no exemption mark launchgate did not
-    // write on the object itself (one left on a pod template is denied by the validating
-    // webhook; templates are not rewritten on UPDATE).
-    if ctx.enters_queue() && !ctx.child {
+    // An UPDATE judged as a CREATE — one that brings the object into the queue, or one of an
+    // exempt workload from a requester its exemption does not cover: what an UPDATE may change
+    // of what a CREATE would write — the queue's Kueue labels, and no exemption mark launchgate
+    // did not give this request on the object itself (one left on a pod template is denied by
+    // the validating webhook; templates are not rewritten on UPDATE).
+    if ctx.update_as_create() && !ctx.child {
         let mut recorder = Recorder::default();
         let mut root = Node::root(object, &mut recorder);
         mutate::kueue::mutate(ctx, &mut root, &mut findings);
         if exemption::strip_own_mark(&mut root) {
+            let why = match ctx.outside_exemption {
+                Some(name) => format!(
+                    "this update comes from {}, whom exemption {name:?} does not cover, so it is judged as their CREATE",
+                    crate::policy::Requester::of(ctx.request).describe()
+                ),
+                None => format!(
+                    "this update brings the workload into queue {:?}",
+                    ctx.queue_name
+                ),
+            };
             findings.warn(rules::EXEMPTIONS_MARK_REMOVED, format!(
-                "launchgate: removed the {EXEMPTED_BY_ANNOTATION} annotation: this update brings the workload into queue {:?}, and launchgate writes it only on a workload an exemption covers",
-                ctx.queue_name
+                "launchgate: removed the {EXEMPTED_BY_ANNOTATION} annotation: {why}, and launchgate writes it only on a workload an exemption covers"
             ));
         }
         let patch = recorder.patch(object);

@@ -7,7 +7,8 @@ use super::answer::{Decision, ReviewSummary, skip};
 use super::request::Endpoint;
 use crate::admission::{AdmissionRequest, Operation};
 use crate::policy::{
-    OwnerClaim, Policy, Queue, QueueResolution, Requester, WorkloadMatch, owner_claim,
+    OwnerClaim, Policy, Queue, QueueResolution, Requester, WorkloadMatch, exemption,
+    is_workload_updater, owner_claim,
 };
 use crate::rules::{self, Warning};
 use crate::validate::Scope;
@@ -119,24 +120,62 @@ pub(super) fn scope(endpoint: Endpoint, claim: OwnerClaim, notes: &mut Vec<Warni
     }
 }
 
-/// What launchgate admitted in `queue` before this request: on an UPDATE, the old object when
-/// it already was a launch workload of the same queue — launchgate judged it (or an exemption
-/// covered it) when it came in. An object that was no launch workload, or another queue's, was
-/// never judged here: an UPDATE that brings it in is judged as a CREATE, with nothing carried
-/// over (no "already so", no mark kept).
+/// What launchgate admitted in `queue` before this request, and why an UPDATE is judged as a
+/// CREATE when it is.
+pub(super) struct Before<'r> {
+    /// On an UPDATE, the old object when it already was a launch workload of the same queue —
+    /// launchgate judged it (or an exemption covered it) when it came in — and this requester
+    /// may carry what it was admitted with.
+    pub(super) admitted: Option<&'r Value>,
+    /// On an UPDATE of an exempt workload (the old object carries launchgate's mark) from a
+    /// requester no exemption covers that is no controller updating what it manages: the
+    /// exemption the mark names. The UPDATE is judged as that requester's CREATE.
+    pub(super) outside_exemption: Option<&'r str>,
+}
+
+/// What launchgate admitted in `queue` before this request. An object that was no launch
+/// workload, or another queue's, was never judged here: an UPDATE that brings it in is judged as
+/// a CREATE, with nothing carried over (no "already so", no mark kept). So is an UPDATE of an
+/// exempt workload from a requester no exemption covers (the ones it covers were answered
+/// before): an exemption belongs to the requesters it names, not to the object, and what it
+/// admitted is carried only for them — who are answered as exempt — and for the controllers
+/// that update what they manage: the object's owner's controller (`by_controller`, verified)
+/// and `match.workloadUpdaters` (Kueue admitting the run).
 pub(super) fn admitted_before<'r>(
     policy: &Policy,
     kind: WorkloadKind,
     request: &'r AdmissionRequest,
     queue: &Queue,
-) -> Option<&'r Value> {
+    who: &Requester<'_>,
+    by_controller: bool,
+) -> Before<'r> {
+    let none = Before {
+        admitted: None,
+        outside_exemption: None,
+    };
     if !matches!(request.operation, Operation::Update) {
-        return None;
+        return none;
     }
-    let old = request.old_object.as_ref()?;
+    let Some(old) = request.old_object.as_ref() else {
+        return none;
+    };
     let same_queue = policy.classify(kind, old) == WorkloadMatch::Launch
         && policy
             .resolve_queue(kind, old, request.namespace.as_deref())
             .is_some_and(|was| std::ptr::eq(was.queue, queue));
-    same_queue.then_some(old)
+    if !same_queue {
+        return none;
+    }
+    let controller =
+        by_controller || is_workload_updater(&policy.config.match_rules.workload_updaters, who);
+    match exemption::mark_of(kind, old) {
+        Some(name) if !controller => Before {
+            admitted: None,
+            outside_exemption: Some(name),
+        },
+        _ => Before {
+            admitted: Some(old),
+            outside_exemption: None,
+        },
+    }
 }

@@ -31,6 +31,26 @@ queues:
       totals:
         nvidia.com/gpu: {maximum: 16}
   cpu: {}
+  mpi:
+    kueue: {localQueue: team-a}
+    limits:
+      variables:
+        gpus: {type: integer, minimum: 0, maximum: 4}
+      template:
+        apiVersion: kubeflow.org/v2beta1
+        kind: MPIJob
+        spec:
+          mpiReplicaSpecs:
+            Launcher:
+              template:
+                spec:
+                  containers:
+                    - resources: {limits: {nvidia.com/gpu: "0"}}
+            Worker:
+              template:
+                spec:
+                  containers:
+                    - resources: {limits: {nvidia.com/gpu: "{{gpus}}"}}
   capped:
     guardrails:
       costCeiling: {maxGpuHours: 16}
@@ -67,12 +87,25 @@ fn marked(mut object: Value) -> Value {
 }
 
 fn ask(endpoint: Endpoint, object: Value, old: Option<Value>, user: &str) -> Decision {
+    ask_as(endpoint, object, old, user, &[])
+}
+
+/// [`ask`] from `user` in `groups` (besides `system:authenticated`).
+fn ask_as(
+    endpoint: Endpoint,
+    object: Value,
+    old: Option<Value>,
+    user: &str,
+    groups: &[&str],
+) -> Decision {
     let mut request = AdmissionRequest::synthetic_create(object, Some("research")).unwrap();
     if let Some(old) = old {
         request.operation = Operation::Update;
         request.old_object = Some(old);
     }
-    request.user_info = Some(json!({"username": user, "groups": ["system:authenticated"]}));
+    let mut all = vec!["system:authenticated"];
+    all.extend(groups);
+    request.user_info = Some(json!({"username": user, "groups": all}));
     decide(&policy(), endpoint, &request, &NoCluster)
 }
 
@@ -363,4 +396,172 @@ fn a_trainjob_sizes_runs_only_from_cluster_runtimes_unless_the_queue_says_so() {
         "{:?}",
         allowed.summary.violations
     );
+}
+
+const ADMIN: &str = "ops";
+const ADMINS: &[&str] = &["platform-admins"];
+
+/// A suspended MPIJob of the mpi queue, handed to Kueue: a CPU launcher and one worker of
+/// `gpus` GPUs running `image`, marked exempt by `platform` as launchgate marks the platform
+/// team's at CREATE (on itself and on both pod templates).
+fn exempt_mpijob(gpus: i64, image: &str) -> Value {
+    let container = |name: &str, command: &[&str], gpus: i64| {
+        json!({"name": name, "image": image, "command": command,
+               "resources": {"limits": {"nvidia.com/gpu": gpus}}})
+    };
+    let mark = json!({EXEMPTED_BY_ANNOTATION: "platform"});
+    json!({"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+        "metadata": {"name": "pi", "namespace": "research", "annotations": mark,
+            "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": "mpi",
+                       "kueue.x-k8s.io/queue-name": "team-a"}},
+        "spec": {"slotsPerWorker": 1, "runPolicy": {"suspend": true},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {"metadata": {"annotations": mark},
+                    "spec": {"containers": [container("launcher", &["mpirun", "/pi"], 0)]}}},
+                "Worker": {"replicas": 1, "template": {"metadata": {"annotations": mark},
+                    "spec": {"containers": [container("worker", &["/usr/sbin/sshd", "-De"],
+                        gpus)]}}}}}})
+}
+
+/// `job` with its worker's image and command replaced by the tenant's.
+fn hijacked(mut job: Value) -> Value {
+    let worker = &mut job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
+    worker["image"] = json!("tenant/miner:1");
+    worker["command"] = json!(["/mine"]);
+    job
+}
+
+#[test]
+fn a_tenants_update_of_an_exempt_run_is_judged_as_her_create() {
+    let admitted = exempt_mpijob(8, "mpioperator/mpi-pi:openmpi");
+    // The platform team's own run: judged, it is over the queue's 4 GPUs a worker.
+    let created = ask(Endpoint::Validate, admitted.clone(), None, TENANT);
+    assert!(!created.response.allowed, "a tenant's CREATE is judged");
+    // A tenant runs her image on its 8-GPU worker: judged as her CREATE, every rule, nothing
+    // "already so", naming the cap.
+    let update = hijacked(admitted.clone());
+    let denied = ask(
+        Endpoint::Validate,
+        update.clone(),
+        Some(admitted.clone()),
+        TENANT,
+    );
+    assert!(!denied.response.allowed, "{denied:?}");
+    let text = message(&denied);
+    assert!(text.contains("=8 exceeds maximum 4"), "{text}");
+    assert!(!text.contains("already so"), "{text}");
+    assert!(
+        text.contains(r#"exemption "platform" admitted this workload"#),
+        "{text}"
+    );
+    assert!(denied.summary.unchanged.is_empty(), "nothing carried");
+    let ids = rules_of(&denied);
+    for id in ["limits.variables", "exemptions.unearnedMark"] {
+        assert!(ids.contains(&id), "{id} in {ids:?}");
+    }
+    // The mutating webhook treats it as an UPDATE that enters the queue: the object's own
+    // mark removed, no pod template rewritten.
+    let mutated = ask(
+        Endpoint::Mutate,
+        update.clone(),
+        Some(admitted.clone()),
+        TENANT,
+    );
+    let paths: Vec<String> = mutated
+        .patch
+        .0
+        .iter()
+        .map(|op| op.path().to_string())
+        .collect();
+    assert_eq!(
+        paths,
+        ["/metadata/annotations/launchgate.io~1exempted-by"],
+        "{mutated:?}"
+    );
+    // Within the cap, she still cannot keep the exemption on its pod templates (the
+    // operator's pods would inherit it): the marks are denied; without them it passes, as
+    // her CREATE would, and its pods inherit nothing.
+    let small = hijacked(exempt_mpijob(4, "mpioperator/mpi-pi:openmpi"));
+    let marked = ask(
+        Endpoint::Validate,
+        small.clone(),
+        Some(admitted.clone()),
+        TENANT,
+    );
+    assert_eq!(rules_of(&marked), ["exemptions.unearnedMark"]);
+    let mut unmarked = small;
+    for at in ["Launcher", "Worker"] {
+        unmarked["spec"]["mpiReplicaSpecs"][at]["template"]["metadata"] = json!({});
+    }
+    unmarked["metadata"]["annotations"] = json!({});
+    let passed = ask(Endpoint::Validate, unmarked, Some(admitted.clone()), TENANT);
+    assert!(passed.response.allowed, "{}", message(&passed));
+    // The platform team, whom the exemption names, updates it freely.
+    let own = ask_as(
+        Endpoint::Validate,
+        update.clone(),
+        Some(admitted.clone()),
+        ADMIN,
+        ADMINS,
+    );
+    assert!(own.response.allowed, "{}", message(&own));
+    assert_eq!(own.summary.exempted_by.as_deref(), Some("platform"));
+    let own = ask_as(Endpoint::Mutate, update, Some(admitted), ADMIN, ADMINS);
+    assert!(own.patch.0.is_empty(), "{own:?}");
+}
+
+#[test]
+fn kueues_admission_update_of_an_exempt_mpijob_passes() {
+    let admitted = exempt_mpijob(8, "mpioperator/mpi-pi:openmpi");
+    let mut unsuspended = admitted.clone();
+    unsuspended["spec"]["runPolicy"]["suspend"] = json!(false);
+    for at in ["Launcher", "Worker"] {
+        unsuspended["spec"]["mpiReplicaSpecs"][at]["template"]["spec"]["nodeSelector"] =
+            json!({"flavor": "a100"});
+    }
+    let update = ask(
+        Endpoint::Validate,
+        unsuspended.clone(),
+        Some(admitted.clone()),
+        KUEUE,
+    );
+    assert!(update.response.allowed, "{}", message(&update));
+    let mutated = ask(
+        Endpoint::Mutate,
+        unsuspended.clone(),
+        Some(admitted.clone()),
+        KUEUE,
+    );
+    assert!(mutated.patch.0.is_empty(), "{mutated:?}");
+    // The same UPDATE from the tenant is hers: judged as her CREATE.
+    let tenants = ask(Endpoint::Validate, unsuspended, Some(admitted), TENANT);
+    assert!(!tenants.response.allowed);
+    assert!(rules_of(&tenants).contains(&"limits.variables"));
+}
+
+#[test]
+fn the_workload_updaters_are_controllers_not_everyone() {
+    for everyone in ["*", "", "system:serviceaccount:*"] {
+        let config = CONFIG.replace(
+            "match:\n",
+            &format!("match:\n  workloadUpdaters: [{everyone:?}]\n"),
+        );
+        let errors = Policy::from_yaml(&config).unwrap_err().to_string();
+        assert!(
+            errors.contains("match.workloadUpdaters[0]"),
+            "{everyone:?}: {errors}"
+        );
+    }
+    // With no updater named, Kueue's admission of an exempt run is judged as its CREATE.
+    let config = CONFIG.replace("match:\n", "match:\n  workloadUpdaters: []\n");
+    let policy = Policy::from_yaml(&config).unwrap();
+    let admitted = exempt_mpijob(8, "mpioperator/mpi-pi:openmpi");
+    let mut unsuspended = admitted.clone();
+    unsuspended["spec"]["runPolicy"]["suspend"] = json!(false);
+    let mut request = AdmissionRequest::synthetic_create(unsuspended, Some("research")).unwrap();
+    request.operation = Operation::Update;
+    request.old_object = Some(admitted);
+    request.user_info = Some(json!({"username": KUEUE}));
+    let judged = decide(&policy, Endpoint::Validate, &request, &NoCluster);
+    assert!(!judged.response.allowed);
 }

@@ -140,6 +140,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(trust::exempt_group_jobs_pods_inherit_the_exemption),
         e2e!(updates::a_relabelled_job_is_judged_as_a_create),
         e2e!(updates::kueues_admission_of_an_exempt_run_passes),
+        e2e!(updates::a_tenants_update_of_an_exempt_mpijob_is_judged_as_her_create),
         e2e!(updates::the_ray_autoscaler_scales_within_what_was_admitted),
         e2e!(updates::a_grown_runtimes_jobset_is_held_to_the_runs_ceiling),
         e2e!(updates::native_policies_refuse_a_mark_they_cannot_prove),

@@ -44,7 +44,7 @@ fn labels(queue: &str) -> Value {
 
 /// A launch MPIJob in `queue` (the upstream `pi` example's shape): a CPU launcher running
 /// `mpirun` and `workers` workers of `gpus` GPUs, cleaning up its workers when it ends.
-fn mpijob(name: &str, queue: &str, workers: i64, gpus: i64) -> Value {
+pub(crate) fn mpijob(name: &str, queue: &str, workers: i64, gpus: i64) -> Value {
     let container = |name: &str, command: &[&str], gpus: i64| {
         let mut limits = json!({"cpu": "1", "memory": "1Gi"});
         if gpus > 0 {

@@ -16,7 +16,7 @@ pub const CAPPED_QUEUE: &str = "capped-queue";
 
 /// The suite's config with the queues whose ceilings these tests (and the KubeRay one) judge:
 /// [`CAPPED_QUEUE`] and [`RAY_CAPPED_QUEUE`] (the KubeRay queue with at most 8 GPU-hours per
-/// run), and the MPIJob queue ([`crate::mpijob::MPI_QUEUE`]). Served by a launchgate of their own ([`Own`]), so the suite's config — and the
+/// run), and the MPIJob queue ([`crate::mpijob::MPI_QUEUE`], the platform group exempt there too). Served by a launchgate of their own ([`Own`]), so the suite's config — and the
 /// differential's sample over its queues — stays as it is.
 pub fn capped_config() -> Result<String> {
     let mut config: Value = serde_yaml::from_str(&suite_config()?)?;
@@ -34,10 +34,14 @@ pub fn capped_config() -> Result<String> {
     let mut ray_capped = config["queues"][RAY_QUEUE].clone();
     ray_capped["guardrails"]["costCeiling"] = json!({"maxGpuHours": 8});
     config["queues"][RAY_CAPPED_QUEUE] = ray_capped;
-    config["queues"][crate::mpijob::MPI_QUEUE] =
-        crate::mpijob::mpi_queue(&config["queues"][&default_queue]);
+    let mut mpi = crate::mpijob::mpi_queue(&config["queues"][&default_queue]);
+    mpi["exemptions"] = json!([{"name": MPI_PLATFORM, "groups": [EXEMPT_GROUP]}]);
+    config["queues"][crate::mpijob::MPI_QUEUE] = mpi;
     Ok(serde_yaml::to_string(&config)?)
 }
+
+/// The exemption of the platform group in the MPIJob queue.
+const MPI_PLATFORM: &str = "mpi-platform";
 
 /// A launchgate serving [`capped_config`] (with cluster lookups), registered for one namespace
 /// of the test's that the suite's own launchgate does not see.
@@ -350,6 +354,121 @@ async fn kueues_admission_of_an_exempt_run_passes_in(ctx: &Ctx) -> Result<()> {
         message(&body).contains("guardrails.costCeiling.maxGpuHours"),
         "{}",
         message(&body)
+    );
+    Ok(())
+}
+
+/// The platform group's exempt MPIJob (one 8-GPU worker in a queue of 4 GPUs a worker): a
+/// tenant who changes its worker's image and command is judged as creating it — denied naming
+/// the cap, nothing "already so"; within the cap she still cannot keep the exemption's mark on
+/// its pod templates. Kueue's admission UPDATE and the platform group's own same UPDATE pass.
+pub async fn a_tenants_update_of_an_exempt_mpijob_is_judged_as_her_create(ctx: &Ctx) -> Result<()> {
+    with_own!(
+        ctx,
+        "exempt-mpi",
+        a_tenants_update_of_an_exempt_mpijob_is_judged_as_her_create_in
+    )
+}
+
+async fn a_tenants_update_of_an_exempt_mpijob_is_judged_as_her_create_in(ctx: &Ctx) -> Result<()> {
+    use crate::mpijob::{MPI_QUEUE, mpijob};
+    let rules = |verbs: &[&str]| {
+        json!([{"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": verbs},
+               {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}])
+    };
+    grant(
+        ctx,
+        "platform",
+        rules(&["create", "update"]),
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": EXEMPT_GROUP}),
+        ("ops", &[EXEMPT_GROUP]),
+    )
+    .await?;
+    grant(
+        ctx,
+        "tenant",
+        rules(&["update"]),
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant"}),
+        ("tenant", &[]),
+    )
+    .await?;
+    grant(
+        ctx,
+        "kueue",
+        rules(&["update"]),
+        service_account(KUEUE),
+        (KUEUE, &[]),
+    )
+    .await?;
+    let mut run = mpijob("exempt-pi", MPI_QUEUE, 1, 8);
+    run["spec"]["runPolicy"]["suspend"] = json!(true);
+    let (status, stored, _) = ctx
+        .create_raw_impersonating(&run, false, Some("ops"), &[EXEMPT_GROUP])
+        .await?;
+    ensure!(
+        status == 201,
+        "the platform team's MPIJob: {status} {stored}"
+    );
+    for at in ["", "/spec/mpiReplicaSpecs/Worker/template"] {
+        let mark = stored.pointer(&format!(
+            "{at}/metadata/annotations/launchgate.io~1exempted-by"
+        ));
+        ensure!(
+            mark == Some(&json!(MPI_PLATFORM)),
+            "not marked exempt at {at:?}: {stored}"
+        );
+    }
+    let worker = "/spec/mpiReplicaSpecs/Worker/template/spec/containers/0";
+    let hijack = |gpus: i64| {
+        move |job: &mut Value| {
+            if let Some(c) = job.pointer_mut(worker) {
+                c["image"] = json!("tenant/miner:1");
+                c["command"] = json!(["/mine"]);
+                c["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus);
+            }
+        }
+    };
+    let tenant = Some(("tenant", &[][..]));
+    let (status, body) = update_as(ctx, &stored, tenant, hijack(8)).await?;
+    ensure!(
+        status == 403,
+        "the tenant's image on the 8-GPU worker: {status} {body}"
+    );
+    let text = message(&body);
+    for part in [
+        format!("queue \"{MPI_QUEUE}\""),
+        "=8 exceeds maximum 4".to_string(),
+        format!("exemption \"{MPI_PLATFORM}\" admitted this workload"),
+    ] {
+        ensure!(text.contains(&part), "{text:?} lacks {part:?}");
+    }
+    ensure!(!text.contains("already so"), "grandfathered: {text}");
+    // Within the cap, the exemption's mark on the pod templates (which the operator's pods
+    // would inherit) is hers to remove.
+    let (status, body) = update_as(ctx, &stored, tenant, hijack(4)).await?;
+    ensure!(
+        status == 403,
+        "the tenant's 4-GPU worker, still marked: {status} {body}"
+    );
+    ensure!(message(&body).contains(MARK), "{}", message(&body));
+    // Kueue admits the run: unsuspended, its flavor's node selector written.
+    let (status, body) = update_as(ctx, &stored, Some((KUEUE, &[])), |job| {
+        job["spec"]["runPolicy"]["suspend"] = json!(false);
+        job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] =
+            json!({"cloud.example.com/gpu": "a100"});
+    })
+    .await?;
+    ensure!(status == 200, "Kueue's admission UPDATE: {status} {body}");
+    // The platform group, whom the exemption names, makes the tenant's change itself.
+    let (status, body) = update_as(ctx, &body, Some(("ops", &[EXEMPT_GROUP])), hijack(8)).await?;
+    ensure!(
+        status == 200,
+        "the platform team's own UPDATE: {status} {body}"
+    );
+    ensure!(
+        body["metadata"]["annotations"][MARK] == MPI_PLATFORM,
+        "the exemption's mark was removed: {}",
+        body["metadata"]
     );
     Ok(())
 }
