@@ -489,30 +489,44 @@ impl<'a> Evaluation<'a> {
                     ] {
                         path::push_segment(&mut place, &segment);
                     }
-                    found.extend(self.over_ceiling(ceiling, value, &place));
+                    found.extend(self.over_ceiling(ceiling, value, &place, ""));
                 }
             }
         }
         self.envelope_other_ways(envelope, &mut found);
         // A TrainJob's `resourcesPerNode` is the `node` container's resources on every node.
         if let Some((rt, resources)) = self.trainer_resources() {
-            for ceiling in envelope {
-                let Some(value) = resources
-                    .get(&ceiling.kind)
-                    .and_then(|r| r.get(&ceiling.resource))
-                    .filter(|v| !v.is_null())
-                else {
-                    continue;
-                };
-                let mut place = format!("{}.{}", rt.settings.join("."), rt.resources);
-                for key in [&ceiling.kind, &ceiling.resource] {
-                    path::push_segment(&mut place, &Segment::Key(key.clone()));
-                }
-                found.extend(self.over_ceiling(ceiling, value, &place));
-            }
+            let place = format!("{}.{}", rt.settings.join("."), rt.resources);
+            self.block_over_ceilings(envelope, resources, &place, "", &mut found);
         }
         for line in found {
             self.report(line);
+        }
+    }
+
+    /// The envelope's verdicts on a `resources` block at `place` that is not a container's own
+    /// (`why` says why it is held to what one container may have).
+    fn block_over_ceilings(
+        &self,
+        envelope: &[Ceiling],
+        resources: &Map<String, Value>,
+        place: &str,
+        why: &str,
+        found: &mut Vec<Violation>,
+    ) {
+        for ceiling in envelope {
+            let Some(value) = resources
+                .get(&ceiling.kind)
+                .and_then(|r| r.get(&ceiling.resource))
+                .filter(|v| !v.is_null())
+            else {
+                continue;
+            };
+            let mut place = place.to_string();
+            for key in [&ceiling.kind, &ceiling.resource] {
+                path::push_segment(&mut place, &Segment::Key(key.clone()));
+            }
+            found.extend(self.over_ceiling(ceiling, value, &place, why));
         }
     }
 
@@ -530,35 +544,16 @@ impl<'a> Evaluation<'a> {
             let Some(spec) = workload::pod_spec(template) else {
                 continue;
             };
-            if let Some(pod_level) = json::member(spec, "resources") {
-                for ceiling in envelope {
-                    let Some(value) = pod_level
-                        .get(&ceiling.kind)
-                        .and_then(|r| r.get(&ceiling.resource))
-                        .filter(|v| !v.is_null())
-                    else {
-                        continue;
-                    };
-                    let mut place = info.spec_path_text();
-                    for key in ["resources", &ceiling.kind, &ceiling.resource] {
-                        path::push_segment(&mut place, &Segment::Key(key.to_string()));
-                    }
-                    let Some(problem) = ceiling.schema.problem(value) else {
-                        continue;
-                    };
-                    let shown = display_value(value, Some(ValueType::Quantity));
-                    found.push(
-                        ceiling
-                            .source
-                            .violation(format!(
-                                "{place}={shown} {problem} (pod-level resources are shared by the pod's containers, so they are held to what one container may have: {}, which holds every container)",
-                                ceiling.source.text
-                            ))
-                            .at(place)
-                            .value(shown)
-                            .limit(problem),
-                    );
-                }
+            if let Some(pod_level) = json::member(spec, "resources").and_then(Value::as_object) {
+                let mut place = info.spec_path_text();
+                path::push_segment(&mut place, &Segment::Key("resources".into()));
+                self.block_over_ceilings(
+                    envelope,
+                    pod_level,
+                    &place,
+                    "pod-level resources are shared by the pod's containers, so they are held to what one container may have: ",
+                    found,
+                );
             }
             if gpu_ceilings.is_empty() {
                 continue;
@@ -604,7 +599,14 @@ impl<'a> Evaluation<'a> {
 
     /// The envelope's verdict on `value` at `place`; none where a variable or field limit
     /// looked (the place is theirs).
-    fn over_ceiling(&self, ceiling: &Ceiling, value: &Value, place: &str) -> Option<Violation> {
+    /// `why`, when given, says why the place is held to what one container may have.
+    fn over_ceiling(
+        &self,
+        ceiling: &Ceiling,
+        value: &Value,
+        place: &str,
+        why: &str,
+    ) -> Option<Violation> {
         if self.reached.contains(place) {
             return None;
         }
@@ -614,7 +616,7 @@ impl<'a> Evaluation<'a> {
             ceiling
                 .source
                 .violation(format!(
-                    "{place}={shown} {problem} ({}, which holds every container)",
+                    "{place}={shown} {problem} ({why}{}, which holds every container)",
                     ceiling.source.text
                 ))
                 .at(place)

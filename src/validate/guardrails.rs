@@ -239,6 +239,18 @@ fn ceiling_violation(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The guardrails of queue `q` on `object`, GPUs counted by the built-in map, offline.
+    fn checked(kind: WorkloadKind, cfg: &GuardrailsConfig, object: &Value) -> GuardrailReport {
+        check(
+            "q",
+            kind,
+            cfg,
+            object,
+            None,
+            &crate::workload::consumption::offline(),
+        )
+    }
     use crate::topology::guardrails::CostCeilingConfig;
     use serde_json::json;
 
@@ -262,14 +274,7 @@ mod tests {
             ..GuardrailsConfig::default()
         };
         let denials = |cfg: &GuardrailsConfig, job: &Value| {
-            check(
-                "q",
-                WorkloadKind::BatchJob,
-                cfg,
-                job,
-                None,
-                &crate::workload::consumption::offline(),
-            )
+            checked(WorkloadKind::BatchJob, cfg, job)
             .denials()
         };
         // 8 GPUs × 8 h = 64: at the cap.
@@ -290,14 +295,7 @@ mod tests {
         assert!(denials(&cfg, &cpu_only).is_empty());
         // `warn`: the same words, as a warning.
         cfg.cost_ceiling.enforcement = GuardrailEnforcement::Warn;
-        let report = check(
-            "q",
-            WorkloadKind::BatchJob,
-            &cfg,
-            &job(Some(86400)),
-            None,
-            &crate::workload::consumption::offline(),
-        );
+        let report = checked(WorkloadKind::BatchJob, &cfg, &job(Some(86400)));
         assert!(report.denials().is_empty());
         assert!(
             report.warnings()[0].contains("192.00 GPU-hours"),
@@ -322,14 +320,7 @@ mod tests {
             "spec": {"completions": 100, "parallelism": 2, "backoffLimit": 6, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
-        let d = check(
-            "q",
-            WorkloadKind::BatchJob,
-            &capped(8.0),
-            &long,
-            None,
-            &crate::workload::consumption::offline(),
-        )
+        let d = checked(WorkloadKind::BatchJob, &capped(8.0), &long)
         .denials();
         assert_eq!(
             d,
@@ -341,27 +332,13 @@ mod tests {
         let mut bounded = long.clone();
         bounded["spec"]["activeDeadlineSeconds"] = json!(14400);
         assert!(
-            check(
-                "q",
-                WorkloadKind::BatchJob,
-                &capped(8.0),
-                &bounded,
-                None,
-                &crate::workload::consumption::offline()
-            )
+            checked(WorkloadKind::BatchJob, &capped(8.0), &bounded)
             .denials()
             .is_empty()
         );
         bounded["spec"]["activeDeadlineSeconds"] = json!(14401);
         assert_eq!(
-            check(
-                "q",
-                WorkloadKind::BatchJob,
-                &capped(8.0),
-                &bounded,
-                None,
-                &crate::workload::consumption::offline()
-            )
+            checked(WorkloadKind::BatchJob, &capped(8.0), &bounded)
             .denials()
             .len(),
             1
@@ -374,14 +351,7 @@ mod tests {
             "spec": {"maxRetry": 3, "tasks": [{"name": "w", "replicas": 2, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}});
-        let d = check(
-            "q",
-            WorkloadKind::VolcanoJob,
-            &capped(6.0),
-            &vc,
-            None,
-            &crate::workload::consumption::offline(),
-        )
+        let d = checked(WorkloadKind::VolcanoJob, &capped(6.0), &vc)
         .denials();
         assert_eq!(
             d,
@@ -390,14 +360,7 @@ mod tests {
             ]
         );
         assert!(
-            check(
-                "q",
-                WorkloadKind::VolcanoJob,
-                &capped(8.0),
-                &vc,
-                None,
-                &crate::workload::consumption::offline()
-            )
+            checked(WorkloadKind::VolcanoJob, &capped(8.0), &vc)
             .denials()
             .is_empty()
         );
@@ -405,28 +368,14 @@ mod tests {
             "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": [{"name": "w", "replicas": 1,
                 "template": {"spec": {"parallelism": 2, "completions": 2, "activeDeadlineSeconds": 3600,
                     "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}]}});
-        let d = check(
-            "q",
-            WorkloadKind::JobSet,
-            &capped(3.0),
-            &js,
-            None,
-            &crate::workload::consumption::offline(),
-        )
+        let d = checked(WorkloadKind::JobSet, &capped(3.0), &js)
         .denials();
         assert!(
             d[0].contains("× 2 runs (spec.failurePolicy.maxRestarts 1 + 1) × spec.replicatedJobs[0].template.spec.activeDeadlineSeconds 3600 (2.00 h) = 4.00 GPU-hours"),
             "{d:?}"
         );
         assert!(
-            check(
-                "q",
-                WorkloadKind::JobSet,
-                &capped(4.0),
-                &js,
-                None,
-                &crate::workload::consumption::offline()
-            )
+            checked(WorkloadKind::JobSet, &capped(4.0), &js)
             .denials()
             .is_empty()
         );
@@ -450,14 +399,7 @@ mod tests {
             r
         };
         let denials = |r: &Value| {
-            check(
-                "q",
-                ray,
-                &capped(8.0),
-                r,
-                None,
-                &crate::workload::consumption::offline(),
-            )
+            checked(ray, &capped(8.0), r)
             .denials()
         };
         // Unset: the job defaults make the cluster end with the job, and it is admitted.
@@ -505,7 +447,7 @@ mod tests {
                 job["spec"]["activeDeadlineSeconds"] = json!(d);
             }
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::BatchJob, &capped(max), &job, None, &crate::workload::consumption::offline()).denials().is_empty();
+            let denied = !checked(WorkloadKind::BatchJob, &capped(max), &job).denials().is_empty();
             // Pods at once: min(parallelism, completions).
             let at_once = parallelism.min(completions) * gpus;
             let within = run_deadline.is_some_and(|d| at_once as f64 * d as f64 / 3600.0 <= max);
@@ -526,7 +468,7 @@ mod tests {
             let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
                 "spec": {"failurePolicy": {"maxRestarts": restarts}, "replicatedJobs": jobs}});
             let max = f64::from(max);
-            let denied = !check("q", WorkloadKind::JobSet, &capped(max), &js, None, &crate::workload::consumption::offline()).denials().is_empty();
+            let denied = !checked(WorkloadKind::JobSet, &capped(max), &js).denials().is_empty();
             let longest = deadlines.iter().copied().max().unwrap_or(0);
             let hours = (gpus * deadlines.len() as i64) as f64 * (restarts + 1) as f64 * longest as f64 / 3600.0;
             proptest::prop_assert_eq!(denied, hours > max);
