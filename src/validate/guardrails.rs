@@ -111,7 +111,7 @@ fn over_the_ceiling(
     if gpus <= 0.0 {
         return None;
     }
-    let parts = parts.join(", ");
+    let parts = rules::listed(&parts);
     let per_second = gpus / 3600.0;
     let bound = match bound() {
         RunLength::Bounded(bound) => bound,
