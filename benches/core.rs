@@ -9,8 +9,11 @@
 //! * `validate/<case>` — the same on the validating endpoint.
 //!
 //! Cases: the recorded fixtures (small Pod, Job, Volcano Job, UPDATE with oldObject), a
-//! generated ~1 MiB Pod with 200 containers, and the size curve 1/10/100/1000 containers
-//! (every generated container ~5 KiB, all generated Pods carry `wandb.ai/monitor: "true"`).
+//! generated ~1 MiB Pod with 200 containers, the size curve 1/10/100/1000 containers
+//! (every generated container ~5 KiB, all generated Pods carry `wandb.ai/monitor: "true"`), and
+//! the UPDATE of a Pod of 1,000 and 4,900 containers that each break the queue's limits as
+//! they did when it was admitted (`update-violating-*`: both objects judged, every violation
+//! compared with the old object's).
 //!
 //! After criterion has run, a summary table is printed with the floor, the core and their
 //! ratio per case, from an interleaved timing loop of its own (median of batches), so the

@@ -116,6 +116,11 @@ pub enum OnUpdate {
     /// object had at the same place against the same bound, with the same or a larger value
     /// (amounts compared as quantities), is carried with a warning.
     Grown,
+    /// A value over a maximum (an amount: GPUs, memory, CPUs of a container) is refused only if
+    /// it grew, as [`OnUpdate::Grown`]; any other violation (a type, a minimum, an enum, a
+    /// pattern, a required value) only if the old object did not have it, as
+    /// [`OnUpdate::Changed`]. Which it is, the violation says ([`Violation::over_maximum`]).
+    GrownOverMaximum,
     /// Refused only for a violation the old object did not have (same place, bound and value):
     /// what was admitted is carried with a warning.
     Changed,
@@ -132,6 +137,9 @@ impl OnUpdate {
         match self {
             OnUpdate::Grown => {
                 "refused only if the value grew beyond the old object's at the same place and bound (a violation already admitted, or smaller now, passes with a warning); an UPDATE that brings the object into the queue is judged as a CREATE"
+            }
+            OnUpdate::GrownOverMaximum => {
+                "a value over a maximum is refused only if it grew beyond the old object's at the same place and bound (the same or smaller passes with a warning); any other violation only if the old object did not have it (the same place, bound and value passes with a warning); an UPDATE that brings the object into the queue is judged as a CREATE"
             }
             OnUpdate::Changed => {
                 "refused only for a violation the old object did not have (the same place, bound and value passes with a warning); an UPDATE that brings the object into the queue is judged as a CREATE"
@@ -176,13 +184,13 @@ rules! {
         "a value at a template variable's position is outside the variable's schema (type, minimum, maximum, enum, required, the template's pattern around it); a container the template does not describe is held to the largest maximum any container may have (the envelope)",
         "bring the value within the bound the message names, or the queue's platform team changes the variable",
         Native::Cel("each position of the variable, bound to the workload's pod templates and containers by role and name (validate::native); a position CEL cannot place is listed in the report"),
-        OnUpdate::Changed, Denies::LimitsEnforcement;
+        OnUpdate::GrownOverMaximum, Denies::LimitsEnforcement;
     /// `queues.<queue>.limits.fields`.
     LIMITS_FIELDS = "limits.fields", "queues.<queue>.limits.fields",
         "a value at a field limit's path is outside its schema (or missing where required); a container no limit describes is held to the largest maximum (the envelope)",
         "bring the value within the bound the message names",
         Native::Cel("each field path under the root or every pod template (validate::native)"),
-        OnUpdate::Changed, Denies::LimitsEnforcement;
+        OnUpdate::GrownOverMaximum, Denies::LimitsEnforcement;
     /// `queues.<queue>.limits.strict`.
     LIMITS_STRICT = "limits.strict", "queues.<queue>.limits.strict",
         "`strict: true`: a fixed (non-variable) value of the queue template differs on the workload",
@@ -532,6 +540,11 @@ pub struct Violation {
     pub message: String,
     /// How the queue answers it.
     pub effect: Effect,
+    /// The value is an amount over a maximum (`exceeds maximum 4`): an UPDATE that makes it
+    /// no larger is not refused by a rule whose [`OnUpdate`] is
+    /// [`OnUpdate::GrownOverMaximum`].
+    #[serde(skip)]
+    pub over_maximum: bool,
 }
 
 fn serialize_rule<S: serde::Serializer>(rule: &&'static Rule, s: S) -> Result<S::Ok, S::Error> {
@@ -554,6 +567,7 @@ impl Violation {
             limit: None,
             message: message.into(),
             effect: Effect::Deny,
+            over_maximum: false,
         }
     }
 
@@ -581,6 +595,14 @@ impl Violation {
         self
     }
 
+    /// With the bound broken: a maximum the value is over (an amount), or another bound.
+    pub fn bound(self, problem: impl Into<String>, over_maximum: bool) -> Self {
+        Violation {
+            over_maximum,
+            ..self.limit(problem)
+        }
+    }
+
     /// Answered with `effect`.
     pub fn effect(mut self, effect: Effect) -> Self {
         self.effect = effect;
@@ -592,6 +614,82 @@ impl Violation {
         self.message.insert_str(0, prefix);
         self
     }
+}
+
+/// Most violations an answer to the API server shows (a denial's message, the audit
+/// annotation); the rest are counted on the last line, `… and N more violations`. The decision
+/// log, the metrics and the reports of `validate` and `audit` hold every one.
+pub const MAX_SHOWN_VIOLATIONS: usize = 20;
+/// Most bytes of one line of an answer: a longer one is cut and ends with `…`.
+pub const MAX_LINE_BYTES: usize = 1024;
+/// Most bytes of a denial's message, every line together.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 10;
+/// Most parts a message lists (the pod templates a total or the GPUs at once add up, the
+/// templates a rule finds at fault); the rest are counted, `… and N more`.
+pub const MAX_LISTED_PARTS: usize = 8;
+
+/// `parts` joined with `, `: the first [`MAX_LISTED_PARTS`], then `… and N more`.
+pub fn listed<S: AsRef<str>>(parts: &[S]) -> String {
+    let mut out = String::new();
+    for (i, part) in parts.iter().take(MAX_LISTED_PARTS).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(part.as_ref());
+    }
+    if parts.len() > MAX_LISTED_PARTS {
+        out.push_str(&format!(", … and {} more", parts.len() - MAX_LISTED_PARTS));
+    }
+    out
+}
+
+/// `line` cut to at most [`MAX_LINE_BYTES`] (at a character boundary, ending with `…`).
+pub fn bounded_line(line: &str) -> std::borrow::Cow<'_, str> {
+    if line.len() <= MAX_LINE_BYTES {
+        return line.into();
+    }
+    let mut end = MAX_LINE_BYTES - '…'.len_utf8();
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end]).into()
+}
+
+/// The message of an answer: the first [`MAX_SHOWN_VIOLATIONS`] of `violations` (one line
+/// each, every line bounded by [`bounded_line`]), `… and N more violations` for the rest, then
+/// the `notes` that still fit; [`MAX_MESSAGE_BYTES`] at most in all.
+pub fn bounded_message<'a>(
+    violations: impl ExactSizeIterator<Item = &'a str>,
+    notes: impl Iterator<Item = &'a str>,
+) -> String {
+    // Room kept for the line that counts what was left out.
+    const MORE_LINE: usize = 64;
+    let total = violations.len();
+    let mut out = String::new();
+    let mut shown = 0;
+    for line in violations.take(MAX_SHOWN_VIOLATIONS) {
+        let line = bounded_line(line);
+        if shown > 0 && out.len() + 1 + line.len() > MAX_MESSAGE_BYTES - MORE_LINE {
+            break;
+        }
+        if shown > 0 {
+            out.push('\n');
+        }
+        out.push_str(&line);
+        shown += 1;
+    }
+    if shown < total {
+        out.push_str(&format!("\n… and {} more violations", total - shown));
+    }
+    for note in notes {
+        let note = bounded_line(note);
+        if out.len() + 1 + note.len() > MAX_MESSAGE_BYTES {
+            break;
+        }
+        out.push('\n');
+        out.push_str(&note);
+    }
+    out
 }
 
 /// The distinct rule ids of `violations`, in first-seen order.

@@ -93,6 +93,34 @@ pub fn rayjob_create() -> Vec<u8> {
     serde_json::to_vec(&review).unwrap()
 }
 
+/// A launch Pod UPDATE (a label added) of `n` containers that each break the queue's limits as
+/// they did when the Pod was admitted (8 GPUs over the example queue's 4): both objects are
+/// judged and every violation of the new one is compared with the old one's.
+pub fn violating_pod_update(n: usize) -> Vec<u8> {
+    let mut review: Value =
+        serde_json::from_slice(&fixture("create-pod-launch-acme-mnist-mzxkz.json")).unwrap();
+    let request = &mut review["request"];
+    let object = &mut request["object"];
+    object["metadata"]["name"] = json!("launch-acme-mnist-mzxkz-7xq2p");
+    let template = object["spec"]["containers"][0].clone();
+    assert_eq!(template["resources"]["limits"]["nvidia.com/gpu"], "8");
+    let containers: Vec<Value> = (0..n)
+        .map(|i| {
+            let mut c = template.clone();
+            c["name"] = json!(format!("worker-{i}"));
+            c
+        })
+        .collect();
+    object["spec"]["containers"] = Value::Array(containers);
+    let old = object.clone();
+    object["metadata"]["labels"]["note"] = json!("relabelled");
+    request["oldObject"] = old;
+    request["operation"] = json!("UPDATE");
+    request["name"] = json!("launch-acme-mnist-mzxkz-7xq2p");
+    request["options"] = json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"});
+    serde_json::to_vec(&review).unwrap()
+}
+
 pub struct Case {
     pub name: String,
     pub body: Vec<u8>,
@@ -127,6 +155,12 @@ pub fn cases() -> Vec<Case> {
         out.push(Case {
             name: format!("pod-dense-{n}c"),
             body: dense_pod(n),
+        });
+    }
+    for n in [1_000, 4_900] {
+        out.push(Case {
+            name: format!("update-violating-{n}c"),
+            body: violating_pod_update(n),
         });
     }
     for n in [1, 10, 100, 1000] {

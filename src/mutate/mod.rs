@@ -209,9 +209,10 @@ impl Findings {
     }
 
     /// The denial message: the messages of the violations that deny, one a line, then the
-    /// notes; `None` when none denies.
+    /// notes; `None` when none denies. Bounded ([`rules::bounded_message`]): the first
+    /// violations, `… and N more violations`, each line and the whole of a readable length.
     pub fn denial(&self) -> Option<String> {
-        let mut lines: Vec<&str> = self
+        let lines: Vec<&str> = self
             .violations()
             .filter(|v| v.effect == Effect::Deny)
             .map(|v| v.message.as_str())
@@ -219,11 +220,11 @@ impl Findings {
         if lines.is_empty() {
             return None;
         }
-        lines.extend(self.found.iter().filter_map(|f| match f {
+        let notes = self.found.iter().filter_map(|f| match f {
             Finding::Note(w) => Some(w.message.as_str()),
             _ => None,
-        }));
-        Some(lines.join("\n"))
+        });
+        Some(rules::bounded_message(lines.into_iter(), notes))
     }
 
     /// The warnings for the user, in the order found: each warning, and each violation that

@@ -214,9 +214,10 @@ pub(super) fn finish(
         .map(|v| v.message.as_str())
         .collect();
     if !audit.is_empty() {
-        response
-            .audit_annotations
-            .insert("limit-violations".into(), audit.join("\n"));
+        response.audit_annotations.insert(
+            "limit-violations".into(),
+            rules::bounded_message(audit.into_iter(), std::iter::empty()),
+        );
     }
     Decision {
         response,
@@ -228,9 +229,10 @@ pub(super) fn finish(
 /// Trims warnings to what the API server will show without truncating mid-word.
 /// Each keeps its id; what is cut is replaced by one [`rules::SERVER_WARNINGS_OMITTED`].
 pub(super) fn bounded_warnings(warnings: Vec<Warning>) -> Vec<Warning> {
-    let mut out = Vec::with_capacity(warnings.len());
+    let count = warnings.len();
+    let mut out = Vec::with_capacity(count);
     let mut total = 0;
-    for mut w in warnings {
+    for (i, mut w) in warnings.into_iter().enumerate() {
         if w.message.chars().count() > crate::admission::MAX_WARNING_CHARS {
             let mut s: String = w
                 .message
@@ -244,7 +246,7 @@ pub(super) fn bounded_warnings(warnings: Vec<Warning>) -> Vec<Warning> {
         if total + len > crate::admission::MAX_WARNINGS_TOTAL_CHARS {
             out.push(Warning::new(
                 rules::SERVER_WARNINGS_OMITTED,
-                "launchgate: further warnings omitted",
+                format!("launchgate: {} further warnings omitted", count - i),
             ));
             break;
         }

@@ -54,6 +54,15 @@ queues:
   capped:
     guardrails:
       costCeiling: {maxGpuHours: 16}
+  fields:
+    limits:
+      fields:
+        - {path: "containers[*].resources.limits.cpu", type: quantity, maximum: "4"}
+      totals:
+        nvidia.com/gpu: {maximum: 16}
+  deadline:
+    limits:
+      maxActiveDeadlineSeconds: 3600
 "#;
 
 const TENANT: &str = "alice";
@@ -114,6 +123,11 @@ fn message(d: &Decision) -> &str {
         .status
         .as_ref()
         .map_or("", |s| s.message.as_str())
+}
+
+/// True when an UPDATE carries `new` given the old object's violations `admitted`.
+fn carried(new: &Violation, admitted: &[Violation]) -> bool {
+    validate::Admitted::new(admitted).carries(new)
 }
 
 fn rules_of(d: &Decision) -> Vec<&'static str> {
@@ -286,47 +300,45 @@ fn each_rule_compares_an_update_as_the_table_says() {
     };
     let admitted = [at(rules::LIMITS_TOTALS, "32")];
     // Grown: the same place and bound, a value no larger.
-    assert!(validate::carried(
-        &at(rules::LIMITS_TOTALS, "32"),
-        &admitted
-    ));
-    assert!(validate::carried(
-        &at(rules::LIMITS_TOTALS, "24"),
-        &admitted
-    ));
-    assert!(!validate::carried(
-        &at(rules::LIMITS_TOTALS, "48"),
-        &admitted
-    ));
-    assert!(!validate::carried(
+    assert!(carried(&at(rules::LIMITS_TOTALS, "32"), &admitted));
+    assert!(carried(&at(rules::LIMITS_TOTALS, "24"), &admitted));
+    assert!(!carried(&at(rules::LIMITS_TOTALS, "48"), &admitted));
+    assert!(!carried(
         &at(rules::LIMITS_TOTALS, "24").limit("exceeds maximum 8"),
         &admitted
     ));
     let memory = [at(rules::LIMITS_TOTALS, "64Gi")];
-    assert!(validate::carried(
-        &at(rules::LIMITS_TOTALS, "32Gi"),
-        &memory
-    ));
-    assert!(!validate::carried(
-        &at(rules::LIMITS_TOTALS, "65Gi"),
-        &memory
-    ));
+    assert!(carried(&at(rules::LIMITS_TOTALS, "32Gi"), &memory));
+    assert!(!carried(&at(rules::LIMITS_TOTALS, "65Gi"), &memory));
     // Changed: only the same value.
-    let variables = [at(rules::LIMITS_VARIABLES, "8")];
-    assert!(validate::carried(
-        &at(rules::LIMITS_VARIABLES, "8"),
-        &variables
+    let registries = [at(rules::LIMITS_ALLOWED_REGISTRIES, "8")];
+    assert!(carried(
+        &at(rules::LIMITS_ALLOWED_REGISTRIES, "8"),
+        &registries
     ));
-    assert!(!validate::carried(
-        &at(rules::LIMITS_VARIABLES, "6"),
-        &variables
+    assert!(!carried(
+        &at(rules::LIMITS_ALLOWED_REGISTRIES, "6"),
+        &registries
+    ));
+    // Grown over a maximum: an amount over its maximum compares as Grown, any other violation
+    // of the rule as Changed.
+    let over = |value: &str| at(rules::LIMITS_VARIABLES, value).bound("exceeds maximum 4", true);
+    let variables = [over("8")];
+    assert!(carried(&over("8"), &variables));
+    assert!(carried(&over("6"), &variables));
+    assert!(!carried(&over("9"), &variables));
+    let typed = [at(rules::LIMITS_VARIABLES, "8").limit("is not an integer")];
+    assert!(carried(
+        &at(rules::LIMITS_VARIABLES, "8").limit("is not an integer"),
+        &typed
+    ));
+    assert!(!carried(
+        &at(rules::LIMITS_VARIABLES, "6").limit("is not an integer"),
+        &typed
     ));
     // Judged on CREATE only; on every request alike.
-    assert!(validate::carried(
-        &at(rules::PYTORCH_ON_UNWIRABLE, "x"),
-        &[]
-    ));
-    assert!(!validate::carried(
+    assert!(carried(&at(rules::PYTORCH_ON_UNWIRABLE, "x"), &[]));
+    assert!(!carried(
         &at(rules::SERVER_TOO_DENSE, "x"),
         &[at(rules::SERVER_TOO_DENSE, "x")]
     ));
@@ -564,4 +576,299 @@ fn the_workload_updaters_are_controllers_not_everyone() {
     request.user_info = Some(json!({"username": KUEUE}));
     let judged = decide(&policy, Endpoint::Validate, &request, &NoCluster);
     assert!(!judged.response.allowed);
+}
+
+/// `job` with its Kueue label as the queue writes it, so only the rule under test is broken.
+fn in_gpu(parallelism: i64, gpus: i64) -> Value {
+    let mut j = job(Some("gpu"), parallelism, gpus);
+    j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("team-a");
+    j
+}
+
+#[test]
+fn a_grandfathered_per_container_amount_passes_an_update_that_does_not_grow_it() {
+    // 8 GPUs in a container, over the variable's maximum 4: admitted before the limit.
+    let admitted = in_gpu(1, 8);
+    for (gpus, passes) in [(8, true), (6, true), (4, true), (9, false)] {
+        let mut updated = in_gpu(1, gpus);
+        updated["metadata"]["labels"]["note"] = json!("x");
+        let d = ask(Endpoint::Validate, updated, Some(admitted.clone()), TENANT);
+        assert_eq!(d.response.allowed, passes, "8 → {gpus}: {}", message(&d));
+        if passes && gpus > 4 {
+            assert_eq!(rules::ids(&d.summary.unchanged), ["limits.variables"]);
+            let warned = d.response.warnings.join("\n");
+            assert!(warned.contains("already so before this update"), "{warned}");
+        }
+        if !passes {
+            assert_eq!(rules_of(&d), ["limits.variables"]);
+        }
+    }
+}
+
+/// A rule whose UPDATE comparison is "grown", an object admitted over its bound, and updates of
+/// it: smaller, the same, larger — each with whether it passes.
+struct Grown {
+    rule: &'static rules::Rule,
+    admitted: Value,
+    updates: Vec<(Value, bool)>,
+}
+
+fn deadline_job(queue: &str, gpus: i64, seconds: i64) -> Value {
+    let mut j = job(Some(queue), 1, gpus);
+    j["spec"]["activeDeadlineSeconds"] = json!(seconds);
+    j
+}
+
+fn fields_pod(cpu: &str, containers: usize) -> Value {
+    let containers: Vec<Value> = (0..containers)
+        .map(|i| {
+            json!({"name": format!("c{i}"), "image": "acme/t:1",
+                "resources": {"limits": {"cpu": cpu}}})
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "research",
+            "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": "fields"}},
+        "spec": {"restartPolicy": "Never", "containers": containers}})
+}
+
+#[test]
+fn each_rule_that_judges_growth_passes_an_update_that_did_not_grow() {
+    let totals = |parallelism: i64| {
+        let mut j = job(Some("fields"), parallelism, 4);
+        j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!(1);
+        j
+    };
+    let walk = [
+        Grown {
+            rule: rules::LIMITS_VARIABLES,
+            admitted: in_gpu(1, 8),
+            updates: vec![
+                (in_gpu(1, 6), true),
+                (in_gpu(1, 8), true),
+                (in_gpu(1, 9), false),
+            ],
+        },
+        Grown {
+            rule: rules::LIMITS_FIELDS,
+            admitted: fields_pod("8", 1),
+            updates: vec![
+                (fields_pod("6", 1), true),
+                (fields_pod("8", 1), true),
+                (fields_pod("9", 1), false),
+            ],
+        },
+        Grown {
+            rule: rules::LIMITS_TOTALS,
+            admitted: totals(16),
+            updates: vec![(totals(12), true), (totals(16), true), (totals(20), false)],
+        },
+        Grown {
+            rule: rules::LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
+            admitted: deadline_job("deadline", 0, 7200),
+            updates: vec![
+                (deadline_job("deadline", 0, 5000), true),
+                (deadline_job("deadline", 0, 7200), true),
+                (deadline_job("deadline", 0, 9000), false),
+            ],
+        },
+        Grown {
+            rule: rules::GUARDRAILS_COST_CEILING,
+            // 8 GPUs × 4 h = 32 GPU-hours, over the queue's 16.
+            admitted: deadline_job("capped", 8, 4 * 3600),
+            updates: vec![
+                (deadline_job("capped", 8, 3 * 3600), true),
+                (deadline_job("capped", 8, 4 * 3600), true),
+                (deadline_job("capped", 8, 5 * 3600), false),
+            ],
+        },
+    ];
+    for case in &walk {
+        for (update, passes) in &case.updates {
+            let mut update = update.clone();
+            update["metadata"]["labels"]["note"] = json!("x");
+            let d = ask(
+                Endpoint::Validate,
+                update,
+                Some(case.admitted.clone()),
+                TENANT,
+            );
+            assert_eq!(
+                d.response.allowed,
+                *passes,
+                "{}: {}",
+                case.rule.id,
+                message(&d)
+            );
+            if *passes {
+                assert!(
+                    rules::ids(&d.summary.unchanged).contains(&case.rule.id),
+                    "{}: carried with a warning",
+                    case.rule.id
+                );
+            } else {
+                assert!(rules_of(&d).contains(&case.rule.id), "{}", case.rule.id);
+            }
+        }
+    }
+    // A Scale whose PyTorchJob cannot be read: down and level pass, up is refused.
+    let scale = |old: i64, new: i64| {
+        let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                "resource": {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"},
+                "subResource": "scale", "name": "ddp", "namespace": "wandb", "operation": "UPDATE",
+                "object": {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                    "metadata": {"name": "ddp", "namespace": "wandb"}, "spec": {"replicas": new}},
+                "oldObject": {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                    "metadata": {"name": "ddp", "namespace": "wandb"}, "spec": {"replicas": old}},
+                "userInfo": {"username": TENANT}}}))
+        .unwrap();
+        let out = review(
+            &Policy::embedded_default(),
+            Endpoint::Validate,
+            &body,
+            &NoCluster,
+        )
+        .unwrap();
+        (
+            out.summary.violations,
+            serde_json::from_slice::<Value>(&out.body).unwrap()["response"]["allowed"] == true,
+        )
+    };
+    assert!(scale(2, 1).1 && scale(2, 2).1);
+    let (found, allowed) = scale(2, 3);
+    assert!(!allowed);
+    assert_eq!(rules::ids(&found), ["scale.unreadableOwner"]);
+    // Every rule the table says compares growth is walked above.
+    let walked: Vec<&str> = walk
+        .iter()
+        .map(|c| c.rule.id)
+        .chain(["scale.unreadableOwner"])
+        .collect();
+    for rule in rules::RULES {
+        if matches!(
+            rule.update,
+            rules::OnUpdate::Grown | rules::OnUpdate::GrownOverMaximum
+        ) {
+            assert!(walked.contains(&rule.id), "{} is not walked", rule.id);
+        }
+    }
+}
+
+#[test]
+fn a_rayclusters_deadline_field_does_not_satisfy_the_queues_maximum() {
+    // spec.activeDeadlineSeconds is no RayCluster field (its CRD prunes it): a RayCluster runs
+    // until it is deleted, whatever it carries.
+    let cluster = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "c", "namespace": "research",
+            "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": "deadline"}},
+        "spec": {"activeDeadlineSeconds": 600,
+            "headGroupSpec": {"template": {"spec": {"activeDeadlineSeconds": 600,
+                "containers": [{"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}}});
+    let d = ask(Endpoint::Validate, cluster, None, TENANT);
+    assert!(!d.response.allowed);
+    assert_eq!(rules_of(&d), ["limits.maxActiveDeadlineSeconds"]);
+    assert!(
+        message(&d).contains("a RayCluster runs until it is deleted"),
+        "{}",
+        message(&d)
+    );
+    // A RayJob's own field bounds its run.
+    let rayjob = json!({"apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": "j", "namespace": "research",
+            "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": "deadline"}},
+        "spec": {"activeDeadlineSeconds": 600, "shutdownAfterJobFinishes": true,
+            "rayClusterSpec": {"headGroupSpec": {"template": {"spec": {
+                "containers": [{"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}}}});
+    let d = ask(Endpoint::Validate, rayjob, None, TENANT);
+    assert!(d.response.allowed, "{}", message(&d));
+}
+
+#[test]
+fn an_update_of_thousands_of_violating_containers_is_judged_and_answered_in_bounds() {
+    // 4,900 containers over the cpu maximum, admitted so: an UPDATE that does not grow them
+    // passes, every one carried (compared in linear work: validate::check's tests count it).
+    let admitted = fields_pod("8", 4_900);
+    let mut relabelled = admitted.clone();
+    relabelled["metadata"]["labels"]["note"] = json!("x");
+    let d = ask(
+        Endpoint::Validate,
+        relabelled,
+        Some(admitted.clone()),
+        TENANT,
+    );
+    assert!(d.response.allowed, "{}", message(&d));
+    assert_eq!(d.summary.unchanged.len(), 4_900);
+    let warned: usize = d.response.warnings.iter().map(|w| w.chars().count()).sum();
+    assert!(
+        warned <= crate::admission::MAX_WARNINGS_TOTAL_CHARS + 64,
+        "{warned}"
+    );
+    // The same Pod created: denied with the first violations and a count of the rest; the
+    // summary (the decision log, the reports) has every one.
+    let d = ask(Endpoint::Validate, admitted, None, TENANT);
+    assert!(!d.response.allowed);
+    assert_eq!(d.summary.violations.len(), 4_900);
+    let text = message(&d);
+    assert!(text.len() <= rules::MAX_MESSAGE_BYTES, "{}", text.len());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), rules::MAX_SHOWN_VIOLATIONS + 1, "{text}");
+    assert_eq!(
+        lines.last(),
+        Some(
+            &format!(
+                "… and {} more violations",
+                4_900 - rules::MAX_SHOWN_VIOLATIONS
+            )
+            .as_str()
+        )
+    );
+}
+
+#[test]
+fn a_jobset_of_thousands_of_jobs_is_denied_with_a_bounded_message() {
+    let jobs: Vec<Value> = (0..2_000)
+        .map(|i| {
+            json!({"name": format!("worker-{i}"), "replicas": 1, "template": {"spec": {
+                "parallelism": 1, "completions": 1, "template": {"spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "t", "image": "acme/t:1",
+                        "resources": {"limits": {"cpu": 8, "nvidia.com/gpu": 8}}}]}}}}})
+        })
+        .collect();
+    let jobset = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "wide", "namespace": "research",
+            "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": "fields"}},
+        "spec": {"replicatedJobs": jobs}});
+    let d = ask(Endpoint::Validate, jobset, None, TENANT);
+    assert!(!d.response.allowed);
+    // Every violation is in the summary the decision log and the reports read: a cpu over the
+    // maximum in each Job's container, and the totals.
+    assert_eq!(d.summary.violations.len(), 2_001);
+    let totals = d
+        .summary
+        .violations
+        .iter()
+        .find(|v| v.rule == rules::LIMITS_TOTALS)
+        .expect("totals");
+    assert!(
+        totals
+            .message
+            .contains(&format!("… and {} more", 2_000 - rules::MAX_LISTED_PARTS)),
+        "{}",
+        totals.message
+    );
+    let text = message(&d);
+    assert!(text.len() <= rules::MAX_MESSAGE_BYTES, "{}", text.len());
+    assert!(
+        text.lines().all(|l| l.len() <= rules::MAX_LINE_BYTES),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(&format!(
+            "… and {} more violations",
+            2_001 - rules::MAX_SHOWN_VIOLATIONS
+        )),
+        "{text}"
+    );
 }

@@ -65,7 +65,7 @@ pub(super) fn decide(
                     rules::EXEMPTIONS_UNEARNED_MARK,
                     format!(
                         "launchgate: {} carries {EXEMPTED_BY_ANNOTATION}, which only launchgate writes (on a workload an exemption covers): remove it",
-                        forged.join(", ")
+                        rules::listed(&forged)
                     ),
                 )
                 .at(forged.join(", ")),
@@ -127,8 +127,9 @@ pub(super) fn decide(
         Some(old) if !now.is_empty() => run_rules(old),
         _ => Vec::new(),
     };
+    let before = validate::Admitted::new(&before);
     for v in now {
-        if ctx.admitted.is_some() && validate::carried(&v, &before) {
+        if ctx.admitted.is_some() && before.carries(&v) {
             let kept = validate::as_carried(v);
             findings.add_warning(Warning::of(&kept));
             summary.unchanged.push(kept);

@@ -52,7 +52,9 @@ pub(crate) const PER_CONTAINER: u64 = 12 << 10;
 
 /// Time charged per container of a review's body, in nanoseconds of one core. What a review
 /// does follows its containers: each is mutated (security context, mounts, env), recorded in
-/// the patch and checked against the queue's limits, linearly. Measured with the release build
+/// the patch and checked against the queue's limits, linearly; an UPDATE judges its old object
+/// too (comparing what was admitted, through one index), and the body holds both, so both
+/// objects' containers are counted. Measured with the release build
 /// on a loaded 2-core machine (`/mutate` through the server): Pods of 10,000–40,000 tiny
 /// containers take 40–65 µs per container, defaulted ones (`cargo bench` `pod-dense-*`) ~65
 /// µs; the charge is about 3× that, for a slower or throttled core and other reviews running
@@ -584,6 +586,37 @@ mod tests {
         // The estimate is linear in the containers: twice the containers, twice the time.
         let half = review_cost(pod(20_000).as_bytes()).review_time();
         assert_eq!(half * 2, wide.review_time());
+    }
+
+    #[test]
+    fn an_updates_estimate_counts_the_old_object_it_also_judges() {
+        // An UPDATE judges the object and the old object (what was admitted carries its
+        // violations): both objects' containers are charged, in time and in memory.
+        let containers = |n: usize| {
+            (0..n)
+                .map(|i| format!(r#"{{"name":"c{i}","image":"x"}}"#))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let n = 4_900;
+        let create = format!(
+            r#"{{"request":{{"operation":"CREATE","object":{{"spec":{{"containers":[{}]}}}}}}}}"#,
+            containers(n)
+        );
+        let update = format!(
+            r#"{{"request":{{"operation":"UPDATE","object":{{"spec":{{"containers":[{c}]}}}},"oldObject":{{"spec":{{"containers":[{c}]}}}}}}}}"#,
+            c = containers(n)
+        );
+        let (create, update) = (
+            review_cost(create.as_bytes()),
+            review_cost(update.as_bytes()),
+        );
+        assert_eq!(create.containers, n as u64);
+        assert_eq!(update.containers, 2 * n as u64);
+        assert_eq!(update.review_time(), create.review_time() * 2);
+        // 4,900 containers on each side: 1.96 s of one core, within the 2.5 s a 5 s deadline
+        // allows a review.
+        assert!(update.review_time() <= review_time_allowed(Duration::from_secs(5)));
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ use crate::error::ConfigError;
 use crate::json::Pointer as _;
 use crate::kinds::{Deadline, Holders, JobSpecs, Position, field};
 use crate::quantity::Quantity;
+use crate::rules;
 use crate::workload::WorkloadKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -255,7 +256,7 @@ fn pod_deadlines_note(kind: WorkloadKind, object: &Value) -> String {
     };
     format!(
         "; {} bounds one pod, not the run ({why})",
-        pod_deadlines.join(", ")
+        rules::listed(&pod_deadlines)
     )
 }
 
@@ -397,7 +398,7 @@ fn jobset_length(kind: WorkloadKind, object: &Value) -> RunLength {
         return RunLength::Unbounded {
             why: format!(
                 "this JobSet has no deadline of its own and {}",
-                missing.join(", ")
+                rules::listed(&missing)
             ),
             set: SET,
         };
@@ -455,7 +456,7 @@ fn volcano_length(kind: WorkloadKind, object: &Value) -> RunLength {
         return RunLength::Unbounded {
             why: format!(
                 "a Volcano Job has no deadline of its own and {}",
-                missing.join(", ")
+                rules::listed(&missing)
             ),
             set: SET,
         };
@@ -589,7 +590,7 @@ pub fn rendezvous_service_problems(
             if !missing.is_empty() {
                 out.push(format!(
                     "{at} selects {} which the Job's pods do not carry: it lists none of them, so their DNS names never resolve",
-                    missing.join(", ")
+                    rules::listed(&missing)
                 ));
             }
         }

@@ -814,7 +814,11 @@ fields:
             .envelope
             .iter()
             .map(|c| {
-                let shown = c.schema.problem(&json!("1e12")).unwrap_or_default();
+                let shown = c
+                    .schema
+                    .problem(&json!("1e12"))
+                    .map(String::from)
+                    .unwrap_or_default();
                 (
                     format!("{}.{}", c.kind, c.resource),
                     shown,

@@ -14,14 +14,15 @@ use crate::workload::consumption::{Accounting, PodGpus};
 use crate::workload::runtime::{self, TrainingRuntime};
 use crate::workload::{self, CONTAINER_LISTS, ContainerRole, TemplateInfo, WorkloadKind};
 use serde_json::{Map, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Checks `object` (and, on an UPDATE of what was admitted, compares with `old_object`) against
 /// the queue's limits.
 ///
-/// Every violation is reported, one line each, in a fixed order: namespace, variables (by
+/// Every violation is reported (the answer shows the first, [`rules::bounded_message`]), one
+/// line each, in a fixed order: namespace, variables (by
 /// name), field limits, the strict template contract, totals, deadline, registries. On an
-/// UPDATE of what was admitted, a violation its rule carries ([`carried`]: the old object had
+/// UPDATE of what was admitted, a violation its rule carries ([`Admitted::carries`]: the old object had
 /// it, and it did not grow) does not block: it becomes a warning, so labels and finalizers of
 /// an already-violating object can still be changed. Other operations are not checked.
 ///
@@ -55,22 +56,20 @@ pub fn check_limits(
         _ => Vec::new(),
     };
     add_violations(&mut report, found, &admitted);
-    cap_violations(&mut report.violations, queue_name);
     cap_lines(&mut report.warnings, queue_name, "unchanged violations");
     report
 }
 
 /// Adds the violations `found` on the object to `report`. On an UPDATE of what was admitted in
 /// the queue, `admitted` are the violations the old object has by the same rules: one its rule
-/// carries ([`carried`]) does not block and becomes a warning, except under `audit`.
+/// carries ([`Admitted::carries`]) does not block and becomes a warning, except under `audit`.
 pub fn add_violations(report: &mut LimitReport, found: Vec<Violation>, admitted: &[Violation]) {
+    let admitted = Admitted::new(admitted);
     for violation in found {
-        if report.enforcement != Enforcement::Audit && carried(&violation, admitted) {
+        if report.enforcement != Enforcement::Audit && admitted.carries(&violation) {
             let kept = as_carried(violation);
             report.warnings.push(rules::Warning::of(&kept));
-            if report.unchanged.len() < MAX_REPORTED_LINES {
-                report.unchanged.push(kept);
-            }
+            report.unchanged.push(kept);
         } else {
             report.violations.push(violation);
         }
@@ -89,24 +88,63 @@ pub fn as_carried(violation: Violation) -> Violation {
     }
 }
 
-/// True when `new`, found on the object an UPDATE would store, is one its rule lets pass given
-/// the violations `admitted` (found the same way on the old object, which launchgate admitted
-/// in this queue): the rule's [`OnUpdate`] says how they compare.
-pub fn carried(new: &Violation, admitted: &[Violation]) -> bool {
-    let same_place = |old: &&Violation| {
-        old.rule == new.rule && old.key == new.key && old.path == new.path && old.limit == new.limit
-    };
-    match new.rule.update {
-        OnUpdate::Every => false,
-        OnUpdate::CreateOnly => true,
-        OnUpdate::Changed => admitted
-            .iter()
-            .filter(same_place)
-            .any(|old| old.value == new.value),
-        OnUpdate::Grown => admitted
-            .iter()
-            .filter(same_place)
-            .any(|old| not_larger(new.value.as_deref(), old.value.as_deref())),
+/// Where a violation is: its rule, the config entry, the place in the object and the bound.
+/// An UPDATE compares a violation only with the old object's at the same place.
+type Place<'a> = (
+    &'static str,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<&'a str>,
+);
+
+fn place_of(v: &Violation) -> Place<'_> {
+    (
+        v.rule.id,
+        v.key.as_deref(),
+        v.path.as_deref(),
+        v.limit.as_deref(),
+    )
+}
+
+/// The violations of the old object of an UPDATE (found the same way on it, which launchgate
+/// admitted in this queue), indexed by place once, so that judging the new object's
+/// violations is linear in both: each is compared only with the old ones at its place.
+#[derive(Debug, Default)]
+pub struct Admitted<'a> {
+    by_place: HashMap<Place<'a>, Vec<&'a Violation>>,
+}
+
+impl<'a> Admitted<'a> {
+    /// The index of `violations`.
+    pub fn new(violations: &'a [Violation]) -> Self {
+        let mut by_place: HashMap<Place<'a>, Vec<&'a Violation>> =
+            HashMap::with_capacity(violations.len());
+        for v in violations {
+            by_place.entry(place_of(v)).or_default().push(v);
+        }
+        Admitted { by_place }
+    }
+
+    /// The old object's violations at `new`'s place: the only ones it is compared with.
+    pub fn at_place_of<'s>(&'s self, new: &'s Violation) -> &'s [&'s Violation] {
+        self.by_place.get(&place_of(new)).map_or(&[], Vec::as_slice)
+    }
+
+    /// True when `new`, found on the object an UPDATE would store, is one its rule lets pass
+    /// given what was admitted: the rule's [`OnUpdate`] says how they compare.
+    pub fn carries(&self, new: &Violation) -> bool {
+        let same_value = |old: &&Violation| old.value == new.value;
+        let no_larger = |old: &&Violation| not_larger(new.value.as_deref(), old.value.as_deref());
+        match new.rule.update {
+            OnUpdate::Every => false,
+            OnUpdate::CreateOnly => true,
+            OnUpdate::Changed => self.at_place_of(new).iter().any(same_value),
+            OnUpdate::Grown => self.at_place_of(new).iter().any(no_larger),
+            OnUpdate::GrownOverMaximum if new.over_maximum => {
+                self.at_place_of(new).iter().any(no_larger)
+            }
+            OnUpdate::GrownOverMaximum => self.at_place_of(new).iter().any(same_value),
+        }
     }
 }
 
@@ -163,23 +201,10 @@ pub enum Scope {
     PerPodAndRun,
 }
 
-/// Most lines reported per kind; an object with thousands of violating containers gets a
-/// readable message, not megabytes.
+/// Most warnings of unchanged violations an UPDATE gives: the API server shows a few KiB of
+/// warnings at most ([`crate::admission::MAX_WARNINGS_TOTAL_CHARS`]); the report's
+/// `unchanged` and the decision log keep every one.
 pub const MAX_REPORTED_LINES: usize = 100;
-
-/// [`cap_lines`] for violations: the last line, `… and N more violations`, counts under the rule
-/// of the first violation it stands for.
-fn cap_violations(violations: &mut Vec<Violation>, queue: &str) {
-    if violations.len() > MAX_REPORTED_LINES {
-        let more = violations.len() - (MAX_REPORTED_LINES - 1);
-        let rule = violations[MAX_REPORTED_LINES - 1].rule;
-        violations.truncate(MAX_REPORTED_LINES - 1);
-        violations.push(Violation::new(
-            rule,
-            format!("queue {queue:?}: … and {more} more violations"),
-        ));
-    }
-}
 
 /// The line in place of the cut ones keeps the id of the first it stands for.
 fn cap_lines(lines: &mut Vec<rules::Warning>, queue: &str, what: &str) {
@@ -621,7 +646,7 @@ impl<'a> Evaluation<'a> {
                 ))
                 .at(place)
                 .value(shown)
-                .limit(problem),
+                .bound(problem.text, problem.over_maximum),
         )
     }
 
@@ -664,7 +689,7 @@ impl<'a> Evaluation<'a> {
                             .violation(format!("{place}={shown} {problem} ({text})"))
                             .at(place)
                             .value(shown)
-                            .limit(problem),
+                            .bound(problem.text, problem.over_maximum),
                     );
                 }
             }
@@ -738,7 +763,7 @@ impl<'a> Evaluation<'a> {
         } else {
             self.total(resource)
         };
-        let parts = parts.join(", ");
+        let parts = rules::listed(&parts);
         let Some(total) = total else {
             self.report(
                 Violation::new(
@@ -803,21 +828,42 @@ impl<'a> Evaluation<'a> {
     }
 
     fn check_deadline(&mut self, maximum: i64) {
-        let places: Vec<_> = run_deadlines()
-            .into_iter()
-            .flat_map(|root| {
-                path::resolve(
-                    self.object,
-                    "",
-                    &FieldPath::parse(root).unwrap_or_default().0,
-                )
-            })
-            .collect();
-        let job_level = places.iter().any(|(_, v)| v.is_some());
+        let resolve = |dotted: &str| {
+            path::resolve(
+                self.object,
+                "",
+                &FieldPath::parse(dotted).unwrap_or_default().0,
+            )
+        };
+        let (places, run_bound) = match run_deadline(self.kind) {
+            RunDeadline::Run(dotted) => {
+                let places = resolve(dotted);
+                let set = places.iter().any(|(_, v)| v.is_some());
+                (places, set)
+            }
+            RunDeadline::EachJob(paths) => {
+                let places: Vec<_> = paths.iter().flat_map(|p| resolve(p)).collect();
+                let set = !places.is_empty() && places.iter().all(|(_, v)| v.is_some());
+                (places, set)
+            }
+            RunDeadline::Pods => (Vec::new(), false),
+            RunDeadline::Never { why, set } => {
+                self.report(
+                    Violation::new(
+                        rules::LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
+                        format!(
+                            "{why}, so no deadline bounds it; the queue allows at most {maximum} (maxActiveDeadlineSeconds): use {set}"
+                        ),
+                    )
+                    .limit(maximum.to_string()),
+                );
+                return;
+            }
+        };
         let pod_path = FieldPath::parse("spec.activeDeadlineSeconds").unwrap_or_default();
         let pod_places = self.places(Anchor::PodTemplate, &pod_path);
         let every_pod = !pod_places.is_empty() && pod_places.iter().all(|(_, v)| v.is_some());
-        if !job_level && !every_pod {
+        if !run_bound && !every_pod {
             self.report(
                 Violation::new(
                     rules::LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
@@ -1054,18 +1100,51 @@ fn templates_total(
     (total, parts)
 }
 
-/// Every place a kind keeps its run-level deadline (`spec.activeDeadlineSeconds`,
-/// `spec.runPolicy.activeDeadlineSeconds`), each once, in the kinds' order.
-pub(super) fn run_deadlines() -> Vec<&'static str> {
-    let mut roots = Vec::new();
-    for kind in WorkloadKind::all() {
-        if let Deadline::Run(_, _, dotted) = kind.spec().run.deadline
-            && !roots.contains(&dotted)
-        {
-            roots.push(dotted);
-        }
+/// Where `maxActiveDeadlineSeconds` reads the run-level deadline of a kind: its descriptor's
+/// own field ([`crate::kinds::Run::deadline`]) and nothing else — another kind's field at
+/// another path is no deadline of this kind (its CRD prunes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum RunDeadline {
+    /// One field of the object (dotted): set, it bounds the whole run.
+    Run(&'static str),
+    /// A field of each Job the kind runs (dotted, with `[*]` over the Jobs): it bounds the run
+    /// when every Job sets it (a JobSet's replicated Jobs).
+    EachJob(Vec<String>),
+    /// No field of its own: only its pod templates' deadlines (a Volcano Job's tasks).
+    Pods,
+    /// Nothing bounds the run but deletion (a RayCluster): why, and what to use instead.
+    Never {
+        why: &'static str,
+        set: &'static str,
+    },
+}
+
+/// The kind's [`RunDeadline`], from its descriptor.
+pub(super) fn run_deadline(kind: WorkloadKind) -> RunDeadline {
+    match kind.spec().run.deadline {
+        Deadline::Run(_, _, dotted) => RunDeadline::Run(dotted),
+        Deadline::EachJob => RunDeadline::EachJob(
+            kind.spec()
+                .positions
+                .iter()
+                .filter_map(|position| {
+                    // The Job spec holds the pod template: its deadline sits beside it.
+                    let (_, job) = position.template.split_last()?;
+                    let mut at = position.holders.path().join(".");
+                    if matches!(position.holders, crate::kinds::Holders::Each(_)) {
+                        at.push_str("[*]");
+                    }
+                    for key in job {
+                        at.push('.');
+                        at.push_str(key);
+                    }
+                    Some(format!("{at}.activeDeadlineSeconds"))
+                })
+                .collect(),
+        ),
+        Deadline::EachPod => RunDeadline::Pods,
+        Deadline::Never { why, set } => RunDeadline::Never { why, set },
     }
-    roots
 }
 
 /// True for a location checked on a controller-made Pod: inside the pod template, except the
@@ -1212,7 +1291,7 @@ impl QueueLimits {
                                         ))
                                         .at(&place)
                                         .value(shown)
-                                        .limit(problem),
+                                        .bound(problem.text, problem.over_maximum),
                                 );
                             }
                         }
@@ -1275,6 +1354,149 @@ impl QueueLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Pod of `n` containers, each over the cpu field limit of [`CPU_LIMIT`].
+    fn busy_pod(n: usize) -> Value {
+        let containers: Vec<Value> = (0..n)
+            .map(|i| {
+                serde_json::json!({"name": format!("c{i}"), "image": "acme/t:1",
+                    "resources": {"limits": {"cpu": "8"}}})
+            })
+            .collect();
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": containers}})
+    }
+
+    const CPU_LIMIT: &str = "fields:\n  - {path: \"containers[*].resources.limits.cpu\", type: quantity, maximum: \"4\"}";
+
+    #[test]
+    fn an_updates_violations_are_compared_in_linear_work() {
+        // Each violation of the new object is compared only with the old object's at its place
+        // (the index): one comparison per violating container, twice as many for twice the
+        // containers — never one per pair.
+        let comparisons = |n: usize| {
+            let pod = busy_pod(n);
+            let admitted = structured(CPU_LIMIT, WorkloadKind::Pod, &pod, Scope::Workload);
+            assert_eq!(admitted.len(), n, "one violation per container");
+            let mut relabelled = pod.clone();
+            relabelled["metadata"]["labels"] = serde_json::json!({"note": "x"});
+            let found = structured(CPU_LIMIT, WorkloadKind::Pod, &relabelled, Scope::Workload);
+            let index = Admitted::new(&admitted);
+            assert!(found.iter().all(|v| index.carries(v)), "all carried");
+            found
+                .iter()
+                .map(|v| index.at_place_of(v).len())
+                .sum::<usize>()
+        };
+        assert_eq!(comparisons(2_450), 2_450);
+        assert_eq!(comparisons(4_900), 4_900);
+    }
+
+    #[test]
+    fn a_per_container_amount_over_its_maximum_passes_an_update_that_does_not_grow_it() {
+        let at = |cpu: &str| {
+            let mut pod = busy_pod(1);
+            pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = serde_json::json!(cpu);
+            structured(CPU_LIMIT, WorkloadKind::Pod, &pod, Scope::Workload)
+        };
+        let admitted = at("8");
+        assert!(admitted[0].over_maximum, "{admitted:?}");
+        let index = Admitted::new(&admitted);
+        for (cpu, passes) in [("8", true), ("6", true), ("8000m", true), ("9", false)] {
+            let found = at(cpu);
+            assert_eq!(found.len(), 1, "{cpu}");
+            assert_eq!(index.carries(&found[0]), passes, "8 → {cpu}");
+        }
+        // Another kind of violation at the same place is compared by value: a type error
+        // carried as it was, not another one.
+        let typed = at("many");
+        assert!(!typed[0].over_maximum);
+        let index = Admitted::new(&typed);
+        assert!(index.carries(&at("many")[0]));
+        assert!(!index.carries(&at("lots")[0]));
+    }
+
+    #[test]
+    fn a_kinds_deadline_counts_only_at_its_own_field() {
+        let limits = "maxActiveDeadlineSeconds: 3600";
+        let kind = |name: &str| WorkloadKind::named(name).unwrap();
+        let messages = |k: WorkloadKind, object: &Value| violations_of(limits, k, object);
+        // A PyTorchJob's deadline is spec.runPolicy's; spec.activeDeadlineSeconds (another
+        // kind's place, pruned by its CRD) bounds nothing.
+        let pytorch = |spec: Value| {
+            let mut spec = spec;
+            spec["pytorchReplicaSpecs"] = serde_json::json!({"Worker": {"replicas": 1,
+                "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}}});
+            serde_json::json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                "metadata": {"name": "p"}, "spec": spec})
+        };
+        let elsewhere = messages(
+            kind("PyTorchJob"),
+            &pytorch(serde_json::json!({"activeDeadlineSeconds": 60})),
+        );
+        assert!(
+            elsewhere.iter().any(|m| m.contains("is not set")),
+            "{elsewhere:?}"
+        );
+        let own = messages(
+            kind("PyTorchJob"),
+            &pytorch(serde_json::json!({"runPolicy": {"activeDeadlineSeconds": 60}})),
+        );
+        assert!(own.is_empty(), "{own:?}");
+        // A JobSet's deadline is each replicated Job's: every one sets it, or every pod
+        // template does.
+        let jobset = |first: Value, second: Value| {
+            let job = |deadline: Value| {
+                let mut spec = serde_json::json!({"template": {"spec": {
+                    "containers": [{"name": "t", "image": "x"}]}}});
+                if !deadline.is_null() {
+                    spec["activeDeadlineSeconds"] = deadline;
+                }
+                serde_json::json!({"name": "w", "replicas": 1, "template": {"spec": spec}})
+            };
+            serde_json::json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": "j"}, "spec": {"activeDeadlineSeconds": 60,
+                    "replicatedJobs": [job(first), job(second)]}})
+        };
+        let one_job = messages(kind("JobSet"), &jobset(serde_json::json!(60), Value::Null));
+        assert!(
+            one_job.iter().any(|m| m.contains("is not set")),
+            "{one_job:?}"
+        );
+        assert!(
+            messages(
+                kind("JobSet"),
+                &jobset(serde_json::json!(60), serde_json::json!(120))
+            )
+            .is_empty()
+        );
+        let long = messages(
+            kind("JobSet"),
+            &jobset(serde_json::json!(60), serde_json::json!(7200)),
+        );
+        assert_eq!(
+            long,
+            [
+                "queue \"q\": spec.replicatedJobs[1].template.spec.activeDeadlineSeconds=7200 exceeds maximum 3600 (maxActiveDeadlineSeconds)"
+            ]
+        );
+        // A RayCluster runs until it is deleted: no field of any kind bounds it.
+        let cluster = serde_json::json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "r"}, "spec": {"activeDeadlineSeconds": 60,
+                "headGroupSpec": {"template": {"spec": {"activeDeadlineSeconds": 60,
+                    "containers": [{"name": "ray-head", "image": "x"}]}}}}});
+        let found = structured(limits, kind("RayCluster"), &cluster, Scope::Workload);
+        assert_eq!(
+            rules::ids(&found),
+            ["limits.maxActiveDeadlineSeconds"],
+            "{found:?}"
+        );
+        assert!(
+            found[0].message.contains("runs until it is deleted"),
+            "{}",
+            found[0].message
+        );
+    }
 
     #[test]
     fn images_are_normalised_before_prefix_matching() {

@@ -126,7 +126,7 @@ fn over_the_ceiling(
     if gpus <= 0.0 {
         return None;
     }
-    let parts = parts.join(", ");
+    let parts = rules::listed(&parts);
     let per_second = gpus / 3600.0;
     let bound = match bound() {
         RunLength::Bounded(bound) => bound,
@@ -274,8 +274,7 @@ mod tests {
             ..GuardrailsConfig::default()
         };
         let denials = |cfg: &GuardrailsConfig, job: &Value| {
-            checked(WorkloadKind::BatchJob, cfg, job)
-            .denials()
+            checked(WorkloadKind::BatchJob, cfg, job).denials()
         };
         // 8 GPUs × 8 h = 64: at the cap.
         assert!(denials(&cfg, &job(Some(8 * 3600))).is_empty());
@@ -320,8 +319,7 @@ mod tests {
             "spec": {"completions": 100, "parallelism": 2, "backoffLimit": 6, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
-        let d = checked(WorkloadKind::BatchJob, &capped(8.0), &long)
-        .denials();
+        let d = checked(WorkloadKind::BatchJob, &capped(8.0), &long).denials();
         assert_eq!(
             d,
             [
@@ -333,14 +331,14 @@ mod tests {
         bounded["spec"]["activeDeadlineSeconds"] = json!(14400);
         assert!(
             checked(WorkloadKind::BatchJob, &capped(8.0), &bounded)
-            .denials()
-            .is_empty()
+                .denials()
+                .is_empty()
         );
         bounded["spec"]["activeDeadlineSeconds"] = json!(14401);
         assert_eq!(
             checked(WorkloadKind::BatchJob, &capped(8.0), &bounded)
-            .denials()
-            .len(),
+                .denials()
+                .len(),
             1
         );
     }
@@ -351,8 +349,7 @@ mod tests {
             "spec": {"maxRetry": 3, "tasks": [{"name": "w", "replicas": 2, "template": {"spec": {
                 "activeDeadlineSeconds": 3600,
                 "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}});
-        let d = checked(WorkloadKind::VolcanoJob, &capped(6.0), &vc)
-        .denials();
+        let d = checked(WorkloadKind::VolcanoJob, &capped(6.0), &vc).denials();
         assert_eq!(
             d,
             [
@@ -361,23 +358,22 @@ mod tests {
         );
         assert!(
             checked(WorkloadKind::VolcanoJob, &capped(8.0), &vc)
-            .denials()
-            .is_empty()
+                .denials()
+                .is_empty()
         );
         let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
             "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": [{"name": "w", "replicas": 1,
                 "template": {"spec": {"parallelism": 2, "completions": 2, "activeDeadlineSeconds": 3600,
                     "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}]}});
-        let d = checked(WorkloadKind::JobSet, &capped(3.0), &js)
-        .denials();
+        let d = checked(WorkloadKind::JobSet, &capped(3.0), &js).denials();
         assert!(
             d[0].contains("× 2 runs (spec.failurePolicy.maxRestarts 1 + 1) × spec.replicatedJobs[0].template.spec.activeDeadlineSeconds 3600 (2.00 h) = 4.00 GPU-hours"),
             "{d:?}"
         );
         assert!(
             checked(WorkloadKind::JobSet, &capped(4.0), &js)
-            .denials()
-            .is_empty()
+                .denials()
+                .is_empty()
         );
     }
 
@@ -398,10 +394,7 @@ mod tests {
             }
             r
         };
-        let denials = |r: &Value| {
-            checked(ray, &capped(8.0), r)
-            .denials()
-        };
+        let denials = |r: &Value| checked(ray, &capped(8.0), r).denials();
         // Unset: the job defaults make the cluster end with the job, and it is admitted.
         let (defaulted, _) = mutate_with(&MUTATOR, "{}", job(json!({})));
         assert_eq!(defaulted["spec"]["shutdownAfterJobFinishes"], true);

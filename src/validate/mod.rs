@@ -26,7 +26,7 @@ pub mod path;
 pub mod schema;
 pub mod template;
 
-pub use check::{Candidate, Scope, add_violations, as_carried, carried, check_limits};
+pub use check::{Admitted, Candidate, Scope, add_violations, as_carried, check_limits};
 pub use schema::ValueType;
 
 use crate::error::ConfigError;

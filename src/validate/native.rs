@@ -618,34 +618,69 @@ fn total_check(prefix: &str, resource: &str, schema: &Schema) -> String {
     format!("[{total}].map(t, {})[0]", lines.join(" + "))
 }
 
-/// `activeDeadlineSeconds` set (on the workload, or on every pod template) and at most
-/// `maximum`.
+/// `activeDeadlineSeconds` set (on the workload at its kind's own field, on every Job of a kind
+/// whose deadline is each Job's, or on every pod template) and at most `maximum`; a kind whose
+/// run nothing but deletion ends never satisfies it. The request's kind chooses
+/// ([`super::check::run_deadline`], as in the webhook).
 fn deadline_check(prefix: &str, maximum: i64) -> String {
-    let mut fields = super::check::run_deadlines();
-    fields.sort();
-    let roots = fields
-        .iter()
-        .map(|f| root_places(&FieldPath::parse(f).unwrap_or_default()))
-        .collect::<Vec<_>>()
-        .join(" + ");
+    use super::check::RunDeadline;
+    let set = "size(e.v) > 0 && e.v[0] != null";
+    let within = format!(
+        "((type(e.v[0]) == int && e.v[0] <= {maximum}) || (type(e.v[0]) == string && isQuantity(e.v[0]) && quantity(e.v[0]).compareTo(quantity('{maximum}')) <= 0))"
+    );
+    let places = |dotted: &str| root_places(&FieldPath::parse(dotted).unwrap_or_default());
     let pods = pod_template_places(
         None,
         &template_path_places(&FieldPath::parse("spec.activeDeadlineSeconds").unwrap_or_default()),
     );
-    let within = format!(
-        "((type(e.v[0]) == int && e.v[0] <= {maximum}) || (type(e.v[0]) == string && isQuantity(e.v[0]) && quantity(e.v[0]).compareTo(quantity('{maximum}')) <= 0))"
-    );
-    format!(
-        "[{roots}].map(rs, [{pods}].map(ps, (rs.exists(e, size(e.v) > 0 && e.v[0] != null) || (size(ps) > 0 && ps.all(e, size(e.v) > 0 && e.v[0] != null)) ? [] : [{missing}]) + (rs + ps).filter(e, size(e.v) > 0 && e.v[0] != null && !{within}).map(e, {p} + e.at + '=' + {shown} + {over}))[0])[0]",
-        missing = lit(&format!(
-            "{prefix}activeDeadlineSeconds is not set; the queue allows at most {maximum} (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"
-        )),
-        p = lit(prefix),
-        shown = show("e.v[0]"),
-        over = lit(&format!(
-            " exceeds maximum {maximum} (maxActiveDeadlineSeconds)"
-        )),
-    )
+    let missing = lit(&format!(
+        "{prefix}activeDeadlineSeconds is not set; the queue allows at most {maximum} (maxActiveDeadlineSeconds), so set it on the workload or on every pod template"
+    ));
+    let shape = |deadline: &RunDeadline| -> String {
+        // Any of `rs` set, or every one of `js` (each Job's) or of `ps` (each pod template's).
+        let (rs, js) = match deadline {
+            RunDeadline::Run(dotted) => (places(dotted), "[]".to_string()),
+            RunDeadline::EachJob(paths) => (
+                "[]".to_string(),
+                paths
+                    .iter()
+                    .map(|p| places(p))
+                    .collect::<Vec<_>>()
+                    .join(" + "),
+            ),
+            RunDeadline::Pods => ("[]".to_string(), "[]".to_string()),
+            RunDeadline::Never { why, set } => {
+                return format!(
+                    "[{}]",
+                    lit(&format!(
+                        "{prefix}{why}, so no deadline bounds it; the queue allows at most {maximum} (maxActiveDeadlineSeconds): use {set}"
+                    ))
+                );
+            }
+        };
+        format!(
+            "[{rs}].map(rs, [{js}].map(js, [{pods}].map(ps, (rs.exists(e, {set}) || (size(js) > 0 && js.all(e, {set})) || (size(ps) > 0 && ps.all(e, {set})) ? [] : [{missing}]) + (rs + js + ps).filter(e, {set} && !{within}).map(e, {p} + e.at + '=' + {shown} + {over}))[0])[0])[0]",
+            p = lit(prefix),
+            shown = show("e.v[0]"),
+            over = lit(&format!(
+                " exceeds maximum {maximum} (maxActiveDeadlineSeconds)"
+            )),
+        )
+    };
+    // The kinds by the place of their deadline, in the registry's order.
+    let mut shapes: Vec<(RunDeadline, Vec<String>)> = Vec::new();
+    for kind in WorkloadKind::all() {
+        let deadline = super::check::run_deadline(kind);
+        match shapes.iter_mut().find(|(d, _)| *d == deadline) {
+            Some((_, tests)) => tests.push(kind.cel_test()),
+            None => shapes.push((deadline, vec![kind.cel_test()])),
+        }
+    }
+    let mut out = "[]".to_string();
+    for (deadline, tests) in shapes.iter().rev() {
+        out = format!("({}) ? {} : {out}", crate::cel::any(tests), shape(deadline));
+    }
+    out
 }
 
 /// Every container image (app, init, ephemeral) from one of the normalised `prefixes`.

@@ -79,6 +79,33 @@ pub(super) fn quoted(options: &[String]) -> String {
     quoted.join(", ")
 }
 
+/// What is wrong with a value, as a message words it (`exceeds maximum 4`), and whether it is
+/// an amount over the schema's maximum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub text: String,
+    pub over_maximum: bool,
+}
+
+impl std::ops::Deref for Problem {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl From<Problem> for String {
+    fn from(problem: Problem) -> String {
+        problem.text
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
 /// How a value looks in a message: strings as written for numeric types, JSON otherwise.
 pub fn display_value(value: &Value, value_type: Option<ValueType>) -> String {
     match value {
@@ -262,37 +289,44 @@ impl Schema {
     }
 
     /// What is wrong with `value`, e.g. `exceeds maximum 4`; `None` when it satisfies the schema.
-    pub fn problem(&self, value: &Value) -> Option<String> {
+    pub fn problem(&self, value: &Value) -> Option<Problem> {
+        let other = |text: String| Problem {
+            text,
+            over_maximum: false,
+        };
         if self.value_type == ValueType::String {
             let Some(text) = text_of(value) else {
-                return Some("is not a string".into());
+                return Some(other("is not a string".into()));
             };
             if let Some(Allowed::Strings(options)) = &self.allowed
                 && !options.contains(&text)
             {
-                return Some(format!("is not one of {}", quoted(options)));
+                return Some(other(format!("is not one of {}", quoted(options))));
             }
             return None;
         }
         let quantity = match numeric(value, self.value_type) {
             Ok(q) => q,
-            Err(why) => return Some(why),
+            Err(why) => return Some(other(why)),
         };
         if let Some(max) = &self.maximum
             && quantity > max.value
         {
-            return Some(format!("exceeds maximum {}", max.text));
+            return Some(Problem {
+                text: format!("exceeds maximum {}", max.text),
+                over_maximum: true,
+            });
         }
         if let Some(min) = &self.minimum
             && quantity < min.value
         {
-            return Some(format!("is below minimum {}", min.text));
+            return Some(other(format!("is below minimum {}", min.text)));
         }
         if let Some(Allowed::Numbers(options)) = &self.allowed
             && !options.iter().any(|o| o.value == quantity)
         {
             let list: Vec<&str> = options.iter().map(|o| o.text.as_str()).collect();
-            return Some(format!("is not one of {}", list.join(", ")));
+            return Some(other(format!("is not one of {}", list.join(", "))));
         }
         None
     }
