@@ -279,10 +279,10 @@ pub async fn the_gpu_hour_cap_reads_the_whole_run(ctx: &Ctx) -> Result<()> {
     ensure!(status == 201, "{status} {body}");
     ensure!(body["spec"]["maxRetry"] == 1, "{}", body["spec"]);
     let dir = tempfile::tempdir()?;
-    let (config, manifest) = (dir.path().join("config.yaml"), dir.path().join("vc.yaml"));
+    let (config, vc_file) = (dir.path().join("config.yaml"), dir.path().join("vc.yaml"));
     std::fs::write(&config, crate::webhook::suite_config()?)?;
     std::fs::write(
-        &manifest,
+        &vc_file,
         serde_json::to_string(&volcano("defaulted", None))?,
     )?;
     let offline = crate::common::launchgate(&[
@@ -290,7 +290,7 @@ pub async fn the_gpu_hour_cap_reads_the_whole_run(ctx: &Ctx) -> Result<()> {
         "--config",
         config.to_str().unwrap_or_default(),
         "-f",
-        manifest.to_str().unwrap_or_default(),
+        vc_file.to_str().unwrap_or_default(),
     ]);
     ensure!(
         offline.status.success(),
