@@ -437,6 +437,11 @@ impl<'a> Evaluation<'a> {
     fn uncounted_devices(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for (label, _, template) in self.pod_templates() {
+            // Only claims and DeviceClass names can be uncountable (an overflow is the totals').
+            let spec = workload::pod_spec(template);
+            if !spec.is_some_and(|s| self.accounting.may_be_uncounted(s)) {
+                continue;
+            }
             for why in self.accounting.pod(template).uncounted {
                 let line = format!("{label}: {why}");
                 if !out.contains(&line) {
@@ -580,7 +585,9 @@ impl<'a> Evaluation<'a> {
                     found,
                 );
             }
-            if gpu_ceilings.is_empty() {
+            // A pod that asks for GPUs only by the ceilings' own names was held above.
+            let names: Vec<&str> = gpu_ceilings.iter().map(|c| c.resource.as_str()).collect();
+            if gpu_ceilings.is_empty() || !self.accounting.asks_beyond(spec, &names) {
                 continue;
             }
             let pod = self.accounting.pod(template);

@@ -278,8 +278,9 @@ pub struct PodGpus {
     /// 8-gpus: 8 × gpu.nvidia.com`).
     pub containers: Vec<ContainerGpus>,
     /// The pod's GPUs by the kubelet's rule (app containers and native sidecars together,
-    /// against the largest init container), raised to its pod-level resources and to the
-    /// claims it holds that no container names; without the claims shared with other pods.
+    /// against the largest init container), raised to its pod-level resources, plus the devices
+    /// of its per-pod claims (once each, whether or not a container names them); without the
+    /// claims shared with other pods.
     pub per_pod: Quantity,
     /// The pre-created ResourceClaims the pod names (shared by every pod that names them): by
     /// name, their GPUs. Counted once per workload.
@@ -473,6 +474,57 @@ pub fn offline() -> Accounting<'static> {
 }
 
 impl Accounting<'_> {
+    /// True when the pod spec asks for GPUs some way other than `names` on its containers:
+    /// claims, pod-level resources, or another accelerator name (a MIG slice, a DeviceClass's
+    /// extended name). A scan of the spec: a pod that asks by name only is not modelled.
+    pub fn asks_beyond(&self, spec: &Map<String, Value>, names: &[&str]) -> bool {
+        let has = |key: &str| {
+            json::member(spec, key).is_some_and(|v| match v {
+                Value::Array(a) => !a.is_empty(),
+                Value::Object(o) => !o.is_empty(),
+                _ => false,
+            })
+        };
+        if has("resourceClaims") || has("resources") {
+            return true;
+        }
+        containers(spec, &[]).any(|(_, c)| {
+            let resources = json::member(c, "resources");
+            ["limits", "requests"].into_iter().any(|kind| {
+                resources
+                    .and_then(|r| r.get(kind))
+                    .and_then(Value::as_object)
+                    .is_some_and(|m| {
+                        m.keys().any(|r| {
+                            !names.contains(&r.as_str())
+                                && (r.starts_with(DEVICE_CLASS_RESOURCE_PREFIX)
+                                    || self.accelerators.gpus_per_unit(r).is_some())
+                        })
+                    })
+            })
+        })
+    }
+
+    /// True when the pod spec asks for devices that might not be countable: claims, or a
+    /// DeviceClass's extended name. A scan of the spec.
+    pub fn may_be_uncounted(&self, spec: &Map<String, Value>) -> bool {
+        json::member(spec, "resourceClaims")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
+            || containers(spec, &[]).any(|(_, c)| {
+                let resources = json::member(c, "resources");
+                ["limits", "requests"].into_iter().any(|kind| {
+                    resources
+                        .and_then(|r| r.get(kind))
+                        .and_then(Value::as_object)
+                        .is_some_and(|m| {
+                            m.keys()
+                                .any(|r| r.starts_with(DEVICE_CLASS_RESOURCE_PREFIX))
+                        })
+                })
+            })
+    }
+
     /// The resource names a `resources` block asks for GPUs by.
     pub fn gpu_names<'v>(&self, resources: Option<&'v Value>) -> Vec<&'v str> {
         resource_amounts(resources)

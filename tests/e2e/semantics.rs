@@ -196,7 +196,20 @@ pub async fn offline_judges_as_the_cluster_does_crd_defaults_included(ctx: &Ctx)
         .as_object()
         .map(|q| q.keys().cloned().collect())
         .unwrap_or_default();
-    let sample = crate::common::generated::sample(48, 7, &queues);
+    let mut sample = crate::common::generated::sample(48, 7, &queues);
+    // And the case the CRD's default decides: a Volcano Job that writes no maxRetry, 3 GPUs for
+    // the guardrails queue's hour a pod, its runs against 8 GPU-hours (2 runs fit, the CRD's 4
+    // do not).
+    sample.push(
+        json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "volcano-defaulted", "labels": {"wandb.ai/monitor": "true",
+            "launchgate.io/queue": crate::webhook::GUARDRAILS_QUEUE}},
+        "spec": {"schedulerName": "volcano", "minAvailable": 3,
+            "tasks": [{"name": "worker", "replicas": 3, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "busybox",
+                    "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}}),
+    );
     let dir = tempfile::tempdir()?;
     let config_path = dir.path().join("config.yaml");
     std::fs::write(&config_path, crate::webhook::suite_config()?)?;
