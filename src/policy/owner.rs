@@ -238,18 +238,22 @@ pub fn check_pod_creators(
             ));
         }
         for (i, user) in users.iter().enumerate() {
-            let everyone = if user.is_empty() {
-                Some("everyone")
-            } else {
-                user_pattern_covers_everyone(user)
-            };
-            if let Some(everyone) = everyone {
+            if let Some(everyone) = covers_everyone(user) {
                 errors.push(ConfigError::new(
                     format!("{here}[{i}]"),
                     format!("a pod creator names the controller's user; this matches {everyone}, so any pod could claim an owner"),
                 ));
             }
         }
+    }
+}
+
+/// Whom a controller's user pattern matches when it matches everyone (an empty one too).
+fn covers_everyone(user: &str) -> Option<&'static str> {
+    if user.is_empty() {
+        Some("everyone")
+    } else {
+        user_pattern_covers_everyone(user)
     }
 }
 
@@ -265,12 +269,7 @@ pub fn default_workload_updaters() -> Vec<String> {
 /// Checks `match.workloadUpdaters` at `at`: each names a controller, not everyone.
 pub fn check_workload_updaters(users: &[String], at: &str, errors: &mut Vec<ConfigError>) {
     for (i, user) in users.iter().enumerate() {
-        let everyone = if user.is_empty() {
-            Some("everyone")
-        } else {
-            user_pattern_covers_everyone(user)
-        };
-        if let Some(everyone) = everyone {
+        if let Some(everyone) = covers_everyone(user) {
             errors.push(ConfigError::new(
                 format!("{at}[{i}]"),
                 format!("a workload updater names a controller's user; this matches {everyone}, so anyone's UPDATE of an exempt workload would keep its exemption"),

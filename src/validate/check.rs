@@ -570,6 +570,7 @@ impl<'a> Evaluation<'a> {
             .iter()
             .filter(|c| accel.is_gpu(&c.resource))
             .collect();
+        let names: Vec<&str> = gpu_ceilings.iter().map(|c| c.resource.as_str()).collect();
         for (info, template) in &self.templates {
             let Some(spec) = workload::pod_spec(template) else {
                 continue;
@@ -586,7 +587,6 @@ impl<'a> Evaluation<'a> {
                 );
             }
             // A pod that asks for GPUs only by the ceilings' own names was held above.
-            let names: Vec<&str> = gpu_ceilings.iter().map(|c| c.resource.as_str()).collect();
             if gpu_ceilings.is_empty() || !self.accounting.asks_beyond(spec, &names) {
                 continue;
             }
@@ -630,8 +630,8 @@ impl<'a> Evaluation<'a> {
     }
 
     /// The envelope's verdict on `value` at `place`; none where a variable or field limit
-    /// looked (the place is theirs).
-    /// `why`, when given, says why the place is held to what one container may have.
+    /// looked (the place is theirs). `why`, when given, says why the place is held to what one
+    /// container may have.
     fn over_ceiling(
         &self,
         ceiling: &Ceiling,

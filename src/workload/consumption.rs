@@ -488,20 +488,10 @@ impl Accounting<'_> {
         if has("resourceClaims") || has("resources") {
             return true;
         }
-        containers(spec, &[]).any(|(_, c)| {
-            let resources = json::member(c, "resources");
-            ["limits", "requests"].into_iter().any(|kind| {
-                resources
-                    .and_then(|r| r.get(kind))
-                    .and_then(Value::as_object)
-                    .is_some_and(|m| {
-                        m.keys().any(|r| {
-                            !names.contains(&r.as_str())
-                                && (r.starts_with(DEVICE_CLASS_RESOURCE_PREFIX)
-                                    || self.accelerators.gpus_per_unit(r).is_some())
-                        })
-                    })
-            })
+        any_resource_name(spec, |r| {
+            !names.contains(&r)
+                && (r.starts_with(DEVICE_CLASS_RESOURCE_PREFIX)
+                    || self.accelerators.gpus_per_unit(r).is_some())
         })
     }
 
@@ -511,18 +501,7 @@ impl Accounting<'_> {
         json::member(spec, "resourceClaims")
             .and_then(Value::as_array)
             .is_some_and(|a| !a.is_empty())
-            || containers(spec, &[]).any(|(_, c)| {
-                let resources = json::member(c, "resources");
-                ["limits", "requests"].into_iter().any(|kind| {
-                    resources
-                        .and_then(|r| r.get(kind))
-                        .and_then(Value::as_object)
-                        .is_some_and(|m| {
-                            m.keys()
-                                .any(|r| r.starts_with(DEVICE_CLASS_RESOURCE_PREFIX))
-                        })
-                })
-            })
+            || any_resource_name(spec, |r| r.starts_with(DEVICE_CLASS_RESOURCE_PREFIX))
     }
 
     /// The resource names a `resources` block asks for GPUs by.
@@ -733,6 +712,20 @@ impl Accounting<'_> {
         out.per_pod = per_pod;
         out
     }
+}
+
+/// True when a container of the pod spec has a resource (limit or request) whose name is
+/// `wanted`.
+fn any_resource_name(spec: &Map<String, Value>, wanted: impl Fn(&str) -> bool) -> bool {
+    containers(spec, &[]).any(|(_, c)| {
+        let resources = json::member(c, "resources");
+        ["limits", "requests"].into_iter().any(|kind| {
+            resources
+                .and_then(|r| r.get(kind))
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.keys().any(|r| wanted(r)))
+        })
+    })
 }
 
 /// Every resource of a `resources` block with the amount it counts: its limit, else its
