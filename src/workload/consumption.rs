@@ -111,12 +111,42 @@ enum Weight {
     MigSlices,
 }
 
+/// A resource name pattern: one `*` (`*/gpu`, `nvidia.com/mig-*`) compared as a prefix and a
+/// suffix, which every review reads for each resource name; any other through `wildmatch`.
+#[derive(Debug, Clone)]
+enum Pattern {
+    Around(String, String),
+    Wild(WildMatch),
+}
+
+impl Pattern {
+    fn new(pattern: &str) -> Self {
+        match pattern.split_once('*') {
+            Some((prefix, suffix)) if !pattern.contains('?') && !suffix.contains('*') => {
+                Pattern::Around(prefix.to_string(), suffix.to_string())
+            }
+            _ => Pattern::Wild(WildMatch::new(pattern)),
+        }
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            Pattern::Around(prefix, suffix) => {
+                name.len() >= prefix.len() + suffix.len()
+                    && name.starts_with(prefix.as_str())
+                    && name.ends_with(suffix.as_str())
+            }
+            Pattern::Wild(w) => w.matches(name),
+        }
+    }
+}
+
 /// The compiled accelerator map.
 #[derive(Debug, Clone)]
 pub struct Accelerators {
     exact: BTreeMap<String, Weight>,
     /// Longest pattern first.
-    patterns: Vec<(String, WildMatch, Weight)>,
+    patterns: Vec<(String, Pattern, Weight)>,
     classes: BTreeMap<String, (Quantity, Option<i64>)>,
 }
 
@@ -175,7 +205,7 @@ impl Accelerators {
                 }
             };
             if name.contains(['*', '?']) {
-                patterns.push((name.clone(), WildMatch::new(name), weight));
+                patterns.push((name.clone(), Pattern::new(name), weight));
             } else {
                 exact.insert(name.clone(), weight);
             }
@@ -758,4 +788,52 @@ fn named_gpus(accel: &Accelerators, resources: Option<&Value>) -> Quantity {
         .into_iter()
         .filter_map(|(r, q)| accel.resource_gpus(r, q).ok().flatten())
         .fold(Quantity::ZERO, |t, q| t.checked_add(&q).unwrap_or(t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_as_wildmatch_does() {
+        for (pattern, name) in [
+            ("*/gpu", "nvidia.com/gpu"),
+            ("*/gpu", "amd.com/gpu"),
+            ("*/gpu", "gpu"),
+            ("*/gpu", "/gpu"),
+            ("*/gpu", "nvidia.com/gpus"),
+            ("nvidia.com/mig-*", "nvidia.com/mig-1g.10gb"),
+            ("nvidia.com/mig-*", "nvidia.com/mig-"),
+            ("nvidia.com/mig-*", "nvidia.com/gpu"),
+            ("a*a", "a"),
+            ("a*a", "aa"),
+            ("x?/*", "xy/z"),
+            ("*.*", "a.b"),
+        ] {
+            assert_eq!(
+                Pattern::new(pattern).matches(name),
+                WildMatch::new(pattern).matches(name),
+                "{pattern} ~ {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_built_in_map_counts_gpus_mig_slices_and_classes() {
+        let a = Accelerators::default();
+        let q = |s: &str| Some(Quantity::parse(s).unwrap());
+        assert_eq!(a.gpus_per_unit("nvidia.com/gpu"), q("1"));
+        assert_eq!(a.gpus_per_unit("amd.com/gpu"), q("1"));
+        assert_eq!(a.gpus_per_unit("gpu.intel.com/xe"), q("1"));
+        assert_eq!(a.gpus_per_unit("nvidia.com/mig-7g.80gb"), q("1"));
+        assert_eq!(a.gpus_per_unit("nvidia.com/mig-1g.10gb"), q("143m"));
+        assert_eq!(a.gpus_per_unit("nvidia.com/mig-4g.24gb"), q("1"));
+        assert_eq!(
+            a.gpus_per_unit("deviceclass.resource.kubernetes.io/gpu.nvidia.com"),
+            q("1")
+        );
+        assert_eq!(a.gpus_per_unit("cpu"), None);
+        assert_eq!(a.gpus_per_unit("memory"), None);
+        assert!(a.is_gpu("nvidia.com/gpu") && !a.is_gpu("nvidia.com/mig-1g.10gb"));
+    }
 }
