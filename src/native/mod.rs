@@ -373,7 +373,7 @@ fn queue_gaps(queue: &Queue) -> Vec<Gap> {
             "reads Services from the cluster",
         );
     }
-    if queue.limits.limits_gpus(&queue.accelerators) {
+    if queue.limits.limits_gpus() {
         gap(
             "limits (GPUs through DRA claims)",
             webhook_only(rules::ACCELERATORS_UNCOUNTED),

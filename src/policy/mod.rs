@@ -214,7 +214,7 @@ impl Queue {
                         == crate::validate::UnverifiableRuntime::Deny
             }
             Denies::Kueue => limits && c.kueue.is_some(),
-            Denies::GpuLimits => limits && self.limits.limits_gpus(&self.accelerators),
+            Denies::GpuLimits => limits && self.limits.limits_gpus(),
             Denies::Gang => c.guardrails.gang == GangAction::Deny,
             Denies::CostCeiling => {
                 let cost = &c.guardrails.cost_ceiling;
@@ -424,7 +424,7 @@ impl Policy {
                     "a queue is named `name` or `entity/name` (the W&B entity and queue name)",
                 ));
             }
-            match QueueLimits::compile(&qc.limits, &format!("{at}.limits")) {
+            match QueueLimits::compile(&qc.limits, &format!("{at}.limits"), &accelerators) {
                 Ok(limits) => {
                     warnings.extend(limits.warnings(&format!("{at}.limits")));
                     // /dev/shm counts against the container's memory limit: a size above what

@@ -796,7 +796,7 @@ mod tests {
     fn envelope_is_the_largest_maximum_per_resource_and_none_when_unbounded() {
         let limits = |yaml: &str| {
             let cfg: crate::validate::LimitsConfig = serde_yaml::from_str(yaml).unwrap();
-            crate::validate::QueueLimits::compile(&cfg, "q").unwrap()
+            crate::validate::QueueLimits::compile(&cfg, "q", &Default::default()).unwrap()
         };
         let compiled = limits(
             r#"

@@ -495,7 +495,8 @@ impl<'a> Evaluation<'a> {
     }
 
     /// Holds every container no variable or field limit looked at to the queue's envelope.
-    fn check_envelope(&mut self, envelope: &[Ceiling]) {
+    fn check_envelope(&mut self, limits: &QueueLimits) {
+        let envelope = limits.envelope.as_slice();
         let mut found = Vec::new();
         for (info, template) in &self.templates {
             let spec = workload::pod_spec(template);
@@ -523,7 +524,7 @@ impl<'a> Evaluation<'a> {
                 }
             }
         }
-        self.envelope_other_ways(envelope, &mut found);
+        self.envelope_other_ways(limits, &mut found);
         // A TrainJob's `resourcesPerNode` is the `node` container's resources on every node.
         if let Some((rt, resources)) = self.trainer_resources() {
             let place = format!("{}.{}", rt.settings.join("."), rt.resources);
@@ -564,11 +565,11 @@ impl<'a> Evaluation<'a> {
     /// resources (`spec.resources`, which the containers share, so no more than one container
     /// may have), and each container's GPUs however asked for — claims, MIG slices, a
     /// DeviceClass's extended name — against a ceiling on a whole GPU (`nvidia.com/gpu`).
-    fn envelope_other_ways(&self, envelope: &[Ceiling], found: &mut Vec<Violation>) {
-        let accel = self.accounting.accelerators;
+    fn envelope_other_ways(&self, limits: &QueueLimits, found: &mut Vec<Violation>) {
+        let envelope = limits.envelope.as_slice();
         let gpu_ceilings: Vec<&Ceiling> = envelope
             .iter()
-            .filter(|c| accel.is_gpu(&c.resource))
+            .filter(|c| limits.is_whole_gpu(&c.resource))
             .collect();
         let names: Vec<&str> = gpu_ceilings.iter().map(|c| c.resource.as_str()).collect();
         for (info, template) in &self.templates {
@@ -748,9 +749,10 @@ impl<'a> Evaluation<'a> {
         }
     }
 
-    fn check_total(&mut self, resource: &str, schema: &Schema) {
-        // A total on a whole GPU (`nvidia.com/gpu`) counts every GPU, however asked for.
-        let (total, parts) = if self.accounting.accelerators.is_gpu(resource) {
+    /// `gpus`: the resource counts as a whole GPU (`nvidia.com/gpu`), so its total counts
+    /// every GPU, however asked for.
+    fn check_total(&mut self, resource: &str, schema: &Schema, gpus: bool) {
+        let (total, parts) = if gpus {
             match self.gpus_at_once() {
                 // Its parts name the resource only when another counts too.
                 Ok((total, parts)) => (
@@ -1318,11 +1320,11 @@ impl QueueLimits {
             }
         }
 
-        eval.check_envelope(&self.envelope);
+        eval.check_envelope(self);
 
         // A workload (not a controller's pod: its workload was judged) whose pods ask for
         // devices that cannot be counted, in a queue that limits GPUs.
-        if scope == Scope::Workload && self.limits_gpus(eval.accounting.accelerators) {
+        if scope == Scope::Workload && self.limits_gpus() {
             for why in eval.uncounted_devices() {
                 eval.report(
                     Violation::new(
@@ -1343,7 +1345,8 @@ impl QueueLimits {
         }
         if scope != Scope::PerPod {
             for total in &self.totals {
-                eval.check_total(&total.resource, &total.schema);
+                let gpus = self.is_whole_gpu(&total.resource);
+                eval.check_total(&total.resource, &total.schema, gpus);
             }
         }
         if !per_pod_only && let Some(maximum) = self.max_active_deadline_seconds {

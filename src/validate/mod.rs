@@ -32,6 +32,7 @@ pub use schema::ValueType;
 use crate::error::ConfigError;
 use crate::rules::Violation;
 use crate::workload::WorkloadKind;
+use crate::workload::consumption::Accelerators;
 use path::{FieldPath, Segment};
 use schema::{Schema, SchemaKeys};
 use schemars::JsonSchema;
@@ -349,6 +350,9 @@ pub struct QueueLimits {
     /// `strict`: the template's fixed values.
     fixed_values: Vec<TemplateLeaf>,
     totals: Vec<TotalLimit>,
+    /// The resources of the envelope and the totals that the accelerator map counts as a
+    /// whole GPU (`nvidia.com/gpu`): limits on them are limits on GPUs however asked for.
+    whole_gpus: Vec<String>,
     max_active_deadline_seconds: Option<i64>,
     allowed_registries: Vec<String>,
     allowed_namespaces: Vec<String>,
@@ -364,11 +368,13 @@ impl QueueLimits {
 
     /// True when the queue limits GPUs by its limits: a most any container may have, or a
     /// total, on a resource the accelerator map counts as a whole GPU.
-    pub fn limits_gpus(&self, accelerators: &crate::workload::consumption::Accelerators) -> bool {
-        self.envelope
-            .iter()
-            .any(|c| accelerators.is_gpu(&c.resource))
-            || self.totals.iter().any(|t| accelerators.is_gpu(&t.resource))
+    pub fn limits_gpus(&self) -> bool {
+        !self.whole_gpus.is_empty()
+    }
+
+    /// True when `resource` is one of the queue's limited resources that counts as a whole GPU.
+    pub(crate) fn is_whole_gpu(&self, resource: &str) -> bool {
+        self.whole_gpus.iter().any(|r| r == resource)
     }
 
     /// What happens to a TrainJob whose runtime-decided size cannot be read.
@@ -399,9 +405,13 @@ impl QueueLimits {
             .map(|c| (c.value, c.source.text.as_str()))
     }
 
-    /// Checks and compiles `cfg`, found at `at` (e.g. `queues.gpu-queue.limits`). Every
-    /// problem is reported, each with the key path it concerns.
-    pub fn compile(cfg: &LimitsConfig, at: &str) -> Result<Self, Vec<ConfigError>> {
+    /// Checks and compiles `cfg`, found at `at` (e.g. `queues.gpu-queue.limits`), GPUs counted
+    /// by `accelerators`. Every problem is reported, each with the key path it concerns.
+    pub fn compile(
+        cfg: &LimitsConfig,
+        at: &str,
+        accelerators: &Accelerators,
+    ) -> Result<Self, Vec<ConfigError>> {
         let mut errors = Vec::new();
         let mut limits = QueueLimits {
             enforcement: cfg.enforcement,
@@ -698,6 +708,13 @@ impl QueueLimits {
         limits.allowed_namespaces = cfg.allowed_namespaces.clone();
 
         limits.envelope = binding::envelope(&limits.variables, &limits.fields);
+        let resources = (limits.envelope.iter().map(|c| &c.resource))
+            .chain(limits.totals.iter().map(|t| &t.resource));
+        for resource in resources {
+            if accelerators.is_gpu(resource) && !limits.is_whole_gpu(resource) {
+                limits.whole_gpus.push(resource.clone());
+            }
+        }
         if errors.is_empty() {
             Ok(limits)
         } else {
@@ -952,7 +969,7 @@ mod tests {
 
     fn compile_yaml(yaml: &str) -> Result<QueueLimits, Vec<ConfigError>> {
         let cfg: LimitsConfig = serde_yaml::from_str(yaml).expect("valid LimitsConfig YAML");
-        QueueLimits::compile(&cfg, "queues.q.limits")
+        QueueLimits::compile(&cfg, "queues.q.limits", &Accelerators::default())
     }
 
     fn errors_of(yaml: &str) -> Vec<String> {
@@ -966,7 +983,7 @@ mod tests {
     #[test]
     fn default_is_empty_and_compiles() {
         assert!(
-            QueueLimits::compile(&LimitsConfig::default(), "x")
+            QueueLimits::compile(&LimitsConfig::default(), "x", &Accelerators::default())
                 .unwrap()
                 .is_empty()
         );

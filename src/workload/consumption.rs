@@ -40,8 +40,8 @@ pub const MIG_SLICES: &str = "migSlices";
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct AcceleratorsConfig {
-    /// Extended resource names (exact, or a pattern with `*` and `?`) → how many GPUs one unit
-    /// counts as: a quantity (`1`, `0.5`), or `migSlices` — a MIG profile
+    /// Extended resource names (exact, or a pattern with `*` and `?`; each has its domain, as
+    /// `nvidia.com/gpu` does) → how many GPUs one unit counts as: a quantity (`1`, `0.5`), or `migSlices` — a MIG profile
     /// `nvidia.com/mig-<g>g.<memory>` counts `g`/7 of a GPU, rounded up to a thousandth (a
     /// `7g` profile is one GPU). An exact name wins over a pattern, a longer pattern over a
     /// shorter one. Giving the map replaces the built-in one: keep the entries you need.
@@ -187,6 +187,15 @@ impl Accelerators {
         let mut patterns = Vec::new();
         for (name, value) in &cfg.resources {
             let key = format!("{at}.resources.{name}");
+            // An extended resource has a domain; a name without one (`cpu`, `memory`) is the
+            // kubelet's own, never an accelerator, and is not looked up.
+            if !name.contains('/') {
+                errors.push(ConfigError::new(
+                    key,
+                    "an extended resource name has a domain (`nvidia.com/gpu`, `*/gpu`): a name without `/` is one of Kubernetes' own resources",
+                ));
+                continue;
+            }
             if name.starts_with(DEVICE_CLASS_RESOURCE_PREFIX) {
                 errors.push(ConfigError::new(
                     key,
@@ -247,6 +256,10 @@ impl Accelerators {
     /// accelerator (or a DeviceClass's extended name whose class the map does not know:
     /// [`Accelerators::resource_gpus`] says so).
     pub fn gpus_per_unit(&self, resource: &str) -> Option<Quantity> {
+        // Every name and pattern of the map has a domain ([`Accelerators::compile`]).
+        if !resource.contains('/') {
+            return None;
+        }
         if let Some(class) = resource.strip_prefix(DEVICE_CLASS_RESOURCE_PREFIX) {
             return self.classes.get(class).map(|(gpus, _)| *gpus);
         }
@@ -835,5 +848,18 @@ mod tests {
         assert_eq!(a.gpus_per_unit("cpu"), None);
         assert_eq!(a.gpus_per_unit("memory"), None);
         assert!(a.is_gpu("nvidia.com/gpu") && !a.is_gpu("nvidia.com/mig-1g.10gb"));
+    }
+
+    #[test]
+    fn a_name_without_a_domain_is_refused_with_its_key() {
+        let cfg: AcceleratorsConfig =
+            serde_yaml::from_str("resources: {gpu: 1, \"*gpu\": 1, \"acme.io/npu\": 1}").unwrap();
+        let errors = Accelerators::compile(&cfg, "accelerators").unwrap_err();
+        let keys: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["accelerators.resources.*gpu", "accelerators.resources.gpu"]
+        );
+        assert!(errors[0].message.contains("has a domain"), "{errors:?}");
     }
 }

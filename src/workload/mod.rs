@@ -378,46 +378,48 @@ impl fmt::Display for ContainerAt<'_> {
     }
 }
 
-/// The one container walk: every container entry of a pod spec (`containers`, then
-/// `initContainers`, in order) with its role; entries that are not objects are skipped.
-/// `sidecars` are the configured sidecar names (`match.sidecarContainers`).
+/// The slots of [`containers`], for a walk that writes.
 fn container_slots(pod_spec: &Map<String, Value>, sidecars: &[String]) -> Vec<ContainerSlot> {
-    let mut out = Vec::new();
-    for list in CONTAINER_LISTS {
-        let items = json::member(pod_spec, list).and_then(Value::as_array);
-        for (index, c) in items.into_iter().flatten().enumerate() {
-            let Some(c) = c.as_object() else { continue };
-            let role = if list == CONTAINER_LISTS[0] {
-                let name = name_in(c);
-                if name.is_some_and(|n| sidecars.iter().any(|s| s == n)) {
-                    ContainerRole::ConfiguredSidecar
-                } else {
-                    ContainerRole::App
-                }
-            } else if json::member(c, "restartPolicy").and_then(Value::as_str) == Some("Always") {
-                ContainerRole::Sidecar
-            } else {
-                ContainerRole::Init
-            };
-            out.push(ContainerSlot { list, index, role });
-        }
-    }
-    out
+    containers(pod_spec, sidecars)
+        .map(|(slot, _)| slot)
+        .collect()
 }
 
-/// Every container of a pod spec with its slot, read-only.
-pub fn containers<'a>(
+/// What the container `c` of the list `list` is to its pod.
+fn role_of(list: &str, c: &Map<String, Value>, sidecars: &[String]) -> ContainerRole {
+    if list == CONTAINER_LISTS[0] {
+        let name = name_in(c);
+        if name.is_some_and(|n| sidecars.iter().any(|s| s == n)) {
+            ContainerRole::ConfiguredSidecar
+        } else {
+            ContainerRole::App
+        }
+    } else if json::member(c, "restartPolicy").and_then(Value::as_str) == Some("Always") {
+        ContainerRole::Sidecar
+    } else {
+        ContainerRole::Init
+    }
+}
+
+/// The one container walk: every container entry of a pod spec (`containers`, then
+/// `initContainers`, in order) with its slot and role, read-only; entries that are not objects
+/// are skipped. `sidecars` are the configured sidecar names (`match.sidecarContainers`).
+pub fn containers<'a, 's>(
     pod_spec: &'a Map<String, Value>,
-    sidecars: &[String],
-) -> impl Iterator<Item = (ContainerSlot, &'a Map<String, Value>)> {
-    container_slots(pod_spec, sidecars)
-        .into_iter()
-        .filter_map(move |slot| {
-            let c = json::member(pod_spec, slot.list)?
-                .get(slot.index)?
-                .as_object()?;
-            Some((slot, c))
-        })
+    sidecars: &'s [String],
+) -> impl Iterator<Item = (ContainerSlot, &'a Map<String, Value>)> + use<'a, 's> {
+    CONTAINER_LISTS.into_iter().flat_map(move |list| {
+        let items = json::member(pod_spec, list).and_then(Value::as_array);
+        items
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(move |(index, c)| {
+                let c = c.as_object()?;
+                let role = role_of(list, c, sidecars);
+                Some((ContainerSlot { list, index, role }, c))
+            })
+    })
 }
 
 /// Calls `f` for every container of a pod spec with its slot.
