@@ -289,8 +289,9 @@ pub fn chart_slot_file() -> Value {
 
 /// `desired` as the replacement of `live` (what a sync PUTs): the desired spec whole — fields
 /// anyone else wrote into it are gone — and, of the labels and annotations, the desired ones
-/// plus those of `live` that are not launchgate's (`launchgate.io/…`: Helm's stay), with
-/// live's `resourceVersion`, so a concurrent change is a conflict, never overwritten unseen.
+/// plus those of `live` that are not launchgate's (`launchgate.io/…`: Helm's stay, and an
+/// `app.kubernetes.io/managed-by` already there is kept), with live's `resourceVersion`, so a
+/// concurrent change is a conflict, never overwritten unseen.
 pub fn replacement(live: &Value, desired: &Value) -> Value {
     let mut out = live.clone();
     if let Some(object) = out.as_object_mut() {
@@ -307,7 +308,11 @@ pub fn replacement(live: &Value, desired: &Value) -> Value {
             map.retain(|k, _| !k.starts_with("launchgate.io/"));
             if let Some(wanted) = desired["metadata"][field].as_object() {
                 for (k, v) in wanted {
-                    map.insert(k.clone(), v.clone());
+                    // Whoever created the object says who manages it (Helm does, on the
+                    // chart's): the server never takes a field from it.
+                    if k != MANAGED_BY.0 || !map.contains_key(k) {
+                        map.insert(k.clone(), v.clone());
+                    }
                 }
             }
             if map.is_empty() {

@@ -278,6 +278,13 @@ impl Metrics {
                 }));
             }
         }
+        for reason in super::native_sync::SYNC_FAILURES {
+            drop(
+                metrics
+                    .native_sync_failing
+                    .get_or_create(&ReasonLabels { reason }),
+            );
+        }
         for result in RELOAD_RESULTS {
             drop(
                 metrics

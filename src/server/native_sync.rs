@@ -350,12 +350,6 @@ impl Native {
         metrics: &Metrics,
     ) -> Self {
         metrics.native_slots.set(target.slots as i64);
-        for reason in SYNC_FAILURES {
-            metrics
-                .native_sync_failing
-                .get_or_create(&ReasonLabels { reason })
-                .set(0);
-        }
         Native {
             target,
             status: Mutex::new(Status::Pending),

@@ -29,6 +29,7 @@ impl MemorySlots {
         let store = MemorySlots::default();
         for mut object in native::dormant_set(SET, slots) {
             object["metadata"]["labels"]["helm.sh/chart"] = "launchgate-0.1.0".into();
+            object["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "Helm".into();
             store.put(object);
         }
         store
@@ -231,12 +232,16 @@ async fn a_config_is_served_once_the_cluster_holds_it_and_one_it_cannot_hold_nev
             vec![Some("b".to_string()); 4]
         ]
     );
-    // Written over Helm's objects: its label stays, and the hash of the served config is on
-    // every object.
+    // Written over Helm's objects: its labels stay (no field it set is taken from it), and the
+    // hash of the served config is on every object.
     for object in store.snapshot().values() {
         assert_eq!(
             object["metadata"]["labels"]["helm.sh/chart"],
             "launchgate-0.1.0"
+        );
+        assert_eq!(
+            object["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "Helm"
         );
         assert_eq!(
             object["metadata"]["annotations"]["launchgate.io/config-hash"],
