@@ -50,6 +50,11 @@ pub(crate) struct ReasonLabels {
     pub(crate) reason: &'static str,
 }
 
+/// Why the native policy set is not in step
+/// (`launchgate_native_policy_sync_failing{reason}`; `server::native_sync`).
+pub(crate) const NATIVE_SYNC_FAILURES: [&str; 3] =
+    ["too_many_queues", "missing_objects", "api_error"];
+
 /// The results of a config or certificate reload.
 pub(crate) const RELOAD_RESULTS: [&str; 2] = ["success", "failure"];
 
@@ -278,7 +283,7 @@ impl Metrics {
                 }));
             }
         }
-        for reason in super::native_sync::SYNC_FAILURES {
+        for reason in NATIVE_SYNC_FAILURES {
             drop(
                 metrics
                     .native_sync_failing

@@ -35,7 +35,8 @@
 
 use super::AppState;
 use super::events::{EventSink, OwnPod};
-use super::metrics::{Metrics, ReasonLabels};
+// Why a sync did not complete: the `reason` label of `launchgate_native_policy_sync_failing`.
+use super::metrics::{Metrics, NATIVE_SYNC_FAILURES as SYNC_FAILURES, ReasonLabels};
 use crate::native::{self, POLICY_SET_LABEL, SlotKind};
 use crate::policy::Policy;
 use anyhow::{Context, Result};
@@ -55,9 +56,6 @@ pub const FIELD_MANAGER: &str = "launchgate";
 pub const REASON_NOT_IN_STEP: &str = "NativePoliciesNotInStep";
 /// A `Normal` Event: the set holds the served config again after a failure.
 pub const REASON_IN_STEP: &str = "NativePoliciesInStep";
-
-/// Why a sync did not complete: the `reason` label of `launchgate_native_policy_sync_failing`.
-pub(crate) const SYNC_FAILURES: [&str; 3] = ["too_many_queues", "missing_objects", "api_error"];
 
 /// An `admissionregistration.k8s.io/v1` kind's resource: the native policies and bindings,
 /// the webhook configurations.
