@@ -125,6 +125,10 @@ DISCOVERY = {
     "admissionregistration.k8s.io/v1": [
         ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False),
         ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration", False),
+        ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
+        ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
+        ("mutatingadmissionpolicies", "MutatingAdmissionPolicy", False),
+        ("mutatingadmissionpolicybindings", "MutatingAdmissionPolicyBinding", False),
     ],
     "cert-manager.io/v1": [
         ("certificates", "Certificate", True),

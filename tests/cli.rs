@@ -781,3 +781,86 @@ spec:
         text(&out.stdout)
     );
 }
+
+/// `check-config --native-policy-slots=N` refuses a config with more queues than N, as `serve
+/// --native-policies` refuses it (read from `LAUNCHGATE_NATIVE_POLICY_SLOTS` too, as in a
+/// native or hybrid pod); without it, a config over the default 16 slots is valid for the
+/// webhook and only warned about.
+#[test]
+fn check_config_refuses_more_queues_than_the_native_policy_slots() {
+    let queues = |n: usize| {
+        let mut config = String::from("queues:\n");
+        for i in 0..n {
+            config.push_str(&format!("  q{i}: {{}}\n"));
+        }
+        config
+    };
+    let three = queues(3);
+    let out = run_with_stdin(
+        launchgate_command().args(["check-config", "-", "--native-policy-slots=2"]),
+        three.as_bytes(),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("3 queues") && stderr.contains("2 native policy slots"),
+        "{stderr}"
+    );
+    let out = run_with_stdin(
+        launchgate_command()
+            .args(["check-config", "-"])
+            .env("LAUNCHGATE_NATIVE_POLICY_SLOTS", "2"),
+        three.as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let out = run_with_stdin(
+        launchgate_command().args(["check-config", "-", "--native-policy-slots=3"]),
+        three.as_bytes(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("native admission policies: 3 of 3 slots"),
+        "{}",
+        text(&out.stdout)
+    );
+    let many = queues(17);
+    let out = run_with_stdin(
+        launchgate_command().args(["check-config", "-"]),
+        many.as_bytes(),
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("17 queues, more than the 16"),
+        "{stderr}"
+    );
+}
+
+/// `compile-native --dormant-slots=N --policy-set=SET` prints the set's objects dormant — what
+/// the chart creates, for an admin to create once where `serve --native-policies` runs without
+/// the chart.
+#[test]
+fn compile_native_prints_a_dormant_set_for_an_admin_to_create() {
+    let out = launchgate(&["compile-native", "--dormant-slots=2", "--policy-set=lg"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text(&out.stdout))
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    assert_eq!(docs, launchgate::native::dormant_set("lg", 2));
+    assert_eq!(docs.len(), 8);
+    let out = launchgate(&[
+        "compile-native",
+        "--dormant-slots=2",
+        "--policy-set=lg",
+        "-o",
+        "json",
+    ]);
+    let list: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(
+        list["items"],
+        Value::Array(launchgate::native::dormant_set("lg", 2))
+    );
+    // The set must be named.
+    let out = launchgate(&["compile-native", "--dormant-slots=2"]);
+    assert!(!out.status.success());
+}

@@ -46,3 +46,25 @@ fn chart_kinds_match_the_kind_descriptors() {
         "charts/launchgate/files/kinds.json is out of date with the kind descriptors: {REGENERATE_HINT}"
     );
 }
+
+/// The dormant form the chart creates each native policy slot in is the server's
+/// (`native::chart_slot_file`); `UPDATE_SCHEMA=1` regenerates it too.
+#[test]
+fn chart_native_slot_is_the_servers_dormant_form() {
+    let path = common::root().join("charts/launchgate/files/native-slot.json");
+    let generated = launchgate::native::chart_slot_file();
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        let mut out = serde_json::to_string_pretty(&generated).unwrap();
+        out.push('\n');
+        std::fs::write(&path, out).unwrap();
+        return;
+    }
+    let current: Value = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    assert!(
+        current == generated,
+        "charts/launchgate/files/native-slot.json is out of date with the server's dormant slot: {REGENERATE_HINT}"
+    );
+}

@@ -11,9 +11,10 @@ mod common;
 
 use common::{launchgate, options, root, start_with, text};
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
-    WebhookClientConfig,
+    MutatingWebhookConfiguration, RuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
+use k8s_openapi::api::admissionregistration::v1beta1;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
@@ -189,6 +190,13 @@ fn round_trip<T: DeserializeOwned + serde::Serialize>(v: &Value) {
     );
 }
 
+/// `o` as its `admissionregistration.k8s.io/v1beta1` form.
+fn as_beta(o: &Value) -> Value {
+    let mut beta = o.clone();
+    beta["apiVersion"] = "admissionregistration.k8s.io/v1beta1".into();
+    beta
+}
+
 /// Every object parses into its k8s-openapi type without losing a field; CRD-backed objects
 /// (cert-manager, Prometheus Operator) at least carry apiVersion/kind/metadata.name/spec.
 fn check_all_objects(objs: &[Value]) {
@@ -220,6 +228,19 @@ fn check_all_objects(objs: &[Value]) {
             }
             ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
                 round_trip::<ValidatingWebhookConfiguration>(o)
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+                round_trip::<ValidatingAdmissionPolicy>(o)
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+                round_trip::<ValidatingAdmissionPolicyBinding>(o)
+            }
+            // v1 in Kubernetes 1.36; k8s-openapi's newest types have the same fields as beta.
+            ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy") => {
+                round_trip::<v1beta1::MutatingAdmissionPolicy>(&as_beta(o))
+            }
+            ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding") => {
+                round_trip::<v1beta1::MutatingAdmissionPolicyBinding>(&as_beta(o))
             }
             ("cert-manager.io/v1", "Certificate" | "Issuer")
             | ("monitoring.coreos.com/v1", "ServiceMonitor" | "PrometheusRule") => {
@@ -913,7 +934,7 @@ fn policy_modes_render_what_each_needs() {
                     .is_some_and(|rs| rs.iter().any(|x| x == "mutatingadmissionpolicies"))
                     && rule["verbs"]
                         .as_array()
-                        .is_some_and(|v| v.iter().any(|x| x == "patch"))
+                        .is_some_and(|v| v.iter().any(|x| x == "update"))
             })
         })
     };
@@ -957,38 +978,80 @@ fn policy_modes_render_what_each_needs() {
     );
 }
 
+/// Every rule of the Roles and ClusterRoles bound to the ServiceAccount `sa` of the release's
+/// namespace in a render.
+fn rules_bound_to(objs: &[Value], sa: &str) -> Vec<Value> {
+    let bound = |b: &&&Value| {
+        b["subjects"].as_array().into_iter().flatten().any(|s| {
+            s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == RELEASE_NS
+        })
+    };
+    let mut rules = Vec::new();
+    for (binding_kind, role_kind) in [
+        ("ClusterRoleBinding", "ClusterRole"),
+        ("RoleBinding", "Role"),
+    ] {
+        for binding in of_kind(objs, binding_kind).iter().filter(bound) {
+            assert_eq!(binding["roleRef"]["kind"], role_kind);
+            let role = of_kind(objs, role_kind)
+                .into_iter()
+                .find(|r| r["metadata"]["name"] == binding["roleRef"]["name"])
+                .expect("the bound role is in the chart");
+            rules.extend(role["rules"].as_array().cloned().unwrap_or_default());
+        }
+    }
+    rules
+}
+
+/// The four admission policy resources.
+const ADMISSION_POLICIES: [&str; 4] = [
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+    "mutatingadmissionpolicies",
+    "mutatingadmissionpolicybindings",
+];
+
+/// The pods' service account may read (`get`) and replace (`update`) its own set's slot
+/// objects and nothing else of the four admission policy kinds: no `create` (it could make an
+/// admission policy that mutates other namespaces' pods), no `delete`, no `list`, no `patch`.
 #[test]
 fn native_policy_rights_are_limited_to_the_releases_own_names() {
     let Some(helm) = helm() else { return };
-    let resources = [
-        "validatingadmissionpolicies",
-        "validatingadmissionpolicybindings",
-        "mutatingadmissionpolicies",
-        "mutatingadmissionpolicybindings",
-    ];
     for (values, slots) in [
         (r#"{"policyMode":"native"}"#, 16),
         (r#"{"policyMode":"hybrid","nativePolicySlots":3}"#, 3),
+        (
+            r#"{"policyMode":"hybrid","nativePolicySlots":3,"clusterLookups":true}"#,
+            3,
+        ),
     ] {
         let objs = helm.render(&["--set-json", values]);
-        let role = of_kind(&objs, "ClusterRole")
-            .into_iter()
-            .find(|r| r["metadata"]["name"] == "launchgate-native-policies")
-            .expect("the native policies' ClusterRole");
-        let rules = role["rules"].as_array().unwrap();
+        let rules = rules_bound_to(&objs, "launchgate");
         // Which names each verb is granted on, per resource (None: every name).
-        for resource in resources {
+        for resource in ADMISSION_POLICIES {
             for verb in [
-                "get", "list", "create", "update", "patch", "delete", "watch",
+                "get",
+                "list",
+                "create",
+                "update",
+                "patch",
+                "delete",
+                "watch",
+                "deletecollection",
             ] {
                 let grants: Vec<Option<Vec<String>>> = rules
                     .iter()
                     .filter(|r| {
-                        r["resources"]
+                        r["apiGroups"]
                             .as_array()
                             .unwrap()
                             .iter()
-                            .any(|x| x == resource)
+                            .any(|g| g == "admissionregistration.k8s.io" || g == "*")
+                            && r["resources"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .any(|x| x == resource || x == "*")
                             && r["verbs"]
                                 .as_array()
                                 .unwrap()
@@ -1005,9 +1068,7 @@ fn native_policy_rights_are_limited_to_the_releases_own_names() {
                     })
                     .collect();
                 match verb {
-                    "list" | "create" => assert_eq!(grants, [None], "{resource} {verb}"),
-                    "watch" => assert!(grants.is_empty(), "{resource} {verb}"),
-                    _ => {
+                    "get" | "update" => {
                         assert_eq!(grants.len(), 1, "{resource} {verb}: {grants:?}");
                         let names = grants[0].clone().expect("limited by resourceNames");
                         assert_eq!(
@@ -1016,9 +1077,20 @@ fn native_policy_rights_are_limited_to_the_releases_own_names() {
                             "{resource} {verb}"
                         );
                     }
+                    _ => assert!(grants.is_empty(), "{resource} {verb}: {grants:?}"),
                 }
             }
         }
+        // Events about the pods' own state: in the release's namespace.
+        let native_status = of_kind(&objs, "Role")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == "launchgate-native-status")
+            .expect("the native status Role");
+        assert_eq!(native_status["metadata"]["namespace"], RELEASE_NS);
+        assert_eq!(
+            native_status["rules"],
+            serde_json::json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}])
+        );
         let d: Deployment = one(&objs, "Deployment");
         let env = deployment_env(&d);
         assert!(
@@ -1028,6 +1100,25 @@ fn native_policy_rights_are_limited_to_the_releases_own_names() {
             )),
             "{env:?}"
         );
+        let from_field = |name: &str| {
+            webhook_container(&d)
+                .env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value_from.as_ref())
+                .and_then(|f| f.field_ref.as_ref())
+                .map(|f| f.field_path.clone())
+        };
+        assert_eq!(
+            from_field("LAUNCHGATE_POD_NAMESPACE").as_deref(),
+            Some("metadata.namespace")
+        );
+        assert_eq!(
+            from_field("LAUNCHGATE_POD_UID").as_deref(),
+            Some("metadata.uid")
+        );
     }
     // More queues than slots fails the install, naming the value.
     let (ok, _, err) = helm.check(&[
@@ -1036,16 +1127,109 @@ fn native_policy_rights_are_limited_to_the_releases_own_names() {
         r#"{"policyMode":"native","nativePolicySlots":1,"config":{"queues":{"a":{},"b":{}}}}"#,
     ]);
     assert!(!ok && err.contains("nativePolicySlots"), "{err}");
-    // Webhook mode: no rights on admission policies at all.
+    // Webhook mode: no rights on admission policies at all, and no slot objects.
     let objs = helm.render(&[]);
     assert!(of_kind(&objs, "ClusterRole").iter().all(|r| {
         r["rules"].as_array().into_iter().flatten().all(|rule| {
             rule["resources"].as_array().is_none_or(|rs| {
                 !rs.iter()
-                    .any(|x| resources.contains(&x.as_str().unwrap_or("")))
+                    .any(|x| ADMISSION_POLICIES.contains(&x.as_str().unwrap_or("")))
             })
         })
     }));
+    assert!(of_kind(&objs, "ValidatingAdmissionPolicy").is_empty());
+    assert!(of_kind(&objs, "MutatingAdmissionPolicy").is_empty());
+}
+
+/// native/hybrid: the chart creates every slot's four objects in the server's dormant form
+/// (so the pods need no `create`), and an upgrade renders an existing one with its live spec
+/// (`lookup`): `helm upgrade` never makes the policies the pods wrote dormant again. An object
+/// of the set that is not the release's (created by an earlier version's pods) is not rendered,
+/// so Helm does not refuse the upgrade for want of adopting it.
+#[test]
+fn native_slots_are_created_dormant_and_kept_across_upgrades() {
+    let Some(helm) = helm() else { return };
+    let values = r#"{"policyMode":"hybrid","nativePolicySlots":3}"#;
+    let objs = helm.render(&["--set-json", values]);
+    check_all_objects(&objs);
+    let slot_objects = |objs: &[Value]| -> Vec<Value> {
+        objs.iter()
+            .filter(|o| launchgate::native::SlotKind::of(kind(o)).is_some())
+            .cloned()
+            .collect()
+    };
+    let rendered = slot_objects(&objs);
+    let expected = launchgate::native::slot_objects("launchgate", 3);
+    assert_eq!(rendered.len(), expected.len());
+    for (slot, slot_kind, name) in &expected {
+        let object = rendered
+            .iter()
+            .find(|o| kind(o) == slot_kind.kind && o["metadata"]["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("{} {name} is not in the chart", slot_kind.kind));
+        let dormant = launchgate::native::dormant("launchgate", *slot, *slot_kind, name);
+        assert_eq!(object["spec"], dormant["spec"], "{name}");
+        for label in [
+            launchgate::native::POLICY_SET_LABEL,
+            launchgate::native::POLICY_SLOT_LABEL,
+        ] {
+            assert_eq!(
+                object["metadata"]["labels"][label], dormant["metadata"]["labels"][label],
+                "{name} {label}"
+            );
+        }
+    }
+
+    // An upgrade: slot 0's policy holds a queue's compiled policy (written by the pods into the
+    // object Helm created); slot 1's was created by an earlier version's pods, not Helm.
+    let policy = launchgate::Policy::embedded_default();
+    let set =
+        launchgate::native::slot_set(&policy, "launchgate", 3, None, None, &Default::default())
+            .unwrap();
+    let key = (
+        "ValidatingAdmissionPolicy".to_string(),
+        "launchgate-q0-limits".to_string(),
+    );
+    let mut written = set[&key].clone();
+    // Helm's marks on what it created, which the pods keep.
+    written["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "Helm".into();
+    written["metadata"]["annotations"]["meta.helm.sh/release-name"] = "launchgate".into();
+    written["metadata"]["annotations"]["meta.helm.sh/release-namespace"] = RELEASE_NS.into();
+    let mut earlier = launchgate::native::dormant(
+        "launchgate",
+        1,
+        launchgate::native::SlotKind::of("MutatingAdmissionPolicy").unwrap(),
+        "launchgate-q1-mutate",
+    );
+    earlier["metadata"]["annotations"] =
+        serde_json::json!({"launchgate.io/queue-key": "gpu-queue"});
+    let dir = tempfile::tempdir().unwrap();
+    let existing = dir.path().join("existing.json");
+    std::fs::write(
+        &existing,
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [written, earlier]})
+            .to_string(),
+    )
+    .unwrap();
+    let objs = helm.render(&[
+        "--set-json",
+        values,
+        "--existing",
+        existing.to_str().unwrap(),
+    ]);
+    let rendered = slot_objects(&objs);
+    let find = |k: &str, n: &str| {
+        rendered
+            .iter()
+            .find(|o| kind(o) == k && o["metadata"]["name"] == n)
+            .cloned()
+    };
+    let kept = find("ValidatingAdmissionPolicy", "launchgate-q0-limits").unwrap();
+    assert_eq!(kept["spec"], set[&key]["spec"]);
+    assert!(find("MutatingAdmissionPolicy", "launchgate-q1-mutate").is_none());
+    assert_eq!(rendered.len(), expected.len() - 1);
+    // The rest still dormant.
+    let other = find("MutatingAdmissionPolicy", "launchgate-q0-mutate").unwrap();
+    assert_eq!(other["spec"]["matchConditions"][0]["expression"], "false");
 }
 
 /// The `webhook.*` values as `launchgate serve` flags (what the pod reads from its env).

@@ -71,6 +71,13 @@ pub(crate) enum Command {
     CheckConfig {
         /// The config file; `-` for stdin.
         file: PathBuf,
+        /// The slots of the native policy set the config is for (`serve --native-policies`,
+        /// the chart's `policyMode: native|hybrid` and `nativePolicySlots`): a config with more
+        /// queues is refused, as `serve` refuses it. Read from LAUNCHGATE_NATIVE_POLICY_SLOTS
+        /// too, so in a native or hybrid pod it is the pod's. Without it, a config with more
+        /// queues than the default 16 slots is only warned about: it is valid for the webhook.
+        #[arg(long, env = "LAUNCHGATE_NATIVE_POLICY_SLOTS", value_parser = crate::server::parse_slots)]
+        native_policy_slots: Option<usize>,
     },
     /// Compile the policy to native admission policies (ValidatingAdmissionPolicy,
     /// MutatingAdmissionPolicy and their bindings) for `kubectl apply`; `--report` says, per
@@ -121,6 +128,20 @@ pub(crate) struct NativeArgs {
     /// stays in the webhook turned off), to compare the two.
     #[arg(long)]
     pub(crate) equivalent_config: bool,
+    /// Print instead the objects of a native policy set of this many slots, dormant (matching
+    /// nothing): what `serve --native-policies=<set> --native-policy-slots=<n>` writes queues
+    /// into, for an admin to create once (`| kubectl create -f -`) where the chart does not.
+    #[arg(
+        long,
+        value_name = "SLOTS",
+        requires = "policy_set",
+        conflicts_with_all = ["report", "equivalent_config"],
+        value_parser = crate::server::parse_slots
+    )]
+    pub(crate) dormant_slots: Option<usize>,
+    /// The set of --dormant-slots (`serve --native-policies`; the chart's release name).
+    #[arg(long, value_name = "SET", requires = "dormant_slots")]
+    pub(crate) policy_set: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -405,6 +426,25 @@ pub fn error_text(e: &anyhow::Error) -> String {
 }
 
 fn compile_native(args: &NativeArgs) -> Result<ExitCode> {
+    if let (Some(slots), Some(set)) = (args.dormant_slots, &args.policy_set) {
+        let objects = crate::native::dormant_set(set, slots);
+        match args.output {
+            NativeFormat::Yaml => {
+                for object in &objects {
+                    out!("---\n{}", serde_yaml::to_string(object)?)?;
+                }
+            }
+            NativeFormat::Json => outln!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "List",
+                    "items": objects,
+                }))?
+            )?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let (policy, hash) = match &args.config {
         None => (
             Policy::embedded_default(),
@@ -460,7 +500,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Validate(args) => validate_cmd(&args),
         Command::Test(args) => test_suite::run(&args),
         Command::Audit(args) => audit::run(&args),
-        Command::CheckConfig { file } => {
+        Command::CheckConfig {
+            file,
+            native_policy_slots,
+        } => {
             let text = inputs::read_input(&file)?;
             let shown = if file.as_os_str() == "-" {
                 "<stdin>".to_string()
@@ -469,7 +512,24 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             };
             match Policy::from_yaml(&text) {
                 Ok(p) => {
+                    let queues = p.queues.len();
+                    if let Some(slots) = native_policy_slots {
+                        if let Err(why) = crate::native::check_capacity(queues, slots) {
+                            eprintln!("{shown}: invalid config for native admission policies");
+                            eprintln!("  {why}");
+                            return Ok(ExitCode::from(2));
+                        }
+                    } else if let Err(why) =
+                        crate::native::check_capacity(queues, crate::native::DEFAULT_POLICY_SLOTS)
+                    {
+                        eprintln!(
+                            "{shown}: warning: with native admission policies (policyMode native or hybrid) {why}; pass --native-policy-slots to check it as `serve` will"
+                        );
+                    }
                     outln!("{shown}: ok ({} queue(s))", p.queues.len())?;
+                    if let Some(slots) = native_policy_slots {
+                        outln!("native admission policies: {queues} of {slots} slots")?;
+                    }
                     outln!(
                         "controllers trusted with what they make (judged on the per-pod rules only):"
                     )?;

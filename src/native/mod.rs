@@ -14,7 +14,15 @@ pub(crate) mod eval;
 mod kueue;
 mod mutations;
 mod select;
+mod slots;
 pub mod webhooks;
+
+pub use slots::{
+    DEFAULT_POLICY_SLOTS, MANAGED_BY, MAX_POLICY_SLOTS, POLICY_SET_LABEL, POLICY_SLOT_LABEL,
+    QUEUE_KEY_ANNOTATION, SLOT_KINDS, SlotKind, assign_slots, chart_slot_file, check_capacity,
+    dormant, dormant_set, dormant_spec, existing_slots, key_of, owner, replacement, slot_base,
+    slot_names, slot_objects, slot_of, write_order,
+};
 
 use crate::cel::{Identifier, ident};
 use crate::mutate::labels::queue_label_value;
@@ -24,12 +32,7 @@ use crate::topology::guardrails::GangAction;
 use crate::validate::Enforcement;
 use crate::workload::WorkloadKind;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
-
-/// The label every generated object carries (what `prune` selects).
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "launchgate");
-/// The annotation naming the config key of the queue an object is for.
-pub const QUEUE_KEY_ANNOTATION: &str = "launchgate.io/queue-key";
+use std::collections::BTreeMap;
 
 /// Something the webhook does that the native policies do not.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -105,10 +108,6 @@ fn slug(key: &str) -> String {
     }
 }
 
-/// The label naming the set (an installation) a generated object belongs to: what the server
-/// prunes by and what uninstalling deletes.
-pub const POLICY_SET_LABEL: &str = "launchgate.io/policy-set";
-
 /// Compile options.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -124,82 +123,6 @@ pub struct Options {
     /// can use is known in advance ([`slot_names`]: what a ClusterRole's `resourceNames` can
     /// list). A queue missing from the map keeps its key-derived name.
     pub slots: Option<BTreeMap<String, usize>>,
-}
-
-/// The label giving a slot-named object its slot (`q<n>`); objects without it were named by
-/// queue key.
-pub const POLICY_SLOT_LABEL: &str = "launchgate.io/policy-slot";
-
-/// How many queues a set has slots for unless told otherwise (the chart's `nativePolicySlots`).
-pub const DEFAULT_POLICY_SLOTS: usize = 16;
-
-/// The name part of the objects in slot `slot` of `set`.
-pub fn slot_base(set: &str, slot: usize) -> String {
-    format!("{set}-q{slot}")
-}
-
-/// Every object name a set of `slots` slots can use, in slot order: the only names the pods
-/// of that set update, patch or delete.
-pub fn slot_names(set: &str, slots: usize) -> Vec<String> {
-    (0..slots)
-        .flat_map(|slot| {
-            let base = slot_base(set, slot);
-            [format!("{base}-mutate"), format!("{base}-limits")]
-        })
-        .collect()
-}
-
-/// The slot of the object named `name` if it is a slot name of `set`.
-pub fn slot_of(set: &str, name: &str) -> Option<usize> {
-    let rest = name.strip_prefix(set)?.strip_prefix("-q")?;
-    let digits = rest
-        .strip_suffix("-mutate")
-        .or_else(|| rest.strip_suffix("-limits"))?;
-    if digits.is_empty() || digits.len() > 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    // No leading zeros: one slot has one name.
-    if digits.len() > 1 && digits.starts_with('0') {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// Gives each queue of `keys` a slot below `capacity`: the one `existing` (queue key → slot,
-/// read from the objects in the cluster) gives it when that slot is free and in range, so a
-/// config change renames nothing; the others the lowest free slots, in key order. An error
-/// when there are more queues than slots.
-pub fn assign_slots<'a>(
-    keys: impl IntoIterator<Item = &'a str>,
-    existing: &BTreeMap<String, usize>,
-    capacity: usize,
-) -> Result<BTreeMap<String, usize>, String> {
-    let keys: BTreeSet<&str> = keys.into_iter().collect();
-    if keys.len() > capacity {
-        return Err(format!(
-            "the config has {} queues, more than the {capacity} native policy slots \
-             (--native-policy-slots, the chart's nativePolicySlots)",
-            keys.len()
-        ));
-    }
-    let mut assigned = BTreeMap::new();
-    let mut taken = BTreeSet::new();
-    for &key in &keys {
-        if let Some(&slot) = existing.get(key)
-            && slot < capacity
-            && taken.insert(slot)
-        {
-            assigned.insert(key.to_string(), slot);
-        }
-    }
-    let mut free = (0..capacity).filter(|s| !taken.contains(s));
-    for &key in &keys {
-        if !assigned.contains_key(key) {
-            let slot = free.next().ok_or("no free native policy slot")?;
-            assigned.insert(key.to_string(), slot);
-        }
-    }
-    Ok(assigned)
 }
 
 fn metadata(name: &str, queue: &Queue, options: &Options) -> Value {
@@ -643,6 +566,39 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
     }
 }
 
+/// The objects of a set (`--native-policies=<set>`) of `capacity` slots for `policy`, by
+/// [`key_of`]: each queue's compiled objects in the slot it holds in the cluster (`existing`,
+/// from [`existing_slots`]) or the lowest free one, and every other object of every slot
+/// dormant — `4 × capacity` objects, exactly the names of [`slot_objects`]. An error (the
+/// [`check_capacity`] message) when the config has more queues than slots.
+pub fn slot_set(
+    policy: &Policy,
+    set: &str,
+    capacity: usize,
+    namespace_selector: Option<&Value>,
+    config_hash: Option<&str>,
+    existing: &BTreeMap<String, usize>,
+) -> Result<BTreeMap<(String, String), Value>, String> {
+    let assigned = assign_slots(policy.queues.keys().map(String::as_str), existing, capacity)?;
+    let options = Options {
+        config_hash: config_hash.map(str::to_string),
+        policy_set: Some(set.to_string()),
+        namespace_selector: namespace_selector.cloned(),
+        slots: Some(assigned),
+    };
+    let mut objects: BTreeMap<(String, String), Value> = compile(policy, &options)
+        .objects
+        .into_iter()
+        .map(|object| (key_of(&object), object))
+        .collect();
+    for (slot, kind, name) in slot_objects(set, capacity) {
+        objects
+            .entry((kind.kind.to_string(), name.clone()))
+            .or_insert_with(|| dormant(set, slot, kind, &name));
+    }
+    Ok(objects)
+}
+
 impl Report {
     /// The report as Markdown: per queue, what runs natively and what a webhook outage costs.
     pub fn to_markdown(&self) -> String {
@@ -690,61 +646,6 @@ mod tests {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         );
         assert_ne!(slug("a/b"), slug("a-b"));
-    }
-
-    #[test]
-    fn slot_names_are_enumerable_and_parse_back() {
-        assert_eq!(
-            slot_names("lg", 2),
-            [
-                "lg-q0-mutate",
-                "lg-q0-limits",
-                "lg-q1-mutate",
-                "lg-q1-limits"
-            ]
-        );
-        for (slot, name) in slot_names("lg", 12).iter().enumerate() {
-            assert_eq!(slot_of("lg", name), Some(slot / 2), "{name}");
-        }
-        for foreign in [
-            "lg-gpu-queue-limits",
-            "lg-q-limits",
-            "lg-q01-limits",
-            "lg-q1-other",
-            "other-q1-limits",
-            "lg-q1",
-            "lg-q99999999999999999999-mutate",
-            "lgx-q1-mutate",
-        ] {
-            assert_eq!(slot_of("lg", foreign), None, "{foreign}");
-        }
-    }
-
-    #[test]
-    fn queues_keep_their_slots_and_new_ones_take_the_free_ones() {
-        let existing = BTreeMap::from([
-            ("b".to_string(), 0),
-            ("gone".to_string(), 1),
-            ("c".to_string(), 7),
-            // Two queues claiming one slot: the first in key order keeps it.
-            ("d".to_string(), 0),
-        ]);
-        let assigned = assign_slots(["a", "b", "c", "d"], &existing, 4).unwrap();
-        assert_eq!(
-            assigned,
-            BTreeMap::from([
-                ("a".to_string(), 1),
-                ("b".to_string(), 0),
-                ("c".to_string(), 2),
-                ("d".to_string(), 3),
-            ])
-        );
-        let err = assign_slots(["a", "b", "c"], &BTreeMap::new(), 2).unwrap_err();
-        assert!(
-            err.contains("3 queues") && err.contains("2 native policy slots"),
-            "{err}"
-        );
-        assert!(assign_slots([], &existing, 1).unwrap().is_empty());
     }
 
     #[test]

@@ -70,6 +70,11 @@ pub(crate) struct KubeEventSink {
 }
 
 impl KubeEventSink {
+    /// Creates Events with `client`.
+    pub(crate) fn new(client: kube::Client) -> Self {
+        KubeEventSink { client }
+    }
+
     /// The in-cluster service account, else `KUBECONFIG` / `~/.kube/config`.
     pub(crate) async fn try_default() -> anyhow::Result<Self> {
         use anyhow::Context as _;
@@ -201,6 +206,52 @@ impl PendingEvent {
             self.reason,
             self.note
         )
+    }
+}
+
+/// The server's own pod, which Events about the server's state regard (`--pod-namespace`,
+/// `--pod-name`, `--pod-uid`; the chart passes them from the downward API, so `kubectl
+/// describe pod` shows them).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct OwnPod {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) uid: Option<String>,
+}
+
+impl OwnPod {
+    /// An Event of `type_` (`Normal`, `Warning`) about this pod, created at `now`.
+    pub(crate) fn event(
+        &self,
+        type_: &str,
+        reason: &str,
+        action: &str,
+        note: &str,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Event {
+        Event {
+            metadata: ObjectMeta {
+                name: Some(event_name(&self.name, now.as_nanosecond())),
+                namespace: Some(self.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(now)),
+            type_: Some(type_.into()),
+            reason: Some(reason.into()),
+            action: Some(action.into()),
+            note: Some(truncate_note(note)),
+            regarding: Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(self.namespace.clone()),
+                name: Some(self.name.clone()),
+                uid: self.uid.clone(),
+                ..ObjectReference::default()
+            }),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.name.chars().take(128).collect()),
+            ..Event::default()
+        }
     }
 }
 

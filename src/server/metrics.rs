@@ -45,6 +45,16 @@ pub(crate) struct QueueLabels {
     pub(crate) queue: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabels {
+    pub(crate) reason: &'static str,
+}
+
+/// Why the native policy set is not in step
+/// (`launchgate_native_policy_sync_failing{reason}`; `server::native_sync`).
+pub(crate) const NATIVE_SYNC_FAILURES: [&str; 3] =
+    ["too_many_queues", "missing_objects", "api_error"];
+
 /// The results of a config or certificate reload.
 pub(crate) const RELOAD_RESULTS: [&str; 2] = ["success", "failure"];
 
@@ -156,6 +166,11 @@ pub(crate) struct Metrics {
     pub(crate) config_info: Family<ConfigLabels, Gauge>,
     pub(crate) cert_reloads: Family<ResultLabels, Counter>,
     pub(crate) cert_not_after: Gauge<i64, AtomicI64>,
+    /// The native policy set (`--native-policies`): its slots, the queues asking for them, and
+    /// why it is not in step.
+    pub(crate) native_slots: Gauge,
+    pub(crate) native_queues: Gauge,
+    pub(crate) native_sync_failing: Family<ReasonLabels, Gauge>,
     /// Decisions by queue and outcome, violations by rule, build info, Events.
     pub(crate) decisions: DecisionMetrics,
 }
@@ -235,6 +250,21 @@ impl Metrics {
                 "certificate_not_after_timestamp_seconds",
                 "notAfter of the serving certificate (alert well before it passes)",
             ),
+            native_slots: registered(
+                &mut registry,
+                "native_policy_slots",
+                "Slots of the native admission policy set the server keeps (--native-policies, --native-policy-slots): how many queues it can hold; 0 without native policies",
+            ),
+            native_queues: registered(
+                &mut registry,
+                "native_policy_queues",
+                "Queues of the config last read, each needing a native policy slot; a config with more queues than native_policy_slots is refused",
+            ),
+            native_sync_failing: registered(
+                &mut registry,
+                "native_policy_sync_failing",
+                "1 while the native admission policies cannot be brought in step with the config, by reason (too_many_queues: the config on disk has more queues than slots and is refused; missing_objects: a slot object is not in the cluster; api_error: reading or replacing one failed), else 0; the server is not ready meanwhile",
+            ),
             decisions: DecisionMetrics::register(&mut registry),
             registry,
             process,
@@ -252,6 +282,13 @@ impl Metrics {
                     reason,
                 }));
             }
+        }
+        for reason in NATIVE_SYNC_FAILURES {
+            drop(
+                metrics
+                    .native_sync_failing
+                    .get_or_create(&ReasonLabels { reason }),
+            );
         }
         for result in RELOAD_RESULTS {
             drop(
@@ -285,6 +322,10 @@ impl Metrics {
                 .get_or_create(&QueueLabels { queue: queue() }),
         );
         m.config_loaded("<sha256>".into());
+        drop(
+            m.native_sync_failing
+                .get_or_create(&ReasonLabels { reason: "<reason>" }),
+        );
         drop(m.decisions.decisions.get_or_create(&DecisionLabels {
             endpoint: "<endpoint>",
             queue: queue(),

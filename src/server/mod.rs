@@ -31,6 +31,7 @@ mod reload;
 pub(crate) mod tls;
 pub mod webhook_sync;
 
+pub(crate) use options::parse_slots;
 pub use options::{LogFormat, RegistrationOptions, ServeOptions};
 
 use crate::cluster::{ClusterView, NoCluster};
@@ -81,11 +82,26 @@ pub(crate) struct AppState {
     events: Option<events::EventRecorder>,
     /// Set when OTLP trace export is on (`--otlp-traces`).
     tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
+    /// Set when the server keeps native admission policies (`--native-policies`).
+    pub(crate) native: Option<native_sync::Native>,
 }
 
 impl AppState {
     fn is_ready(&self) -> bool {
-        !self.shutting_down.load(Ordering::Acquire) && self.cert_valid.load(Ordering::Acquire)
+        self.not_ready().is_none()
+    }
+
+    /// Why the server is not ready, if it is not: what `/readyz` answers.
+    fn not_ready(&self) -> Option<String> {
+        if self.shutting_down.load(Ordering::Acquire) {
+            Some("shutting down".into())
+        } else if !self.cert_valid.load(Ordering::Acquire) {
+            Some("certificate not valid".into())
+        } else {
+            self.native
+                .as_ref()
+                .and_then(native_sync::Native::not_ready)
+        }
     }
 }
 
@@ -118,12 +134,9 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(s): State<Arc<AppState>>) -> Response {
-    if s.is_ready() {
-        (StatusCode::OK, "ready").into_response()
-    } else if s.shutting_down.load(Ordering::Acquire) {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "certificate not valid").into_response()
+    match s.not_ready() {
+        None => (StatusCode::OK, "ready").into_response(),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
     }
 }
 
@@ -274,6 +287,36 @@ pub async fn start_with_event_sink(
     let recorder =
         sink.map(|sink| events::EventRecorder::start(sink, instance, metrics.decisions.clone()));
     let telemetry = otel::Telemetry::start(opts.otlp_traces)?;
+    let native = match &opts.native_policies {
+        Some(set) => {
+            let client = kube::Client::try_default()
+                .await
+                .context("--native-policies needs a Kubernetes client")?;
+            let target = native_sync::Target {
+                set: set.clone(),
+                slots: opts.native_policy_slots,
+                namespace_selector: opts.native_namespace_selector.clone(),
+            };
+            let reporter = own_pod(&opts).map(|pod| {
+                let sink: Arc<dyn events::EventSink> =
+                    Arc::new(events::KubeEventSink::new(client.clone()));
+                (sink, pod)
+            });
+            if reporter.is_none() {
+                tracing::info!(
+                    "no --pod-namespace and not in a pod: the native policies' state is not written as Events"
+                );
+            }
+            let store: Arc<dyn native_sync::SlotStore> =
+                Arc::new(native_sync::KubeSlots::new(client));
+            Some((native_sync::Native::new(target, reporter, &metrics), store))
+        }
+        None => None,
+    };
+    let (native, native_store) = match native {
+        Some((n, store)) => (Some(n), Some(store)),
+        None => (None, None),
+    };
     let state = Arc::new(AppState {
         policy: ArcSwap::from_pointee(policy),
         metrics,
@@ -286,6 +329,7 @@ pub async fn start_with_event_sink(
         request_deadline: opts.request_deadline,
         events: recorder,
         tracer: telemetry.as_ref().map(otel::Telemetry::tracer),
+        native,
     });
 
     let listener = TcpListener::bind(opts.listen)
@@ -312,16 +356,10 @@ pub async fn start_with_event_sink(
         opts.reload_interval,
         shutdown_rx.clone(),
     );
-    if let Some(set) = &opts.native_policies {
-        let client = kube::Client::try_default()
-            .await
-            .context("--native-policies needs a Kubernetes client")?;
+    if let Some(store) = native_store {
         native_sync::spawn(
             state.clone(),
-            client,
-            set.clone(),
-            opts.native_policy_slots,
-            opts.native_namespace_selector.clone(),
+            store,
             opts.reload_interval,
             shutdown_rx.clone(),
         );
@@ -510,6 +548,32 @@ async fn admin_loop(listener: TcpListener, app: Router, read_timeout: Duration) 
             }
         });
     }
+}
+
+/// The server's own pod, for Events about its state: `--pod-namespace` (else the namespace of
+/// the pod's service account, in a pod) and `--pod-name` (else the hostname); `None` outside a
+/// pod without `--pod-namespace`.
+fn own_pod(opts: &ServeOptions) -> Option<events::OwnPod> {
+    let namespace = opts
+        .pod_namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+        })?;
+    let name = opts
+        .pod_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(events::default_instance);
+    Some(events::OwnPod {
+        namespace,
+        name,
+        uid: opts.pod_uid.clone().filter(|u| !u.is_empty()),
+    })
 }
 
 /// Runs the server until SIGTERM or Ctrl-C, then shuts down gracefully.

@@ -140,15 +140,18 @@ pub struct ServeOptions {
     #[arg(long, env = "LAUNCHGATE_EVENTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub events: bool,
     /// Keep the config's native admission policies (ValidatingAdmissionPolicy,
-    /// MutatingAdmissionPolicy and bindings) in the cluster, as the set named here: applied at
-    /// start and after every config reload, the set's objects no longer compiled deleted (the
-    /// chart's `policyMode: native|hybrid`). The objects are named `<set>-q<n>-mutate` and
-    /// `<set>-q<n>-limits`, n below --native-policy-slots. Needs list and create on those four
-    /// kinds, and get, update, patch and delete on those names.
+    /// MutatingAdmissionPolicy and bindings) in the cluster, as the set named here (the chart's
+    /// `policyMode: native|hybrid`): a config is served once the set holds it, at start and after
+    /// every reload. The set is --native-policy-slots slots, each the four objects
+    /// `<set>-q<n>-mutate` and `<set>-q<n>-limits`, created dormant beforehand (the chart, or
+    /// `compile-native --dormant-slots`); a queue's objects are written into a slot, a slot no
+    /// queue holds is made dormant again. Needs get and update on those names only. Not ready
+    /// while the set cannot be brought in step (/readyz says why).
     #[arg(long, env = "LAUNCHGATE_NATIVE_POLICIES")]
     pub native_policies: Option<String>,
-    /// With --native-policies: how many queues the set has names for (a config with more
-    /// queues is not synced).
+    /// With --native-policies: how many queues the set has slots for. A config with more
+    /// queues is refused: at start the server is never ready, on a reload the previous config
+    /// keeps serving (and the server is not ready until another config is read).
     #[arg(
         long,
         env = "LAUNCHGATE_NATIVE_POLICY_SLOTS",
@@ -159,9 +162,18 @@ pub struct ServeOptions {
     /// The namespaceSelector (JSON) of every native binding: the namespaces the webhooks cover.
     #[arg(long, env = "LAUNCHGATE_NATIVE_NAMESPACE_SELECTOR", value_parser = parse_json_object)]
     pub native_namespace_selector: Option<serde_json::Value>,
-    /// The Events' reportingInstance (the chart passes the pod name); default: the hostname.
+    /// The Events' reportingInstance, and the pod Events about the server's own state regard
+    /// (the chart passes the pod name); default: the hostname.
     #[arg(long, env = "LAUNCHGATE_POD_NAME")]
     pub pod_name: Option<String>,
+    /// The namespace of the server's pod, where Events about its own state (the native
+    /// policies' sync) are written; default: the pod's service account namespace in a pod,
+    /// else no such Events.
+    #[arg(long, env = "LAUNCHGATE_POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// The uid of the server's pod, so `kubectl describe pod` shows the Events about it.
+    #[arg(long, env = "LAUNCHGATE_POD_UID")]
+    pub pod_uid: Option<String>,
     /// With --cluster-lookups: watch Volcano Jobs, Services and PyTorchJobs only in these
     /// namespaces (comma-separated; empty: all namespaces).
     #[arg(long, env = "LAUNCHGATE_OWNER_WATCH_NAMESPACES", value_delimiter = ',')]
@@ -445,11 +457,12 @@ fn default_dev_cert_dir() -> PathBuf {
     std::env::temp_dir().join("launchgate-dev-certs")
 }
 
-/// `--native-policy-slots`: 1..=256.
-fn parse_slots(text: &str) -> Result<usize, String> {
+/// `--native-policy-slots` (`serve`, `check-config`): 1..=[`crate::native::MAX_POLICY_SLOTS`].
+pub(crate) fn parse_slots(text: &str) -> Result<usize, String> {
+    let max = crate::native::MAX_POLICY_SLOTS;
     match text.trim().parse::<usize>() {
-        Ok(n) if (1..=256).contains(&n) => Ok(n),
-        _ => Err(format!("{text:?} is not a number of slots from 1 to 256")),
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("{text:?} is not a number of slots from 1 to {max}")),
     }
 }
 

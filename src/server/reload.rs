@@ -5,7 +5,10 @@
 //! poll instead: every interval the files' *contents* are read (through the symlinks) and
 //! compared with what is loaded. A new certificate is used only when the pair parses and the
 //! key matches; a new config only when it passes every check. Otherwise the old one stays,
-//! the failure is logged and counted, and readiness is unaffected.
+//! the failure is logged and counted, and readiness is unaffected. With native policies
+//! (`--native-policies`) a new config is served once the cluster's native policies hold it
+//! ([`super::native_sync`]), and one with more queues than their slots is refused and makes
+//! the server not ready until another config is read.
 
 use super::AppState;
 use super::metrics::ResultLabels;
@@ -60,6 +63,28 @@ pub(crate) fn not_expired(not_after_unix: i64) -> bool {
     not_after_unix > now
 }
 
+/// With native policies (`--native-policies`): a config that passed its checks is served once
+/// the set holds it; one with more queues than the set has slots is refused, as a config that
+/// fails a check is, and the previous one keeps serving. Whether it was accepted.
+pub(crate) fn accept(state: &AppState, policy: Arc<Policy>, hash: String) -> bool {
+    let Some(native) = &state.native else {
+        return false;
+    };
+    match native.admit(&policy, &state.metrics) {
+        Ok(()) => {
+            state.metrics.config_last_reload_successful.set(1);
+            native.offer(super::native_sync::Wanted { policy, hash });
+            true
+        }
+        Err(why) => {
+            state.metrics.config_last_reload_successful.set(0);
+            tracing::error!(%hash, error = %why, "config refused: the native admission policies cannot hold it; keeping the current policy");
+            native.refuse(why, &state.metrics);
+            false
+        }
+    }
+}
+
 pub(crate) fn spawn(
     state: Arc<AppState>,
     resolver: Arc<SwappableCert>,
@@ -74,9 +99,13 @@ pub(crate) fn spawn(
         (Some(_), Some(bytes)) => bytes.as_slice(),
         (Some(_), None) => &[],
     };
-    state
-        .metrics
-        .config_loaded(crate::policy::config_hash(loaded));
+    let hash = crate::policy::config_hash(loaded);
+    match &state.native {
+        None => state.metrics.config_loaded(hash),
+        Some(_) => {
+            accept(&state, state.policy.load_full(), hash);
+        }
+    }
     tokio::spawn(async move {
         let mut last_cert = cert_source.read().ok();
         let mut not_after = state.metrics.cert_not_after.get();
@@ -124,11 +153,20 @@ pub(crate) fn spawn(
                                 for warning in &policy.warnings {
                                     tracing::warn!(path = %path.display(), %warning, "config loads, but does not hold as written");
                                 }
-                                state.policy.store(Arc::new(policy));
                                 let hash = crate::policy::config_hash(&bytes);
-                                state.metrics.config_loaded(hash.clone());
-                                count(&state.metrics.config_reloads, "success");
-                                tracing::info!(path = %path.display(), %hash, "reloaded config");
+                                if state.native.is_some() {
+                                    if accept(&state, Arc::new(policy), hash.clone()) {
+                                        count(&state.metrics.config_reloads, "success");
+                                        tracing::info!(path = %path.display(), %hash, "reloaded config; serving it once the native admission policies hold it");
+                                    } else {
+                                        count(&state.metrics.config_reloads, "failure");
+                                    }
+                                } else {
+                                    state.policy.store(Arc::new(policy));
+                                    state.metrics.config_loaded(hash.clone());
+                                    count(&state.metrics.config_reloads, "success");
+                                    tracing::info!(path = %path.display(), %hash, "reloaded config");
+                                }
                             }
                             Err(e) => {
                                 state.metrics.config_last_reload_successful.set(0);

@@ -173,7 +173,14 @@ fn tests() -> Vec<E2eTest> {
         e2e!(native::a_pytorchjob_is_judged_the_same_every_time),
         e2e!(native::hybrid_mode_enforces_while_the_webhook_is_down),
         e2e!(native::the_server_keeps_native_policies_in_step_with_its_config),
-        e2e!(native_rbac::the_native_policy_role_writes_only_its_own_policies),
+        e2e!(
+            native_rbac::the_pods_create_no_admission_policy_and_keep_their_queues_in_the_charts_slots,
+            unregistered
+        ),
+        e2e!(
+            native_rbac::a_server_with_more_queues_than_slots_is_never_ready,
+            unregistered
+        ),
         e2e!(
             registration::a_first_install_admits_launch_workloads_until_a_replica_registers,
             unregistered

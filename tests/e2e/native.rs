@@ -928,79 +928,87 @@ async fn set_names(client: &kube::Client, kind: &str, set: &str) -> Result<BTree
         .collect())
 }
 
-/// `serve --native-policies=<set>` (the chart's native and hybrid modes) applies the config's
-/// native policies, follows a config change (a removed queue's objects are deleted), and
-/// `delete-webhooks --native-policies=<set>` (the chart's uninstall hook) removes them all.
+/// `serve --native-policies=<set>` outside the chart: an admin creates the set's slots once
+/// (`compile-native --dormant-slots`), the server writes the config's queues into them, makes a
+/// removed queue's slot dormant again (deleting nothing), and `delete-webhooks
+/// --native-policies=<set>` (the chart's uninstall hook) removes them all.
 pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx) -> Result<()> {
+    use crate::native_rbac::{config, install, owners, slot_queues, uninstall};
     let set = format!("e2e-{}", &ctx.ns[ctx.ns.len() - 4..]);
-    let mut config: Value = serde_yaml::from_str(launchgate::policy::DEFAULT_CONFIG_YAML)?;
-    config["queues"]["extra-queue"] = config["queues"]["gpu-queue"].clone();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+        .args(["compile-native", "--dormant-slots=2", "-o", "json"])
+        .arg(format!("--policy-set={set}"))
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Value = serde_json::from_slice(&out.stdout)?;
+    let created = install(ctx, list["items"].as_array().context("items")?).await;
     let dir = tempfile::tempdir()?;
-    let mut server = Launchgate::start_with(
-        dir.path(),
-        Some(&ctx.env.kubeconfig),
-        "127.0.0.1",
-        &serde_yaml::to_string(&config)?,
-        // Bound to this test's namespace only: unbound, the set's mutations would label other
-        // tests' workloads with this config's default queue while it runs.
-        &[
-            format!("--native-policies={set}"),
-            format!(
-                "--native-namespace-selector={}",
-                json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
-                    "operator": "In", "values": [ctx.ns]}]})
-            ),
-        ],
-    )
-    .await?;
+    let mut server: Option<Launchgate> = None;
     let result = async {
-        // Slots in key order at first (extra-queue 0, gpu-queue 1); a queue keeps its slot
-        // when another goes.
-        let names = |queue: &str| {
-            let slot = if queue == "extra-queue" { 0 } else { 1 };
-            BTreeSet::from([
-                format!("{set}-q{slot}-mutate"),
-                format!("{set}-q{slot}-limits"),
-            ])
-        };
-        let both: BTreeSet<String> = names("gpu-queue")
-            .union(&names("extra-queue"))
-            .cloned()
-            .collect();
-        ctx.wait_for(
-            "the native policies of both queues",
-            Duration::from_secs(120),
-            || async {
-                let m = set_names(&ctx.client, "MutatingAdmissionPolicy", &set).await?;
-                let v = set_names(&ctx.client, "ValidatingAdmissionPolicy", &set).await?;
-                let b = set_names(&ctx.client, "ValidatingAdmissionPolicyBinding", &set).await?;
-                Ok(m.union(&v).cloned().collect::<BTreeSet<_>>() == both && b.len() == 2)
-            },
+        created.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let started = Launchgate::start_with(
+            dir.path(),
+            Some(&ctx.env.kubeconfig),
+            "127.0.0.1",
+            &config(&["gpu-queue", "extra-queue"])?,
+            // Bound to this test's namespace only: unbound, the set's mutations would label
+            // other tests' workloads with this config's default queue while it runs.
+            &[
+                format!("--native-policies={set}"),
+                "--native-policy-slots=2".into(),
+                format!(
+                    "--native-namespace-selector={}",
+                    json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                        "operator": "In", "values": [ctx.ns]}]})
+                ),
+            ],
         )
         .await?;
-        // The config without the extra queue: its objects go, the others stay.
-        config["queues"]
-            .as_object_mut()
-            .context("queues")?
-            .remove("extra-queue");
+        server = Some(started);
+        // Ready only once the set holds the config: slots in key order.
+        let (held, _) = owners(ctx, &set, 2).await?;
+        ensure!(
+            slot_queues(&held, &set)?
+                == [
+                    Some("extra-queue".to_string()),
+                    Some("gpu-queue".to_string())
+                ],
+            "{held:?}"
+        );
+        // The config without the extra queue: its slot is dormant again, nothing deleted.
         std::fs::write(
             dir.path().join("launchgate-config.yaml"),
-            serde_yaml::to_string(&config)?,
+            config(&["gpu-queue"])?,
         )?;
         ctx.wait_for(
-            "the removed queue's policies to go",
-            Duration::from_secs(120),
+            "the removed queue's slot to be dormant",
+            Duration::from_secs(60),
             || async {
-                let m = set_names(&ctx.client, "MutatingAdmissionPolicy", &set).await?;
-                let v = set_names(&ctx.client, "ValidatingAdmissionPolicy", &set).await?;
-                let mb = set_names(&ctx.client, "MutatingAdmissionPolicyBinding", &set).await?;
-                Ok(
-                    m.union(&v).cloned().collect::<BTreeSet<_>>() == names("gpu-queue")
-                        && mb.len() == 1,
-                )
+                let (held, _) = owners(ctx, &set, 2).await?;
+                Ok(slot_queues(&held, &set)? == [None, Some("gpu-queue".to_string())])
             },
         )
         .await?;
+        for kind in ["MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"] {
+            let names = set_names(&ctx.client, kind, &set).await?;
+            ensure!(names.len() == 2, "{kind}s of the set: {names:?}");
+            let api: Api<DynamicObject> =
+                Api::all_with(ctx.client.clone(), &admission_resource(kind));
+            let suffix = launchgate::native::SlotKind::of(kind)
+                .context("slot kind")?
+                .suffix;
+            let slot0 = serde_json::to_value(api.get(&format!("{set}-q0-{suffix}")).await?)?;
+            ensure!(
+                slot0["spec"]["matchConditions"]
+                    == json!([{"name": "dormant", "expression": "false"}]),
+                "slot 0's {kind} is not dormant: {}",
+                slot0["spec"]
+            );
+        }
         // Uninstall.
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
             .args(["delete-webhooks", "--native-policies", &set])
@@ -1011,7 +1019,9 @@ pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx)
             "delete-webhooks: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        server.stop();
+        if let Some(server) = server.as_mut() {
+            server.stop();
+        }
         for kind in [
             "MutatingAdmissionPolicy",
             "MutatingAdmissionPolicyBinding",
@@ -1024,9 +1034,11 @@ pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx)
         Ok(())
     }
     .await;
-    server.stop();
-    if result.is_err() {
-        let _ = launchgate::server::delete_native_policies(ctx.client.clone(), &set).await;
+    if let Some(mut server) = server {
+        server.stop();
+    }
+    if let Ok(created) = &created {
+        uninstall(ctx, created).await;
     }
     result
 }

@@ -69,6 +69,40 @@ impl Launchgate {
         config_text: &str,
         extra_args: &[String],
     ) -> Result<Launchgate> {
+        Self::start_until(dir, kubeconfig, host, config_text, extra_args, "/readyz").await
+    }
+
+    /// [`Launchgate::start_with`], returning once the server answers `/healthz`, ready or not.
+    pub async fn start_serving(
+        dir: &Path,
+        kubeconfig: Option<&Path>,
+        host: &str,
+        config_text: &str,
+        extra_args: &[String],
+    ) -> Result<Launchgate> {
+        Self::start_until(dir, kubeconfig, host, config_text, extra_args, "/healthz").await
+    }
+
+    /// `GET path` on the server's HTTPS port: the status and the body.
+    pub async fn get(&self, path: &str) -> Result<(u16, String)> {
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(self.ca_pem.as_bytes())?)
+            .tls_built_in_root_certs(false)
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        let response = client.get(format!("{}{path}", self.base)).send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await?))
+    }
+
+    async fn start_until(
+        dir: &Path,
+        kubeconfig: Option<&Path>,
+        host: &str,
+        config_text: &str,
+        extra_args: &[String],
+        until_ok: &str,
+    ) -> Result<Launchgate> {
         let config = dir.join("launchgate-config.yaml");
         std::fs::write(&config, config_text)?;
         let port = free_port()?;
@@ -119,7 +153,7 @@ impl Launchgate {
                     .timeout(Duration::from_secs(2))
                     .build()?;
                 if client
-                    .get(format!("{base}/readyz"))
+                    .get(format!("{base}{until_ok}"))
                     .send()
                     .await
                     .is_ok_and(|r| r.status().is_success())

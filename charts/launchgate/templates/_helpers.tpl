@@ -294,3 +294,13 @@ open: an outage never stops another team's scaling (docs/queue-limits.md#subreso
       {{- toYaml . | nindent 6 }}
       {{- end }}
 {{- end }}
+
+{{/*
+The name of a native policy slot's objects (policyMode native/hybrid): <fullname>-q<slot>-<suffix>,
+suffix mutate or limits, as launchgate's native::slot_names names them. Call with
+(list $ slot suffix).
+*/}}
+{{- define "launchgate.nativeSlotName" -}}
+{{- $root := index . 0 }}
+{{- printf "%s-q%d-%s" (include "launchgate.fullname" $root) (int (index . 1)) (index . 2) }}
+{{- end }}
