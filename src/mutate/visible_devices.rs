@@ -175,7 +175,11 @@ fn tenant_value(env: Option<&Value>) -> Option<(usize, String)> {
     if entry.get("valueFrom").is_some_and(|v| !v.is_null()) {
         return Some((index, "valueFrom".to_string()));
     }
-    match entry.get("value").and_then(Value::as_str).unwrap_or_default() {
+    match entry
+        .get("value")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+    {
         NO_GPU => None,
         value => Some((index, format!("{value:?}"))),
     }
@@ -185,24 +189,24 @@ fn tenant_value(env: Option<&Value>) -> Option<(usize, String)> {
 /// `where_`, which asks for `asks`.
 fn violation(queue: &str, where_: &str, place: String, shown: String, asks: Asks) -> Violation {
     let set = if shown == "valueFrom" {
-        format!("sets {VARIABLE} from valueFrom, which launchgate cannot read,")
+        format!("{VARIABLE} from valueFrom (launchgate cannot read it)")
     } else {
-        format!("sets {VARIABLE}={shown}")
+        format!("{VARIABLE}={shown}")
     };
-    let why = match asks {
+    let message = match asks {
         Asks::None => format!(
-            "but asks for no GPU: the NVIDIA container toolkit would give it the GPUs the value names (\"all\": every GPU of its node) although none is allocated to it; remove the entry (launchgate writes {VARIABLE}={NO_GPU} there) or set it to {NO_GPU}"
+            "{where_} asks for no GPU but sets {set}: the NVIDIA container toolkit would show it the GPUs the value names (\"all\": every GPU of its node); remove it (launchgate then writes {NO_GPU}) or set {NO_GPU}"
         ),
         Asks::Gpus(how) => format!(
-            "but its GPUs ({how}) are the device plugin's to name: the kubelet puts the pod's env after the device plugin's, so the value replaces the list of the GPUs allocated to it (\"all\": every GPU of its node); remove the entry"
+            "{where_} sets {set}, which would replace the device plugin's list of the GPUs allocated to it ({how}) (\"all\": every GPU of its node); remove it"
         ),
         Asks::Unknown => format!(
-            "and asks for devices launchgate cannot count: its devices are their driver's to name, and the pod's value would replace that list (\"all\": every GPU of its node); remove the entry"
+            "{where_} sets {set}, which would replace the list of devices their driver allocated to it, which launchgate cannot count (\"all\": every GPU of its node); remove it"
         ),
     };
     Violation::new(
         rules::VISIBLE_DEVICES_TENANT_VALUE,
-        format!("queue {queue:?}: {where_} {set} {why}"),
+        format!("queue {queue:?}: {message}"),
     )
     .key(VARIABLE)
     .at(place)
@@ -244,7 +248,13 @@ pub fn violations(
                 let name = workload::name_in(c).unwrap_or_default();
                 let where_ = format!("{spec_path}.{list}[{i}] ({name})");
                 let place = format!("{spec_path}.{list}[{i}].env[{index}]");
-                out.push(violation(queue, &where_, place, shown, asks(accounting, claims, c)));
+                out.push(violation(
+                    queue,
+                    &where_,
+                    place,
+                    shown,
+                    asks(accounting, claims, c),
+                ));
             }
         }
     }
@@ -300,18 +310,18 @@ mod tests {
     #[test]
     fn every_container_that_asks_for_no_gpu_gets_void_and_a_second_pass_nothing() {
         let spec = json!({
-            "initContainers": [{"name": "fetch"},
-                               {"name": "log-shipper", "restartPolicy": "Always"}],
-            "containers": [
-                {"name": "cpu", "resources": {"limits": {"cpu": "4", "memory": "8Gi"}}},
-                {"name": "train", "resources": gpus("nvidia.com/gpu", json!(1))},
-                {"name": "amd", "resources": gpus("amd.com/gpu", json!("2"))},
-                {"name": "slice", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}},
-                {"name": "intel", "resources": gpus("gpu.intel.com/xe", json!(1))},
-                {"name": "class", "resources": gpus("deviceclass.resource.kubernetes.io/gpu.nvidia.com", json!(1))},
-                {"name": "zero", "resources": gpus("nvidia.com/gpu", json!("0"))},
-                {"name": "istio-proxy"}
-            ]});
+        "initContainers": [{"name": "fetch"},
+                           {"name": "log-shipper", "restartPolicy": "Always"}],
+        "containers": [
+            {"name": "cpu", "resources": {"limits": {"cpu": "4", "memory": "8Gi"}}},
+            {"name": "train", "resources": gpus("nvidia.com/gpu", json!(1))},
+            {"name": "amd", "resources": gpus("amd.com/gpu", json!("2"))},
+            {"name": "slice", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}},
+            {"name": "intel", "resources": gpus("gpu.intel.com/xe", json!(1))},
+            {"name": "class", "resources": gpus("deviceclass.resource.kubernetes.io/gpu.nvidia.com", json!(1))},
+            {"name": "zero", "resources": gpus("nvidia.com/gpu", json!("0"))},
+            {"name": "istio-proxy"}
+        ]});
         let (once, findings) = mutate_with(&MUTATOR, "{}", pod(spec));
         assert!(findings.warning_texts().is_empty());
         let void = Some(NO_GPU.to_string());
@@ -388,7 +398,11 @@ mod tests {
                     {"name": "pytorch"}]}}}}}});
         let (out, _) = mutate_with(&MUTATOR, "{}", job);
         let specs = &out["spec"]["pytorchReplicaSpecs"];
-        assert!(specs["Master"]["template"]["spec"]["containers"][0].get("env").is_none());
+        assert!(
+            specs["Master"]["template"]["spec"]["containers"][0]
+                .get("env")
+                .is_none()
+        );
         assert_eq!(
             specs["Worker"]["template"]["spec"]["containers"][0]["env"],
             json!([{"name": VARIABLE, "value": NO_GPU}])
@@ -396,7 +410,12 @@ mod tests {
     }
 
     fn judged(object: &Value) -> Vec<Violation> {
-        violations("q", WorkloadKind::of_object(object).unwrap(), object, &offline())
+        violations(
+            "q",
+            WorkloadKind::of_object(object).unwrap(),
+            object,
+            &offline(),
+        )
     }
 
     #[test]
@@ -432,17 +451,28 @@ mod tests {
                 ("spec.ephemeralContainers[0].env[0]", "\"all\""),
             ]
         );
-        assert!(found.iter().all(|v| v.rule == rules::VISIBLE_DEVICES_TENANT_VALUE));
+        assert!(
+            found
+                .iter()
+                .all(|v| v.rule == rules::VISIBLE_DEVICES_TENANT_VALUE)
+        );
         assert_eq!(
             found[0].message,
-            format!("queue \"q\": spec.containers[0] (cpu) sets {VARIABLE}=\"all\" but asks for no GPU: the NVIDIA container toolkit would give it the GPUs the value names (\"all\": every GPU of its node) although none is allocated to it; remove the entry (launchgate writes {VARIABLE}=void there) or set it to void")
+            format!(
+                "queue \"q\": spec.containers[0] (cpu) asks for no GPU but sets {VARIABLE}=\"all\": the NVIDIA container toolkit would show it the GPUs the value names (\"all\": every GPU of its node); remove it (launchgate then writes void) or set void"
+            )
+        );
+        assert_eq!(
+            found[1].message,
+            format!(
+                "queue \"q\": spec.containers[1] (train) sets {VARIABLE}=\"all\", which would replace the device plugin's list of the GPUs allocated to it (nvidia.com/gpu: 1) (\"all\": every GPU of its node); remove it"
+            )
         );
         assert!(
-            found[1].message.starts_with(&format!("queue \"q\": spec.containers[1] (train) sets {VARIABLE}=\"all\" but its GPUs (nvidia.com/gpu: 1) are the device plugin's to name: the kubelet puts the pod's env after the device plugin's")),
-            "{}",
-            found[1].message
+            found[2]
+                .message
+                .contains("from valueFrom (launchgate cannot read it)")
         );
-        assert!(found[2].message.contains("from valueFrom, which launchgate cannot read"));
         // A Windows pod has no NVIDIA container toolkit.
         let windows = json!({"os": {"name": "windows"},
             "containers": [{"name": "a", "env": [{"name": VARIABLE, "value": "all"}]}]});
@@ -469,7 +499,7 @@ mod tests {
             ]
         );
         assert!(
-            found[1].message.contains("spec.trainer (the node container) sets NVIDIA_VISIBLE_DEVICES=\"all\" but its GPUs (nvidia.com/gpu: 2)"),
+            found[1].message.contains("spec.trainer (the node container) sets NVIDIA_VISIBLE_DEVICES=\"all\", which would replace the device plugin's list of the GPUs allocated to it (nvidia.com/gpu: 2)"),
             "{}",
             found[1].message
         );

@@ -720,8 +720,7 @@ impl Accounting<'_> {
                 Some(q) if q != Quantity::ZERO => {
                     out.other_ways = true;
                     out.gpus = add(out.gpus, q, &mut out.overflow);
-                    out.parts
-                        .push(format!("{} ({q} GPUs{shared})", count.text));
+                    out.parts.push(format!("{} ({q} GPUs{shared})", count.text));
                 }
                 Some(_) => {}
                 None => out.overflow = true,
