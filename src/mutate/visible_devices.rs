@@ -195,13 +195,13 @@ fn violation(queue: &str, where_: &str, place: String, shown: String, asks: Asks
     };
     let message = match asks {
         Asks::None => format!(
-            "{where_} asks for no GPU but sets {set}: the NVIDIA container toolkit would show it the GPUs the value names (\"all\": every GPU of its node); remove it (launchgate then writes {NO_GPU}) or set {NO_GPU}"
+            "{where_} asks for no GPU but sets {set}: the NVIDIA container toolkit would show it the GPUs the value names (\"all\": every GPU of its node); remove it (launchgate then writes {NO_GPU}) or set {NO_GPU} (visibleDevices: {NO_GPU})"
         ),
         Asks::Gpus(how) => format!(
-            "{where_} sets {set}, which would replace the device plugin's list of the GPUs allocated to it ({how}) (\"all\": every GPU of its node); remove it"
+            "{where_} sets {set}, which would replace the device plugin's list of the GPUs allocated to it ({how}) (\"all\": every GPU of its node); remove it (visibleDevices: {NO_GPU})"
         ),
         Asks::Unknown => format!(
-            "{where_} sets {set}, which would replace the list of devices their driver allocated to it, which launchgate cannot count (\"all\": every GPU of its node); remove it"
+            "{where_} sets {set}, which would replace the list of devices their driver allocated to it, which launchgate cannot count (\"all\": every GPU of its node); remove it (visibleDevices: {NO_GPU})"
         ),
     };
     Violation::new(
@@ -459,13 +459,13 @@ mod tests {
         assert_eq!(
             found[0].message,
             format!(
-                "queue \"q\": spec.containers[0] (cpu) asks for no GPU but sets {VARIABLE}=\"all\": the NVIDIA container toolkit would show it the GPUs the value names (\"all\": every GPU of its node); remove it (launchgate then writes void) or set void"
+                "queue \"q\": spec.containers[0] (cpu) asks for no GPU but sets {VARIABLE}=\"all\": the NVIDIA container toolkit would show it the GPUs the value names (\"all\": every GPU of its node); remove it (launchgate then writes void) or set void (visibleDevices: void)"
             )
         );
         assert_eq!(
             found[1].message,
             format!(
-                "queue \"q\": spec.containers[1] (train) sets {VARIABLE}=\"all\", which would replace the device plugin's list of the GPUs allocated to it (nvidia.com/gpu: 1) (\"all\": every GPU of its node); remove it"
+                "queue \"q\": spec.containers[1] (train) sets {VARIABLE}=\"all\", which would replace the device plugin's list of the GPUs allocated to it (nvidia.com/gpu: 1) (\"all\": every GPU of its node); remove it (visibleDevices: void)"
             )
         );
         assert!(

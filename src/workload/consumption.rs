@@ -141,6 +141,18 @@ impl Pattern {
     }
 }
 
+/// How an entry of the accelerator map matches a resource name ([`Accelerators::name_rules`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameMatch<'a> {
+    /// Exactly this name.
+    Exact(&'a str),
+    /// A name at least as long as both, starting with the first and ending with the second (a
+    /// pattern with one `*`).
+    Around(&'a str, &'a str),
+    /// A pattern with `*` (any characters) and `?` (one character).
+    Wild(&'a str),
+}
+
 /// The compiled accelerator map.
 #[derive(Debug, Clone)]
 pub struct Accelerators {
@@ -260,6 +272,37 @@ impl Accelerators {
             Weight::Gpus(q) => Some(*q),
             Weight::MigSlices => Some(mig_slices(resource).unwrap_or(Quantity::from_int(1))),
         }
+    }
+
+    /// The map's resource names as the native compiler reads them: how each entry matches a
+    /// name and whether one unit counts as any GPU, exact names first, then the patterns in
+    /// the order they are tried; the first that matches decides ([`Accelerators::gpus_per_unit`]).
+    /// A DeviceClass's extended name is none of these ([`Accelerators::device_classes`]).
+    pub fn name_rules(&self) -> Vec<(NameMatch<'_>, bool)> {
+        let counts = |w: &Weight| match w {
+            Weight::Gpus(q) => *q != Quantity::ZERO,
+            Weight::MigSlices => true,
+        };
+        let exact = self
+            .exact
+            .iter()
+            .map(|(name, w)| (NameMatch::Exact(name), counts(w)));
+        let patterns = self.patterns.iter().map(|(text, pattern, w)| {
+            let by = match pattern {
+                Pattern::Around(prefix, suffix) => NameMatch::Around(prefix, suffix),
+                Pattern::Wild(_) => NameMatch::Wild(text),
+            };
+            (by, counts(w))
+        });
+        exact.chain(patterns).collect()
+    }
+
+    /// Every DeviceClass the map knows, and whether a device of it counts as any GPU.
+    pub fn device_classes(&self) -> Vec<(&str, bool)> {
+        self.classes
+            .iter()
+            .map(|(name, (gpus, _))| (name.as_str(), *gpus != Quantity::ZERO))
+            .collect()
     }
 
     /// True for a resource name that counts as a whole GPU per unit (`nvidia.com/gpu`): a limit
