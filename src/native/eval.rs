@@ -106,6 +106,7 @@ fn equal(a: &V, b: &V) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
     Int(i64),
+    Double(f64),
     Str(String),
     Ident(String),
     P(&'static str),
@@ -128,6 +129,16 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
             let start = i;
             while i < b.len() && b[i].is_ascii_digit() {
                 i += 1;
+            }
+            // A double literal: digits, a point, digits.
+            if i + 1 < b.len() && b[i] == b'.' && b[i + 1].is_ascii_digit() {
+                i += 1;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+                let d: f64 = src[start..i].parse().map_err(|e| format!("{e}"))?;
+                out.push(Tok::Double(d));
+                continue;
             }
             let n: i64 = src[start..i].parse().map_err(|e| format!("{e}"))?;
             out.push(Tok::Int(n));
@@ -337,6 +348,7 @@ impl Parser {
         self.at += 1;
         Ok(match tok {
             Tok::Int(n) => E::Lit(V::Int(n)),
+            Tok::Double(d) => E::Lit(V::Double(d)),
             Tok::Str(s) => E::Lit(V::Str(s)),
             Tok::Ident(w) => match w.as_str() {
                 "true" => E::Lit(V::Bool(true)),
@@ -686,6 +698,14 @@ fn ev(e: &E, env: &mut Vec<(String, V)>) -> Result<V, String> {
                         Ok(V::Bool(wildmatch::WildMatch::new(&pattern).matches(&s)))
                     }
                     _ => Err("matches needs strings".into()),
+                },
+                ("compareTo", [a]) => match (t, ev(a, env)?) {
+                    (V::Quantity(q), V::Quantity(o)) => Ok(V::Int(match q.cmp(&o) {
+                        std::cmp::Ordering::Less => -1,
+                        std::cmp::Ordering::Equal => 0,
+                        std::cmp::Ordering::Greater => 1,
+                    })),
+                    _ => Err("compareTo needs quantities".into()),
                 },
                 ("sign", []) => match t {
                     V::Quantity(q) => Ok(V::Int(if q.is_negative() {

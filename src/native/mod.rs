@@ -481,7 +481,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 .native
                 .push("container and pod securityContext defaults".into());
         }
-        if let Some(expr) = mutations::visible_devices(queue) {
+        if let Some(expr) = mutations::visible_devices(queue, "variables.specs") {
             mutations.push(expr);
             report.native.push(
                 "NVIDIA_VISIBLE_DEVICES=void in every container that asks for no GPU by the accelerator map's resource names and uses no DRA claim".into(),

@@ -189,23 +189,11 @@ pub fn security_context(queue: &Queue) -> Option<String> {
 /// A pod spec `p.s` that is a Windows pod's.
 const WINDOWS: &str = "(has(p.s.os) && has(p.s.os.name) && p.s.os.name == 'windows')";
 
-/// A resource amount `v` (a quantity string or a number), as a string; `''` for anything else.
-fn amount_text(v: &str) -> String {
-    format!(
-        "(type({v}) == string ? {v} : (type({v}) == int || type({v}) == uint || type({v}) == double) ? string({v}) : '')"
-    )
-}
-
-/// The amount `v` is a quantity (the model counts no other).
-fn is_amount(v: &str) -> String {
-    format!("[{}].map(s, s != '' && isQuantity(s))[0]", amount_text(v))
-}
-
-/// The amount `v` is a quantity other than zero.
+/// The amount `v` (a quantity string or a number) is not zero. An amount that is not a quantity
+/// is none (the model counts no other; the API server refuses it after the mutation).
 fn nonzero(v: &str) -> String {
     format!(
-        "[{}].map(s, s != '' && isQuantity(s) && quantity(s).sign() != 0)[0]",
-        amount_text(v)
+        "(type({v}) == string ? (isQuantity({v}) && quantity({v}).compareTo(quantity('0')) != 0) : type({v}) == int ? {v} != 0 : type({v}) == double ? {v} != 0.0 : false)"
     )
 }
 
@@ -227,33 +215,77 @@ fn wild_regex(pattern: &str) -> String {
     out
 }
 
+/// The resource name `r` (a CEL string, no DeviceClass's extended name) counts as GPUs by the
+/// accelerator map: the first entry that matches decides ([`Accelerators::name_rules`]), as
+/// one flat test — an exact name, else a counted pattern no earlier uncounted pattern matches.
+fn counted_name(accel: &Accelerators, r: &str) -> String {
+    use crate::workload::consumption::NameMatch;
+    let mut exact_counted = Vec::new();
+    let mut exact_not = Vec::new();
+    let mut uncounted_before: Vec<String> = Vec::new();
+    let mut patterns = Vec::new();
+    for (by, counts) in accel.name_rules() {
+        let test = match by {
+            NameMatch::Exact(name) => {
+                if counts {
+                    exact_counted.push(name);
+                } else {
+                    exact_not.push(name);
+                }
+                continue;
+            }
+            NameMatch::Around(prefix, suffix) => {
+                let mut parts = Vec::new();
+                if !prefix.is_empty() && !suffix.is_empty() {
+                    parts.push(format!(
+                        "size({r}) >= {}",
+                        prefix.chars().count() + suffix.chars().count()
+                    ));
+                }
+                if !prefix.is_empty() {
+                    parts.push(format!("{r}.startsWith({})", lit(prefix)));
+                }
+                if !suffix.is_empty() {
+                    parts.push(format!("{r}.endsWith({})", lit(suffix)));
+                }
+                if parts.is_empty() {
+                    "true".to_string()
+                } else {
+                    format!("({})", parts.join(" && "))
+                }
+            }
+            NameMatch::Wild(pattern) => format!("{r}.matches({})", lit(&wild_regex(pattern))),
+        };
+        if counts {
+            let mut term = vec![test];
+            term.extend(uncounted_before.iter().map(|t| format!("!{t}")));
+            patterns.push(format!("({})", term.join(" && ")));
+        } else {
+            uncounted_before.push(test);
+        }
+    }
+    let mut by_pattern = cel::any(&patterns);
+    if !exact_not.is_empty() && by_pattern != "false" {
+        by_pattern = format!("(!({r} in {}) && {by_pattern})", cel::str_list(&exact_not));
+    }
+    let mut out = Vec::new();
+    if !exact_counted.is_empty() {
+        out.push(format!("{r} in {}", cel::str_list(&exact_counted)));
+    }
+    if by_pattern != "false" {
+        out.push(by_pattern);
+    }
+    cel::any(&out)
+}
+
 /// The resource `r` (a CEL string) of amount `v` makes a container ask for GPUs, or for
 /// something the accelerator map cannot count, as [`Accounting::container`] reads it: a name
 /// the map counts with an amount other than zero, or a DeviceClass's extended name of a class
-/// the map does not know (whatever the amount).
+/// the map does not know.
 ///
 /// [`Accounting::container`]: crate::workload::consumption::Accounting::container
 fn asks_gpus(accel: &Accelerators, r: &str, v: &str) -> String {
-    use crate::workload::consumption::{DEVICE_CLASS_RESOURCE_PREFIX, NameMatch};
-    // The first rule that matches decides, as the map is read.
-    let mut chain = String::new();
-    let mut close = 0;
-    for (by, counts) in accel.name_rules() {
-        let test = match by {
-            NameMatch::Exact(name) => format!("{r} == {}", lit(name)),
-            NameMatch::Around(prefix, suffix) => format!(
-                "(size({r}) >= {} && {r}.startsWith({}) && {r}.endsWith({}))",
-                prefix.chars().count() + suffix.chars().count(),
-                lit(prefix),
-                lit(suffix)
-            ),
-            NameMatch::Wild(pattern) => format!("{r}.matches({})", lit(&wild_regex(pattern))),
-        };
-        chain.push_str(&format!("({test} ? {counts} : "));
-        close += 1;
-    }
-    chain.push_str("false");
-    chain.push_str(&")".repeat(close));
+    use crate::workload::consumption::DEVICE_CLASS_RESOURCE_PREFIX;
     let classes = accel.device_classes();
     let known: Vec<&str> = classes.iter().map(|(c, _)| *c).collect();
     let counted: Vec<&str> = classes
@@ -265,50 +297,41 @@ fn asks_gpus(accel: &Accelerators, r: &str, v: &str) -> String {
         "{r}.substring({})",
         DEVICE_CLASS_RESOURCE_PREFIX.chars().count()
     );
+    let prefix = lit(DEVICE_CLASS_RESOURCE_PREFIX);
     format!(
-        "({} && ({r}.startsWith({}) ? (!({class} in {}) || ({class} in {} && {})) : ({chain} && {})))",
-        is_amount(v),
-        lit(DEVICE_CLASS_RESOURCE_PREFIX),
+        "(({r}.startsWith({prefix}) && !({class} in {})) || (({r}.startsWith({prefix}) ? {class} in {} : {}) && {}))",
         cel::str_list(&known),
         cel::str_list(&counted),
-        nonzero(v),
+        counted_name(accel, r),
         nonzero(v),
     )
 }
 
 /// The container `c` asks for no GPU, as the consumption model says
 /// ([`crate::workload::consumption::ContainerAsk::asks_no_gpu`]) where CEL can read it: no
-/// resource the map counts (limit, else request) and no claim at all (a claim's devices are
-/// read from the cluster: a container that uses one is left to the webhook).
+/// resource the map counts (its limit, else its request where the limit is no quantity) and no claim at all (a claim's
+/// devices are read from the cluster: a container that uses one is left to the webhook).
 fn asks_no_gpu(accel: &Accelerators, c: &str) -> String {
     let res = format!("{c}.resources");
     let limits = format!("{res}.limits");
     let requests = format!("{res}.requests");
-    let has = |m: &str| format!("(has({m}) && {m} != null)");
+    let has = |m: &str| format!("has({m}) && {m} != null");
     format!(
-        "!({has_res} && (({has_claims} && size({res}.claims) > 0) || ({has_limits} && {limits}.exists(r, {by_limit})) || ({has_requests} && {requests}.exists(r, !({has_limits} && r in {limits} && {limit_is_amount}) && {by_request}))))",
+        "(!({has_res}) || (!({has_claims} && size({res}.claims) > 0) && !({has_limits} && {limits}.exists(r, {by_limit})) && !({has_requests} && {requests}.exists(r, !({has_limits} && r in {limits} && (type({limits}[r]) != string || isQuantity({limits}[r]))) && {by_request}))))",
         has_res = has(&res),
         has_claims = has(&format!("{res}.claims")),
         has_limits = has(&limits),
         has_requests = has(&requests),
         by_limit = asks_gpus(accel, "r", &format!("{limits}[r]")),
-        limit_is_amount = is_amount(&format!("{limits}[r]")),
         by_request = asks_gpus(accel, "r", &format!("{requests}[r]")),
-    )
-}
-
-/// The container `c` sets the variable in `env` (any entry of the name).
-fn sets_visible_devices(c: &str) -> String {
-    format!(
-        "(has({c}.env) && {c}.env != null && {c}.env.exists(e, has(e.name) && e.name == {}))",
-        lit(VISIBLE_DEVICES)
     )
 }
 
 /// No GPU by environment, or `None` when the queue turns it off: `NVIDIA_VISIBLE_DEVICES=void`
 /// appended to the env of every container (app and init) that asks for no GPU and leaves the
-/// variable unset, as `mutate::visible_devices` writes it.
-pub fn visible_devices(queue: &Queue) -> Option<String> {
+/// variable unset, as `mutate::visible_devices` writes it; `specs` is the pod templates'
+/// variable.
+pub fn visible_devices(queue: &Queue, specs: &str) -> Option<String> {
     if !queue.config.visible_devices.enabled {
         return None;
     }
@@ -317,36 +340,44 @@ pub fn visible_devices(queue: &Queue) -> Option<String> {
         lit(VISIBLE_DEVICES),
         lit(NO_GPU)
     );
-    let per_list = |list: &str| {
-        let c = format!("p.s.{list}[j]");
-        let ptr = format!("p.ptr + '/{list}/' + string(j)");
-        format!(
-            "(has(p.s.{list}) && p.s.{list} != null ? lists.range(size(p.s.{list})).map(j, (!{sets} && {no_gpu}) ? ((has({c}.env) && {c}.env != null) ? [JSONPatch{{op: 'add', path: {ptr} + '/env/' + string(size({c}.env)), value: {entry}}}] : [JSONPatch{{op: 'add', path: {ptr} + '/env', value: [{entry}]}}]) : []).flatten() : [])",
-            sets = sets_visible_devices(&c),
-            no_gpu = asks_no_gpu(&queue.accelerators, &c),
-        )
-    };
+    let c = "p.s[l][j]";
+    let ptr = "p.ptr + '/' + l + '/' + string(j)";
     Some(format!(
-        "{}.map(p, {WINDOWS} ? [] : {} + {}).flatten()",
-        select::specs(),
-        per_list("containers"),
-        per_list("initContainers"),
+        "{specs}.map(p, {WINDOWS} ? [] : ['containers', 'initContainers'].map(l, (l in p.s && p.s[l] != null) ? lists.range(size(p.s[l])).filter(j, !(has({c}.env) && {c}.env != null && {c}.env.exists(e, has(e.name) && e.name == {var})) && {no_gpu}).map(j, (has({c}.env) && {c}.env != null) ? JSONPatch{{op: 'add', path: {ptr} + '/env/' + string(size({c}.env)), value: {entry}}} : JSONPatch{{op: 'add', path: {ptr} + '/env', value: [{entry}]}}) : []).flatten()).flatten()",
+        var = lit(VISIBLE_DEVICES),
+        no_gpu = asks_no_gpu(&queue.accelerators, c),
     ))
 }
 
-/// The violations of `visibleDevices.tenantValue` as lines naming the queue, the container and
-/// the value (`(visibleDevices: void)`, the setting): the last env entry of the variable in
-/// every container of every pod template (app, init, ephemeral) that is not the literal
-/// `void`, a Windows pod's aside; none for a verified controller's child (`child`), whose root
-/// was judged.
+/// The violations of `visibleDevices.tenantValue` as lines naming the queue, the container,
+/// the value and why, in the webhook's words (`mutate::visible_devices::violations`; for a
+/// container with GPUs or a claim, without the list of them): the last env entry of the
+/// variable in every container of every pod template (app, init, ephemeral) that is not the
+/// literal `void`, a Windows pod's aside; none for a verified controller's child (`child`),
+/// whose root was judged. `specs` is the pod templates' variable.
 pub fn visible_devices_violations(queue: &Queue, specs: &str, child: &str) -> Option<String> {
     if !queue.config.visible_devices.enabled {
         return None;
     }
     let var = lit(VISIBLE_DEVICES);
-    let prefix = lit(&format!("queue {:?}: ", queue.name));
+    let from = "(has(x.e.valueFrom) && x.e.valueFrom != null)";
+    let set = format!(
+        "({from} ? {} : {var} + '=\"' + (has(x.e.value) ? x.e.value : '') + '\"')",
+        lit(&format!(
+            "{VISIBLE_DEVICES} from valueFrom (launchgate cannot read it)"
+        ))
+    );
+    let none = lit(&format!(
+        ": the NVIDIA container toolkit would show it the GPUs the value names (\"all\": every GPU of its node); remove it (launchgate then writes {NO_GPU}) or set {NO_GPU} (visibleDevices: {NO_GPU})"
+    ));
+    let some = lit(&format!(
+        ", which would replace the list of the GPUs allocated to it (\"all\": every GPU of its node); remove it (visibleDevices: {NO_GPU})"
+    ));
+    let where_ = "x.at + ' (' + x.name + ')'";
     Some(format!(
-        "{child} ? [] : {specs}.filter(p, !{WINDOWS}).map(p, ['containers', 'initContainers', 'ephemeralContainers'].map(l, l in p.s && p.s[l] != null ? lists.range(size(p.s[l])).map(i, {{'at': dyn(p.at + '.' + l + '[' + string(i) + ']'), 'c': dyn(p.s[l][i])}}).filter(x, has(x.c.env) && x.c.env != null).map(x, {{'at': dyn(x.at), 'name': dyn(has(x.c.name) ? x.c.name : ''), 'es': dyn(x.c.env.filter(e, has(e.name) && e.name == {var}))}}).filter(x, size(x.es) > 0).map(x, {{'at': dyn(x.at), 'name': dyn(x.name), 'e': dyn(x.es[size(x.es) - 1])}}).filter(x, (has(x.e.valueFrom) && x.e.valueFrom != null) || !has(x.e.value) || x.e.value != {void}).map(x, {prefix} + x.at + ' (' + x.name + ') sets ' + {var} + ((has(x.e.valueFrom) && x.e.valueFrom != null) ? ' from valueFrom' : '=' + (has(x.e.value) ? x.e.value : '')) + ', which only void may be: the NVIDIA container toolkit would show it the GPUs the value names (visibleDevices: void)') : []).flatten()).flatten()",
+        "{child} ? [] : {specs}.filter(p, !{WINDOWS}).map(p, ['containers', 'initContainers', 'ephemeralContainers'].map(l, (l in p.s && p.s[l] != null) ? lists.range(size(p.s[l])).filter(i, has(p.s[l][i].env) && p.s[l][i].env != null && p.s[l][i].env.exists(e, has(e.name) && e.name == {var})).map(i, {{'at': dyn(p.at + '.' + l + '[' + string(i) + ']'), 'c': dyn(p.s[l][i]), 'name': dyn(has(p.s[l][i].name) ? p.s[l][i].name : ''), 'e': dyn(p.s[l][i].env.filter(e, has(e.name) && e.name == {var})[size(p.s[l][i].env.filter(e, has(e.name) && e.name == {var})) - 1])}}).filter(x, {from} || !has(x.e.value) || x.e.value != {void}).map(x, {prefix} + ({no_gpu} ? {where_} + ' asks for no GPU but sets ' + {set} + {none} : {where_} + ' sets ' + {set} + {some})) : []).flatten()).flatten()",
+        prefix = lit(&format!("queue {:?}: ", queue.name)),
+        no_gpu = asks_no_gpu(&queue.accelerators, "x.c"),
         void = lit(NO_GPU),
     ))
 }
@@ -960,8 +991,8 @@ mod tests {
             ))
             .unwrap();
             let queue = policy.queue("q").unwrap();
-            let mutation = visible_devices(queue).unwrap();
-            let check = visible_devices_violations(queue, &select::specs(), "false").unwrap();
+            let mutation = visible_devices(queue, "variables.specs").unwrap();
+            let check = visible_devices_violations(queue, "variables.specs", "false").unwrap();
             for (k, chunk) in containers.chunks(9).enumerate() {
                 let mut spec = json!({"containers": chunk, "initContainers": [chunk[0].clone()],
                     "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "t"}]});
@@ -973,7 +1004,10 @@ mod tests {
                     "spec": spec});
                 let request =
                     V::from_json(&json!({"kind": {"group": "", "version": "v1", "kind": "Pod"}}));
-                let env = [("object", V::from_json(&object)), ("request", request)];
+                let walk = [("object", V::from_json(&object)), ("request", request)];
+                let specs = eval(&select::specs(), &walk).unwrap();
+                let variables = V::Map(vec![(V::Str("specs".into()), specs)]);
+                let env = [("variables", variables)];
                 let ops = eval(&mutation, &env).unwrap_or_else(|e| panic!("{e} on {object}"));
                 let patch: json_patch::Patch = serde_json::from_value(ops.into_json()).unwrap();
                 let mut native = object.clone();
@@ -991,27 +1025,41 @@ mod tests {
                 assert_eq!(native, webhook, "{config} on {object}");
                 // The tenant values, in the same containers.
                 let lines = eval(&check, &env).unwrap_or_else(|e| panic!("{e} on {object}"));
-                let mut by_cel: Vec<String> = lines
+                let lines: Vec<String> = lines
                     .into_json()
                     .as_array()
                     .unwrap()
                     .iter()
-                    .map(|l| l.as_str().unwrap().split(" (").next().unwrap().to_string())
+                    .map(|l| l.as_str().unwrap().to_string())
+                    .collect();
+                let mut by_cel: Vec<String> = lines
+                    .iter()
+                    .map(|l| l.split(" (").next().unwrap().to_string())
                     .collect();
                 let accounting = crate::workload::consumption::Accounting {
                     accelerators: &queue.accelerators,
                     claims: &crate::cluster::NoCluster,
                     namespace: "default",
                 };
-                let mut by_webhook: Vec<String> = crate::mutate::visible_devices::violations(
+                let found = crate::mutate::visible_devices::violations(
                     "q",
                     WorkloadKind::Pod,
                     &object,
                     &accounting,
-                )
-                .iter()
-                .map(|v| v.message.split(" (").next().unwrap().to_string())
-                .collect();
+                );
+                // In the webhook's words where the container asks for no GPU.
+                for v in &found {
+                    assert_eq!(
+                        v.message.contains("asks for no GPU"),
+                        lines.contains(&v.message),
+                        "{}\n{lines:?}",
+                        v.message
+                    );
+                }
+                let mut by_webhook: Vec<String> = found
+                    .iter()
+                    .map(|v| v.message.split(" (").next().unwrap().to_string())
+                    .collect();
                 by_cel.sort();
                 by_webhook.sort();
                 assert_eq!(by_cel, by_webhook, "{object}");
