@@ -163,15 +163,15 @@ fn asks(accounting: &Accounting<'_>, claims: &PodClaims, container: &Map<String,
     }
 }
 
-/// The last `env` entry of the variable in `env`, with its index, when it is anything but the
-/// literal `void`: how the value is shown.
-fn tenant_value(env: Option<&Value>) -> Option<(usize, String)> {
-    let entries = env.and_then(Value::as_array)?;
-    let (index, entry) = entries
-        .iter()
-        .enumerate()
-        .rev()
-        .find(|(_, e)| workload::name_of(e) == Some(VARIABLE))?;
+/// The container's own `NVIDIA_VISIBLE_DEVICES` — its last `env` entry of the name
+/// ([`workload::effective_env`]), with its index — when it is anything but the literal
+/// `void`: how the value is shown.
+fn tenant_value(container: &Map<String, Value>) -> Option<(usize, String)> {
+    let entry = workload::effective_env(container, VARIABLE)?;
+    let index = crate::json::member(container, "env")
+        .and_then(Value::as_array)
+        .and_then(|env| env.iter().rposition(|e| std::ptr::eq(e, entry)))
+        .unwrap_or_default();
     if entry.get("valueFrom").is_some_and(|v| !v.is_null()) {
         return Some((index, "valueFrom".to_string()));
     }
@@ -241,7 +241,7 @@ pub fn violations(
             let items = crate::json::member(spec, list).and_then(Value::as_array);
             for (i, c) in items.into_iter().flatten().enumerate() {
                 let Some(c) = c.as_object() else { continue };
-                let Some((index, shown)) = tenant_value(crate::json::member(c, "env")) else {
+                let Some((index, shown)) = tenant_value(c) else {
                     continue;
                 };
                 let claims = claims.get_or_insert_with(|| accounting.claims(spec));
@@ -260,9 +260,12 @@ pub fn violations(
     }
     // A runtime-sized kind's settings for its node container (a TrainJob's `spec.trainer`):
     // its GPUs are those settings' resources, else the runtime's.
+    // Its settings' env is read as a container's.
     if let Some(rt) = kind.spec().runtime
         && let Some(settings) = runtime::settings(kind, object)
-        && let Some((index, shown)) = tenant_value(crate::json::member(settings, rt.env))
+        && let Some(env) = settings.get(rt.env)
+        && let Some((index, shown)) =
+            tenant_value(&Map::from_iter([("env".to_string(), env.clone())]))
     {
         let at = rt.settings.join(".");
         let node = match settings.get(rt.resources) {
