@@ -303,3 +303,5 @@ mod tests {
 mod accelerator_tests;
 #[cfg(test)]
 mod trainjob_tests;
+#[cfg(test)]
+mod visible_devices_tests;

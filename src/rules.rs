@@ -76,6 +76,9 @@ pub enum Denies {
     UnverifiableRuntime,
     /// `limits.enforcement: deny` and the queue hands off to Kueue (`kueue`).
     Kueue,
+    /// `limits.enforcement: deny` and no GPU by environment (`visibleDevices.enabled`, the
+    /// default).
+    VisibleDevices,
     /// `guardrails.gang: deny`.
     Gang,
     /// `guardrails.costCeiling.maxGpuHours` with `enforcement: deny`.
@@ -239,6 +242,12 @@ rules! {
         "remove the label (launchgate writes the queue's at creation) or set the queue's value; a shorter run time is fine",
         Native::Cel("the labels compared with the queue's (native::kueue)"),
         OnUpdate::Changed, Denies::Kueue;
+    /// `queues.<queue>.visibleDevices`: no GPU by environment.
+    VISIBLE_DEVICES_TENANT_VALUE = "visibleDevices.tenantValue", "queues.<queue>.visibleDevices",
+        "a container sets NVIDIA_VISIBLE_DEVICES to something other than void (the last env entry of the name: a value, or a valueFrom launchgate cannot read): the NVIDIA container toolkit would give it the GPUs the value names — `all` is every GPU of its node — whether it asks for none (launchgate writes void there) or for some (the pod's value replaces the device plugin's list of the GPUs allocated to it); in every container of the pod templates, init and ephemeral containers included, and in a TrainJob's spec.trainer.env",
+        "remove the env entry (a container that asks for no GPU gets void), or ask for the GPUs by resources or a claim",
+        Native::Cel("the last env entry of the name in every container of every pod template, a Windows pod's aside (native::mutations::visible_devices_violations)"),
+        OnUpdate::Changed, Denies::VisibleDevices;
     /// `queues.<queue>.guardrails.gang: deny`.
     GUARDRAILS_GANG = "guardrails.gang", "queues.<queue>.guardrails.gang",
         "`gang: deny`: a gang scheduler's minimum (a Volcano Job's spec.minAvailable, a PyTorchJob's runPolicy.schedulingPolicy.minAvailable) is below the job's rendezvous size, so the job could start half",

@@ -219,6 +219,15 @@ fn trigger(rule: &str) -> Option<(&'static str, Value)> {
                 ),
             )
         }
+        "visibleDevices.tenantValue" => (
+            "/validate",
+            job(
+                "plain",
+                "visible",
+                none(),
+                json!({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}),
+            ),
+        ),
         "kueue.labels" => {
             let mut r = job("kueue", "kueue", none(), none());
             r["request"]["object"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] =
@@ -418,6 +427,7 @@ fn every_trigger_is_for_a_rule_of_the_table() {
         "limits.unverifiableRuntime",
         "limits.trainingRuntimes",
         "kueue.labels",
+        "visibleDevices.tenantValue",
         "guardrails.gang",
         "guardrails.costCeiling",
         "pytorch.onUnwirable",

@@ -144,6 +144,9 @@ pub struct RuntimeSpec {
     /// its runtime.
     pub resources: &'static str,
     pub image: &'static str,
+    /// The settings' env of the node container (a tenant's variables, which the controller
+    /// writes into it).
+    pub env: &'static str,
     /// Where the object's patches to the runtime are (a list of entries, each keyed by
     /// `manager`), and where an entry holds its part of the rendered object.
     pub patches: &'static [&'static str],

@@ -36,6 +36,7 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
         nodes_at: &["parallelism", "completions"],
         resources: "resourcesPerNode",
         image: "image",
+        env: "env",
         patches: &["spec", "runtimePatches"],
         patch_renders: &["trainingRuntimeSpec", "template"],
     }),

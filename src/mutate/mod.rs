@@ -9,12 +9,14 @@ pub mod labels;
 pub mod pytorch;
 pub mod runtime_patch;
 pub mod security_context;
+pub mod visible_devices;
 
 use crate::admission::AdmissionRequest;
 use crate::cluster::ClusterView;
 use crate::patch::{MapNode, Node};
 use crate::pytorch::PytorchConfig;
 use crate::rules::{self, Effect, Notice, Violation, Warning};
+use crate::workload::consumption::Accounting;
 use crate::workload::intent::UserIntent;
 use crate::workload::{ContainerAt, ContainerRole, WorkloadKind};
 use cache::CacheConfig;
@@ -31,6 +33,9 @@ pub struct Settings<'a> {
     pub pytorch: &'a PytorchConfig,
     pub kueue: Option<&'a kueue::KueueConfig>,
     pub guardrails: &'a crate::topology::guardrails::GuardrailsConfig,
+    pub visible_devices: &'a visible_devices::VisibleDevicesConfig,
+    /// How GPUs are counted (`accelerators`, the same for every queue).
+    pub accelerators: &'a crate::workload::consumption::Accelerators,
 }
 
 /// What a mutator sees besides the object.
@@ -91,6 +96,30 @@ impl MutationContext<'_> {
     /// managed fields).
     pub fn intent(&self, object: &Value) -> &UserIntent {
         self.intent.get_or_init(|| UserIntent::of(object))
+    }
+
+    /// The workload's namespace, where its pods' claims are: the request's, else the
+    /// object's, else `default`.
+    pub fn namespace<'v>(&'v self, object: &'v Value) -> &'v str {
+        self.request
+            .namespace
+            .as_deref()
+            .or_else(|| {
+                object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+            })
+            .unwrap_or(crate::cluster::DEFAULT_NAMESPACE)
+    }
+
+    /// How GPUs are counted for this request: the queue's accelerator map, with the pods'
+    /// claims read from the cluster view in `namespace` ([`MutationContext::namespace`]).
+    pub fn accounting<'v>(&'v self, namespace: &'v str) -> Accounting<'v> {
+        Accounting {
+            accelerators: self.settings.accelerators,
+            claims: self.cluster,
+            namespace,
+        }
     }
 
     /// The object's name: `request.name`, else `metadata.name` (empty with `generateName`).
@@ -311,6 +340,8 @@ pub static MUTATORS: &[Mutator] = &[
     guardrails::SHARED_MEMORY,
     guardrails::DEADLINE,
     guardrails::MULTI_GPU,
+    // After every mutator that adds a container (the PyTorch wiring's wait-for-master).
+    visible_devices::MUTATOR,
 ];
 
 /// Runs every mutator on `object`, then records the queue label and applied mutations.

@@ -20,6 +20,8 @@ pub enum V {
     List(Vec<V>),
     Map(Vec<(V, V)>),
     Type(&'static str),
+    /// A Kubernetes quantity (`quantity(s)`).
+    Quantity(crate::quantity::Quantity),
 }
 
 impl V {
@@ -59,6 +61,7 @@ impl V {
                     .collect(),
             ),
             V::Type(t) => Json::String(t.to_string()),
+            V::Quantity(q) => Json::String(q.to_string()),
         }
     }
 
@@ -72,6 +75,7 @@ impl V {
             V::List(_) => "list",
             V::Map(_) => "map",
             V::Type(_) => "type",
+            V::Quantity(_) => "quantity",
         }
     }
 
@@ -102,6 +106,7 @@ fn equal(a: &V, b: &V) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
     Int(i64),
+    Double(f64),
     Str(String),
     Ident(String),
     P(&'static str),
@@ -124,6 +129,16 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
             let start = i;
             while i < b.len() && b[i].is_ascii_digit() {
                 i += 1;
+            }
+            // A double literal: digits, a point, digits.
+            if i + 1 < b.len() && b[i] == b'.' && b[i + 1].is_ascii_digit() {
+                i += 1;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+                let d: f64 = src[start..i].parse().map_err(|e| format!("{e}"))?;
+                out.push(Tok::Double(d));
+                continue;
             }
             let n: i64 = src[start..i].parse().map_err(|e| format!("{e}"))?;
             out.push(Tok::Int(n));
@@ -333,6 +348,7 @@ impl Parser {
         self.at += 1;
         Ok(match tok {
             Tok::Int(n) => E::Lit(V::Int(n)),
+            Tok::Double(d) => E::Lit(V::Double(d)),
             Tok::Str(s) => E::Lit(V::Str(s)),
             Tok::Ident(w) => match w.as_str() {
                 "true" => E::Lit(V::Bool(true)),
@@ -539,8 +555,19 @@ fn ev(e: &E, env: &mut Vec<(String, V)>) -> Result<V, String> {
                 V::Str(s) => Ok(V::Int(s.chars().count() as i64)),
                 v => Err(format!("size of {v:?}")),
             },
+            ("isQuantity", [x]) => match ev(x, env)? {
+                V::Str(s) => Ok(V::Bool(crate::quantity::Quantity::parse(&s).is_ok())),
+                v => Err(format!("isQuantity of {v:?}")),
+            },
+            ("quantity", [x]) => match ev(x, env)? {
+                V::Str(s) => crate::quantity::Quantity::parse(&s)
+                    .map(V::Quantity)
+                    .map_err(|e| format!("quantity({s:?}): {e}")),
+                v => Err(format!("quantity of {v:?}")),
+            },
             ("string", [x]) => match ev(x, env)? {
                 V::Int(i) => Ok(V::Str(i.to_string())),
+                V::Double(d) => Ok(V::Str(d.to_string())),
                 V::Str(s) => Ok(V::Str(s)),
                 v => Err(format!("string of {v:?}")),
             },
@@ -627,6 +654,68 @@ fn ev(e: &E, env: &mut Vec<(String, V)>) -> Result<V, String> {
                 ("contains", [a]) => match (t, ev(a, env)?) {
                     (V::Str(s), V::Str(a)) => Ok(V::Bool(s.contains(&a))),
                     _ => Err("contains needs strings".into()),
+                },
+                ("startsWith" | "endsWith", [a]) => match (t, ev(a, env)?) {
+                    (V::Str(s), V::Str(a)) => Ok(V::Bool(if m == "startsWith" {
+                        s.starts_with(&a)
+                    } else {
+                        s.ends_with(&a)
+                    })),
+                    _ => Err(format!("{m} needs strings")),
+                },
+                ("substring", [a]) => match (t, ev(a, env)?) {
+                    (V::Str(s), V::Int(n)) => usize::try_from(n)
+                        .ok()
+                        .filter(|n| *n <= s.chars().count())
+                        .map(|n| V::Str(s.chars().skip(n).collect()))
+                        .ok_or_else(|| format!("substring({n}) of {s:?}")),
+                    _ => Err("substring needs a string and an int".into()),
+                },
+                // Only the whole-name expressions the compiler writes for `*`/`?` patterns:
+                // `^…$` of literal characters (`\\` escapes), `.*` and `.`.
+                ("matches", [a]) => match (t, ev(a, env)?) {
+                    (V::Str(s), V::Str(re)) => {
+                        let body = re
+                            .strip_prefix('^')
+                            .and_then(|r| r.strip_suffix('$'))
+                            .ok_or_else(|| format!("unsupported regex {re:?}"))?;
+                        let mut pattern = String::new();
+                        let mut chars = body.chars().peekable();
+                        while let Some(c) = chars.next() {
+                            match c {
+                                '\\' => pattern.push(chars.next().ok_or("a trailing \\")?),
+                                '.' if chars.peek() == Some(&'*') => {
+                                    chars.next();
+                                    pattern.push('*');
+                                }
+                                '.' => pattern.push('?'),
+                                '*' | '?' | '[' | '(' | '|' | '+' => {
+                                    return Err(format!("unsupported regex {re:?}"));
+                                }
+                                c => pattern.push(c),
+                            }
+                        }
+                        Ok(V::Bool(wildmatch::WildMatch::new(&pattern).matches(&s)))
+                    }
+                    _ => Err("matches needs strings".into()),
+                },
+                ("compareTo", [a]) => match (t, ev(a, env)?) {
+                    (V::Quantity(q), V::Quantity(o)) => Ok(V::Int(match q.cmp(&o) {
+                        std::cmp::Ordering::Less => -1,
+                        std::cmp::Ordering::Equal => 0,
+                        std::cmp::Ordering::Greater => 1,
+                    })),
+                    _ => Err("compareTo needs quantities".into()),
+                },
+                ("sign", []) => match t {
+                    V::Quantity(q) => Ok(V::Int(if q.is_negative() {
+                        -1
+                    } else if q == crate::quantity::Quantity::ZERO {
+                        0
+                    } else {
+                        1
+                    })),
+                    v => Err(format!("sign of {v:?}")),
                 },
                 ("replace", [a, b]) => match (t, ev(a, env)?, ev(b, env)?) {
                     (V::Str(s), V::Str(a), V::Str(b)) => Ok(V::Str(s.replace(&a, &b))),

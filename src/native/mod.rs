@@ -296,6 +296,12 @@ fn queue_gaps(queue: &Queue) -> Vec<Gap> {
             "reads Services from the cluster",
         );
     }
+    if c.visible_devices.enabled {
+        gap(
+            "visibleDevices",
+            "NVIDIA_VISIBLE_DEVICES=void in a container that uses a DRA claim whose devices count as no GPU (claims are read from the cluster) and in the ephemeral containers kubectl debug adds (an UPDATE); a tenant's value in a TrainJob's spec.trainer.env or runtime patches, and on an UPDATE",
+        );
+    }
     if queue.limits.limits_gpus() {
         gap(
             "limits (GPUs through DRA claims)",
@@ -398,6 +404,12 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 .native
                 .push("container and pod securityContext defaults".into());
         }
+        if let Some(expr) = mutations::visible_devices(queue, "variables.specs") {
+            mutations.push(expr);
+            report.native.push(
+                "NVIDIA_VISIBLE_DEVICES=void in every container that asks for no GPU by the accelerator map's resource names and uses no DRA claim".into(),
+            );
+        }
         if let Some(expr) = mutations::job_defaults(queue, "variables.child") {
             mutations.push(expr);
             report.native.push(run_defaults_covered());
@@ -474,7 +486,14 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 managed(crate::kinds::Kueue::Pod),
             ));
         }
-        if !cel.checks.is_empty() || kueue.is_some() {
+        let visible_devices =
+            mutations::visible_devices_violations(queue, "variables.specs", "variables.child");
+        if visible_devices.is_some() {
+            report.native.push(
+                "a tenant's own NVIDIA_VISIBLE_DEVICES other than void, in every container (rule visibleDevices.tenantValue)".into(),
+            );
+        }
+        if !cel.checks.is_empty() || kueue.is_some() || visible_devices.is_some() {
             let enforcement = queue.config.limits.enforcement;
             let name = format!("{base}-limits");
             let mut all: Vec<String> = cel.checks.iter().map(Identifier::reference).collect();
@@ -485,6 +504,11 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             named.extend(cel.variables.iter().cloned());
             if let Some(expression) = &kueue {
                 let var = ident!("kueueLabels");
+                all.push(var.reference());
+                named.push((var, expression.clone()));
+            }
+            if let Some(expression) = &visible_devices {
+                let var = ident!("visibleDevices");
                 all.push(var.reference());
                 named.push((var, expression.clone()));
             }

@@ -9,8 +9,10 @@ use crate::kinds::RunDefault;
 use crate::mutate::job_defaults::KEEP_BACKOFF_LIMIT_ANNOTATION;
 use crate::mutate::labels::{QUEUE_LABEL, QUEUE_NAME_ANNOTATION, queue_label_value};
 use crate::mutate::security_context::SecurityContextConfig;
+use crate::mutate::visible_devices::{NO_GPU, VARIABLE as VISIBLE_DEVICES};
 use crate::policy::Queue;
 use crate::workload::WorkloadKind;
+use crate::workload::consumption::Accelerators;
 use crate::workload::intent::LAST_APPLIED_ANNOTATION;
 
 /// One JSON Patch `add` operation as a CEL list of one element, guarded by `when`.
@@ -176,12 +178,207 @@ pub fn security_context(queue: &Queue) -> Option<String> {
         )
     };
     let pod = pod_defaults(cfg).unwrap_or_else(|| "[]".into());
-    let windows = "(has(p.s.os) && has(p.s.os.name) && p.s.os.name == 'windows')";
     Some(format!(
-        "{}.map(p, {windows} ? [] : {pod} + {} + {}).flatten()",
+        "{}.map(p, {WINDOWS} ? [] : {pod} + {} + {}).flatten()",
         select::specs(),
         per_list("containers"),
         per_list("initContainers"),
+    ))
+}
+
+/// A pod spec `p.s` that is a Windows pod's.
+const WINDOWS: &str = "(has(p.s.os) && has(p.s.os.name) && p.s.os.name == 'windows')";
+
+/// The amount `v` (a quantity string or a number) is not zero. An amount that is not a quantity
+/// is none (the model counts no other; the API server refuses it after the mutation).
+fn nonzero(v: &str) -> String {
+    format!(
+        "(type({v}) == string ? (isQuantity({v}) && quantity({v}).compareTo(quantity('0')) != 0) : type({v}) == int ? {v} != 0 : type({v}) == double ? {v} != 0.0 : false)"
+    )
+}
+
+/// A `*`/`?` pattern as an RE2 expression matching the whole name.
+fn wild_regex(pattern: &str) -> String {
+    let mut out = String::from("^");
+    for c in pattern.chars() {
+        match c {
+            '*' => out.push_str(".*"),
+            '?' => out.push('.'),
+            c if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '/' => out.push(c),
+            c => {
+                out.push('\\');
+                out.push(c);
+            }
+        }
+    }
+    out.push('$');
+    out
+}
+
+/// The resource name `r` (a CEL string, no DeviceClass's extended name) counts as GPUs by the
+/// accelerator map: the first entry that matches decides ([`Accelerators::name_rules`]), as
+/// one flat test — an exact name, else a counted pattern no earlier uncounted pattern matches.
+fn counted_name(accel: &Accelerators, r: &str) -> String {
+    use crate::workload::consumption::NameMatch;
+    let mut exact_counted = Vec::new();
+    let mut exact_not = Vec::new();
+    let mut uncounted_before: Vec<String> = Vec::new();
+    let mut patterns = Vec::new();
+    for (by, counts) in accel.name_rules() {
+        let test = match by {
+            NameMatch::Exact(name) => {
+                if counts {
+                    exact_counted.push(name);
+                } else {
+                    exact_not.push(name);
+                }
+                continue;
+            }
+            NameMatch::Around(prefix, suffix) => {
+                let mut parts = Vec::new();
+                if !prefix.is_empty() && !suffix.is_empty() {
+                    parts.push(format!(
+                        "size({r}) >= {}",
+                        prefix.chars().count() + suffix.chars().count()
+                    ));
+                }
+                if !prefix.is_empty() {
+                    parts.push(format!("{r}.startsWith({})", lit(prefix)));
+                }
+                if !suffix.is_empty() {
+                    parts.push(format!("{r}.endsWith({})", lit(suffix)));
+                }
+                if parts.is_empty() {
+                    "true".to_string()
+                } else {
+                    format!("({})", parts.join(" && "))
+                }
+            }
+            NameMatch::Wild(pattern) => format!("{r}.matches({})", lit(&wild_regex(pattern))),
+        };
+        if counts {
+            let mut term = vec![test];
+            term.extend(uncounted_before.iter().map(|t| format!("!{t}")));
+            patterns.push(format!("({})", term.join(" && ")));
+        } else {
+            uncounted_before.push(test);
+        }
+    }
+    let mut by_pattern = cel::any(&patterns);
+    if !exact_not.is_empty() && by_pattern != "false" {
+        by_pattern = format!("(!({r} in {}) && {by_pattern})", cel::str_list(&exact_not));
+    }
+    let mut out = Vec::new();
+    if !exact_counted.is_empty() {
+        out.push(format!("{r} in {}", cel::str_list(&exact_counted)));
+    }
+    if by_pattern != "false" {
+        out.push(by_pattern);
+    }
+    cel::any(&out)
+}
+
+/// The resource `r` (a CEL string) of amount `v` makes a container ask for GPUs, or for
+/// something the accelerator map cannot count, as [`Accounting::container`] reads it: a name
+/// the map counts with an amount other than zero, or a DeviceClass's extended name of a class
+/// the map does not know.
+///
+/// [`Accounting::container`]: crate::workload::consumption::Accounting::container
+fn asks_gpus(accel: &Accelerators, r: &str, v: &str) -> String {
+    use crate::workload::consumption::DEVICE_CLASS_RESOURCE_PREFIX;
+    let classes = accel.device_classes();
+    let known: Vec<&str> = classes.iter().map(|(c, _)| *c).collect();
+    let counted: Vec<&str> = classes
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(c, _)| *c)
+        .collect();
+    let class = format!(
+        "{r}.substring({})",
+        DEVICE_CLASS_RESOURCE_PREFIX.chars().count()
+    );
+    let prefix = lit(DEVICE_CLASS_RESOURCE_PREFIX);
+    format!(
+        "(({r}.startsWith({prefix}) && !({class} in {})) || (({r}.startsWith({prefix}) ? {class} in {} : {}) && {}))",
+        cel::str_list(&known),
+        cel::str_list(&counted),
+        counted_name(accel, r),
+        nonzero(v),
+    )
+}
+
+/// The container `c` asks for no GPU, as the consumption model says
+/// ([`crate::workload::consumption::ContainerAsk::asks_no_gpu`]) where CEL can read it: no
+/// resource the map counts (its limit, else its request where the limit is no quantity) and no claim at all (a claim's
+/// devices are read from the cluster: a container that uses one is left to the webhook).
+fn asks_no_gpu(accel: &Accelerators, c: &str) -> String {
+    let res = format!("{c}.resources");
+    let limits = format!("{res}.limits");
+    let requests = format!("{res}.requests");
+    let has = |m: &str| format!("has({m}) && {m} != null");
+    format!(
+        "(!({has_res}) || (!({has_claims} && size({res}.claims) > 0) && !({has_limits} && {limits}.exists(r, {by_limit})) && !({has_requests} && {requests}.exists(r, !({has_limits} && r in {limits} && (type({limits}[r]) != string || isQuantity({limits}[r]))) && {by_request}))))",
+        has_res = has(&res),
+        has_claims = has(&format!("{res}.claims")),
+        has_limits = has(&limits),
+        has_requests = has(&requests),
+        by_limit = asks_gpus(accel, "r", &format!("{limits}[r]")),
+        by_request = asks_gpus(accel, "r", &format!("{requests}[r]")),
+    )
+}
+
+/// No GPU by environment, or `None` when the queue turns it off: `NVIDIA_VISIBLE_DEVICES=void`
+/// appended to the env of every container (app and init) that asks for no GPU and leaves the
+/// variable unset, as `mutate::visible_devices` writes it; `specs` is the pod templates'
+/// variable.
+pub fn visible_devices(queue: &Queue, specs: &str) -> Option<String> {
+    if !queue.config.visible_devices.enabled {
+        return None;
+    }
+    let entry = format!(
+        "{{'name': {}, 'value': {}}}",
+        lit(VISIBLE_DEVICES),
+        lit(NO_GPU)
+    );
+    let c = "p.s[l][j]";
+    let ptr = "p.ptr + '/' + l + '/' + string(j)";
+    Some(format!(
+        "{specs}.map(p, {WINDOWS} ? [] : ['containers', 'initContainers'].map(l, (l in p.s && p.s[l] != null) ? lists.range(size(p.s[l])).filter(j, !(has({c}.env) && {c}.env != null && {c}.env.exists(e, has(e.name) && e.name == {var})) && {no_gpu}).map(j, (has({c}.env) && {c}.env != null) ? JSONPatch{{op: 'add', path: {ptr} + '/env/' + string(size({c}.env)), value: {entry}}} : JSONPatch{{op: 'add', path: {ptr} + '/env', value: [{entry}]}}) : []).flatten()).flatten()",
+        var = lit(VISIBLE_DEVICES),
+        no_gpu = asks_no_gpu(&queue.accelerators, c),
+    ))
+}
+
+/// The violations of `visibleDevices.tenantValue` as lines naming the queue, the container,
+/// the value and why, in the webhook's words (`mutate::visible_devices::violations`; for a
+/// container with GPUs or a claim, without the list of them): the last env entry of the
+/// variable in every container of every pod template (app, init, ephemeral) that is not the
+/// literal `void`, a Windows pod's aside; none for a verified controller's child (`child`),
+/// whose root was judged. `specs` is the pod templates' variable.
+pub fn visible_devices_violations(queue: &Queue, specs: &str, child: &str) -> Option<String> {
+    if !queue.config.visible_devices.enabled {
+        return None;
+    }
+    let var = lit(VISIBLE_DEVICES);
+    let from = "(has(x.e.valueFrom) && x.e.valueFrom != null)";
+    let set = format!(
+        "({from} ? {} : {var} + '=\"' + (has(x.e.value) ? x.e.value : '') + '\"')",
+        lit(&format!(
+            "{VISIBLE_DEVICES} from valueFrom (launchgate cannot read it)"
+        ))
+    );
+    let none = lit(&format!(
+        ": the NVIDIA container toolkit would show it the GPUs the value names (\"all\": every GPU of its node); remove it (launchgate then writes {NO_GPU}) or set {NO_GPU} (visibleDevices: {NO_GPU})"
+    ));
+    let some = lit(&format!(
+        ", which would replace the list of the GPUs allocated to it (\"all\": every GPU of its node); remove it (visibleDevices: {NO_GPU})"
+    ));
+    let where_ = "x.at + ' (' + x.name + ')'";
+    Some(format!(
+        "{child} ? [] : {specs}.filter(p, !{WINDOWS}).map(p, ['containers', 'initContainers', 'ephemeralContainers'].map(l, (l in p.s && p.s[l] != null) ? lists.range(size(p.s[l])).filter(i, has(p.s[l][i].env) && p.s[l][i].env != null && p.s[l][i].env.exists(e, has(e.name) && e.name == {var})).map(i, {{'at': dyn(p.at + '.' + l + '[' + string(i) + ']'), 'c': dyn(p.s[l][i]), 'name': dyn(has(p.s[l][i].name) ? p.s[l][i].name : ''), 'e': dyn(p.s[l][i].env.filter(e, has(e.name) && e.name == {var})[size(p.s[l][i].env.filter(e, has(e.name) && e.name == {var})) - 1])}}).filter(x, {from} || !has(x.e.value) || x.e.value != {void}).map(x, {prefix} + ({no_gpu} ? {where_} + ' asks for no GPU but sets ' + {set} + {none} : {where_} + ' sets ' + {set} + {some})) : []).flatten()).flatten()",
+        prefix = lit(&format!("queue {:?}: ", queue.name)),
+        no_gpu = asks_no_gpu(&queue.accelerators, "x.c"),
+        void = lit(NO_GPU),
     ))
 }
 
@@ -727,5 +924,178 @@ mod tests {
             }
         }
         assert!(checked > 1000, "{checked}");
+    }
+
+    /// The containers the visible-devices tests put in a pod: every way of asking for a GPU
+    /// (or something the map may count), and every state of the variable in env.
+    fn visible_devices_containers() -> Vec<Value> {
+        let resources = [
+            json!(null),
+            json!({"limits": {"cpu": "2", "memory": "4Gi"}}),
+            json!({"limits": {"nvidia.com/gpu": "1"}}),
+            json!({"limits": {"nvidia.com/gpu": 2}}),
+            json!({"limits": {"nvidia.com/gpu": "0"}}),
+            json!({"limits": {"nvidia.com/gpu": "0"}, "requests": {"nvidia.com/gpu": "1"}}),
+            json!({"limits": {"nvidia.com/gpu": "lots"}, "requests": {"nvidia.com/gpu": "1"}}),
+            json!({"requests": {"amd.com/gpu": 1.5}}),
+            json!({"limits": {"nvidia.com/mig-1g.10gb": "1"}}),
+            json!({"limits": {"gpu.intel.com/xe": "1"}}),
+            json!({"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}}),
+            json!({"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "0"}}),
+            json!({"limits": {"deviceclass.resource.kubernetes.io/fpga.example.com": "0"}}),
+            json!({"limits": {"deviceclass.resource.kubernetes.io/compute-domain-daemon.nvidia.com": "1"}}),
+            json!({"limits": {"example.com/a-gpu1": "1", "example.com/nic": "4", "vendor.io/gpu": "1"}}),
+            json!({"claims": [{"name": "dev"}]}),
+        ];
+        let envs = [
+            json!(null),
+            json!([]),
+            json!([{"name": "A", "value": "1"}]),
+            json!([{"name": VISIBLE_DEVICES, "value": "all"}]),
+            json!([{"name": VISIBLE_DEVICES, "value": "all"}, {"name": VISIBLE_DEVICES, "value": "void"}]),
+            json!([{"name": VISIBLE_DEVICES, "value": "void"}, {"name": VISIBLE_DEVICES, "value": "0"}]),
+            json!([{"name": VISIBLE_DEVICES, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+            json!([{"name": VISIBLE_DEVICES}]),
+        ];
+        let mut out = Vec::new();
+        for (i, r) in resources.iter().enumerate() {
+            for (j, e) in envs.iter().enumerate() {
+                let mut c = json!({"name": format!("c{i}-{j}"), "image": "acme/t:1"});
+                if !r.is_null() {
+                    c["resources"] = r.clone();
+                }
+                if !e.is_null() {
+                    c["env"] = e.clone();
+                }
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// The compiled visible-devices mutation writes, on every way of asking for a GPU and every
+    /// state of the variable, what the webhook's mutation writes (offline, where a claim cannot
+    /// be read, both leave its container alone); the compiled check finds the tenant values the
+    /// webhook's rule finds, in the same containers.
+    #[test]
+    fn visible_devices_compile_to_what_the_webhook_writes_and_denies() {
+        let configs = ["{}", "{limits: {enforcement: warn}}"];
+        // A map of other names: a pattern with `?`, names that count as nothing, an exact
+        // name that overrides a pattern, classes of no GPU.
+        let custom = "accelerators:\n  resources:\n    \"*/gpu\": 1\n    \"example.com/?-gpu*\": 1\n    example.com/nic: 0\n    vendor.io/gpu: 0\n  deviceClasses:\n    gpu.nvidia.com: {gpusPerDevice: 1}\n    compute-domain-daemon.nvidia.com: {gpusPerDevice: 0}\n";
+        let containers = visible_devices_containers();
+        let mut checked = 0;
+        for (extra, config) in configs.iter().map(|c| ("", *c)).chain([(custom, "{}")]) {
+            let policy = crate::policy::Policy::from_yaml(&format!(
+                "{extra}defaultQueue: q\nqueues:\n  q: {config}\n"
+            ))
+            .unwrap();
+            let queue = policy.queue("q").unwrap();
+            let mutation = visible_devices(queue, "variables.specs").unwrap();
+            let check = visible_devices_violations(queue, "variables.specs", "false").unwrap();
+            for (k, chunk) in containers.chunks(9).enumerate() {
+                let mut spec = json!({"containers": chunk, "initContainers": [chunk[0].clone()],
+                    "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "t"}]});
+                if k % 4 == 0 {
+                    spec["os"] = json!({"name": if k % 8 == 0 { "linux" } else { "windows" }});
+                }
+                let object = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "p", "labels": {"wandb.ai/monitor": "true"}},
+                    "spec": spec});
+                let request =
+                    V::from_json(&json!({"kind": {"group": "", "version": "v1", "kind": "Pod"}}));
+                let walk = [("object", V::from_json(&object)), ("request", request)];
+                let specs = eval(&select::specs(), &walk).unwrap();
+                let variables = V::Map(vec![(V::Str("specs".into()), specs)]);
+                let env = [("variables", variables)];
+                let ops = eval(&mutation, &env).unwrap_or_else(|e| panic!("{e} on {object}"));
+                let patch: json_patch::Patch = serde_json::from_value(ops.into_json()).unwrap();
+                let mut native = object.clone();
+                json_patch::patch(&mut native, &patch).unwrap();
+                let full = format!("defaultQueue: q\nqueues:\n  q: {config}\n");
+                let (webhook, _) = if extra.is_empty() {
+                    mutate_with(
+                        &crate::mutate::visible_devices::MUTATOR,
+                        config,
+                        object.clone(),
+                    )
+                } else {
+                    mutate_with_policy(&format!("{extra}{full}"), object.clone())
+                };
+                assert_eq!(native, webhook, "{config} on {object}");
+                // The tenant values, in the same containers.
+                let lines = eval(&check, &env).unwrap_or_else(|e| panic!("{e} on {object}"));
+                let lines: Vec<String> = lines
+                    .into_json()
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|l| l.as_str().unwrap().to_string())
+                    .collect();
+                let mut by_cel: Vec<String> = lines
+                    .iter()
+                    .map(|l| l.split(" (").next().unwrap().to_string())
+                    .collect();
+                let accounting = crate::workload::consumption::Accounting {
+                    accelerators: &queue.accelerators,
+                    claims: &crate::cluster::NoCluster,
+                    namespace: "default",
+                };
+                let found = crate::mutate::visible_devices::violations(
+                    "q",
+                    WorkloadKind::Pod,
+                    &object,
+                    &accounting,
+                );
+                // In the webhook's words where the container asks for no GPU.
+                for v in &found {
+                    assert_eq!(
+                        v.message.contains("asks for no GPU"),
+                        lines.contains(&v.message),
+                        "{}\n{lines:?}",
+                        v.message
+                    );
+                }
+                let mut by_webhook: Vec<String> = found
+                    .iter()
+                    .map(|v| v.message.split(" (").next().unwrap().to_string())
+                    .collect();
+                by_cel.sort();
+                by_webhook.sort();
+                assert_eq!(by_cel, by_webhook, "{object}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "{checked}");
+    }
+
+    /// [`mutate_with`] of the visible-devices mutator under a whole config (`accelerators` too).
+    fn mutate_with_policy(config: &str, object: Value) -> (Value, crate::mutate::Findings) {
+        let policy = crate::policy::Policy::from_yaml(config).unwrap();
+        let queue = policy.queue("q").unwrap();
+        let request =
+            crate::admission::AdmissionRequest::synthetic_create(object.clone(), None).unwrap();
+        let ctx = crate::mutate::MutationContext {
+            kind: WorkloadKind::Pod,
+            queue_name: &queue.name,
+            settings: queue.mutation_settings(),
+            sidecars: &[],
+            request: &request,
+            cluster: &crate::cluster::NoCluster,
+            child: false,
+            runtime: None,
+            admitted: None,
+            outside_exemption: None,
+            intent: Default::default(),
+        };
+        let mut out = object;
+        let mut findings = crate::mutate::Findings::default();
+        let mut recorder = crate::patch::Recorder::default();
+        (crate::mutate::visible_devices::MUTATOR.run)(
+            &ctx,
+            &mut crate::patch::Node::root(&mut out, &mut recorder),
+            &mut findings,
+        );
+        (out, findings)
     }
 }

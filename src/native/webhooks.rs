@@ -561,6 +561,8 @@ mod tests {
                     "limits.allowedRegistries",
                     // The example queue's `gpus` bounds every container's nvidia.com/gpu.
                     "accelerators.uncounted",
+                    // No GPU by environment is on by default.
+                    "visibleDevices.tenantValue",
                 ][..],
                 json!({"limits": {"enforcement": "deny"}}),
             ),

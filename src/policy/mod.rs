@@ -149,6 +149,9 @@ pub struct QueueConfig {
     pub guardrails: crate::topology::guardrails::GuardrailsConfig,
     /// The Kueue LocalQueue, priority class and run-time bound this queue's runs get.
     pub kueue: Option<crate::mutate::kueue::KueueConfig>,
+    /// No GPU by environment: `NVIDIA_VISIBLE_DEVICES=void` in every container that asks for
+    /// no GPU, and a tenant's own value of the variable denied.
+    pub visible_devices: crate::mutate::visible_devices::VisibleDevicesConfig,
     /// The queue's W&B template limits.
     pub limits: LimitsConfig,
     /// Requests of this queue launchgate leaves alone (after `match.exemptions`).
@@ -214,6 +217,7 @@ impl Queue {
                         == crate::validate::UnverifiableRuntime::Deny
             }
             Denies::Kueue => limits && c.kueue.is_some(),
+            Denies::VisibleDevices => limits && c.visible_devices.enabled,
             Denies::GpuLimits => limits && self.limits.limits_gpus(),
             Denies::Gang => c.guardrails.gang == GangAction::Deny,
             Denies::CostCeiling => {
@@ -238,6 +242,8 @@ impl Queue {
             pytorch: &self.config.pytorch,
             kueue: self.config.kueue.as_ref(),
             guardrails: &self.config.guardrails,
+            visible_devices: &self.config.visible_devices,
+            accelerators: &self.accelerators,
         }
     }
 }

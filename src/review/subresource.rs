@@ -150,7 +150,8 @@ pub(super) fn is_ephemeral(request: &AdmissionRequest) -> bool {
     request.sub_resource.as_deref() == Some("ephemeralcontainers")
 }
 
-/// The ephemeral containers `kubectl debug` adds get the container defaults.
+/// The ephemeral containers `kubectl debug` adds get the container defaults, and
+/// `NVIDIA_VISIBLE_DEVICES=void` (they ask for no GPU).
 pub(super) fn ephemeral(
     ctx: &MutationContext<'_>,
     object: &mut Value,
@@ -164,6 +165,7 @@ pub(super) fn ephemeral(
         ctx.request.old_object.as_ref(),
         &mut findings,
     );
+    mutate::visible_devices::mutate_ephemeral(ctx, object, ctx.request.old_object.as_ref());
     let patch = diff::diff_tree(&before, object);
     finish_mutated(&ctx.request.uid, findings, patch, summary)
 }

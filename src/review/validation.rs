@@ -10,7 +10,6 @@ use crate::mutate::{self, Findings, MutationContext};
 use crate::policy::{EXEMPTED_BY_ANNOTATION, Queue, exemption};
 use crate::rules::{self, Effect, Violation, Warning};
 use crate::validate::{self, Scope};
-use crate::workload::consumption::Accounting;
 use serde_json::Value;
 
 /// Judges `object` by the queue's validating rules.
@@ -25,21 +24,7 @@ pub(super) fn decide(
 ) -> Decision {
     // How GPUs are counted: the accelerator map, the pods' claims read from the cluster view
     // in the workload's namespace.
-    let namespace = ctx
-        .request
-        .namespace
-        .as_deref()
-        .or_else(|| {
-            object
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-        })
-        .unwrap_or(crate::cluster::DEFAULT_NAMESPACE);
-    let accounting = Accounting {
-        accelerators: &queue.accelerators,
-        claims: ctx.cluster,
-        namespace,
-    };
+    let accounting = ctx.accounting(ctx.namespace(object));
     // The rules outside the queue's limits: each denies or warns by its own setting.
     let mut found: Vec<Violation> = Vec::new();
     let as_create = ctx.judged_as_create();
@@ -164,6 +149,22 @@ pub(super) fn decide(
             Some(old) if !found.is_empty() => {
                 mutate::kueue::violations(&queue.name, cfg, ctx.kind, old)
             }
+            _ => Vec::new(),
+        };
+        validate::add_violations(&mut report, found, &admitted);
+    }
+    // A tenant's own NVIDIA_VISIBLE_DEVICES: a workload's (a controller's child has its
+    // root's), judged on CREATE and UPDATE like a limit.
+    if scope == Scope::Workload
+        && queue.config.visible_devices.enabled
+        && matches!(ctx.request.operation, Operation::Create | Operation::Update)
+    {
+        let judge = |object: &Value| {
+            mutate::visible_devices::violations(&queue.name, ctx.kind, object, &accounting)
+        };
+        let found = judge(object);
+        let admitted = match ctx.admitted {
+            Some(old) if !found.is_empty() => judge(old),
             _ => Vec::new(),
         };
         validate::add_violations(&mut report, found, &admitted);

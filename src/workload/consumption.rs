@@ -141,6 +141,18 @@ impl Pattern {
     }
 }
 
+/// How an entry of the accelerator map matches a resource name ([`Accelerators::name_rules`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameMatch<'a> {
+    /// Exactly this name.
+    Exact(&'a str),
+    /// A name at least as long as both, starting with the first and ending with the second (a
+    /// pattern with one `*`).
+    Around(&'a str, &'a str),
+    /// A pattern with `*` (any characters) and `?` (one character).
+    Wild(&'a str),
+}
+
 /// The compiled accelerator map.
 #[derive(Debug, Clone)]
 pub struct Accelerators {
@@ -273,6 +285,37 @@ impl Accelerators {
             Weight::Gpus(q) => Some(*q),
             Weight::MigSlices => Some(mig_slices(resource).unwrap_or(Quantity::from_int(1))),
         }
+    }
+
+    /// The map's resource names as the native compiler reads them: how each entry matches a
+    /// name and whether one unit counts as any GPU, exact names first, then the patterns in
+    /// the order they are tried; the first that matches decides ([`Accelerators::gpus_per_unit`]).
+    /// A DeviceClass's extended name is none of these ([`Accelerators::device_classes`]).
+    pub fn name_rules(&self) -> Vec<(NameMatch<'_>, bool)> {
+        let counts = |w: &Weight| match w {
+            Weight::Gpus(q) => *q != Quantity::ZERO,
+            Weight::MigSlices => true,
+        };
+        let exact = self
+            .exact
+            .iter()
+            .map(|(name, w)| (NameMatch::Exact(name), counts(w)));
+        let patterns = self.patterns.iter().map(|(text, pattern, w)| {
+            let by = match pattern {
+                Pattern::Around(prefix, suffix) => NameMatch::Around(prefix, suffix),
+                Pattern::Wild(_) => NameMatch::Wild(text),
+            };
+            (by, counts(w))
+        });
+        exact.chain(patterns).collect()
+    }
+
+    /// Every DeviceClass the map knows, and whether a device of it counts as any GPU.
+    pub fn device_classes(&self) -> Vec<(&str, bool)> {
+        self.classes
+            .iter()
+            .map(|(name, (gpus, _))| (name.as_str(), *gpus != Quantity::ZERO))
+            .collect()
     }
 
     /// True for a resource name that counts as a whole GPU per unit (`nvidia.com/gpu`): a limit
@@ -486,6 +529,50 @@ enum Resolved {
     Shared(String, ClaimCount),
 }
 
+/// A pod spec's claims, each resolved once ([`Accounting::claims`]).
+#[derive(Default)]
+pub struct PodClaims {
+    /// By the name the pod's containers use.
+    resolved: Vec<(String, Resolved)>,
+    /// By name: the claims whose devices cannot be counted, with why.
+    uncounted: Vec<(String, String)>,
+}
+
+/// What one container asks for, by the accelerator map ([`Accounting::container`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContainerAsk<'c> {
+    /// The GPUs it asks for by resource names (each its limit, else its request).
+    pub named: Quantity,
+    /// What it sees: `named` and the devices of every claim it uses.
+    pub gpus: Quantity,
+    /// How they are asked for: first one part per name of `names`, then one per claim.
+    pub parts: Vec<String>,
+    /// GPUs asked for other than by whole-GPU resource names (claims, MIG slices, a
+    /// DeviceClass's extended name).
+    pub other_ways: bool,
+    /// The resource names it asks for GPUs by.
+    pub names: Vec<&'c str>,
+    /// Why a resource name it asks by cannot be counted (a DeviceClass's extended name the
+    /// map does not know).
+    pub uncounted: Vec<String>,
+    /// It uses a claim whose devices cannot be counted (the pod's count says why).
+    pub uses_uncounted_claim: bool,
+    /// Its GPUs are too many to add up.
+    pub overflow: bool,
+}
+
+impl ContainerAsk<'_> {
+    /// True when the container asks for no GPU: none by any resource name the accelerator map
+    /// counts, no claim it uses whose devices count as GPUs, and nothing it asks for that cannot
+    /// be counted (which may be a GPU).
+    pub fn asks_no_gpu(&self) -> bool {
+        self.gpus == Quantity::ZERO
+            && self.uncounted.is_empty()
+            && !self.uses_uncounted_claim
+            && !self.overflow
+    }
+}
+
 /// Counts GPUs through one accelerator map, reading claims from one source, in one namespace.
 pub struct Accounting<'a> {
     pub accelerators: &'a Accelerators,
@@ -610,14 +697,10 @@ impl Accounting<'_> {
         }))
     }
 
-    /// The GPUs `template` (a pod template: `metadata` + `spec`) asks for.
-    pub fn pod(&self, template: &Map<String, Value>) -> PodGpus {
-        let mut out = PodGpus::default();
-        let Some(spec) = pod_spec(template) else {
-            return out;
-        };
-        // The pod's claims, by the name its containers use.
-        let mut claims: Vec<(String, Resolved)> = Vec::new();
+    /// The claims of a pod spec (`spec.resourceClaims`), each resolved once: what its
+    /// containers use. Nothing is read for a pod that names no claim.
+    pub fn claims(&self, spec: &Map<String, Value>) -> PodClaims {
+        let mut out = PodClaims::default();
         for entry in json::member(spec, "resourceClaims")
             .and_then(Value::as_array)
             .into_iter()
@@ -625,11 +708,93 @@ impl Accounting<'_> {
             .filter_map(Value::as_object)
         {
             match self.resolve(entry) {
-                Ok(Some(resolved)) => claims.push(resolved),
+                Ok(Some(resolved)) => out.resolved.push(resolved),
                 Ok(None) => {}
+                Err(why) => {
+                    let name = json::member(entry, "name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    out.uncounted.push((name, why));
+                }
+            }
+        }
+        out
+    }
+
+    /// What one container asks for, by the accelerator map: its resource names (limit, else
+    /// request) and the devices of every claim of `claims` it uses. The one count of a
+    /// container: [`Accounting::pod`] adds these up, and whether a container asks for no GPU
+    /// ([`ContainerAsk::asks_no_gpu`]) is read from it.
+    pub fn container<'c>(
+        &self,
+        container: &'c Map<String, Value>,
+        claims: &PodClaims,
+    ) -> ContainerAsk<'c> {
+        let mut out = ContainerAsk::default();
+        let add = |total: Quantity, q: Quantity, overflow: &mut bool| {
+            total.checked_add(&q).unwrap_or_else(|| {
+                *overflow = true;
+                total
+            })
+        };
+        let resources = json::member(container, "resources");
+        for (resource, amount) in resource_amounts(resources) {
+            match self.accelerators.resource_gpus(resource, amount) {
+                Ok(Some(q)) if q != Quantity::ZERO => {
+                    out.named = add(out.named, q, &mut out.overflow);
+                    out.other_ways |= !self.accelerators.is_gpu(resource);
+                    out.names.push(resource);
+                    out.parts.push(format!("{resource}: {amount}"));
+                }
+                Ok(_) => {}
                 Err(why) => out.uncounted.push(why),
             }
         }
+        // What the container sees: its named resources and every claim it uses.
+        out.gpus = out.named;
+        for used in resources
+            .and_then(|r| r.get("claims"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = used.get("name").and_then(Value::as_str).unwrap_or_default();
+            let request = used.get("request").and_then(Value::as_str);
+            if claims.uncounted.iter().any(|(n, _)| n == name) {
+                out.uses_uncounted_claim = true;
+                continue;
+            }
+            let Some((_, resolved)) = claims.resolved.iter().find(|(n, _)| n == name) else {
+                continue;
+            };
+            let (count, shared) = match resolved {
+                Resolved::PerPod(c) => (c, ""),
+                Resolved::Shared(_, c) => (c, ", shared with other pods"),
+            };
+            match count.of(request) {
+                Some(q) if q != Quantity::ZERO => {
+                    out.other_ways = true;
+                    out.gpus = add(out.gpus, q, &mut out.overflow);
+                    out.parts.push(format!("{} ({q} GPUs{shared})", count.text));
+                }
+                Some(_) => {}
+                None => out.overflow = true,
+            }
+        }
+        out
+    }
+
+    /// The GPUs `template` (a pod template: `metadata` + `spec`) asks for.
+    pub fn pod(&self, template: &Map<String, Value>) -> PodGpus {
+        let mut out = PodGpus::default();
+        let Some(spec) = pod_spec(template) else {
+            return out;
+        };
+        // The pod's claims, by the name its containers use.
+        let claims = self.claims(spec);
+        out.uncounted
+            .extend(claims.uncounted.iter().map(|(_, why)| why.clone()));
         let overflow = std::cell::Cell::new(false);
         let add = |total: Quantity, q: Quantity| {
             total.checked_add(&q).unwrap_or_else(|| {
@@ -644,22 +809,15 @@ impl Accounting<'_> {
         let mut sidecars = Quantity::ZERO;
         let mut init_peak = Quantity::ZERO;
         for (slot, container) in containers(spec, &[]) {
-            let resources = json::member(container, "resources");
-            let mut named = Quantity::ZERO;
-            let mut parts = Vec::new();
-            let mut other_ways = false;
-            for (resource, amount) in resource_amounts(resources) {
-                match self.accelerators.resource_gpus(resource, amount) {
-                    Ok(Some(q)) if q != Quantity::ZERO => {
-                        named = add(named, q);
-                        other_ways |= !self.accelerators.is_gpu(resource);
-                        if !out.names.iter().any(|n| n == resource) {
-                            out.names.push(resource.to_string());
-                        }
-                        parts.push(format!("{resource}: {amount}"));
-                    }
-                    Ok(_) => {}
-                    Err(why) => out.uncounted.push(why),
+            let ask = self.container(container, &claims);
+            let named = ask.named;
+            if ask.overflow {
+                overflow.set(true);
+            }
+            out.uncounted.extend(ask.uncounted);
+            for name in &ask.names {
+                if !out.names.iter().any(|n| n == name) {
+                    out.names.push(name.to_string());
                 }
             }
             match slot.role {
@@ -675,45 +833,18 @@ impl Accounting<'_> {
                     "{}[{}] {}",
                     slot.list,
                     slot.index,
-                    parts.join(" + ")
+                    ask.parts[..ask.names.len()].join(" + ")
                 ));
             }
-            // What the container sees: its named resources and every claim it uses.
-            let mut gpus = named;
-            for used in resources
-                .and_then(|r| r.get("claims"))
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let name = used.get("name").and_then(Value::as_str).unwrap_or_default();
-                let request = used.get("request").and_then(Value::as_str);
-                let Some((_, resolved)) = claims.iter().find(|(n, _)| n == name) else {
-                    continue;
-                };
-                let (count, shared) = match resolved {
-                    Resolved::PerPod(c) => (c, ""),
-                    Resolved::Shared(_, c) => (c, ", shared with other pods"),
-                };
-                match count.of(request) {
-                    Some(q) if q != Quantity::ZERO => {
-                        other_ways = true;
-                        gpus = add(gpus, q);
-                        parts.push(format!("{} ({q} GPUs{shared})", count.text));
-                    }
-                    Some(_) => {}
-                    None => overflow.set(true),
-                }
-            }
-            out.other_ways |= other_ways;
+            out.other_ways |= ask.other_ways;
             out.containers.push(ContainerGpus {
                 list: slot.list,
                 index: slot.index,
                 name: super::name_in(container).unwrap_or_default().to_string(),
                 role: slot.role,
-                gpus,
-                parts,
-                other_ways,
+                gpus: ask.gpus,
+                parts: ask.parts,
+                other_ways: ask.other_ways,
             });
         }
         let mut per_pod = add(app, sidecars).max(init_peak);
@@ -727,7 +858,7 @@ impl Accounting<'_> {
         }
         // A claim's devices are allocated to the pod once, however many of its containers use
         // them (or none): one per pod from a template, one per workload when shared.
-        for (_, resolved) in &claims {
+        for (_, resolved) in &claims.resolved {
             match resolved {
                 Resolved::PerPod(count) => match count.total() {
                     Some(q) if q != Quantity::ZERO => {

@@ -147,3 +147,97 @@ pub async fn a_gpu_is_counted_however_it_is_asked_for(ctx: &Ctx) -> Result<()> {
     }
     Ok(())
 }
+
+/// The variable the NVIDIA container toolkit reads, as the first container of `obj`'s pod
+/// template (or of the pod) will see it: its last `env` entry of the name.
+fn visible_devices(obj: &Value) -> Option<String> {
+    let containers = obj
+        .pointer("/spec/template/spec/containers")
+        .or_else(|| obj.pointer("/spec/containers"))?;
+    containers[0]["env"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|e| e["name"] == "NVIDIA_VISIBLE_DEVICES")
+        .map(|e| e["value"].as_str().unwrap_or_default().to_string())
+}
+
+/// No GPU by environment: a Job of 16 pods that ask for no GPU but set
+/// `NVIDIA_VISIBLE_DEVICES=all` (each would see every GPU of its node) is denied naming the
+/// queue, the container and the value; the same Job without the variable is stored with `void`
+/// written, and the Job controller's pods carry it. A container with a GPU is stored without
+/// it (the device plugin names its GPU), and its `all` is denied too.
+pub async fn a_container_that_asks_for_no_gpu_sees_none_by_environment(ctx: &Ctx) -> Result<()> {
+    let cpu = json!({"limits": {"cpu": "1", "memory": "1Gi"}});
+    let with_env = |mut job: Value, value: &str| {
+        job["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]);
+        job
+    };
+    let all = with_env(
+        job("env-all", 16, 1, pod_spec(cpu.clone(), json!({}))),
+        "all",
+    );
+    let (status, body, _) = ctx.create_raw(&all, false).await?;
+    ensure!(
+        status == 403,
+        "16 pods of no GPU setting all: {status} {body}"
+    );
+    let message = body["message"].as_str().unwrap_or_default();
+    let expected = format!(
+        r#"queue {ACCELERATORS_QUEUE:?}: spec.template.spec.containers[0] (main) asks for no GPU but sets NVIDIA_VISIBLE_DEVICES="all""#
+    );
+    ensure!(
+        message.contains(&expected),
+        "{message:?} lacks {expected:?}"
+    );
+
+    // Without the variable: stored with void, which overrides the image's `all`.
+    let stored = ctx
+        .create(
+            &job("env-none", 2, 1, pod_spec(cpu.clone(), json!({}))),
+            false,
+        )
+        .await?;
+    ensure!(
+        visible_devices(&stored).as_deref() == Some("void"),
+        "stored: {}",
+        stored["spec"]["template"]["spec"]["containers"][0]
+    );
+    for pod in ctx
+        .wait_for_pods("batch.kubernetes.io/job-name=env-none", 2)
+        .await?
+    {
+        ensure!(
+            visible_devices(&pod).as_deref() == Some("void"),
+            "the Job controller's pod: {}",
+            pod["spec"]["containers"][0]
+        );
+    }
+
+    // A container with a GPU: the device plugin's to name.
+    let one = json!({"limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1}});
+    let stored = ctx
+        .create(
+            &job("env-gpu", 1, 1, pod_spec(one.clone(), json!({}))),
+            true,
+        )
+        .await?;
+    ensure!(
+        visible_devices(&stored).is_none(),
+        "a GPU container got the variable: {}",
+        stored["spec"]["template"]["spec"]["containers"][0]
+    );
+    let widened = with_env(job("env-gpu-all", 1, 1, pod_spec(one, json!({}))), "all");
+    let (status, body, _) = ctx.create_raw(&widened, true).await?;
+    let message = body["message"].as_str().unwrap_or_default();
+    ensure!(
+        status == 403,
+        "a GPU container setting all: {status} {body}"
+    );
+    ensure!(
+        message.contains("which would replace the device plugin's list of the GPUs allocated to it (nvidia.com/gpu: 1)"),
+        "{message}"
+    );
+    Ok(())
+}

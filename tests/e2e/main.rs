@@ -153,6 +153,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(launch_stack::trainjob_is_hardened_through_a_runtime_patch_and_limited),
         e2e!(launch_stack::trainjob_is_sized_by_its_runtime),
         e2e!(accelerators::a_gpu_is_counted_however_it_is_asked_for),
+        e2e!(accelerators::a_container_that_asks_for_no_gpu_sees_none_by_environment),
         e2e!(launch_stack::trainjob_hardening_keeps_a_privileged_runtime_valid),
         e2e!(launch_stack::kueue_admission_is_left_alone_and_revalidated),
         e2e!(launch_stack::a_tenants_kueue_labels_are_replaced_or_denied),

@@ -487,7 +487,8 @@ fn comparable(obj: &Value) -> Value {
 }
 
 /// The limits a denial names: `variable "gpus"`, `field "…"`, `totals`,
-/// `maxActiveDeadlineSeconds`, `allowedRegistries: …` (the parentheses that name a limit).
+/// `maxActiveDeadlineSeconds`, `allowedRegistries: …`, `kueue.…`, `visibleDevices: void` (the
+/// parentheses that name a limit).
 fn limits_named(message: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut rest = message;
@@ -503,6 +504,7 @@ fn limits_named(message: &str) -> BTreeSet<String> {
             "allowedRegistries",
             "allowedNamespaces",
             "kueue.",
+            "visibleDevices",
         ]
         .iter()
         .any(|p| named.starts_with(p))
@@ -576,7 +578,8 @@ pub(crate) fn containers_mut(obj: &mut Value) -> Vec<&mut Value> {
 }
 
 /// The variants of one workload: as recorded, over the GPU and memory limits, from another
-/// registry, and without a deadline where one is set.
+/// registry, with a tenant's Kueue labels, and with `NVIDIA_VISIBLE_DEVICES=all` in every
+/// container.
 fn variants(obj: &Value) -> Vec<(&'static str, Value)> {
     let mut over = obj.clone();
     for c in containers_mut(&mut over) {
@@ -593,11 +596,18 @@ fn variants(obj: &Value) -> Vec<(&'static str, Value)> {
     let mut kueue = obj.clone();
     kueue["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("team-b");
     kueue["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = json!("999999");
+    let mut all = obj.clone();
+    for c in containers_mut(&mut all) {
+        let mut env = c["env"].as_array().cloned().unwrap_or_default();
+        env.push(json!({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}));
+        c["env"] = Value::Array(env);
+    }
     vec![
         ("as recorded", obj.clone()),
         ("over the limits", over),
         ("another registry", elsewhere),
         ("a tenant's Kueue labels", kueue),
+        ("NVIDIA_VISIBLE_DEVICES=all", all),
     ]
 }
 
