@@ -14,6 +14,8 @@ pub(crate) mod eval;
 mod kueue;
 mod mutations;
 mod select;
+#[cfg(test)]
+mod update_tests;
 pub mod webhooks;
 
 use crate::cel::{Identifier, ident};
@@ -284,7 +286,7 @@ fn everywhere() -> Vec<Gap> {
     out.extend([
         gap(
             "UPDATE",
-            "re-validating an UPDATE (Kueue's admission, a resize) reports only what the update made worse, which needs the old object's violations, and an UPDATE that brings a workload into a queue is judged as a CREATE; native policies judge CREATE (and refuse an exemption mark they cannot prove on UPDATE too, and judge an UPDATE of a workload launchgate marked exempt from a requester no exemption covers as a CREATE; in `policyMode: native` nothing writes the mark, so a tenant's UPDATE of an exempt workload there is not told apart and is judged by the webhook only)",
+            "an UPDATE of a workload already in its queue (Kueue's admission, a resize) is re-validated by the webhook only: it reports only what the update made worse, which needs the old object's violations. The native policies judge such an UPDATE only for an exemption mark they cannot prove, and as a CREATE when it comes from a requester no exemption covers on a workload launchgate marked exempt (in `policyMode: native` nothing writes the mark, so a tenant's UPDATE of an exempt workload there is not told apart). An UPDATE that brings a workload into a queue (it was no launch workload, or another queue's) they judge as a CREATE, as the webhook does",
         ),
         gap(
             "launchgate.io/mutations annotation",
@@ -447,7 +449,10 @@ pub fn as_native(policy: &Policy) -> Result<Policy, crate::policy::ConfigErrors>
 pub fn compile(policy: &Policy, options: &Options) -> Compiled {
     let sidecars = &policy.config.match_rules.sidecar_containers;
     let child = select::is_verified_child(policy);
-    let specs = select::specs();
+    let specs = select::specs(select::Root::Object);
+    // Judged as a CREATE: a CREATE, or an UPDATE that brings the workload into the queue (or
+    // one outside the exemption that admitted it).
+    let as_create = select::judged_as_create(policy);
     let mut objects = Vec::new();
     let mut queues = Vec::new();
     for queue in policy.queues.values() {
@@ -462,10 +467,8 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             native: Vec::new(),
             webhook_only: queue_gaps(queue),
         };
-        let variables = policy_variables(&[
-            (ident!("specs"), specs.clone()),
-            (ident!("child"), child.clone()),
-        ]);
+        // An UPDATE that brings the workload into this queue: judged as a CREATE.
+        let enters = (select::ENTERS_QUEUE, select::enters_queue(policy, queue));
 
         // Mutations.
         let mut mutations = Vec::new();
@@ -485,6 +488,36 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
         } else {
             "the launchgate.io/queue label".to_string()
         });
+        let mut named = vec![
+            (ident!("specs"), specs.clone()),
+            (ident!("child"), child.clone()),
+        ];
+        let created = mutations
+            .iter()
+            .map(|m| format!("({m})"))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        // An UPDATE judged as a CREATE gets what an UPDATE may change of what a CREATE writes:
+        // the queue's Kueue labels (pod templates are not rewritten, as by the webhook).
+        let (operations, expression): (&[&str], String) = match mutations::kueue_labels(
+            queue,
+            "variables.child",
+        ) {
+            Some(kueue) => {
+                named.push(enters.clone());
+                report.native.push(
+                    "the Kueue labels on an UPDATE that brings a workload into the queue".into(),
+                );
+                (
+                    &["CREATE", "UPDATE"],
+                    format!(
+                        "request.operation == 'CREATE' ? ({created}) : {as_create} ? ({kueue}) : []"
+                    ),
+                )
+            }
+            None => (&["CREATE"], created),
+        };
+        let variables = policy_variables(&named);
         let name = format!("{base}-mutate");
         objects.push(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -495,7 +528,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 // webhook's mutations never deny.
                 "failurePolicy": "Ignore",
                 "reinvocationPolicy": "IfNeeded",
-                "matchConstraints": {"resourceRules": resource_rules(&["CREATE"])},
+                "matchConstraints": {"resourceRules": resource_rules(operations)},
                 "matchConditions": match_conditions(policy, queue),
                 "variables": variables,
                 // One expression: the API server times and applies each mutation of a
@@ -503,7 +536,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 // independent patch lists cost more as three mutations than as one list.
                 "mutations": [{
                     "patchType": "JSONPatch",
-                    "jsonPatch": {"expression": mutations.iter().map(|m| format!("({m})")).collect::<Vec<_>>().join(" + ")},
+                    "jsonPatch": {"expression": expression},
                 }],
             },
         }));
@@ -558,6 +591,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             let mut named = vec![
                 (ident!("specs"), specs.clone()),
                 (ident!("child"), child.clone()),
+                enters.clone(),
             ];
             named.extend(cel.variables.iter().cloned());
             if let Some(expression) = &kueue {
@@ -570,21 +604,19 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             report
                 .native
                 .extend(cel.described.iter().map(|d| format!("limit: {d}")));
-            // The limits judge a CREATE. Where an exemption can be inherited, launchgate's
-            // mark on a workload is refused on CREATE and on an UPDATE that brings the workload
-            // into the queue: nothing in the native policies writes it, so they cannot tell
-            // launchgate's from a tenant's. An UPDATE of a workload launchgate marked exempt
-            // from a requester no exemption covers is judged as that requester's CREATE.
+            // The limits judge a CREATE, and an UPDATE judged as one: one that brings the
+            // workload into the queue (it was no launch workload, or another queue's), as the
+            // webhook judges it. Where an exemption can be inherited, launchgate's mark on a
+            // workload is refused on CREATE and on an UPDATE that brings the workload into the
+            // queue: nothing in the native policies writes it, so they cannot tell launchgate's
+            // from a tenant's. An UPDATE of a workload launchgate marked exempt from a
+            // requester no exemption covers is judged as that requester's CREATE.
             let marks = select::unproven_marks(policy);
-            let judged = match &marks {
-                Some(_) => format!(
-                    "(request.operation != 'CREATE' && !{}) || size(variables.violations) == 0",
-                    select::update_outside_exemption(policy)
-                ),
-                None => "request.operation != 'CREATE' || size(variables.violations) == 0".into(),
-            };
+            report.native.push(
+                "an UPDATE that brings a workload into the queue (it was no launch workload, or another queue's) is judged as a CREATE, on every check above".into(),
+            );
             let mut validations = vec![json!({
-                "expression": judged,
+                "expression": format!("!{as_create} || size(variables.violations) == 0"),
                 "messageExpression": "variables.violations.join('; ')",
                 "reason": "Forbidden",
             })];
@@ -595,17 +627,12 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                     "reason": "Forbidden",
                 }));
                 report.native.push(
-                    "a launchgate.io/exempted-by mark on a workload (not a verified controller's child) is refused on CREATE and on an UPDATE that labels it into the queue (rule exemptions.unearnedMark)".into(),
+                    "a launchgate.io/exempted-by mark on a workload (not a verified controller's child) is refused on CREATE and on an UPDATE that brings it into the queue (rule exemptions.unearnedMark)".into(),
                 );
                 report.native.push(
                     "an UPDATE of a workload carrying launchgate.io/exempted-by from a requester no exemption covers (not a verified controller's child, not match.workloadUpdaters) is judged as that requester's CREATE: the limits, and the mark refused".into(),
                 );
             }
-            let operations: &[&str] = if marks.is_some() {
-                &["CREATE", "UPDATE"]
-            } else {
-                &["CREATE"]
-            };
             objects.push(json!({
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "ValidatingAdmissionPolicy",
@@ -613,7 +640,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 "spec": {
                     // A deny queue fails closed; a warn or audit queue never blocks a run.
                     "failurePolicy": if enforcement == Enforcement::Deny { "Fail" } else { "Ignore" },
-                    "matchConstraints": {"resourceRules": resource_rules(operations)},
+                    "matchConstraints": {"resourceRules": resource_rules(&["CREATE", "UPDATE"])},
                     "matchConditions": match_conditions(policy, queue),
                     "variables": variables,
                     "validations": validations,

@@ -179,7 +179,7 @@ pub fn security_context(queue: &Queue) -> Option<String> {
     let windows = "(has(p.s.os) && has(p.s.os.name) && p.s.os.name == 'windows')";
     Some(format!(
         "{}.map(p, {windows} ? [] : {pod} + {} + {}).flatten()",
-        select::specs(),
+        select::specs(select::Root::Object),
         per_list("containers"),
         per_list("initContainers"),
     ))
@@ -228,6 +228,7 @@ fn run_defaults(
 ) -> Vec<String> {
     use crate::kinds::{Cond, From, Replaces, Setting};
     let scope = select::Scope {
+        root: select::Root::Object,
         holder: "object",
         key: None,
     };
@@ -536,6 +537,35 @@ fn queue_name_annotation(queue: &Queue, map: &str, ptr: &str, label_written: &st
         )),
         name = lit(&queue.name),
     )
+}
+
+/// The queue's Kueue labels alone, on the object itself, where they do not keep the queue's
+/// settings: what an UPDATE judged as a CREATE writes of what a CREATE writes (as the webhook's
+/// `mutate::kueue` on such an UPDATE: an UPDATE never rewrites pod templates, and the queue
+/// label is the one that brought the workload in). Only for the kinds Kueue manages through
+/// their labels, never for a verified controller's child; `None` when the queue sets no Kueue
+/// label.
+pub fn kueue_labels(queue: &Queue, child: &str) -> Option<String> {
+    let settings = queue.config.kueue.as_ref()?.settings();
+    if settings.is_empty() {
+        return None;
+    }
+    let labels = "object.metadata.labels";
+    let entries: Vec<(String, String, String)> = settings
+        .iter()
+        .map(|s| {
+            (
+                s.label.to_string(),
+                lit(&s.value()),
+                format!("!{}", super::kueue::holds(s, labels)),
+            )
+        })
+        .collect();
+    Some(format!(
+        "({} && !{child}) ? {} : []",
+        super::kueue::managed(),
+        upsert_labels("object", "''", &entries)
+    ))
 }
 
 /// The labels mutation: the queue label on the object and its pod templates (so controller-made
