@@ -314,7 +314,7 @@ fn everywhere() -> Vec<Gap> {
 }
 
 /// What stays in the webhook for `queue` (its mutations; its limits add their own).
-fn queue_gaps(queue: &Queue) -> Vec<Gap> {
+fn queue_gaps(policy: &Policy, queue: &Queue) -> Vec<Gap> {
     let at = format!("queues.{}", queue.key);
     let c = &queue.config;
     let mut out = Vec::new();
@@ -374,6 +374,18 @@ fn queue_gaps(queue: &Queue) -> Vec<Gap> {
             "guardrails.rendezvousPreflight",
             "reads Services from the cluster",
         );
+    }
+    // A TrainJob's size is its runtime's: where something bounds a run's size, its rules deny
+    // in the webhook only (the native policies judge no TrainJob).
+    let denies = policy.deny_rules(queue);
+    for rule in [
+        rules::LIMITS_TRAINING_RUNTIMES,
+        rules::LIMITS_UNVERIFIABLE_RUNTIME,
+    ] {
+        if denies.contains(&rule) {
+            let key = rule.config_key.replace("queues.<queue>.", "");
+            gap(&key, webhook_only(rule));
+        }
     }
     if queue.limits.limits_gpus(&queue.accelerators) {
         gap(
@@ -465,7 +477,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             queue: queue.key.clone(),
             objects: Vec::new(),
             native: Vec::new(),
-            webhook_only: queue_gaps(queue),
+            webhook_only: queue_gaps(policy, queue),
         };
         // An UPDATE that brings the workload into this queue: judged as a CREATE.
         let enters = (select::ENTERS_QUEUE, select::enters_queue(policy, queue));
@@ -924,6 +936,101 @@ mod tests {
             }
         }
         assert!(walks > 0);
+    }
+
+    /// Each rule of a queue's settings that native policies cannot carry, with the settings
+    /// (merged into the built-in queue) that make it deny there.
+    const WEBHOOK_ONLY_TRIGGERS: &[(&Rule, &str)] = &[
+        (rules::LIMITS_STRICT, "{limits: {strict: true}}"),
+        // The built-in queue's `gpus` variable bounds GPUs.
+        (rules::ACCELERATORS_UNCOUNTED, "{}"),
+        (
+            rules::LIMITS_UNVERIFIABLE_RUNTIME,
+            "{limits: {totals: {nvidia.com/gpu: {maximum: 16}}}}",
+        ),
+        (
+            rules::LIMITS_TRAINING_RUNTIMES,
+            "{guardrails: {costCeiling: {maxGpuHours: 16}}}",
+        ),
+        (rules::GUARDRAILS_GANG, "{guardrails: {gang: deny}}"),
+        (
+            rules::GUARDRAILS_COST_CEILING,
+            "{guardrails: {costCeiling: {maxGpuHours: 16}}}",
+        ),
+        // On in the built-in queue.
+        (rules::PYTORCH_ON_UNWIRABLE, "{}"),
+    ];
+
+    /// A rule native policies cannot carry keeps its queue on the webhook (in `hybrid` mode
+    /// the webhook still judges it; in `native` mode nothing does), and the report says
+    /// which: every such rule of the table, where a queue's settings make it deny, is named
+    /// with its reason under that queue — or, for a rule no queue setting turns on, for every
+    /// queue. A rule added to the table without a CEL form fails here until it is.
+    #[test]
+    fn every_rule_native_policies_cannot_carry_is_named_in_the_report() {
+        let mut checked = 0;
+        for rule in rules::RULES {
+            let Some(why) = rule.native.reason() else {
+                continue;
+            };
+            if !rule.config_key.starts_with("queues.") {
+                let report = compile(&Policy::embedded_default(), &Options::default()).report;
+                let named = format!("rule {}", rule.id);
+                assert!(
+                    report
+                        .webhook_only
+                        .iter()
+                        .any(|g| g.what == named && g.why == why),
+                    "{named} is not in the report: {:?}",
+                    report.webhook_only
+                );
+                checked += 1;
+                continue;
+            }
+            let (_, settings) = WEBHOOK_ONLY_TRIGGERS
+                .iter()
+                .find(|(r, _)| r.id == rule.id)
+                .unwrap_or_else(|| panic!("{}: no settings that turn it on here", rule.id));
+            let mut config: Value =
+                serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
+            let queue = &mut config["queues"]["gpu-queue"];
+            merge(queue, serde_yaml::from_str(settings).unwrap());
+            let policy = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
+            let queue = policy.queue("gpu-queue").unwrap();
+            assert!(
+                policy.deny_rules(queue).contains(rule),
+                "{settings} does not make {} deny",
+                rule.id
+            );
+            let report = compile(&policy, &Options::default()).report;
+            // Named by its reason and its config key (`queues.gpu-queue.guardrails.costCeiling`
+            // for `….costCeiling.maxGpuHours`).
+            let head = |s: &str| s.split([' ', ',']).next().unwrap_or_default().to_string();
+            let key = head(&rule.config_key.replace("<queue>", "gpu-queue"));
+            let named = report.queues[0]
+                .webhook_only
+                .iter()
+                .any(|g| g.why == why && key.starts_with(&head(&g.what)));
+            assert!(
+                named,
+                "{} ({settings}) is not named under its queue: {:?}",
+                rule.id, report.queues[0].webhook_only
+            );
+            checked += 1;
+        }
+        assert!(checked >= WEBHOOK_ONLY_TRIGGERS.len() + 3, "{checked}");
+    }
+
+    /// `patch` merged into `into`, map by map.
+    fn merge(into: &mut Value, patch: Value) {
+        match (into, patch) {
+            (Value::Object(into), Value::Object(patch)) => {
+                for (k, v) in patch {
+                    merge(into.entry(k).or_insert(Value::Null), v);
+                }
+            }
+            (into, patch) => *into = patch,
+        }
     }
 
     #[test]
