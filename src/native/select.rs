@@ -462,13 +462,14 @@ pub fn carries_label<S: AsRef<str>>(keys: &[S], root: Root) -> String {
 }
 
 /// The value of env var `name` as the first container of the workload `root` that sets it
-/// non-empty sees it (the last entry of that name), or `''`.
+/// non-empty sees it (the last entry of that name), or `''`. (It walks the pod specs alone,
+/// not [`specs`]: the queue is read on every request, of the old object too.)
 fn env_value(name: &str, root: Root) -> String {
     let n = lit(name);
     format!(
-        "[{specs}.map(p, {containers}).flatten().filter(c, has(c.env) && c.env.exists(e, e.name == {n})).map(c, c.env.filter(e, e.name == {n})[size(c.env.filter(e, e.name == {n})) - 1]).map(e, has(e.value) ? e.value : '').filter(v, v != '')].map(vs, size(vs) > 0 ? vs[0] : '')[0]",
-        specs = specs(root),
-        containers = spec_containers("p.s"),
+        "[{specs}.map(s, {containers}).flatten().filter(c, has(c.env) && c.env.exists(e, e.name == {n})).map(c, c.env.filter(e, e.name == {n})[size(c.env.filter(e, e.name == {n})) - 1]).map(e, has(e.value) ? e.value : '').filter(v, v != '')].map(vs, size(vs) > 0 ? vs[0] : '')[0]",
+        specs = pod_specs(root),
+        containers = spec_containers("s"),
     )
 }
 
@@ -599,19 +600,23 @@ fn exemption_applies(e: &Exemption) -> String {
         let containers = spec_containers("s");
         let fits = format!(
             "{}.all(s, {containers}.all(c, {} && !has(c.command)))",
-            pod_specs(),
+            pod_specs(Root::Object),
             cel::any_wildcard(&e.images, "(has(c.image) ? c.image : '')")
         );
-        let some = format!("{}.exists(s, size({containers}) > 0)", pod_specs());
+        let some = format!(
+            "{}.exists(s, size({containers}) > 0)",
+            pod_specs(Root::Object)
+        );
         parts.push(format!("({fits} && {some})"));
     }
     cel::all(&parts)
 }
 
-/// The pod specs of the object: a Pod's own, a workload's templates'.
-fn pod_specs() -> String {
+/// The pod specs of the object `root`: a Pod's own, a workload's templates', in the order of
+/// [`specs`].
+fn pod_specs(root: Root) -> String {
     by_kind(|position| {
-        Some(walk(Root::Object, position, &["spec"], |p| {
+        Some(walk(root, position, &["spec"], |p| {
             format!("{}.spec", p.template)
         }))
     })
