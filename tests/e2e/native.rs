@@ -972,9 +972,11 @@ pub async fn a_relabelled_job_is_judged_as_a_create_natively(ctx: &Ctx) -> Resul
         fits["metadata"]["labels"] = launch_labels();
         let kueue_label =
             |v: &Value| v.pointer("/metadata/labels/kueue.x-k8s.io~1queue-name").cloned();
+        // The API server loads new policies a moment after they are created, resource by
+        // resource; under load a mutating one has taken minutes.
         ctx.wait_for(
             "the native policies to take effect",
-            Duration::from_secs(120),
+            Duration::from_secs(300),
             || async {
                 let made = create_in(&ctx.client, &ns.ns, &fits, true).await?;
                 let refused = create_in(&ctx.client, &ns.ns, &wide_in, true).await?;
