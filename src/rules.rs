@@ -270,7 +270,7 @@ rules! {
     EXEMPTIONS_UNEARNED_MARK = "exemptions.unearnedMark", "match.exemptions, queues.<queue>.exemptions",
         "the workload (or a pod template) carries launchgate.io/exempted-by, which only launchgate writes on a workload an exemption covers, and no exemption covers this one",
         "remove the annotation; exemptions go by requester and namespace",
-        Native::Cel("a mark on a workload that is not a verified controller's child, refused on CREATE and on an UPDATE that labels the workload into the queue, where an exemption is configured (native::select::unproven_marks): nothing in the native policies writes one"),
+        Native::Cel("a mark on a workload that is not a verified controller's child, refused on CREATE and on an UPDATE that brings the workload into the queue, where an exemption is configured (native::select::unproven_marks): nothing in the native policies writes one"),
         OnUpdate::Changed, Denies::Exemptions;
     /// A PyTorchJob Scale whose PyTorchJob cannot be read.
     SCALE_UNREADABLE_OWNER = "scale.unreadableOwner", "clusterLookups (serve --cluster-lookups)",

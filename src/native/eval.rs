@@ -2,10 +2,10 @@
 //! writes for pod templates and counts (literals, field selection and `has`, indexing, the
 //! operators, the conditional, list and map literals, `map`/`filter`/`exists`/`all`,
 //! `lists.range`, `size`, `string`, `type`, `dyn`, message literals (as maps of their fields),
-//! and the `min`, `max`, `sort`, `flatten`, `lowerAscii`, `contains` and `replace` methods),
-//! with CEL's semantics for what it covers: a missing field or an overflow is an error, `&&`
-//! and `||` absorb an error the other side decides, values of different types are never
-//! equal.
+//! and the `min`, `max`, `sort`, `flatten`, `lowerAscii`, `contains`, `startsWith` and `replace`
+//! methods), with CEL's grammar and semantics for what it covers: a missing field or an
+//! overflow is an error, `&&` and `||` absorb an error the other side decides, values of
+//! different types are never equal.
 
 use serde_json::Value as Json;
 
@@ -228,10 +228,13 @@ impl Parser {
         }
     }
 
+    /// CEL's grammar: `expr = conditionalOr ["?" conditionalOr ":" expr]`. The branch taken
+    /// when the condition holds is no conditional unless parenthesised: the API server refuses
+    /// `a ? b ? c : d : e`.
     fn expr(&mut self) -> Result<E, String> {
         let c = self.or()?;
         if self.eat("?") {
-            let a = self.expr()?;
+            let a = self.or()?;
             self.expect(":")?;
             let b = self.expr()?;
             return Ok(E::Cond(Box::new(c), Box::new(a), Box::new(b)));
@@ -724,5 +727,31 @@ fn ev(e: &E, env: &mut Vec<(String, V)>) -> Result<V, String> {
                 (m, _) => Err(format!("unknown method {m}")),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The evaluator parses what the API server parses: a conditional in the middle of another
+    /// needs parentheses, one after the `:` does not.
+    #[test]
+    fn a_conditional_is_parsed_as_cel_parses_it() {
+        assert!(parse("true ? false ? 1 : 2 : 3").is_err());
+        assert_eq!(eval("true ? (false ? 1 : 2) : 3", &[]), Ok(V::Int(2)));
+        assert_eq!(eval("false ? 1 : true ? 2 : 3", &[]), Ok(V::Int(2)));
+    }
+
+    #[test]
+    fn starts_with_compares_prefixes() {
+        assert_eq!(
+            eval("'kueue.x-k8s.io/a'.startsWith('kueue.x-k8s.io/')", &[]),
+            Ok(V::Bool(true))
+        );
+        assert_eq!(
+            eval("'app'.startsWith('kueue.x-k8s.io/')", &[]),
+            Ok(V::Bool(false))
+        );
     }
 }

@@ -15,6 +15,8 @@ mod kueue;
 mod mutations;
 mod select;
 mod slots;
+#[cfg(test)]
+mod update_tests;
 pub mod webhooks;
 
 pub use slots::{
@@ -207,7 +209,7 @@ fn everywhere() -> Vec<Gap> {
     out.extend([
         gap(
             "UPDATE",
-            "re-validating an UPDATE (Kueue's admission, a resize) reports only what the update made worse, which needs the old object's violations, and an UPDATE that brings a workload into a queue is judged as a CREATE; native policies judge CREATE (and refuse an exemption mark they cannot prove on UPDATE too, and judge an UPDATE of a workload launchgate marked exempt from a requester no exemption covers as a CREATE; in `policyMode: native` nothing writes the mark, so a tenant's UPDATE of an exempt workload there is not told apart and is judged by the webhook only)",
+            "an UPDATE of a workload already in its queue (Kueue's admission, a resize) is re-validated by the webhook only: it reports only what the update made worse, which needs the old object's violations. The native policies judge such an UPDATE only for an exemption mark they cannot prove, and as a CREATE when it comes from a requester no exemption covers on a workload launchgate marked exempt (in `policyMode: native` nothing writes the mark, so a tenant's UPDATE of an exempt workload there is not told apart). An UPDATE that brings a workload into a queue (it was no launch workload, or another queue's) they judge as a CREATE, as the webhook does",
         ),
         gap(
             "launchgate.io/mutations annotation",
@@ -235,7 +237,7 @@ fn everywhere() -> Vec<Gap> {
 }
 
 /// What stays in the webhook for `queue` (its mutations; its limits add their own).
-fn queue_gaps(queue: &Queue) -> Vec<Gap> {
+fn queue_gaps(policy: &Policy, queue: &Queue) -> Vec<Gap> {
     let at = format!("queues.{}", queue.key);
     let c = &queue.config;
     let mut out = Vec::new();
@@ -301,6 +303,18 @@ fn queue_gaps(queue: &Queue) -> Vec<Gap> {
             "visibleDevices",
             "NVIDIA_VISIBLE_DEVICES=void in a container that uses a DRA claim whose devices count as no GPU (claims are read from the cluster) and in the ephemeral containers kubectl debug adds (an UPDATE); a tenant's value in a TrainJob's spec.trainer.env or runtime patches, and on an UPDATE",
         );
+    }
+    // A TrainJob's size is its runtime's: where something bounds a run's size, its rules deny
+    // in the webhook only (the native policies judge no TrainJob).
+    let denies = policy.deny_rules(queue);
+    for rule in [
+        rules::LIMITS_TRAINING_RUNTIMES,
+        rules::LIMITS_UNVERIFIABLE_RUNTIME,
+    ] {
+        if denies.contains(&rule) {
+            let key = rule.config_key.replace("queues.<queue>.", "");
+            gap(&key, webhook_only(rule));
+        }
     }
     if queue.limits.limits_gpus() {
         gap(
@@ -376,7 +390,10 @@ pub fn as_native(policy: &Policy) -> Result<Policy, crate::policy::ConfigErrors>
 pub fn compile(policy: &Policy, options: &Options) -> Compiled {
     let sidecars = &policy.config.match_rules.sidecar_containers;
     let child = select::is_verified_child(policy);
-    let specs = select::specs();
+    let specs = select::specs(select::Root::Object);
+    // Judged as a CREATE: a CREATE, or an UPDATE that brings the workload into the queue (or
+    // one outside the exemption that admitted it).
+    let as_create = select::judged_as_create(policy);
     let mut objects = Vec::new();
     let mut queues = Vec::new();
     for queue in policy.queues.values() {
@@ -389,12 +406,10 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             queue: queue.key.clone(),
             objects: Vec::new(),
             native: Vec::new(),
-            webhook_only: queue_gaps(queue),
+            webhook_only: queue_gaps(policy, queue),
         };
-        let variables = policy_variables(&[
-            (ident!("specs"), specs.clone()),
-            (ident!("child"), child.clone()),
-        ]);
+        // An UPDATE that brings the workload into this queue: judged as a CREATE.
+        let enters = (select::ENTERS_QUEUE, select::enters_queue(policy, queue));
 
         // Mutations.
         let mut mutations = Vec::new();
@@ -420,6 +435,36 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
         } else {
             "the launchgate.io/queue label".to_string()
         });
+        let mut named = vec![
+            (ident!("specs"), specs.clone()),
+            (ident!("child"), child.clone()),
+        ];
+        let created = mutations
+            .iter()
+            .map(|m| format!("({m})"))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        // An UPDATE judged as a CREATE gets what an UPDATE may change of what a CREATE writes:
+        // the queue's Kueue labels (pod templates are not rewritten, as by the webhook).
+        let (operations, expression): (&[&str], String) = match mutations::kueue_labels(
+            queue,
+            "variables.child",
+        ) {
+            Some(kueue) => {
+                named.push(enters.clone());
+                report.native.push(
+                    "the Kueue labels on an UPDATE that brings a workload into the queue".into(),
+                );
+                (
+                    &["CREATE", "UPDATE"],
+                    format!(
+                        "request.operation == 'CREATE' ? ({created}) : {as_create} ? ({kueue}) : []"
+                    ),
+                )
+            }
+            None => (&["CREATE"], created),
+        };
+        let variables = policy_variables(&named);
         let name = format!("{base}-mutate");
         objects.push(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -430,7 +475,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 // webhook's mutations never deny.
                 "failurePolicy": "Ignore",
                 "reinvocationPolicy": "IfNeeded",
-                "matchConstraints": {"resourceRules": resource_rules(&["CREATE"])},
+                "matchConstraints": {"resourceRules": resource_rules(operations)},
                 "matchConditions": match_conditions(policy, queue),
                 "variables": variables,
                 // One expression: the API server times and applies each mutation of a
@@ -438,7 +483,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 // independent patch lists cost more as three mutations than as one list.
                 "mutations": [{
                     "patchType": "JSONPatch",
-                    "jsonPatch": {"expression": mutations.iter().map(|m| format!("({m})")).collect::<Vec<_>>().join(" + ")},
+                    "jsonPatch": {"expression": expression},
                 }],
             },
         }));
@@ -500,6 +545,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             let mut named = vec![
                 (ident!("specs"), specs.clone()),
                 (ident!("child"), child.clone()),
+                enters.clone(),
             ];
             named.extend(cel.variables.iter().cloned());
             if let Some(expression) = &kueue {
@@ -517,21 +563,19 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             report
                 .native
                 .extend(cel.described.iter().map(|d| format!("limit: {d}")));
-            // The limits judge a CREATE. Where an exemption can be inherited, launchgate's
-            // mark on a workload is refused on CREATE and on an UPDATE that brings the workload
-            // into the queue: nothing in the native policies writes it, so they cannot tell
-            // launchgate's from a tenant's. An UPDATE of a workload launchgate marked exempt
-            // from a requester no exemption covers is judged as that requester's CREATE.
+            // The limits judge a CREATE, and an UPDATE judged as one: one that brings the
+            // workload into the queue (it was no launch workload, or another queue's), as the
+            // webhook judges it. Where an exemption can be inherited, launchgate's mark on a
+            // workload is refused on CREATE and on an UPDATE that brings the workload into the
+            // queue: nothing in the native policies writes it, so they cannot tell launchgate's
+            // from a tenant's. An UPDATE of a workload launchgate marked exempt from a
+            // requester no exemption covers is judged as that requester's CREATE.
             let marks = select::unproven_marks(policy);
-            let judged = match &marks {
-                Some(_) => format!(
-                    "(request.operation != 'CREATE' && !{}) || size(variables.violations) == 0",
-                    select::update_outside_exemption(policy)
-                ),
-                None => "request.operation != 'CREATE' || size(variables.violations) == 0".into(),
-            };
+            report.native.push(
+                "an UPDATE that brings a workload into the queue (it was no launch workload, or another queue's) is judged as a CREATE, on every check above".into(),
+            );
             let mut validations = vec![json!({
-                "expression": judged,
+                "expression": format!("!{as_create} || size(variables.violations) == 0"),
                 "messageExpression": "variables.violations.join('; ')",
                 "reason": "Forbidden",
             })];
@@ -542,17 +586,12 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                     "reason": "Forbidden",
                 }));
                 report.native.push(
-                    "a launchgate.io/exempted-by mark on a workload (not a verified controller's child) is refused on CREATE and on an UPDATE that labels it into the queue (rule exemptions.unearnedMark)".into(),
+                    "a launchgate.io/exempted-by mark on a workload (not a verified controller's child) is refused on CREATE and on an UPDATE that brings it into the queue (rule exemptions.unearnedMark)".into(),
                 );
                 report.native.push(
                     "an UPDATE of a workload carrying launchgate.io/exempted-by from a requester no exemption covers (not a verified controller's child, not match.workloadUpdaters) is judged as that requester's CREATE: the limits, and the mark refused".into(),
                 );
             }
-            let operations: &[&str] = if marks.is_some() {
-                &["CREATE", "UPDATE"]
-            } else {
-                &["CREATE"]
-            };
             objects.push(json!({
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "ValidatingAdmissionPolicy",
@@ -560,7 +599,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
                 "spec": {
                     // A deny queue fails closed; a warn or audit queue never blocks a run.
                     "failurePolicy": if enforcement == Enforcement::Deny { "Fail" } else { "Ignore" },
-                    "matchConstraints": {"resourceRules": resource_rules(operations)},
+                    "matchConstraints": {"resourceRules": resource_rules(&["CREATE", "UPDATE"])},
                     "matchConditions": match_conditions(policy, queue),
                     "variables": variables,
                     "validations": validations,
@@ -822,6 +861,101 @@ mod tests {
             }
         }
         assert!(walks > 0);
+    }
+
+    /// Each rule of a queue's settings that native policies cannot carry, with the settings
+    /// (merged into the built-in queue) that make it deny there.
+    const WEBHOOK_ONLY_TRIGGERS: &[(&Rule, &str)] = &[
+        (rules::LIMITS_STRICT, "{limits: {strict: true}}"),
+        // The built-in queue's `gpus` variable bounds GPUs.
+        (rules::ACCELERATORS_UNCOUNTED, "{}"),
+        (
+            rules::LIMITS_UNVERIFIABLE_RUNTIME,
+            "{limits: {totals: {nvidia.com/gpu: {maximum: 16}}}}",
+        ),
+        (
+            rules::LIMITS_TRAINING_RUNTIMES,
+            "{guardrails: {costCeiling: {maxGpuHours: 16}}}",
+        ),
+        (rules::GUARDRAILS_GANG, "{guardrails: {gang: deny}}"),
+        (
+            rules::GUARDRAILS_COST_CEILING,
+            "{guardrails: {costCeiling: {maxGpuHours: 16}}}",
+        ),
+        // On in the built-in queue.
+        (rules::PYTORCH_ON_UNWIRABLE, "{}"),
+    ];
+
+    /// A rule native policies cannot carry keeps its queue on the webhook (in `hybrid` mode
+    /// the webhook still judges it; in `native` mode nothing does), and the report says
+    /// which: every such rule of the table, where a queue's settings make it deny, is named
+    /// with its reason under that queue — or, for a rule no queue setting turns on, for every
+    /// queue. A rule added to the table without a CEL form fails here until it is.
+    #[test]
+    fn every_rule_native_policies_cannot_carry_is_named_in_the_report() {
+        let mut checked = 0;
+        for rule in rules::RULES {
+            let Some(why) = rule.native.reason() else {
+                continue;
+            };
+            if !rule.config_key.starts_with("queues.") {
+                let report = compile(&Policy::embedded_default(), &Options::default()).report;
+                let named = format!("rule {}", rule.id);
+                assert!(
+                    report
+                        .webhook_only
+                        .iter()
+                        .any(|g| g.what == named && g.why == why),
+                    "{named} is not in the report: {:?}",
+                    report.webhook_only
+                );
+                checked += 1;
+                continue;
+            }
+            let (_, settings) = WEBHOOK_ONLY_TRIGGERS
+                .iter()
+                .find(|(r, _)| r.id == rule.id)
+                .unwrap_or_else(|| panic!("{}: no settings that turn it on here", rule.id));
+            let mut config: Value =
+                serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
+            let queue = &mut config["queues"]["gpu-queue"];
+            merge(queue, serde_yaml::from_str(settings).unwrap());
+            let policy = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
+            let queue = policy.queue("gpu-queue").unwrap();
+            assert!(
+                policy.deny_rules(queue).contains(rule),
+                "{settings} does not make {} deny",
+                rule.id
+            );
+            let report = compile(&policy, &Options::default()).report;
+            // Named by its reason and its config key (`queues.gpu-queue.guardrails.costCeiling`
+            // for `….costCeiling.maxGpuHours`).
+            let head = |s: &str| s.split([' ', ',']).next().unwrap_or_default().to_string();
+            let key = head(&rule.config_key.replace("<queue>", "gpu-queue"));
+            let named = report.queues[0]
+                .webhook_only
+                .iter()
+                .any(|g| g.why == why && key.starts_with(&head(&g.what)));
+            assert!(
+                named,
+                "{} ({settings}) is not named under its queue: {:?}",
+                rule.id, report.queues[0].webhook_only
+            );
+            checked += 1;
+        }
+        assert!(checked >= WEBHOOK_ONLY_TRIGGERS.len() + 3, "{checked}");
+    }
+
+    /// `patch` merged into `into`, map by map.
+    fn merge(into: &mut Value, patch: Value) {
+        match (into, patch) {
+            (Value::Object(into), Value::Object(patch)) => {
+                for (k, v) in patch {
+                    merge(into.entry(k).or_insert(Value::Null), v);
+                }
+            }
+            (into, patch) => *into = patch,
+        }
     }
 
     #[test]

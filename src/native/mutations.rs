@@ -180,7 +180,7 @@ pub fn security_context(queue: &Queue) -> Option<String> {
     let pod = pod_defaults(cfg).unwrap_or_else(|| "[]".into());
     Some(format!(
         "{}.map(p, {WINDOWS} ? [] : {pod} + {} + {}).flatten()",
-        select::specs(),
+        select::specs(select::Root::Object),
         per_list("containers"),
         per_list("initContainers"),
     ))
@@ -425,6 +425,7 @@ fn run_defaults(
 ) -> Vec<String> {
     use crate::kinds::{Cond, From, Replaces, Setting};
     let scope = select::Scope {
+        root: select::Root::Object,
         holder: "object",
         key: None,
     };
@@ -735,6 +736,35 @@ fn queue_name_annotation(queue: &Queue, map: &str, ptr: &str, label_written: &st
     )
 }
 
+/// The queue's Kueue labels alone, on the object itself, where they do not keep the queue's
+/// settings: what an UPDATE judged as a CREATE writes of what a CREATE writes (as the webhook's
+/// `mutate::kueue` on such an UPDATE: an UPDATE never rewrites pod templates, and the queue
+/// label is the one that brought the workload in). Only for the kinds Kueue manages through
+/// their labels, never for a verified controller's child; `None` when the queue sets no Kueue
+/// label.
+pub fn kueue_labels(queue: &Queue, child: &str) -> Option<String> {
+    let settings = queue.config.kueue.as_ref()?.settings();
+    if settings.is_empty() {
+        return None;
+    }
+    let labels = "object.metadata.labels";
+    let entries: Vec<(String, String, String)> = settings
+        .iter()
+        .map(|s| {
+            (
+                s.label.to_string(),
+                lit(&s.value()),
+                format!("!{}", super::kueue::holds(s, labels)),
+            )
+        })
+        .collect();
+    Some(format!(
+        "({} && !{child}) ? {} : []",
+        super::kueue::managed(),
+        upsert_labels("object", "''", &entries)
+    ))
+}
+
 /// The labels mutation: the queue label on the object and its pod templates (so controller-made
 /// pods carry it), the Kueue labels on the object, and the queue-name annotation.
 pub fn labels(queue: &Queue, child: &str) -> String {
@@ -1005,7 +1035,7 @@ mod tests {
                 let request =
                     V::from_json(&json!({"kind": {"group": "", "version": "v1", "kind": "Pod"}}));
                 let walk = [("object", V::from_json(&object)), ("request", request)];
-                let specs = eval(&select::specs(), &walk).unwrap();
+                let specs = eval(&select::specs(select::Root::Object), &walk).unwrap();
                 let variables = V::Map(vec![(V::Str("specs".into()), specs)]);
                 let env = [("variables", variables)];
                 let ops = eval(&mutation, &env).unwrap_or_else(|e| panic!("{e} on {object}"));

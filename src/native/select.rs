@@ -3,7 +3,7 @@
 //! (`policy::resolve`, `policy::exemption`, `policy::owner`), written as `matchConditions` and
 //! variables.
 
-use crate::cel::{self, lit};
+use crate::cel::{self, Identifier, lit};
 use crate::kinds::{Cond, From, Holders, Naming, Num, Position, RoleMark};
 use crate::policy::{EXEMPTED_BY_ANNOTATION, Exemption, OWN_NAME, Policy, Queue, owner_mark};
 use crate::workload::WorkloadKind;
@@ -53,10 +53,32 @@ fn int(n: i64) -> String {
     }
 }
 
+/// Which object of the request a compiled expression reads: the request's object, or the
+/// object as it was before an UPDATE. One generator reads either, so what is decided of the
+/// old object (was it a launch workload of this queue?) is decided as of the new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Root {
+    /// `object`.
+    Object,
+    /// `oldObject` (an UPDATE's; null on CREATE).
+    Old,
+}
+
+impl Root {
+    /// The CEL variable.
+    pub fn cel(self) -> &'static str {
+        match self {
+            Root::Object => "object",
+            Root::Old => "oldObject",
+        }
+    }
+}
+
 /// Where a compiled [`Num`] or [`Cond`] reads: the object's root, the holder of the position,
 /// and the CEL variable holding the holder's map key (a [`Holders::Keyed`] holder).
 #[derive(Clone, Copy)]
 pub struct Scope<'a> {
+    pub root: Root,
     pub holder: &'a str,
     pub key: Option<&'a str>,
 }
@@ -65,7 +87,7 @@ impl Scope<'_> {
     fn base(&self, from: From) -> &str {
         match from {
             From::Holder => self.holder,
-            From::Object => "object",
+            From::Object => self.root.cel(),
         }
     }
 }
@@ -176,6 +198,8 @@ pub fn keyed_order(map: &str) -> String {
 
 /// One holder of a position, inside a compiled walk over the position's holders.
 pub struct Place {
+    /// The object walked.
+    pub root: Root,
     /// The position.
     pub position: &'static Position,
     /// The holder (a CEL map; `object` for a Pod).
@@ -234,6 +258,7 @@ impl Place {
         let n = num(
             &self.position.at_most,
             Scope {
+                root: self.root,
                 holder: &self.holder,
                 key: self.key,
             },
@@ -242,15 +267,16 @@ impl Place {
     }
 }
 
-/// The list of `body`'s values for every holder of `position` whose template has the fields
-/// `needs`, in the order the Rust walk visits them ([`crate::workload::templates`]).
+/// The list of `body`'s values for every holder of `position` in `root` whose template has the
+/// fields `needs`, in the order the Rust walk visits them ([`crate::workload::templates`]).
 pub fn walk(
+    root: Root,
     position: &'static Position,
     needs: &[&str],
     body: impl Fn(&Place) -> String,
 ) -> String {
     let at = position.holders.path();
-    let (holders, guard) = reach("object", at);
+    let (holders, guard) = reach(root.cel(), at);
     let mut path = Text::default().lit(&at.join("."));
     let mut pointer = Text::default();
     for key in at {
@@ -279,6 +305,7 @@ pub fn walk(
     template_at.extend(needs);
     let (_, exists) = reach(&holder, &template_at);
     let place = Place {
+        root,
         position,
         holder: holder.clone(),
         key,
@@ -321,32 +348,35 @@ fn by_kind(each: impl Fn(&'static Position) -> Option<String>) -> String {
     out
 }
 
-/// `body` for every pod template of the workload; none for a Pod.
-fn each_template(body: impl Fn(&Place) -> String + Copy) -> String {
+/// `body` for every pod template of the workload `root`; none for a Pod.
+fn each_template(root: Root, body: impl Fn(&Place) -> String + Copy) -> String {
     by_kind(|position| {
-        (!matches!(position.holders, Holders::Root)).then(|| walk(position, &[], body))
+        (!matches!(position.holders, Holders::Root)).then(|| walk(root, position, &[], body))
     })
 }
 
-/// The workload's pod templates (maps with `metadata` and `spec`); none for a Pod.
-pub fn templates() -> String {
-    each_template(|p| p.template.clone())
+/// The pod templates of the workload `root` (maps with `metadata` and `spec`); none for a Pod.
+pub fn templates(root: Root) -> String {
+    each_template(root, |p| p.template.clone())
 }
 
 /// Every pod template of the workload with its JSON Pointer: `{'t': the template, 'ptr': its
 /// JSON Pointer}`; none for a Pod.
 pub fn template_pointers() -> String {
-    each_template(|p| format!("{{'t': dyn({}), 'ptr': dyn({})}}", p.template, p.pointer()))
+    each_template(Root::Object, |p| {
+        format!("{{'t': dyn({}), 'ptr': dyn({})}}", p.template, p.pointer())
+    })
 }
 
-/// Where launch and queue labels are read: the object and its pod templates.
-pub fn carriers() -> String {
-    format!("([object] + {})", templates())
+/// Where launch and queue labels are read: the object `root` and its pod templates.
+pub fn carriers(root: Root) -> String {
+    format!("([{}] + {})", root.cel(), templates(root))
 }
 
 /// What a bare Pod carries of the holder it was made for ([`crate::kinds::KindSpec::role_marks`]
 /// of every kind, in order), or `''`.
-fn pod_role() -> String {
+fn pod_role(root: Root) -> String {
+    let object = root.cel();
     let found: Vec<String> = WorkloadKind::all()
         .flat_map(|k| k.spec().role_marks)
         .map(|carried| {
@@ -355,7 +385,7 @@ fn pod_role() -> String {
                 RoleMark::Annotation(key) => ("annotations", lit(key)),
             };
             format!(
-                "(has(object.metadata.{field}) && {key} in object.metadata.{field} ? [object.metadata.{field}[{key}]] : [])"
+                "(has({object}.metadata.{field}) && {key} in {object}.metadata.{field} ? [{object}.metadata.{field}[{key}]] : [])"
             )
         })
         .collect();
@@ -365,15 +395,15 @@ fn pod_role() -> String {
     format!("[{}].map(r, size(r) > 0 ? r[0] : '')[0]", found.join(" + "))
 }
 
-/// Every pod template of the workload as `{'tat': its dotted path, 't': the template, 'at':
-/// its spec's dotted path, 'ptr': its spec's JSON Pointer, 's': the spec, 'role': the name of
-/// its holder (a Volcano task, a PyTorchJob replica type, a replicated job), or what a Pod
-/// carries of one, 'n': how many of its pods can run at once}`.
-pub fn specs() -> String {
+/// Every pod template of the workload `root` as `{'tat': its dotted path, 't': the template,
+/// 'at': its spec's dotted path, 'ptr': its spec's JSON Pointer, 's': the spec, 'role': the
+/// name of its holder (a Volcano task, a PyTorchJob replica type, a replicated job), or what a
+/// Pod carries of one, 'n': how many of its pods can run at once}`.
+pub fn specs(root: Root) -> String {
     by_kind(|position| {
-        Some(walk(position, &["spec"], |p| {
+        Some(walk(root, position, &["spec"], |p| {
             let role = match position.holders {
-                Holders::Root => pod_role(),
+                Holders::Root => pod_role(root),
                 _ => p.name(),
             };
             format!(
@@ -403,9 +433,10 @@ fn has_label(map: &str, key: &str) -> String {
     )
 }
 
-/// A launch workload: the object or one of its pod templates carries a launch or queue label.
-pub fn is_launch(policy: &Policy) -> String {
-    carries_label(&launch_label_keys(policy))
+/// A launch workload: the object `root` or one of its pod templates carries a launch or queue
+/// label.
+pub fn is_launch(policy: &Policy, root: Root) -> String {
+    carries_label(&launch_label_keys(policy), root)
 }
 
 /// The labels that make a launch workload: the launch labels and the queue labels.
@@ -418,32 +449,33 @@ pub fn launch_label_keys(policy: &Policy) -> Vec<&String> {
         .collect()
 }
 
-/// True when the object or one of its pod templates carries one of the labels `keys`.
-pub fn carries_label<S: AsRef<str>>(keys: &[S]) -> String {
+/// True when the object `root` or one of its pod templates carries one of the labels `keys`.
+pub fn carries_label<S: AsRef<str>>(keys: &[S], root: Root) -> String {
     if keys.is_empty() {
         return "false".into();
     }
     format!(
         "{}.exists(c, has(c.metadata) && has(c.metadata.labels) && {}.exists(k, k in c.metadata.labels))",
-        carriers(),
+        carriers(root),
         cel::str_list(keys)
     )
 }
 
-/// The value of env var `name` as the first container of the workload that sets it non-empty
-/// sees it (the last entry of that name), or `''`.
-fn env_value(name: &str) -> String {
+/// The value of env var `name` as the first container of the workload `root` that sets it
+/// non-empty sees it (the last entry of that name), or `''`. (It walks the pod specs alone,
+/// not [`specs`]: the queue is read on every request, of the old object too.)
+fn env_value(name: &str, root: Root) -> String {
     let n = lit(name);
     format!(
-        "[{specs}.map(p, {containers}).flatten().filter(c, has(c.env) && c.env.exists(e, e.name == {n})).map(c, c.env.filter(e, e.name == {n})[size(c.env.filter(e, e.name == {n})) - 1]).map(e, has(e.value) ? e.value : '').filter(v, v != '')].map(vs, size(vs) > 0 ? vs[0] : '')[0]",
-        specs = specs(),
-        containers = spec_containers("p.s"),
+        "[{specs}.map(s, {containers}).flatten().filter(c, has(c.env) && c.env.exists(e, e.name == {n})).map(c, c.env.filter(e, e.name == {n})[size(c.env.filter(e, e.name == {n})) - 1]).map(e, has(e.value) ? e.value : '').filter(v, v != '')].map(vs, size(vs) > 0 ? vs[0] : '')[0]",
+        specs = pod_specs(root),
+        containers = spec_containers("s"),
     )
 }
 
-/// The queue named by the workload's queue labels (first key found on the object or a
-/// template, when non-empty), or `''`.
-pub fn label_value(policy: &Policy) -> String {
+/// The queue named by the queue labels of the workload `root` (first key found on the object
+/// or a template, when non-empty), or `''`.
+pub fn label_value(policy: &Policy, root: Root) -> String {
     let keys = &policy.config.match_rules.queue_labels;
     if keys.is_empty() {
         return "''".into();
@@ -452,13 +484,14 @@ pub fn label_value(policy: &Policy) -> String {
     format!(
         "[{carriers}].map(cs, [{keys}.map(k, cs.filter(c, has(c.metadata) && has(c.metadata.labels) && k in c.metadata.labels).map(c, c.metadata.labels[k])).filter(vs, size(vs) > 0 && vs[0] != '').map(vs, vs[0])].map(found, size(found) > 0 ? found[0] : '')[0])[0]",
         keys = cel::str_list(keys),
-        carriers = carriers(),
+        carriers = carriers(root),
     )
 }
 
-/// The config key of the queue a launch workload belongs to, or `''`: the same order as the
-/// webhook (queue label, container env with the entity, namespace default, global default).
-pub fn queue_key(policy: &Policy) -> String {
+/// The config key of the queue the launch workload `root` belongs to, or `''`: the same order
+/// as the webhook (queue label, container env with the entity, namespace default, global
+/// default).
+pub fn queue_key(policy: &Policy, root: Root) -> String {
     let direct = cel::str_map(policy.queues.keys().map(|k| (k.as_str(), k.as_str())));
     // A label value launchgate wrote for a queue name that is no label value.
     let mut by_label: Vec<(String, String)> = Vec::new();
@@ -485,20 +518,20 @@ pub fn queue_key(policy: &Policy) -> String {
     let unique = cel::str_map(unique);
     let requested = format!(
         "[{}].map(l, l != '' ? l : {})[0]",
-        label_value(policy),
+        label_value(policy, root),
         policy
             .config
             .match_rules
             .queue_env
             .as_deref()
-            .map_or("''".into(), env_value)
+            .map_or("''".into(), |env| env_value(env, root))
     );
     let entity = policy
         .config
         .match_rules
         .queue_entity_env
         .as_deref()
-        .map_or("''".into(), env_value);
+        .map_or("''".into(), |env| env_value(env, root));
     // Without a queue configured under an entity, the entity changes nothing (no `e/r` key,
     // no name unique to one entity): it is not read at all.
     let lookup = if policy.queues.values().all(|q| q.entity.is_none()) {
@@ -567,19 +600,23 @@ fn exemption_applies(e: &Exemption) -> String {
         let containers = spec_containers("s");
         let fits = format!(
             "{}.all(s, {containers}.all(c, {} && !has(c.command)))",
-            pod_specs(),
+            pod_specs(Root::Object),
             cel::any_wildcard(&e.images, "(has(c.image) ? c.image : '')")
         );
-        let some = format!("{}.exists(s, size({containers}) > 0)", pod_specs());
+        let some = format!(
+            "{}.exists(s, size({containers}) > 0)",
+            pod_specs(Root::Object)
+        );
         parts.push(format!("({fits} && {some})"));
     }
     cel::all(&parts)
 }
 
-/// The pod specs of the object: a Pod's own, a workload's templates'.
-fn pod_specs() -> String {
+/// The pod specs of the object `root`: a Pod's own, a workload's templates', in the order of
+/// [`specs`].
+fn pod_specs(root: Root) -> String {
     by_kind(|position| {
-        Some(walk(position, &["spec"], |p| {
+        Some(walk(root, position, &["spec"], |p| {
             format!("{}.spec", p.template)
         }))
     })
@@ -652,15 +689,16 @@ pub fn is_verified_child(policy: &Policy) -> String {
     cel::any(&per_kind)
 }
 
-/// The `matchConditions` every policy of `queue` carries: a launch workload of this queue,
-/// not exempted. (A matchCondition cannot read policy variables, so each is self-contained.)
+/// The `matchConditions` every policy of `queue` carries: a launch workload of this queue
+/// ([`in_queue`], one condition each), not exempted. (A matchCondition cannot read policy
+/// variables, so each is self-contained.)
 pub fn match_conditions(policy: &Policy, queue: &Queue) -> Vec<(String, String)> {
     let mut out = vec![
-        ("launch-workload".to_string(), is_launch(policy)),
         (
-            "queue".to_string(),
-            format!("{} == {}", queue_key(policy), lit(&queue.key)),
+            "launch-workload".to_string(),
+            is_launch(policy, Root::Object),
         ),
+        ("queue".to_string(), of_queue(policy, queue, Root::Object)),
     ];
     let global = &policy.config.match_rules.exemptions;
     if !global.is_empty() {
@@ -682,20 +720,66 @@ pub fn match_conditions(policy: &Policy, queue: &Queue) -> Vec<(String, String)>
     out
 }
 
-/// An UPDATE of an exempt workload — the old object, a launch workload by its own labels,
-/// carries launchgate's mark on itself, which launchgate writes with those of its pod
-/// templates — from a requester no exemption covers
+/// True when the queue `root` resolves to is `queue` (whether it is a launch workload is
+/// [`is_launch`]'s).
+fn of_queue(policy: &Policy, queue: &Queue, root: Root) -> String {
+    format!("{} == {}", queue_key(policy, root), lit(&queue.key))
+}
+
+/// True when `root` is a launch workload of `queue`: the policies' matchConditions on the
+/// request's object, and on an UPDATE's old object what decides whether the UPDATE is judged
+/// against it (`Policy::in_queue`, the webhook's test).
+pub fn in_queue(policy: &Policy, queue: &Queue, root: Root) -> String {
+    format!(
+        "({} && {})",
+        is_launch(policy, root),
+        of_queue(policy, queue, root)
+    )
+}
+
+/// An UPDATE that brings the object into `queue`: the old object was no launch workload of it
+/// (none at all, or another queue's: [`in_queue`] of `oldObject`), so nothing of it was judged
+/// here and the UPDATE is judged as a CREATE, by every rule, as the webhook judges it
+/// (`review::select::admitted_before`). The policies bind it to [`ENTERS_QUEUE`].
+pub fn enters_queue(policy: &Policy, queue: &Queue) -> String {
+    format!(
+        "request.operation == 'UPDATE' && !{}",
+        in_queue(policy, queue, Root::Old)
+    )
+}
+
+/// The policy variable holding [`enters_queue`].
+pub const ENTERS_QUEUE: Identifier = Identifier::new("entersQueue");
+
+/// An UPDATE of an exempt workload — the old object carries launchgate's mark on itself, which
+/// launchgate writes with those of its pod templates — from a requester no exemption covers
 /// (the policies' matchConditions leave out the ones that are) that is neither a verified
 /// controller's child nor a controller of `match.workloadUpdaters` (Kueue admitting the run):
 /// judged as that requester's CREATE, as the webhook judges it. An exemption belongs to the
-/// requesters it names, not to the object.
+/// requesters it names, not to the object. (An old object that was not in the queue makes the
+/// UPDATE one that [enters it](enters_queue), judged as a CREATE whoever sends it.)
 pub fn update_outside_exemption(policy: &Policy) -> String {
     let key = lit(EXEMPTED_BY_ANNOTATION);
     format!(
-        "(request.operation == 'UPDATE' && !variables.child && has(oldObject.metadata) && has(oldObject.metadata.labels) && {keys}.exists(k, k in oldObject.metadata.labels) && has(oldObject.metadata.annotations) && {key} in oldObject.metadata.annotations && !{updater})",
-        keys = cel::str_list(launch_label_keys(policy)),
+        "(request.operation == 'UPDATE' && !variables.child && has(oldObject.metadata) && has(oldObject.metadata.annotations) && {key} in oldObject.metadata.annotations && !{updater})",
         updater = workload_updater(policy)
     )
+}
+
+/// True when the request is judged as a CREATE: a CREATE, an UPDATE that [enters the
+/// queue](enters_queue), and, where an exemption can be inherited, an UPDATE [outside the
+/// exemption](update_outside_exemption) that admitted the workload. Any other UPDATE is of
+/// what was admitted in the queue: the webhook compares it with the old object, the native
+/// policies leave it alone.
+pub fn judged_as_create(policy: &Policy) -> String {
+    let mut parts = vec![
+        "request.operation == 'CREATE'".to_string(),
+        ENTERS_QUEUE.reference(),
+    ];
+    if policy.exemptions_configured() {
+        parts.push(update_outside_exemption(policy));
+    }
+    cel::any(&parts)
 }
 
 /// True when the request comes from a controller of `match.workloadUpdaters`.
@@ -709,26 +793,26 @@ fn workload_updater(policy: &Policy) -> String {
 /// Where an exemption can be inherited (any is configured): a CEL test that passes unless the
 /// workload — not a verified controller's child — carries launchgate's exemption mark that the
 /// native policies cannot prove launchgate wrote, and the message for it. A mark is kept only by
-/// an UPDATE of a workload that already was a launch workload (its own labels) and carried the
-/// same mark on itself, from a controller of `match.workloadUpdaters` (anyone else no exemption
-/// covers is judged as creating it: [`update_outside_exemption`]); on CREATE, and on an UPDATE
-/// that labels a workload into the queue, it is refused (`exemptions.unearnedMark`).
+/// an UPDATE of a workload that already was a launch workload of the queue (it does not
+/// [enter it](enters_queue)) and carried the same mark on itself, from a controller of
+/// `match.workloadUpdaters` (anyone else no exemption covers is judged as creating it:
+/// [`update_outside_exemption`]); on CREATE, and on an UPDATE that brings a workload into the
+/// queue, it is refused (`exemptions.unearnedMark`).
 pub fn unproven_marks(policy: &Policy) -> Option<(String, String)> {
     if !policy.exemptions_configured() {
         return None;
     }
     let key = lit(EXEMPTED_BY_ANNOTATION);
-    let keys = launch_label_keys(policy);
     let own_mark = |root: &str| {
         format!(
             "(has({root}.metadata) && has({root}.metadata.annotations) && {key} in {root}.metadata.annotations ? {root}.metadata.annotations[{key}] : '')"
         )
     };
     let expression = format!(
-        "variables.child || !{carriers}.exists(c, has(c.metadata) && has(c.metadata.annotations) && {key} in c.metadata.annotations) || (request.operation == 'UPDATE' && has(oldObject.metadata) && has(oldObject.metadata.labels) && {keys}.exists(k, k in oldObject.metadata.labels) && {old} == {new} && {new} != '' && {updater})",
+        "variables.child || !{carriers}.exists(c, has(c.metadata) && has(c.metadata.annotations) && {key} in c.metadata.annotations) || (request.operation == 'UPDATE' && !{entered} && {old} == {new} && {new} != '' && {updater})",
+        entered = ENTERS_QUEUE.reference(),
         updater = workload_updater(policy),
-        carriers = carriers(),
-        keys = cel::str_list(&keys),
+        carriers = carriers(Root::Object),
         old = own_mark("oldObject"),
         new = own_mark("object"),
     );
@@ -755,12 +839,12 @@ fn inherits(exemptions: &[&Exemption]) -> String {
             let mut parts = vec![
                 format!(
                     "{}.exists(c, {} && c.metadata.annotations[{key}] == {name})",
-                    carriers(),
+                    carriers(Root::Object),
                     marked("c")
                 ),
                 format!(
                     "{}.all(c, !{} || c.metadata.annotations[{key}] == {name})",
-                    carriers(),
+                    carriers(Root::Object),
                     marked("c")
                 ),
             ];
@@ -934,6 +1018,7 @@ mod tests {
                 let text = num(
                     n,
                     Scope {
+                        root: Root::Object,
                         holder: "h",
                         key: keys[0].map(|_| "k"),
                     },
@@ -991,7 +1076,7 @@ mod tests {
             .positions
             .iter()
             .map(|position| {
-                walk(position, &["spec"], |p| {
+                walk(Root::Object, position, &["spec"], |p| {
                     format!(
                         "{{'path': {}, 'name': {}, 'n': {}, 't': {}, 'ptr': {}, 'at': {}}}",
                         p.path(),
@@ -1135,7 +1220,7 @@ mod tests {
                 "spec": {"replicatedJobs": [{"name": "workers", "replicas": 3, "template": {"spec": {"parallelism": 2, "template": template("w")}}},
                     {"name": "driver", "template": {"spec": {"template": template("d")}}}]}}),
         ];
-        let specs = specs();
+        let specs = specs(Root::Object);
         for object in objects {
             let kind = WorkloadKind::of_object(&object).unwrap();
             let spec = kind.spec();
@@ -1217,10 +1302,44 @@ mod tests {
         assert_eq!(pod("alice"), V::Bool(false));
     }
 
+    /// Evaluates `program` as a compiled policy of `queue` does for the request: the request's
+    /// object, old object and requester, `variables.child` as given, and
+    /// `variables.entersQueue` as the policy computes it ([`enters_queue`]).
+    fn ask_policy(
+        policy: &Policy,
+        queue: &str,
+        program: &crate::native::eval::Program,
+        operation: &str,
+        user: &str,
+        (object, old): (&Value, &Value),
+        child: bool,
+    ) -> V {
+        let kind = WorkloadKind::of_object(object).unwrap();
+        let request = V::from_json(
+            &json!({"operation": operation, "userInfo": {"username": user},
+            "namespace": "research",
+            "kind": {"group": kind.api_group(), "version": kind.api_resource().1, "kind": kind.api_kind()}}),
+        );
+        let mut vars = vec![
+            ("object", V::from_json(object)),
+            ("oldObject", V::from_json(old)),
+            ("request", request),
+        ];
+        let enters = eval(&enters_queue(policy, policy.queue(queue).unwrap()), &vars).unwrap();
+        vars.push((
+            "variables",
+            V::Map(vec![
+                (V::Str("child".into()), V::Bool(child)),
+                (V::Str(ENTERS_QUEUE.as_str().into()), enters),
+            ]),
+        ));
+        program.run(&vars).unwrap()
+    }
+
     #[test]
     fn an_update_of_a_marked_workload_is_judged_unless_a_controller_sends_it() {
         let policy = Policy::from_yaml(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
-        let judged = parse(&update_outside_exemption(&policy)).unwrap();
+        let judged = parse(&judged_as_create(&policy)).unwrap();
         let (kept, _) = unproven_marks(&policy).unwrap();
         let kept = parse(&kept).unwrap();
         let kueue = "system:serviceaccount:kueue-system:kueue-controller-manager";
@@ -1231,23 +1350,18 @@ mod tests {
                     "labels": {"wandb.ai/monitor": "true"}},
                 "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}})
         };
-        let ask = |program: &crate::native::eval::Program,
-                   operation: &str,
-                   user: &str,
-                   old: &Value,
-                   child: bool| {
-            let request = json!({"operation": operation, "userInfo": {"username": user},
-                "kind": {"group": "batch", "version": "v1", "kind": "Job"}});
-            program
-                .run(&[
-                    ("object", V::from_json(&job(&mark))),
-                    ("oldObject", V::from_json(old)),
-                    ("request", V::from_json(&request)),
-                    ("variables", V::from_json(&json!({"child": child}))),
-                ])
-                .unwrap()
-        };
         let marked = job(&mark);
+        let ask = |program, operation, user, old: &Value, child| {
+            ask_policy(
+                &policy,
+                "gpu-queue",
+                program,
+                operation,
+                user,
+                (&marked, old),
+                child,
+            )
+        };
         // A tenant's UPDATE of a marked workload: judged as her CREATE, its mark refused.
         assert_eq!(
             ask(&judged, "UPDATE", "alice", &marked, false),
@@ -1267,14 +1381,14 @@ mod tests {
             ask(&judged, "UPDATE", "alice", &marked, true),
             V::Bool(false)
         );
-        // One that labels a workload into the queue is refused for its mark, and judged by
-        // the webhook; an unmarked workload's UPDATE, and a CREATE, are not this rule's.
+        // One that labels a workload into the queue is judged as a CREATE whoever sends it,
+        // its mark refused even from Kueue; an unmarked workload's UPDATE within the queue is
+        // not judged; a CREATE is.
         let mut outside = marked.clone();
         outside["metadata"]["labels"] = json!({});
-        assert_eq!(
-            ask(&judged, "UPDATE", "alice", &outside, false),
-            V::Bool(false)
-        );
+        for user in ["alice", kueue] {
+            assert_eq!(ask(&judged, "UPDATE", user, &outside, false), V::Bool(true));
+        }
         assert_eq!(ask(&kept, "UPDATE", kueue, &outside, false), V::Bool(false));
         let unmarked = job(&json!({}));
         assert_eq!(
@@ -1283,8 +1397,162 @@ mod tests {
         );
         assert_eq!(
             ask(&judged, "CREATE", "alice", &Value::Null, false),
-            V::Bool(false)
+            V::Bool(true)
         );
+    }
+
+    /// A workload of `kind` built from its descriptor: every position holds pod templates
+    /// (two holders of a listed or keyed position), the object labelled `labels`, the `i`-th
+    /// template `template_labels(i)`, every container with `env`. A Pod is its own template.
+    fn workload_of(
+        kind: WorkloadKind,
+        labels: &Value,
+        template_labels: &dyn Fn(usize) -> Value,
+        env: &Value,
+    ) -> Value {
+        let spec = json!({"containers": [{"name": "c", "image": "x", "env": env}]});
+        let mut object = json!({"apiVersion": kind.api_version(), "kind": kind.api_kind(),
+            "metadata": {"name": "w", "labels": labels}});
+        let mut n = 0;
+        let mut template = || {
+            n += 1;
+            json!({"metadata": {"labels": template_labels(n - 1)}, "spec": spec.clone()})
+        };
+        for position in kind.spec().positions {
+            let mut holder = |name: &str| {
+                let mut h = json!({});
+                set(&mut h, position.template, template());
+                if position.template.is_empty() {
+                    h = template();
+                }
+                if let Naming::Field(f) = position.naming {
+                    h[f] = json!(name);
+                }
+                h
+            };
+            match position.holders {
+                Holders::Root => object["spec"] = spec.clone(),
+                Holders::At(at) => {
+                    let h = holder("");
+                    set(&mut object, at, h);
+                }
+                Holders::Each(at) => {
+                    let hs = json!([holder("b"), holder("a")]);
+                    set(&mut object, at, hs);
+                }
+                Holders::Keyed(at) => {
+                    // Written Worker first: the byte order (Master first) decides.
+                    let worker = holder("");
+                    let master = holder("");
+                    set(&mut object, at, json!({"Worker": worker, "Master": master}));
+                }
+            }
+        }
+        object
+    }
+
+    /// Whether an object is a launch workload of a queue — on an UPDATE's old object, what
+    /// decides whether the UPDATE is judged as a CREATE — is decided by the compiled CEL
+    /// exactly as by the webhook (`Policy::in_queue`), for the old object and the new alike:
+    /// every kind, labels on the object or its templates (templates naming different
+    /// queues), empty queue labels, a queue named only by env, by its label value, under an
+    /// entity, by the namespace's default or the global one, an unknown queue, none at all.
+    #[test]
+    fn an_objects_queue_is_decided_as_the_webhook_decides_it() {
+        let configs = [
+            "defaultQueue: a\nnamespaceQueues: {teamb: b}\nqueues:\n  a: {}\n  b: {}\n  Team GPU: {}\n",
+            "match:\n  launchLabels: [wandb.ai/monitor]\n  queueLabels: [launchgate.io/queue, kueue.x-k8s.io/queue-name]\nnamespaceQueues: {teamb: acme/gpu}\nqueues:\n  gpu: {}\n  acme/gpu: {}\n  acme/only: {}\n  b: {}\n",
+        ];
+        let mut checked = 0;
+        let mut judged = 0;
+        for config in configs {
+            let policy = Policy::from_yaml(config).unwrap();
+            let mut names: Vec<String> = policy.queues.values().map(|q| q.name.clone()).collect();
+            names.extend(
+                policy
+                    .queues
+                    .values()
+                    .map(|q| crate::mutate::labels::queue_label_value(&q.name).into_owned()),
+            );
+            names.extend([
+                "".to_string(),
+                "unknown".to_string(),
+                "acme/gpu".to_string(),
+            ]);
+            let mut variants: Vec<(Value, Option<String>, Value)> = vec![
+                (json!({}), None, json!([])),
+                (json!({"app": "web"}), None, json!([])),
+                (json!({"wandb.ai/monitor": "true"}), None, json!([])),
+                (
+                    json!({"wandb.ai/monitor": "true"}),
+                    None,
+                    json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "b"},
+                        {"name": "WANDB_LAUNCH_QUEUE_ENTITY", "value": "acme"}]),
+                ),
+                (
+                    json!({"wandb.ai/monitor": "true"}),
+                    None,
+                    json!([{"name": "WANDB_LAUNCH_QUEUE_NAME", "value": "gpu"},
+                        {"name": "WANDB_LAUNCH_QUEUE_ENTITY", "value": "acme"}]),
+                ),
+                (json!({"kueue.x-k8s.io/queue-name": ""}), None, json!([])),
+                (
+                    json!({"queue": "", "launchgate.io/queue": "b"}),
+                    None,
+                    json!([]),
+                ),
+            ];
+            for name in &names {
+                variants.push((json!({"launchgate.io/queue": name}), None, json!([])));
+                variants.push((json!({"queue": name}), None, json!([])));
+                variants.push((
+                    json!({"kueue.x-k8s.io/queue-name": name, "wandb.ai/monitor": "true"}),
+                    None,
+                    json!([]),
+                ));
+                // Named on the templates only.
+                variants.push((json!({}), Some(name.clone()), json!([])));
+            }
+            for queue in policy.queues.values() {
+                let programs = [Root::Object, Root::Old]
+                    .map(|root| (root, parse(&in_queue(&policy, queue, root)).unwrap()));
+                for kind in kinds() {
+                    for (labels, on_templates, env) in &variants {
+                        // The first template names the queue, the others `b`.
+                        let template_labels = |i: usize| match on_templates {
+                            Some(name) if i == 0 => json!({"launchgate.io/queue": name}),
+                            Some(_) => json!({"launchgate.io/queue": "b"}),
+                            None => json!({}),
+                        };
+                        let object = workload_of(kind, labels, &template_labels, env);
+                        for namespace in ["teamb", "research"] {
+                            let want = policy.in_queue(kind, &object, Some(namespace), queue);
+                            let request = V::from_json(&json!({"namespace": namespace,
+                                "kind": {"group": kind.api_group(), "version": kind.api_resource().1,
+                                    "kind": kind.api_kind()}}));
+                            for (root, program) in &programs {
+                                let got = program
+                                    .run(&[
+                                        (root.cel(), V::from_json(&object)),
+                                        ("request", request.clone()),
+                                    ])
+                                    .unwrap_or_else(|e| panic!("{e}: {object}"));
+                                assert_eq!(
+                                    got,
+                                    V::Bool(want),
+                                    "queue {} ({root:?}) in {namespace}: {object}\n{config}",
+                                    queue.key
+                                );
+                                checked += 1;
+                            }
+                            judged += usize::from(want);
+                        }
+                    }
+                }
+            }
+        }
+        // Both answers are well represented.
+        assert!(checked > 5_000 && judged > 500, "{checked} {judged}");
     }
 
     #[test]

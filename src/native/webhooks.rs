@@ -203,9 +203,9 @@ fn admission_rule(kind: WorkloadKind, resources: Vec<String>, operations: &[&str
 /// The CEL test for the launch workloads the webhooks are sent.
 fn launch_condition(policy: &Policy, settings: &Settings) -> String {
     if settings.launch_labels.is_empty() {
-        select::is_launch(policy)
+        select::is_launch(policy, select::Root::Object)
     } else {
-        select::carries_label(&settings.launch_labels)
+        select::carries_label(&settings.launch_labels, select::Root::Object)
     }
 }
 
@@ -302,7 +302,10 @@ pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
     let from_env = if rules.queue_entity_env.is_some() && entity_scoped {
         Some("true".to_string())
     } else if rules.queue_env.is_some() {
-        Some(format!("{} == ''", select::label_value(policy)))
+        Some(format!(
+            "{} == ''",
+            select::label_value(policy, select::Root::Object)
+        ))
     } else {
         None
     };
@@ -316,7 +319,7 @@ pub fn deny_queue_condition(policy: &Policy) -> Option<String> {
     }
     parts.push(format!(
         "{} in {}",
-        select::queue_key(policy),
+        select::queue_key(policy, select::Root::Object),
         cel::str_list(deny)
     ));
     Some(cel::any(&parts))

@@ -60,6 +60,24 @@ impl Policy {
         }
     }
 
+    /// True when `object` (in `namespace`) is a launch workload of `queue`: what an UPDATE's
+    /// old object must be for the UPDATE to be judged against it. An object that was no launch
+    /// workload, or another queue's, was never judged in `queue`: an UPDATE that brings it in
+    /// is judged as a CREATE (the native policies compile the same test,
+    /// `native::select::in_queue`).
+    pub(crate) fn in_queue(
+        &self,
+        kind: WorkloadKind,
+        object: &Value,
+        namespace: Option<&str>,
+        queue: &Queue,
+    ) -> bool {
+        self.classify(kind, object) == WorkloadMatch::Launch
+            && self
+                .resolve_queue(kind, object, namespace)
+                .is_some_and(|was| std::ptr::eq(was.queue, queue))
+    }
+
     /// What `exemptions` (the global list or a queue's) say about a request from `who` for
     /// `object`.
     pub(crate) fn exemptions_for<'e>(

@@ -159,11 +159,7 @@ pub(super) fn admitted_before<'r>(
     let Some(old) = request.old_object.as_ref() else {
         return none;
     };
-    let same_queue = policy.classify(kind, old) == WorkloadMatch::Launch
-        && policy
-            .resolve_queue(kind, old, request.namespace.as_deref())
-            .is_some_and(|was| std::ptr::eq(was.queue, queue));
-    if !same_queue {
+    if !policy.in_queue(kind, old, request.namespace.as_deref(), queue) {
         return none;
     }
     let controller =

@@ -173,6 +173,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(native::native_policies_decide_as_the_webhook_does_on_generated_workloads),
         e2e!(native::a_pytorchjob_is_judged_the_same_every_time),
         e2e!(native::hybrid_mode_enforces_while_the_webhook_is_down),
+        e2e!(native::a_relabelled_job_is_judged_as_a_create_natively),
         e2e!(native::the_server_keeps_native_policies_in_step_with_its_config),
         e2e!(
             native_rbac::the_pods_create_no_admission_policy_and_keep_their_queues_in_the_charts_slots,

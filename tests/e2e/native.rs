@@ -923,6 +923,147 @@ pub async fn hybrid_mode_enforces_while_the_webhook_is_down(ctx: &Ctx) -> Result
     result
 }
 
+/// `policyMode: native`: an UPDATE that brings a Job into a queue is judged by the compiled
+/// policies as a CREATE, as the webhook judges it (`updates::a_relabelled_job_is_judged_as_a_create`).
+/// In a namespace only the capped queue's compiled objects see (totals 16, 4 GPUs a
+/// container, the Kueue LocalQueue `team-a`): a 16 × 4-GPU Job created outside any queue, and
+/// the same Job created in another queue, then labelled into the capped queue, are refused
+/// naming the totals; a Job within the limits relabelled is stored with the queue's Kueue label
+/// written by the mutating policy; a Job already in the queue (over its cap, stored before the
+/// policies) passes Kueue's admission UPDATE and a tenant's label change — an UPDATE within the
+/// queue is the webhook's to compare, as the report says.
+pub async fn a_relabelled_job_is_judged_as_a_create_natively(ctx: &Ctx) -> Result<()> {
+    use crate::updates::{
+        CAPPED_QUEUE, KUEUE, capped_config, launch_labels, message, outside_job, service_account,
+        update_as,
+    };
+    let policy = Policy::from_yaml(&capped_config()?).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let compiled = launchgate::native::compile(&policy, &Default::default());
+    let tag = format!("relabel-{}", &ctx.ns[ctx.ns.len() - 4..]);
+    let ns = namespace(ctx, "native-relabel", &tag).await?;
+    // Only the capped queue's objects (as `updates::native_policies_refuse_a_mark_they_cannot_prove`).
+    let capped: Vec<Value> = compiled
+        .objects
+        .iter()
+        .filter(|o| {
+            o["metadata"]["annotations"][launchgate::native::QUEUE_KEY_ANNOTATION] == CAPPED_QUEUE
+        })
+        .cloned()
+        .collect();
+    let mut installed = Vec::new();
+    let result = async {
+        ensure!(
+            capped.iter().any(|o| o["kind"] == "ValidatingAdmissionPolicy"
+                && o["spec"]["matchConstraints"]["resourceRules"][0]["operations"]
+                    == json!(["CREATE", "UPDATE"])),
+            "the capped queue's limits policy does not judge UPDATEs"
+        );
+        let with_deadline = |mut job: Value| {
+            job["spec"]["activeDeadlineSeconds"] = json!(3600);
+            job
+        };
+        let create = |job: Value| {
+            let ns = &ns;
+            async move {
+                create_in(&ctx.client, &ns.ns, &job, false)
+                    .await?
+                    .map_err(|s| anyhow::anyhow!("creating {}: {}", job["metadata"]["name"], s.message))
+            }
+        };
+        // Stored before the policies: a Job already in the queue, over its 4-GPU cap.
+        let mut admitted = with_deadline(outside_job("admitted", 1, 8));
+        admitted["metadata"]["labels"] = launch_labels();
+        admitted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("team-a");
+        let admitted = create(admitted).await?;
+        installed = install_native(&ctx.client, &capped, &tag).await?;
+        let mut wide_in = with_deadline(outside_job("probe", 16, 4));
+        wide_in["metadata"]["labels"] = launch_labels();
+        let mut fits = with_deadline(outside_job("probe", 1, 1));
+        fits["metadata"]["labels"] = launch_labels();
+        let kueue_label =
+            |v: &Value| v.pointer("/metadata/labels/kueue.x-k8s.io~1queue-name").cloned();
+        // The API server loads new policies a moment after they are created, resource by
+        // resource; under load a mutating one has taken minutes.
+        ctx.wait_for(
+            "the native policies to take effect",
+            Duration::from_secs(300),
+            || async {
+                let made = create_in(&ctx.client, &ns.ns, &fits, true).await?;
+                let refused = create_in(&ctx.client, &ns.ns, &wide_in, true).await?;
+                Ok(made.is_ok_and(|j| kueue_label(&j) == Some(json!("team-a")))
+                    && matches!(&refused, Err(s) if s.code == 403))
+            },
+        )
+        .await?;
+
+        let totals = "exceeds maximum 16 (totals)";
+        // Created outside any queue, and in another queue (whose policies do not act here).
+        let mut elsewhere = with_deadline(outside_job("elsewhere", 16, 4));
+        elsewhere["metadata"]["labels"] =
+            json!({"wandb.ai/monitor": "true", "launchgate.io/queue": "gpu-queue"});
+        for job in [with_deadline(outside_job("outside", 16, 4)), elsewhere] {
+            let stored = create(job).await?;
+            let name = stored["metadata"]["name"].clone();
+            let (status, body) = update_as(&ns, &stored, None, |job| {
+                job["metadata"]["labels"] = launch_labels();
+            })
+            .await?;
+            ensure!(status == 403, "{name} relabelled into the queue: {status} {body}");
+            let text = message(&body);
+            ensure!(
+                text.contains("total nvidia.com/gpu over all pods=") && text.contains(totals),
+                "{name}: {text:?} does not name the totals"
+            );
+        }
+        // Within the limits: stored, the queue's Kueue label written on the UPDATE.
+        let clean = create(with_deadline(outside_job("clean", 1, 1))).await?;
+        let (status, body) = update_as(&ns, &clean, None, |job| {
+            job["metadata"]["labels"] = launch_labels();
+        })
+        .await?;
+        ensure!(status == 200, "a Job within the limits relabelled: {status} {body}");
+        ensure!(
+            kueue_label(&body) == Some(json!("team-a")),
+            "no Kueue label written: {}",
+            body["metadata"]
+        );
+        ensure!(
+            body["spec"]["template"] == clean["spec"]["template"],
+            "an UPDATE rewrote the pod template: {}",
+            body["spec"]["template"]
+        );
+        // Already in the queue: Kueue's admission, and a tenant's label change, pass.
+        ns.grant(
+            "kueue",
+            json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "update"]}]),
+            json!([service_account(KUEUE)]),
+            &crate::ctx::rbac_probe_job(),
+            &[(KUEUE, &[])],
+        )
+        .await?;
+        let (status, body) = update_as(&ns, &admitted, Some((KUEUE, &[])), |job| {
+            job["spec"]["suspend"] = json!(false);
+            job["spec"]["template"]["spec"]["nodeSelector"] =
+                json!({"cloud.example.com/gpu": "a100"});
+        })
+        .await?;
+        ensure!(status == 200, "Kueue's admission UPDATE: {status} {body}");
+        let (status, body) = update_as(&ns, &admitted, None, |job| {
+            job["metadata"]["labels"]["note"] = json!("x");
+        })
+        .await?;
+        ensure!(status == 200, "a tenant's label change in the queue: {status} {body}");
+        Ok(())
+    }
+    .await;
+    for (resource, name) in installed {
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+        let _ = api.delete(&name, &Default::default()).await;
+    }
+    ns.cleanup().await;
+    result
+}
+
 /// The names of the native objects of `set` of `kind` in the cluster.
 async fn set_names(client: &kube::Client, kind: &str, set: &str) -> Result<BTreeSet<String>> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &admission_resource(kind));

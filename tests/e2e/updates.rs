@@ -120,17 +120,17 @@ macro_rules! with_own {
 pub(crate) use with_own;
 
 const MARK: &str = "launchgate.io/exempted-by";
-const KUEUE: &str = "system:serviceaccount:kueue-system:kueue-controller-manager";
+pub(crate) const KUEUE: &str = "system:serviceaccount:kueue-system:kueue-controller-manager";
 const KUBERAY: &str = crate::ray::KUBERAY_OPERATOR;
 const TRAINER: &str = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager";
 
-fn launch_labels() -> Value {
+pub(crate) fn launch_labels() -> Value {
     json!({"wandb.ai/monitor": "true", "launchgate.io/queue": CAPPED_QUEUE})
 }
 
 /// A suspended Job of `pods` pods of `gpus` GPUs, with no launch label (launchgate never sees
 /// it created).
-fn outside_job(name: &str, pods: i64, gpus: i64) -> Value {
+pub(crate) fn outside_job(name: &str, pods: i64, gpus: i64) -> Value {
     json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name},
         "spec": {"suspend": true, "parallelism": pods, "completions": pods,
@@ -142,7 +142,7 @@ fn outside_job(name: &str, pods: i64, gpus: i64) -> Value {
 
 /// Reads the stored `obj`, changes it with `change` and sends it back as `user` (the suite's
 /// own identity when `None`): the HTTP status and body.
-async fn update_as(
+pub(crate) async fn update_as(
     ctx: &Ctx,
     obj: &Value,
     user: Option<(&str, &[&str])>,
@@ -174,7 +174,7 @@ async fn update_as(
     anyhow::bail!("{name}: conflicts on every try")
 }
 
-fn message(body: &Value) -> &str {
+pub(crate) fn message(body: &Value) -> &str {
     body["message"].as_str().unwrap_or_default()
 }
 
@@ -289,7 +289,7 @@ async fn grant(
     .await
 }
 
-fn service_account(user: &str) -> Value {
+pub(crate) fn service_account(user: &str) -> Value {
     let (ns, name) = user
         .strip_prefix("system:serviceaccount:")
         .and_then(|s| s.split_once(':'))
