@@ -187,7 +187,7 @@ impl KindSpec {
         run: Run::BASE,
         makes: &[],
         controller: &[],
-        kueue: Kueue::Suspends,
+        kueue: Kueue::Suspends("spec.suspend"),
         native: Ok(()),
         role_marks: &[],
         job_specs: JobSpecs::None,
@@ -765,13 +765,26 @@ pub const OWN_NAME: &str = "metadata.name";
 /// How Kueue manages a kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kueue {
-    /// Kueue's integration for this kind admits it by `spec.suspend` (batch/v1 Job, JobSet,
-    /// PyTorchJob, TrainJob, RayJob).
-    Suspends,
+    /// Kueue's integration for this kind admits it by the suspend field at this path
+    /// (`spec.suspend`: batch/v1 Job, JobSet, TrainJob, RayJob, RayCluster;
+    /// `spec.runPolicy.suspend`: PyTorchJob, MPIJob). launchgate never writes it.
+    Suspends(&'static str),
     /// Kueue manages it as a plain pod (its pod integration, by scheduling gate).
     Pod,
     /// Kueue does not manage this kind (why, for the warning).
     No(&'static str),
+}
+
+impl Kueue {
+    /// Kueue's integration admits the kind by a suspend field (it reads the workload's labels).
+    pub fn by_suspend(self) -> bool {
+        matches!(self, Kueue::Suspends(_))
+    }
+
+    /// Kueue's pod integration manages the kind (a plain pod, by scheduling gate).
+    pub fn as_pod(self) -> bool {
+        self == Kueue::Pod
+    }
 }
 
 /// A workload kind: a handle on its descriptor.

@@ -110,6 +110,7 @@ pub static MPIJOB: KindSpec = KindSpec {
     }),
     // kubeflow.org/v2beta1 serves only the MPIJob (the training operator's MPIJob is v1), so
     // `shared_version` stays false; the CRD has no scale subresource.
+    kueue: Kueue::Suspends("spec.runPolicy.suspend"),
     ..KindSpec::BASE
 };
 

@@ -72,5 +72,6 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
         counts: "Worker replicas",
     }),
     watch: Watch::Every,
+    kueue: Kueue::Suspends("spec.runPolicy.suspend"),
     ..KindSpec::BASE
 };

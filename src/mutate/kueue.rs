@@ -177,9 +177,9 @@ pub fn exec_seconds(value: &str) -> Option<i64> {
 pub const EXEC_SECONDS_REGEX: &str = "^[1-9][0-9]{0,17}$";
 
 /// True when Kueue manages `kind` through its labels: its integration admits it by
-/// `spec.suspend` ([`Kueue::Suspends`]).
+/// a suspend field ([`Kueue::Suspends`]).
 pub fn manages(kind: WorkloadKind) -> bool {
-    kind.spec().kueue == Kueue::Suspends
+    kind.spec().kueue.by_suspend()
 }
 
 /// The queue's Kueue settings `object` breaks, one line each, for a workload the queue owns
@@ -192,7 +192,7 @@ pub fn violations(
     kind: WorkloadKind,
     object: &Value,
 ) -> Vec<Violation> {
-    let pod = kind.spec().kueue == Kueue::Pod;
+    let pod = kind.spec().kueue.as_pod();
     if !pod && !manages(kind) {
         return Vec::new();
     }

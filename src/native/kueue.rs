@@ -11,14 +11,14 @@ use crate::workload::WorkloadKind;
 /// CEL: the request is for a covered kind whose object Kueue manages through its labels
 /// ([`Kueue::Suspends`]).
 pub fn managed() -> String {
-    kinds(Kueue::Suspends)
+    kinds(Kueue::by_suspend)
 }
 
 /// CEL: the request is for a covered kind Kueue manages `how`.
-fn kinds(how: Kueue) -> String {
+fn kinds(how: fn(Kueue) -> bool) -> String {
     cel::any(
         &select::kinds()
-            .filter(|k| k.spec().kueue == how)
+            .filter(|k| how(k.spec().kueue))
             .map(WorkloadKind::cel_test)
             .collect::<Vec<_>>(),
     )
@@ -78,7 +78,7 @@ pub fn violations(cfg: &KueueConfig, queue_name: &str, child: &str) -> Option<St
     }
     let labels = "object.metadata.labels";
     let has = format!("(has(object.metadata) && has({labels}) && {labels} != null)");
-    let pod = kinds(Kueue::Pod);
+    let pod = kinds(Kueue::as_pod);
     let managed = managed();
     let each: Vec<String> = settings
         .iter()

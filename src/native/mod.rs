@@ -513,9 +513,9 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             .and_then(|cfg| kueue::violations(cfg, &queue.name, "variables.child"));
         if let Some(cfg) = queue.config.kueue.as_ref().filter(|_| kueue.is_some()) {
             let labels: Vec<&str> = cfg.settings().iter().map(|s| s.label).collect();
-            let managed = |how: crate::kinds::Kueue| {
+            let managed = |how: fn(crate::kinds::Kueue) -> bool| {
                 let names: Vec<&str> = select::kinds()
-                    .filter(|k| k.spec().kueue == how)
+                    .filter(|k| how(k.spec().kueue))
                     .map(|k| k.as_str())
                     .collect();
                 match names.split_last() {
@@ -526,9 +526,9 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             };
             report.native.push(format!(
                 "the Kueue labels are the queue's: a {} whose {} still differs after the mutation is a violation, as is a {} carrying a different one",
-                managed(crate::kinds::Kueue::Suspends),
+                managed(crate::kinds::Kueue::by_suspend),
                 labels.join(", "),
-                managed(crate::kinds::Kueue::Pod),
+                managed(crate::kinds::Kueue::as_pod),
             ));
         }
         let visible_devices =
