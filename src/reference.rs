@@ -423,6 +423,21 @@ fn subcommands(cmd: &clap::Command) -> impl Iterator<Item = &clap::Command> {
         .filter(|s| !s.is_hide_set() && s.get_name() != "help")
 }
 
+/// The long flags of `launchgate serve` a user sees (`--listen`, …), from the clap definition:
+/// the page on the server's flags names each of them.
+pub fn serve_flags() -> Vec<String> {
+    let cli = Cli::command();
+    cli.find_subcommand("serve")
+        .map(|serve| {
+            serve
+                .get_arguments()
+                .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+                .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `docs/reference/cli.md`: every command and flag, from the clap definition.
 pub fn cli_page() -> Result<String, String> {
     cli_page_from(Cli::command())
@@ -735,7 +750,7 @@ pub fn kinds_page() -> String {
         let k = kind.spec();
         let api_version = kind.api_version();
         let kueue = match k.kueue {
-            Kueue::Suspends => "managed (admitted by `spec.suspend`)".to_owned(),
+            Kueue::Suspends(field) => format!("managed (admitted by `{field}`)"),
             Kueue::Pod => "managed as a plain pod (scheduling gate)".to_owned(),
             Kueue::No(why) => format!("not managed: {why}"),
         };

@@ -346,3 +346,95 @@ fn the_changelog_keeps_a_changelog_and_names_the_crates_version() {
         );
     }
 }
+
+/// docs/launch-workloads.md's table has a row for every kind launchgate judges, and each row's
+/// "Job defaults" names every field the kind's descriptor writes (by its last key, or its map
+/// as `map.*`).
+#[test]
+fn the_launch_workloads_table_names_every_kind_and_the_defaults_it_writes() {
+    let page = read("docs/launch-workloads.md");
+    let rows: Vec<Vec<&str>> = page
+        .lines()
+        .skip_while(|l| !l.starts_with("| kind | pod templates |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect();
+    let mut errors = Vec::new();
+    for kind in launchgate::WorkloadKind::all() {
+        let spec = kind.spec();
+        let api_version = kind.api_version();
+        let matching: Vec<&Vec<&str>> = rows
+            .iter()
+            .filter(|row| {
+                let cell = row[0];
+                if spec.group.is_empty() {
+                    cell == spec.kind
+                } else {
+                    cell.contains(spec.kind) && cell.contains(&api_version)
+                }
+            })
+            .collect();
+        let [row] = matching.as_slice() else {
+            errors.push(format!(
+                "{} ({api_version}): {} rows, want 1",
+                spec.kind,
+                matching.len()
+            ));
+            continue;
+        };
+        let defaults = row[3];
+        for default in spec.run.defaults {
+            let field = default.at.last().copied().unwrap_or_default();
+            let map = default.at.len().checked_sub(2).map(|i| default.at[i]);
+            let named = defaults.contains(&format!("`{field}`"))
+                || defaults.contains(&format!(".{field}`"))
+                || map.is_some_and(|m| defaults.contains(&format!("`{m}.*`")));
+            if !named {
+                errors.push(format!(
+                    "{} ({api_version}): the Job defaults cell does not name `{}`",
+                    spec.kind,
+                    default.at.join(".")
+                ));
+            }
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "docs/launch-workloads.md:\n{}",
+        errors.join("\n")
+    );
+}
+
+/// The chart README's webhook `rules` row names every kind's resource (and each subresource
+/// the webhooks take), and its list of kinds to switch off names every custom resource's rule.
+#[test]
+fn the_chart_readme_names_every_kind_the_webhooks_take() {
+    let readme = read("charts/launchgate/README.md");
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| `rules` |"))
+        .expect("charts/launchgate/README.md: the webhook `rules` row");
+    let mut errors = Vec::new();
+    for kind in launchgate::WorkloadKind::all() {
+        let spec = kind.spec();
+        if !row.contains(spec.resource) {
+            errors.push(format!("the `rules` row lacks {}", spec.resource));
+        }
+        for sub in spec.subresources {
+            let sub = format!("`{}/{sub}`", spec.resource);
+            if !row.contains(&sub) {
+                errors.push(format!("the `rules` row lacks {sub}"));
+            }
+        }
+        let off = format!("`webhook.rules.{}=false`", spec.webhook_rule);
+        if !spec.group.is_empty() && spec.group != "batch" && !readme.contains(&off) {
+            errors.push(format!("the kinds to switch off lack {off}"));
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "charts/launchgate/README.md:\n{}",
+        errors.join("\n")
+    );
+}

@@ -6,7 +6,7 @@ mod common;
 
 use launchgate::reference::{
     REGENERATE_HINT, chart_values_page, cli_page, config_page, kinds_list, kinds_page,
-    metrics_page, rules_page,
+    metrics_page, rules_page, serve_flags,
 };
 use serde_json::Value;
 
@@ -147,4 +147,26 @@ fn the_compatibility_page_lists_each_kinds_version() {
         return;
     }
     assert_eq!(listed, list, "docs/compatibility.md: {REGENERATE_HINT}");
+}
+
+/// docs/serve.md's flag table names every flag of `launchgate serve` (its descriptions are
+/// the page's; the generated one is docs/reference/cli.md).
+#[test]
+fn the_serve_page_names_every_serve_flag() {
+    let page = read("docs/serve.md");
+    let table: Vec<&str> = page.lines().filter(|l| l.starts_with("| `--")).collect();
+    let flags = serve_flags();
+    assert!(flags.len() > 20, "serve's flags: {flags:?}");
+    let missing: Vec<&String> = flags
+        .iter()
+        .filter(|flag| {
+            !table
+                .iter()
+                .any(|row| row.contains(&format!("`{flag}`")) || row.contains(&format!("`{flag} ")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/serve.md: the flag table lacks {missing:?}"
+    );
 }
