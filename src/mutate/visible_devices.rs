@@ -225,9 +225,13 @@ pub fn violations(
     accounting: &Accounting<'_>,
 ) -> Vec<Violation> {
     let mut out = Vec::new();
-    let mut templates = workload::templates(kind, object);
-    templates.extend(runtime::patch_templates(kind, object));
-    for (info, template) in &templates {
+    // Where a template is is written out only for a container that sets the variable.
+    let templates = workload::template_ats(kind, object).into_iter().chain(
+        runtime::patch_templates(kind, object)
+            .into_iter()
+            .map(|(info, template)| (info.at, template)),
+    );
+    for (at, template) in templates {
         let Some(spec) = workload::pod_spec(template) else {
             continue;
         };
@@ -236,7 +240,7 @@ pub fn violations(
         }
         // Claims are read only for a container that sets the variable.
         let mut claims: Option<PodClaims> = None;
-        let spec_path = info.spec_path_text();
+        let spec_path = at.spec_path();
         for list in JUDGED_LISTS {
             let items = crate::json::member(spec, list).and_then(Value::as_array);
             for (i, c) in items.into_iter().flatten().enumerate() {

@@ -329,6 +329,16 @@ pub fn templates(kind: WorkloadKind, object: &Value) -> Vec<(TemplateInfo, &Map<
         .collect()
 }
 
+/// The pod templates of `object` and where each is, without their pod counts or written-out
+/// paths: for a reader that looks at a template's containers and names a place only when it
+/// finds something.
+pub fn template_ats(kind: WorkloadKind, object: &Value) -> Vec<(TemplateAt, &Map<String, Value>)> {
+    template_places(kind, object)
+        .into_iter()
+        .map(|(at, _, _, template)| (at, template))
+        .collect()
+}
+
 /// The container lists of a pod spec that launchgate treats as "containers".
 pub const CONTAINER_LISTS: [&str; 2] = ["containers", "initContainers"];
 
