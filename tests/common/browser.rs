@@ -152,6 +152,16 @@ pub const CHROMIUM_ARGS: &[&str] = &[
 #[allow(unused_macros)]
 macro_rules! in_headless_chromium {
     ($browser:expr, $args:expr, |$driver:ident| $session:block) => {{
+        $crate::common::browser::in_headless_chromium!(
+            $browser,
+            $args,
+            serde_json::Value::Null,
+            |$driver| $session
+        )
+    }};
+    // `$emulation`: Chromium's `mobileEmulation` option (a phone's viewport, which a window
+    // cannot be: a headless window is never narrower than 500 px), or null for none.
+    ($browser:expr, $args:expr, $emulation:expr, |$driver:ident| $session:block) => {{
         use thirtyfour::ChromiumLikeCapabilities as _;
                 let (chromium, chromedriver_path): (std::path::PathBuf, std::path::PathBuf) = $browser;
         let profile = tempfile::tempdir().unwrap();
@@ -164,6 +174,11 @@ macro_rules! in_headless_chromium {
         }
         caps.add_arg(&format!("--user-data-dir={}", profile.path().display()))
             .unwrap();
+        let emulation: serde_json::Value = $emulation;
+        if !emulation.is_null() {
+            caps.add_experimental_option("mobileEmulation", emulation)
+                .unwrap();
+        }
         let driver = thirtyfour::WebDriver::new(url, caps).await.unwrap();
         let outcome = {
             let $driver = &driver;
