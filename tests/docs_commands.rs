@@ -6,7 +6,8 @@
 //!   output (standard output and error, as a terminal shows them). The command runs with `sh`
 //!   in the repository's root, with the `launchgate` binary of this build first on `PATH`, and
 //!   must print exactly those lines (trailing spaces aside). A line `...` stands for any number
-//!   of lines; `[..]` inside a line for any text.
+//!   of lines; `[..]` inside a line for any text. It must exit 0, unless its output ends with a
+//!   line `[exit N]`: then it must exit N (a denial that exits 1, shown as such).
 //! - A block right after `<!-- docs-test: file PATH -->` must be the file PATH of the repository,
 //!   byte for byte (a config the page shows is the one its commands read).
 //! - A block right after `<!-- docs-test: not run: REASON -->` is not run; the reason (a cluster,
@@ -88,6 +89,24 @@ struct Step {
     expected: Vec<String>,
 }
 
+impl Step {
+    /// The output the page shows, without an `[exit N]` line, and the exit code it shows (0
+    /// without one).
+    fn shown(&self) -> (&[String], i32) {
+        match self.expected.split_last() {
+            Some((last, rest)) => match last
+                .strip_prefix("[exit ")
+                .and_then(|l| l.strip_suffix(']'))
+                .and_then(|n| n.parse().ok())
+            {
+                Some(code) => (rest, code),
+                None => (&self.expected, 0),
+            },
+            None => (&self.expected, 0),
+        }
+    }
+}
+
 /// The commands of a console block (`$ ` lines, `\` continuations joined) and their output.
 fn steps(body: &[String]) -> Vec<Step> {
     let mut out: Vec<Step> = Vec::new();
@@ -146,7 +165,7 @@ fn output_matches(expected: &[String], actual: &[String]) -> bool {
 }
 
 /// Runs a command as a reader would, in the repository's root, with this build's binary.
-fn run(command: &str) -> Result<Vec<String>, String> {
+fn run(command: &str) -> Result<(Vec<String>, i32), String> {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_launchgate"));
     let bin_dir = bin.parent().expect("the binary is in a directory");
     let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
@@ -172,9 +191,9 @@ fn run(command: &str) -> Result<Vec<String>, String> {
         text
     });
     let started = Instant::now();
-    loop {
-        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
-            break;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
         }
         if started.elapsed() > TIMEOUT {
             let _ = child.kill();
@@ -184,9 +203,10 @@ fn run(command: &str) -> Result<Vec<String>, String> {
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
     let text = reader.join().map_err(|_| "reading the output".to_owned())?;
-    Ok(text.lines().map(|l| l.trim_end().to_owned()).collect())
+    let code = status.code().unwrap_or(-1);
+    Ok((text.lines().map(|l| l.trim_end().to_owned()).collect(), code))
 }
 
 /// Every page the documentation has: README.md and docs/**/*.md.
@@ -265,14 +285,21 @@ fn check_page(page: &Path, text: &str, failures: &mut Vec<String>) -> usize {
         }
         for step in steps {
             ran += 1;
+            let (expected, expected_code) = step.shown();
             match run(&step.command) {
                 Err(e) => failures.push(format!("{at}: $ {}: {e}", step.command)),
-                Ok(actual) => {
-                    if !output_matches(&step.expected, &actual) {
+                Ok((actual, code)) => {
+                    if !output_matches(expected, &actual) {
                         failures.push(format!(
                             "{at}: $ {}\nthe page shows (-) what the command does not print (+):\n{}",
                             step.command,
-                            diff(&step.expected, &actual)
+                            diff(expected, &actual)
+                        ));
+                    }
+                    if code != expected_code {
+                        failures.push(format!(
+                            "{at}: $ {}\nexits {code}, the page shows {expected_code} (a non-zero exit is shown as a last output line `[exit N]`)",
+                            step.command
                         ));
                     }
                 }
@@ -350,6 +377,22 @@ fn the_runner_reads_commands_output_and_markers() {
                 expected: vec![]
             }
         ]
+    );
+}
+
+#[test]
+fn a_command_that_exits_otherwise_than_its_page_shows_fails() {
+    let page = "```console\n$ false\n```\n\n```console\n$ echo no; exit 3\nno\n[exit 3]\n$ true\n[exit 1]\n```\n";
+    let mut failures = Vec::new();
+    check_page(&common::root().join("docs/x.md"), page, &mut failures);
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    assert!(
+        failures[0].contains("$ false\nexits 1, the page shows 0"),
+        "{failures:?}"
+    );
+    assert!(
+        failures[1].contains("$ true\nexits 0, the page shows 1"),
+        "{failures:?}"
     );
 }
 
