@@ -1500,7 +1500,19 @@ mod tests {
             ];
             for name in &names {
                 variants.push((json!({"launchgate.io/queue": name}), None, json!([])));
+                // `queue` only names the queue (`match.queueNameLabels`): alone it marks
+                // nothing; on a workload a launch or queue label marks, it names the queue.
                 variants.push((json!({"queue": name}), None, json!([])));
+                variants.push((
+                    json!({"queue": name, "wandb.ai/monitor": "true"}),
+                    None,
+                    json!([]),
+                ));
+                variants.push((
+                    json!({"queue": name, "launchgate.io/queue": ""}),
+                    None,
+                    json!([]),
+                ));
                 variants.push((
                     json!({"kueue.x-k8s.io/queue-name": name, "wandb.ai/monitor": "true"}),
                     None,

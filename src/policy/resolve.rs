@@ -334,7 +334,7 @@ mod tests {
             p.warnings
                 .iter()
                 .map(|w| w.to_string())
-                .filter(|w| w.starts_with("match."))
+                .filter(|w| w.starts_with("match.queueLabels"))
                 .collect()
         };
         let warned = about_labels(&old);
