@@ -537,7 +537,8 @@ mod tests {
         };
         let sent = |hook: &Value, old: Option<&Value>, object: &Value| -> bool {
             let request = json!({"operation": if old.is_some() { "UPDATE" } else { "CREATE" },
-                                 "namespace": "team-b", "subResource": ""});
+                                 "namespace": "team-b", "subResource": "",
+                                 "kind": {"group": "batch", "version": "v1", "kind": "Job"}});
             hook["matchConditions"]
                 .as_array()
                 .unwrap()
@@ -572,14 +573,25 @@ mod tests {
                 let object = job(labels, template);
                 assert!(!sent(hook, None, &object), "{}: {object}", hook["name"]);
             }
-            // A launch workload is, and so is its UPDATE that relabels its queue.
-            let launch = job(json!({"wandb.ai/monitor": "1", "queue": "a"}), json!({}));
-            assert!(sent(hook, None, &launch), "{}", hook["name"]);
-            let mut moved = launch.clone();
-            moved["metadata"]["labels"]["queue"] = json!("b");
-            assert!(sent(hook, Some(&launch), &moved), "{}", hook["name"]);
-            let marked = job(json!({"launchgate.io/queue": "gpu-queue"}), json!({}));
-            assert!(sent(hook, None, &marked), "{}", hook["name"]);
+        }
+        // A launch workload is sent to the mutating webhook and to the validating webhook of
+        // its queue (the built-in queue fails closed), and so is its UPDATE that relabels its
+        // queue.
+        let launch = job(json!({"wandb.ai/monitor": "1", "queue": "a"}), json!({}));
+        let mut moved = launch.clone();
+        moved["metadata"]["labels"]["queue"] = json!("b");
+        let marked = job(json!({"launchgate.io/queue": "gpu-queue"}), json!({}));
+        for kind in [
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ] {
+            let of_kind = hooks(&objects, kind);
+            for (old, object) in [(None, &launch), (Some(&launch), &moved), (None, &marked)] {
+                assert!(
+                    of_kind.iter().any(|h| sent(h, old, object)),
+                    "{kind}: {object}"
+                );
+            }
         }
     }
 
