@@ -539,21 +539,17 @@ mod tests {
             let request = json!({"operation": if old.is_some() { "UPDATE" } else { "CREATE" },
                                  "namespace": "team-b", "subResource": "",
                                  "kind": {"group": "batch", "version": "v1", "kind": "Job"}});
-            hook["matchConditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|c| {
-                    let vars = [
-                        ("object", V::from_json(object)),
-                        ("oldObject", old.map_or(V::Null, V::from_json)),
-                        ("request", V::from_json(&request)),
-                    ];
-                    match eval(c["expression"].as_str().unwrap(), &vars) {
-                        Ok(V::Bool(b)) => b,
-                        other => panic!("{}: {other:?}", c["name"]),
-                    }
-                })
+            hook["matchConditions"].as_array().unwrap().iter().all(|c| {
+                let vars = [
+                    ("object", V::from_json(object)),
+                    ("oldObject", old.map_or(V::Null, V::from_json)),
+                    ("request", V::from_json(&request)),
+                ];
+                match eval(c["expression"].as_str().unwrap(), &vars) {
+                    Ok(V::Bool(b)) => b,
+                    other => panic!("{}: {other:?}", c["name"]),
+                }
+            })
         };
         let every: Vec<Value> = [
             "MutatingWebhookConfiguration",
@@ -568,7 +564,10 @@ mod tests {
             for (labels, template) in [
                 (json!({"queue": "gpu-queue"}), json!({})),
                 (json!({"app": "etl", "team": "b"}), json!({"queue": "x"})),
-                (json!({"queue": "x", "app": "etl", "team": "b"}), json!({"queue": "x"})),
+                (
+                    json!({"queue": "x", "app": "etl", "team": "b"}),
+                    json!({"queue": "x"}),
+                ),
             ] {
                 let object = job(labels, template);
                 assert!(!sent(hook, None, &object), "{}: {object}", hook["name"]);

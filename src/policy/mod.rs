@@ -440,9 +440,7 @@ impl Policy {
             "match.workloadUpdaters",
             &mut errors,
         );
-        config
-            .match_rules
-            .check_generic_queue_labels(&mut warnings);
+        config.match_rules.check_generic_queue_labels(&mut warnings);
         let some_exemption = config
             .match_rules
             .exemptions

@@ -254,10 +254,7 @@ mod tests {
             WorkloadMatch::Launch
         );
         assert_eq!(
-            p.classify(
-                WorkloadKind::Pod,
-                &pod(json!({"launchgate.io/queue": "x"}))
-            ),
+            p.classify(WorkloadKind::Pod, &pod(json!({"launchgate.io/queue": "x"}))),
             WorkloadMatch::Launch
         );
         // The image-build label does not take a launch workload out of policy.
@@ -291,7 +288,10 @@ mod tests {
         for (labels, template) in [
             (json!({"queue": "c"}), json!({})),
             (json!({}), json!({"queue": "c"})),
-            (json!({"queue": "c", "app": "etl", "team": "data"}), json!({"queue": "c"})),
+            (
+                json!({"queue": "c", "app": "etl", "team": "data"}),
+                json!({"queue": "c"}),
+            ),
         ] {
             let object = job(labels, template);
             assert_eq!(
@@ -305,10 +305,22 @@ mod tests {
         // Marked by a launch label (on the Job or its template) or launchgate.io/queue, its
         // `queue` label names the queue, after launchgate.io/queue.
         for (labels, template, queue) in [
-            (json!({"wandb.ai/monitor": "1", "queue": "c"}), json!({}), "c"),
+            (
+                json!({"wandb.ai/monitor": "1", "queue": "c"}),
+                json!({}),
+                "c",
+            ),
             (json!({"queue": "c"}), json!({"wandb.ai/agent": "x"}), "c"),
-            (json!({"launchgate.io/queue": "b", "queue": "c"}), json!({}), "b"),
-            (json!({"launchgate.io/queue": "", "queue": "c"}), json!({}), "c"),
+            (
+                json!({"launchgate.io/queue": "b", "queue": "c"}),
+                json!({}),
+                "b",
+            ),
+            (
+                json!({"launchgate.io/queue": "", "queue": "c"}),
+                json!({}),
+                "c",
+            ),
         ] {
             let object = job(labels, template);
             assert_eq!(
@@ -316,7 +328,9 @@ mod tests {
                 WorkloadMatch::Launch,
                 "{object}"
             );
-            let r = p.resolve_queue(WorkloadKind::BatchJob, &object, None).unwrap();
+            let r = p
+                .resolve_queue(WorkloadKind::BatchJob, &object, None)
+                .unwrap();
             assert_eq!(r.queue.key, queue, "{object}");
             assert!(p.in_queue(WorkloadKind::BatchJob, &object, None, r.queue));
         }
@@ -327,7 +341,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            old.classify(WorkloadKind::BatchJob, &job(json!({"queue": "a"}), json!({}))),
+            old.classify(
+                WorkloadKind::BatchJob,
+                &job(json!({"queue": "a"}), json!({}))
+            ),
             WorkloadMatch::Launch
         );
         let about_labels = |p: &Policy| -> Vec<String> {

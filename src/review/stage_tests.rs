@@ -573,8 +573,7 @@ mod subresource_tests {
         .unwrap();
         let answer = |cluster: &dyn ClusterView, body: Vec<u8>| {
             let out = review(&policy, Endpoint::Validate, &body, cluster).unwrap();
-            let response =
-                serde_json::from_slice::<Value>(&out.body).unwrap()["response"].clone();
+            let response = serde_json::from_slice::<Value>(&out.body).unwrap()["response"].clone();
             (response, out.summary)
         };
         // The HPA scales any team's PyTorchJob; a view that cannot say whose it is — offline, no
@@ -613,7 +612,10 @@ mod subresource_tests {
                 && message.contains("retry"),
             "{message}"
         );
-        assert_eq!(answer(&StaticCluster::default(), scale_review(2, 1)).0["allowed"], true);
+        assert_eq!(
+            answer(&StaticCluster::default(), scale_review(2, 1)).0["allowed"],
+            true
+        );
         // Mutation never touches a Scale.
         let mutate = review(&policy, Endpoint::Mutate, &scale_review(2, 64), &NoCluster).unwrap();
         let mutate: Value = serde_json::from_slice(&mutate.body).unwrap();

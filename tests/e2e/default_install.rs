@@ -26,7 +26,10 @@ const CRONJOB_CONTROLLER: &str = "system:serviceaccount:kube-system:cronjob-cont
 /// The ReplicaSet controller's identity (a Deployment's pods).
 const REPLICASET_CONTROLLER: &str = "system:serviceaccount:kube-system:replicaset-controller";
 /// The groups of a kube-system service account.
-const KUBE_SYSTEM_GROUPS: [&str; 2] = ["system:serviceaccounts", "system:serviceaccounts:kube-system"];
+const KUBE_SYSTEM_GROUPS: [&str; 2] = [
+    "system:serviceaccounts",
+    "system:serviceaccounts:kube-system",
+];
 
 /// Environment the chart's Deployment sets that is the pod's own plumbing, which the harness
 /// provides itself: where it listens and logs, its serving certificate, its identity, and how
@@ -78,7 +81,9 @@ fn serve_flags(objects: &[Value], ns: &str) -> Result<Vec<String>> {
             selector["matchExpressions"]
                 .as_array_mut()
                 .context("the chart's namespace selector has no matchExpressions")?
-                .push(json!({"key": "kubernetes.io/metadata.name", "operator": "In", "values": [ns]}));
+                .push(
+                    json!({"key": "kubernetes.io/metadata.name", "operator": "In", "values": [ns]}),
+                );
             selector.to_string()
         } else {
             value.to_string()
@@ -121,7 +126,10 @@ fn comparable(object: &Value, ns: &str, uids: &[String]) -> Result<Value> {
     generated.extend(meta["uid"].as_str().map(str::to_string));
     // The service account admission plugin names each pod's token volume at random.
     for volume in object["spec"]["volumes"].as_array().into_iter().flatten() {
-        if let Some(name) = volume["name"].as_str().filter(|n| n.starts_with("kube-api-access-")) {
+        if let Some(name) = volume["name"]
+            .as_str()
+            .filter(|n| n.starts_with("kube-api-access-"))
+        {
             generated.push(name.to_string());
         }
     }
@@ -143,7 +151,11 @@ struct Workload {
 
 /// Creates `object` in `ctx`'s namespace as `by` (or the admin): the stored object.
 async fn create(ctx: &Ctx, object: &Value, by: Option<&str>) -> Result<Value> {
-    let groups: &[&str] = if by.is_some() { &KUBE_SYSTEM_GROUPS } else { &[] };
+    let groups: &[&str] = if by.is_some() {
+        &KUBE_SYSTEM_GROUPS
+    } else {
+        &[]
+    };
     let (status, body, _) = ctx
         .create_raw_impersonating(object, false, by, groups)
         .await?;
@@ -175,7 +187,10 @@ async fn hpa_scale(ctx: &Ctx, name: &str, replicas: i64) -> Result<(u16, Value)>
     }
     let response = ctx
         .client
-        .send(put.body(serde_json::to_vec(&scale)?)?.map(kube::client::Body::from))
+        .send(
+            put.body(serde_json::to_vec(&scale)?)?
+                .map(kube::client::Body::from),
+        )
         .await?;
     let status = response.status().as_u16();
     let body = http_body_util::BodyExt::collect(response.into_body())
@@ -295,9 +310,14 @@ pub async fn a_default_install_touches_only_launch_workloads(ctx: &Ctx) -> Resul
         .to_string();
     let flags = serve_flags(&objects, &ctx.ns)?;
     let dir = tempfile::tempdir()?;
-    let mut server =
-        Launchgate::start_with(dir.path(), Some(&ctx.env.kubeconfig), "127.0.0.1", &config, &flags)
-            .await?;
+    let mut server = Launchgate::start_with(
+        dir.path(),
+        Some(&ctx.env.kubeconfig),
+        "127.0.0.1",
+        &config,
+        &flags,
+    )
+    .await?;
     let twin = Ctx::new(ctx.env.clone(), "default-install-twin", false).await?;
     let result = async {
         // The registration is live: a launch Job (the W&B agent's label, and `queue` naming

@@ -118,7 +118,10 @@ impl Launchgate {
             // Cluster lookups, and denials and warnings as Kubernetes Events written with the
             // same kubeconfig, unless `extra_args` says otherwise (a chart's settings).
             for flag in ["--cluster-lookups", "--events"] {
-                if !extra_args.iter().any(|a| a.starts_with(&format!("{flag}="))) {
+                if !extra_args
+                    .iter()
+                    .any(|a| a.starts_with(&format!("{flag}=")))
+                {
                     args.push(format!("{flag}=true"));
                 }
             }
