@@ -18,6 +18,14 @@ pub trait ClusterView: Send + Sync {
     fn workload(&self, _kind: WorkloadKind, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
         None
     }
+    /// True when this view holds every workload of `kind` in `namespace` the API server had
+    /// when it last listed them (a cache that watches every one there and has listed them), so
+    /// one [`ClusterView::workload`] does not hold was created a moment ago. False when a miss
+    /// says nothing: offline, no cluster lookups, a namespace or kind not watched (or watched
+    /// by a label selector), or not listed yet.
+    fn lists_workloads(&self, _kind: WorkloadKind, _namespace: &str) -> bool {
+        false
+    }
     /// The Service `namespace/name`, if known (`None` also when this view holds no Services).
     fn service(&self, _namespace: &str, _name: &str) -> Option<Arc<Value>> {
         None
@@ -235,6 +243,9 @@ impl ClusterView for StaticCluster {
         self.workloads
             .get(&(kind, namespace.to_string(), name.to_string()))
             .cloned()
+    }
+    fn lists_workloads(&self, _kind: WorkloadKind, _namespace: &str) -> bool {
+        true
     }
     fn training_runtime(&self, kind: &str, namespace: &str, name: &str) -> RuntimeLookup {
         match self.runtimes.get(&runtime_key(kind, namespace, name)) {

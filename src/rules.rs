@@ -272,10 +272,10 @@ rules! {
         "remove the annotation; exemptions go by requester and namespace",
         Native::Cel("a mark on a workload that is not a verified controller's child, refused on CREATE and on an UPDATE that brings the workload into the queue, where an exemption is configured (native::select::unproven_marks): nothing in the native policies writes one"),
         OnUpdate::Changed, Denies::Exemptions;
-    /// A PyTorchJob Scale whose PyTorchJob cannot be read.
+    /// A PyTorchJob Scale whose PyTorchJob the cache should hold and does not yet.
     SCALE_UNREADABLE_OWNER = "scale.unreadableOwner", "clusterLookups (serve --cluster-lookups)",
-        "a scale-up through pytorchjobs/scale, whose PyTorchJob launchgate cannot read (no cluster lookups, or not in their cache yet), so its queue's limits cannot be checked",
-        "turn on cluster lookups (covering the namespace) and retry, or change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob",
+        "a scale-up through pytorchjobs/scale of a PyTorchJob launchgate's cluster lookups have not seen yet (created a moment ago: they watch its namespace and have listed it), so whether it is a launch workload, and its queue's limits, cannot be checked; a Scale launchgate cannot attribute at all (no cluster lookups, a namespace they do not watch) is allowed",
+        "retry in a moment, or change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob",
         Native::WebhookOnly("a Scale carries no labels: its queue is its PyTorchJob's, read from the cluster"),
         OnUpdate::Grown, Denies::Never;
     /// A request whose object would need more memory than the server's whole budget.

@@ -68,3 +68,25 @@ fn chart_native_slot_is_the_servers_dormant_form() {
         "charts/launchgate/files/native-slot.json is out of date with the server's dormant slot: {REGENERATE_HINT}"
     );
 }
+
+/// The chart's default `match` labels (what its webhook `matchConditions` read where
+/// `config.match` leaves a list out) are the server's; `UPDATE_SCHEMA=1` regenerates them too.
+#[test]
+fn chart_match_labels_are_the_servers_defaults() {
+    let path = common::root().join("charts/launchgate/files/match-labels.json");
+    let generated = launchgate::policy::chart_match_labels();
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        let mut out = serde_json::to_string_pretty(&generated).unwrap();
+        out.push('\n');
+        std::fs::write(&path, out).unwrap();
+        return;
+    }
+    let current: Value = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    assert!(
+        current == generated,
+        "charts/launchgate/files/match-labels.json is out of date with the server's defaults: {REGENERATE_HINT}"
+    );
+}

@@ -2325,3 +2325,63 @@ fn otlp_tracing_renders_the_standard_otel_environment_and_is_off_by_default() {
         ["LAUNCHGATE_OTLP_TRACES", "OTEL_RESOURCE_ATTRIBUTES"]
     );
 }
+
+/// The labels that mark a launch workload and those that only name its queue are the server's
+/// in the chart's `matchConditions`, with the defaults and with a config's own lists: the
+/// chart's `launch-workload` condition tests exactly the marking labels (a
+/// `match.queueNameLabels` label such as `queue` never sends an object), and its
+/// `relevant-update` condition is the server's (a changed name-only label is still sent).
+#[test]
+fn a_label_that_only_names_a_queue_marks_nothing_in_the_chart_as_in_the_server() {
+    let Some(helm) = helm() else { return };
+    let cases: [(&str, &[&str], &[&str]); 4] = [
+        (
+            "{}",
+            &["wandb.ai/monitor", "wandb.ai/agent", "launchgate.io/queue"],
+            &["queue"],
+        ),
+        (
+            r#"{"config":{"match":{"queueLabels":["acme.io/queue"],"queueNameLabels":["team-queue"]}}}"#,
+            &["wandb.ai/monitor", "wandb.ai/agent", "acme.io/queue"],
+            &["team-queue", "queue", "launchgate.io/queue"],
+        ),
+        (
+            r#"{"config":{"match":{"launchLabels":["acme.io/launch"],"queueNameLabels":[]}}}"#,
+            &["acme.io/launch", "launchgate.io/queue"],
+            &["queue", "wandb.ai/monitor"],
+        ),
+        (
+            r#"{"webhook":{"matchConditions":{"labels":["acme.io/launch"]}}}"#,
+            &["acme.io/launch"],
+            &["queue", "launchgate.io/queue", "wandb.ai/monitor"],
+        ),
+    ];
+    for (values, marking, not_marking) in cases {
+        let statically = helm.render_static(&["--set-json", values]);
+        let server = server_registered(&helm.render(&["--set-json", values]));
+        let mutating = |objs: &[Value]| -> Value {
+            objs.iter()
+                .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+                .map(|o| o["webhooks"][0].clone())
+                .expect("a mutating webhook")
+        };
+        let (chart, served) = (mutating(&statically), mutating(&server));
+        let launch = chart["matchConditions"][0]["expression"].as_str().unwrap();
+        for key in marking {
+            assert!(
+                launch.contains(&format!("'{key}' in object.metadata.labels")),
+                "{values}: {key} does not mark in {launch}"
+            );
+        }
+        for key in not_marking {
+            assert!(
+                !launch.contains(&format!("'{key}' in object.metadata.labels")),
+                "{values}: {key} marks in {launch}"
+            );
+        }
+        assert_eq!(
+            chart["matchConditions"][1], served["matchConditions"][1],
+            "{values}: the chart's relevant-update is not the server's"
+        );
+    }
+}

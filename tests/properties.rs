@@ -172,12 +172,9 @@ fn label_plan() -> impl Strategy<Value = LabelPlan> {
         )
 }
 
-const LAUNCH_KEYS: [&str; 4] = [
-    "wandb.ai/monitor",
-    "wandb.ai/agent",
-    "launchgate.io/queue",
-    "queue",
-];
+/// The labels that mark a launch workload under the built-in `match` (`queue` only names the
+/// queue of one: `match.queueNameLabels`).
+const LAUNCH_KEYS: [&str; 3] = ["wandb.ai/monitor", "wandb.ai/agent", "launchgate.io/queue"];
 
 impl LabelPlan {
     fn labels(&self, marking: Marking) -> Map<String, Value> {

@@ -370,7 +370,7 @@ fn host_network_pods_declare_the_rendezvous_port_once() {
     let policy = pytorch_only("{indexedJobs: true}");
     let job = json!({
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "hn", "namespace": "wandb", "labels": {"queue": "q"}},
+        "metadata": {"name": "hn", "namespace": "wandb", "labels": {"wandb.ai/monitor": "true", "queue": "q"}},
         "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 6,
                  "template": {"spec": {"subdomain": "hn", "hostNetwork": true, "restartPolicy": "Never",
                      "containers": [{"name": "a", "image": "i"}, {"name": "b", "image": "i"}]}}}
@@ -414,7 +414,7 @@ fn host_network_pods_declare_the_rendezvous_port_once() {
 fn the_default_policy_leaves_a_sharded_evaluation_alone() {
     let policy = Policy::embedded_default();
     let eval = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "eval", "namespace": "wandb", "labels": {"queue": "gpu-queue"}},
+        "metadata": {"name": "eval", "namespace": "wandb", "labels": {"wandb.ai/monitor": "true", "queue": "gpu-queue"}},
         "spec": {"completionMode": "Indexed", "completions": 64, "parallelism": 1,
             "template": {"spec": {"restartPolicy": "Never", "subdomain": "eval",
                 "containers": [{"name": "eval", "image": "acme/eval:1",

@@ -284,7 +284,8 @@ fn trigger(rule: &str) -> Option<(&'static str, Value)> {
             ("/validate", r)
         }
         "scale.unreadableOwner" => {
-            // A scale-up of a PyTorchJob the server cannot read (no cluster lookups).
+            // A scale-up of a PyTorchJob the server's cache lists the namespace of and has not
+            // seen yet (`ListsWorkloads`).
             let scale = |n: i64| {
                 json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
                     "metadata": {"name": "scaled", "namespace": "ml"}, "spec": {"replicas": n}})
@@ -327,6 +328,19 @@ fn trigger(rule: &str) -> Option<(&'static str, Value)> {
     })
 }
 
+/// A cluster view that has listed every workload and holds none, offline otherwise (as a
+/// server without one): the PyTorchJob a Scale names was created a moment ago.
+struct ListsWorkloads;
+
+impl launchgate::cluster::ClusterView for ListsWorkloads {
+    fn lists_workloads(&self, _kind: launchgate::WorkloadKind, _namespace: &str) -> bool {
+        true
+    }
+    fn is_connected(&self) -> bool {
+        false
+    }
+}
+
 /// `launchgate_violations_total` summed by rule.
 fn violations_by_rule(metrics: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
@@ -360,7 +374,12 @@ async fn every_rule_of_the_table_is_counted_under_its_own_id() {
         request_deadline: std::time::Duration::from_millis(200),
         ..options(dir.path())
     };
-    let srv = TestServer::new(start(opts, None).await.expect("server starts"), dir);
+    let srv = TestServer::new(
+        start(opts, Some(std::sync::Arc::new(ListsWorkloads)))
+            .await
+            .expect("server starts"),
+        dir,
+    );
 
     let mut missing = Vec::new();
     for rule in RULES {

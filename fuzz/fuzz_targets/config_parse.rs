@@ -30,6 +30,7 @@ const CONFIG_WORDS: &[&str] = &[
     "match",
     "launchLabels",
     "queueLabels",
+    "queueNameLabels",
     "queueEnv",
     "exemptions",
     "serviceAccounts",

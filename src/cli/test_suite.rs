@@ -1075,7 +1075,7 @@ mod tests {
             &Policy::embedded_default(),
             &crate::admission::AdmissionRequest::synthetic_create(
                 serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": "p", "namespace": "wandb", "labels": {"queue": "gpu-queue"}},
+                    "metadata": {"name": "p", "namespace": "wandb", "labels": {"wandb.ai/monitor": "true", "queue": "gpu-queue"}},
                     "spec": {"containers": [{"name": "c", "image": "acme/x:1",
                         "resources": {"limits": {"nvidia.com/gpu": "9"}}}]}}),
                 None,

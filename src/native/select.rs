@@ -434,19 +434,15 @@ fn has_label(map: &str, key: &str) -> String {
 }
 
 /// A launch workload: the object `root` or one of its pod templates carries a launch or queue
-/// label.
+/// label (never only a label that names the queue, `match.queueNameLabels`).
 pub fn is_launch(policy: &Policy, root: Root) -> String {
     carries_label(&launch_label_keys(policy), root)
 }
 
-/// The labels that make a launch workload: the launch labels and the queue labels.
+/// The labels that make a launch workload: the launch labels and the queue labels
+/// ([`crate::policy::MatchRules::marking_labels`], as the webhook's `Policy::classify`).
 pub fn launch_label_keys(policy: &Policy) -> Vec<&String> {
-    let rules = &policy.config.match_rules;
-    rules
-        .launch_labels
-        .iter()
-        .chain(&rules.queue_labels)
-        .collect()
+    policy.config.match_rules.marking_labels().collect()
 }
 
 /// True when the object `root` or one of its pod templates carries one of the labels `keys`.
@@ -473,17 +469,17 @@ fn env_value(name: &str, root: Root) -> String {
     )
 }
 
-/// The queue named by the queue labels of the workload `root` (first key found on the object
-/// or a template, when non-empty), or `''`.
+/// The queue named by the queue labels, then the labels that only name it, of the workload
+/// `root` (first key found on the object or a template, when non-empty), or `''`.
 pub fn label_value(policy: &Policy, root: Root) -> String {
-    let keys = &policy.config.match_rules.queue_labels;
+    let keys: Vec<&String> = policy.config.match_rules.naming_labels().collect();
     if keys.is_empty() {
         return "''".into();
     }
     // The carriers are walked once (bound to `cs`), not once per key.
     format!(
         "[{carriers}].map(cs, [{keys}.map(k, cs.filter(c, has(c.metadata) && has(c.metadata.labels) && k in c.metadata.labels).map(c, c.metadata.labels[k])).filter(vs, size(vs) > 0 && vs[0] != '').map(vs, vs[0])].map(found, size(found) > 0 ? found[0] : '')[0])[0]",
-        keys = cel::str_list(keys),
+        keys = cel::str_list(&keys),
         carriers = carriers(root),
     )
 }
@@ -1504,7 +1500,19 @@ mod tests {
             ];
             for name in &names {
                 variants.push((json!({"launchgate.io/queue": name}), None, json!([])));
+                // `queue` only names the queue (`match.queueNameLabels`): alone it marks
+                // nothing; on a workload a launch or queue label marks, it names the queue.
                 variants.push((json!({"queue": name}), None, json!([])));
+                variants.push((
+                    json!({"queue": name, "wandb.ai/monitor": "true"}),
+                    None,
+                    json!([]),
+                ));
+                variants.push((
+                    json!({"queue": name, "launchgate.io/queue": ""}),
+                    None,
+                    json!([]),
+                ));
                 variants.push((
                     json!({"kueue.x-k8s.io/queue-name": name, "wandb.ai/monitor": "true"}),
                     None,

@@ -232,13 +232,20 @@ fn scale_hook(base: &Value, name: &str, scaled: &[WorkloadKind]) -> Value {
     hook
 }
 
-/// The label keys whose change on an UPDATE is sent to the webhooks: the launch and queue
-/// labels (`settings.launch_labels`, else the config's), in order, without repeats.
+/// The label keys whose change on an UPDATE is sent to the webhooks: the labels that mark a
+/// launch workload (`settings.launch_labels`, else the config's launch and queue labels) and
+/// every label that names its queue (`match.queueNameLabels` too: relabelling a launch
+/// workload's `queue` moves it to another queue), in order, without repeats.
 fn decision_labels(policy: &Policy, settings: &Settings) -> Vec<String> {
+    let rules = &policy.config.match_rules;
     let keys: Vec<&String> = if settings.launch_labels.is_empty() {
-        select::launch_label_keys(policy)
+        rules.deciding_labels()
     } else {
-        settings.launch_labels.iter().collect()
+        settings
+            .launch_labels
+            .iter()
+            .chain(rules.naming_labels())
+            .collect()
     };
     let mut out: Vec<String> = Vec::new();
     for k in keys {
@@ -508,12 +515,83 @@ mod tests {
         };
         let objects = configurations(&policy("warn"), &settings).unwrap();
         let m = hooks(&objects, "MutatingWebhookConfiguration");
+        // ... and the labels that name a queue are still sent when they change.
         assert!(
             m[0]["matchConditions"][1]["expression"]
                 .as_str()
                 .unwrap()
-                .contains("['acme.io/launch'].exists(k,")
+                .contains("['acme.io/launch', 'launchgate.io/queue', 'queue'].exists(k,")
         );
+    }
+
+    #[test]
+    fn a_label_that_only_names_a_queue_sends_no_object_to_the_webhooks() {
+        use crate::native::eval::{V, eval};
+        let policy = Policy::embedded_default();
+        let objects = configurations(&policy, &Settings::default()).unwrap();
+        let job = |labels: Value, template: Value| {
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                   "metadata": {"name": "etl", "labels": labels},
+                   "spec": {"template": {"metadata": {"labels": template},
+                            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+        };
+        let sent = |hook: &Value, old: Option<&Value>, object: &Value| -> bool {
+            let request = json!({"operation": if old.is_some() { "UPDATE" } else { "CREATE" },
+                                 "namespace": "team-b", "subResource": "",
+                                 "kind": {"group": "batch", "version": "v1", "kind": "Job"}});
+            hook["matchConditions"].as_array().unwrap().iter().all(|c| {
+                let vars = [
+                    ("object", V::from_json(object)),
+                    ("oldObject", old.map_or(V::Null, V::from_json)),
+                    ("request", V::from_json(&request)),
+                ];
+                match eval(c["expression"].as_str().unwrap(), &vars) {
+                    Ok(V::Bool(b)) => b,
+                    other => panic!("{}: {other:?}", c["name"]),
+                }
+            })
+        };
+        let every: Vec<Value> = [
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ]
+        .iter()
+        .flat_map(|k| hooks(&objects, k))
+        .collect();
+        assert!(every.len() >= 2);
+        for hook in &every {
+            // Another team's Jobs with common labels (`queue` among them): never sent.
+            for (labels, template) in [
+                (json!({"queue": "gpu-queue"}), json!({})),
+                (json!({"app": "etl", "team": "b"}), json!({"queue": "x"})),
+                (
+                    json!({"queue": "x", "app": "etl", "team": "b"}),
+                    json!({"queue": "x"}),
+                ),
+            ] {
+                let object = job(labels, template);
+                assert!(!sent(hook, None, &object), "{}: {object}", hook["name"]);
+            }
+        }
+        // A launch workload is sent to the mutating webhook and to the validating webhook of
+        // its queue (the built-in queue fails closed), and so is its UPDATE that relabels its
+        // queue.
+        let launch = job(json!({"wandb.ai/monitor": "1", "queue": "a"}), json!({}));
+        let mut moved = launch.clone();
+        moved["metadata"]["labels"]["queue"] = json!("b");
+        let marked = job(json!({"launchgate.io/queue": "gpu-queue"}), json!({}));
+        for kind in [
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ] {
+            let of_kind = hooks(&objects, kind);
+            for (old, object) in [(None, &launch), (Some(&launch), &moved), (None, &marked)] {
+                assert!(
+                    of_kind.iter().any(|h| sent(h, old, object)),
+                    "{kind}: {object}"
+                );
+            }
+        }
     }
 
     /// `policy_with`, without the built-in config's exemption.

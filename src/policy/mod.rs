@@ -68,8 +68,13 @@ pub struct Config {
 pub struct MatchRules {
     /// Labels (any one, any value) that mark a launch workload.
     pub launch_labels: Vec<String>,
-    /// Labels naming the workload's queue, in the order they are read.
+    /// Labels naming the workload's queue, in the order they are read; each also marks a
+    /// launch workload, as a launch label does (`launchgate.io/queue`).
     pub queue_labels: Vec<String>,
+    /// Labels that name the queue of a workload something else already marks as a launch
+    /// workload (a launch label or a queue label), read after `queueLabels`; they never make
+    /// one. A label as common as `queue` belongs here: any team's Job may carry it.
+    pub queue_name_labels: Vec<String>,
     /// Container env var naming the queue (set by the W&B Launch agent).
     pub queue_env: Option<String>,
     /// Container env var naming the queue's W&B entity (set by the W&B Launch agent); a
@@ -110,7 +115,8 @@ impl Default for MatchRules {
     fn default() -> Self {
         MatchRules {
             launch_labels: vec!["wandb.ai/monitor".into(), "wandb.ai/agent".into()],
-            queue_labels: vec!["launchgate.io/queue".into(), "queue".into()],
+            queue_labels: vec![crate::mutate::labels::QUEUE_LABEL.into()],
+            queue_name_labels: vec!["queue".into()],
             queue_env: Some("WANDB_LAUNCH_QUEUE_NAME".into()),
             queue_entity_env: Some("WANDB_LAUNCH_QUEUE_ENTITY".into()),
             exemptions: vec![Exemption {
@@ -131,6 +137,61 @@ impl Default for MatchRules {
             sidecar_containers: vec!["istio-proxy".into(), "linkerd-proxy".into()],
         }
     }
+}
+
+impl MatchRules {
+    /// The labels that make an object (or one of its pod templates) a launch workload: the
+    /// launch labels and the queue labels — never `queueNameLabels`. The webhook's matching
+    /// (`Policy::classify`), the registration's `matchConditions` and the native policies'
+    /// (`native::select::is_launch`) all read this.
+    pub fn marking_labels(&self) -> impl Iterator<Item = &String> {
+        self.launch_labels.iter().chain(&self.queue_labels)
+    }
+
+    /// The labels that name a launch workload's queue, in the order they are read: the queue
+    /// labels, then the labels that only name it.
+    pub fn naming_labels(&self) -> impl Iterator<Item = &String> {
+        self.queue_labels.iter().chain(&self.queue_name_labels)
+    }
+
+    /// Every label whose change can change whether an object is a launch workload or its
+    /// queue (what an UPDATE must be sent for), in order, without repeats.
+    pub fn deciding_labels(&self) -> Vec<&String> {
+        let mut out: Vec<&String> = Vec::new();
+        for key in self.marking_labels().chain(&self.queue_name_labels) {
+            if !out.contains(&key) {
+                out.push(key);
+            }
+        }
+        out
+    }
+
+    /// Warnings about queue labels so common that any team's object may carry them: a queue
+    /// label marks a launch workload, so one without a prefix (`queue`, `team`) would make
+    /// every object labelled with it launchgate's — mutated, limited, deleted after its TTL.
+    fn check_generic_queue_labels(&self, warnings: &mut Vec<ConfigError>) {
+        for (i, key) in self.queue_labels.iter().enumerate() {
+            if !key.contains('/') && !self.launch_labels.contains(key) {
+                warnings.push(ConfigError::new(
+                    format!("match.queueLabels[{i}]"),
+                    format!(
+                        "{key:?} has no prefix, so objects launchgate was never meant for carry it, and a queue label marks a launch workload: every Job labelled {key}: <anything> would be mutated and limited; list it under match.queueNameLabels, which only names the queue of a workload a launch label marks"
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// The chart's `files/match-labels.json`: the default `match` label lists, which the chart's
+/// webhook `matchConditions` read where its `config.match` leaves one out.
+pub fn chart_match_labels() -> serde_json::Value {
+    let defaults = MatchRules::default();
+    serde_json::json!({
+        "launchLabels": defaults.launch_labels,
+        "queueLabels": defaults.queue_labels,
+        "queueNameLabels": defaults.queue_name_labels,
+    })
 }
 
 /// Everything configured for one queue.
@@ -379,6 +440,7 @@ impl Policy {
             "match.workloadUpdaters",
             &mut errors,
         );
+        config.match_rules.check_generic_queue_labels(&mut warnings);
         let some_exemption = config
             .match_rules
             .exemptions

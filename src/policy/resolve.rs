@@ -43,15 +43,10 @@ impl Policy {
     /// Decides whether an object (or any of its pod templates) is a launch workload. Labels
     /// only mark a launch workload: they never take one out of policy (see [`Exemption`]).
     pub(crate) fn classify(&self, kind: WorkloadKind, object: &Value) -> WorkloadMatch {
+        // A label that only names the queue (`queueNameLabels`) never marks one.
         let rules = &self.config.match_rules;
         let marked = label_carriers(kind, object).iter().any(|c| {
-            workload::labels(c).is_some_and(|l| {
-                rules
-                    .launch_labels
-                    .iter()
-                    .chain(&rules.queue_labels)
-                    .any(|k| l.contains_key(k))
-            })
+            workload::labels(c).is_some_and(|l| rules.marking_labels().any(|k| l.contains_key(k)))
         });
         if marked {
             WorkloadMatch::Launch
@@ -170,14 +165,13 @@ impl Policy {
         }
     }
 
-    /// The first of the queue labels the object or one of its pod templates carries,
-    /// non-empty.
+    /// The first of the queue labels, then of the labels that only name the queue, the object
+    /// or one of its pod templates carries, non-empty.
     fn queue_from_labels(&self, kind: WorkloadKind, object: &Value) -> Option<String> {
         let carriers = label_carriers(kind, object);
         self.config
             .match_rules
-            .queue_labels
-            .iter()
+            .naming_labels()
             .find_map(|key| {
                 let found = carriers.iter().find_map(|c| workload::label(c, key));
                 found.filter(|n| !n.is_empty())
@@ -260,14 +254,14 @@ mod tests {
             WorkloadMatch::Launch
         );
         assert_eq!(
-            p.classify(WorkloadKind::Pod, &pod(json!({"queue": "x"}))),
+            p.classify(WorkloadKind::Pod, &pod(json!({"launchgate.io/queue": "x"}))),
             WorkloadMatch::Launch
         );
         // The image-build label does not take a launch workload out of policy.
         assert_eq!(
             p.classify(
                 WorkloadKind::Pod,
-                &pod(json!({"wandb": "launch", "queue": "x"}))
+                &pod(json!({"wandb": "launch", "wandb.ai/monitor": "x"}))
             ),
             WorkloadMatch::Launch
         );
@@ -280,6 +274,99 @@ mod tests {
             p.classify(WorkloadKind::BatchJob, &job),
             WorkloadMatch::Launch
         );
+    }
+
+    #[test]
+    fn a_generic_queue_label_names_the_queue_of_a_launch_workload_but_never_makes_one() {
+        let p = policy();
+        let job = |labels: Value, template: Value| {
+            json!({"metadata": {"labels": labels},
+                   "spec": {"template": {"metadata": {"labels": template}, "spec": {}}}})
+        };
+        // `queue` (and any other common label) alone, on the Job or its pod template: no
+        // launch workload.
+        for (labels, template) in [
+            (json!({"queue": "c"}), json!({})),
+            (json!({}), json!({"queue": "c"})),
+            (
+                json!({"queue": "c", "app": "etl", "team": "data"}),
+                json!({"queue": "c"}),
+            ),
+        ] {
+            let object = job(labels, template);
+            assert_eq!(
+                p.classify(WorkloadKind::BatchJob, &object),
+                WorkloadMatch::NotLaunch,
+                "{object}"
+            );
+            let c = p.queue("c").unwrap();
+            assert!(!p.in_queue(WorkloadKind::BatchJob, &object, None, c));
+        }
+        // Marked by a launch label (on the Job or its template) or launchgate.io/queue, its
+        // `queue` label names the queue, after launchgate.io/queue.
+        for (labels, template, queue) in [
+            (
+                json!({"wandb.ai/monitor": "1", "queue": "c"}),
+                json!({}),
+                "c",
+            ),
+            (json!({"queue": "c"}), json!({"wandb.ai/agent": "x"}), "c"),
+            (
+                json!({"launchgate.io/queue": "b", "queue": "c"}),
+                json!({}),
+                "b",
+            ),
+            (
+                json!({"launchgate.io/queue": "", "queue": "c"}),
+                json!({}),
+                "c",
+            ),
+        ] {
+            let object = job(labels, template);
+            assert_eq!(
+                p.classify(WorkloadKind::BatchJob, &object),
+                WorkloadMatch::Launch,
+                "{object}"
+            );
+            let r = p
+                .resolve_queue(WorkloadKind::BatchJob, &object, None)
+                .unwrap();
+            assert_eq!(r.queue.key, queue, "{object}");
+            assert!(p.in_queue(WorkloadKind::BatchJob, &object, None, r.queue));
+        }
+        // The config that listed `queue` among the queue labels keeps its meaning, with a
+        // warning; one that lists it as a launch label chose that and is not warned.
+        let old = Policy::from_yaml(
+            "defaultQueue: a\nmatch: {queueLabels: [launchgate.io/queue, queue]}\nqueues:\n  a: {}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            old.classify(
+                WorkloadKind::BatchJob,
+                &job(json!({"queue": "a"}), json!({}))
+            ),
+            WorkloadMatch::Launch
+        );
+        let about_labels = |p: &Policy| -> Vec<String> {
+            p.warnings
+                .iter()
+                .map(|w| w.to_string())
+                .filter(|w| w.starts_with("match.queueLabels"))
+                .collect()
+        };
+        let warned = about_labels(&old);
+        assert!(
+            warned.len() == 1
+                && warned[0].starts_with("match.queueLabels[1]: \"queue\" has no prefix")
+                && warned[0].contains("match.queueNameLabels"),
+            "{warned:?}"
+        );
+        let chosen = Policy::from_yaml(
+            "defaultQueue: a\nmatch: {launchLabels: [queue], queueLabels: [queue]}\nqueues:\n  a: {}\n",
+        )
+        .unwrap();
+        assert!(about_labels(&chosen).is_empty(), "{:?}", chosen.warnings);
+        assert!(about_labels(&p).is_empty(), "{:?}", p.warnings);
     }
 
     #[test]

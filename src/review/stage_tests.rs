@@ -275,14 +275,15 @@ mod subresource_tests {
             "{message}"
         );
         assert_eq!(answer(&launch, scale_review(2, 15))["allowed"], true);
-        // Connected, but the PyTorchJob is not in the cache: a scale-up cannot be judged.
+        // The cache lists every PyTorchJob of the namespace, and not this one: a scale-up
+        // waits until it is seen.
         let unknown = answer(&StaticCluster::default(), scale_review(2, 64));
         assert_eq!(unknown["allowed"], false);
         assert!(
             unknown["status"]["message"]
                 .as_str()
                 .unwrap()
-                .contains("not in launchgate's cache")
+                .contains("not in launchgate's cache yet")
         );
         assert_eq!(
             answer(&StaticCluster::default(), scale_review(2, 1))["allowed"],
@@ -563,22 +564,59 @@ mod subresource_tests {
     }
 
     #[test]
-    fn a_pytorchjob_scale_up_is_denied_and_a_scale_down_allowed() {
-        let policy = Policy::embedded_default();
-        let answer = |body: Vec<u8>| {
-            let out = review(&policy, Endpoint::Validate, &body, &NoCluster).unwrap();
-            serde_json::from_slice::<Value>(&out.body).unwrap()["response"].clone()
+    fn a_scale_that_cannot_be_attributed_to_a_launch_workload_is_not_denied() {
+        use crate::cluster::StaticCluster;
+        // A queue whose totals a scale-up could break, so a judged Scale would be refused.
+        let policy = Policy::from_yaml(
+            "queues:\n  gpu-queue:\n    limits: {totals: {nvidia.com/gpu: {maximum: 16}}}\n",
+        )
+        .unwrap();
+        let answer = |cluster: &dyn ClusterView, body: Vec<u8>| {
+            let out = review(&policy, Endpoint::Validate, &body, cluster).unwrap();
+            let response = serde_json::from_slice::<Value>(&out.body).unwrap()["response"].clone();
+            (response, out.summary)
         };
-        let up = answer(scale_review(2, 64));
+        // The HPA scales any team's PyTorchJob; a view that cannot say whose it is — offline, no
+        // cluster lookups, a namespace they do not watch, not listed yet — attributes it to no
+        // launch workload: allowed untouched, up or down.
+        struct Blind;
+        impl ClusterView for Blind {
+            fn is_connected(&self) -> bool {
+                true
+            }
+        }
+        let hpa = |old: i64, new: i64| {
+            let mut body: Value = serde_json::from_slice(&scale_review(old, new)).unwrap();
+            body["request"]["userInfo"] =
+                json!({"username": "system:serviceaccount:kube-system:horizontal-pod-autoscaler"});
+            serde_json::to_vec(&body).unwrap()
+        };
+        for cluster in [&NoCluster as &dyn ClusterView, &Blind] {
+            for body in [scale_review(2, 64), hpa(2, 64), hpa(2, 1)] {
+                let (response, summary) = answer(cluster, body);
+                assert_eq!(response["allowed"], true, "{response}");
+                assert!(response.get("warnings").is_none(), "{response}");
+                assert!(summary.violations.is_empty());
+                assert_eq!(summary.skipped, Some("scale"));
+            }
+        }
+        // A cache that holds every PyTorchJob of the namespace and not this one: created a
+        // moment ago, perhaps a launch workload; a scale-up waits for it (retry), a scale-down
+        // passes.
+        let (up, _) = answer(&StaticCluster::default(), scale_review(2, 64));
         assert_eq!(up["allowed"], false, "{up}");
+        let message = up["status"]["message"].as_str().unwrap();
         assert!(
-            up["status"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("from 2 to 64 Worker replicas"),
-            "{up}"
+            message.contains("from 2 to 64 Worker replicas")
+                && message.contains("not in launchgate's cache yet (created a moment ago)")
+                && message.contains("retry"),
+            "{message}"
         );
-        assert_eq!(answer(scale_review(2, 1))["allowed"], true);
+        assert_eq!(
+            answer(&StaticCluster::default(), scale_review(2, 1)).0["allowed"],
+            true
+        );
+        // Mutation never touches a Scale.
         let mutate = review(&policy, Endpoint::Mutate, &scale_review(2, 64), &NoCluster).unwrap();
         let mutate: Value = serde_json::from_slice(&mutate.body).unwrap();
         assert_eq!(mutate["response"]["allowed"], true);

@@ -43,10 +43,14 @@ impl Scaling {
 /// the descriptor names (a PyTorchJob's `Worker.replicas`). The Scale is judged against the
 /// workload it scales, read from the cluster view (a cached watch): a workload that is no
 /// launch workload (or is exempt) is not launchgate's, and passes; a launch workload's Scale is
-/// judged by its queue exactly as an UPDATE of that field to the new count. When the workload
-/// cannot be read (no cluster lookups, or not in the cache yet) a scale-up is denied with the
-/// way that is judged (changing the field on the workload itself); a scale-down, or a Scale
-/// that keeps the count, is allowed. Nothing is ever patched.
+/// judged by its queue exactly as an UPDATE of that field to the new count. A Scale that
+/// cannot be attributed to a launch workload — no cluster lookups, a namespace they do not
+/// watch, not listed yet — is not launchgate's to deny, and passes untouched: denying it would
+/// stop every team's scaling to guard launchgate's. Only a workload the cache should hold and
+/// does not (it watches every one in the namespace and has listed them: created a moment ago)
+/// has its scale-up denied, to be retried, with the way it is judged (changing the field on the
+/// workload itself); a scale-down, or a Scale that keeps the count, is allowed. Nothing is ever
+/// patched.
 ///
 /// `Break`: the Scale is answered here; `Continue(Some)`: judge the UPDATE it amounts to;
 /// `Continue(None)`: not a Scale.
@@ -112,18 +116,9 @@ pub(super) fn scale(
         }));
     }
     let mut findings = Findings::default();
-    if judged && new > old {
-        let why = if cluster.is_connected() {
-            format!(
-                "the {what} is not in launchgate's cache (created a moment ago, or in a namespace its cluster lookups do not watch), so its queue's limits cannot be checked; retry, or"
-            )
-        } else {
-            format!(
-                "without cluster lookups launchgate cannot read the {what}, so its queue's limits cannot be checked;"
-            )
-        };
+    if judged && new > old && cluster.lists_workloads(kind, namespace) {
         let message = format!(
-            "launchgate: scaling {what} {:?} from {old} to {new} {} through the scale subresource is denied: a Scale carries no labels and {why} change {field} on the {what} instead (checked against its queue)",
+            "launchgate: scaling {what} {:?} from {old} to {new} {} through the scale subresource is denied: a Scale carries no labels and the {what} is not in launchgate's cache yet (created a moment ago), so its queue's limits cannot be checked; retry, or change {field} on the {what} instead (checked against its queue)",
             request.name, scale.counts
         );
         findings.add_violation(

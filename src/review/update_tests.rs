@@ -711,7 +711,8 @@ fn each_rule_that_judges_growth_passes_an_update_that_did_not_grow() {
             }
         }
     }
-    // A Scale whose PyTorchJob cannot be read: down and level pass, up is refused.
+    // A Scale of a PyTorchJob the cache lists the namespace of and has not seen yet: down and
+    // level pass, up is refused.
     let scale = |old: i64, new: i64| {
         let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "request": {"uid": "u", "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
@@ -727,7 +728,7 @@ fn each_rule_that_judges_growth_passes_an_update_that_did_not_grow() {
             &Policy::embedded_default(),
             Endpoint::Validate,
             &body,
-            &NoCluster,
+            &crate::cluster::StaticCluster::default(),
         )
         .unwrap();
         (

@@ -230,6 +230,20 @@ pub async fn start_with_event_sink(
     for trusted in &policy.trusted_creators {
         tracing::info!(kind = trusted.kind.as_str(), %trusted, "controller trusted with what it makes");
     }
+    if cluster.as_ref().is_none_or(|c| !c.is_connected()) {
+        let sized: Vec<&str> = policy
+            .queues
+            .values()
+            .filter(|q| !q.size_bounds().is_empty())
+            .map(|q| q.key.as_str())
+            .collect();
+        if !sized.is_empty() {
+            tracing::warn!(
+                queues = ?sized,
+                "without cluster lookups a Scale (pytorchjobs/scale) cannot be attributed to the PyTorchJob it scales and is allowed: a launch PyTorchJob scaled that way is not held to these queues' totals or GPU-hour ceiling; turn on --cluster-lookups (the chart's clusterLookups)"
+            );
+        }
+    }
     let (cert_source, dev_ca_pem) = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => (
             reload::CertSource::Files {

@@ -121,6 +121,8 @@ struct Watched {
     kind: WorkloadKind,
     resource: ApiResource,
     stores: Stores,
+    /// Every store has listed its objects.
+    ready: Arc<AtomicBool>,
 }
 
 /// A [`ClusterView`] backed by watch caches of the watched workload kinds, Services and
@@ -182,6 +184,18 @@ impl ClusterView for OwnerCache {
     fn workload(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Option<Arc<Value>> {
         let watched = self.workloads.iter().find(|w| w.kind == kind)?;
         lookup(&watched.stores, &watched.resource, namespace, name)
+    }
+
+    fn lists_workloads(&self, kind: WorkloadKind, namespace: &str) -> bool {
+        // A kind watched by a label selector holds only what matches it: a miss says nothing.
+        self.workloads.iter().any(|w| {
+            w.kind == kind
+                && w.kind.spec().watch == Watch::Every
+                && w.stores
+                    .iter()
+                    .any(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == namespace))
+                && w.ready.load(Ordering::Acquire)
+        })
     }
 
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
@@ -307,10 +321,16 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> OwnerCache {
             };
             let resource = resource_of(kind);
             let stores = watch(&resource, config, kind.as_str());
+            let ready = Arc::new(AtomicBool::new(false));
+            mark_ready(
+                stores.iter().map(|(_, s)| s.clone()).collect(),
+                ready.clone(),
+            );
             Some(Watched {
                 kind,
                 resource,
                 stores,
+                ready,
             })
         })
         .collect();

@@ -22,6 +22,7 @@ mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod ctx;
+mod default_install;
 mod guardrails;
 mod jobset_order;
 mod launch_stack;
@@ -197,6 +198,10 @@ fn tests() -> Vec<E2eTest> {
         ),
         e2e!(
             registration::a_stopped_webhook_never_blocks_the_job_controller,
+            unregistered
+        ),
+        e2e!(
+            default_install::a_default_install_touches_only_launch_workloads,
             unregistered
         ),
         e2e!(native::admission_cost_webhook_vs_native, alone),

@@ -46,7 +46,7 @@ fn resource(kind: &str) -> Result<(ApiResource, bool)> {
 
 /// The chart rendered by the real Helm library as release `release` in `namespace` with
 /// `values`: every object.
-fn render_chart(release: &str, namespace: &str, values: &Value) -> Result<Vec<Value>> {
+pub(crate) fn render_chart(release: &str, namespace: &str, values: &Value) -> Result<Vec<Value>> {
     let out = std::process::Command::new("python3")
         .arg(crate::common::root().join("scripts/helm_check.py"))
         .args(["render", "--release", release, "--namespace", namespace])

@@ -49,7 +49,7 @@ fn registration(ctx: &Ctx) -> (String, Vec<String>) {
 fn job(name: &str, queue: &str, gpus: u32) -> Value {
     let mut job = manifest("job-demo.yaml");
     job["metadata"]["name"] = json!(name);
-    job["metadata"]["labels"] = json!({"queue": queue});
+    job["metadata"]["labels"] = json!({"wandb.ai/monitor": "true", "queue": queue});
     for c in containers_mut(&mut job) {
         c["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus.to_string());
     }

@@ -115,11 +115,16 @@ impl Launchgate {
             format!("--dev-cert-names={host}"),
         ];
         if kubeconfig.is_some() {
-            args.extend([
-                "--cluster-lookups=true".to_string(),
-                // Denials and warnings as Kubernetes Events, written with the same kubeconfig.
-                "--events=true".to_string(),
-            ]);
+            // Cluster lookups, and denials and warnings as Kubernetes Events written with the
+            // same kubeconfig, unless `extra_args` says otherwise (a chart's settings).
+            for flag in ["--cluster-lookups", "--events"] {
+                if !extra_args
+                    .iter()
+                    .any(|a| a.starts_with(&format!("{flag}=")))
+                {
+                    args.push(format!("{flag}=true"));
+                }
+            }
         }
         args.extend([
             "--log-format=json".into(),

@@ -65,15 +65,42 @@ app.kubernetes.io/component: admission-webhook
 {{- end }}
 
 {{/*
+The config's match label lists (launchLabels, queueLabels, queueNameLabels): each as the config
+writes it, else the server's default (files/match-labels.json, generated from the server's
+defaults: `UPDATE_SCHEMA=1 cargo test --test config_schema`), as JSON.
+*/}}
+{{- define "launchgate.matchLabels" -}}
+{{- $match := default dict .Values.config.match }}
+{{- $defaults := .Files.Get "files/match-labels.json" | fromJson }}
+{{- $out := dict }}
+{{- range $key := list "launchLabels" "queueLabels" "queueNameLabels" }}
+{{- $_ := set $out $key (ternary (index $match $key) (index $defaults $key) (hasKey $match $key)) }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
 Label keys that mark a launch workload: webhook.matchConditions.labels, else the config's
-match.launchLabels + match.queueLabels, else the server's defaults.
+match.launchLabels + match.queueLabels. match.queueNameLabels only name the queue of a launch
+workload: they never mark one.
 */}}
 {{- define "launchgate.launchLabelKeys" -}}
 {{- $keys := .Values.webhook.matchConditions.labels }}
 {{- if not $keys }}
-{{- $match := default dict .Values.config.match }}
-{{- $keys = concat (default (list "wandb.ai/monitor" "wandb.ai/agent") $match.launchLabels) (default (list "launchgate.io/queue" "queue") $match.queueLabels) }}
+{{- $match := include "launchgate.matchLabels" . | fromJson }}
+{{- $keys = concat $match.launchLabels $match.queueLabels }}
 {{- end }}
+{{- toJson (uniq $keys) }}
+{{- end }}
+
+{{/*
+Label keys whose change on an UPDATE is sent: those that mark a launch workload and those that
+name its queue (match.queueLabels + match.queueNameLabels), as the server's
+native::webhooks::decision_labels.
+*/}}
+{{- define "launchgate.decisionLabelKeys" -}}
+{{- $match := include "launchgate.matchLabels" . | fromJson }}
+{{- $keys := concat (include "launchgate.launchLabelKeys" . | fromJsonArray) $match.queueLabels $match.queueNameLabels }}
 {{- toJson (uniq $keys) }}
 {{- end }}
 
@@ -113,13 +140,13 @@ Arguments: list of path segments after the root, the root variable, and the key 
 
 {{/*
 CEL: the request can change what launchgate judges. Every CREATE and every UPDATE through a
-subresource; an UPDATE of the object itself only when its spec changes or a launch/queue label or
-a kueue.x-k8s.io/ label does. The Job controller removing its job-tracking finalizer and other
+subresource; an UPDATE of the object itself only when its spec changes or a launch/queue label (a
+label that only names the queue among them) or a kueue.x-k8s.io/ label does. The Job controller removing its job-tracking finalizer and other
 label/annotation changes are never sent, so a webhook outage cannot block them. The server
 registers the same condition (native::webhooks::relevant_update).
 */}}
 {{- define "launchgate.celRelevantUpdate" -}}
-{{- $keys := include "launchgate.launchLabelKeys" . | fromJsonArray }}
+{{- $keys := include "launchgate.decisionLabelKeys" . | fromJsonArray }}
 {{- $quoted := list }}
 {{- range $keys }}
 {{- $quoted = append $quoted (printf "'%s'" .) }}
