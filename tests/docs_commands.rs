@@ -206,7 +206,10 @@ fn run(command: &str) -> Result<(Vec<String>, i32), String> {
     };
     let text = reader.join().map_err(|_| "reading the output".to_owned())?;
     let code = status.code().unwrap_or(-1);
-    Ok((text.lines().map(|l| l.trim_end().to_owned()).collect(), code))
+    Ok((
+        text.lines().map(|l| l.trim_end().to_owned()).collect(),
+        code,
+    ))
 }
 
 /// Every page the documentation has: README.md and docs/**/*.md.
