@@ -49,12 +49,12 @@ fn chart_kinds_match_the_kind_descriptors() {
 
 /// The dormant form the chart creates each native policy slot in is the server's
 /// (`native::chart_slot_file`); `UPDATE_SCHEMA=1` regenerates it too.
-#[test]
-fn chart_native_slot_is_the_servers_dormant_form() {
-    let path = common::root().join("charts/launchgate/files/native-slot.json");
-    let generated = launchgate::native::chart_slot_file();
+/// The chart file `file` (under charts/launchgate/) is `generated`, or is written from it with
+/// `UPDATE_SCHEMA=1`; `what` says what it must agree with.
+fn check_chart_file(file: &str, generated: &Value, what: &str) {
+    let path = common::root().join("charts/launchgate").join(file);
     if std::env::var_os("UPDATE_SCHEMA").is_some() {
-        let mut out = serde_json::to_string_pretty(&generated).unwrap();
+        let mut out = serde_json::to_string_pretty(generated).unwrap();
         out.push('\n');
         std::fs::write(&path, out).unwrap();
         return;
@@ -64,8 +64,17 @@ fn chart_native_slot_is_the_servers_dormant_form() {
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or(Value::Null);
     assert!(
-        current == generated,
-        "charts/launchgate/files/native-slot.json is out of date with the server's dormant slot: {REGENERATE_HINT}"
+        &current == generated,
+        "charts/launchgate/{file} is out of date with {what}: {REGENERATE_HINT}"
+    );
+}
+
+#[test]
+fn chart_native_slot_is_the_servers_dormant_form() {
+    check_chart_file(
+        "files/native-slot.json",
+        &launchgate::native::chart_slot_file(),
+        "the server's dormant slot",
     );
 }
 
@@ -73,20 +82,9 @@ fn chart_native_slot_is_the_servers_dormant_form() {
 /// `config.match` leaves a list out) are the server's; `UPDATE_SCHEMA=1` regenerates them too.
 #[test]
 fn chart_match_labels_are_the_servers_defaults() {
-    let path = common::root().join("charts/launchgate/files/match-labels.json");
-    let generated = launchgate::policy::chart_match_labels();
-    if std::env::var_os("UPDATE_SCHEMA").is_some() {
-        let mut out = serde_json::to_string_pretty(&generated).unwrap();
-        out.push('\n');
-        std::fs::write(&path, out).unwrap();
-        return;
-    }
-    let current: Value = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or(Value::Null);
-    assert!(
-        current == generated,
-        "charts/launchgate/files/match-labels.json is out of date with the server's defaults: {REGENERATE_HINT}"
+    check_chart_file(
+        "files/match-labels.json",
+        &launchgate::policy::chart_match_labels(),
+        "the server's defaults",
     );
 }

@@ -195,7 +195,7 @@ impl Ctx {
     /// Sends `obj` as the body of `request`, as `user` with `groups` when given
     /// (`Impersonate-User`, `Impersonate-Group`): the HTTP status, the body and the `Warning`
     /// headers, as kubectl prints them.
-    async fn send_as(
+    pub async fn send_as(
         &self,
         request: http::request::Builder,
         obj: &Value,

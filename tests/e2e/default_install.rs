@@ -179,24 +179,15 @@ async fn hpa_scale(ctx: &Ctx, name: &str, replicas: i64) -> Result<(u16, Value)>
     let get = http::Request::get(&url).body(Vec::new())?;
     let mut scale: Value = ctx.client.request(get).await?;
     scale["spec"]["replicas"] = json!(replicas);
-    let mut put = http::Request::put(&url)
-        .header("content-type", "application/json")
-        .header("impersonate-user", HPA);
-    for group in KUBE_SYSTEM_GROUPS {
-        put = put.header("impersonate-group", group);
-    }
-    let response = ctx
-        .client
-        .send(
-            put.body(serde_json::to_vec(&scale)?)?
-                .map(kube::client::Body::from),
+    let (status, body, _) = ctx
+        .send_as(
+            http::Request::put(&url),
+            &scale,
+            Some(HPA),
+            &KUBE_SYSTEM_GROUPS,
         )
         .await?;
-    let status = response.status().as_u16();
-    let body = http_body_util::BodyExt::collect(response.into_body())
-        .await?
-        .to_bytes();
-    Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    Ok((status, body))
 }
 
 /// The ordinary workloads of other teams (`cronjob_uid`: the CronJob that owns the Job its
