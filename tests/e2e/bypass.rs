@@ -201,6 +201,15 @@ pub async fn the_documented_bypass_holds_while_launchgate_runs(ctx: &Ctx) -> Res
         )
         .await
         .with_context(|| format!("after the bypass printed:\n{printed}"))?;
+        ctx.wait_for(
+            "the server to make every slot object dormant",
+            Duration::from_secs(30),
+            || async {
+                let (held, _) = owners(ctx, &release, 1).await?;
+                Ok(held.values().all(Option::is_none))
+            },
+        )
+        .await?;
         // A config change while bypassed: read, not synced.
         let config_path = server_dir.join("launchgate-config.yaml");
         let mut changed = std::fs::read_to_string(&config_path)?;
