@@ -646,10 +646,12 @@ fn default_render_is_a_safe_webhook() {
             .flatten()
             .any(|p| p.container_port == 8443 && p.name.as_deref() == Some("https"))
     );
-    // RBAC only for what is on: by default Events (create, nothing else).
+    // RBAC only for what is on: by default Events (create, nothing else), and the read of the
+    // release namespace's emergency bypass annotation (the_chart_honours_the_emergency_bypass).
     let roles: Vec<ClusterRole> = of_kind(&objs, "ClusterRole")
         .into_iter()
         .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .filter(|o| o["metadata"]["name"] != "launchgate-bypass")
         .map(typed)
         .collect();
     assert_eq!(roles.len(), 1, "only the Events role");
@@ -2190,11 +2192,14 @@ fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
         of_kind(&objs, "ClusterRole").iter().all(|o| {
             o["metadata"]["annotations"]["helm.sh/hook"].is_string()
                 || o["metadata"]["name"] == "launchgate-webhooks"
+                || (o["metadata"]["name"] == "launchgate-bypass"
+                    && o["rules"] == serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"],
+                        "resourceNames": [RELEASE_NS], "verbs": ["get"]}]))
                 || (o["metadata"]["name"] == "launchgate-runtimes"
                     && o["rules"] == serde_json::json!([{"apiGroups": ["trainer.kubeflow.org"],
                         "resources": ["clustertrainingruntimes"], "verbs": ["get", "list", "watch"]}]))
         }),
-        "only the uninstall hook's ClusterRole, the webhook registration's and the cluster-scoped runtimes' read"
+        "only the uninstall hook's ClusterRole, the webhook registration's, the read of the release namespace and the cluster-scoped runtimes' read"
     );
     // All namespaces: one ClusterRole.
     let objs = helm.render(&[

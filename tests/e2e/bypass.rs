@@ -250,7 +250,7 @@ pub async fn the_documented_bypass_holds_while_launchgate_runs(ctx: &Ctx) -> Res
         }
         let held_for = since.elapsed();
         ensure!(
-            held_for >= HOLD && held_for.as_secs() >= 2 * 60.max(RESYNC_SECONDS),
+            held_for >= HOLD && held_for.as_secs() >= 2 * RESYNC_SECONDS.max(60),
             "held only {held_for:?}"
         );
         let (status, body) = running.get("/readyz").await?;
