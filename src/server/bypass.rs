@@ -5,10 +5,11 @@
 //! ([`super::native_sync`]) — and once the annotation is gone it registers and syncs again at
 //! once.
 //!
-//! **Who can turn it on.** A Namespace is cluster-scoped: a RoleBinding never grants updating
-//! one, so only an identity bound cluster-wide to `update`/`patch` on `namespaces` —
-//! cluster-admin by default — can write the annotation, never a tenant or a namespace admin,
-//! whatever namespace launchgate is installed in. The pods only `get` their own namespace.
+//! **Who can turn it on.** Writing the annotation takes `update` or `patch` on the Namespace
+//! object itself, which the built-in namespace roles (`admin`, `edit`) do not grant and a
+//! namespace admin cannot grant (RBAC's escalation check): cluster-admin by default, never a
+//! tenant or a namespace admin, whatever namespace launchgate is installed in. The pods only
+//! `get` their own namespace.
 //!
 //! **It is never silent.** `launchgate_emergency_bypass` is 1 while it is on (the chart's alert
 //! `LaunchgateEmergencyBypass` fires), `/readyz` answers `ready; emergency bypass on: …` with the
