@@ -2390,8 +2390,10 @@ fn the_chart_honours_the_emergency_bypass() {
             .collect();
         assert_eq!(
             namespace_rules,
-            [&serde_json::json!({"apiGroups": [""], "resources": ["namespaces"],
-                "resourceNames": [RELEASE_NS], "verbs": ["get"]})],
+            [
+                &serde_json::json!({"apiGroups": [""], "resources": ["namespaces"],
+                "resourceNames": [RELEASE_NS], "verbs": ["get"]})
+            ],
             "{values}"
         );
     }

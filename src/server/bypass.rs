@@ -208,7 +208,10 @@ mod tests {
     fn a_namespace_that_cannot_be_read_at_first_means_no_bypass() {
         let metrics = Metrics::new();
         let bypass = Bypass::new("launchgate".into());
-        bypass.record(Err("namespaces \"launchgate\" is forbidden".into()), &metrics);
+        bypass.record(
+            Err("namespaces \"launchgate\" is forbidden".into()),
+            &metrics,
+        );
         assert_eq!(bypass.observed(), Observed::Off);
         assert_eq!(gauge(&metrics), "launchgate_emergency_bypass 0");
     }

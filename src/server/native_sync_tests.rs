@@ -521,16 +521,31 @@ async fn the_emergency_bypass_holds_the_set_dormant_until_it_is_lifted() {
     let writes = store.writes().len();
     native(&state).hold_dormant(&store, &state.metrics).await;
     assert_eq!(store.writes().len(), writes);
-    let mut restored = store.snapshot()[&("ValidatingAdmissionPolicy".to_string(), "lg-q0-limits".to_string())].clone();
+    let mut restored = store.snapshot()[&(
+        "ValidatingAdmissionPolicy".to_string(),
+        "lg-q0-limits".to_string(),
+    )]
+        .clone();
     restored["spec"]["validations"] = serde_json::json!([{"expression": "false"}]);
     store.put(restored);
-    let deleted = ("ValidatingAdmissionPolicyBinding".to_string(), "lg-q1-limits".to_string());
+    let deleted = (
+        "ValidatingAdmissionPolicyBinding".to_string(),
+        "lg-q1-limits".to_string(),
+    );
     store.objects.lock().unwrap().remove(&deleted);
     native(&state).hold_dormant(&store, &state.metrics).await;
     assert_eq!(store.writes().len(), writes + 1);
     assert_eq!(
-        store.snapshot()[&("ValidatingAdmissionPolicy".to_string(), "lg-q0-limits".to_string())]["spec"],
-        native::dormant(SET, 0, SlotKind::of("ValidatingAdmissionPolicy").unwrap(), "lg-q0-limits")["spec"]
+        store.snapshot()[&(
+            "ValidatingAdmissionPolicy".to_string(),
+            "lg-q0-limits".to_string()
+        )]["spec"],
+        native::dormant(
+            SET,
+            0,
+            SlotKind::of("ValidatingAdmissionPolicy").unwrap(),
+            "lg-q0-limits"
+        )["spec"]
     );
     assert!(!store.snapshot().contains_key(&deleted));
     assert_eq!(state.not_ready(), None);
@@ -545,7 +560,12 @@ async fn the_emergency_bypass_holds_the_set_dormant_until_it_is_lifted() {
 
     // Lifted (the binding back, as `helm upgrade` renders a missing slot object): not ready
     // until the set holds the config read meanwhile, then served.
-    store.put(native::dormant(SET, 1, SlotKind::of(&deleted.0).unwrap(), &deleted.1));
+    store.put(native::dormant(
+        SET,
+        1,
+        SlotKind::of(&deleted.0).unwrap(),
+        &deleted.1,
+    ));
     bypass.record(Ok(None), &state.metrics);
     native(&state).resume(&state.metrics);
     assert!(state.not_ready().is_some());

@@ -68,18 +68,20 @@ fn over_the_limit() -> Value {
 /// Whether the API server refuses the over-the-limit Job (a dry run in `ns`) by its GPU limit;
 /// any other refusal is an error.
 async fn refused(ctx: &Ctx, ns: &str) -> Result<bool> {
-    Ok(match create_in(&ctx.client, ns, &over_the_limit(), true).await? {
-        Ok(_) => false,
-        Err(e) => {
-            ensure!(
-                e.code == 403 && e.message.contains("exceeds maximum 4"),
-                "unexpected refusal: {} {}",
-                e.code,
-                e.message
-            );
-            true
-        }
-    })
+    Ok(
+        match create_in(&ctx.client, ns, &over_the_limit(), true).await? {
+            Ok(_) => false,
+            Err(e) => {
+                ensure!(
+                    e.code == 403 && e.message.contains("exceeds maximum 4"),
+                    "unexpected refusal: {} {}",
+                    e.code,
+                    e.message
+                );
+                true
+            }
+        },
+    )
 }
 
 /// The webhooks of the configuration `kind` named `name` (`None`: there is none).
@@ -307,7 +309,13 @@ pub async fn the_documented_bypass_holds_while_launchgate_runs(ctx: &Ctx) -> Res
         server.stop();
     }
     let _ = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args(["delete-webhooks", "--mutating", &release, "--validating", &release])
+        .args([
+            "delete-webhooks",
+            "--mutating",
+            &release,
+            "--validating",
+            &release,
+        ])
         .arg(format!("--native-policies={release}"))
         .env("KUBECONFIG", &ctx.env.kubeconfig)
         .output();
