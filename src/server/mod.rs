@@ -335,10 +335,11 @@ pub async fn start_with_event_sink(
     };
     // The emergency bypass is read where the server puts launchgate into the admission path —
     // registering webhooks, keeping native policies — and, to say it is on, wherever it talks
-    // to the API server anyway (Events).
+    // to the API server anyway (Events, cluster lookups).
     let bypass_client = if opts.registration.register_webhooks.is_some()
         || opts.native_policies.is_some()
         || opts.events
+        || opts.cluster_lookups
     {
         match own_pod(&opts) {
             Some(pod) => match kube::Client::try_default().await {
