@@ -102,9 +102,8 @@ impl AppState {
         } else if !self.cert_valid.load(Ordering::Acquire) {
             Some("certificate not valid".into())
         } else {
-            self.native
-                .as_ref()
-                .and_then(native_sync::Native::not_ready)
+            let bypassed = self.bypass.as_ref().is_some_and(|b| b.on().is_some());
+            self.native.as_ref().and_then(|n| n.not_ready(bypassed))
         }
     }
 }

@@ -416,10 +416,18 @@ impl Native {
         self.status.lock().expect("not poisoned").clone()
     }
 
-    /// Why the server is not ready on account of the set, if it is not.
-    pub(crate) fn not_ready(&self) -> Option<String> {
+    /// Why the server is not ready on account of the set, if it is not (`bypassed`: the
+    /// emergency bypass is on now). A set held dormant is ready while the bypass is on, and not
+    /// once it is lifted until the set holds the config again: a server registering webhooks
+    /// registers them only after the native policies are back.
+    pub(crate) fn not_ready(&self, bypassed: bool) -> Option<String> {
         match self.status() {
-            Status::InStep | Status::Bypassed => None,
+            Status::InStep => None,
+            Status::Bypassed if bypassed => None,
+            Status::Bypassed => Some(format!(
+                "native admission policies of set {} not synced since the emergency bypass was lifted",
+                self.target.set
+            )),
             Status::Pending => Some(format!(
                 "native admission policies of set {} not synced yet",
                 self.target.set

@@ -567,6 +567,10 @@ async fn the_emergency_bypass_holds_the_set_dormant_until_it_is_lifted() {
         &deleted.1,
     ));
     bypass.record(Ok(None), &state.metrics);
+    assert!(
+        state.not_ready().is_some(),
+        "ready once lifted, before the set is synced"
+    );
     native(&state).resume(&state.metrics);
     assert!(state.not_ready().is_some());
     native(&state).sync_waiting(&store, &state).await;
