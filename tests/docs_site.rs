@@ -438,3 +438,30 @@ fn the_chart_readme_names_every_kind_the_webhooks_take() {
         errors.join("\n")
     );
 }
+
+/// The emergency bypass is one text: the chart README (and so its site copy) shows the
+/// runbook's two blocks — the bypass and the way back — line for line, and the runbook names
+/// the e2e test that runs them on a real API server.
+#[test]
+fn the_emergency_bypass_is_the_runbooks_text_wherever_it_is_shown() {
+    let runbook = common::runbook();
+    for which in ["on", "off"] {
+        let text = common::emergency_bypass_block(&runbook, which);
+        assert!(
+            text.iter().any(|l| l.contains("launchgate.io/bypass")),
+            "the runbook's `{which}` block names no annotation: {text:?}"
+        );
+        for page in ["charts/launchgate/README.md", "docs/chart.md"] {
+            assert_eq!(
+                common::emergency_bypass_block(&common::root().join(page), which),
+                text,
+                "{page}: the emergency bypass `{which}` block differs from docs/operations.md's"
+            );
+        }
+    }
+    assert!(
+        read("docs/operations.md")
+            .contains("bypass::the_documented_bypass_holds_while_launchgate_runs"),
+        "the runbook does not name the e2e test that runs its bypass"
+    );
+}

@@ -646,10 +646,12 @@ fn default_render_is_a_safe_webhook() {
             .flatten()
             .any(|p| p.container_port == 8443 && p.name.as_deref() == Some("https"))
     );
-    // RBAC only for what is on: by default Events (create, nothing else).
+    // RBAC only for what is on: by default Events (create, nothing else), and the read of the
+    // release namespace's emergency bypass annotation (the_chart_honours_the_emergency_bypass).
     let roles: Vec<ClusterRole> = of_kind(&objs, "ClusterRole")
         .into_iter()
         .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .filter(|o| o["metadata"]["name"] != "launchgate-bypass")
         .map(typed)
         .collect();
     assert_eq!(roles.len(), 1, "only the Events role");
@@ -2190,11 +2192,14 @@ fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
         of_kind(&objs, "ClusterRole").iter().all(|o| {
             o["metadata"]["annotations"]["helm.sh/hook"].is_string()
                 || o["metadata"]["name"] == "launchgate-webhooks"
+                || (o["metadata"]["name"] == "launchgate-bypass"
+                    && o["rules"] == serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"],
+                        "resourceNames": [RELEASE_NS], "verbs": ["get"]}]))
                 || (o["metadata"]["name"] == "launchgate-runtimes"
                     && o["rules"] == serde_json::json!([{"apiGroups": ["trainer.kubeflow.org"],
                         "resources": ["clustertrainingruntimes"], "verbs": ["get", "list", "watch"]}]))
         }),
-        "only the uninstall hook's ClusterRole, the webhook registration's and the cluster-scoped runtimes' read"
+        "only the uninstall hook's ClusterRole, the webhook registration's, the read of the release namespace and the cluster-scoped runtimes' read"
     );
     // All namespaces: one ClusterRole.
     let objs = helm.render(&[
@@ -2384,4 +2389,79 @@ fn a_label_that_only_names_a_queue_marks_nothing_in_the_chart_as_in_the_server()
             "{values}: the chart's relevant-update is not the server's"
         );
     }
+}
+
+/// The emergency bypass: the pods may read their own namespace — `get`, by name, nothing else —
+/// whenever they talk to the API server, and while the release namespace carries the annotation
+/// `launchgate.io/bypass`, `helm upgrade` with `webhook.registration: chart` renders no webhook
+/// configuration (the runbook's bypass deleted them; an upgrade must not bring them back) and
+/// leaves the native policy slots to the pods as ever. Without the annotation it renders both.
+#[test]
+fn the_chart_honours_the_emergency_bypass() {
+    let Some(helm) = helm() else { return };
+    let values = r#"{"policyMode":"hybrid","nativePolicySlots":1}"#;
+    let namespace = |annotations: Value| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": RELEASE_NS, "annotations": annotations}})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let render_with = |ns: Value| {
+        let existing = dir.path().join("existing.json");
+        std::fs::write(&existing, ns.to_string()).unwrap();
+        helm.render_static(&[
+            "--set-json",
+            values,
+            "--existing",
+            existing.to_str().unwrap(),
+        ])
+    };
+    let normal = render_with(namespace(serde_json::json!({"team": "platform"})));
+    assert_eq!(of_kind(&normal, "ValidatingWebhookConfiguration").len(), 1);
+    assert_eq!(of_kind(&normal, "MutatingWebhookConfiguration").len(), 1);
+    let bypassed = render_with(namespace(
+        serde_json::json!({"launchgate.io/bypass": "alice: INC-7"}),
+    ));
+    assert!(of_kind(&bypassed, "ValidatingWebhookConfiguration").is_empty());
+    assert!(of_kind(&bypassed, "MutatingWebhookConfiguration").is_empty());
+    assert_eq!(
+        of_kind(&bypassed, "ValidatingAdmissionPolicy").len(),
+        of_kind(&normal, "ValidatingAdmissionPolicy").len()
+    );
+
+    // The pods' right to read the annotation: get on their own namespace, by name, alone.
+    for values in [
+        r#"{"policyMode":"hybrid"}"#,
+        r#"{"policyMode":"webhook"}"#,
+        r#"{"policyMode":"native"}"#,
+    ] {
+        let objs = helm.render(&["--set-json", values]);
+        let namespace_rules: Vec<&Value> = of_kind(&objs, "ClusterRole")
+            .into_iter()
+            .chain(of_kind(&objs, "Role"))
+            .filter(|r| r["metadata"]["annotations"]["helm.sh/hook"].is_null())
+            .flat_map(|r| r["rules"].as_array().unwrap().iter())
+            .filter(|rule| {
+                rule["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r == "namespaces")
+            })
+            .collect();
+        assert_eq!(
+            namespace_rules,
+            [
+                &serde_json::json!({"apiGroups": [""], "resources": ["namespaces"],
+                "resourceNames": [RELEASE_NS], "verbs": ["get"]})
+            ],
+            "{values}"
+        );
+    }
+    // No token, no read: webhook mode, chart registration, no Events, no lookups.
+    let quiet = helm.render_static(&["--set-json", r#"{"events":{"enabled":false}}"#]);
+    assert!(
+        of_kind(&quiet, "ClusterRole")
+            .iter()
+            .all(|r| !r["metadata"]["name"].as_str().unwrap().ends_with("-bypass"))
+    );
 }

@@ -22,8 +22,8 @@ pub mod webhooks;
 pub use slots::{
     DEFAULT_POLICY_SLOTS, MANAGED_BY, MAX_POLICY_SLOTS, POLICY_SET_LABEL, POLICY_SLOT_LABEL,
     QUEUE_KEY_ANNOTATION, SLOT_KINDS, SlotKind, assign_slots, chart_slot_file, check_capacity,
-    dormant, dormant_set, dormant_spec, existing_slots, key_of, owner, replacement, slot_base,
-    slot_names, slot_objects, slot_of, write_order,
+    dormant, dormant_set, dormant_spec, existing_slots, is_dormant, key_of, owner, replacement,
+    slot_base, slot_names, slot_objects, slot_of, write_order,
 };
 
 use crate::cel::{Identifier, ident};

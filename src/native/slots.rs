@@ -259,6 +259,26 @@ pub fn dormant(set: &str, slot: usize, kind: SlotKind, name: &str) -> Value {
     })
 }
 
+/// Whether the live object `name` of `kind` (as the API server stores it) is dormant: it holds
+/// no queue, and its spec holds every field of the dormant spec with the dormant value — lists
+/// entry for entry, at the same length — whatever the API server defaulted beside them (a
+/// rule's `scope`, a `matchPolicy`). An object that holds the dormant spec matches nothing, and
+/// a binding of one binds no namespace.
+pub fn is_dormant(live: &Value, kind: SlotKind, name: &str) -> bool {
+    fn holds(live: &Value, wanted: &Value) -> bool {
+        match (live, wanted) {
+            (Value::Object(live), Value::Object(wanted)) => wanted
+                .iter()
+                .all(|(k, v)| live.get(k).is_some_and(|l| holds(l, v))),
+            (Value::Array(live), Value::Array(wanted)) => {
+                live.len() == wanted.len() && live.iter().zip(wanted).all(|(l, w)| holds(l, w))
+            }
+            _ => live == wanted,
+        }
+    }
+    owner(live).is_none() && holds(&live["spec"], &dormant_spec(kind, name))
+}
+
 /// Every object of a set of `slots` slots, dormant: `compile-native --dormant-slots`, for an
 /// admin to create once.
 pub fn dormant_set(set: &str, slots: usize) -> Vec<Value> {
@@ -418,6 +438,37 @@ pub fn write_order(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dormant_object_is_told_apart_whatever_the_api_server_defaulted() {
+        for (slot, kind, name) in slot_objects("lg", 2) {
+            let mut live = dormant("lg", slot, kind, &name);
+            assert!(is_dormant(&live, kind, &name), "{name}");
+            // What the API server adds beside the dormant fields does not matter.
+            if kind.binding {
+                live["spec"]["matchResources"]["matchPolicy"] = json!("Equivalent");
+                live["spec"]["matchResources"]["objectSelector"] = json!({});
+            } else {
+                live["spec"]["matchConstraints"]["resourceRules"][0]["scope"] = json!("*");
+                live["spec"]["matchConstraints"]["matchPolicy"] = json!("Equivalent");
+            }
+            assert!(is_dormant(&live, kind, &name), "{name} defaulted");
+            // A queue's object, a binding that selects namespaces, a policy that matches.
+            let mut held = live.clone();
+            held["metadata"]["annotations"] = json!({QUEUE_KEY_ANNOTATION: "gpu-queue"});
+            assert!(!is_dormant(&held, kind, &name), "{name} held by a queue");
+            let mut active = live.clone();
+            if kind.binding {
+                active["spec"]["matchResources"]["namespaceSelector"] = json!({});
+            } else {
+                active["spec"]["matchConditions"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "more", "expression": "true"}));
+            }
+            assert!(!is_dormant(&active, kind, &name), "{name} active");
+        }
+    }
 
     #[test]
     fn slot_names_are_enumerable_and_parse_back() {

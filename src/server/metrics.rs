@@ -171,6 +171,8 @@ pub(crate) struct Metrics {
     pub(crate) native_slots: Gauge,
     pub(crate) native_queues: Gauge,
     pub(crate) native_sync_failing: Family<ReasonLabels, Gauge>,
+    /// 1 while the emergency bypass is on ([`super::bypass`]).
+    pub(crate) emergency_bypass: Gauge,
     /// Decisions by queue and outcome, violations by rule, build info, Events.
     pub(crate) decisions: DecisionMetrics,
 }
@@ -264,6 +266,11 @@ impl Metrics {
                 &mut registry,
                 "native_policy_sync_failing",
                 "1 while the native admission policies cannot be brought in step with the config, by reason (too_many_queues: the config on disk has more queues than slots and is refused; missing_objects: a slot object is not in the cluster; api_error: reading or replacing one failed), else 0; the server is not ready meanwhile",
+            ),
+            emergency_bypass: registered(
+                &mut registry,
+                "emergency_bypass",
+                "1 while the emergency bypass is on (the release namespace carries the launchgate.io/bypass annotation): the server registers no webhook and keeps its native policy slots dormant; else 0",
             ),
             decisions: DecisionMetrics::register(&mut registry),
             registry,

@@ -18,6 +18,7 @@
 
 mod admission;
 pub mod budget;
+pub mod bypass;
 pub mod decision;
 mod error;
 pub mod events;
@@ -84,6 +85,9 @@ pub(crate) struct AppState {
     tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
     /// Set when the server keeps native admission policies (`--native-policies`).
     pub(crate) native: Option<native_sync::Native>,
+    /// Set when the server honours the emergency bypass (it registers webhooks or keeps native
+    /// policies, and knows its namespace).
+    pub(crate) bypass: Option<Arc<bypass::Bypass>>,
 }
 
 impl AppState {
@@ -98,9 +102,8 @@ impl AppState {
         } else if !self.cert_valid.load(Ordering::Acquire) {
             Some("certificate not valid".into())
         } else {
-            self.native
-                .as_ref()
-                .and_then(native_sync::Native::not_ready)
+            let bypassed = self.bypass.as_ref().is_some_and(|b| b.on().is_some());
+            self.native.as_ref().and_then(|n| n.not_ready(bypassed))
         }
     }
 }
@@ -135,7 +138,19 @@ async fn healthz() -> &'static str {
 
 async fn readyz(State(s): State<Arc<AppState>>) -> Response {
     match s.not_ready() {
-        None => (StatusCode::OK, "ready").into_response(),
+        None => match s.bypass.as_ref().and_then(|b| b.on()) {
+            // Ready — the pod serves — but never silently bypassed.
+            Some(value) => (
+                StatusCode::OK,
+                format!(
+                    "ready; emergency bypass on: {value} (annotation {} on namespace {}): no webhook registered, native policies dormant",
+                    bypass::ANNOTATION,
+                    s.bypass.as_ref().map(|b| b.namespace.as_str()).unwrap_or_default()
+                ),
+            )
+                .into_response(),
+            None => (StatusCode::OK, "ready").into_response(),
+        },
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
     }
 }
@@ -331,6 +346,33 @@ pub async fn start_with_event_sink(
         Some((n, store)) => (Some(n), Some(store)),
         None => (None, None),
     };
+    // The emergency bypass is read where the server puts launchgate into the admission path —
+    // registering webhooks, keeping native policies — and, to say it is on, wherever it talks
+    // to the API server anyway (Events, cluster lookups).
+    let bypass_client = if opts.registration.register_webhooks.is_some()
+        || opts.native_policies.is_some()
+        || opts.events
+        || opts.cluster_lookups
+    {
+        match own_pod(&opts) {
+            Some(pod) => match kube::Client::try_default().await {
+                Ok(client) => Some((Arc::new(bypass::Bypass::new(pod.namespace)), client)),
+                Err(e) => {
+                    tracing::warn!(error = %redact::in_text(&e.to_string()), "no Kubernetes client: the emergency bypass ({}) is not read", bypass::ANNOTATION);
+                    None
+                }
+            },
+            None => {
+                tracing::warn!(
+                    "no --pod-namespace and not in a pod: the emergency bypass ({}) is not read",
+                    bypass::ANNOTATION
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     let state = Arc::new(AppState {
         policy: ArcSwap::from_pointee(policy),
         metrics,
@@ -344,6 +386,7 @@ pub async fn start_with_event_sink(
         events: recorder,
         tracer: telemetry.as_ref().map(otel::Telemetry::tracer),
         native,
+        bypass: bypass_client.as_ref().map(|(b, _)| b.clone()),
     });
 
     let listener = TcpListener::bind(opts.listen)
@@ -370,6 +413,14 @@ pub async fn start_with_event_sink(
         opts.reload_interval,
         shutdown_rx.clone(),
     );
+    if let Some((_, client)) = bypass_client {
+        bypass::spawn(
+            state.clone(),
+            client,
+            opts.reload_interval,
+            shutdown_rx.clone(),
+        );
+    }
     if let Some(store) = native_store {
         native_sync::spawn(
             state.clone(),

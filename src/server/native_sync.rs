@@ -28,12 +28,21 @@
 //! `NativePoliciesNotInStep` regards the server's pod (a `Normal` `NativePoliciesInStep` when it
 //! recovers). In `hybrid` mode an unready pod also registers no webhook.
 //!
+//! **The emergency bypass holds the set dormant.** While the bypass is on
+//! ([`super::bypass`]) no config is synced: every object of the set that is not dormant is made
+//! dormant ([`make_dormant`], the policy before its binding; an object that is missing — a
+//! binding an admin deleted — is left missing), every interval, so a set an admin or an older
+//! replica brought back goes dormant again; a config read meanwhile waits, and the pod stays
+//! ready (`Warning` Event `EmergencyBypass`). Once the bypass is lifted the waiting config —
+//! or the one served before — is synced at once.
+//!
 //! Required RBAC on `validatingadmissionpolicies`, `validatingadmissionpolicybindings`,
 //! `mutatingadmissionpolicies` and `mutatingadmissionpolicybindings`: `get` and `update`, limited
 //! to [`native::slot_names`] of the set; `create` on `events.k8s.io` events in the pod's
 //! namespace for the Events.
 
 use super::AppState;
+use super::bypass::Observed;
 use super::events::{EventSink, OwnPod};
 // Why a sync did not complete: the `reason` label of `launchgate_native_policy_sync_failing`.
 use super::metrics::{Metrics, NATIVE_SYNC_FAILURES as SYNC_FAILURES, ReasonLabels};
@@ -56,6 +65,8 @@ pub const FIELD_MANAGER: &str = "launchgate";
 pub const REASON_NOT_IN_STEP: &str = "NativePoliciesNotInStep";
 /// A `Normal` Event: the set holds the served config again after a failure.
 pub const REASON_IN_STEP: &str = "NativePoliciesInStep";
+/// A `Warning` Event: the emergency bypass holds the set dormant.
+pub const REASON_BYPASS: &str = "EmergencyBypass";
 
 /// An `admissionregistration.k8s.io/v1` kind's resource: the native policies and bindings,
 /// the webhook configurations.
@@ -313,6 +324,46 @@ pub async fn sync(
     Ok(order.len())
 }
 
+/// Makes every object of the set that exists and is not dormant dormant (each slot's policies
+/// before their bindings), for the emergency bypass; an object that is missing is left so.
+/// How many objects it wrote.
+pub async fn make_dormant(store: &dyn SlotStore, target: &Target) -> Result<usize, SyncError> {
+    let mut objects = native::slot_objects(&target.set, target.slots);
+    // Policies first: a binding is never left binding a policy still in force alone.
+    objects.sort_by_key(|(slot, kind, _)| (*slot, kind.binding));
+    let mut written = 0;
+    for (slot, kind, name) in objects {
+        let live = match store.get(kind, &name).await {
+            Ok(Some(live)) => live,
+            Ok(None) => continue,
+            Err(StoreError::Conflict) => {
+                return Err(SyncError::Api(format!(
+                    "reading {} {name}: conflict",
+                    kind.kind
+                )));
+            }
+            Err(StoreError::Other(why)) => {
+                return Err(SyncError::Api(format!(
+                    "reading {} {name}: {why}",
+                    kind.kind
+                )));
+            }
+        };
+        if native::is_dormant(&live, kind, &name) {
+            continue;
+        }
+        let dormant = native::dormant(&target.set, slot, kind, &name);
+        let mut one = BTreeMap::from([((kind.kind.to_string(), name.clone()), live)]);
+        match replace(store, &mut one, &dormant).await {
+            Ok(()) => written += 1,
+            // Deleted meanwhile: as dormant as it gets.
+            Err(SyncError::Missing(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(written)
+}
+
 /// A config waiting to be served: the policy and the hash of its file.
 #[derive(Clone)]
 pub(crate) struct Wanted {
@@ -329,6 +380,8 @@ pub(crate) enum Status {
     InStep,
     /// The last sync failed (or the config on disk was refused): reason and message.
     Failing(&'static str, String),
+    /// The emergency bypass is on: the set is held dormant, no config is synced.
+    Bypassed,
 }
 
 /// The native policy set a server keeps, and where it stands: what readiness, the metrics and
@@ -337,6 +390,8 @@ pub(crate) struct Native {
     pub(crate) target: Target,
     status: Mutex<Status>,
     wanted: watch::Sender<Option<Wanted>>,
+    /// The config the set last held: synced again when the emergency bypass is lifted.
+    served: Mutex<Option<Wanted>>,
     /// Where Events about the set's state go, and the pod they regard.
     reporter: Option<(Arc<dyn EventSink>, OwnPod)>,
 }
@@ -352,6 +407,7 @@ impl Native {
             target,
             status: Mutex::new(Status::Pending),
             wanted: watch::Sender::new(None),
+            served: Mutex::new(None),
             reporter,
         }
     }
@@ -360,10 +416,18 @@ impl Native {
         self.status.lock().expect("not poisoned").clone()
     }
 
-    /// Why the server is not ready on account of the set, if it is not.
-    pub(crate) fn not_ready(&self) -> Option<String> {
+    /// Why the server is not ready on account of the set, if it is not (`bypassed`: the
+    /// emergency bypass is on now). A set held dormant is ready while the bypass is on, and not
+    /// once it is lifted until the set holds the config again: a server registering webhooks
+    /// registers them only after the native policies are back.
+    pub(crate) fn not_ready(&self, bypassed: bool) -> Option<String> {
         match self.status() {
             Status::InStep => None,
+            Status::Bypassed if bypassed => None,
+            Status::Bypassed => Some(format!(
+                "native admission policies of set {} not synced since the emergency bypass was lifted",
+                self.target.set
+            )),
             Status::Pending => Some(format!(
                 "native admission policies of set {} not synced yet",
                 self.target.set
@@ -437,6 +501,15 @@ impl Native {
                     format!("native admission policies of set {set} hold the served config"),
                 ))
             }
+            (_, Status::Bypassed) => Some((
+                "Warning",
+                REASON_BYPASS,
+                format!(
+                    "native admission policies of set {set} held dormant: the emergency bypass \
+                     ({}) is on",
+                    super::bypass::ANNOTATION
+                ),
+            )),
             _ => None,
         };
         if let (Some((type_, reason, note)), Some((sink, pod))) = (event, &self.reporter) {
@@ -469,6 +542,7 @@ impl Native {
         };
         match sync(store, &wanted.policy, Some(&wanted.hash), &self.target).await {
             Ok(written) => {
+                *self.served.lock().expect("not poisoned") = Some(wanted.clone());
                 state.policy.store(wanted.policy.clone());
                 state.metrics.config_loaded(wanted.hash.clone());
                 // Served: unless a newer config came meanwhile, nothing waits any more.
@@ -492,8 +566,48 @@ impl Native {
     }
 }
 
+impl Native {
+    /// One round while the emergency bypass is on: the set made dormant, nothing synced.
+    pub(crate) async fn hold_dormant(&self, store: &dyn SlotStore, metrics: &Metrics) {
+        match make_dormant(store, &self.target).await {
+            Ok(written) => {
+                if written > 0 {
+                    tracing::warn!(set = %self.target.set, written, "emergency bypass: native admission policies made dormant");
+                }
+                // A config refused meanwhile stays refused: the pod says so until another is read.
+                let refused = matches!(self.status(), Status::Failing(reason, _) if reason == SYNC_FAILURES[0])
+                    && self.wanted.borrow().is_none();
+                if !refused {
+                    self.set_status(Status::Bypassed, metrics);
+                }
+            }
+            Err(e) => self.set_status(
+                Status::Failing(e.reason(), format!("{e}; retrying")),
+                metrics,
+            ),
+        }
+    }
+
+    /// The emergency bypass was lifted: the config waiting, or else the one served before, is
+    /// synced now; not ready until it is.
+    pub(crate) fn resume(&self, metrics: &Metrics) {
+        if self.status() != Status::Bypassed {
+            return;
+        }
+        let served = self.served.lock().expect("not poisoned").clone();
+        self.wanted.send_if_modified(|w| {
+            if w.is_none() {
+                *w = served;
+            }
+            false
+        });
+        self.set_status(Status::Pending, metrics);
+    }
+}
+
 /// Syncs whenever a config is waiting: at once when one is offered, and again every `interval`
-/// while a sync fails.
+/// while a sync fails. While the emergency bypass is on, holds the set dormant instead, every
+/// `interval`.
 pub(crate) fn spawn(
     state: Arc<AppState>,
     store: Arc<dyn SlotStore>,
@@ -506,7 +620,17 @@ pub(crate) fn spawn(
     tokio::spawn(async move {
         loop {
             if let Some(native) = &state.native {
-                native.sync_waiting(store.as_ref(), &state).await;
+                match state.bypass.as_ref().map(|b| b.observed()) {
+                    // Nothing until the bypass has been read once.
+                    Some(Observed::Unread) => {}
+                    Some(Observed::On(_)) => {
+                        native.hold_dormant(store.as_ref(), &state.metrics).await
+                    }
+                    _ => {
+                        native.resume(&state.metrics);
+                        native.sync_waiting(store.as_ref(), &state).await;
+                    }
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}

@@ -140,6 +140,7 @@ fn server(slots: usize, sink: Arc<MemoryEventSink>, serving: Arc<Policy>) -> App
         events: None,
         tracer: None,
         native: Some(native),
+        bypass: None,
     }
 }
 
@@ -467,4 +468,135 @@ async fn a_concurrent_writer_is_read_again_never_overwritten_unseen() {
     let stored = &store.snapshot()[&key];
     assert_eq!(stored["metadata"]["labels"]["someone"], "else");
     assert_eq!(native::owner(stored), Some("a"));
+}
+
+/// The emergency bypass: while the release namespace carries the annotation, every object of
+/// the set is made dormant (a binding an admin deleted left missing, no error), a config read
+/// meanwhile is neither written nor served, the pod stays ready and says why (an Event); once it
+/// is lifted, the config read meanwhile is synced and served, and the pod is ready only then.
+#[tokio::test]
+async fn the_emergency_bypass_holds_the_set_dormant_until_it_is_lifted() {
+    let store = MemorySlots::dormant(2);
+    let sink = Arc::new(MemoryEventSink::default());
+    let first = config(&["a", "b"]);
+    let mut state = server(2, sink.clone(), first.clone());
+    let bypass = Arc::new(crate::server::bypass::Bypass::new("launchgate".into()));
+    bypass.record(Ok(None), &state.metrics);
+    state.bypass = Some(bypass.clone());
+    assert!(reload::accept(&state, first.clone(), "hash-ab".into()));
+    native(&state).sync_waiting(&store, &state).await;
+    assert_eq!(
+        store.owners(),
+        [
+            vec![Some("a".to_string()); 4],
+            vec![Some("b".to_string()); 4]
+        ]
+    );
+
+    bypass.record(Ok(Some("alice: INC-7".into())), &state.metrics);
+    native(&state).hold_dormant(&store, &state.metrics).await;
+    assert_eq!(store.owners(), [vec![None; 4], vec![None; 4]]);
+    for (slot, kind, name) in native::slot_objects(SET, 2) {
+        let live = &store.snapshot()[&(kind.kind.to_string(), name.clone())];
+        assert_eq!(
+            live["spec"],
+            native::dormant(SET, slot, kind, &name)["spec"],
+            "{name}"
+        );
+        // Helm's labels stay.
+        assert_eq!(
+            live["metadata"]["labels"]["helm.sh/chart"],
+            "launchgate-0.1.0"
+        );
+    }
+    assert_eq!(state.not_ready(), None, "ready while bypassed");
+    assert!(failing(&state).is_empty(), "{:?}", failing(&state));
+    let written = events(&sink, 1).await;
+    let event = written.last().expect("an Event");
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.reason.as_deref(), Some(REASON_BYPASS));
+
+    // Held: another round writes nothing; a policy an older replica (or an admin) put back is
+    // made dormant again; a binding an admin deleted stays deleted and is no error.
+    let writes = store.writes().len();
+    native(&state).hold_dormant(&store, &state.metrics).await;
+    assert_eq!(store.writes().len(), writes);
+    let mut restored = store.snapshot()[&(
+        "ValidatingAdmissionPolicy".to_string(),
+        "lg-q0-limits".to_string(),
+    )]
+        .clone();
+    restored["spec"]["validations"] = serde_json::json!([{"expression": "false"}]);
+    store.put(restored);
+    let deleted = (
+        "ValidatingAdmissionPolicyBinding".to_string(),
+        "lg-q1-limits".to_string(),
+    );
+    store.objects.lock().unwrap().remove(&deleted);
+    native(&state).hold_dormant(&store, &state.metrics).await;
+    assert_eq!(store.writes().len(), writes + 1);
+    assert_eq!(
+        store.snapshot()[&(
+            "ValidatingAdmissionPolicy".to_string(),
+            "lg-q0-limits".to_string()
+        )]["spec"],
+        native::dormant(
+            SET,
+            0,
+            SlotKind::of("ValidatingAdmissionPolicy").unwrap(),
+            "lg-q0-limits"
+        )["spec"]
+    );
+    assert!(!store.snapshot().contains_key(&deleted));
+    assert_eq!(state.not_ready(), None);
+
+    // A config read while bypassed waits: nothing written, the previous one served.
+    let renamed = config(&["a", "c"]);
+    assert!(reload::accept(&state, renamed.clone(), "hash-ac".into()));
+    let writes = store.writes().len();
+    native(&state).hold_dormant(&store, &state.metrics).await;
+    assert_eq!(store.writes().len(), writes);
+    assert!(Arc::ptr_eq(&state.policy.load_full(), &first));
+
+    // Lifted (the binding back, as `helm upgrade` renders a missing slot object): not ready
+    // until the set holds the config read meanwhile, then served.
+    store.put(native::dormant(
+        SET,
+        1,
+        SlotKind::of(&deleted.0).unwrap(),
+        &deleted.1,
+    ));
+    bypass.record(Ok(None), &state.metrics);
+    assert!(
+        state.not_ready().is_some(),
+        "ready once lifted, before the set is synced"
+    );
+    native(&state).resume(&state.metrics);
+    assert!(state.not_ready().is_some());
+    native(&state).sync_waiting(&store, &state).await;
+    assert_eq!(state.not_ready(), None);
+    assert!(Arc::ptr_eq(&state.policy.load_full(), &renamed));
+    assert_eq!(
+        store.owners(),
+        [
+            vec![Some("a".to_string()); 4],
+            vec![Some("c".to_string()); 4]
+        ]
+    );
+
+    // Bypassed and lifted again with nothing new read: the served config is written back.
+    bypass.record(Ok(Some("bob".into())), &state.metrics);
+    native(&state).hold_dormant(&store, &state.metrics).await;
+    assert_eq!(store.owners(), [vec![None; 4], vec![None; 4]]);
+    bypass.record(Ok(None), &state.metrics);
+    native(&state).resume(&state.metrics);
+    native(&state).sync_waiting(&store, &state).await;
+    assert_eq!(state.not_ready(), None);
+    assert_eq!(
+        store.owners(),
+        [
+            vec![Some("a".to_string()); 4],
+            vec![Some("c".to_string()); 4]
+        ]
+    );
 }

@@ -146,7 +146,9 @@ pub struct ServeOptions {
     /// `<set>-q<n>-mutate` and `<set>-q<n>-limits`, created dormant beforehand (the chart, or
     /// `compile-native --dormant-slots`); a queue's objects are written into a slot, a slot no
     /// queue holds is made dormant again. Needs get and update on those names only. Not ready
-    /// while the set cannot be brought in step (/readyz says why).
+    /// while the set cannot be brought in step (/readyz says why). While the server's namespace
+    /// (--pod-namespace) carries the annotation launchgate.io/bypass (the emergency bypass) every
+    /// slot is kept dormant and no config is synced; needs get on that namespace.
     #[arg(long, env = "LAUNCHGATE_NATIVE_POLICIES")]
     pub native_policies: Option<String>,
     /// With --native-policies: how many queues the set has slots for. A config with more
@@ -208,9 +210,22 @@ pub struct RegistrationOptions {
     /// manager `launchgate-webhook-registration`), again on every config change and certificate
     /// rotation; never deleted on shutdown (`delete-webhooks` removes them). The validating
     /// webhook is split per queue: queues with any deny rule fail closed, the others fail open.
-    /// Needs get, create and patch on both kinds.
+    /// Needs get, create and patch on both kinds. While the server's namespace (--pod-namespace)
+    /// carries the annotation launchgate.io/bypass (the emergency bypass) nothing is applied and
+    /// the configurations' webhooks are removed; needs get on that namespace.
     #[arg(long, env = "LAUNCHGATE_REGISTER_WEBHOOKS", value_name = "NAME")]
     pub register_webhooks: Option<String>,
+    /// Seconds after which the configurations are applied again although nothing changed (a
+    /// deleted or edited configuration is restored within this); while the emergency bypass is
+    /// on, nothing is applied whatever this says.
+    #[arg(
+        long = "webhook-resync-seconds",
+        value_name = "WEBHOOK_RESYNC_SECONDS",
+        env = "LAUNCHGATE_WEBHOOK_RESYNC_SECONDS",
+        default_value = "60",
+        value_parser = clap::value_parser!(u64).range(1..).map(Duration::from_secs)
+    )]
+    pub webhook_resync: Duration,
     /// The Service the API server calls: NAMESPACE/NAME:PORT.
     #[arg(
         long,

@@ -3,13 +3,19 @@
 //! Nothing is registered until this server is ready (HTTPS listener serving, policy loaded,
 //! certificate valid — what `/readyz` says), so a first install never routes launch workloads
 //! to a webhook that cannot answer. Then, and whenever the desired objects change (a config
-//! reload changes the queues, a rotated CA changes the caBundle) or a minute has passed (a
-//! deleted or edited configuration is restored), both configurations are server-side applied
-//! with the field manager [`FIELD_MANAGER`]. They are never deleted on shutdown: other
-//! replicas still serve (`launchgate delete-webhooks` removes them on uninstall). A failed
-//! apply is logged and retried at the next check; serving is unaffected.
+//! reload changes the queues, a rotated CA changes the caBundle) or `--webhook-resync-seconds`
+//! (a minute) have passed (a deleted or edited configuration is restored), both configurations
+//! are server-side applied with the field manager [`FIELD_MANAGER`]. They are never deleted on
+//! shutdown: other replicas still serve (`launchgate delete-webhooks` removes them on
+//! uninstall). A failed apply is logged and retried at the next check; serving is unaffected.
+//!
+//! While the emergency bypass is on ([`super::bypass`]) nothing is applied, ready or not: a
+//! configuration that exists and still holds webhooks has them removed (the pods may `patch`
+//! it, not delete it), again every resync period, and one that is gone stays gone. Once the
+//! bypass is lifted both are applied at once.
 
 use super::AppState;
+use super::bypass::Observed;
 use super::native_sync::resource;
 use super::options::RegistrationOptions;
 use crate::native::webhooks;
@@ -24,9 +30,6 @@ use tokio::sync::watch;
 
 /// The field manager of the registered configurations.
 pub const FIELD_MANAGER: &str = "launchgate-webhook-registration";
-
-/// How often the configurations are applied again even when nothing changed.
-const RESYNC: Duration = Duration::from_secs(60);
 
 /// Where the caBundle comes from.
 pub(crate) enum CaSource {
@@ -93,6 +96,46 @@ pub async fn apply(client: &kube::Client, objects: &[Value]) -> Result<()> {
     Ok(())
 }
 
+/// Removes every webhook from the configurations `name` that exist (a JSON merge patch of
+/// `webhooks: null`, which the pods' `patch` right allows); creates nothing. How many
+/// configurations it emptied.
+pub async fn withdraw(client: &kube::Client, name: &str) -> Result<usize> {
+    let mut emptied = 0;
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+        let Some(live) = api
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading {kind} {name}"))?
+        else {
+            continue;
+        };
+        let holds_webhooks = live
+            .data
+            .get("webhooks")
+            .and_then(Value::as_array)
+            .is_some_and(|hooks| !hooks.is_empty());
+        if holds_webhooks {
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            };
+            api.patch(
+                name,
+                &params,
+                &Patch::Merge(serde_json::json!({"webhooks": null})),
+            )
+            .await
+            .with_context(|| format!("withdrawing the webhooks of {kind} {name}"))?;
+            emptied += 1;
+        }
+    }
+    Ok(emptied)
+}
+
 /// What to register, and where from.
 pub(crate) struct Registration {
     pub(crate) client: kube::Client,
@@ -121,9 +164,31 @@ pub(crate) fn spawn(
     tokio::spawn(async move {
         let mut bundle = Bundle::default();
         let mut applied: Option<(Vec<Value>, Instant)> = None;
+        let mut withdrawn: Option<Instant> = None;
         let mut waiting_logged = false;
+        let resync = options.webhook_resync;
         loop {
-            if state.is_ready() {
+            let bypass = state.bypass.as_ref().map(|b| b.observed());
+            if bypass == Some(Observed::Unread) {
+                // Nothing until the bypass has been read once.
+            } else if let Some(Observed::On(_)) = bypass {
+                // Applied again at once when the bypass is lifted.
+                applied = None;
+                if withdrawn.is_none_or(|at| at.elapsed() >= resync) {
+                    match withdraw(&client, &name).await {
+                        Ok(emptied) => {
+                            if emptied > 0 {
+                                tracing::warn!(configuration = %name, emptied, "emergency bypass: the webhooks of the configurations withdrawn");
+                            }
+                            withdrawn = Some(Instant::now());
+                        }
+                        Err(e) => {
+                            tracing::warn!(configuration = %name, error = %super::redact::in_text(&format!("{e:#}")), "emergency bypass: cannot withdraw the webhooks; retrying")
+                        }
+                    }
+                }
+            } else if state.is_ready() {
+                withdrawn = None;
                 let desired = ca.read().and_then(|pem| {
                     let settings = options.settings(&name, listen, bundle.update(pem));
                     webhooks::configurations(&state.policy.load(), &settings)
@@ -132,7 +197,7 @@ pub(crate) fn spawn(
                 match desired {
                     Ok(desired) => {
                         let due = applied.as_ref().is_none_or(|(objects, at)| {
-                            *objects != desired || at.elapsed() >= RESYNC
+                            *objects != desired || at.elapsed() >= resync
                         });
                         if due {
                             match apply(&client, &desired).await {

@@ -187,3 +187,28 @@ pub fn crd_text(name: &str) -> String {
 pub fn golden_path(name: &str) -> PathBuf {
     root().join("tests/golden").join(name)
 }
+
+/// The runbook's emergency bypass commands (`docs/operations.md`, "Emergency bypass"): the
+/// ` ```sh ` block right after `<!-- emergency-bypass: <which> -->` on `page` (`on`: the
+/// bypass, `off`: the way back), its lines as written. The e2e test runs them; the docs tests
+/// hold every other page that shows them to the same text.
+pub fn emergency_bypass_block(page: &Path, which: &str) -> Vec<String> {
+    let text = String::from_utf8(read(page)).expect("UTF-8");
+    let marker = format!("<!-- emergency-bypass: {which} -->");
+    let mut lines = text.lines().skip_while(|l| l.trim() != marker).skip(1);
+    assert_eq!(
+        lines.next().map(str::trim),
+        Some("```sh"),
+        "{}: no ```sh block right after {marker}",
+        page.display()
+    );
+    lines
+        .take_while(|l| l.trim() != "```")
+        .map(str::to_string)
+        .collect()
+}
+
+/// The runbook page that holds the emergency bypass.
+pub fn runbook() -> PathBuf {
+    root().join("docs/operations.md")
+}

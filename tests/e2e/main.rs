@@ -17,6 +17,7 @@
 mod accelerators;
 mod apiserver_metrics;
 mod audit;
+mod bypass;
 mod checks;
 mod cluster;
 #[path = "../common/mod.rs"]
@@ -182,6 +183,10 @@ fn tests() -> Vec<E2eTest> {
         ),
         e2e!(
             native_rbac::a_server_with_more_queues_than_slots_is_never_ready,
+            unregistered
+        ),
+        e2e!(
+            bypass::the_documented_bypass_holds_while_launchgate_runs,
             unregistered
         ),
         e2e!(

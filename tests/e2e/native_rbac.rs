@@ -212,7 +212,7 @@ pub(crate) fn slot_queues(
 
 /// A copy of the suite's kubeconfig whose user acts as `user` (`as:`, what `kubectl --as`
 /// does): a process using it is that identity to the API server and its RBAC.
-fn kubeconfig_as(ctx: &Ctx, user: &str, dir: &Path) -> Result<PathBuf> {
+pub(crate) fn kubeconfig_as(ctx: &Ctx, user: &str, dir: &Path) -> Result<PathBuf> {
     let mut config: Value = serde_yaml::from_str(&std::fs::read_to_string(&ctx.env.kubeconfig)?)?;
     for entry in config["users"].as_array_mut().context("kubeconfig users")? {
         entry["user"]["as"] = json!(user);

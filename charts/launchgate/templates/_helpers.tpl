@@ -331,3 +331,13 @@ suffix mutate or limits, as launchgate's native::slot_names names them. Call wit
 {{- $root := index . 0 }}
 {{- printf "%s-q%d-%s" (include "launchgate.fullname" $root) (int (index . 1)) (index . 2) }}
 {{- end }}
+
+{{/*
+"true" while the release namespace carries the emergency bypass annotation launchgate.io/bypass
+(docs/operations.md, "Emergency bypass"); read with lookup, so "false" wherever the renderer has
+no cluster (helm template, Argo CD).
+*/}}
+{{- define "launchgate.bypassed" -}}
+{{- $ns := lookup "v1" "Namespace" "" .Release.Namespace }}
+{{- hasKey (dig "metadata" "annotations" dict $ns) "launchgate.io/bypass" }}
+{{- end }}
