@@ -556,7 +556,8 @@ async fn a_request_that_gets_no_slot_within_the_deadline_is_answered_503() {
     );
 }
 
-/// A cluster view that panics: stands in for a bug reached while reviewing.
+/// A connected cluster view whose look-up panics: stands in for a bug reached while reviewing
+/// (the server asks whether it is connected once, at start).
 struct PanickingCluster;
 
 impl launchgate::cluster::ClusterView for PanickingCluster {
@@ -564,7 +565,7 @@ impl launchgate::cluster::ClusterView for PanickingCluster {
         panic!("cluster view bug")
     }
     fn is_connected(&self) -> bool {
-        panic!("cluster view bug")
+        true
     }
 }
 

@@ -74,10 +74,11 @@ pub fn indexed_pytorch_queue() -> Policy {
 }
 
 /// A queue `q` with only the PyTorch wiring on (`pytorch` is its `pytorch:` value; no
-/// security, cache or Job defaults), so env and ports can be compared exactly.
+/// security, cache, Job defaults or `NVIDIA_VISIBLE_DEVICES`), so env and ports can be compared
+/// exactly.
 pub fn pytorch_only(pytorch: &str) -> Policy {
     Policy::from_yaml(&format!(
-        "defaultQueue: q\nqueues:\n  q:\n    securityContext: {{enabled: false}}\n    jobDefaults: {{enabled: false}}\n    pytorch: {pytorch}\n"
+        "defaultQueue: q\nqueues:\n  q:\n    securityContext: {{enabled: false}}\n    jobDefaults: {{enabled: false}}\n    visibleDevices: {{enabled: false}}\n    pytorch: {pytorch}\n"
     ))
     .unwrap()
 }
