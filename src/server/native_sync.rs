@@ -214,6 +214,15 @@ pub struct Target {
     pub namespace_selector: Option<Value>,
 }
 
+/// A failed read of the object `name` of `kind`, as a sync reports it.
+fn read_failed(kind: &str, name: &str, error: StoreError) -> SyncError {
+    let why = match error {
+        StoreError::Conflict => "conflict".to_string(),
+        StoreError::Other(why) => why,
+    };
+    SyncError::Api(format!("reading {kind} {name}: {why}"))
+}
+
 /// Reads every object of the set.
 async fn read_set(
     store: &dyn SlotStore,
@@ -227,18 +236,7 @@ async fn read_set(
                 live.insert((kind.kind.to_string(), name), object);
             }
             Ok(None) => missing.push(format!("{} {name}", kind.kind)),
-            Err(StoreError::Conflict) => {
-                return Err(SyncError::Api(format!(
-                    "reading {} {name}: conflict",
-                    kind.kind
-                )));
-            }
-            Err(StoreError::Other(why)) => {
-                return Err(SyncError::Api(format!(
-                    "reading {} {name}: {why}",
-                    kind.kind
-                )));
-            }
+            Err(error) => return Err(read_failed(kind.kind, &name, error)),
         }
     }
     if missing.is_empty() {
@@ -336,18 +334,7 @@ pub async fn make_dormant(store: &dyn SlotStore, target: &Target) -> Result<usiz
         let live = match store.get(kind, &name).await {
             Ok(Some(live)) => live,
             Ok(None) => continue,
-            Err(StoreError::Conflict) => {
-                return Err(SyncError::Api(format!(
-                    "reading {} {name}: conflict",
-                    kind.kind
-                )));
-            }
-            Err(StoreError::Other(why)) => {
-                return Err(SyncError::Api(format!(
-                    "reading {} {name}: {why}",
-                    kind.kind
-                )));
-            }
+            Err(error) => return Err(read_failed(kind.kind, &name, error)),
         };
         if native::is_dormant(&live, kind, &name) {
             continue;
