@@ -88,6 +88,15 @@ macro_rules! e2e {
             run: |c| Box::pin($f(c)),
         }
     };
+    ($f:path, unregistered, alone) => {
+        E2eTest {
+            name: stringify!($f),
+            registered: false,
+            alone: true,
+            ignored: None,
+            run: |c| Box::pin($f(c)),
+        }
+    };
     ($f:path, ignore = $why:literal) => {
         E2eTest {
             name: stringify!($f),
@@ -176,10 +185,17 @@ fn tests() -> Vec<E2eTest> {
         e2e!(native::a_pytorchjob_is_judged_the_same_every_time),
         e2e!(native::hybrid_mode_enforces_while_the_webhook_is_down),
         e2e!(native::a_relabelled_job_is_judged_as_a_create_natively),
-        e2e!(native::the_server_keeps_native_policies_in_step_with_its_config),
+        // A server keeping native policies is ready only once every slot holds its policy:
+        // alone that takes these two 16-40 s; among the other tests' creates their 30 s start-up
+        // wait ran out, so they run alone.
+        e2e!(
+            native::the_server_keeps_native_policies_in_step_with_its_config,
+            alone
+        ),
         e2e!(
             native_rbac::the_pods_create_no_admission_policy_and_keep_their_queues_in_the_charts_slots,
-            unregistered
+            unregistered,
+            alone
         ),
         e2e!(
             native_rbac::a_server_with_more_queues_than_slots_is_never_ready,
