@@ -29,26 +29,13 @@ fn chart_values_schema_matches_the_config_types() {
 /// read access) is the kind descriptors'; `UPDATE_SCHEMA=1` regenerates it too.
 #[test]
 fn chart_kinds_match_the_kind_descriptors() {
-    let path = common::root().join("charts/launchgate/files/kinds.json");
-    let generated = common::chart_kinds();
-    if std::env::var_os("UPDATE_SCHEMA").is_some() {
-        let mut out = serde_json::to_string_pretty(&generated).unwrap();
-        out.push('\n');
-        std::fs::write(&path, out).unwrap();
-        return;
-    }
-    let current: Value = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or(Value::Null);
-    assert!(
-        current == generated,
-        "charts/launchgate/files/kinds.json is out of date with the kind descriptors: {REGENERATE_HINT}"
+    check_chart_file(
+        "files/kinds.json",
+        &common::chart_kinds(),
+        "the kind descriptors",
     );
 }
 
-/// The dormant form the chart creates each native policy slot in is the server's
-/// (`native::chart_slot_file`); `UPDATE_SCHEMA=1` regenerates it too.
 /// The chart file `file` (under charts/launchgate/) is `generated`, or is written from it with
 /// `UPDATE_SCHEMA=1`; `what` says what it must agree with.
 fn check_chart_file(file: &str, generated: &Value, what: &str) {
@@ -69,6 +56,8 @@ fn check_chart_file(file: &str, generated: &Value, what: &str) {
     );
 }
 
+/// The dormant form the chart creates each native policy slot in is the server's
+/// (`native::chart_slot_file`); `UPDATE_SCHEMA=1` regenerates it too.
 #[test]
 fn chart_native_slot_is_the_servers_dormant_form() {
     check_chart_file(
