@@ -1084,19 +1084,9 @@ async fn set_names(client: &kube::Client, kind: &str, set: &str) -> Result<BTree
 /// removed queue's slot dormant again (deleting nothing), and `delete-webhooks
 /// --native-policies=<set>` (the chart's uninstall hook) removes them all.
 pub async fn the_server_keeps_native_policies_in_step_with_its_config(ctx: &Ctx) -> Result<()> {
-    use crate::native_rbac::{config, install, owners, slot_queues, uninstall};
+    use crate::native_rbac::{config, dormant_slots, install, owners, slot_queues, uninstall};
     let set = format!("e2e-{}", &ctx.ns[ctx.ns.len() - 4..]);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args(["compile-native", "--dormant-slots=2", "-o", "json"])
-        .arg(format!("--policy-set={set}"))
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let list: Value = serde_json::from_slice(&out.stdout)?;
-    let created = install(ctx, list["items"].as_array().context("items")?).await;
+    let created = install(ctx, &dormant_slots(&set, 2)?).await;
     let dir = tempfile::tempdir()?;
     let mut server: Option<Launchgate> = None;
     let result = async {

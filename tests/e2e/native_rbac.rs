@@ -583,16 +583,12 @@ pub async fn the_pods_create_no_admission_policy_and_keep_their_queues_in_the_ch
     result
 }
 
-/// `serve --native-policies` outside the chart, its slots created once by an admin with
-/// `compile-native --dormant-slots`, started with more queues than slots: it serves `/healthz`
-/// but is never ready (`/readyz` says why), sets the metric, writes the Event, and writes no
-/// slot.
-pub async fn a_server_with_more_queues_than_slots_is_never_ready(ctx: &Ctx) -> Result<()> {
-    let id = &ctx.ns[ctx.ns.len() - 4..];
-    let set = format!("e2e-full-{id}");
-    let pod = format!("launchgate-{id}");
+/// The `slots` dormant slots of set `set`, as `launchgate compile-native --dormant-slots`
+/// prints them for an admin to create.
+pub(crate) fn dormant_slots(set: &str, slots: usize) -> Result<Vec<Value>> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
-        .args(["compile-native", "--dormant-slots=2", "-o", "json"])
+        .args(["compile-native", "-o", "json"])
+        .arg(format!("--dormant-slots={slots}"))
         .arg(format!("--policy-set={set}"))
         .output()?;
     ensure!(
@@ -601,7 +597,18 @@ pub async fn a_server_with_more_queues_than_slots_is_never_ready(ctx: &Ctx) -> R
         String::from_utf8_lossy(&out.stderr)
     );
     let list: Value = serde_json::from_slice(&out.stdout)?;
-    let objects = list["items"].as_array().cloned().unwrap_or_default();
+    Ok(list["items"].as_array().cloned().unwrap_or_default())
+}
+
+/// `serve --native-policies` outside the chart, its slots created once by an admin with
+/// `compile-native --dormant-slots`, started with more queues than slots: it serves `/healthz`
+/// but is never ready (`/readyz` says why), sets the metric, writes the Event, and writes no
+/// slot.
+pub async fn a_server_with_more_queues_than_slots_is_never_ready(ctx: &Ctx) -> Result<()> {
+    let id = &ctx.ns[ctx.ns.len() - 4..];
+    let set = format!("e2e-full-{id}");
+    let pod = format!("launchgate-{id}");
+    let objects = dormant_slots(&set, 2)?;
     ensure!(objects.len() == 8, "{} objects", objects.len());
     let created = install(ctx, &objects).await;
     let dir = tempfile::tempdir()?;
