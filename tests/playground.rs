@@ -457,6 +457,8 @@ fn a_non_loopback_address_is_refused() {
 
 // --- the page in a real browser ---
 
+/// `launchgate playground` as docs/playground.md runs it (here on an ephemeral port): it prints
+/// its address and serves the page, which is then used as the page describes.
 #[tokio::test]
 async fn the_page_shows_a_denial_and_then_the_diff_of_an_allowed_run_in_a_real_browser() {
     let Some(browser) = browser("playground browser test") else {

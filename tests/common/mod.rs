@@ -9,6 +9,7 @@
 
 pub mod browser;
 mod cli;
+pub mod docs;
 mod files;
 pub mod generated;
 mod objects;

@@ -24,6 +24,7 @@ mod cluster;
 mod common;
 mod ctx;
 mod default_install;
+mod documented;
 mod guardrails;
 mod jobset_order;
 mod launch_stack;
@@ -156,6 +157,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(updates::a_grown_runtimes_jobset_is_held_to_the_runs_ceiling),
         e2e!(updates::native_policies_refuse_a_mark_they_cannot_prove),
         e2e!(safety::a_dense_pod_is_denied_within_a_256_mib_limit, alone),
+        e2e!(documented::the_pages_cluster_commands_run_as_shown, alone),
         e2e!(subresources::ephemeral_containers_are_judged),
         e2e!(subresources::pytorchjob_scale_is_judged_against_its_pytorchjob),
         e2e!(pytorch_guarantees::volcano_pods_see_the_rendezvous_size_despite_the_plugin),

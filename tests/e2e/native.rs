@@ -1193,7 +1193,8 @@ type Selector<'a> = Box<dyn Fn(&str) -> bool + 'a>;
 /// policies see, interleaved. Reports the API server's duration histograms per webhook and per
 /// policy (read from its `/metrics`) and what the client waited; asserts that every create was
 /// admitted and that the API server counted each of them. Run it alone for figures that are
-/// not shared with other tests: `cargo test --test e2e -- native::admission_cost_webhook_vs_native --exact`.
+/// not shared with other tests, as docs/native-policies.md ("Cost, measured by the API server")
+/// says: `cargo test --test e2e -- native::admission_cost_webhook_vs_native --exact`.
 pub async fn admission_cost_webhook_vs_native(ctx: &Ctx) -> Result<()> {
     const CREATES: usize = 300;
     let text = launchgate::policy::DEFAULT_CONFIG_YAML;

@@ -600,8 +600,8 @@ pub(crate) fn dormant_slots(set: &str, slots: usize) -> Result<Vec<Value>> {
     Ok(list["items"].as_array().cloned().unwrap_or_default())
 }
 
-/// `serve --native-policies` outside the chart, its slots created once by an admin with
-/// `compile-native --dormant-slots`, started with more queues than slots: it serves `/healthz`
+/// `serve --native-policies` outside the chart (docs/native-policies.md, "Without the chart"),
+/// its slots created once by an admin with `compile-native --dormant-slots`, started with more queues than slots: it serves `/healthz`
 /// but is never ready (`/readyz` says why), sets the metric, writes the Event, and writes no
 /// slot.
 pub async fn a_server_with_more_queues_than_slots_is_never_ready(ctx: &Ctx) -> Result<()> {
