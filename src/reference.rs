@@ -810,7 +810,7 @@ pub fn rules_page_from(rules: &[&Rule], notices: &[&Notice]) -> Result<String, S
          every rule, with nothing carried over from the old object.\n",
     );
     for r in rules {
-        let anchor = r.id.replace('.', "-");
+        let anchor = crate::rules::anchor(r.id);
         let native = match r.native {
             Native::Cel(how) => format!("CEL: {how}"),
             Native::WebhookOnly(why) => format!("webhook only: {why}"),
@@ -834,7 +834,7 @@ pub fn rules_page_from(rules: &[&Rule], notices: &[&Notice]) -> Result<String, S
          `validate -o yaml` and audit reports carry them.\n",
     );
     for n in notices {
-        let anchor = n.id.replace('.', "-");
+        let anchor = crate::rules::anchor(n.id);
         let _ = write!(
             out,
             "\n<a id=\"{anchor}\"></a>\n\n### `{}`\n\n- **Given by:** `{}`\n- **Meaning:** {}\n- **What to do:** {}\n",

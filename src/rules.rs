@@ -637,6 +637,49 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 10;
 /// templates a rule finds at fault); the rest are counted, `… and N more`.
 pub const MAX_LISTED_PARTS: usize = 8;
 
+/// The anchor of a rule's (or notice's) section on the generated rules page
+/// (`limits.variables` → `limits-variables`).
+pub fn anchor(id: &str) -> String {
+    id.replace('.', "-")
+}
+
+/// Where the rules page is under a documentation site's root.
+pub const RULES_PAGE: &str = "reference/rules.html";
+
+/// Whether `url` can be a documentation site's root (`docsUrl`): an `http` or `https` URL
+/// with a host, no query and no fragment, that links can be appended to.
+pub fn check_docs_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| {
+            format!("{url:?} is no http(s) URL (`https://docs.example.com/launchgate`)")
+        })?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("{url:?} has no host"));
+    }
+    if let Some(c) = rest
+        .chars()
+        .find(|c| matches!(c, '?' | '#') || c.is_whitespace())
+    {
+        return Err(format!(
+            "{url:?} holds {c:?}: give the site's root, links to its pages are appended to it"
+        ));
+    }
+    Ok(())
+}
+
+/// The line a denial ends with when the site is known (`docsUrl`): a link to the section of
+/// each rule (ids distinct, in order).
+pub fn links_line(docs_url: &str, ids: &[&str]) -> String {
+    let root = docs_url.trim_end_matches('/');
+    let links: Vec<String> = ids
+        .iter()
+        .map(|id| format!("{root}/{RULES_PAGE}#{}", anchor(id)))
+        .collect();
+    format!("see {}", listed(&links))
+}
+
 /// `parts` joined with `, `: the first [`MAX_LISTED_PARTS`], then `… and N more`.
 pub fn listed<S: AsRef<str>>(parts: &[S]) -> String {
     let mut out = String::new();
@@ -724,6 +767,23 @@ fn distinct(ids: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_go_to_each_rules_section_once_under_the_sites_root() {
+        assert_eq!(
+            links_line(
+                "https://d.example/lg/",
+                &["limits.variables", "limits.totals"]
+            ),
+            "see https://d.example/lg/reference/rules.html#limits-variables, https://d.example/lg/reference/rules.html#limits-totals"
+        );
+        assert_eq!(
+            links_line("http://d.example", &["kueue.queueName"]),
+            "see http://d.example/reference/rules.html#kueue-queueName"
+        );
+        assert!(check_docs_url("https://d.example/lg").is_ok());
+        assert!(check_docs_url("https://d.example/a b").is_err());
+    }
 
     #[test]
     fn ids_are_unique_config_like_and_documented() {

@@ -60,6 +60,12 @@ pub struct Config {
     /// name, a MIG profile, a DRA DeviceClass — for every limit, total and GPU-hour ceiling on
     /// a whole GPU (`nvidia.com/gpu`).
     pub accelerators: AcceleratorsConfig,
+    /// Where your copy of launchgate's documentation site is served (`https://…`, the
+    /// directory holding its `index.html`). A denial's message then ends with a link to the
+    /// section of each rule it names (`<docsUrl>/reference/rules.html#limits-variables`), so
+    /// the person refused reads what the rule means and what to do. Unset, messages carry no
+    /// link.
+    pub docs_url: Option<String>,
 }
 
 /// Which objects are launch workloads and how their queue is named.
@@ -409,6 +415,11 @@ impl Policy {
         }
         for (ns, name) in &config.namespace_queues {
             check_queue_ref(format!("namespaceQueues.{ns}"), name);
+        }
+        if let Some(url) = &config.docs_url
+            && let Err(why) = crate::rules::check_docs_url(url)
+        {
+            errors.push(ConfigError::new("docsUrl", why));
         }
         if config.match_rules.exclude_labels.is_some() {
             errors.push(ConfigError::new(

@@ -278,6 +278,31 @@ pub(super) fn skip(
     }
 }
 
+/// `decision` with its denial ending in a link to each denying rule's section of the
+/// documentation site, when the config says where the site is (`docsUrl`).
+pub(super) fn linked(docs_url: Option<&str>, mut decision: Decision) -> Decision {
+    let Some(url) = docs_url else {
+        return decision;
+    };
+    let Some(status) = decision.response.status.as_mut() else {
+        return decision;
+    };
+    let ids = rules::ids(
+        decision
+            .summary
+            .violations
+            .iter()
+            .filter(|v| v.effect == Effect::Deny),
+    );
+    if ids.is_empty() || decision.response.allowed {
+        return decision;
+    }
+    status.message.push('\n');
+    status.message.push_str(&rules::links_line(url, &ids));
+    decision.summary.message = Some(status.message.clone());
+    decision
+}
+
 /// [`finish`] for the mutating webhook: allowed as it was, or patched.
 pub(super) fn finish_mutated(
     uid: &str,

@@ -65,6 +65,7 @@ pub fn review_observed(
     // The object is mutated in place; the patch is recorded as it is written.
     let object = request.object.take();
     let decision = settled(chain(policy, endpoint, &request, object, cluster, observer));
+    let decision = answer::linked(policy.config.docs_url.as_deref(), decision);
     observer.phase(Phase::Serialise);
     let body = crate::admission::review_response_body(&decision.response);
     Ok(ReviewOutcome {
@@ -80,14 +81,15 @@ pub fn decide(
     request: &AdmissionRequest,
     cluster: &dyn ClusterView,
 ) -> Decision {
-    settled(chain(
+    let decision = settled(chain(
         policy,
         endpoint,
         request,
         request.object.clone(),
         cluster,
         &mut (),
-    ))
+    ));
+    answer::linked(policy.config.docs_url.as_deref(), decision)
 }
 
 /// The decision, whichever stage made it.

@@ -714,3 +714,68 @@ mod kueue_tests {
         assert!(kept.response.warnings[0].contains("already so before this update"));
     }
 }
+
+mod docs_link_tests {
+    use super::*;
+
+    /// The recorded 8-GPU launch Job, validated under the built-in policy with `docsUrl` set
+    /// (or not) and the queue's limits enforced as `enforcement`.
+    fn denial(docs_url: Option<&str>, enforcement: &str) -> Decision {
+        let mut config: crate::policy::Config =
+            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
+        config.docs_url = docs_url.map(str::to_owned);
+        let queue = config.queues.get_mut("gpu-queue").unwrap();
+        queue.limits.enforcement = serde_yaml::from_str(enforcement).unwrap();
+        let policy = Policy::from_config(config).unwrap();
+        let body = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/admission/create-job-launch-acme-mnist.json"),
+        )
+        .unwrap();
+        let request = super::parse_request(&body).unwrap();
+        decide(
+            &policy,
+            Endpoint::Validate,
+            &request,
+            &crate::cluster::NoCluster,
+        )
+    }
+
+    #[test]
+    fn a_denial_links_each_of_its_rules_when_the_site_is_known() {
+        let plain = denial(None, "deny");
+        let linked = denial(Some("https://docs.example.com/launchgate/"), "deny");
+        let plain = plain.response.status.unwrap().message;
+        let message = linked.response.status.as_ref().unwrap().message.clone();
+        assert_eq!(
+            message,
+            format!(
+                "{plain}\nsee https://docs.example.com/launchgate/reference/rules.html#limits-variables"
+            )
+        );
+        assert_eq!(linked.summary.message.as_deref(), Some(message.as_str()));
+        // A queue that only warns denies nothing, and gets no link.
+        let warned = denial(Some("https://docs.example.com/launchgate"), "warn");
+        assert!(warned.response.allowed);
+        assert!(warned.response.status.is_none());
+    }
+
+    #[test]
+    fn a_docs_url_that_links_cannot_be_appended_to_is_a_config_error() {
+        for (url, why) in [
+            ("docs.example.com", "no http(s) URL"),
+            ("https://", "no host"),
+            ("https://docs.example.com/?v=1", "holds '?'"),
+            ("https://docs.example.com/#top", "holds '#'"),
+        ] {
+            let mut config: crate::policy::Config =
+                serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
+            config.docs_url = Some(url.into());
+            let errors = Policy::from_config(config).unwrap_err().to_string();
+            assert!(
+                errors.contains("docsUrl") && errors.contains(why),
+                "{url}: {errors}"
+            );
+        }
+    }
+}
