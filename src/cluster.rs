@@ -416,10 +416,13 @@ mod tests {
     /// The runtime kinds the cluster view reads are the ones the descriptors name.
     #[test]
     fn the_runtime_kinds_are_the_descriptors() {
-        let rt = WorkloadKind::all().find_map(|k| k.spec().runtime).unwrap();
+        let kind = WorkloadKind::all()
+            .find(|k| k.spec().runtime.is_some())
+            .unwrap();
+        let rt = kind.spec().runtime.unwrap();
         assert_eq!(
-            (rt.cluster, rt.namespaced),
-            (CLUSTER_RUNTIME, NAMESPACED_RUNTIME)
+            (rt.cluster, rt.namespaced, kind.api_group()),
+            (CLUSTER_RUNTIME, NAMESPACED_RUNTIME, TRAINER_GROUP)
         );
     }
 
