@@ -18,6 +18,7 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use syn::punctuated::Punctuated;
 use syn::visit::{self, Visit};
 
@@ -66,7 +67,7 @@ fn layer_of(module: &str) -> usize {
 // Reading a source file as Rust syntax.
 
 /// What a file's product code holds, each with its line.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Read {
     /// Every path of two segments or more (`use` trees expanded, paths in types, expressions,
     /// patterns, macro calls and attributes), with the inline modules it sits in.
@@ -384,12 +385,13 @@ fn read(text: &str) -> Result<Read, syn::Error> {
 // The crate's files and modules.
 
 /// A source file of the crate: its module path (`["validate", "check"]`; `[]` for the crate
-/// root), its path under src/ and whether it is test code.
-#[derive(Debug, Clone)]
+/// root), its path under src/, whether it is test code, and (product code) its text, read.
+#[derive(Debug)]
 struct SourceFile {
     module: Vec<String>,
     rel: String,
-    file: PathBuf,
+    text: String,
+    read: Read,
     test: bool,
 }
 
@@ -398,8 +400,13 @@ fn src_dir() -> PathBuf {
 }
 
 /// Every file `src/lib.rs` reaches through its `mod` declarations, and those of test code,
-/// then `src/main.rs` (another crate, of no module of the library).
-fn source_files() -> Vec<SourceFile> {
+/// then `src/main.rs` (another crate, of no module of the library); read once for all tests.
+fn source_files() -> &'static [SourceFile] {
+    static FILES: OnceLock<Vec<SourceFile>> = OnceLock::new();
+    FILES.get_or_init(read_source_files)
+}
+
+fn read_source_files() -> Vec<SourceFile> {
     let src = src_dir();
     let mut out = Vec::new();
     fn walk(src: &Path, file: PathBuf, module: Vec<String>, test: bool, out: &mut Vec<SourceFile>) {
@@ -408,25 +415,34 @@ fn source_files() -> Vec<SourceFile> {
             .unwrap()
             .to_string_lossy()
             .replace('\\', "/");
-        out.push(SourceFile {
-            module: module.clone(),
-            rel: rel.clone(),
-            file: file.clone(),
-            test,
-        });
         if test {
             // A test module's own modules are test code too; none has any.
+            out.push(SourceFile {
+                module,
+                rel,
+                text: String::new(),
+                read: Read::default(),
+                test,
+            });
             return;
         }
         let text = std::fs::read_to_string(&file).unwrap();
         let read = read(&text).unwrap_or_else(|e| panic!("src/{rel}: {e}"));
+        let (mods, test_mods) = (read.mods.clone(), read.test_mods.clone());
+        out.push(SourceFile {
+            module: module.clone(),
+            rel: rel.clone(),
+            text,
+            read,
+            test,
+        });
         let dir = file.parent().unwrap().to_path_buf();
         let own_dir = match file.file_stem().unwrap().to_str().unwrap() {
             "mod" | "lib" | "main" => dir.clone(),
             stem => dir.join(stem),
         };
-        let decls = read.mods.iter().map(|d| (d, false));
-        let test_decls = read.test_mods.iter().map(|d| (d, true));
+        let decls = mods.iter().map(|d| (d, false));
+        let test_decls = test_mods.iter().map(|d| (d, true));
         for ((name, path), test) in decls.chain(test_decls) {
             let child = match path {
                 Some(path) => dir.join(path),
@@ -464,16 +480,16 @@ struct Crate {
 
 impl Crate {
     fn of_sources(files: &[SourceFile]) -> Crate {
-        let modules = files
+        let modules: BTreeSet<Vec<String>> = files
             .iter()
             .filter(|f| f.module.first().is_none_or(|m| m != "main"))
             .map(|f| f.module.clone())
             .collect();
-        let lib = std::fs::read_to_string(src_dir().join("lib.rs")).unwrap();
+        let lib = files.iter().find(|f| f.rel == "lib.rs").unwrap();
         let mut reexports = BTreeMap::new();
-        for (path, _, _) in read(&lib).unwrap().paths {
-            if let [module, .., name] = path.as_slice()
-                && path.len() == 2
+        for (path, _, _) in &lib.read.paths {
+            if let [module, name] = path.as_slice()
+                && modules.contains(std::slice::from_ref(module))
             {
                 reexports.insert(name.clone(), module.clone());
             }
@@ -702,23 +718,31 @@ fn tokens_of_kind(
 /// API group with a dot). Kubernetes' own kinds (a Pod, a batch/v1 Job) are the vocabulary
 /// every part speaks: their names and fields are no kind's own.
 fn kind_tokens() -> Vec<Token> {
-    // Each kind: its API group, its identity and every string of its descriptor.
-    let kinds: Vec<(&str, [&str; 5], Vec<(String, bool)>)> = launchgate::WorkloadKind::all()
+    /// A registered kind: its API group, its identity and every string of its descriptor.
+    struct Registered {
+        group: &'static str,
+        identity: [&'static str; 5],
+        strings: Vec<(String, bool)>,
+    }
+    let kinds: Vec<Registered> = launchgate::WorkloadKind::all()
         .map(|k| {
             let spec = k.spec();
-            let identity = [
-                spec.name,
-                spec.kind,
-                spec.group,
-                spec.resource,
-                spec.webhook_rule,
-            ];
-            (spec.group, identity, debug_strings(&format!("{spec:?}")))
+            Registered {
+                group: spec.group,
+                identity: [
+                    spec.name,
+                    spec.kind,
+                    spec.group,
+                    spec.resource,
+                    spec.webhook_rule,
+                ],
+                strings: debug_strings(&format!("{spec:?}")),
+            }
         })
         .collect();
     let mut shared = kubernetes_vocabulary();
-    for (_, _, strings) in kinds.iter().filter(|(group, ..)| !group.contains('.')) {
-        for (s, _) in strings {
+    for kind in kinds.iter().filter(|k| !k.group.contains('.')) {
+        for (s, _) in &kind.strings {
             let s = s.strip_prefix('/').unwrap_or(s).to_string();
             if is_field_path(&s) {
                 shared.extend(s.split(['.', '/']).map(String::from));
@@ -726,27 +750,27 @@ fn kind_tokens() -> Vec<Token> {
             shared.insert(s);
         }
     }
-    let crds: Vec<_> = kinds
-        .iter()
-        .filter(|(group, ..)| group.contains('.'))
-        .collect();
+    let crds: Vec<&Registered> = kinds.iter().filter(|k| k.group.contains('.')).collect();
     // A kind's identity is its own, wherever else it is written (a TrainJob's descriptor
     // names the JobSet it makes).
     let mut out = Vec::new();
-    for (_, identity, _) in &crds {
-        out.extend(tokens_of_kind(identity[0], identity, &[], &shared));
+    for kind in &crds {
+        out.extend(tokens_of_kind(
+            kind.identity[0],
+            &kind.identity,
+            &[],
+            &shared,
+        ));
     }
-    let identities: BTreeSet<&str> = kinds
-        .iter()
-        .flat_map(|(_, identity, _)| *identity)
-        .collect();
-    for (_, identity, strings) in &crds {
-        let strings: Vec<(String, bool)> = strings
+    let identities: BTreeSet<&str> = kinds.iter().flat_map(|k| k.identity).collect();
+    for kind in &crds {
+        let strings: Vec<(String, bool)> = kind
+            .strings
             .iter()
             .filter(|(s, _)| !identities.contains(s.as_str()))
             .cloned()
             .collect();
-        out.extend(tokens_of_kind(identity[0], &[], &strings, &shared));
+        out.extend(tokens_of_kind(kind.identity[0], &[], &strings, &shared));
     }
     let mut seen = BTreeSet::new();
     out.retain(|token| seen.insert(token.text.clone()));
@@ -936,13 +960,13 @@ fn module_of(rel: &str) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // The checks on the crate.
 
-fn product_files() -> Vec<SourceFile> {
-    source_files().into_iter().filter(|f| !f.test).collect()
+fn product_files() -> impl Iterator<Item = &'static SourceFile> {
+    source_files().iter().filter(|f| !f.test)
 }
 
 #[test]
 fn every_source_file_is_read_or_is_test_code() {
-    let reached: BTreeSet<String> = source_files().into_iter().map(|f| f.rel).collect();
+    let reached: BTreeSet<&str> = source_files().iter().map(|f| f.rel.as_str()).collect();
     let mut all = Vec::new();
     fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -963,20 +987,18 @@ fn every_source_file_is_read_or_is_test_code() {
                 .to_string_lossy()
                 .replace('\\', "/")
         })
-        .filter(|rel| !reached.contains(rel))
+        .filter(|rel| !reached.contains(rel.as_str()))
         .collect();
     assert!(missed.is_empty(), "files no `mod` declares: {missed:?}");
 }
 
 #[test]
 fn no_file_breaks_the_layers_or_names_a_kind() {
-    let files = source_files();
-    let krate = Crate::of_sources(&files);
+    let krate = Crate::of_sources(source_files());
     let tokens = kind_tokens();
     let mut found = Vec::new();
-    for file in files.iter().filter(|f| !f.test) {
-        let text = std::fs::read_to_string(&file.file).unwrap();
-        found.extend(check_source(&file.rel, &text, &krate, &tokens));
+    for file in product_files() {
+        found.extend(check_source(&file.rel, &file.text, &krate, &tokens));
     }
     assert!(
         found.is_empty(),
@@ -988,20 +1010,21 @@ fn no_file_breaks_the_layers_or_names_a_kind() {
 
 #[test]
 fn every_allowance_is_needed() {
-    let files = product_files();
     let tokens = kind_tokens();
     for (file, token, why) in ALLOWED {
         assert!(!why.is_empty());
         let Some(token) = tokens.iter().find(|t| t.text == *token) else {
             panic!("allowance for {token} in {file}: no kind's token");
         };
-        let source = files
-            .iter()
+        let source = product_files()
             .find(|f| f.rel == *file)
             .unwrap_or_else(|| panic!("allowance for {file}: no such file"));
-        let read = read(&std::fs::read_to_string(&source.file).unwrap()).unwrap();
         assert!(
-            read.literals.iter().any(|(l, _)| stands_in(token, l)),
+            source
+                .read
+                .literals
+                .iter()
+                .any(|(l, _)| stands_in(token, l)),
             "allowance for {} in {file} is not used",
             token.text
         );
@@ -1010,16 +1033,14 @@ fn every_allowance_is_needed() {
 
 /// module -> modules it uses, for every top-level module of src/.
 fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let files = source_files();
-    let krate = Crate::of_sources(&files);
+    let krate = Crate::of_sources(source_files());
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in files.iter().filter(|f| !f.test) {
+    for file in product_files() {
         let Some(own) = file.module.first().filter(|m| *m != "main") else {
             continue;
         };
-        let read = read(&std::fs::read_to_string(&file.file).unwrap()).unwrap();
         let entry = graph.entry(own.clone()).or_default();
-        for (there, _) in modules_named(&krate, &file.module, &read) {
+        for (there, _) in modules_named(&krate, &file.module, &file.read) {
             if let Some(dep) = there.first().filter(|d| *d != own) {
                 entry.insert(dep.clone());
             }
@@ -1078,16 +1099,11 @@ fn mutate_and_validate_do_not_import_each_other() {
 /// (its facade: shared types, a table of its parts) is the module itself, not one of its
 /// parts: its parts may use it and it may use them.
 fn part_graphs() -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
-    let files = source_files();
-    let krate = Crate::of_sources(&files);
+    let krate = Crate::of_sources(source_files());
     let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    for file in files
-        .iter()
-        .filter(|f| !f.test && f.module.first().is_some_and(|m| m != "main"))
-    {
+    for file in product_files().filter(|f| f.module.first().is_some_and(|m| m != "main")) {
         let here = &file.module;
-        let read = read(&std::fs::read_to_string(&file.file).unwrap()).unwrap();
-        for (there, _) in modules_named(&krate, here, &read) {
+        for (there, _) in modules_named(&krate, here, &file.read) {
             if here.starts_with(&there) || there.starts_with(here) {
                 continue;
             }
@@ -1156,7 +1172,7 @@ fn no_module_has_an_import_cycle_among_its_parts() {
 // The checker, on sources written for it.
 
 fn the_crate() -> Crate {
-    Crate::of_sources(&source_files())
+    Crate::of_sources(source_files())
 }
 
 #[test]
