@@ -1235,9 +1235,10 @@ fn paths_resolve_through_use_trees_super_self_own_parts_and_reexports() {
     assert_eq!(at("mod m { use super::b::X; }", &["a"]), ["a::b"]);
 }
 
-/// A file of the lowest layer whose test module holds braces in its strings (which a reader
-/// counting braces would take for the end of the module), then product code with an upward
-/// import and a kind's API group, and a kind named through a macro and an attribute.
+/// A file of the lowest layer whose test module holds braces in its strings (a reader counting
+/// braces would take the module to run to the end of the file, or to end early), then product
+/// code with an upward import and a kind's API group, and a kind named through a macro and an
+/// attribute.
 const PLANTED: &str = r##"
 pub fn parse(text: &str) -> usize { text.len() }
 
@@ -1246,8 +1247,9 @@ mod tests {
     use crate::review;
     #[test]
     fn braces() {
-        assert_eq!(super::parse("}}}"), 3);
+        assert_eq!(super::parse("{{{"), 3);
         assert_eq!(super::parse(r#"{"a": "}"}"#), 8);
+        assert_eq!(super::parse("}"), 1);
         let _ = "ray.io/group";
     }
 }
@@ -1290,13 +1292,13 @@ fn the_checker_reads_past_braces_in_strings_and_skips_only_test_code() {
     assert_eq!(
         lines,
         [
-            "src/json.rs:16: json (layer 0) uses policy (layer 8)",
-            "src/json.rs:17: \"leaderworkerset.x-k8s.io\" names leaderworkerset.x-k8s.io of LeaderWorkerSet",
-            "src/json.rs:22: \"rayClusterSpec\" names rayClusterSpec of RayJob",
-            "src/json.rs:27: \"{}/spec/replicatedJobs\" names replicatedJobs of JobSet",
-            "src/json.rs:27: json (layer 0) uses kinds (layer 2)",
-            "src/json.rs:27: names the kind WorkloadKind::JobSet",
-            "src/json.rs:27: the identifier JobSet names JobSet of JobSet",
+            "src/json.rs:17: json (layer 0) uses policy (layer 8)",
+            "src/json.rs:18: \"leaderworkerset.x-k8s.io\" names leaderworkerset.x-k8s.io of LeaderWorkerSet",
+            "src/json.rs:23: \"rayClusterSpec\" names rayClusterSpec of RayJob",
+            "src/json.rs:28: \"{}/spec/replicatedJobs\" names replicatedJobs of JobSet",
+            "src/json.rs:28: json (layer 0) uses kinds (layer 2)",
+            "src/json.rs:28: names the kind WorkloadKind::JobSet",
+            "src/json.rs:28: the identifier JobSet names JobSet of JobSet",
         ],
         "{found:#?}"
     );
@@ -1310,7 +1312,7 @@ fn the_checker_reads_past_braces_in_strings_and_skips_only_test_code() {
     let found = check_source("kinds/planted.rs", PLANTED, &krate, &tokens);
     assert_eq!(
         found,
-        ["src/kinds/planted.rs:16: kinds (layer 2) uses policy (layer 8)"],
+        ["src/kinds/planted.rs:17: kinds (layer 2) uses policy (layer 8)"],
         "{found:#?}"
     );
 }
