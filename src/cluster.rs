@@ -111,7 +111,7 @@ pub const TRAINER_GROUP: &str = "trainer.kubeflow.org";
 /// The version of the runtimes launchgate reads.
 pub const RUNTIME_VERSION: &str = "v1alpha1";
 /// The namespace of an object that names none (as the API server and `kubectl` place it).
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub use crate::admission::DEFAULT_NAMESPACE;
 
 /// The resource (plural) of a runtime kind: `clustertrainingruntimes` or `trainingruntimes`.
 pub fn runtime_plural(kind: &str) -> &'static str {
