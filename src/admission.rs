@@ -95,7 +95,35 @@ pub fn placed_namespace<'a>(object: &'a Value, namespace: Option<&'a str>) -> Op
     })
 }
 
+/// The namespace of an object that names none (as the API server and `kubectl` place it).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
 impl AdmissionRequest {
+    /// The object's namespace, where its pods' claims are: the request's, else the object's,
+    /// else `default`.
+    pub fn namespace_of<'v>(&'v self, object: &'v Value) -> &'v str {
+        self.namespace
+            .as_deref()
+            .or_else(|| {
+                object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+            })
+            .unwrap_or(DEFAULT_NAMESPACE)
+    }
+
+    /// True when the request is judged as a CREATE, given `admitted`, the old object when
+    /// launchgate admitted it in the queue: a CREATE, or an UPDATE of what it did not admit
+    /// there (an UPDATE that brings the object into the queue, or one of an exempt workload
+    /// from a requester its exemption does not cover).
+    pub fn judged_as_create(&self, admitted: Option<&Value>) -> bool {
+        match self.operation {
+            Operation::Create => true,
+            Operation::Update => admitted.is_none(),
+            _ => false,
+        }
+    }
+
     /// The object's name: `request.name`, else `metadata.name` (empty with `generateName`).
     pub fn object_name<'v>(&'v self, object: &'v Value) -> &'v str {
         if !self.name.is_empty() {

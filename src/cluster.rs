@@ -111,7 +111,7 @@ pub const TRAINER_GROUP: &str = "trainer.kubeflow.org";
 /// The version of the runtimes launchgate reads.
 pub const RUNTIME_VERSION: &str = "v1alpha1";
 /// The namespace of an object that names none (as the API server and `kubectl` place it).
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub use crate::admission::DEFAULT_NAMESPACE;
 
 /// The resource (plural) of a runtime kind: `clustertrainingruntimes` or `trainingruntimes`.
 pub fn runtime_plural(kind: &str) -> &'static str {
@@ -416,10 +416,13 @@ mod tests {
     /// The runtime kinds the cluster view reads are the ones the descriptors name.
     #[test]
     fn the_runtime_kinds_are_the_descriptors() {
-        let rt = WorkloadKind::all().find_map(|k| k.spec().runtime).unwrap();
+        let kind = WorkloadKind::all()
+            .find(|k| k.spec().runtime.is_some())
+            .unwrap();
+        let rt = kind.spec().runtime.unwrap();
         assert_eq!(
-            (rt.cluster, rt.namespaced),
-            (CLUSTER_RUNTIME, NAMESPACED_RUNTIME)
+            (rt.cluster, rt.namespaced, kind.api_group()),
+            (CLUSTER_RUNTIME, NAMESPACED_RUNTIME, TRAINER_GROUP)
         );
     }
 

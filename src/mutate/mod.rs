@@ -70,18 +70,6 @@ pub struct MutationContext<'a> {
 }
 
 impl MutationContext<'_> {
-    /// True when the request is judged as a CREATE: a CREATE, an UPDATE that brings the
-    /// object into this queue (it was no launch workload, or another queue's, so nothing of it
-    /// was judged here), or an UPDATE of an exempt workload from a requester its exemption does
-    /// not cover ([`MutationContext::outside_exemption`]).
-    pub fn judged_as_create(&self) -> bool {
-        match self.request.operation {
-            crate::admission::Operation::Create => true,
-            crate::admission::Operation::Update => self.admitted.is_none(),
-            _ => false,
-        }
-    }
-
     /// True for an UPDATE judged as a CREATE: one that brings the object into this queue, or
     /// one of an exempt workload from a requester its exemption does not cover.
     pub fn update_as_create(&self) -> bool {
@@ -101,15 +89,7 @@ impl MutationContext<'_> {
     /// The workload's namespace, where its pods' claims are: the request's, else the
     /// object's, else `default`.
     pub fn namespace<'v>(&'v self, object: &'v Value) -> &'v str {
-        self.request
-            .namespace
-            .as_deref()
-            .or_else(|| {
-                object
-                    .pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-            })
-            .unwrap_or(crate::cluster::DEFAULT_NAMESPACE)
+        self.request.namespace_of(object)
     }
 
     /// How GPUs are counted for this request: the queue's accelerator map, with the pods'

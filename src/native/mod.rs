@@ -299,9 +299,17 @@ fn queue_gaps(policy: &Policy, queue: &Queue) -> Vec<Gap> {
         );
     }
     if c.visible_devices.enabled {
+        // Where a kind run from a runtime takes a tenant's env (a TrainJob's `spec.trainer.env`).
+        let runtime_env: Vec<String> = WorkloadKind::all()
+            .filter_map(|k| k.spec().runtime.map(|rt| (k, rt)))
+            .map(|(k, rt)| format!("a {}'s {}.{}", k.as_str(), rt.settings.join("."), rt.env))
+            .collect();
         gap(
             "visibleDevices",
-            "NVIDIA_VISIBLE_DEVICES=void in a container that uses a DRA claim whose devices count as no GPU (claims are read from the cluster) and in the ephemeral containers kubectl debug adds (an UPDATE); a tenant's value in a TrainJob's spec.trainer.env or runtime patches, and on an UPDATE",
+            &format!(
+                "NVIDIA_VISIBLE_DEVICES=void in a container that uses a DRA claim whose devices count as no GPU (claims are read from the cluster) and in the ephemeral containers kubectl debug adds (an UPDATE); a tenant's value in {} or runtime patches, and on an UPDATE",
+                runtime_env.join(", ")
+            ),
         );
     }
     // A TrainJob's size is its runtime's: where something bounds a run's size, its rules deny

@@ -199,7 +199,17 @@ fn chain(
         }
         Endpoint::Validate => {
             observer.phase(Phase::Validate);
-            validation::decide(&ctx, queue, object, scope, &runtime, findings, summary)
+            let judged = validation::Judged {
+                kind: target.kind,
+                request,
+                queue,
+                scope,
+                runtime: &runtime,
+                admitted: before.admitted,
+                sidecars: &policy.config.match_rules.sidecar_containers,
+                cluster,
+            };
+            validation::decide(&judged, object, findings, summary)
         }
     })
 }

@@ -43,7 +43,10 @@ pub(super) fn lookup(
     if reference.cluster_scoped.is_none() {
         return RuntimeState::Unknown {
             reference: Some(reference),
-            why: "is not a kind Trainer runs (ClusterTrainingRuntime or TrainingRuntime)".into(),
+            why: format!(
+                "is not a kind Trainer runs ({} or {})",
+                rt.cluster, rt.namespaced
+            ),
         };
     }
     let namespace = namespace
@@ -116,10 +119,11 @@ pub(super) fn untrusted(kind: WorkloadKind, queue: &Queue, object: &Value) -> Op
     }
     let effect = queue.limits.enforcement().effect();
     let message = format!(
-        "queue {:?}: the TrainJob names {}, a namespaced runtime that anyone who can edit the namespace can grow after the TrainJob is admitted, and the queue's {} take runs' sizes only from ClusterTrainingRuntimes (limits.trainingRuntimes: clusterOnly): name a ClusterTrainingRuntime",
+        "queue {:?}: the TrainJob names {}, a namespaced runtime that anyone who can edit the namespace can grow after the TrainJob is admitted, and the queue's {} take runs' sizes only from {cluster}s (limits.trainingRuntimes: clusterOnly): name a {cluster}",
         queue.name,
         named.describe(),
         bounded.join(" and "),
+        cluster = rt.cluster,
     );
     Some(
         Violation::new(rules::LIMITS_TRAINING_RUNTIMES, message)

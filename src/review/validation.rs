@@ -5,45 +5,78 @@
 
 use super::answer::{Decision, Outcome, ReviewSummary, finish};
 use super::runtime::{self, RuntimeState};
-use crate::admission::Operation;
-use crate::mutate::{self, Findings, MutationContext};
+use crate::admission::{AdmissionRequest, Operation};
+use crate::cluster::ClusterView;
+use crate::kinds::WorkloadKind;
+use crate::mutate::{self, Findings};
 use crate::policy::{EXEMPTED_BY_ANNOTATION, Queue, exemption};
 use crate::rules::{self, Effect, Violation, Warning};
 use crate::validate::{self, Scope};
+use crate::workload::consumption::Accounting;
 use serde_json::Value;
+
+/// What the validating stage judges an object by: the request and the object's kind, the
+/// queue and which of its rules apply, the runtime that sizes the run, and what launchgate
+/// admitted before.
+pub(super) struct Judged<'a> {
+    pub kind: WorkloadKind,
+    pub request: &'a AdmissionRequest,
+    pub queue: &'a Queue,
+    pub scope: Scope,
+    /// A TrainJob's runtime, as far as it could be read.
+    pub runtime: &'a RuntimeState,
+    /// On an UPDATE, the old object when launchgate admitted it in this queue; `None` on
+    /// CREATE and on an UPDATE judged as a CREATE.
+    pub admitted: Option<&'a Value>,
+    /// Container names that are sidecars, never training containers (`match.sidecarContainers`).
+    pub sidecars: &'a [String],
+    /// Read-only snapshot of cluster state: the run a child belongs to, the pods' claims.
+    pub cluster: &'a dyn ClusterView,
+}
 
 /// Judges `object` by the queue's validating rules.
 pub(super) fn decide(
-    ctx: &MutationContext<'_>,
-    queue: &Queue,
+    judged: &Judged<'_>,
     object: &Value,
-    scope: Scope,
-    state: &RuntimeState,
     mut findings: Findings,
     mut summary: ReviewSummary,
 ) -> Decision {
+    let Judged {
+        kind,
+        request,
+        queue,
+        scope,
+        runtime: state,
+        admitted,
+        sidecars,
+        cluster,
+    } = *judged;
     // How GPUs are counted: the accelerator map, the pods' claims read from the cluster view
     // in the workload's namespace.
-    let accounting = ctx.accounting(ctx.namespace(object));
+    let accounting = Accounting {
+        accelerators: &queue.accelerators,
+        claims: cluster,
+        namespace: request.namespace_of(object),
+    };
     // The rules outside the queue's limits: each denies or warns by its own setting.
     let mut found: Vec<Violation> = Vec::new();
-    let as_create = ctx.judged_as_create();
+    let as_create = request.judged_as_create(admitted);
     if scope == Scope::Workload && as_create {
-        found.extend(runtime::unverifiable_size(ctx.kind, queue, object, state));
+        found.extend(runtime::unverifiable_size(kind, queue, object, state));
     }
     if as_create {
         found.extend(validate::distributed::denials(
-            ctx.kind,
+            kind,
             &queue.config.pytorch,
             object,
-            ctx.object_name(object),
+            request.object_name(object),
         ));
     }
     // A mark of exemption that launchgate did not write (a controller's pod or child workload
     // carries its owner's, which was judged when the owner was). Only a mark of what was
     // admitted in this queue is kept by an UPDATE.
     if scope == Scope::Workload {
-        let forged = exemption::unearned_marks(ctx.kind, object, ctx.admitted);
+        let forged = exemption::unearned_marks(kind, object, admitted);
         if !forged.is_empty() {
             found.push(
                 Violation::new(
@@ -63,28 +96,28 @@ pub(super) fn decide(
     // controller's pod or a Job of a JobSet has its root's verdict.
     let parent = (scope == Scope::PerPodAndRun)
         .then(|| {
-            let run = ctx.kind.made_by().find(|k| k.spec().runtime.is_some())?;
+            let run = kind.made_by().find(|k| k.spec().runtime.is_some())?;
             let owner = summary.owner.as_ref().map(|o| o.name.as_str());
-            ctx.cluster.workload(
+            cluster.workload(
                 run,
-                ctx.request.namespace.as_deref().unwrap_or_default(),
-                owner.unwrap_or_else(|| ctx.object_name(object)),
+                request.namespace.as_deref().unwrap_or_default(),
+                owner.unwrap_or_else(|| request.object_name(object)),
             )
         })
         .flatten();
     let run_rules = |object: &Value| -> Vec<Violation> {
         match scope {
             Scope::Workload => {
-                let mut out: Vec<Violation> = runtime::untrusted(ctx.kind, queue, object)
+                let mut out: Vec<Violation> = runtime::untrusted(kind, queue, object)
                     .into_iter()
                     .collect();
                 out.extend(
                     validate::guardrails::check(
                         &queue.name,
-                        ctx.kind,
+                        kind,
                         &queue.config.guardrails,
                         object,
-                        ctx.runtime,
+                        state.found(),
                         &accounting,
                     )
                     .violations,
@@ -94,7 +127,7 @@ pub(super) fn decide(
             Scope::PerPodAndRun => validate::guardrails::child_cost(
                 &queue.name,
                 &queue.config.guardrails,
-                ctx.kind,
+                kind,
                 object,
                 parent.as_deref(),
                 &accounting,
@@ -108,13 +141,13 @@ pub(super) fn decide(
     // On an UPDATE of what was admitted, what its rule carries passes with a warning (the rule
     // table's `update`): the Ray autoscaler resizing within what was admitted, Kueue admitting
     // an exempt run.
-    let before = match ctx.admitted {
+    let before = match admitted {
         Some(old) if !now.is_empty() => run_rules(old),
         _ => Vec::new(),
     };
     let before = validate::Admitted::new(&before);
     for v in now {
-        if ctx.admitted.is_some() && before.carries(&v) {
+        if admitted.is_some() && before.carries(&v) {
             let kept = validate::as_carried(v);
             findings.add_warning(Warning::of(&kept));
             summary.unchanged.push(kept);
@@ -127,27 +160,27 @@ pub(super) fn decide(
         &queue.name,
         &queue.limits,
         &validate::Candidate {
-            kind: ctx.kind,
+            kind,
             object,
-            old_object: ctx.admitted,
-            namespace: ctx.request.namespace.as_deref(),
-            operation: &ctx.request.operation,
+            old_object: admitted,
+            namespace: request.namespace.as_deref(),
+            operation: &request.operation,
             scope,
-            runtime: ctx.runtime,
+            runtime: state.found(),
             accounting: &accounting,
         },
-        ctx.sidecars,
+        sidecars,
     );
     // The queue's Kueue labels: a workload's own (a controller's child has its root's), judged
     // on CREATE and UPDATE like a limit.
     if scope == Scope::Workload
         && let Some(cfg) = &queue.config.kueue
-        && matches!(ctx.request.operation, Operation::Create | Operation::Update)
+        && matches!(request.operation, Operation::Create | Operation::Update)
     {
-        let found = mutate::kueue::violations(&queue.name, cfg, ctx.kind, object);
-        let admitted = match ctx.admitted {
+        let found = mutate::kueue::violations(&queue.name, cfg, kind, object);
+        let admitted = match admitted {
             Some(old) if !found.is_empty() => {
-                mutate::kueue::violations(&queue.name, cfg, ctx.kind, old)
+                mutate::kueue::violations(&queue.name, cfg, kind, old)
             }
             _ => Vec::new(),
         };
@@ -157,13 +190,13 @@ pub(super) fn decide(
     // root's), judged on CREATE and UPDATE like a limit.
     if scope == Scope::Workload
         && queue.config.visible_devices.enabled
-        && matches!(ctx.request.operation, Operation::Create | Operation::Update)
+        && matches!(request.operation, Operation::Create | Operation::Update)
     {
         let judge = |object: &Value| {
-            mutate::visible_devices::violations(&queue.name, ctx.kind, object, &accounting)
+            mutate::visible_devices::violations(&queue.name, kind, object, &accounting)
         };
         let found = judge(object);
-        let admitted = match ctx.admitted {
+        let admitted = match admitted {
             Some(old) if !found.is_empty() => judge(old),
             _ => Vec::new(),
         };
@@ -181,7 +214,7 @@ pub(super) fn decide(
         findings.add_violations(report.violations.into_iter().map(|v| v.effect(effect)));
     }
     finish(
-        &ctx.request.uid,
+        &request.uid,
         findings,
         json_patch::Patch(Vec::new()),
         summary,

@@ -36,6 +36,7 @@ pub(crate) use options::parse_slots;
 pub use options::{LogFormat, RegistrationOptions, ServeOptions};
 
 use crate::cluster::{ClusterView, NoCluster};
+use crate::kinds::WorkloadKind;
 use crate::policy::Policy;
 use crate::review::Endpoint;
 use anyhow::{Context, Result};
@@ -253,9 +254,19 @@ pub async fn start_with_event_sink(
             .map(|q| q.key.as_str())
             .collect();
         if !sized.is_empty() {
+            let scaled: Vec<_> = WorkloadKind::all()
+                .filter(|k| k.spec().scale.is_some())
+                .collect();
+            let resources: Vec<String> = scaled
+                .iter()
+                .map(|k| format!("{}/scale", k.spec().resource))
+                .collect();
+            let kinds: Vec<&str> = scaled.iter().map(|k| k.as_str()).collect();
+            let kinds = kinds.join(" or ");
             tracing::warn!(
                 queues = ?sized,
-                "without cluster lookups a Scale (pytorchjobs/scale) cannot be attributed to the PyTorchJob it scales and is allowed: a launch PyTorchJob scaled that way is not held to these queues' totals or GPU-hour ceiling; turn on --cluster-lookups (the chart's clusterLookups)"
+                "without cluster lookups a Scale ({}) cannot be attributed to the {kinds} it scales and is allowed: a launch {kinds} scaled that way is not held to these queues' totals or GPU-hour ceiling; turn on --cluster-lookups (the chart's clusterLookups)",
+                resources.join(", ")
             );
         }
     }

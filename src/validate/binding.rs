@@ -583,9 +583,10 @@ pub(super) struct Ceiling {
 }
 
 /// The resource a limit position bounds per container, as (limits|requests, resource): in a
-/// pod template `spec.<list>[i or *].resources.<limits|requests>.<resource>`, or at a
-/// TrainJob's root `spec.trainer.resourcesPerNode.<limits|requests>.<resource>` (what Trainer
-/// gives the `node` container of every node, so a container position too).
+/// pod template `spec.<list>[i or *].resources.<limits|requests>.<resource>`, or at the root
+/// of a kind run from a runtime, its settings' resources of each node
+/// (`<settings>.<resources>.<limits|requests>.<resource>`, which the runtime's controller gives
+/// the node container of every node, so a container position too).
 fn container_resource_of(anchor: Anchor, path: &FieldPath) -> Option<(String, String)> {
     let (kind, resource) = match (anchor, path.0.as_slice()) {
         (
@@ -608,12 +609,18 @@ fn container_resource_of(anchor: Anchor, path: &FieldPath) -> Option<(String, St
             Anchor::Root,
             [
                 Segment::Key(spec),
-                Segment::Key(trainer),
+                Segment::Key(settings),
                 Segment::Key(per_node),
                 Segment::Key(kind),
                 Segment::Key(resource),
             ],
-        ) if spec == "spec" && trainer == "trainer" && per_node == "resourcesPerNode" => {
+        ) if WorkloadKind::all()
+            .filter_map(|k| k.spec().runtime)
+            .any(|rt| {
+                rt.settings == [spec.as_str(), settings.as_str()]
+                    && rt.resources == per_node.as_str()
+            }) =>
+        {
             (kind, resource)
         }
         _ => return None,
