@@ -3,8 +3,10 @@
 //! seen in an Event and in `launchgate_violations_total`; the queue switched to `deny` by an
 //! upgrade; the same run refused), docs/upgrade.md (an upgrade passing the values file again,
 //! and the release's history) and docs/uninstall.md (`helm uninstall`, then nothing
-//! of the release left); then the chart README's own install and uninstall (docs/chart.md, from
-//! charts/launchgate/README.md) once more, into the namespace the first uninstall left. Each block the test runs carries the marker
+//! of the release left); then the chart README's own install, dry run and uninstall
+//! (docs/chart.md, from charts/launchgate/README.md) into the namespace the first uninstall
+//! left; and once more its install, this time with the namespace deleted first, which strands
+//! the cluster-scoped objects until docs/uninstall.md's deletes by label. Each block the test runs carries the marker
 //! `<!-- docs-test: covered by e2e::install_path::… -->` on the line before its fence; the
 //! blocks are read from the pages and run with `sh -e`, their exit codes checked, with
 //! `scripts/helm` (the real Helm library, helm-sdkpy, behind helm's command line) as `helm`, the
@@ -23,6 +25,8 @@
 //!   `localhost:8080` (the admin port) is the running server's admin address.
 //! - `docker build`/`docker push` are left out (no registry); the image is never pulled.
 //! - The placeholder `<version>` is a new tag.
+//! - The chart README's dry run names no namespace: it runs with a kubeconfig whose current
+//!   namespace is the tenants'.
 //! - The tenants' namespace `team-a` gets a name of its own, created by the page's block before
 //!   the install (so no other launchgate of the suite ever judges it: it is labelled away from
 //!   the suite's own server at once).
@@ -53,8 +57,18 @@ const MARKER: &str = "<!-- docs-test: covered by e2e::install_path::the_document
 /// The new image tag the upgrade block's `<version>` stands for.
 const NEW_TAG: &str = "0.1.1";
 
-/// The `sh` blocks of `page` marked for this test: (line of the fence, lines).
-fn marked_blocks(page: &str) -> Result<Vec<(usize, Vec<String>)>> {
+/// A block of a page marked for this test.
+struct Block {
+    /// The line of its opening fence.
+    line: usize,
+    /// Its commands: the lines of an `sh` block, the `$ ` lines of a `console` block.
+    commands: Vec<String>,
+    /// What a `console` block shows the commands print.
+    output: Option<Vec<String>>,
+}
+
+/// The `sh` and `console` blocks of `page` marked for this test.
+fn marked_blocks(page: &str) -> Result<Vec<Block>> {
     let text = std::fs::read_to_string(crate::common::root().join(page))?;
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
@@ -62,17 +76,29 @@ fn marked_blocks(page: &str) -> Result<Vec<(usize, Vec<String>)>> {
         if line.trim() != MARKER {
             continue;
         }
+        let fence = lines.get(i + 1).map(|l| l.trim());
         ensure!(
-            lines.get(i + 1).map(|l| l.trim()) == Some("```sh"),
-            "{page}:{}: the marker is not right before a ```sh fence",
+            fence == Some("```sh") || fence == Some("```console"),
+            "{page}:{}: the marker is not right before a ```sh or ```console fence",
             i + 1
         );
-        let body: Vec<String> = lines[i + 2..]
-            .iter()
-            .take_while(|l| l.trim() != "```")
-            .map(|l| l.to_string())
-            .collect();
-        out.push((i + 2, body));
+        let body = lines[i + 2..].iter().take_while(|l| l.trim() != "```");
+        let block = if fence == Some("```sh") {
+            Block {
+                line: i + 2,
+                commands: body.map(|l| l.to_string()).collect(),
+                output: None,
+            }
+        } else {
+            let (commands, output): (Vec<&str>, Vec<&str>) =
+                body.partition(|l| l.starts_with("$ "));
+            Block {
+                line: i + 2,
+                commands: commands.iter().map(|l| l[2..].to_string()).collect(),
+                output: Some(output.iter().map(|l| l.to_string()).collect()),
+            }
+        };
+        out.push(block);
     }
     Ok(out)
 }
@@ -127,43 +153,61 @@ impl Shell {
         })
     }
 
-    /// The script of the block of `page` marked for this test whose first line starts with
-    /// `first`, adapted: lines that need a kubelet or a registry left out, the substitutions
+    /// The block of `page` marked for this test whose first command starts with `first`, its
+    /// commands adapted: lines that need a kubelet or a registry left out, the substitutions
     /// made.
-    fn script(&mut self, page: &'static str, first: &str) -> Result<String> {
-        let blocks = marked_blocks(page)?;
-        let found: Vec<_> = blocks
-            .iter()
-            .filter(|(_, body)| body.first().is_some_and(|l| l.starts_with(first)))
+    fn block(&mut self, page: &'static str, first: &str) -> Result<Block> {
+        let found: Vec<Block> = marked_blocks(page)?
+            .into_iter()
+            .filter(|b| b.commands.first().is_some_and(|l| l.starts_with(first)))
             .collect();
         ensure!(
             found.len() == 1,
             "{page}: {} marked blocks start with {first:?}",
             found.len()
         );
-        let (line, body) = found[0];
-        self.run.insert((page, *line));
-        let mut script = Vec::new();
-        for l in body {
-            if l.contains("rollout status")
-                || l.contains("port-forward")
-                || l.starts_with("docker ")
-            {
-                continue;
-            }
-            let mut l = l.clone();
-            for (from, to) in &self.substitutions {
-                l = l.replace(from.as_str(), to);
-            }
-            script.push(l);
-        }
-        Ok(script.join("\n"))
+        let mut block = found.into_iter().next().context("a block")?;
+        self.run.insert((page, block.line));
+        block.commands = block
+            .commands
+            .into_iter()
+            .filter(|l| {
+                !(l.contains("rollout status")
+                    || l.contains("port-forward")
+                    || l.starts_with("docker "))
+            })
+            .map(|mut l| {
+                for (from, to) in &self.substitutions {
+                    l = l.replace(from.as_str(), to);
+                }
+                l
+            })
+            .collect();
+        Ok(block)
     }
 
-    /// Runs that block with `sh -e`; it must exit `code`.
+    /// The adapted script of that block.
+    fn script(&mut self, page: &'static str, first: &str) -> Result<String> {
+        Ok(self.block(page, first)?.commands.join("\n"))
+    }
+
+    /// Runs that block with `sh -e`; it must exit `code`, and a `console` block's commands must
+    /// print what it shows.
     fn run(&mut self, page: &'static str, first: &str, code: i32) -> Result<Ran> {
-        let script = self.script(page, first)?;
-        let child = self.spawn(&script)?;
+        self.run_with(page, first, code, &self.kubeconfig.clone())
+    }
+
+    /// [`Shell::run`] with `kubeconfig`.
+    fn run_with(
+        &mut self,
+        page: &'static str,
+        first: &str,
+        code: i32,
+        kubeconfig: &Path,
+    ) -> Result<Ran> {
+        let block = self.block(page, first)?;
+        let script = block.commands.join("\n");
+        let child = self.spawn_with(&script, kubeconfig)?;
         let out = child.wait_with_output()?;
         let ran = Ran {
             stdout: String::from_utf8_lossy(&out.stdout).into(),
@@ -176,10 +220,39 @@ impl Shell {
             out.status.code(),
             ran.all()
         );
+        if let Some(shown) = &block.output {
+            let printed: Vec<&str> = ran.stdout.lines().map(str::trim_end).collect();
+            let shown: Vec<&str> = shown.iter().map(|l| l.trim_end()).collect();
+            ensure!(
+                printed == shown,
+                "{page}: `{first}…` printed\n{}\nnot what the page shows:\n{}",
+                printed.join("\n"),
+                shown.join("\n")
+            );
+        }
         Ok(ran)
     }
 
+    /// A kubeconfig of the same API server whose current namespace is `ns` (where a page's
+    /// kubectl goes without `-n`).
+    fn kubeconfig_in(&self, ns: &str) -> Result<PathBuf> {
+        let mut config: Value = serde_yaml::from_str(&std::fs::read_to_string(&self.kubeconfig)?)?;
+        for context in config["contexts"]
+            .as_array_mut()
+            .context("kubeconfig contexts")?
+        {
+            context["context"]["namespace"] = json!(ns);
+        }
+        let path = self.dir.path().join(format!("kubeconfig-{ns}"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+        Ok(path)
+    }
+
     fn spawn(&self, script: &str) -> Result<std::process::Child> {
+        self.spawn_with(script, &self.kubeconfig)
+    }
+
+    fn spawn_with(&self, script: &str, kubeconfig: &Path) -> Result<std::process::Child> {
         let path = format!(
             "{}:{}",
             self.bin.display(),
@@ -189,7 +262,7 @@ impl Shell {
             .args(["-ec", script])
             .current_dir(self.dir.path())
             .env("PATH", path)
-            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -519,6 +592,16 @@ pub async fn the_documented_install_path_warns_denies_and_leaves_nothing(ctx: &C
 
 /// The pages' blocks in the order a reader runs them, each step's effect asserted.
 async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) -> Result<()> {
+    // The `helm` the pages run refuses what it does not do, before touching the cluster.
+    let refused = shell
+        .spawn("helm install launchgate charts/launchgate --namespace launchgate --atomic")?
+        .wait_with_output()?;
+    ensure!(
+        refused.status.code() == Some(2)
+            && String::from_utf8_lossy(&refused.stderr)
+                .contains("unrecognized arguments: --atomic"),
+        "helm took a flag it does not know: {refused:?}"
+    );
     // The tenants' namespace first, kept from the suite's own launchgate.
     shell.run(INSTALL, "kubectl create namespace", 0)?;
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
@@ -565,6 +648,13 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
             },
         )
         .await?;
+
+    // 4. The webhooks the pods registered, as the page shows them.
+    shell.run(
+        INSTALL,
+        "kubectl get validatingwebhookconfiguration launchgate",
+        0,
+    )?;
 
     // 5. The Job over the limit: warned, admitted, mutated.
     let created = shell.run(INSTALL, "cat > over-the-limit.yaml", 0)?;
@@ -679,13 +769,104 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
             || async { Ok(probe_limit(&tenant).await?.0 == 403) },
         )
         .await?;
+    // Its dry run, in the reader's current namespace (the tenants').
+    let tried = shell.run_with(
+        CHART,
+        "cat > demo-job.yaml",
+        0,
+        &shell.kubeconfig_in(tenant_name)?,
+    )?;
+    let demo: Value = serde_yaml::from_str(&tried.stdout)?;
+    let container = &demo["spec"]["template"]["spec"]["containers"][0];
+    ensure!(
+        demo["metadata"]["namespace"] == tenant_name
+            && demo["spec"]["backoffLimit"] == 0
+            && demo["spec"]["ttlSecondsAfterFinished"].is_number()
+            && container["securityContext"].is_object()
+            && container["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["name"] == "NVIDIA_VISIBLE_DEVICES" && e["value"] == "void")
+            && demo["metadata"]["labels"]["launchgate.io/queue"] == "gpu-queue"
+            && crate::ctx::mutations(&demo).is_some(),
+        "the dry run does not show what the page says: {demo}"
+    );
+    ensure!(
+        tenant.get(&demo, "demo").await?.is_none(),
+        "the dry run created the Job"
+    );
     uninstall_and_check(ctx, shell, pods, &tenant, CHART).await?;
+
+    // Installed once more, then its namespace deleted first: the cluster-scoped objects stay,
+    // and the deny queue's fail-closed webhook refuses even a run within the limits, until the
+    // page's deletes by label.
+    shell.run(CHART, "helm install launchgate charts/launchgate", 0)?;
+    pods.roll(ctx, tenant_name).await?;
+    tenant
+        .wait_for(
+            "the Job to be refused after the second reinstall",
+            Duration::from_secs(30),
+            || async { Ok(probe_limit(&tenant).await?.0 == 403) },
+        )
+        .await?;
+    namespaces.delete(RELEASE, &Default::default()).await?;
+    tenant
+        .wait_for(
+            "the release namespace to be gone",
+            Duration::from_secs(90),
+            || async { Ok(namespaces.get_opt(RELEASE).await?.is_none()) },
+        )
+        .await?;
+    pods.stop();
+    let check = "kubectl get mutatingwebhookconfigurations";
+    let stranded = shell.run(UNINSTALL, check, 0)?;
+    ensure!(
+        stranded
+            .stdout
+            .contains("validatingwebhookconfiguration.admissionregistration.k8s.io/launchgate")
+            && stranded
+                .stdout
+                .contains("clusterrole.rbac.authorization.k8s.io/launchgate-webhooks"),
+        "the namespace's deletion took the cluster-scoped objects too: {}",
+        stranded.stdout
+    );
+    let within = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "within-the-limit",
+            "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": "gpu-queue"}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
+            "name": "train", "image": "busybox:1.36",
+            "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
+    tenant
+        .wait_for(
+            "a run within the limits to be refused by the stranded webhook",
+            Duration::from_secs(30),
+            || async {
+                let (status, body, _) = tenant.create_raw(&within, true).await?;
+                Ok(status != 201 && body.to_string().contains("failed calling webhook"))
+            },
+        )
+        .await?;
+    shell.run(UNINSTALL, "kubectl delete mutatingwebhookconfigurations", 0)?;
+    let left = shell.run(UNINSTALL, check, 0)?;
+    ensure!(
+        left.stdout.trim().is_empty(),
+        "left after the deletes by label:\n{}",
+        left.stdout
+    );
+    tenant
+        .wait_for(
+            "a run within the limits to be admitted again",
+            Duration::from_secs(30),
+            || async { Ok(tenant.create_raw(&within, true).await?.0 == 201) },
+        )
+        .await?;
 
     // Every block marked for this test was run.
     let mut marked = BTreeSet::new();
     for page in [INSTALL, UPGRADE, UNINSTALL, CHART] {
-        for (line, _) in marked_blocks(page)? {
-            marked.insert((page, line));
+        for block in marked_blocks(page)? {
+            marked.insert((page, block.line));
         }
     }
     let unrun: Vec<_> = marked.difference(&shell.run).collect();
