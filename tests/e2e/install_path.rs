@@ -1,7 +1,8 @@
 //! The documented install path, run as the pages write it: docs/install.md (your first queue
 //! in `warn` mode, checked, installed with Helm; a run over the limit admitted with a warning,
 //! seen in an Event and in `launchgate_violations_total`; the queue switched to `deny` by an
-//! upgrade; the same run refused), docs/upgrade.md (an upgrade passing the values file again,
+//! upgrade; the same run refused; before that, the chart README's scheduled audit turned on with
+//! `--reuse-values` and its PolicyReports listed), docs/upgrade.md (an upgrade passing the values file again,
 //! and the release's history) and docs/uninstall.md (`helm uninstall`, then nothing
 //! of the release left); then the chart README's own install, dry run and uninstall
 //! (docs/chart.md, from charts/launchgate/README.md) into the namespace the first uninstall
@@ -23,6 +24,9 @@
 //!   service account, then its phase set to what the command returned.
 //! - `kubectl port-forward` needs a pod: the line is left out and the page's
 //!   `localhost:8080` (the admin port) is the running server's admin address.
+//! - The scheduled audit's CronJob would start its pod at the next half hour: the test runs that
+//!   pod's container (its arguments and environment, the ConfigMap's config where its volume puts
+//!   it) as the audit's service account, as the kubelet would.
 //! - `docker build`/`docker push` are left out (no registry); the image is never pulled.
 //! - The placeholder `<version>` is a new tag.
 //! - The chart README's dry run names no namespace: it runs with a kubeconfig whose current
@@ -37,6 +41,7 @@ use crate::native_rbac::kubeconfig_as;
 use crate::webhook::{Launchgate, UNREGISTERED_LABEL};
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -480,6 +485,65 @@ async fn uninstall(
     Ok(ran)
 }
 
+/// The scheduled audit's run, as the CronJob's pod would run it: its container's arguments and
+/// environment with the built binary, the ConfigMap's config where its volume puts it, as the
+/// audit's service account (retried while its RBAC reaches the authorizer): it must succeed
+/// with every list it makes allowed.
+async fn scheduled_audit(ctx: &Ctx, pods: &Pods) -> Result<()> {
+    let cronjobs: Api<CronJob> = Api::namespaced(ctx.client.clone(), RELEASE);
+    let name = format!("{RELEASE}-audit");
+    let cronjob = serde_json::to_value(cronjobs.get(&name).await?)?;
+    ensure!(
+        cronjob["spec"]["schedule"] == "*/30 * * * *",
+        "the audit's schedule: {}",
+        cronjob["spec"]["schedule"]
+    );
+    let container = &cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    let (_, config) = installed(ctx).await?;
+    let dir = pods.dir.path().join("audit");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("config.yaml"), config)?;
+    let mut env: Vec<(String, String)> = Vec::new();
+    for var in container["env"].as_array().into_iter().flatten() {
+        let (Some(key), Some(value)) = (var["name"].as_str(), var["value"].as_str()) else {
+            continue;
+        };
+        // The ConfigMap's volume is mounted at /etc/launchgate/config.
+        let value = value.replace("/etc/launchgate/config", &dir.display().to_string());
+        env.push((key.to_string(), value));
+    }
+    let user = format!("system:serviceaccount:{RELEASE}:{name}");
+    let kubeconfig = kubeconfig_as(ctx, &user, &dir)?;
+    let mut last = String::new();
+    for _ in 0..20 {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_launchgate"))
+            .args(&args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("KUBECONFIG", &kubeconfig)
+            .output()?;
+        last = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() && !last.contains("could not be listed") {
+            println!(
+                "e2e: the scheduled audit `launchgate {}` as {user}:\n{last}",
+                args.join(" ")
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    bail!("the scheduled audit failed as {user}: {last}")
+}
+
 /// `page`'s `helm uninstall` block, then uninstall.md's checks: they list the release's
 /// webhook configurations, RBAC and objects before, and nothing after; nor is anything left of
 /// Helm's release records, and the tenants' Job is created as written.
@@ -706,10 +770,38 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
         seen.stdout
     );
 
+    // The chart README's scheduled audit, turned on with --reuse-values while the queue warns:
+    // the config kept; its run (played as the CronJob's pod would run it) reports the Job.
+    shell.run(
+        CHART,
+        "helm upgrade launchgate charts/launchgate -n launchgate --reuse-values",
+        0,
+    )?;
+    installed_config_is(ctx, shell, "warn").await?;
+    scheduled_audit(ctx, pods).await?;
+    let reports = shell.run(CHART, "kubectl get policyreports", 0)?;
+    ensure!(
+        reports
+            .stdout
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(tenant_name)),
+        "no report for {tenant_name}: {}",
+        reports.stdout
+    );
+
     // 7. Deny: the config checked again, upgraded, the same Job refused.
     let upgraded = shell.run(INSTALL, "sed -i.bak", 0)?;
     ensure!(upgraded.stdout.contains("my-config.yaml: ok (1 queue(s))"));
-    ensure!(upgraded.stdout.contains("REVISION: 2"));
+    ensure!(upgraded.stdout.contains("REVISION: 3"));
+    // The values file again, without --reuse-values: the audit is off as the file leaves it.
+    let cronjobs: Api<CronJob> = Api::namespaced(ctx.client.clone(), RELEASE);
+    ensure!(
+        cronjobs
+            .get_opt(&format!("{RELEASE}-audit"))
+            .await?
+            .is_none(),
+        "the audit CronJob outlived an upgrade without it"
+    );
     installed_config_is(ctx, shell, "deny").await?;
     pods.roll(ctx, tenant_name).await?;
     tenant
@@ -741,9 +833,9 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
             || async { Ok(probe_limit(&tenant).await?.0 == 403) },
         )
         .await?;
-    // The history: the install and both upgrades.
+    // The history: the install and the three upgrades.
     let history = shell.run(UPGRADE, "helm history", 0)?;
-    for revision in ["1", "2", "3"] {
+    for revision in ["1", "2", "3", "4"] {
         ensure!(
             history
                 .stdout
