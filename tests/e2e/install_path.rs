@@ -603,17 +603,17 @@ async fn uninstall_and_check(
 /// install and uninstall do the same once more.
 pub async fn the_documented_install_path_warns_denies_and_leaves_nothing(ctx: &Ctx) -> Result<()> {
     let helm = std::process::Command::new("python3")
-        .args(["-c", "import helm_sdkpy, yaml"])
+        .args(["-c", "import helm_sdkpy"])
         .output();
     if !helm.is_ok_and(|o| o.status.success()) {
         let required =
             std::env::var("LAUNCHGATE_HELM_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0");
         ensure!(
             !required,
-            "LAUNCHGATE_HELM_REQUIRED: python3 cannot import helm_sdkpy and yaml \
-             (pip install --ignore-requires-python helm-sdkpy pyyaml)"
+            "LAUNCHGATE_HELM_REQUIRED: python3 cannot import helm_sdkpy \
+             (pip install --ignore-requires-python helm-sdkpy)"
         );
-        println!("SKIPPED: the install path needs python3 with helm-sdkpy and pyyaml");
+        println!("SKIPPED: the install path needs python3 with helm-sdkpy");
         return Ok(());
     }
     let tenant_name = format!("team-a-{}", &ctx.ns[ctx.ns.len() - 4..]);
