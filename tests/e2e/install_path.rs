@@ -789,9 +789,19 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
         reports.stdout
     );
 
-    // 7. Deny: the config checked again, upgraded, the same Job refused.
-    let upgraded = shell.run(INSTALL, "sed -i.bak", 0)?;
-    ensure!(upgraded.stdout.contains("my-config.yaml: ok (1 queue(s))"));
+    // 7. Deny: the config switched, checked and audited as upgrade.md's "Before the upgrade"
+    // says (the running Job would be refused: exit 1), then upgraded; the same Job refused.
+    shell.run(INSTALL, "sed -i.bak", 0)?;
+    let before = shell.run(UPGRADE, "launchgate check-config my-config.yaml", 1)?;
+    ensure!(
+        before.stdout.contains("my-config.yaml: ok (1 queue(s))")
+            && before.stdout.lines().any(|l| {
+                l.starts_with(tenant_name) && l.contains("over-the-limit") && l.contains("FAIL")
+            }),
+        "the audit does not find the running Job the new config refuses: {}",
+        before.all()
+    );
+    let upgraded = shell.run(INSTALL, "{ echo 'image:", 0)?;
     ensure!(upgraded.stdout.contains("REVISION: 3"));
     // The values file again, without --reuse-values: the audit is off as the file leaves it.
     let cronjobs: Api<CronJob> = Api::namespaced(ctx.client.clone(), RELEASE);
