@@ -1,18 +1,23 @@
-//! The documented install path, run as the pages write it: docs/install.md (your first queue
-//! in `warn` mode, checked, installed with Helm; a run over the limit admitted with a warning,
-//! seen in an Event and in `launchgate_violations_total`; the queue switched to `deny` by an
-//! upgrade; the same run refused; before that, the chart README's scheduled audit turned on with
-//! `--reuse-values` and its PolicyReports listed), docs/upgrade.md (an upgrade passing the values file again,
-//! and the release's history) and docs/uninstall.md (`helm uninstall`, then nothing
-//! of the release left); then the chart README's own install, dry run and uninstall
-//! (docs/chart.md, from charts/launchgate/README.md) into the namespace the first uninstall
-//! left; and once more its install, this time with the namespace deleted first, which strands
-//! the cluster-scoped objects until docs/uninstall.md's deletes by label. Each block the test runs carries the marker
-//! `<!-- docs-test: covered by e2e::install_path::… -->` on the line before its fence; the
-//! blocks are read from the pages and run with `sh -e`, their exit codes checked, with
-//! `scripts/helm` (the real Helm library, helm-sdkpy, behind helm's command line) as `helm`, the
-//! built `launchgate` and kubectl on `PATH`, and `KUBECONFIG` the suite's real API server: every
-//! Helm action is a real install, upgrade, rollback or uninstall of the chart there.
+//! The documented install path, run as the pages write it. docs/install.md: your first queue in
+//! `warn` mode, checked, installed with Helm and its values file; the webhooks it registers; a
+//! run over the limit admitted with a warning, seen in Events and in
+//! `launchgate_violations_total`; the chart README's scheduled audit turned on with
+//! `--reuse-values`, its PolicyReports listed; the queue switched to `deny` — checked and
+//! audited first with docs/upgrade.md's "Before the upgrade" block (the running Job is listed),
+//! then upgraded; the same run refused. docs/upgrade.md: an upgrade passing the values file
+//! again with a new tag, and the release's history. docs/uninstall.md: `helm uninstall`, then
+//! nothing of the release left. Then the chart README's own install, dry run and uninstall
+//! (docs/chart.md, generated from charts/launchgate/README.md) into the namespace the first
+//! uninstall left; and its install once more, with the namespace deleted first, which strands
+//! the cluster-scoped objects until docs/uninstall.md's deletes by label.
+//!
+//! Each block the test runs carries the marker `<!-- docs-test: covered by
+//! e2e::install_path::… -->` on the line before its fence, and the test fails if a marked block
+//! was not run. The blocks are read from the pages and run with `sh -e`, their exit codes
+//! checked (and a `console` block's output compared), with `scripts/helm` (the real Helm
+//! library, helm-sdkpy, behind helm's command line) as `helm`, the built `launchgate` and
+//! kubectl on `PATH`, and `KUBECONFIG` the suite's real API server: every Helm action is a real
+//! install, upgrade or uninstall of the chart there.
 //!
 //! What cannot run here literally, and what stands in for it (the smallest substitution each):
 //! - There is no kubelet, so the chart's Deployment never runs a pod: after each Helm action the
@@ -596,11 +601,14 @@ async fn uninstall_and_check(
 
 /// The install path end to end (see the module's comment): every step's effect on the real
 /// API server — the checked config is the installed one; warned and admitted (mutated) in
-/// `warn`; the Event and the counter; refused after the upgrade to `deny`; an upgrade with the
-/// values file keeps the config and takes the new tag, and the history lists every revision;
-/// after the uninstall no webhook configuration, admission policy, RBAC object or object of the
-/// release in its namespace is left, and the Job is admitted untouched; the chart README's
-/// install and uninstall do the same once more.
+/// `warn`; the Event and the counter; the audit's PolicyReport; the audit of the `deny` config
+/// lists the running Job; refused after the upgrade to `deny`; an upgrade with the values file
+/// keeps the config and takes the new tag, and the history lists every revision; after the
+/// uninstall no webhook configuration, admission policy, RBAC object or object of the release
+/// in its namespace is left, and the Job is admitted untouched; the chart README's install and
+/// uninstall do the same once more, its dry run shows the mutations; with the namespace deleted
+/// first, the stranded fail-closed webhook refuses a run within the limits until the deletes
+/// by label.
 pub async fn the_documented_install_path_warns_denies_and_leaves_nothing(ctx: &Ctx) -> Result<()> {
     let helm = std::process::Command::new("python3")
         .args(["-c", "import helm_sdkpy"])
