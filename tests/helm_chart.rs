@@ -1784,6 +1784,9 @@ fn scheduled_audit_renders_a_cronjob_with_read_only_rbac() {
         ("batch", "jobs"),
         ("batch.volcano.sh", "jobs"),
         ("kubeflow.org", "pytorchjobs"),
+        // The runtimes the audit lists to size the TrainJobs that name one.
+        ("trainer.kubeflow.org", "trainingruntimes"),
+        ("trainer.kubeflow.org", "clustertrainingruntimes"),
     ] {
         for v in ["get", "list"] {
             assert!(

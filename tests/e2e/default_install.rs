@@ -58,7 +58,7 @@ const PLUMBING: [&str; 15] = [
 /// lookups, Events, registering the webhooks (their rules, selectors, failure policies,
 /// `matchConditions`). The webhooks' namespace selector is the chart's narrowed to `ns`, so
 /// other tests' namespaces never reach this server.
-fn serve_flags(objects: &[Value], ns: &str) -> Result<Vec<String>> {
+pub(crate) fn serve_flags(objects: &[Value], ns: &str) -> Result<Vec<String>> {
     let env = objects
         .iter()
         .find(|o| o["kind"] == "Deployment")

@@ -26,6 +26,7 @@ mod ctx;
 mod default_install;
 mod documented;
 mod guardrails;
+mod install_path;
 mod jobset_order;
 mod launch_stack;
 mod mpijob;
@@ -226,6 +227,13 @@ fn tests() -> Vec<E2eTest> {
         e2e!(
             default_install::a_default_install_touches_only_launch_workloads,
             unregistered
+        ),
+        // The pages' release is cluster-wide (`launchgate`), and its uninstall checks find
+        // nothing of any release labelled launchgate's: alone.
+        e2e!(
+            install_path::the_documented_install_path_warns_denies_and_leaves_nothing,
+            unregistered,
+            alone
         ),
         e2e!(native::admission_cost_webhook_vs_native, alone),
     ]
