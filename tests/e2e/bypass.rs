@@ -3,7 +3,9 @@
 //! against `serve` running with the chart's rights in `policyMode: hybrid` with
 //! `webhook.registration: server`: the webhooks it registers and the native policies it keeps
 //! both leave the admission path and stay out while it runs, through many re-registration
-//! periods and a config change, and come back with the way back.
+//! periods and a config change, and come back with the way back. The chart README
+//! (charts/launchgate/README.md, the site's docs/chart.md) shows the same two blocks, which
+//! tests/docs_site.rs holds equal to the runbook's.
 
 use crate::ctx::{Ctx, manifest};
 use crate::native::{containers_mut, create_in};

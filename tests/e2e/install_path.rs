@@ -49,7 +49,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -60,6 +62,8 @@ const UPGRADE: &str = "docs/upgrade.md";
 const UNINSTALL: &str = "docs/uninstall.md";
 /// The chart's README as a page of the site (generated from charts/launchgate/README.md).
 const CHART: &str = "docs/chart.md";
+/// The repository's README, whose install block is the chart README's.
+const README: &str = "README.md";
 /// The pages' release name and namespace.
 const RELEASE: &str = "launchgate";
 /// The marker of the blocks this test runs.
@@ -77,38 +81,32 @@ struct Block {
     output: Option<Vec<String>>,
 }
 
-/// The `sh` and `console` blocks of `page` marked for this test.
+/// The `sh` and `console` blocks of `page` marked for this test (read as the docs test reads
+/// pages, `common::docs`).
 fn marked_blocks(page: &str) -> Result<Vec<Block>> {
-    let text = std::fs::read_to_string(crate::common::root().join(page))?;
-    let lines: Vec<&str> = text.lines().collect();
+    let marker = MARKER
+        .strip_prefix("<!-- docs-test: ")
+        .and_then(|m| m.strip_suffix(" -->"))
+        .context("the marker's form")?;
     let mut out = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim() != MARKER {
-            continue;
-        }
-        let fence = lines.get(i + 1).map(|l| l.trim());
-        ensure!(
-            fence == Some("```sh") || fence == Some("```console"),
-            "{page}:{}: the marker is not right before a ```sh or ```console fence",
-            i + 1
-        );
-        let body = lines[i + 2..].iter().take_while(|l| l.trim() != "```");
-        let block = if fence == Some("```sh") {
-            Block {
-                line: i + 2,
-                commands: body.map(|l| l.to_string()).collect(),
+    for block in crate::common::docs::marked_blocks(page, marker) {
+        let line = block.line;
+        out.push(match block.lang.as_str() {
+            "sh" => Block {
+                line,
+                commands: block.body,
                 output: None,
+            },
+            "console" => {
+                let steps = crate::common::docs::steps(&block.body);
+                Block {
+                    line,
+                    commands: steps.iter().map(|s| s.command.clone()).collect(),
+                    output: Some(steps.into_iter().flat_map(|s| s.expected).collect()),
+                }
             }
-        } else {
-            let (commands, output): (Vec<&str>, Vec<&str>) =
-                body.partition(|l| l.starts_with("$ "));
-            Block {
-                line: i + 2,
-                commands: commands.iter().map(|l| l[2..].to_string()).collect(),
-                output: Some(output.iter().map(|l| l.to_string()).collect()),
-            }
-        };
-        out.push(block);
+            other => bail!("{page}:{line}: a marked ```{other} block (```sh or ```console)"),
+        });
     }
     Ok(out)
 }
@@ -635,14 +633,15 @@ pub async fn the_documented_install_path_warns_denies_and_leaves_nothing(ctx: &C
     };
     let result = path(ctx, &mut shell, &mut pods, &tenant_name).await;
     pods.stop();
-    let result = result.with_context(|| {
+    // The cause first (the harness prints the error's outermost message only).
+    let result = result.map_err(|e| {
         let log = pods
             .dir
             .path()
             .join(format!("rollout-{}", pods.rollouts))
             .join("launchgate.log");
-        format!(
-            "the release's launchgate log ends:\n{}",
+        anyhow::anyhow!(
+            "{e:#}\nthe release's launchgate log ends:\n{}",
             crate::cluster::tail(&log, 80)
         )
     });
@@ -972,9 +971,33 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
         )
         .await?;
 
+    // README.md's install: the chart's defaults, the reader's image; and uninstalled again.
+    shell.run(README, "helm install launchgate charts/launchgate", 0)?;
+    ensure!(image(ctx).await? == "registry.example.com/launchgate:0.1.0");
+    pods.roll(ctx, tenant_name).await?;
+    // The pod registers the mutating configuration, then the validating one.
+    let validating: Api<DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingWebhookConfiguration",
+            ),
+            "validatingwebhookconfigurations",
+        ),
+    );
+    ctx.wait_for(
+        "the default install's validating webhooks",
+        Duration::from_secs(30),
+        || async { Ok(validating.get_opt(RELEASE).await?.is_some()) },
+    )
+    .await?;
+    uninstall_and_check(ctx, shell, pods, &tenant, CHART).await?;
+
     // Every block marked for this test was run.
     let mut marked = BTreeSet::new();
-    for page in [INSTALL, UPGRADE, UNINSTALL, CHART] {
+    for page in [INSTALL, UPGRADE, UNINSTALL, CHART, README] {
         for block in marked_blocks(page)? {
             marked.insert((page, block.line));
         }
