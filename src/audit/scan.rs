@@ -315,7 +315,13 @@ pub async fn run(
     if opts.write_policy_reports {
         let format = opts.report_format;
         if serves(&client, &format.resource()).await? {
-            report.policy_reports = write_policy_reports(&client, format, &report.entries).await?;
+            let (written, skipped) = write_policy_reports(&client, format, &report.entries).await?;
+            report.policy_reports = written;
+            report.notes.extend(
+                skipped
+                    .into_iter()
+                    .map(|ns| format!("namespace {ns} is being deleted: no report written there")),
+            );
             clear_stale_reports(&client, opts, &mut report).await?;
         } else {
             report.notes.push(format!(
@@ -328,18 +334,44 @@ pub async fn run(
     Ok(report)
 }
 
-/// Server-side applies the reports; returns `namespace/name` of each.
+/// Server-side applies the reports; returns `namespace/name` of each written, and the
+/// namespaces skipped because they are being deleted (or are gone) since their workloads were
+/// listed — a namespace deleted during an audit is no failure of it.
 async fn write_policy_reports(
     client: &kube::Client,
     format: ReportFormat,
     entries: &[AuditEntry],
-) -> Result<Vec<String>> {
+) -> Result<(Vec<String>, Vec<String>)> {
     let now = unix_now();
-    let mut written = Vec::new();
+    let (mut written, mut skipped) = (Vec::new(), Vec::new());
     for report in policy_reports(format, entries, now) {
-        written.push(apply_report(client, format, &report).await?);
+        match apply_report(client, format, &report).await {
+            Ok(name) => written.push(name),
+            Err(e) if e.downcast_ref().is_some_and(namespace_going) => skipped.push(
+                report
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            ),
+            Err(e) => return Err(e),
+        }
     }
-    Ok(written)
+    Ok((written, skipped))
+}
+
+/// Whether the API server refused to write into a namespace because it is being deleted
+/// (`NamespaceTerminating`) or is gone (the namespace not found).
+fn namespace_going(e: &kube::Error) -> bool {
+    let kube::Error::Api(status) = e else {
+        return false;
+    };
+    let details = status.details.as_ref();
+    match status.code {
+        403 => details.is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")),
+        404 => details.is_some_and(|d| d.kind == "namespaces"),
+        _ => false,
+    }
 }
 
 fn unix_now() -> i64 {
@@ -439,6 +471,33 @@ fn next_page(page: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_report_for_a_namespace_being_deleted_is_skipped_not_failed() {
+        // As the API server answers (its Status object).
+        let refused = |code: u16, kind: &str, cause: &str| {
+            let status: kube::core::Status = serde_json::from_value(json!({
+                "status": "Failure", "message": "refused", "reason": "Forbidden", "code": code,
+                "details": {"kind": kind, "causes": [{"reason": cause}]},
+            }))
+            .unwrap();
+            kube::Error::Api(Box::new(status))
+        };
+        assert!(namespace_going(&refused(
+            403,
+            "policyreports",
+            "NamespaceTerminating"
+        )));
+        assert!(namespace_going(&refused(404, "namespaces", "")));
+        // Anything else still fails the audit: RBAC, a missing CRD, a conflict.
+        assert!(!namespace_going(&refused(403, "policyreports", "")));
+        assert!(!namespace_going(&refused(404, "policyreports", "")));
+        assert!(!namespace_going(&refused(
+            409,
+            "policyreports",
+            "NamespaceTerminating"
+        )));
+    }
     use super::*;
     use crate::audit::AuditResult;
     use http_body_util::{BodyExt, Full};

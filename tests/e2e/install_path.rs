@@ -62,6 +62,8 @@ const UPGRADE: &str = "docs/upgrade.md";
 const UNINSTALL: &str = "docs/uninstall.md";
 /// The chart's README as a page of the site (generated from charts/launchgate/README.md).
 const CHART: &str = "docs/chart.md";
+/// The runbook (its remedies).
+const OPERATIONS: &str = "docs/operations.md";
 /// The repository's README, whose install block is the chart README's.
 const README: &str = "README.md";
 /// The pages' release name and namespace.
@@ -727,6 +729,25 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
         0,
     )?;
 
+    // The runbook's remedies, on the installed release: the config as the pods check it, and
+    // the serving certificate's end.
+    let remedy = shell.run(OPERATIONS, "launchgate check-config my-config.yaml", 0)?;
+    ensure!(
+        remedy.stdout.contains("my-config.yaml: ok (1 queue(s))"),
+        "the runbook's config check: {}",
+        remedy.all()
+    );
+    let remedy = shell.run(
+        OPERATIONS,
+        "kubectl -n launchgate get secret launchgate-tls",
+        0,
+    )?;
+    ensure!(
+        remedy.stdout.starts_with("notAfter="),
+        "the runbook's certificate check: {}",
+        remedy.all()
+    );
+
     // 5. The Job over the limit: warned, admitted, mutated.
     let created = shell.run(INSTALL, "cat > over-the-limit.yaml", 0)?;
     let printed = created.all();
@@ -997,7 +1018,7 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
 
     // Every block marked for this test was run.
     let mut marked = BTreeSet::new();
-    for page in [INSTALL, UPGRADE, UNINSTALL, CHART, README] {
+    for page in [INSTALL, UPGRADE, UNINSTALL, CHART, README, OPERATIONS] {
         for block in marked_blocks(page)? {
             marked.insert((page, block.line));
         }
