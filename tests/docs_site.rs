@@ -64,6 +64,13 @@ fn the_readme_starts_with_the_two_setup_commands_ci_runs() {
         ci.iter().any(|l| l == "./scripts/docs.sh --check"),
         "{ci:?}"
     );
+    // And every generated file is checked against the code before the tests run.
+    let at = |command: &str| ci.iter().position(|l| l == command);
+    assert!(
+        at("./scripts/generate.sh --check") < at("./scripts/test.sh")
+            && at("./scripts/generate.sh --check").is_some(),
+        ".ci/run does not run ./scripts/generate.sh --check before ./scripts/test.sh: {ci:?}"
+    );
 }
 
 #[test]
