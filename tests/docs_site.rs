@@ -354,9 +354,10 @@ fn the_changelog_keeps_a_changelog_and_names_the_crates_version() {
     }
 }
 
-/// docs/launch-workloads.md's table has a row for every kind launchgate judges, and each row's
+/// docs/launch-workloads.md's table has a row for every kind launchgate judges, each row's
 /// "Job defaults" names every field the kind's descriptor writes (by its last key, or its map
-/// as `map.*`).
+/// as `map.*`), and its "PyTorch wiring" says `never` exactly for the kinds the generated kinds
+/// page (docs/reference/kinds.md, from `pytorch::WIRING`) says are never wired.
 #[test]
 fn the_launch_workloads_table_names_every_kind_and_the_defaults_it_writes() {
     let page = read("docs/launch-workloads.md");
@@ -390,6 +391,16 @@ fn the_launch_workloads_table_names_every_kind_and_the_defaults_it_writes() {
             ));
             continue;
         };
+        let never = wiring_on_kinds_page(spec.kind, &api_version).starts_with("never");
+        if row[4].starts_with("never") != never {
+            errors.push(format!(
+                "{} ({api_version}): the PyTorch wiring cell {:?} {} with `never`, and the kinds page says it is {}",
+                spec.kind,
+                row[4],
+                if never { "does not start" } else { "starts" },
+                if never { "never wired" } else { "wired" },
+            ));
+        }
         let defaults = row[3];
         for default in spec.run.defaults {
             let field = default.at.last().copied().unwrap_or_default();
@@ -411,6 +422,25 @@ fn the_launch_workloads_table_names_every_kind_and_the_defaults_it_writes() {
         "docs/launch-workloads.md:\n{}",
         errors.join("\n")
     );
+}
+
+/// The "PyTorch wiring" line of the kind's section on the generated kinds page
+/// (docs/reference/kinds.md), found by its `kind` and API version.
+fn wiring_on_kinds_page(kind: &str, api_version: &str) -> String {
+    let page = read("docs/reference/kinds.md");
+    let section = page
+        .split("\n## ")
+        .skip(1)
+        .find(|s| {
+            s.starts_with(&format!("{kind} ("))
+                && s.contains(&format!("**API version:** `{api_version}`"))
+        })
+        .unwrap_or_else(|| panic!("docs/reference/kinds.md: no section of {kind} {api_version}"));
+    section
+        .lines()
+        .find_map(|l| l.strip_prefix("- **PyTorch wiring:** "))
+        .unwrap_or_else(|| panic!("docs/reference/kinds.md: {kind} has no PyTorch wiring line"))
+        .to_string()
 }
 
 /// The chart README's webhook `rules` row names every kind's resource (and each subresource
