@@ -1938,15 +1938,16 @@ fn scheduled_audit_renders_a_cronjob_with_read_only_rbac() {
             }
         }
     }
-    for (g, r) in [
-        ("", "pods"),
-        ("batch", "jobs"),
-        ("batch.volcano.sh", "jobs"),
-        ("kubeflow.org", "pytorchjobs"),
-        // The runtimes the audit lists to size the TrainJobs that name one.
+    // Every registered kind's workloads, and the runtimes the audit lists to size the TrainJobs
+    // that name one.
+    let workloads: Vec<(&str, &str)> = launchgate::WorkloadKind::all()
+        .map(|k| (k.api_resource().0, k.api_resource().2))
+        .collect();
+    assert!(workloads.contains(&("kubeflow.org", "mpijobs")));
+    for (g, r) in workloads.into_iter().chain([
         ("trainer.kubeflow.org", "trainingruntimes"),
         ("trainer.kubeflow.org", "clustertrainingruntimes"),
-    ] {
+    ]) {
         for v in ["get", "list"] {
             assert!(
                 granted.contains(&(g.into(), r.into(), v.into())),
