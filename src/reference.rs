@@ -743,8 +743,10 @@ pub fn kinds_page() -> String {
          custom resource, the CRD version its operator must serve; another version of the same \
          resource reaches launchgate converted to this one under the webhooks' `matchPolicy: \
          Equivalent`), its name among the webhook's rules (`serve --webhook-rules`, the chart's \
-         `webhook.rules`), and how Kueue and the native admission policies treat it. Which \
-         Kubernetes versions: [Compatibility](../compatibility.md).\n",
+         `webhook.rules`), how Kueue and the native admission policies treat it, and whether \
+         launchgate wires its distributed PyTorch (the queue's `pytorch` settings; \
+         [Distributed PyTorch](../distributed-pytorch.md)). Which Kubernetes versions: \
+         [Compatibility](../compatibility.md).\n",
     );
     for kind in WorkloadKind::all() {
         let k = kind.spec();
@@ -758,9 +760,17 @@ pub fn kinds_page() -> String {
             Ok(()) => "compiled".to_owned(),
             Err(why) => format!("webhook only: {}", cell(why)),
         };
+        let pytorch = match crate::pytorch::wiring_of(kind) {
+            Some(w) if w.problems.is_some() => {
+                "wired; one that can never rendezvous is denied or warned about (the \
+                 queue's `onUnwirable`)"
+            }
+            Some(_) => "wired",
+            None => "never: no PyTorch env is written, and none is denied as unwirable",
+        };
         let _ = write!(
             out,
-            "\n## {} ({})\n\n- **API version:** `{api_version}` (resource `{}`)\n- **Webhook rule:** `{}`\n- **Kueue:** {kueue}\n- **Native policies:** {native}\n",
+            "\n## {} ({})\n\n- **API version:** `{api_version}` (resource `{}`)\n- **Webhook rule:** `{}`\n- **Kueue:** {kueue}\n- **Native policies:** {native}\n- **PyTorch wiring:** {pytorch}\n",
             k.kind,
             if k.group.is_empty() { "core" } else { k.group },
             k.resource,

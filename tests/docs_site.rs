@@ -64,6 +64,13 @@ fn the_readme_starts_with_the_two_setup_commands_ci_runs() {
         ci.iter().any(|l| l == "./scripts/docs.sh --check"),
         "{ci:?}"
     );
+    // And every generated file is checked against the code before the tests run.
+    let at = |command: &str| ci.iter().position(|l| l == command);
+    assert!(
+        at("./scripts/generate.sh --check") < at("./scripts/test.sh")
+            && at("./scripts/generate.sh --check").is_some(),
+        ".ci/run does not run ./scripts/generate.sh --check before ./scripts/test.sh: {ci:?}"
+    );
 }
 
 #[test]
@@ -347,9 +354,10 @@ fn the_changelog_keeps_a_changelog_and_names_the_crates_version() {
     }
 }
 
-/// docs/launch-workloads.md's table has a row for every kind launchgate judges, and each row's
+/// docs/launch-workloads.md's table has a row for every kind launchgate judges, each row's
 /// "Job defaults" names every field the kind's descriptor writes (by its last key, or its map
-/// as `map.*`).
+/// as `map.*`), and its "PyTorch wiring" says `never` exactly for the kinds the generated kinds
+/// page (docs/reference/kinds.md, from `pytorch::WIRING`) says are never wired.
 #[test]
 fn the_launch_workloads_table_names_every_kind_and_the_defaults_it_writes() {
     let page = read("docs/launch-workloads.md");
@@ -383,6 +391,16 @@ fn the_launch_workloads_table_names_every_kind_and_the_defaults_it_writes() {
             ));
             continue;
         };
+        let never = wiring_on_kinds_page(spec.kind, &api_version).starts_with("never");
+        if row[4].starts_with("never") != never {
+            errors.push(format!(
+                "{} ({api_version}): the PyTorch wiring cell {:?} {} with `never`, and the kinds page says it is {}",
+                spec.kind,
+                row[4],
+                if never { "does not start" } else { "starts" },
+                if never { "never wired" } else { "wired" },
+            ));
+        }
         let defaults = row[3];
         for default in spec.run.defaults {
             let field = default.at.last().copied().unwrap_or_default();
@@ -406,8 +424,28 @@ fn the_launch_workloads_table_names_every_kind_and_the_defaults_it_writes() {
     );
 }
 
+/// The "PyTorch wiring" line of the kind's section on the generated kinds page
+/// (docs/reference/kinds.md), found by its `kind` and API version.
+fn wiring_on_kinds_page(kind: &str, api_version: &str) -> String {
+    let page = read("docs/reference/kinds.md");
+    let section = page
+        .split("\n## ")
+        .skip(1)
+        .find(|s| {
+            s.starts_with(&format!("{kind} ("))
+                && s.contains(&format!("**API version:** `{api_version}`"))
+        })
+        .unwrap_or_else(|| panic!("docs/reference/kinds.md: no section of {kind} {api_version}"));
+    section
+        .lines()
+        .find_map(|l| l.strip_prefix("- **PyTorch wiring:** "))
+        .unwrap_or_else(|| panic!("docs/reference/kinds.md: {kind} has no PyTorch wiring line"))
+        .to_string()
+}
+
 /// The chart README's webhook `rules` row names every kind's resource (and each subresource
-/// the webhooks take), and its list of kinds to switch off names every custom resource's rule.
+/// the webhooks take), and its values table has every kind's `webhook.rules` switch (both
+/// generated from the registry by `UPDATE_SCHEMA=1 cargo test --test config_schema`).
 #[test]
 fn the_chart_readme_names_every_kind_the_webhooks_take() {
     let readme = read("charts/launchgate/README.md");
@@ -427,9 +465,9 @@ fn the_chart_readme_names_every_kind_the_webhooks_take() {
                 errors.push(format!("the `rules` row lacks {sub}"));
             }
         }
-        let off = format!("`webhook.rules.{}=false`", spec.webhook_rule);
-        if !spec.group.is_empty() && spec.group != "batch" && !readme.contains(&off) {
-            errors.push(format!("the kinds to switch off lack {off}"));
+        let switch = format!("| `webhook.rules.{}` | `true` |", spec.webhook_rule);
+        if !readme.lines().any(|l| l.starts_with(&switch)) {
+            errors.push(format!("the values table lacks {switch}"));
         }
     }
     assert!(

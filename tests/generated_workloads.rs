@@ -1,5 +1,5 @@
-//! Property tests over generated launch workloads of every kind (`common::generated`: Pods,
-//! Jobs, Volcano Jobs, PyTorchJobs, JobSets, TrainJobs, RayJobs, RayClusters, MPIJobs) in every queue of
+//! Property tests over generated launch workloads of every kind of the registry
+//! (`common::generated`, one generator per registered kind) in every queue of
 //! the configs the suites use (the built-in example, the chart's default, a queue with every
 //! limit, the strict example, the fuzz targets' wide config and each recorded W&B queue
 //! config), through the public core as the server answers them:
@@ -154,6 +154,14 @@ proptest! {
                 "{name}: a denial names no queue: {text}");
         }
     }
+}
+
+/// Every kind the registry holds has a generator, so the properties above and the e2e
+/// differential suite cover it as soon as it is registered.
+#[test]
+fn every_registered_kind_has_a_generator() {
+    let missing = common::generated::missing_generators();
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
 
 #[test]

@@ -397,7 +397,8 @@ fn check_hook(h: &Hook, path: &str, service: &str) {
 fn hooks_of(objs: &[Value]) -> (Hook, Hook) {
     let mut m = mutating_hooks(objs);
     let mut v = validating_hooks(objs);
-    // With PyTorchJobs covered, `pytorchjobs/scale` has a validating webhook of its own.
+    // With a kind that has a scale subresource covered, its scale has a validating webhook of
+    // its own.
     if v.len() == 2 {
         let scale = v.remove(1);
         check_scale_hook(&scale, &v[0]);
@@ -406,26 +407,53 @@ fn hooks_of(objs: &[Value]) -> (Hook, Hook) {
     (m.remove(0), v.remove(0))
 }
 
-/// `pytorchjobs/scale`'s webhook: a label-less Scale, judged against the PyTorchJob it scales,
-/// failing open (matchConditions cannot tell a launch PyTorchJob's Scale from another team's),
-/// sent where the main validating webhook is.
+/// The scale webhook: a label-less Scale, judged against the workload it scales, failing open
+/// (matchConditions cannot tell a launch workload's Scale from another team's), sent where the
+/// main validating webhook is. Its rules are the `UPDATE`s of the scale subresources of the
+/// kinds that have one (`files/kinds.json`), of those the main webhook covers.
 fn check_scale_hook(scale: &Hook, validate: &Hook) {
     assert_eq!(scale.name, validate.name.replacen('.', "-scale.", 1));
     assert_eq!(scale.failure_policy.as_deref(), Some("Ignore"));
     assert!(!scale.has_match_conditions);
-    assert_eq!(scale.rules.len(), 1);
-    let rule = &scale.rules[0];
-    assert_eq!(
-        rule.operations.as_deref(),
-        Some(&["UPDATE".to_string()][..])
-    );
-    assert_eq!(
-        (rule.api_groups.clone(), rule.resources.clone()),
-        (
-            Some(vec!["kubeflow.org".to_string()]),
-            Some(vec!["pytorchjobs/scale".to_string()])
-        )
-    );
+    let covered: Vec<(String, String)> = validate
+        .rules
+        .iter()
+        .flat_map(|r| {
+            let groups = r.api_groups.clone().unwrap_or_default();
+            let resources = r.resources.clone().unwrap_or_default();
+            groups
+                .into_iter()
+                .flat_map(move |g| resources.clone().into_iter().map(move |r| (g.clone(), r)))
+        })
+        .collect();
+    let mut expected: Vec<(Vec<String>, Vec<String>, Vec<String>)> = Vec::new();
+    for k in common::chart_kinds().as_array().unwrap() {
+        let (Some(scale), Some(group)) = (k["scale"].as_str(), k["group"].as_str()) else {
+            continue;
+        };
+        let resource = k["resource"].as_str().unwrap();
+        if covered.contains(&(group.to_string(), resource.to_string())) {
+            let version = k["version"].as_str().unwrap();
+            expected.push((vec![group.into()], vec![version.into()], vec![scale.into()]));
+        }
+    }
+    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = scale
+        .rules
+        .iter()
+        .map(|rule| {
+            assert_eq!(
+                rule.operations.as_deref(),
+                Some(&["UPDATE".to_string()][..])
+            );
+            (
+                rule.api_groups.clone().unwrap_or_default(),
+                rule.api_versions.clone().unwrap_or_default(),
+                rule.resources.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(rules, expected);
     assert_eq!(scale.client, validate.client);
     assert_eq!(scale.namespace_selector, validate.namespace_selector);
     assert_eq!(scale.timeout, validate.timeout);
@@ -753,44 +781,9 @@ fn cert_manager_mode_with_crd_rules_off() {
         .find(|o| o["metadata"]["name"] == "launchgate")
         .map(typed)
         .expect("the owner-watch ClusterRole");
+    // Everything the server watches (files/watched.json), read-only.
     let rules = role.rules.unwrap();
-    assert_eq!(rules.len(), 5);
-    assert_eq!(
-        rules[0].api_groups.as_deref(),
-        Some(&["batch.volcano.sh".to_string()][..])
-    );
-    assert_eq!(
-        rules[1].resources.as_deref(),
-        Some(&["services".to_string()][..])
-    );
-    assert_eq!(
-        rules[2].resources.as_deref(),
-        Some(&["pytorchjobs".to_string()][..])
-    );
-    assert_eq!(
-        rules[3].resources.as_deref(),
-        Some(
-            &[
-                "trainingruntimes".to_string(),
-                "clustertrainingruntimes".to_string(),
-                "trainjobs".to_string()
-            ][..]
-        )
-    );
-    // The DRA claims pods name: their devices are counted as GPUs.
-    assert_eq!(
-        rules[4].api_groups.as_deref(),
-        Some(&["resource.k8s.io".to_string()][..])
-    );
-    assert_eq!(
-        rules[4].resources.as_deref(),
-        Some(
-            &[
-                "resourceclaimtemplates".to_string(),
-                "resourceclaims".to_string()
-            ][..]
-        )
-    );
+    assert_eq!(granted(&rules), watched_resources(|_| true));
     for rule in &rules {
         assert_eq!(rule.verbs, ["get", "list", "watch"], "read-only");
     }
@@ -1003,6 +996,172 @@ fn rules_bound_to(objs: &[Value], sa: &str) -> Vec<Value> {
         }
     }
     rules
+}
+
+/// What `rules` grant, as (API group, resource, verbs), sorted.
+fn granted(rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) -> Vec<(String, String, Vec<String>)> {
+    let mut out = Vec::new();
+    for rule in rules {
+        for g in rule.api_groups.iter().flatten() {
+            for r in rule.resources.iter().flatten() {
+                out.push((g.clone(), r.clone(), rule.verbs.clone()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What the server watches (`launchgate::server::owner_cache::watched`) of the entries `pick`
+/// takes, as the RBAC that lets it: (API group, resource, `get`/`list`/`watch`), sorted.
+fn watched_resources(
+    pick: impl Fn(&launchgate::server::owner_cache::WatchedResources) -> bool,
+) -> Vec<(String, String, Vec<String>)> {
+    let verbs = || ["get", "list", "watch"].map(String::from).to_vec();
+    let mut out: Vec<_> = launchgate::server::owner_cache::watched()
+        .into_iter()
+        .filter(|w| pick(w))
+        .flat_map(|w| {
+            let group = w.group.clone();
+            w.resources
+                .into_iter()
+                .map(move |r| (group.clone(), r, verbs()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// (API group, version, resource, operations) of every rule of `hooks` (webhooks as JSON),
+/// sorted.
+fn hook_rules(hooks: &[Value]) -> Vec<(String, String, String, Vec<String>)> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let mut out = Vec::new();
+    for hook in hooks {
+        for rule in hook["rules"].as_array().into_iter().flatten() {
+            let operations: Vec<String> = rule["operations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(text)
+                .collect();
+            for g in rule["apiGroups"].as_array().into_iter().flatten() {
+                for v in rule["apiVersions"].as_array().into_iter().flatten() {
+                    for r in rule["resources"].as_array().into_iter().flatten() {
+                        out.push((text(g), text(v), text(r), operations.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Every kind of the registry is covered alike by the chart and by the server: with every
+/// kind's switch on, and with each kind's switch off (half of them at a time), the rules Helm renders in the
+/// webhooks (the scale webhook's included) are the rules a pod of the same release registers,
+/// each kind's resources and judged subresources are in the main webhooks exactly when its
+/// switch is on, its scale subresource in the scale webhook exactly when it has one and its
+/// switch is on; and with `clusterLookups` the chart's RBAC grants `get`, `list`, `watch` on
+/// exactly what the server watches, so every kind it watches is readable and no other is.
+#[test]
+fn the_charts_webhooks_and_rbac_agree_with_the_server_for_every_registered_kind() {
+    let Some(helm) = helm() else { return };
+    let hooks = |objs: &[Value], kind: &str| -> (Vec<Value>, Vec<Value>) {
+        objs.iter()
+            .filter(|o| o["kind"] == kind)
+            .flat_map(|o| o["webhooks"].as_array().cloned().unwrap_or_default())
+            .partition(|h| h["name"].as_str().unwrap_or_default().contains("-scale."))
+    };
+    let kinds: Vec<_> = launchgate::native::webhooks::rule_names().collect();
+    // Every switch on; then every other kind's off, then the others': each kind is off once.
+    let cases: [Vec<&str>; 3] = [
+        Vec::new(),
+        kinds.iter().step_by(2).map(|(rule, _)| *rule).collect(),
+        kinds
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .map(|(rule, _)| *rule)
+            .collect(),
+    ];
+    for off in &cases {
+        let switches: serde_json::Map<String, Value> = off
+            .iter()
+            .map(|rule| (rule.to_string(), Value::Bool(false)))
+            .collect();
+        let values =
+            serde_json::json!({"clusterLookups": true, "webhook": {"rules": switches}}).to_string();
+        let statically = helm.render_static(&["--set-json", &values]);
+        let server = server_registered(&helm.render(&["--set-json", &values]));
+        let mut chart_main = Vec::new();
+        let mut server_main = Vec::new();
+        let mut chart_scale = Vec::new();
+        let mut server_scale = Vec::new();
+        for config in [
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ] {
+            let (scale, main) = hooks(&statically, config);
+            chart_main.extend(main);
+            chart_scale.extend(scale);
+            let (scale, main) = hooks(&server, config);
+            server_main.extend(main);
+            server_scale.extend(scale);
+        }
+        let chart_main = hook_rules(&chart_main);
+        let chart_scale = hook_rules(&chart_scale);
+        assert_eq!(chart_main, hook_rules(&server_main), "{values}");
+        assert_eq!(chart_scale, hook_rules(&server_scale), "{values}");
+        for (rule, kind) in &kinds {
+            let (group, version, resource) = kind.api_resource();
+            let on = !off.contains(rule);
+            let spec = kind.spec();
+            let judged: Vec<String> = std::iter::once(resource.to_string())
+                .chain(spec.subresources.iter().map(|s| format!("{resource}/{s}")))
+                .collect();
+            for r in &judged {
+                let want = (
+                    group.to_string(),
+                    version.to_string(),
+                    r.clone(),
+                    vec!["CREATE".to_string(), "UPDATE".to_string()],
+                );
+                assert_eq!(chart_main.contains(&want), on, "{rule}: {r} ({values})");
+            }
+            let scale = (
+                group.to_string(),
+                version.to_string(),
+                format!("{resource}/scale"),
+                vec!["UPDATE".to_string()],
+            );
+            assert_eq!(
+                chart_scale.contains(&scale),
+                on && spec.scale.is_some(),
+                "{rule}: its scale subresource ({values})"
+            );
+        }
+        // What the server watches, every kind it watches among it, and nothing else.
+        let role: ClusterRole = of_kind(&statically, "ClusterRole")
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == "launchgate")
+            .map(typed)
+            .expect("the ClusterRole of what the server watches");
+        let granted = granted(&role.rules.unwrap());
+        assert_eq!(granted, watched_resources(|_| true));
+        for (rule, kind) in &kinds {
+            let (group, _, resource) = kind.api_resource();
+            // The descriptor's `watch`: `No`, or how its objects are watched.
+            let watched = format!("{:?}", kind.spec().watch) != "No";
+            assert_eq!(
+                granted.iter().any(|(g, r, _)| g == group && r == resource),
+                watched,
+                "{rule}: read by the chart's RBAC exactly when its descriptor asks for a watch"
+            );
+        }
+    }
 }
 
 /// The four admission policy resources.
@@ -1779,15 +1938,16 @@ fn scheduled_audit_renders_a_cronjob_with_read_only_rbac() {
             }
         }
     }
-    for (g, r) in [
-        ("", "pods"),
-        ("batch", "jobs"),
-        ("batch.volcano.sh", "jobs"),
-        ("kubeflow.org", "pytorchjobs"),
-        // The runtimes the audit lists to size the TrainJobs that name one.
+    // Every registered kind's workloads, and the runtimes the audit lists to size the TrainJobs
+    // that name one.
+    let workloads: Vec<(&str, &str)> = launchgate::WorkloadKind::all()
+        .map(|k| (k.api_resource().0, k.api_resource().2))
+        .collect();
+    assert!(workloads.contains(&("kubeflow.org", "mpijobs")));
+    for (g, r) in workloads.into_iter().chain([
         ("trainer.kubeflow.org", "trainingruntimes"),
         ("trainer.kubeflow.org", "clustertrainingruntimes"),
-    ] {
+    ]) {
         for v in ["get", "list"] {
             assert!(
                 granted.contains(&(g.into(), r.into(), v.into())),
@@ -2184,7 +2344,10 @@ fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
         .into_iter()
         .map(|o| {
             let r: Role = typed(o);
-            assert_eq!(r.rules.unwrap()[0].verbs, ["get", "list", "watch"]);
+            assert_eq!(
+                granted(&r.rules.unwrap()),
+                watched_resources(|w| w.namespaced)
+            );
             r.metadata.namespace.unwrap()
         })
         .collect();
@@ -2196,13 +2359,14 @@ fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
             o["metadata"]["annotations"]["helm.sh/hook"].is_string()
                 || o["metadata"]["name"] == "launchgate-webhooks"
                 || (o["metadata"]["name"] == "launchgate-bypass"
-                    && o["rules"] == serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"],
+                    && o["rules"]
+                        == serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"],
                         "resourceNames": [RELEASE_NS], "verbs": ["get"]}]))
                 || (o["metadata"]["name"] == "launchgate-runtimes"
-                    && o["rules"] == serde_json::json!([{"apiGroups": ["trainer.kubeflow.org"],
-                        "resources": ["clustertrainingruntimes"], "verbs": ["get", "list", "watch"]}]))
+                    && granted(&typed::<ClusterRole>(o).rules.unwrap())
+                        == watched_resources(|w| !w.namespaced))
         }),
-        "only the uninstall hook's ClusterRole, the webhook registration's, the read of the release namespace and the cluster-scoped runtimes' read"
+        "only the uninstall hook's ClusterRole, the webhook registration's, the read of the release namespace and the read of what the server watches that is cluster-scoped"
     );
     // All namespaces: one ClusterRole.
     let objs = helm.render(&[

@@ -80,6 +80,32 @@ fn resources(kind: WorkloadKind) -> Vec<String> {
         .collect()
 }
 
+/// The kinds as the chart reads them (its `files/kinds.json`): per kind, in the registry's
+/// order, its `webhook.rules` name, API group, version and resource, the resources its admission
+/// rules cover ([`resources`]) and its scale subresource, which the scale webhook covers
+/// ([`scale_hook`]; `null` for a kind without one). The chart's webhook rules, its scale
+/// webhook and the audit's read access are built from it, as the server builds its own
+/// ([`configurations`]).
+pub fn chart_kinds() -> Value {
+    let kinds = rule_names().map(|(rule, kind)| {
+        let (group, version, resource) = kind.api_resource();
+        json!({
+            "rule": rule,
+            "group": group,
+            "version": version,
+            "resource": resource,
+            "resources": resources(kind),
+            "scale": kind.spec().scale.as_ref().map(|_| scale_resource(kind)),
+        })
+    });
+    Value::Array(kinds.collect())
+}
+
+/// A kind's scale subresource, as admission rules name it (`<resource>/scale`).
+fn scale_resource(kind: WorkloadKind) -> String {
+    format!("{}/scale", kind.api_resource().2)
+}
+
 /// Everything about the webhooks the config does not say (what the chart passes).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -220,10 +246,7 @@ fn scale_hook(base: &Value, name: &str, scaled: &[WorkloadKind]) -> Value {
     hook["failurePolicy"] = json!("Ignore");
     hook["rules"] = scaled
         .iter()
-        .map(|&k| {
-            let scale = format!("{}/scale", k.api_resource().2);
-            admission_rule(k, vec![scale], &["UPDATE"])
-        })
+        .map(|&k| admission_rule(k, vec![scale_resource(k)], &["UPDATE"]))
         .collect();
     if let Some(h) = hook.as_object_mut() {
         h.remove("matchConditions");

@@ -93,6 +93,104 @@ fn dra_resource(kind: DraKind) -> ApiResource {
     )
 }
 
+/// Something the server reads through a cached watch with `--cluster-lookups`: an API group's
+/// resources, whether they are namespaced (a Role in each watched namespace can grant them) or
+/// cluster-scoped, and why they are read. [`watched`] lists them; RBAC grants `get`, `list` and
+/// `watch` on each.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WatchedResources {
+    /// The API group (`""` for core).
+    pub group: String,
+    /// The resources (plural) of that group.
+    pub resources: Vec<String>,
+    /// Namespaced (else cluster-scoped).
+    pub namespaced: bool,
+    /// Why the server reads them, for the RBAC's comments.
+    pub why: String,
+}
+
+/// Everything [`start`] watches, in the order it starts the watches: each workload kind whose
+/// descriptor asks for a watch ([`crate::kinds::KindSpec::watch`]), Services, the runtimes a kind
+/// names and the DRA claims. The chart's RBAC is generated from it (`files/watched.json`).
+pub fn watched() -> Vec<WatchedResources> {
+    let entry = |resources: &[&ApiResource], namespaced: bool, why: String| WatchedResources {
+        group: resources[0].group.clone(),
+        resources: resources.iter().map(|r| r.plural.clone()).collect(),
+        namespaced,
+        why,
+    };
+    let mut out: Vec<WatchedResources> = WorkloadKind::all()
+        .filter(|kind| kind.spec().watch != Watch::No)
+        .map(|kind| entry(&[&resource_of(kind)], true, watch_reason(kind)))
+        .collect();
+    out.push(entry(
+        &[&service_resource()],
+        true,
+        "Services a distributed job's pods rendezvous through (guardrails.rendezvousPreflight)"
+            .into(),
+    ));
+    let named_by = WorkloadKind::all()
+        .filter(|k| k.spec().runtime.is_some())
+        .map(WorkloadKind::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let runtimes = format!(
+        "The runtimes a {named_by} names: its size, image and node container are the runtime's"
+    );
+    out.push(entry(
+        &[&runtime_resource(NAMESPACED_RUNTIME)],
+        true,
+        runtimes.clone(),
+    ));
+    out.push(entry(
+        &[&runtime_resource(CLUSTER_RUNTIME)],
+        false,
+        format!("{runtimes} (cluster-scoped)"),
+    ));
+    let dra: Vec<ApiResource> = DraKind::ALL.into_iter().map(dra_resource).collect();
+    out.push(entry(
+        &dra.iter().collect::<Vec<_>>(),
+        true,
+        "The DRA claim templates and claims pods name: the GPUs they ask for are counted from them"
+            .into(),
+    ));
+    out
+}
+
+/// Why the server watches a workload kind, from its descriptor.
+fn watch_reason(kind: WorkloadKind) -> String {
+    let spec = kind.spec();
+    let name = kind.as_str();
+    let mut why = Vec::new();
+    if spec.watch == Watch::Selected {
+        why.push(format!(
+            "The {name}s in the watch scope (ownerWatch): the pods they make read their wiring from them"
+        ));
+    } else {
+        why.push(format!("Every {name} of the watched namespaces"));
+    }
+    if spec.scale.is_some() {
+        let (_, _, resource) = kind.api_resource();
+        why.push(format!(
+            "a {resource}/scale request is judged against the {name} it scales"
+        ));
+    }
+    let made: Vec<&str> = spec
+        .makes
+        .iter()
+        .filter_map(|m| WorkloadKind::named(m.kind))
+        .filter(|k| k.is_job())
+        .map(WorkloadKind::as_str)
+        .collect();
+    if !made.is_empty() {
+        why.push(format!(
+            "the {} its controller makes for one is held to its run bound",
+            made.join(" and ")
+        ));
+    }
+    why.join("; ")
+}
+
 /// One store per watched namespace, or one store under `None` for all namespaces.
 type Stores = Vec<(Option<String>, Store<DynamicObject>)>;
 
@@ -397,6 +495,22 @@ pub async fn start(client: kube::Client, scope: WatchScope) -> OwnerCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the RBAC is generated from is what `start` watches: every kind whose descriptor asks
+    /// for a watch, by its resource, then the lookups of every kind.
+    #[test]
+    fn the_watched_list_names_every_watched_kind() {
+        let list = watched();
+        for kind in WorkloadKind::all() {
+            let (group, _, resource) = kind.api_resource();
+            let listed = list
+                .iter()
+                .any(|w| w.group == group && w.resources.iter().any(|r| r == resource));
+            assert_eq!(listed, kind.spec().watch != Watch::No, "{kind:?}");
+        }
+        assert!(list.iter().any(|w| w.resources == ["services"]));
+        assert_eq!(list.iter().filter(|w| !w.namespaced).count(), 1);
+    }
 
     #[test]
     fn a_volcano_job_is_watched_as_batch_volcano_sh_jobs() {

@@ -12,26 +12,13 @@ pub fn root() -> PathBuf {
 }
 
 /// The kinds as the chart reads them (`charts/launchgate/files/kinds.json`, generated from the
-/// descriptors): per kind, in the descriptors' order, its `webhook.rules` name, API group,
-/// version and resource, and the resources its admission rules cover (the resource and the
-/// subresources that are judged). The chart's webhook rules, the rules the server registers
+/// descriptors by `launchgate::native::webhooks::chart_kinds`): per kind, in the descriptors'
+/// order, its `webhook.rules` name, API group, version and resource, the resources its
+/// admission rules cover (the resource and the subresources that are judged) and its scale
+/// subresource. The chart's webhook rules, its scale webhook, the rules the server registers
 /// and the audit's read access are all built from it.
 pub fn chart_kinds() -> Value {
-    let kinds = launchgate::native::webhooks::rule_names().map(|(rule, kind)| {
-        let (group, version, resource) = kind.api_resource();
-        let subresources = kind.spec().subresources.iter();
-        let resources: Vec<String> = std::iter::once(resource.to_string())
-            .chain(subresources.map(|sub| format!("{resource}/{sub}")))
-            .collect();
-        serde_json::json!({
-            "rule": rule,
-            "group": group,
-            "version": version,
-            "resource": resource,
-            "resources": resources,
-        })
-    });
-    Value::Array(kinds.collect())
+    launchgate::native::webhooks::chart_kinds()
 }
 
 fn read(path: &Path) -> Vec<u8> {

@@ -1,26 +1,15 @@
-//! Generated launch workloads of every kind launchgate judges — Pod, batch/v1 Job, Volcano Job,
-//! PyTorchJob, JobSet, TrainJob, RayJob, RayCluster and MPIJob — as a user submits them: valid for the
-//! upstream CRDs, labelled for a queue, with sizes, resources, images, deadlines and Kueue
-//! labels drawn around the limits the suite's configs set, so both sides of a comparison meet
-//! denials as often as admissions. `sample` draws a fixed, reproducible list of them.
+//! Generated launch workloads of every kind launchgate judges — every kind of its registry
+//! (`WorkloadKind::all`), each by the generator of its shape ([`generator`]) — as a user
+//! submits them: valid for the upstream CRDs, labelled for a queue, with sizes, resources,
+//! images, deadlines and Kueue labels drawn around the limits the suite's configs set, so both
+//! sides of a comparison meet denials as often as admissions. `sample` draws a fixed,
+//! reproducible list of them.
 
+use launchgate::WorkloadKind;
 use proptest::prelude::*;
-use proptest::strategy::ValueTree;
+use proptest::strategy::{Union, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Value, json};
-
-/// The kinds generated, by their object's `kind` (a Volcano Job is `Job` of its own group).
-pub const KINDS: [&str; 9] = [
-    "Pod",
-    "Job",
-    "VolcanoJob",
-    "PyTorchJob",
-    "JobSet",
-    "TrainJob",
-    "RayJob",
-    "RayCluster",
-    "MPIJob",
-];
 
 /// One container: an image from an allowed or another registry, GPUs around the usual bound
 /// of 4, cpu and memory around 4 and 12Gi, on limits or on requests only.
@@ -293,20 +282,47 @@ fn mpijob() -> impl Strategy<Value = Value> {
         })
 }
 
-/// A launch workload of any generated kind.
+/// The generator of a registered kind's workloads, by its name in the registry
+/// (`WorkloadKind::as_str`): each kind's CRD asks for its own shape (its required fields, where
+/// its pod templates sit and how they are named), so each kind has one. `None` for a kind
+/// without one.
+fn generator(kind: &str) -> Option<BoxedStrategy<Value>> {
+    Some(match kind {
+        "Pod" => pod().boxed(),
+        "Job" => job().boxed(),
+        "VolcanoJob" => volcano_job().boxed(),
+        "PyTorchJob" => pytorch_job().boxed(),
+        "JobSet" => jobset().boxed(),
+        "TrainJob" => trainjob().boxed(),
+        "RayJob" => rayjob().boxed(),
+        "RayCluster" => raycluster().boxed(),
+        "MPIJob" => mpijob().boxed(),
+        _ => return None,
+    })
+}
+
+/// The registered kinds [`generator`] has no generator for, each with what to add.
+pub fn missing_generators() -> Vec<String> {
+    WorkloadKind::all()
+        .filter(|k| generator(k.as_str()).is_none())
+        .map(|k| {
+            format!(
+                "{name} ({api_version} {kind}) is registered but has no generator: add a \
+                 `\"{name}\" => …` arm to `generator` in tests/common/generated.rs that draws a \
+                 valid {kind} of its CRD, labelled for a queue",
+                name = k.as_str(),
+                api_version = k.api_version(),
+                kind = k.api_kind(),
+            )
+        })
+        .collect()
+}
+
+/// A launch workload of any registered kind, each kind as likely as another.
 pub fn workload() -> BoxedStrategy<Value> {
-    prop_oneof![
-        pod(),
-        job(),
-        volcano_job(),
-        pytorch_job(),
-        jobset(),
-        trainjob(),
-        rayjob(),
-        raycluster(),
-        mpijob(),
-    ]
-    .boxed()
+    let missing = missing_generators();
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+    Union::new(WorkloadKind::all().filter_map(|k| generator(k.as_str()))).boxed()
 }
 
 /// `n` generated workloads, the same every run for a `seed`, each named `<kind>-<i>` and sent

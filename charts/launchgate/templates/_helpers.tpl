@@ -190,9 +190,40 @@ matchConditions:
 
 {{/* The workload kinds launchgate handles, generated from its kind descriptors
 (files/kinds.json: `UPDATE_SCHEMA=1 cargo test --test config_schema`), as a list: per kind its
-webhook.rules name, API group, version, resource, and the resources its admission rules cover. */}}
+webhook.rules name, API group, version, resource, the resources its admission rules cover, and
+its scale subresource (null where it has none). */}}
 {{- define "launchgate.kinds" -}}
 {{- .Files.Get "files/kinds.json" }}
+{{- end }}
+
+{{/* The kinds with a scale subresource that webhook.rules turns on, as a JSON list (the scale
+webhook's rules: launchgate.scaleWebhook). */}}
+{{- define "launchgate.scaledKinds" -}}
+{{- $root := . }}
+{{- $out := list }}
+{{- range $k := include "launchgate.kinds" $root | fromJsonArray }}
+{{- if and $k.scale (eq (include "launchgate.ruleOn" (list $root $k.rule)) "true") }}
+{{- $out = append $out $k }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/* What the server reads through cached watches with clusterLookups, generated from the
+server's own list (files/watched.json: `UPDATE_SCHEMA=1 cargo test --test config_schema`): per
+entry an API group, its resources, whether they are namespaced, and why they are read. Renders
+the get/list/watch rules of the entries whose `namespaced` is (list $ namespaced). */}}
+{{- define "launchgate.watchRules" -}}
+{{- $root := index . 0 }}
+{{- $namespaced := index . 1 }}
+{{- range $w := $root.Files.Get "files/watched.json" | fromJsonArray }}
+{{- if eq $w.namespaced $namespaced }}
+# {{ $w.why }}.
+- apiGroups: [{{ $w.group | quote }}]
+  resources: [{{ range $i, $r := $w.resources }}{{ if $i }}, {{ end }}{{ $r | quote }}{{ end }}]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* "true" when webhook.rules turns the kind named (list $ name) on; a kind it does not name is on. */}}
@@ -205,8 +236,8 @@ webhook.rules name, API group, version, resource, and the resources its admissio
 {{/* Admission rules: CREATE and UPDATE only (on DELETE `object` is null); an UPDATE is sent
 only when it can change what the limits cover (matchConditions: relevant-update). Per kind, its
 resource and the subresources that change what the limits cover (pods/ephemeralcontainers:
-kubectl debug; pods/resize: in-place resource changes); pytorchjobs/scale has a validating
-webhook of its own (launchgate.scaleWebhook). */}}
+kubectl debug; pods/resize: in-place resource changes); a kind's scale subresource has a
+validating webhook of its own (launchgate.scaleWebhook). */}}
 {{- define "launchgate.webhookRules" -}}
 {{- $root := . -}}
 rules:
@@ -280,10 +311,12 @@ LAUNCHGATE_POD_NAME, set before it), then tracing.otlp.resourceAttributes.
 {{- end }}
 
 {{/*
-pytorchjobs/scale: the training operator's CRD scales Worker.replicas through a Scale that carries
-no labels, so no matchCondition can tell a launch PyTorchJob's Scale from another team's. It is
-judged against the PyTorchJob it scales (clusterLookups), in a webhook of its own that fails
-open: an outage never stops another team's scaling (docs/queue-limits.md#subresources).
+The scale subresources of the kinds that have one (files/kinds.json `scale`, e.g. a PyTorchJob's:
+the training operator's CRD scales Worker.replicas through a Scale that carries no labels), so no
+matchCondition can tell a launch workload's Scale from another team's. It is judged against the
+workload it scales (clusterLookups), in a webhook of its own that fails open: an outage never
+stops another team's scaling (docs/queue-limits.md#subresources). Rendered only when
+launchgate.scaledKinds is not empty.
 */}}
 {{- define "launchgate.scaleWebhook" -}}
 - name: {{ regexReplaceAll "^([^.]+)" .Values.webhook.validate.name "${1}-scale" }}
@@ -302,11 +335,13 @@ open: an outage never stops another team's scaling (docs/queue-limits.md#subreso
     caBundle: {{ .caBundle }}
     {{- end }}
   rules:
-    - apiGroups: ["kubeflow.org"]
-      apiVersions: ["v1"]
-      resources: ["pytorchjobs/scale"]
+    {{- range $k := include "launchgate.scaledKinds" . | fromJsonArray }}
+    - apiGroups: [{{ $k.group | quote }}]
+      apiVersions: [{{ $k.version | quote }}]
+      resources: [{{ $k.scale | quote }}]
       operations: ["UPDATE"]
       scope: Namespaced
+    {{- end }}
   namespaceSelector:
     {{- with .Values.webhook.namespaceSelector.matchLabels }}
     matchLabels:
