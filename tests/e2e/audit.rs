@@ -9,7 +9,7 @@ use launchgate::audit::{AuditResult, ReportFormat};
 use serde_json::{Value, json};
 
 /// A launch Job of the built-in queue asking for `gpus` GPUs.
-fn gpu_job(name: &str, gpus: u32) -> Value {
+pub fn gpu_job(name: &str, gpus: u32) -> Value {
     let mut job = manifest("wandb-job.yaml");
     let meta = job["metadata"].as_object_mut().unwrap();
     meta.remove("generateName");
@@ -17,6 +17,20 @@ fn gpu_job(name: &str, gpus: u32) -> Value {
     job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
         json!(gpus.to_string());
     job
+}
+
+/// The built-in policy with its `gpus` variable lowered from 4 to 2: the config an audit
+/// checks before it is rolled out.
+pub fn stricter_config() -> Result<String> {
+    let stricter = launchgate::policy::DEFAULT_CONFIG_YAML.replace(
+        "gpus: {type: integer, minimum: 0, maximum: 4, default: 1}",
+        "gpus: {type: integer, minimum: 0, maximum: 2, default: 1}",
+    );
+    ensure!(
+        stricter != launchgate::policy::DEFAULT_CONFIG_YAML,
+        "the built-in config's gpus variable changed shape"
+    );
+    Ok(stricter)
 }
 
 /// Jobs admitted under today's policy (at most 4 GPUs) are judged against a stricter one (at
@@ -28,14 +42,7 @@ pub async fn audit_reports_what_a_new_config_would_break(ctx: &Ctx) -> Result<()
     ctx.wait_for_pods("batch.kubernetes.io/job-name=large", 1)
         .await?;
 
-    let stricter = launchgate::policy::DEFAULT_CONFIG_YAML.replace(
-        "gpus: {type: integer, minimum: 0, maximum: 4, default: 1}",
-        "gpus: {type: integer, minimum: 0, maximum: 2, default: 1}",
-    );
-    ensure!(
-        stricter != launchgate::policy::DEFAULT_CONFIG_YAML,
-        "the built-in config's gpus variable changed shape"
-    );
+    let stricter = stricter_config()?;
     let policy = Policy::from_yaml(&stricter).map_err(|e| anyhow::anyhow!("{e}"))?;
     let opts = AuditOptions {
         namespace: Some(ctx.ns.clone()),

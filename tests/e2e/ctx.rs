@@ -419,24 +419,32 @@ impl Ctx {
     /// The `LaunchgateDenied` Event in the test's namespace (about the object named
     /// `regarding`, when given), waited for up to 15 s.
     pub async fn denied_event(&self, regarding: Option<&str>) -> Result<Event> {
+        self.event("LaunchgateDenied", regarding, Duration::from_secs(15))
+            .await
+    }
+
+    /// An Event of `reason` in the test's namespace (about the object named `regarding`, when
+    /// given), waited for up to `timeout`.
+    pub async fn event(
+        &self,
+        reason: &str,
+        regarding: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Event> {
         let events: Api<Event> = self.api();
-        self.poll(
-            "the LaunchgateDenied Event",
-            Duration::from_secs(15),
-            || async {
-                Ok(events
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .find(|e| {
-                        e.reason.as_deref() == Some("LaunchgateDenied")
-                            && regarding.is_none_or(|name| {
-                                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                            })
-                    }))
-            },
-        )
+        self.poll(&format!("the {reason} Event"), timeout, || async {
+            Ok(events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && regarding.is_none_or(|name| {
+                            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        })
+                }))
+        })
         .await
     }
 

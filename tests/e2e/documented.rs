@@ -208,22 +208,9 @@ pub async fn the_pages_cluster_commands_run_as_shown(ctx: &Ctx) -> Result<()> {
 
     // docs/audit.md: a stricter config audited against what runs; the test's own Job asking 3
     // GPUs fails it (every namespace is audited, as the page's command does).
-    let stricter = launchgate::policy::DEFAULT_CONFIG_YAML.replace(
-        "gpus: {type: integer, minimum: 0, maximum: 4, default: 1}",
-        "gpus: {type: integer, minimum: 0, maximum: 2, default: 1}",
-    );
-    ensure!(
-        stricter != launchgate::policy::DEFAULT_CONFIG_YAML,
-        "the built-in config's gpus variable changed shape"
-    );
-    reader.write("new-limits.yaml", &stricter)?;
-    let mut job = crate::ctx::manifest("wandb-job.yaml");
-    let meta = job["metadata"].as_object_mut().context("metadata")?;
-    meta.remove("generateName");
-    meta.insert("name".into(), json!("llm-3gpu"));
-    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
-        json!("3");
-    ctx.create(&job, false).await?;
+    reader.write("new-limits.yaml", &crate::audit::stricter_config()?)?;
+    ctx.create(&crate::audit::gpu_job("llm-3gpu", 3), false)
+        .await?;
     let printed = reader.run_page("docs/audit.md", &[])?.join("\n");
     let ns = &ctx.ns;
     ensure!(

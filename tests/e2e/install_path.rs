@@ -48,7 +48,6 @@ use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -382,29 +381,6 @@ async fn probe_limit(tenant: &Ctx) -> Result<(u16, Vec<String>)> {
             "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}});
     let (status, _, warnings) = tenant.create_raw(&job, true).await?;
     Ok((status, warnings))
-}
-
-/// The Event of `reason` about the Job in the tenants' namespace, waited for.
-async fn event(tenant: &Ctx, reason: &str) -> Result<Event> {
-    let events: Api<Event> = tenant.api();
-    tenant
-        .poll(
-            &format!("the {reason} Event"),
-            Duration::from_secs(20),
-            || async {
-                Ok(events
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .find(|e| {
-                        e.reason.as_deref() == Some(reason)
-                            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                                == Some("over-the-limit")
-                    }))
-            },
-        )
-        .await
 }
 
 /// Runs the page's `helm uninstall` block while playing the kubelet for the pre-delete hook's
@@ -768,7 +744,13 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
     );
 
     // 6. The Event and the counter.
-    event(&tenant, "LaunchgateWarning").await?;
+    tenant
+        .event(
+            "LaunchgateWarning",
+            Some("over-the-limit"),
+            Duration::from_secs(20),
+        )
+        .await?;
     let seen = shell.run(INSTALL, "kubectl -n team-a get events", 0)?;
     ensure!(
         seen.stdout.contains("LaunchgateWarning") && seen.stdout.contains("over-the-limit"),
@@ -857,7 +839,13 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
         refused.all()
     );
     ensure!(tenant.get(&job, "over-the-limit").await?.is_none());
-    event(&tenant, "LaunchgateDenied").await?;
+    tenant
+        .event(
+            "LaunchgateDenied",
+            Some("over-the-limit"),
+            Duration::from_secs(20),
+        )
+        .await?;
 
     // upgrade.md: a new tag, the values file again; the config kept.
     shell.run(UPGRADE, "# Build and push", 0)?;
