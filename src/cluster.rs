@@ -102,14 +102,14 @@ impl DraKind {
     }
 }
 
-/// The cluster-scoped runtime kind a TrainJob names by default.
-pub const CLUSTER_RUNTIME: &str = "ClusterTrainingRuntime";
+/// The cluster-scoped runtime kind a TrainJob names by default (its descriptor's).
+pub const CLUSTER_RUNTIME: &str = crate::kinds::trainjob::RUNTIME.cluster;
 /// The namespaced runtime kind.
-pub const NAMESPACED_RUNTIME: &str = "TrainingRuntime";
+pub const NAMESPACED_RUNTIME: &str = crate::kinds::trainjob::RUNTIME.namespaced;
 /// The API group of Kubeflow Trainer's TrainJobs and runtimes.
-pub const TRAINER_GROUP: &str = "trainer.kubeflow.org";
+pub const TRAINER_GROUP: &str = crate::kinds::trainjob::GROUP;
 /// The version of the runtimes launchgate reads.
-pub const RUNTIME_VERSION: &str = "v1alpha1";
+pub const RUNTIME_VERSION: &str = crate::kinds::trainjob::VERSION;
 /// The namespace of an object that names none (as the API server and `kubectl` place it).
 pub use crate::admission::DEFAULT_NAMESPACE;
 

@@ -813,12 +813,6 @@ fn may_name_kinds(rel: &str) -> bool {
 /// (file under src/, token, why). Each is needed (an unused entry fails the test).
 const ALLOWED: &[(&str, &str, &str)] = &[
     (
-        "review/subresource.rs",
-        "replicas",
-        "`/spec/replicas` of the autoscaling/v1 Scale a scale subresource request carries, not \
-         a kind's field (the kind's own field is its descriptor's `scale.replicas`)",
-    ),
-    (
         "native/mod.rs",
         "failurePolicy",
         "the failurePolicy of an admission policy and of a webhook (admissionregistration.k8s.io), \
@@ -848,24 +842,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "cli/playground/mod.rs",
         "pytorch",
         "a directory of the policy-test examples the playground lists",
-    ),
-    (
-        "cluster.rs",
-        "ClusterTrainingRuntime",
-        "the runtime kinds and group the cluster view reads, as constants for patterns and \
-         messages; `cluster::tests::the_runtime_kinds_are_the_descriptors` holds them equal to \
-         the descriptor's",
-    ),
-    ("cluster.rs", "TrainingRuntime", "as ClusterTrainingRuntime"),
-    (
-        "cluster.rs",
-        "trainer.kubeflow.org",
-        "as ClusterTrainingRuntime",
-    ),
-    (
-        "cluster.rs",
-        "trainer",
-        "the first label of the group trainer.kubeflow.org, held as ClusterTrainingRuntime",
     ),
 ];
 

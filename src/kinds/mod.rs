@@ -16,7 +16,7 @@ mod mpijob;
 mod pod;
 mod pytorchjob;
 mod ray;
-mod trainjob;
+pub mod trainjob;
 mod volcano;
 
 use serde_json::Value;
@@ -210,6 +210,10 @@ pub struct Gang {
     /// The run waits for all its pods only when this holds (a Volcano Job's pytorch plugin).
     pub when: Option<Cond>,
 }
+
+/// Where the `autoscaling/v1` Scale a scale subresource request carries holds the count it
+/// asks for; [`Scale::replicas`] says which field of the kind that count writes.
+pub const SCALE_REPLICAS: &str = "/spec/replicas";
 
 /// A scale subresource (`<resource>/scale`, an `autoscaling/v1` Scale) and the field its
 /// `spec.replicas` writes (the CRD's `specReplicasPath`).

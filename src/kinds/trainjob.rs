@@ -7,39 +7,46 @@ use super::*;
 /// The label by which Trainer finds a runtime's trainer step.
 const ANCESTOR_STEP: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
 
+/// The API group and version of TrainJobs and of the runtimes they name.
+pub const GROUP: &str = "trainer.kubeflow.org";
+pub const VERSION: &str = "v1alpha1";
+
+/// Where a TrainJob names its runtime, the runtime kinds, and what the runtime contributes.
+pub const RUNTIME: RuntimeSpec = RuntimeSpec {
+    reference: &["spec", "runtimeRef"],
+    cluster: "ClusterTrainingRuntime",
+    namespaced: "TrainingRuntime",
+    // Trainer builds the JobSet from the runtime's `spec.template`.
+    renders: &["spec", "template"],
+    step: &["template", "metadata", "labels", ANCESTOR_STEP],
+    step_is: "trainer",
+    // Trainer's `constants.Node`.
+    node: "node",
+    settings: &["spec", "trainer"],
+    nodes: "numNodes",
+    runtime_nodes: &["spec", "mlPolicy", "numNodes"],
+    default_nodes: 1,
+    job: &["template", "spec"],
+    nodes_at: &["parallelism", "completions"],
+    resources: "resourcesPerNode",
+    image: "image",
+    env: "env",
+    patches: &["spec", "runtimePatches"],
+    patch_renders: &["trainingRuntimeSpec", "template"],
+};
+
 /// The kinds this file describes.
 pub static KINDS: &[&KindSpec] = &[&TRAIN_JOB];
 
 pub static TRAIN_JOB: KindSpec = KindSpec {
     name: "TrainJob",
-    group: "trainer.kubeflow.org",
-    version: "v1alpha1",
+    group: GROUP,
+    version: VERSION,
     kind: "TrainJob",
     resource: "trainjobs",
     signature: &["runtimeRef", "trainer"],
     positions: &[],
-    runtime: Some(&RuntimeSpec {
-        reference: &["spec", "runtimeRef"],
-        cluster: "ClusterTrainingRuntime",
-        namespaced: "TrainingRuntime",
-        // Trainer builds the JobSet from the runtime's `spec.template`.
-        renders: &["spec", "template"],
-        step: &["template", "metadata", "labels", ANCESTOR_STEP],
-        step_is: "trainer",
-        // Trainer's `constants.Node`.
-        node: "node",
-        settings: &["spec", "trainer"],
-        nodes: "numNodes",
-        runtime_nodes: &["spec", "mlPolicy", "numNodes"],
-        default_nodes: 1,
-        job: &["template", "spec"],
-        nodes_at: &["parallelism", "completions"],
-        resources: "resourcesPerNode",
-        image: "image",
-        env: "env",
-        patches: &["spec", "runtimePatches"],
-        patch_renders: &["trainingRuntimeSpec", "template"],
-    }),
+    runtime: Some(&RUNTIME),
     run: Run {
         deadline: Deadline::Run(
             "/spec",

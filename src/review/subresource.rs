@@ -81,7 +81,7 @@ pub(super) fn scale(
         describe_request(&mut summary, request, scale);
     }
     let replicas = |v: Option<&Value>| {
-        v.and_then(|o| o.at("/spec/replicas"))
+        v.and_then(|o| o.at(crate::kinds::SCALE_REPLICAS))
             .and_then(Value::as_i64)
             .unwrap_or(0)
     };
