@@ -53,13 +53,7 @@ impl Scratch {
             std::process::id(),
             page.replace(['/', '.'], "-")
         ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("a scratch directory");
-        for entry in std::fs::read_dir(common::root()).expect("the repository") {
-            let entry = entry.expect("an entry of the repository");
-            std::os::unix::fs::symlink(entry.path(), dir.join(entry.file_name()))
-                .expect("a link in the scratch directory");
-        }
+        common::docs::reader_dir(&dir).expect("a scratch directory");
         Scratch(dir)
     }
 }
@@ -80,12 +74,7 @@ fn as_run(command: &str) -> String {
 
 /// Runs a command as a reader would, in a page's scratch directory, with this build's binary.
 fn run(command: &str, dir: &Path) -> Result<(Vec<String>, i32), String> {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_launchgate"));
-    let bin_dir = bin.parent().expect("the binary is in a directory");
-    let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-    ))
-    .expect("PATH");
+    let path = common::docs::path_with_launchgate();
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!("{{ {}\n}} 2>&1", as_run(command)))

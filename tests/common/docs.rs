@@ -4,7 +4,9 @@
 //! test (tests/docs_commands.rs) runs the commands it can; the e2e tests that cover the rest
 //! read their blocks here.
 
+use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::path::Path;
 
 /// A fenced block of a Markdown page.
 #[derive(Debug)]
@@ -191,4 +193,30 @@ pub fn marked_blocks(page: &str, marker: &str) -> Vec<Block> {
         .collect();
     assert!(!found.is_empty(), "{page}: no block marked `{marker}`");
     found
+}
+
+/// Makes `dir` (emptied first) a reader's working directory: a link to each of the
+/// repository's top-level files and directories, so commands read the repository's files, and
+/// the files they write beside them stay in `dir`.
+pub fn reader_dir(dir: &Path) -> std::io::Result<()> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    for entry in std::fs::read_dir(super::root())? {
+        let entry = entry?;
+        std::os::unix::fs::symlink(entry.path(), dir.join(entry.file_name()))?;
+    }
+    Ok(())
+}
+
+/// `PATH` with this build's `launchgate` first, as a page's commands run.
+pub fn path_with_launchgate() -> OsString {
+    let bin = Path::new(env!("CARGO_BIN_EXE_launchgate"));
+    let dir = bin
+        .parent()
+        .expect("the binary is in a directory")
+        .to_path_buf();
+    std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("PATH")
 }

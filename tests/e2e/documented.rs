@@ -31,12 +31,7 @@ struct Reader {
 impl Reader {
     fn new(ctx: &Ctx) -> Result<Reader> {
         let dir = std::env::temp_dir().join(format!("launchgate-e2e-documented-{}", ctx.ns));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        for entry in std::fs::read_dir(crate::common::root())? {
-            let entry = entry?;
-            std::os::unix::fs::symlink(entry.path(), dir.join(entry.file_name()))?;
-        }
+        crate::common::docs::reader_dir(&dir)?;
         let kubeconfig = dir.join("kubeconfig");
         std::fs::copy(&ctx.env.kubeconfig, &kubeconfig)?;
         let reader = Reader { dir, kubeconfig };
@@ -54,17 +49,7 @@ impl Reader {
     /// Runs `script` with `sh -c` (output: standard output and error together) and returns
     /// what it printed and its exit code.
     fn run(&self, script: &str) -> Result<(Vec<String>, i32)> {
-        let bin = PathBuf::from(env!("CARGO_BIN_EXE_launchgate"));
-        let path = std::env::join_paths(
-            std::iter::once(
-                bin.parent()
-                    .context("the binary's directory")?
-                    .to_path_buf(),
-            )
-            .chain(std::env::split_paths(
-                &std::env::var_os("PATH").unwrap_or_default(),
-            )),
-        )?;
+        let path = crate::common::docs::path_with_launchgate();
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!("{{ {script}\n}} 2>&1"))
