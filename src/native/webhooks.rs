@@ -359,6 +359,11 @@ fn condition(name: &str, expression: &str) -> Value {
     json!({"name": name, "expression": expression})
 }
 
+/// The label naming the installation a webhook configuration belongs to (the server's
+/// `--register-webhooks` name, the chart's full name), as `launchgate.io/policy-set` names a
+/// native policy set's: what an uninstall deletes by, without touching another installation's.
+pub const WEBHOOK_SET_LABEL: &str = "launchgate.io/webhook-set";
+
 /// The `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` for `policy`
 /// (those `settings` enables), for server-side apply. An unknown kind name is an error.
 pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>, String> {
@@ -406,7 +411,10 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
         }
         h
     };
-    let labels = json!({"app.kubernetes.io/managed-by": "launchgate"});
+    let labels = json!({
+        "app.kubernetes.io/managed-by": "launchgate",
+        WEBHOOK_SET_LABEL: settings.name,
+    });
     let mut out = Vec::new();
     if let Some(m) = &settings.mutate {
         let mut h = hook(&m.name, "/mutate", &m.failure_policy, Vec::new());
@@ -914,6 +922,8 @@ mod tests {
         let objects = configurations(&policy("warn"), &settings).unwrap();
         assert_eq!(objects.len(), 1);
         assert_eq!(objects[0]["metadata"]["name"], "lg");
+        // Labelled with the installation, which an uninstall deletes by.
+        assert_eq!(objects[0]["metadata"]["labels"][WEBHOOK_SET_LABEL], "lg");
         for h in hooks(&objects, "ValidatingWebhookConfiguration") {
             assert_eq!(
                 h["clientConfig"],
