@@ -672,12 +672,17 @@ pub fn check_docs_url(url: &str) -> Result<(), String> {
 /// The line a denial ends with when the site is known (`docsUrl`): a link to the section of
 /// each rule (ids distinct, in order).
 pub fn links_line(docs_url: &str, ids: &[&str]) -> String {
+    let links: Vec<String> = ids.iter().map(|id| link(docs_url, id)).collect();
+    format!("{LINKS_LEAD}{}", listed(&links))
+}
+
+/// What [`links_line`] starts with.
+pub const LINKS_LEAD: &str = "see ";
+
+/// The address of a rule's (or notice's) section on the documentation site at `docs_url`.
+pub fn link(docs_url: &str, id: &str) -> String {
     let root = docs_url.trim_end_matches('/');
-    let links: Vec<String> = ids
-        .iter()
-        .map(|id| format!("{root}/{RULES_PAGE}#{}", anchor(id)))
-        .collect();
-    format!("see {}", listed(&links))
+    format!("{root}/{RULES_PAGE}#{}", anchor(id))
 }
 
 /// `parts` joined with `, `: the first [`MAX_LISTED_PARTS`], then `… and N more`.

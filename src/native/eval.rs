@@ -2,7 +2,7 @@
 //! writes for pod templates and counts (literals, field selection and `has`, indexing, the
 //! operators, the conditional, list and map literals, `map`/`filter`/`exists`/`all`,
 //! `lists.range`, `size`, `string`, `type`, `dyn`, message literals (as maps of their fields),
-//! and the `min`, `max`, `sort`, `flatten`, `lowerAscii`, `contains`, `startsWith` and `replace`
+//! and the `min`, `max`, `sort`, `join`, `flatten`, `lowerAscii`, `contains`, `startsWith` and `replace`
 //! methods), with CEL's grammar and semantics for what it covers: a missing field or an
 //! overflow is an error, `&&` and `||` absorb an error the other side decides, values of
 //! different types are never equal.
@@ -162,7 +162,16 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
                 }
                 if ch == b'\\' {
                     i += 1;
-                    s.push(*b.get(i).ok_or("bad escape")? as char);
+                    let escaped = *b.get(i).ok_or("bad escape")?;
+                    s.push(match escaped {
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'\\' | b'\'' | b'"' => escaped as char,
+                        other => {
+                            return Err(format!("escape \\{} is not read here", other as char));
+                        }
+                    });
                     i += 1;
                     continue;
                 }
@@ -631,6 +640,20 @@ fn ev(e: &E, env: &mut Vec<(String, V)>) -> Result<V, String> {
                     };
                     v.map(|v| V::Int(*v))
                         .ok_or_else(|| "min/max of an empty list".into())
+                }
+                ("join", [separator]) => {
+                    let separator = match ev(separator, env)? {
+                        V::Str(s) => s,
+                        v => return Err(format!("join with {v:?}")),
+                    };
+                    let parts: Vec<String> = list(t)?
+                        .into_iter()
+                        .map(|v| match v {
+                            V::Str(s) => Ok(s),
+                            v => Err(format!("join of {v:?}")),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    Ok(V::Str(parts.join(&separator)))
                 }
                 ("sort", []) => {
                     let mut l: Vec<String> = list(t)?

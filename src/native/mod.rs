@@ -549,7 +549,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
         if !cel.checks.is_empty() || kueue.is_some() || visible_devices.is_some() {
             let enforcement = queue.config.limits.enforcement;
             let name = format!("{base}-limits");
-            let mut all: Vec<String> = cel.checks.iter().map(Identifier::reference).collect();
+            let mut checks: Vec<(Identifier, &'static Rule)> = cel.checks.clone();
             let mut named = vec![
                 (ident!("specs"), specs.clone()),
                 (ident!("child"), child.clone()),
@@ -558,15 +558,20 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             named.extend(cel.variables.iter().cloned());
             if let Some(expression) = &kueue {
                 let var = ident!("kueueLabels");
-                all.push(var.reference());
+                checks.push((var.clone(), rules::KUEUE_LABELS));
                 named.push((var, expression.clone()));
             }
             if let Some(expression) = &visible_devices {
                 let var = ident!("visibleDevices");
-                all.push(var.reference());
+                checks.push((var.clone(), rules::VISIBLE_DEVICES_TENANT_VALUE));
                 named.push((var, expression.clone()));
             }
+            let all: Vec<String> = checks.iter().map(|(c, _)| c.reference()).collect();
             named.push((ident!("violations"), all.join(" + ")));
+            let docs_url = policy.config.docs_url.as_deref();
+            if let Some(url) = docs_url {
+                named.push((ident!("ruleLinks"), rule_links(url, &checks)));
+            }
             let variables = policy_variables(&named);
             report
                 .native
@@ -584,10 +589,20 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             );
             let mut validations = vec![json!({
                 "expression": format!("!{as_create} || size(variables.violations) == 0"),
-                "messageExpression": "variables.violations.join('; ')",
+                "messageExpression": match docs_url {
+                    Some(_) => "variables.violations.join('; ') + variables.ruleLinks",
+                    None => "variables.violations.join('; ')",
+                },
                 "reason": "Forbidden",
             })];
             if let Some((expression, message)) = &marks {
+                let message = match docs_url {
+                    Some(url) => format!(
+                        "{message}\n{}",
+                        rules::links_line(url, &[rules::EXEMPTIONS_UNEARNED_MARK.id])
+                    ),
+                    None => message.clone(),
+                };
                 validations.push(json!({
                     "expression": expression,
                     "message": message,
@@ -703,9 +718,78 @@ impl Report {
     }
 }
 
+/// The CEL for the line a native denial ends with when the config says where the
+/// documentation site is (`docsUrl`): `\nsee ` and a link to the section of each rule whose
+/// check found something, in the checks' order and once each — the line the webhook's denial
+/// ends with ([`rules::links_line`]).
+fn rule_links(docs_url: &str, checks: &[(Identifier, &'static Rule)]) -> String {
+    let mut rules: Vec<&'static Rule> = Vec::new();
+    for (_, rule) in checks {
+        if !rules.iter().any(|r| r.id == rule.id) {
+            rules.push(rule);
+        }
+    }
+    let links: Vec<String> = rules
+        .iter()
+        .map(|rule| {
+            let fired: Vec<String> = checks
+                .iter()
+                .filter(|(_, r)| r.id == rule.id)
+                .map(|(c, _)| format!("size({}) > 0", c.reference()))
+                .collect();
+            format!(
+                "({} ? [{}] : [])",
+                fired.join(" || "),
+                crate::cel::lit(&rules::link(docs_url, rule.id))
+            )
+        })
+        .collect();
+    format!(
+        "{} + ({}).join(', ')",
+        crate::cel::lit(&format!("\n{}", rules::LINKS_LEAD)),
+        links.join(" + ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A native denial ends with the webhook's links line: each rule whose check found
+    /// something, once, in the checks' order.
+    #[test]
+    fn a_denial_links_each_rule_that_found_something_once() {
+        use crate::native::eval::{V, eval};
+        let checks = [
+            (ident!("c0"), rules::LIMITS_VARIABLES),
+            (ident!("c1"), rules::LIMITS_VARIABLES),
+            (ident!("c2"), rules::LIMITS_TOTALS),
+            (ident!("kueueLabels"), rules::KUEUE_LABELS),
+        ];
+        let url = "https://d.example/lg/";
+        let expression = rule_links(url, &checks);
+        let run = |found: [&[&str]; 4]| {
+            let named = checks
+                .iter()
+                .zip(found)
+                .map(|((c, _), lines)| {
+                    let lines = lines.iter().map(|l| V::Str(l.to_string())).collect();
+                    (V::Str(c.as_str().to_string()), V::List(lines))
+                })
+                .collect();
+            eval(&expression, &[("variables", V::Map(named))]).unwrap()
+        };
+        let webhook = |ids: &[&str]| V::Str(format!("\n{}", rules::links_line(url, ids)));
+        assert_eq!(
+            run([&[], &["a", "b"], &["over"], &["label"]]),
+            webhook(&["limits.variables", "limits.totals", "kueue.labels"])
+        );
+        assert_eq!(
+            run([&["a"], &["b"], &[], &[]]),
+            webhook(&["limits.variables"])
+        );
+        assert_eq!(run([&[], &[], &[], &["label"]]), webhook(&["kueue.labels"]));
+    }
 
     #[test]
     fn names_are_dns_subdomains() {

@@ -15,6 +15,7 @@ use super::schema::{Allowed, Schema, ValueType, quoted};
 use super::template::{Anchor, Piece};
 use super::{LimitsConfig, QueueLimits, VariableConfig, VariableLimit};
 use crate::cel::{self, Identifier, ident, lit};
+use crate::rules::{self, Rule};
 use crate::workload::{CONTAINER_LISTS, WorkloadKind};
 
 /// A queue's limits compiled to CEL.
@@ -23,8 +24,9 @@ pub struct LimitsCel {
     /// Named CEL expressions for the policy's `variables`, in order (a later one may read an
     /// earlier one as `variables.<name>`).
     pub variables: Vec<(Identifier, String)>,
-    /// The names among `variables` holding violation lines, in the webhook's order.
-    pub checks: Vec<Identifier>,
+    /// The names among `variables` holding violation lines, in the webhook's order, each with
+    /// the rule its lines break.
+    pub checks: Vec<(Identifier, &'static Rule)>,
     /// What each check enforces, in words.
     pub described: Vec<String>,
     /// What stays in the webhook: (config key, why).
@@ -45,9 +47,9 @@ impl LimitsCel {
         prefix.numbered(self.variables.len())
     }
 
-    fn check(&mut self, name: Identifier, expression: String) {
+    fn check(&mut self, rule: &'static Rule, name: Identifier, expression: String) {
         self.variables.push((name.clone(), expression));
-        self.checks.push(name);
+        self.checks.push((name, rule));
     }
 
     /// `cfg` without what these checks leave to the webhook: `strict` off, and each variable
@@ -344,6 +346,7 @@ impl QueueLimits {
 
         if !self.allowed_namespaces.is_empty() {
             out.check(
+                rules::LIMITS_ALLOWED_NAMESPACES,
                 ident!("allowedNamespaces"),
                 format!(
                     "request.namespace in {} ? [] : [{} + request.namespace + {}]",
@@ -407,7 +410,7 @@ impl QueueLimits {
                     check = workload_only(check);
                 }
                 let name = out.next(ident!("c"));
-                out.check(name, check);
+                out.check(rules::LIMITS_VARIABLES, name, check);
             }
         }
 
@@ -428,7 +431,7 @@ impl QueueLimits {
             if !super::check::is_per_pod(field.anchor, &field.path) {
                 check = workload_only(check);
             }
-            out.check(out.next(ident!("c")), check);
+            out.check(rules::LIMITS_FIELDS, out.next(ident!("c")), check);
         }
 
         // The envelope holds every container no position looked at, from the positions placed
@@ -468,6 +471,7 @@ impl QueueLimits {
                 per_container("initContainers")
             );
             out.check(
+                ceiling.source.rule,
                 ident!("envelope").numbered(n),
                 check_places(
                     &prefix,
@@ -503,6 +507,7 @@ impl QueueLimits {
         );
         for total in &self.totals {
             out.check(
+                rules::LIMITS_TOTALS,
                 out.next(ident!("c")),
                 format!(
                     "(({child}) && !({trainer_jobset}) ? [] : {})",
@@ -513,6 +518,7 @@ impl QueueLimits {
 
         if let Some(maximum) = self.max_active_deadline_seconds {
             out.check(
+                rules::LIMITS_MAX_ACTIVE_DEADLINE_SECONDS,
                 ident!("deadline"),
                 workload_only(deadline_check(&prefix, maximum)),
             );
@@ -520,6 +526,7 @@ impl QueueLimits {
 
         if !self.allowed_registries.is_empty() {
             out.check(
+                rules::LIMITS_ALLOWED_REGISTRIES,
                 ident!("registries"),
                 registry_check(&prefix, &self.allowed_registries),
             );

@@ -54,6 +54,8 @@ pub(crate) fn every_limit_config() -> Result<String> {
     limits["allowedRegistries"] = json!(["docker.io/acme"]);
     limits["maxActiveDeadlineSeconds"] = json!(86400);
     limits["totals"] = json!({"nvidia.com/gpu": {"maximum": 8}});
+    // Denials end with links to the rules' sections, the native policies' as the webhook's.
+    config["docsUrl"] = json!("https://docs.example.com/launchgate");
     Ok(serde_yaml::to_string(&config)?)
 }
 
@@ -486,6 +488,17 @@ fn comparable(obj: &Value) -> Value {
     v
 }
 
+/// The links to the rules' sections a denial ends with (`see <docsUrl>/reference/rules.html#…`),
+/// when its config names a documentation site.
+fn rule_links(message: &str) -> BTreeSet<String> {
+    message
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix(launchgate::rules::LINKS_LEAD))
+        .flat_map(|links| links.split(", "))
+        .map(str::to_string)
+        .collect()
+}
+
 /// The limits a denial names: `variable "gpus"`, `field "…"`, `totals`,
 /// `maxActiveDeadlineSeconds`, `allowedRegistries: …`, `kueue.…`, `visibleDevices: void` (the
 /// parentheses that name a limit).
@@ -629,7 +642,8 @@ fn difference(obj: &Value, by_webhook: Outcome, by_native: Outcome) -> Option<St
         }
         (Err(w), Err(n)) => {
             let (lw, ln) = (limits_named(&w.message), limits_named(&n.message));
-            (w.code != n.code || lw != ln || lw.is_empty()).then(|| {
+            let links = (rule_links(&w.message), rule_links(&n.message));
+            (w.code != n.code || lw != ln || lw.is_empty() || links.0 != links.1).then(|| {
                 format!(
                     "denied differently\n webhook: {} {}\n  native: {} {}",
                     w.code, w.message, n.code, n.message
