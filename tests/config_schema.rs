@@ -56,6 +56,18 @@ fn check_chart_file(file: &str, generated: &Value, what: &str) {
     );
 }
 
+/// Where the chart's `launch-workload` condition looks for labels is where the server's does
+/// (`native::webhooks::chart_label_carriers`, from the kind descriptors); `UPDATE_SCHEMA=1`
+/// regenerates it too.
+#[test]
+fn chart_label_carriers_are_the_servers() {
+    check_chart_file(
+        "files/label-carriers.json",
+        &launchgate::native::webhooks::chart_label_carriers(),
+        "the kind descriptors' pod templates",
+    );
+}
+
 /// The dormant form the chart creates each native policy slot in is the server's
 /// (`native::chart_slot_file`); `UPDATE_SCHEMA=1` regenerates it too.
 #[test]

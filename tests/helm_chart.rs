@@ -2501,8 +2501,9 @@ fn otlp_tracing_renders_the_standard_otel_environment_and_is_off_by_default() {
 /// The labels that mark a launch workload and those that only name its queue are the server's
 /// in the chart's `matchConditions`, with the defaults and with a config's own lists: the
 /// chart's `launch-workload` condition tests exactly the marking labels (a
-/// `match.queueNameLabels` label such as `queue` never sends an object), and its
-/// `relevant-update` condition is the server's (a changed name-only label is still sent).
+/// `match.queueNameLabels` label such as `queue` never sends an object), on the object and every
+/// pod template of every kind, and both its `launch-workload` and its `relevant-update`
+/// conditions are the server's (a changed name-only label is still sent).
 #[test]
 fn a_label_that_only_names_a_queue_marks_nothing_in_the_chart_as_in_the_server() {
     let Some(helm) = helm() else { return };
@@ -2539,18 +2540,27 @@ fn a_label_that_only_names_a_queue_marks_nothing_in_the_chart_as_in_the_server()
         };
         let (chart, served) = (mutating(&statically), mutating(&server));
         let launch = chart["matchConditions"][0]["expression"].as_str().unwrap();
+        // The keys tested, the list literal the condition ends with.
+        let (_, keys) = launch
+            .rsplit_once("c.metadata.labels) && [")
+            .expect("a list of label keys");
+        let keys = keys.split("].exists(").next().unwrap();
         for key in marking {
             assert!(
-                launch.contains(&format!("'{key}' in object.metadata.labels")),
-                "{values}: {key} does not mark in {launch}"
+                keys.contains(&format!("'{key}'")),
+                "{values}: {key} does not mark in {keys}"
             );
         }
         for key in not_marking {
             assert!(
-                !launch.contains(&format!("'{key}' in object.metadata.labels")),
-                "{values}: {key} marks in {launch}"
+                !keys.contains(&format!("'{key}'")),
+                "{values}: {key} marks in {keys}"
             );
         }
+        assert_eq!(
+            chart["matchConditions"][0], served["matchConditions"][0],
+            "{values}: the chart's launch-workload is not the server's (it looks for labels elsewhere)"
+        );
         assert_eq!(
             chart["matchConditions"][1], served["matchConditions"][1],
             "{values}: the chart's relevant-update is not the server's"

@@ -101,6 +101,13 @@ pub fn chart_kinds() -> Value {
     Value::Array(kinds.collect())
 }
 
+/// Where the chart's `launch-workload` condition looks for labels (its
+/// `files/label-carriers.json`): the object and every pod template of every kind, the CEL list
+/// [`launch_condition`] tests the labels of, so the chart's condition is the server's.
+pub fn chart_label_carriers() -> Value {
+    json!({"carriers": select::carriers(select::Root::Object)})
+}
+
 /// A kind's scale subresource, as admission rules name it (`<resource>/scale`).
 fn scale_resource(kind: WorkloadKind) -> String {
     format!("{}/scale", kind.api_resource().2)

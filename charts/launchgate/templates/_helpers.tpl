@@ -105,37 +105,23 @@ native::webhooks::decision_labels.
 {{- end }}
 
 {{/*
-CEL: does the labels map at `path` carry any launch label? Guards every step with has() so a
-missing field is false, never an evaluation error (an error would apply the failurePolicy).
-Arguments: list of path segments after the root, the root variable, and the key list.
+CEL: the object or one of its pod templates carries a label that marks a launch workload
+(launchgate.launchLabelKeys). Where the pod templates are, for every kind, is generated from
+the kind descriptors (files/label-carriers.json: `UPDATE_SCHEMA=1 cargo test --test
+config_schema`), so the condition is the one the server registers
+(native::webhooks::launch_condition).
 */}}
-{{- define "launchgate.celHasLabel" -}}
-{{- $root := index . 0 }}
-{{- $segments := index . 1 }}
-{{- $keys := index . 2 }}
-{{- $guards := list }}
-{{- $cur := $root }}
-{{- range $segments }}
-{{- $cur = printf "%s.%s" $cur . }}
-{{- $guards = append $guards (printf "has(%s)" $cur) }}
-{{- end }}
-{{- $tests := list }}
-{{- range $keys }}
-{{- $tests = append $tests (printf "'%s' in %s" . $cur) }}
-{{- end }}
-{{- printf "(%s && (%s))" (join " && " $guards) (join " || " $tests) }}
-{{- end }}
-
-{{/* The CEL expression: the object, or one of its pod templates, carries a launch label. */}}
 {{- define "launchgate.celLaunchWorkload" -}}
 {{- $keys := include "launchgate.launchLabelKeys" . | fromJsonArray }}
-{{- $parts := list }}
-{{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "metadata" "labels") $keys)) }}
-{{- $parts = append $parts (include "launchgate.celHasLabel" (list "object" (list "spec" "template" "metadata" "labels") $keys)) }}
-{{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.tasks) && object.spec.tasks.exists(t, %s))" (include "launchgate.celHasLabel" (list "t" (list "template" "metadata" "labels") $keys))) }}
-{{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.pytorchReplicaSpecs) && object.spec.pytorchReplicaSpecs.exists(r, %s))" (include "launchgate.celHasLabel" (list "object.spec.pytorchReplicaSpecs[r]" (list "template" "metadata" "labels") $keys))) }}
-{{- $parts = append $parts (printf "(has(object.spec) && has(object.spec.replicatedJobs) && object.spec.replicatedJobs.exists(j, %s))" (include "launchgate.celHasLabel" (list "j" (list "template" "spec" "template" "metadata" "labels") $keys))) }}
-{{- join " || " $parts }}
+{{- if $keys }}
+{{- $quoted := list }}
+{{- range $keys }}
+{{- $quoted = append $quoted (printf "'%s'" .) }}
+{{- end }}
+{{- $carriers := (.Files.Get "files/label-carriers.json" | fromJson).carriers }}
+{{- printf "%s.exists(c, has(c.metadata) && has(c.metadata.labels) && [%s].exists(k, k in c.metadata.labels))" $carriers (join ", " $quoted) }}
+{{- else }}false
+{{- end }}
 {{- end }}
 
 {{/*
