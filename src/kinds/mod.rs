@@ -323,6 +323,8 @@ pub enum Num {
     Max(&'static Num, &'static Num),
     /// The product of two (saturating).
     Mul(&'static Num, &'static Num),
+    /// The first less the second (saturating): a group's pods less its leader.
+    Sub(&'static Num, &'static Num),
     /// `then` when `when` holds, else `otherwise`.
     If {
         when: Cond,
@@ -401,6 +403,9 @@ impl Num {
             Num::Mul(a, b) => a
                 .eval(object, holder, key)
                 .saturating_mul(b.eval(object, holder, key)),
+            Num::Sub(a, b) => a
+                .eval(object, holder, key)
+                .saturating_sub(b.eval(object, holder, key)),
             Num::If {
                 when,
                 then,
@@ -1135,5 +1140,13 @@ mod tests {
         };
         assert_eq!(ELASTIC.eval(&json!({}), &h, Some("Worker")), 8);
         assert_eq!(ELASTIC.eval(&json!({}), &h, Some("Master")), 1);
+        static SIZE: Num = Num::holder(&["size"], 1);
+        static FOLLOWERS: Num = Num::Sub(&SIZE, &Num::Lit(1));
+        assert_eq!(FOLLOWERS.eval(&json!({}), &json!({"size": 4}), None), 3);
+        assert_eq!(FOLLOWERS.eval(&json!({}), &json!({}), None), 0);
+        assert_eq!(
+            FOLLOWERS.eval(&json!({}), &json!({"size": i64::MIN}), None),
+            i64::MIN
+        );
     }
 }
