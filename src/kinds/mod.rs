@@ -774,6 +774,10 @@ pub enum Kueue {
     /// (`spec.suspend`: batch/v1 Job, JobSet, TrainJob, RayJob, RayCluster;
     /// `spec.runPolicy.suspend`: PyTorchJob, MPIJob). launchgate never writes it.
     Suspends(&'static str),
+    /// Kueue's integration for this kind admits it by its labels alone, holding the pods its
+    /// controllers make by scheduling gates until it is admitted: the kind has no suspend field
+    /// (a LeaderWorkerSet).
+    Gates,
     /// Kueue manages it as a plain pod (its pod integration, by scheduling gate).
     Pod,
     /// Kueue does not manage this kind (why, for the warning).
@@ -781,9 +785,10 @@ pub enum Kueue {
 }
 
 impl Kueue {
-    /// Kueue's integration admits the kind by a suspend field (it reads the workload's labels).
-    pub fn by_suspend(self) -> bool {
-        matches!(self, Kueue::Suspends(_))
+    /// Kueue's integration for the kind reads the workload's labels: it admits it by a suspend
+    /// field, or by scheduling gates on its pods.
+    pub fn by_labels(self) -> bool {
+        matches!(self, Kueue::Suspends(_) | Kueue::Gates)
     }
 
     /// Kueue's pod integration manages the kind (a plain pod, by scheduling gate).
