@@ -12,6 +12,7 @@
 
 mod job;
 mod jobset;
+mod leaderworkerset;
 mod mpijob;
 mod pod;
 mod pytorchjob;
@@ -34,6 +35,7 @@ static FILES: &[&[&KindSpec]] = &[
     trainjob::KINDS,
     ray::KINDS,
     mpijob::KINDS,
+    leaderworkerset::KINDS,
 ];
 
 /// Every kind's descriptor, in [`FILES`]' order.

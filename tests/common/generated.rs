@@ -1,5 +1,5 @@
 //! Generated launch workloads of every kind launchgate judges — Pod, batch/v1 Job, Volcano Job,
-//! PyTorchJob, JobSet, TrainJob, RayJob, RayCluster and MPIJob — as a user submits them: valid for the
+//! PyTorchJob, JobSet, TrainJob, RayJob, RayCluster, MPIJob and LeaderWorkerSet — as a user submits them: valid for the
 //! upstream CRDs, labelled for a queue, with sizes, resources, images, deadlines and Kueue
 //! labels drawn around the limits the suite's configs set, so both sides of a comparison meet
 //! denials as often as admissions. `sample` draws a fixed, reproducible list of them.
@@ -10,7 +10,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Value, json};
 
 /// The kinds generated, by their object's `kind` (a Volcano Job is `Job` of its own group).
-pub const KINDS: [&str; 9] = [
+pub const KINDS: [&str; 10] = [
     "Pod",
     "Job",
     "VolcanoJob",
@@ -20,6 +20,7 @@ pub const KINDS: [&str; 9] = [
     "RayJob",
     "RayCluster",
     "MPIJob",
+    "LeaderWorkerSet",
 ];
 
 /// One container: an image from an allowed or another registry, GPUs around the usual bound
@@ -293,6 +294,37 @@ fn mpijob() -> impl Strategy<Value = Value> {
         })
 }
 
+/// A LeaderWorkerSet: 1..3 groups of 1..4 pods, its leader from a template of its own or from
+/// the worker template, sometimes surging a group in a rolling update. It has no deadline.
+fn leaderworkerset() -> impl Strategy<Value = Value> {
+    (
+        prop::option::of(template("Always")),
+        template("Always"),
+        1i64..=3,
+        1i64..=4,
+        prop::option::of(0i64..=1),
+        extras(),
+    )
+        .prop_map(|(leader, worker, groups, size, surge, x)| {
+            let mut spec = json!({"replicas": groups,
+                "leaderWorkerTemplate": {"size": size, "workerTemplate": worker}});
+            if let Some(leader) = leader {
+                spec["leaderWorkerTemplate"]["leaderTemplate"] = leader;
+            }
+            if let Some(s) = surge {
+                spec["rolloutStrategy"] = json!({"type": "RollingUpdate",
+                    "rollingUpdateConfiguration": {"maxSurge": s}});
+            }
+            object(
+                "leaderworkerset.x-k8s.io/v1",
+                "LeaderWorkerSet",
+                "gen-lws".into(),
+                spec,
+                &x,
+            )
+        })
+}
+
 /// A launch workload of any generated kind.
 pub fn workload() -> BoxedStrategy<Value> {
     prop_oneof![
@@ -305,6 +337,7 @@ pub fn workload() -> BoxedStrategy<Value> {
         rayjob(),
         raycluster(),
         mpijob(),
+        leaderworkerset(),
     ]
     .boxed()
 }
