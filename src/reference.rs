@@ -753,6 +753,10 @@ pub fn kinds_page() -> String {
         let api_version = kind.api_version();
         let kueue = match k.kueue {
             Kueue::Suspends(field) => format!("managed (admitted by `{field}`)"),
+            Kueue::Gates => {
+                "managed by its labels (its pods held by scheduling gates until admitted)"
+                    .to_owned()
+            }
             Kueue::Pod => "managed as a plain pod (scheduling gate)".to_owned(),
             Kueue::No(why) => format!("not managed: {why}"),
         };

@@ -17,6 +17,7 @@ async fn cli_patch_equals_webhook_patch_for_the_same_object() {
         "vcjob.yaml",
         "ptjob.yaml",
         "pod-worker-0.yaml",
+        "lws.yaml",
     ] {
         let out = launchgate(&["mutate", "-f", &manifest_path(name), "--patch"]);
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
@@ -61,6 +62,24 @@ fn mutate_prints_the_mutated_object_as_yaml() {
         obj["spec"]["template"]["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"],
         false
     );
+}
+
+/// A LeaderWorkerSet's leader and worker templates are both hardened, and it is given no
+/// deadline: it runs until it is deleted.
+#[test]
+fn mutate_hardens_both_templates_of_a_leaderworkerset_and_writes_no_deadline() {
+    let out = launchgate(&["mutate", "-f", &manifest_path("lws.yaml")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let obj: Value = serde_yaml::from_str(&text(&out.stdout)).unwrap();
+    for template in ["leaderTemplate", "workerTemplate"] {
+        let spec = &obj["spec"]["leaderWorkerTemplate"][template]["spec"];
+        assert_eq!(
+            spec["containers"][0]["securityContext"]["allowPrivilegeEscalation"], false,
+            "{template}: {spec}"
+        );
+        assert!(spec.get("activeDeadlineSeconds").is_none(), "{spec}");
+    }
+    assert!(!text(&out.stdout).contains("activeDeadlineSeconds"));
 }
 
 #[test]

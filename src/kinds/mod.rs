@@ -12,6 +12,7 @@
 
 mod job;
 mod jobset;
+mod leaderworkerset;
 mod mpijob;
 mod pod;
 mod pytorchjob;
@@ -34,6 +35,7 @@ static FILES: &[&[&KindSpec]] = &[
     trainjob::KINDS,
     ray::KINDS,
     mpijob::KINDS,
+    leaderworkerset::KINDS,
 ];
 
 /// Every kind's descriptor, in [`FILES`]' order.
@@ -327,6 +329,8 @@ pub enum Num {
     Max(&'static Num, &'static Num),
     /// The product of two (saturating).
     Mul(&'static Num, &'static Num),
+    /// The first less the second (saturating): a group's pods less its leader.
+    Sub(&'static Num, &'static Num),
     /// `then` when `when` holds, else `otherwise`.
     If {
         when: Cond,
@@ -405,6 +409,9 @@ impl Num {
             Num::Mul(a, b) => a
                 .eval(object, holder, key)
                 .saturating_mul(b.eval(object, holder, key)),
+            Num::Sub(a, b) => a
+                .eval(object, holder, key)
+                .saturating_sub(b.eval(object, holder, key)),
             Num::If {
                 when,
                 then,
@@ -773,6 +780,10 @@ pub enum Kueue {
     /// (`spec.suspend`: batch/v1 Job, JobSet, TrainJob, RayJob, RayCluster;
     /// `spec.runPolicy.suspend`: PyTorchJob, MPIJob). launchgate never writes it.
     Suspends(&'static str),
+    /// Kueue's integration for this kind admits it by its labels alone, holding the pods its
+    /// controllers make by scheduling gates until it is admitted: the kind has no suspend field
+    /// (a LeaderWorkerSet).
+    Gates,
     /// Kueue manages it as a plain pod (its pod integration, by scheduling gate).
     Pod,
     /// Kueue does not manage this kind (why, for the warning).
@@ -780,9 +791,10 @@ pub enum Kueue {
 }
 
 impl Kueue {
-    /// Kueue's integration admits the kind by a suspend field (it reads the workload's labels).
-    pub fn by_suspend(self) -> bool {
-        matches!(self, Kueue::Suspends(_))
+    /// Kueue's integration for the kind reads the workload's labels: it admits it by a suspend
+    /// field, or by scheduling gates on its pods.
+    pub fn by_labels(self) -> bool {
+        matches!(self, Kueue::Suspends(_) | Kueue::Gates)
     }
 
     /// Kueue's pod integration manages the kind (a plain pod, by scheduling gate).
@@ -1139,5 +1151,13 @@ mod tests {
         };
         assert_eq!(ELASTIC.eval(&json!({}), &h, Some("Worker")), 8);
         assert_eq!(ELASTIC.eval(&json!({}), &h, Some("Master")), 1);
+        static SIZE: Num = Num::holder(&["size"], 1);
+        static FOLLOWERS: Num = Num::Sub(&SIZE, &Num::Lit(1));
+        assert_eq!(FOLLOWERS.eval(&json!({}), &json!({"size": 4}), None), 3);
+        assert_eq!(FOLLOWERS.eval(&json!({}), &json!({}), None), 0);
+        assert_eq!(
+            FOLLOWERS.eval(&json!({}), &json!({"size": i64::MIN}), None),
+            i64::MIN
+        );
     }
 }

@@ -177,9 +177,9 @@ pub fn exec_seconds(value: &str) -> Option<i64> {
 pub const EXEC_SECONDS_REGEX: &str = "^[1-9][0-9]{0,17}$";
 
 /// True when Kueue manages `kind` through its labels: its integration admits it by
-/// a suspend field ([`Kueue::Suspends`]).
+/// a suspend field ([`Kueue::Suspends`]) or by its pods' scheduling gates ([`Kueue::Gates`]).
 pub fn manages(kind: WorkloadKind) -> bool {
-    kind.spec().kueue.by_suspend()
+    kind.spec().kueue.by_labels()
 }
 
 /// The queue's Kueue settings `object` breaks, one line each, for a workload the queue owns
@@ -304,6 +304,33 @@ mod tests {
         let (again, f) = mutate_with(&MUTATOR, QUEUE, out.clone());
         assert_eq!(again, out);
         assert!(f.warning_texts().is_empty());
+    }
+
+    /// A kind Kueue admits by its labels and its pods' scheduling gates, without a suspend
+    /// field, is managed through its labels as a suspended one is; a plain pod and a kind Kueue
+    /// does not manage are not.
+    #[test]
+    fn a_kind_admitted_by_scheduling_gates_is_managed_by_its_labels() {
+        use crate::kinds::{KindSpec, Kueue};
+        const fn spec(kueue: Kueue) -> KindSpec {
+            KindSpec {
+                name: "Gated",
+                group: "example.com",
+                version: "v1",
+                kind: "Gated",
+                resource: "gateds",
+                webhook_rule: "gated",
+                kueue,
+                ..KindSpec::BASE
+            }
+        }
+        static GATED: KindSpec = spec(Kueue::Gates);
+        static SUSPENDED: KindSpec = spec(Kueue::Suspends("spec.suspend"));
+        static POD: KindSpec = spec(Kueue::Pod);
+        static NOT: KindSpec = spec(Kueue::No("no integration"));
+        let managed = |s: &'static KindSpec| manages(WorkloadKind::unregistered(s));
+        assert!(managed(&GATED) && managed(&SUSPENDED));
+        assert!(!managed(&POD) && !managed(&NOT));
     }
 
     #[test]

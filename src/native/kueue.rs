@@ -9,9 +9,9 @@ use crate::mutate::kueue::{EXEC_SECONDS_REGEX, KueueConfig, Rule, Setting};
 use crate::workload::WorkloadKind;
 
 /// CEL: the request is for a covered kind whose object Kueue manages through its labels
-/// ([`Kueue::Suspends`]).
+/// ([`Kueue::Suspends`], [`Kueue::Gates`]).
 pub fn managed() -> String {
-    kinds(Kueue::by_suspend)
+    kinds(Kueue::by_labels)
 }
 
 /// CEL: the request is for a covered kind Kueue manages `how`.

@@ -534,7 +534,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             };
             report.native.push(format!(
                 "the Kueue labels are the queue's: a {} whose {} still differs after the mutation is a violation, as is a {} carrying a different one",
-                managed(crate::kinds::Kueue::by_suspend),
+                managed(crate::kinds::Kueue::by_labels),
                 labels.join(", "),
                 managed(crate::kinds::Kueue::as_pod),
             ));

@@ -92,8 +92,8 @@ impl Scope<'_> {
     }
 }
 
-/// A count in CEL: the same value as [`Num::eval`] for the holder in `scope` (a product
-/// saturates, as in Rust, where CEL's would be an error).
+/// A count in CEL: the same value as [`Num::eval`] for the holder in `scope` (a product and
+/// a difference saturate, as in Rust, where CEL's would be an error).
 pub fn num(n: &Num, scope: Scope) -> String {
     match n {
         Num::Lit(v) => int(*v),
@@ -108,6 +108,14 @@ pub fn num(n: &Num, scope: Scope) -> String {
             let (max, min) = (int(i64::MAX), int(i64::MIN));
             format!(
                 "[[{}, {}]].map(v, v[0] == 0 || v[1] == 0 ? 0 : v[0] > 0 && v[1] > 0 ? (v[0] > {max} / v[1] ? {max} : v[0] * v[1]) : v[0] < 0 && v[1] < 0 ? (v[0] < {max} / v[1] ? {max} : v[0] * v[1]) : v[0] > 0 ? (v[1] < {min} / v[0] ? {min} : v[0] * v[1]) : (v[0] < {min} / v[1] ? {min} : v[0] * v[1]))[0]",
+                num(a, scope),
+                num(b, scope)
+            )
+        }
+        Num::Sub(a, b) => {
+            let (max, min) = (int(i64::MAX), int(i64::MIN));
+            format!(
+                "[[{}, {}]].map(v, v[1] < 0 ? (v[0] > {max} + v[1] ? {max} : v[0] - v[1]) : (v[0] < {min} + v[1] ? {min} : v[0] - v[1]))[0]",
                 num(a, scope),
                 num(b, scope)
             )
@@ -930,6 +938,21 @@ mod tests {
         ..KindSpec::BASE
     };
 
+    // Groups of `size` pods, one of them a leader of its own template: the followers of every
+    // group, a difference saturating at both ends.
+    static GROUP_SIZE: Num = Num::holder(&["size"], 1);
+    static LEADERS: Num = Num::object(&["spec", "replicas"], 1);
+    static FOLLOWERS: Num = Num::Sub(&GROUP_SIZE, &Num::Lit(1));
+    static BELOW: Num = Num::Sub(&LEADERS, &GROUP_SIZE);
+    static TEST_GROUPS: &[Position] = &[Position {
+        role: "follower",
+        holders: Holders::At(&["spec", "group"]),
+        template: &["template"],
+        naming: Naming::None,
+        replicas: Num::Mul(&LEADERS, &FOLLOWERS),
+        at_most: Num::Sub(&BELOW, &FOLLOWERS),
+    }];
+
     fn template(image: &str) -> Value {
         json!({"metadata": {"labels": {"app": image}}, "spec": {"containers": [{"name": "main", "image": image}]}})
     }
@@ -939,7 +962,7 @@ mod tests {
         match n {
             Num::Lit(_) => {}
             Num::Int { from, at, .. } => out.push((*from, at)),
-            Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) => {
+            Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Sub(a, b) => {
                 reads(a, out);
                 reads(b, out);
             }
@@ -995,7 +1018,8 @@ mod tests {
         ];
         let positions = crate::kinds::all()
             .flat_map(|k| k.positions)
-            .chain(TEST_RAY.positions);
+            .chain(TEST_RAY.positions)
+            .chain(TEST_GROUPS);
         let mut checked = 0;
         for position in positions {
             for n in [&position.replicas, &position.at_most] {

@@ -760,7 +760,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pytorchjob_scale_has_a_fail_open_webhook_of_its_own() {
+    fn the_scale_subresources_have_a_fail_open_webhook_of_their_own() {
         for (settings, closed) in [
             (Settings::default(), "validate-deny.launchgate.io"),
             (
@@ -783,7 +783,9 @@ mod tests {
             assert_eq!(
                 scale[0]["rules"],
                 json!([{"apiGroups": ["kubeflow.org"], "apiVersions": ["v1"],
-                    "resources": ["pytorchjobs/scale"], "operations": ["UPDATE"], "scope": "Namespaced"}])
+                    "resources": ["pytorchjobs/scale"], "operations": ["UPDATE"], "scope": "Namespaced"},
+                    {"apiGroups": ["leaderworkerset.x-k8s.io"], "apiVersions": ["v1"],
+                    "resources": ["leaderworkersets/scale"], "operations": ["UPDATE"], "scope": "Namespaced"}])
             );
             assert!(scale[0].get("matchConditions").is_none());
             assert_eq!(

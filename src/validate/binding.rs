@@ -164,7 +164,7 @@ fn count_field(num: &Num) -> Option<&'static [&'static str]> {
             ..
         } => Some(at),
         Num::Int { .. } | Num::Lit(_) => None,
-        Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) => {
+        Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Sub(a, b) => {
             count_field(a).or_else(|| count_field(b))
         }
         Num::If {
@@ -189,6 +189,8 @@ fn raising_fields(
             raising_fields(a, object, holder, key, out);
             raising_fields(b, object, holder, key, out);
         }
+        // What is taken away never raises the count.
+        Num::Sub(a, _) => raising_fields(a, object, holder, key, out),
         Num::If {
             when,
             then,

@@ -282,6 +282,37 @@ fn mpijob() -> impl Strategy<Value = Value> {
         })
 }
 
+/// A LeaderWorkerSet: 1..3 groups of 1..4 pods, its leader from a template of its own or from
+/// the worker template, sometimes surging a group in a rolling update. It has no deadline.
+fn leaderworkerset() -> impl Strategy<Value = Value> {
+    (
+        prop::option::of(template("Always")),
+        template("Always"),
+        1i64..=3,
+        1i64..=4,
+        prop::option::of(0i64..=1),
+        extras(),
+    )
+        .prop_map(|(leader, worker, groups, size, surge, x)| {
+            let mut spec = json!({"replicas": groups,
+                "leaderWorkerTemplate": {"size": size, "workerTemplate": worker}});
+            if let Some(leader) = leader {
+                spec["leaderWorkerTemplate"]["leaderTemplate"] = leader;
+            }
+            if let Some(s) = surge {
+                spec["rolloutStrategy"] = json!({"type": "RollingUpdate",
+                    "rollingUpdateConfiguration": {"maxSurge": s}});
+            }
+            object(
+                "leaderworkerset.x-k8s.io/v1",
+                "LeaderWorkerSet",
+                "gen-lws".into(),
+                spec,
+                &x,
+            )
+        })
+}
+
 /// The generator of a registered kind's workloads, by its name in the registry
 /// (`WorkloadKind::as_str`): each kind's CRD asks for its own shape (its required fields, where
 /// its pod templates sit and how they are named), so each kind has one. `None` for a kind
@@ -297,6 +328,7 @@ fn generator(kind: &str) -> Option<BoxedStrategy<Value>> {
         "RayJob" => rayjob().boxed(),
         "RayCluster" => raycluster().boxed(),
         "MPIJob" => mpijob().boxed(),
+        "LeaderWorkerSet" => leaderworkerset().boxed(),
         _ => return None,
     })
 }

@@ -16,7 +16,8 @@ pub const CAPPED_QUEUE: &str = "capped-queue";
 
 /// The suite's config with the queues whose ceilings these tests (and the KubeRay one) judge:
 /// [`CAPPED_QUEUE`] and [`RAY_CAPPED_QUEUE`] (the KubeRay queue with at most 8 GPU-hours per
-/// run), and the MPIJob queue ([`crate::mpijob::MPI_QUEUE`], the platform group exempt there too). Served by a launchgate of their own ([`Own`]), so the suite's config — and the
+/// run), the MPIJob queue ([`crate::mpijob::MPI_QUEUE`], the platform group exempt there too) and
+/// the LeaderWorkerSet queue ([`crate::leaderworkerset::LWS_QUEUE`]). Served by a launchgate of their own ([`Own`]), so the suite's config — and the
 /// differential's sample over its queues — stays as it is.
 pub fn capped_config() -> Result<String> {
     let mut config: Value = serde_yaml::from_str(&suite_config()?)?;
@@ -37,6 +38,8 @@ pub fn capped_config() -> Result<String> {
     let mut mpi = crate::mpijob::mpi_queue(&config["queues"][&default_queue]);
     mpi["exemptions"] = json!([{"name": MPI_PLATFORM, "groups": [EXEMPT_GROUP]}]);
     config["queues"][crate::mpijob::MPI_QUEUE] = mpi;
+    let lws = crate::leaderworkerset::lws_queue(&config["queues"][&default_queue]);
+    config["queues"][crate::leaderworkerset::LWS_QUEUE] = lws;
     Ok(serde_yaml::to_string(&config)?)
 }
 
