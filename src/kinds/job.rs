@@ -48,7 +48,8 @@ pub static JOB: KindSpec = KindSpec {
                 ..RunDefault::BASE
             },
         ],
-        ..Run::BASE
+        ends: Ends::WithRun,
+        ..Run::UNSTATED
     },
     // The Job's generated selector: every pod it selects carries the Job's uid.
     makes: &[Makes {
@@ -66,5 +67,6 @@ pub static JOB: KindSpec = KindSpec {
     webhook_rule: "jobs",
     // W&B Launch's default Kubernetes resource.
     launch_default: true,
+    kueue: Kueue::Suspends("spec.suspend"),
     ..KindSpec::BASE
 };

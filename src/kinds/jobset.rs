@@ -55,7 +55,8 @@ pub static JOBSET: KindSpec = KindSpec {
                 set: "spec.failurePolicy.rules (no action that ignores maxRestarts)",
             }),
         }),
-        ..Run::BASE
+        ends: Ends::WithRun,
+        ..Run::UNSTATED
     },
     makes: &[Makes {
         kind: "Job",
@@ -66,5 +67,6 @@ pub static JOBSET: KindSpec = KindSpec {
     role_marks: &[RoleMark::Label("jobset.sigs.k8s.io/replicatedjob-name")],
     job_specs: JobSpecs::Templates,
     webhook_rule: "jobset",
+    kueue: Kueue::Suspends("spec.suspend"),
     ..KindSpec::BASE
 };

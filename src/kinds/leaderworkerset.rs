@@ -82,7 +82,7 @@ pub static LEADER_WORKER_SET: KindSpec = KindSpec {
             set: "a bounded kind's deadline (a JobSet's or a Job's) for a run that should end",
         },
         ends: Ends::Never,
-        ..Run::BASE
+        ..Run::UNSTATED
     },
     webhook_rule: "leaderworkerset",
     scale: Some(Scale {

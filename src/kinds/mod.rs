@@ -172,10 +172,11 @@ pub enum Watch {
 
 impl KindSpec {
     /// What a descriptor that does not say otherwise is: no positions, no run-level defaults,
-    /// nothing made, managed by Kueue by `spec.suspend`, covered by the native policies, no
-    /// gang, no scale subresource, not watched. A descriptor states its identity (`name`,
-    /// `group`, `version`, `kind`, `resource`, `webhook_rule`), its positions and its run, and
-    /// takes the rest from here (`..KindSpec::BASE`).
+    /// nothing made, no controller trusted, covered by the native policies, no gang, no scale
+    /// subresource, not watched. A descriptor states its identity (`name`, `group`, `version`,
+    /// `kind`, `resource`, `webhook_rule`), its positions, its run (deadline and end, from
+    /// [`Run::UNSTATED`]) and its Kueue integration — neither has a default, [`unstated`]
+    /// refuses, when launchgate is compiled, a kind that leaves them out — and takes the rest from here (`..KindSpec::BASE`).
     pub const BASE: KindSpec = KindSpec {
         name: "",
         group: "",
@@ -186,10 +187,10 @@ impl KindSpec {
         signature: &[],
         positions: &[],
         runtime: None,
-        run: Run::BASE,
+        run: Run::UNSTATED,
         makes: &[],
         controller: &[],
-        kueue: Kueue::Suspends("spec.suspend"),
+        kueue: Kueue::No(""),
         native: Ok(()),
         role_marks: &[],
         job_specs: JobSpecs::None,
@@ -517,16 +518,70 @@ pub struct Run {
 }
 
 impl Run {
-    /// A run bounded by nothing launchgate writes: no deadline of its own, no defaults, its
-    /// resources ending with it. A descriptor sets at least its `deadline`.
-    pub const BASE: Run = Run {
-        deadline: Deadline::EachPod,
+    /// What a descriptor builds its run from (`..Run::UNSTATED`): no defaults, no restarts —
+    /// and a deadline and an end that say nothing, so the descriptor states both (how its run
+    /// is bounded and whether its pods end with it change what the GPU-hour ceiling and the
+    /// deadline default do). The registry's compile-time check ([`unstated`]) refuses a kind
+    /// that leaves either unstated.
+    pub const UNSTATED: Run = Run {
+        deadline: Deadline::Never { why: "", set: "" },
         defaults: &[],
         restarts: None,
-        ends: Ends::WithRun,
+        ends: Ends::When {
+            cond: Cond::True {
+                from: From::Object,
+                at: &[],
+            },
+            keeps: "",
+        },
         pod_restarts: None,
     };
 }
+
+/// What `spec` leaves unstated of what changes a guarantee, if anything: its run's deadline
+/// or end ([`Run::UNSTATED`]'s, whose explanations are empty) or its Kueue integration
+/// ([`KindSpec::BASE`]'s `Kueue::No("")`).
+pub const fn unstated(spec: &KindSpec) -> Option<&'static str> {
+    if let Deadline::Never { why, set } = spec.run.deadline
+        && (why.is_empty() || set.is_empty())
+    {
+        return Some(
+            "a kind descriptor leaves its run's deadline unstated: set run.deadline (Deadline::Never, with why and what to set instead, for a kind no deadline bounds)",
+        );
+    }
+    if let Ends::When { keeps, .. } = &spec.run.ends
+        && keeps.is_empty()
+    {
+        return Some(
+            "a kind descriptor leaves what ends its run unstated: set run.ends (Ends::WithRun, Ends::When with what it keeps, or Ends::Never)",
+        );
+    }
+    if let Kueue::No(why) = spec.kueue
+        && why.is_empty()
+    {
+        return Some(
+            "a kind descriptor leaves its Kueue integration unstated: set kueue (Kueue::No with why Kueue does not manage it)",
+        );
+    }
+    None
+}
+
+/// Every registered descriptor states what changes a guarantee ([`unstated`]), checked when
+/// launchgate is compiled: a kind added without it does not build.
+const CHECKED: () = {
+    let mut f = 0;
+    while f < FILES.len() {
+        let mut k = 0;
+        while k < FILES[f].len() {
+            if let Some(why) = unstated(FILES[f][k]) {
+                panic!("{}", why);
+            }
+            k += 1;
+        }
+        f += 1;
+    }
+};
+const _: () = CHECKED;
 
 impl RunDefault {
     /// What a run default that does not say otherwise is: it replaces only an absent (or null)
@@ -991,6 +1046,48 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// What changes a guarantee has no default: a descriptor that takes its run or its Kueue
+    /// integration from the base is refused (at compile time, for a registered one); every
+    /// registered one states them.
+    #[test]
+    fn a_descriptor_states_its_run_and_its_kueue_integration() {
+        for k in all() {
+            assert_eq!(unstated(k), None, "{}", k.name);
+        }
+        let identity = KindSpec {
+            name: "X",
+            group: "example.com",
+            version: "v1",
+            kind: "X",
+            resource: "xs",
+            webhook_rule: "x",
+            ..KindSpec::BASE
+        };
+        assert!(unstated(&identity).unwrap().contains("deadline"));
+        let bounded = KindSpec {
+            run: Run {
+                deadline: Deadline::SPEC,
+                ..Run::UNSTATED
+            },
+            ..identity
+        };
+        assert!(unstated(&bounded).unwrap().contains("ends its run"));
+        let ending = KindSpec {
+            run: Run {
+                deadline: Deadline::SPEC,
+                ends: Ends::WithRun,
+                ..Run::UNSTATED
+            },
+            ..bounded
+        };
+        assert!(unstated(&ending).unwrap().contains("Kueue"));
+        let stated = KindSpec {
+            kueue: Kueue::Gates,
+            ..ending
+        };
+        assert_eq!(unstated(&stated), None);
+    }
+
     #[test]
     fn names_and_coordinates_are_unique() {
         assert_eq!(all().filter(|k| k.launch_default).count(), 1);
@@ -1046,7 +1143,11 @@ mod tests {
                 version: "v1",
                 kind,
                 resource: "",
-                run: Run::BASE,
+                run: Run {
+                    deadline: Deadline::EachPod,
+                    ends: Ends::WithRun,
+                    ..Run::UNSTATED
+                },
                 webhook_rule: name,
                 ..KindSpec::BASE
             }

@@ -85,7 +85,7 @@ pub static MPIJOB: KindSpec = KindSpec {
             cond: CLEANS_UP,
             keeps: "the mpi-operator keeps the MPIJob's worker pods, and their GPUs, after the run ends or reaches its deadline, until the MPIJob is deleted",
         },
-        ..Run::BASE
+        ..Run::UNSTATED
     },
     makes: &[
         Makes {

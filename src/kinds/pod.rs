@@ -22,7 +22,8 @@ pub static POD: KindSpec = KindSpec {
     }],
     run: Run {
         deadline: Deadline::SPEC,
-        ..Run::BASE
+        ends: Ends::WithRun,
+        ..Run::UNSTATED
     },
     kueue: Kueue::Pod,
     webhook_rule: "pods",

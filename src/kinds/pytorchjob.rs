@@ -52,7 +52,8 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
             by: "the training operator",
             at: &["spec", "runPolicy", "backoffLimit"],
         }),
-        ..Run::BASE
+        ends: Ends::WithRun,
+        ..Run::UNSTATED
     },
     makes: &[Makes {
         kind: "Pod",

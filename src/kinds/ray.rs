@@ -150,7 +150,7 @@ pub static RAYJOB: KindSpec = KindSpec {
             },
             keeps: "KubeRay keeps the RayJob's RayCluster, and its GPUs, after the job ends or reaches its deadline, until it is deleted",
         },
-        ..Run::BASE
+        ..Run::UNSTATED
     },
     makes: &[
         Makes {
@@ -168,6 +168,7 @@ pub static RAYJOB: KindSpec = KindSpec {
     role_marks: ROLE_MARKS,
     shared_version: true,
     webhook_rule: "rayjob",
+    kueue: Kueue::Suspends("spec.suspend"),
     ..KindSpec::BASE
 };
 
@@ -202,7 +203,7 @@ pub static RAYCLUSTER: KindSpec = KindSpec {
             set: "a RayJob's spec.activeDeadlineSeconds, with spec.shutdownAfterJobFinishes: true (a RayJob runs its own RayCluster, which then ends with it)",
         },
         ends: Ends::Never,
-        ..Run::BASE
+        ..Run::UNSTATED
     },
     makes: &[Makes {
         kind: "Pod",
@@ -213,6 +214,7 @@ pub static RAYCLUSTER: KindSpec = KindSpec {
     role_marks: ROLE_MARKS,
     shared_version: true,
     webhook_rule: "raycluster",
+    kueue: Kueue::Suspends("spec.suspend"),
     ..KindSpec::BASE
 };
 

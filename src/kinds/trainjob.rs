@@ -53,7 +53,8 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
             "activeDeadlineSeconds",
             "spec.activeDeadlineSeconds",
         ),
-        ..Run::BASE
+        ends: Ends::WithRun,
+        ..Run::UNSTATED
     },
     // Trainer names a TrainJob's JobSet after the TrainJob.
     makes: &[Makes {
@@ -67,5 +68,6 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
     ),
     webhook_rule: "trainjob",
     watch: Watch::Every,
+    kueue: Kueue::Suspends("spec.suspend"),
     ..KindSpec::BASE
 };

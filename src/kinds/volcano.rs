@@ -44,7 +44,8 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
             per_holder: Some("maxRetry"),
             uncounted: None,
         }),
-        ..Run::BASE
+        ends: Ends::WithRun,
+        ..Run::UNSTATED
     },
     makes: &[Makes {
         kind: "Pod",

@@ -932,7 +932,7 @@ mod tests {
                 "spec.activeDeadlineSeconds",
             ),
             ends: crate::kinds::Ends::WithRun,
-            ..Run::BASE
+            ..Run::UNSTATED
         },
         webhook_rule: "testrayjob",
         ..KindSpec::BASE

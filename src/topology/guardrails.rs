@@ -642,7 +642,8 @@ mod tests {
                     per_holder: None,
                     uncounted: None,
                 }),
-                ..Run::BASE
+                ends: Ends::WithRun,
+                ..Run::UNSTATED
             },
             webhook_rule: "retried",
             ..KindSpec::BASE
@@ -662,7 +663,7 @@ mod tests {
                     set: "a bounded kind's deadline",
                 },
                 ends: Ends::Never,
-                ..Run::BASE
+                ..Run::UNSTATED
             },
             group: "example.com",
             version: "v1",

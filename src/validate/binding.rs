@@ -992,8 +992,9 @@ fields:
                 },
             ],
             run: Run {
+                deadline: crate::kinds::Deadline::EachPod,
                 ends: crate::kinds::Ends::WithRun,
-                ..Run::BASE
+                ..Run::UNSTATED
             },
             webhook_rule: "test",
             ..KindSpec::BASE
