@@ -17,17 +17,19 @@ const GROUPS: Num = Num::object(&["spec", "replicas"], 1);
 /// The pods of one group (the CRD defaults an unset size to 1: the leader alone).
 static SIZE: Num = Num::holder(&["size"], 1);
 
-/// The groups a rolling update may run besides `spec.replicas`: an integer `maxSurge` (the
-/// CRD's default is 0).
-const SURGE: Num = Num::object(
-    &[
+/// The groups a rolling update may run besides `spec.replicas`: `maxSurge`, a number of groups
+/// or a percentage of `spec.replicas` rounded up (the CRD's default is 0).
+const SURGE: Num = Num::Scaled {
+    from: From::Object,
+    at: &[
         "spec",
         "rolloutStrategy",
         "rollingUpdateConfiguration",
         "maxSurge",
     ],
-    0,
-);
+    of: &GROUPS,
+    default: 0,
+};
 
 /// The most groups at once: `spec.replicas` + `maxSurge`.
 const MOST_GROUPS: Num = Num::Sub(&GROUPS, &NO_SURGE);
@@ -124,6 +126,16 @@ mod tests {
             [
                 ("spec.leaderWorkerTemplate.leaderTemplate".into(), 3, 4),
                 ("spec.leaderWorkerTemplate.workerTemplate".into(), 9, 12),
+            ]
+        );
+        // A percentage of the groups, rounded up: 34 % of 3 is 2 groups.
+        let mut percent = lws.clone();
+        percent["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["maxSurge"] = json!("34%");
+        assert_eq!(
+            counts(&percent),
+            [
+                ("spec.leaderWorkerTemplate.leaderTemplate".into(), 3, 5),
+                ("spec.leaderWorkerTemplate.workerTemplate".into(), 9, 15),
             ]
         );
     }

@@ -338,6 +338,38 @@ pub enum Num {
         then: &'static Num,
         otherwise: &'static Num,
     },
+    /// An int-or-percent field (a Kubernetes `IntOrString`: a LeaderWorkerSet's `maxSurge`):
+    /// an integer as it is; `N%` (at most [`PERCENT_DIGITS`] digits) as N % of `of`, rounded
+    /// up as the controllers round a surge, `of` taken between 0 and `i32::MAX`; `default`
+    /// when it is absent or neither.
+    Scaled {
+        from: From,
+        at: &'static [&'static str],
+        of: &'static Num,
+        default: i64,
+    },
+}
+
+/// The most digits a [`Num::Scaled`] percentage has (what the compiled CEL can multiply
+/// without overflow).
+pub const PERCENT_DIGITS: usize = 9;
+
+/// The N of a percentage `N%` ([`Num::Scaled`]), if `text` is one.
+pub fn percent(text: &str) -> Option<i64> {
+    let digits = text.strip_suffix('%')?;
+    if digits.is_empty()
+        || digits.len() > PERCENT_DIGITS
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// `n` % of `of` ([`Num::Scaled`]), rounded up, `of` taken between 0 and `i32::MAX`.
+pub fn percent_of(n: i64, of: i64) -> i64 {
+    let of = of.clamp(0, i64::from(i32::MAX));
+    (n.saturating_mul(of) + 99) / 100
 }
 
 impl Num {
@@ -422,6 +454,23 @@ impl Num {
                     then.eval(object, holder, key)
                 } else {
                     otherwise.eval(object, holder, key)
+                }
+            }
+            Num::Scaled {
+                from,
+                at,
+                of,
+                default,
+            } => {
+                let base = match from {
+                    From::Holder => holder,
+                    From::Object => object,
+                };
+                match field(base, at) {
+                    Some(Value::Number(n)) => n.as_i64().unwrap_or(*default),
+                    Some(Value::String(text)) => percent(text)
+                        .map_or(*default, |n| percent_of(n, of.eval(object, holder, key))),
+                    _ => *default,
                 }
             }
         }

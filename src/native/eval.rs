@@ -1,7 +1,7 @@
 //! A small CEL evaluator for the tests of the compiled expressions: the subset the compiler
 //! writes for pod templates and counts (literals, field selection and `has`, indexing, the
 //! operators, the conditional, list and map literals, `map`/`filter`/`exists`/`all`,
-//! `lists.range`, `size`, `string`, `type`, `dyn`, message literals (as maps of their fields),
+//! `lists.range`, `size`, `int`, `string`, `type`, `dyn`, message literals (as maps of their fields),
 //! and the `min`, `max`, `sort`, `join`, `flatten`, `lowerAscii`, `contains`, `startsWith` and `replace`
 //! methods), with CEL's grammar and semantics for what it covers: a missing field or an
 //! overflow is an error, `&&` and `||` absorb an error the other side decides, values of
@@ -576,6 +576,14 @@ fn ev(e: &E, env: &mut Vec<(String, V)>) -> Result<V, String> {
                     .map(V::Quantity)
                     .map_err(|e| format!("quantity({s:?}): {e}")),
                 v => Err(format!("quantity of {v:?}")),
+            },
+            ("int", [x]) => match ev(x, env)? {
+                V::Int(i) => Ok(V::Int(i)),
+                V::Str(s) => s
+                    .parse::<i64>()
+                    .map(V::Int)
+                    .map_err(|_| format!("int({s:?})")),
+                v => Err(format!("int of {v:?}")),
             },
             ("string", [x]) => match ev(x, env)? {
                 V::Int(i) => Ok(V::Str(i.to_string())),

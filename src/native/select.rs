@@ -130,6 +130,26 @@ pub fn num(n: &Num, scope: Scope) -> String {
             num(then, scope),
             num(otherwise, scope)
         ),
+        Num::Scaled {
+            from,
+            at,
+            of,
+            default,
+        } => {
+            let (value, steps) = reach(scope.base(*from), at);
+            let reached = steps.join(" && ");
+            // `N%`: every character but the last a digit (each digit removed, `%` is left).
+            let digits = (0..10).fold(value.clone(), |text, d| {
+                format!("{text}.replace('{d}', '')")
+            });
+            format!(
+                "({reached} && type({value}) == int ? {value} : {reached} && type({value}) == string && size({value}) >= 2 && size({value}) <= {most} && {value}.endsWith('%') && {digits} == '%' ? [[int({value}.replace('%', '')), {of}]].map(p, (p[0] * (p[1] < 0 ? 0 : p[1] > {max} ? {max} : p[1]) + 99) / 100)[0] : {default})",
+                most = crate::kinds::PERCENT_DIGITS + 1,
+                of = num(of, scope),
+                max = i32::MAX,
+                default = int(*default),
+            )
+        }
     }
 }
 
@@ -962,6 +982,10 @@ mod tests {
         match n {
             Num::Lit(_) => {}
             Num::Int { from, at, .. } => out.push((*from, at)),
+            Num::Scaled { from, at, of, .. } => {
+                out.push((*from, at));
+                reads(of, out);
+            }
             Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Sub(a, b) => {
                 reads(a, out);
                 reads(b, out);
@@ -1015,6 +1039,10 @@ mod tests {
             Some(json!(false)),
             Some(json!(null)),
             Some(json!(2.5)),
+            Some(json!("50%")),
+            Some(json!("100%")),
+            Some(json!("1000000000%")),
+            Some(json!("5a%")),
         ];
         let positions = crate::kinds::all()
             .flat_map(|k| k.positions)

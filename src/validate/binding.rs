@@ -163,7 +163,7 @@ fn count_field(num: &Num) -> Option<&'static [&'static str]> {
             at,
             ..
         } => Some(at),
-        Num::Int { .. } | Num::Lit(_) => None,
+        Num::Int { .. } | Num::Lit(_) | Num::Scaled { .. } => None,
         Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Sub(a, b) => {
             count_field(a).or_else(|| count_field(b))
         }
@@ -185,6 +185,10 @@ fn raising_fields(
     match num {
         Num::Lit(_) | Num::Min(..) => {}
         Num::Int { from, at, .. } => out.push((*from, at)),
+        Num::Scaled { from, at, of, .. } => {
+            out.push((*from, at));
+            raising_fields(of, object, holder, key, out);
+        }
         Num::Max(a, b) | Num::Mul(a, b) => {
             raising_fields(a, object, holder, key, out);
             raising_fields(b, object, holder, key, out);

@@ -283,14 +283,18 @@ fn mpijob() -> impl Strategy<Value = Value> {
 }
 
 /// A LeaderWorkerSet: 1..3 groups of 1..4 pods, its leader from a template of its own or from
-/// the worker template, sometimes surging a group in a rolling update. It has no deadline.
+/// the worker template, sometimes surging in a rolling update (a number of groups, or a
+/// percentage of them). It has no deadline.
 fn leaderworkerset() -> impl Strategy<Value = Value> {
     (
         prop::option::of(template("Always")),
         template("Always"),
         1i64..=3,
         1i64..=4,
-        prop::option::of(0i64..=1),
+        prop::option::of(prop_oneof![
+            (0i64..=1).prop_map(|n| json!(n)),
+            prop::sample::select(&["25%", "50%", "100%"][..]).prop_map(|p| json!(p)),
+        ]),
         extras(),
     )
         .prop_map(|(leader, worker, groups, size, surge, x)| {
