@@ -598,7 +598,7 @@ pub fn compile(policy: &Policy, options: &Options) -> Compiled {
             if let Some((expression, message)) = &marks {
                 let message = match docs_url {
                     Some(url) => format!(
-                        "{message}\n{}",
+                        "{message}{NATIVE_LINKS_SEPARATOR}{}",
                         rules::links_line(url, &[rules::EXEMPTIONS_UNEARNED_MARK.id])
                     ),
                     None => message.clone(),
@@ -718,10 +718,15 @@ impl Report {
     }
 }
 
-/// The CEL for the line a native denial ends with when the config says where the
-/// documentation site is (`docsUrl`): `\nsee ` and a link to the section of each rule whose
-/// check found something, in the checks' order and once each — the line the webhook's denial
-/// ends with ([`rules::links_line`]).
+/// What goes between a native denial's message and its links: the webhook's denial puts them
+/// on a line of their own, but the API server refuses a policy message with a line break (and
+/// replaces a computed one that has one).
+const NATIVE_LINKS_SEPARATOR: &str = " — ";
+
+/// The CEL for what a native denial ends with when the config says where the documentation
+/// site is (`docsUrl`): ` — see ` and a link to the section of each rule whose check found
+/// something, in the checks' order and once each — the webhook denial's last line
+/// ([`rules::links_line`]).
 fn rule_links(docs_url: &str, checks: &[(Identifier, &'static Rule)]) -> String {
     let mut rules: Vec<&'static Rule> = Vec::new();
     for (_, rule) in checks {
@@ -746,7 +751,7 @@ fn rule_links(docs_url: &str, checks: &[(Identifier, &'static Rule)]) -> String 
         .collect();
     format!(
         "{} + ({}).join(', ')",
-        crate::cel::lit(&format!("\n{}", rules::LINKS_LEAD)),
+        crate::cel::lit(&format!("{NATIVE_LINKS_SEPARATOR}{}", rules::LINKS_LEAD)),
         links.join(" + ")
     )
 }
@@ -779,7 +784,12 @@ mod tests {
                 .collect();
             eval(&expression, &[("variables", V::Map(named))]).unwrap()
         };
-        let webhook = |ids: &[&str]| V::Str(format!("\n{}", rules::links_line(url, ids)));
+        let webhook = |ids: &[&str]| {
+            V::Str(format!(
+                "{NATIVE_LINKS_SEPARATOR}{}",
+                rules::links_line(url, ids)
+            ))
+        };
         assert_eq!(
             run([&[], &["a", "b"], &["over"], &["label"]]),
             webhook(&["limits.variables", "limits.totals", "kueue.labels"])

@@ -93,7 +93,10 @@ impl Scope<'_> {
 }
 
 /// A count in CEL: the same value as [`Num::eval`] for the holder in `scope` (a product and
-/// a difference saturate, as in Rust, where CEL's would be an error).
+/// a difference saturate, as in Rust, where CEL's would be an error). The items of the lists it
+/// combines counts in are `dyn`: the API server's CEL wants one type per list literal, and a
+/// field of an object it does not type (a policy over several kinds), or of an int-or-string
+/// field, is `dyn` where a literal is `int`.
 pub fn num(n: &Num, scope: Scope) -> String {
     match n {
         Num::Lit(v) => int(*v),
@@ -102,12 +105,12 @@ pub fn num(n: &Num, scope: Scope) -> String {
             steps.push(format!("type({value}) == int"));
             format!("({} ? {value} : {})", steps.join(" && "), int(*default))
         }
-        Num::Min(a, b) => format!("[{}, {}].min()", num(a, scope), num(b, scope)),
-        Num::Max(a, b) => format!("[{}, {}].max()", num(a, scope), num(b, scope)),
+        Num::Min(a, b) => format!("[dyn({}), dyn({})].min()", num(a, scope), num(b, scope)),
+        Num::Max(a, b) => format!("[dyn({}), dyn({})].max()", num(a, scope), num(b, scope)),
         Num::Mul(a, b) => {
             let (max, min) = (int(i64::MAX), int(i64::MIN));
             format!(
-                "[[{}, {}]].map(v, v[0] == 0 || v[1] == 0 ? 0 : v[0] > 0 && v[1] > 0 ? (v[0] > {max} / v[1] ? {max} : v[0] * v[1]) : v[0] < 0 && v[1] < 0 ? (v[0] < {max} / v[1] ? {max} : v[0] * v[1]) : v[0] > 0 ? (v[1] < {min} / v[0] ? {min} : v[0] * v[1]) : (v[0] < {min} / v[1] ? {min} : v[0] * v[1]))[0]",
+                "[[dyn({}), dyn({})]].map(v, v[0] == 0 || v[1] == 0 ? 0 : v[0] > 0 && v[1] > 0 ? (v[0] > {max} / v[1] ? {max} : v[0] * v[1]) : v[0] < 0 && v[1] < 0 ? (v[0] < {max} / v[1] ? {max} : v[0] * v[1]) : v[0] > 0 ? (v[1] < {min} / v[0] ? {min} : v[0] * v[1]) : (v[0] < {min} / v[1] ? {min} : v[0] * v[1]))[0]",
                 num(a, scope),
                 num(b, scope)
             )
@@ -115,7 +118,7 @@ pub fn num(n: &Num, scope: Scope) -> String {
         Num::Sub(a, b) => {
             let (max, min) = (int(i64::MAX), int(i64::MIN));
             format!(
-                "[[{}, {}]].map(v, v[1] < 0 ? (v[0] > {max} + v[1] ? {max} : v[0] - v[1]) : (v[0] < {min} + v[1] ? {min} : v[0] - v[1]))[0]",
+                "[[dyn({}), dyn({})]].map(v, v[1] < 0 ? (v[0] > {max} + v[1] ? {max} : v[0] - v[1]) : (v[0] < {min} + v[1] ? {min} : v[0] - v[1]))[0]",
                 num(a, scope),
                 num(b, scope)
             )
@@ -143,7 +146,7 @@ pub fn num(n: &Num, scope: Scope) -> String {
                 format!("{text}.replace('{d}', '')")
             });
             format!(
-                "({reached} && type({value}) == int ? {value} : {reached} && type({value}) == string && size({value}) >= 2 && size({value}) <= {most} && {value}.endsWith('%') && {digits} == '%' ? [[int({value}.replace('%', '')), {of}]].map(p, (p[0] * (p[1] < 0 ? 0 : p[1] > {max} ? {max} : p[1]) + 99) / 100)[0] : {default})",
+                "({reached} && type({value}) == int ? {value} : {reached} && type({value}) == string && size({value}) >= 2 && size({value}) <= {most} && {value}.endsWith('%') && {digits} == '%' ? [[dyn(int({value}.replace('%', ''))), dyn({of})]].map(p, (p[0] * (p[1] < 0 ? 0 : p[1] > {max} ? {max} : p[1]) + 99) / 100)[0] : {default})",
                 most = crate::kinds::PERCENT_DIGITS + 1,
                 of = num(of, scope),
                 max = i32::MAX,
@@ -1007,6 +1010,27 @@ mod tests {
         }
     }
 
+    /// The int-or-percent fields a count reads (`Num::Scaled`).
+    fn scaled_reads(n: &Num, out: &mut Vec<(From, &'static [&'static str])>) {
+        match n {
+            Num::Lit(_) | Num::Int { .. } => {}
+            Num::Scaled { from, at, of, .. } => {
+                out.push((*from, at));
+                scaled_reads(of, out);
+            }
+            Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Sub(a, b) => {
+                scaled_reads(a, out);
+                scaled_reads(b, out);
+            }
+            Num::If {
+                then, otherwise, ..
+            } => {
+                scaled_reads(then, out);
+                scaled_reads(otherwise, out);
+            }
+        }
+    }
+
     fn set(base: &mut Value, at: &[&str], value: Value) {
         let mut v = base;
         for (i, key) in at.iter().enumerate() {
@@ -1039,11 +1063,16 @@ mod tests {
             Some(json!(false)),
             Some(json!(null)),
             Some(json!(2.5)),
+        ];
+        // An int-or-percent field (`Num::Scaled`) is also tried with percentages: valid,
+        // too long, and not one.
+        let percentages = [
             Some(json!("50%")),
             Some(json!("100%")),
             Some(json!("1000000000%")),
             Some(json!("5a%")),
         ];
+        let all: Vec<Option<Value>> = candidates.iter().chain(&percentages).cloned().collect();
         let positions = crate::kinds::all()
             .flat_map(|k| k.positions)
             .chain(TEST_RAY.positions)
@@ -1072,13 +1101,25 @@ mod tests {
                     },
                 );
                 let program = parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-                let combos = candidates.len().pow(fields.len() as u32);
+                let mut scaled = Vec::new();
+                scaled_reads(n, &mut scaled);
+                let tried: Vec<&[Option<Value>]> = fields
+                    .iter()
+                    .map(|f| {
+                        if scaled.contains(f) {
+                            &all[..]
+                        } else {
+                            &candidates[..]
+                        }
+                    })
+                    .collect();
+                let combos: usize = tried.iter().map(|t| t.len()).product();
                 for combo in 0..combos {
                     let (mut object, mut holder) = (json!({}), json!({}));
                     let mut c = combo;
-                    for (from, at) in &fields {
-                        let value = &candidates[c % candidates.len()];
-                        c /= candidates.len();
+                    for ((from, at), tried) in fields.iter().zip(&tried) {
+                        let value = &tried[c % tried.len()];
+                        c /= tried.len();
                         if let Some(value) = value {
                             let base = match from {
                                 From::Holder => &mut holder,

@@ -63,6 +63,8 @@ const UNINSTALL: &str = "docs/uninstall.md";
 const CHART: &str = "docs/chart.md";
 /// The runbook (its remedies).
 const OPERATIONS: &str = "docs/operations.md";
+/// The failure modes and their remedies.
+const TROUBLESHOOTING: &str = "docs/troubleshooting.md";
 /// The repository's README, whose install block is the chart README's.
 const README: &str = "README.md";
 /// The pages' release name and namespace.
@@ -723,6 +725,31 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
         "the runbook's certificate check: {}",
         remedy.all()
     );
+    // The troubleshooting page's remedies: the CA the API server trusts and the Secret's. Here
+    // they differ, which is what the remedy finds: the pods serve on 127.0.0.1 with the dev
+    // certificate `serve` makes (the API server cannot reach the Service), and register its CA,
+    // while the Secret holds the CA the chart generated.
+    let remedy = shell.run(
+        TROUBLESHOOTING,
+        "kubectl get validatingwebhookconfiguration launchgate",
+        0,
+    )?;
+    let subjects: Vec<&str> = remedy.stdout.lines().collect();
+    ensure!(
+        subjects == ["subject=CN = launchgate CA", "subject=CN = launchgate-ca"],
+        "the caBundle remedy did not print the registered CA's subject, then the Secret's: {}",
+        remedy.all()
+    );
+    let remedy = shell.run(
+        TROUBLESHOOTING,
+        "kubectl -n launchgate get pods,endpointslices",
+        0,
+    )?;
+    ensure!(
+        remedy.stdout.contains("Name:") && remedy.stdout.contains("launchgate"),
+        "the endpoints remedy did not describe the Deployment: {}",
+        remedy.all()
+    );
 
     // 5. The Job over the limit: warned, admitted, mutated.
     let created = shell.run(INSTALL, "cat > over-the-limit.yaml", 0)?;
@@ -1006,7 +1033,15 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
 
     // Every block marked for this test was run.
     let mut marked = BTreeSet::new();
-    for page in [INSTALL, UPGRADE, UNINSTALL, CHART, README, OPERATIONS] {
+    for page in [
+        INSTALL,
+        UPGRADE,
+        UNINSTALL,
+        CHART,
+        README,
+        OPERATIONS,
+        TROUBLESHOOTING,
+    ] {
         for block in marked_blocks(page)? {
             marked.insert((page, block.line));
         }

@@ -488,13 +488,13 @@ fn comparable(obj: &Value) -> Value {
     v
 }
 
-/// The links to the rules' sections a denial ends with (`see <docsUrl>/reference/rules.html#…`),
-/// when its config names a documentation site.
+/// The links to the rules' sections a denial ends with (`see <docsUrl>/reference/rules.html#…`,
+/// on a line of its own from the webhook, after ` — ` from a native policy), when its config
+/// names a documentation site.
 fn rule_links(message: &str) -> BTreeSet<String> {
     message
-        .lines()
-        .filter_map(|line| line.trim().strip_prefix(launchgate::rules::LINKS_LEAD))
-        .flat_map(|links| links.split(", "))
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|word| word.contains(launchgate::rules::RULES_PAGE))
         .map(str::to_string)
         .collect()
 }
