@@ -769,59 +769,54 @@ pub async fn native_policies_decide_as_the_webhook_does_on_generated_workloads(
 
 /// Runs every config the tests use on both sides (the webhook alone in one namespace, the
 /// compiled policies alone in another) and judges the cases `cases_for(config index, sides)`
-/// gives, each settled and then [`REPEATS`] more times. Fails with every difference found;
-/// returns how many cases and configs were judged.
+/// gives, each settled and then [`REPEATS`] more times ([`judge_cases`]); the cases of a
+/// config that differ are judged again on a fresh install. Fails with every difference both
+/// installs show; returns how many cases and configs were judged.
 async fn differential(
     ctx: &Ctx,
     id: &str,
     mut cases_for: impl FnMut(usize, &Sides) -> Vec<(String, Value)>,
 ) -> Result<(usize, usize)> {
-    use futures_util::StreamExt as _;
     let mut differences = Vec::new();
     let mut judged = 0;
     let mut configs = 0;
     for (n, (what, config)) in test_configs()?.into_iter().enumerate() {
         configs += 1;
-        let mut sides = Sides::start(ctx, &config, &format!("{id}{n}")).await?;
-        let cases: Vec<(String, Value)> = cases_for(n, &sides)
-            .into_iter()
-            .map(|(case, obj)| (format!("{what}: {case}"), obj))
-            .collect();
-        let result = async {
-            sides.install(ctx).await?;
-            let sides = &sides;
-            let found: Vec<Result<Option<String>>> = futures_util::stream::iter(cases)
-                .map(|(case, obj)| async move {
-                    // The API server loads new policies and bindings a moment after they are
-                    // created, resource by resource: wait that out, then every repetition counts.
-                    if let Some(d) = sides.settled_difference(ctx, &obj).await? {
-                        return Ok(Some(format!("{case}: {d}")));
-                    }
-                    for attempt in 0..REPEATS {
-                        let (by_webhook, by_native) = sides.judge(ctx, &obj).await?;
-                        if let Some(d) = difference(&obj, by_webhook, by_native) {
-                            return Ok(Some(format!("{case}, repetition {attempt}: {d}")));
-                        }
-                    }
-                    Ok(None)
-                })
-                .buffer_unordered(IN_FLIGHT)
-                .collect()
-                .await;
-            let mut out = (0, Vec::new());
-            for f in found {
-                out.0 += 1;
-                if let Some(d) = f? {
-                    out.1.push(d);
-                }
-            }
-            Ok::<_, anyhow::Error>(out)
-        }
-        .await;
-        sides.clean_up(ctx).await;
-        let (cases, found) = result.with_context(|| what.clone())?;
+        let sides = Sides::start(ctx, &config, &format!("{id}{n}")).await?;
+        let cases = cases_for(n, &sides);
+        let (cases, found) = judge_cases(ctx, sides, cases)
+            .await
+            .with_context(|| what.clone())?;
         judged += cases;
-        differences.extend(found);
+        if found.is_empty() {
+            continue;
+        }
+        // Under the whole suite's load the API server has been seen not to apply a freshly
+        // created policy to one kind for minutes: a difference counts only if a second, fresh
+        // install (new namespaces, new policy objects) shows it too. The first is printed.
+        let differing: Vec<&String> = found.iter().map(|(case, _)| case).collect();
+        eprintln!(
+            "e2e: {what}: {} of {cases} cases differ on the first install, judged again on a fresh one:\n{}",
+            found.len(),
+            found
+                .iter()
+                .map(|(case, d)| format!("{case}: {d}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let sides = Sides::start(ctx, &config, &format!("{id}{n}r")).await?;
+        let again: Vec<(String, Value)> = cases_for(n, &sides)
+            .into_iter()
+            .filter(|(case, _)| differing.contains(&case))
+            .collect();
+        let (_, found) = judge_cases(ctx, sides, again)
+            .await
+            .with_context(|| what.clone())?;
+        differences.extend(
+            found
+                .into_iter()
+                .map(|(case, d)| format!("{what}: {case}: {d}")),
+        );
     }
     ensure!(
         configs > 10 && judged > 500,
@@ -835,6 +830,50 @@ async fn differential(
         );
     }
     Ok((judged, configs))
+}
+
+/// Installs `sides` and judges `cases` on them, each settled and then [`REPEATS`] more times,
+/// then cleans the sides up: how many cases were judged, and each that differs (its name, the
+/// difference).
+async fn judge_cases(
+    ctx: &Ctx,
+    mut sides: Sides,
+    cases: Vec<(String, Value)>,
+) -> Result<(usize, Vec<(String, String)>)> {
+    use futures_util::StreamExt as _;
+    let result = async {
+        sides.install(ctx).await?;
+        let sides = &sides;
+        let found: Vec<Result<Option<(String, String)>>> = futures_util::stream::iter(cases)
+            .map(|(case, obj)| async move {
+                // The API server loads new policies and bindings a moment after they are
+                // created, resource by resource: wait that out, then every repetition counts.
+                if let Some(d) = sides.settled_difference(ctx, &obj).await? {
+                    return Ok(Some((case, d)));
+                }
+                for attempt in 0..REPEATS {
+                    let (by_webhook, by_native) = sides.judge(ctx, &obj).await?;
+                    if let Some(d) = difference(&obj, by_webhook, by_native) {
+                        return Ok(Some((case, format!("repetition {attempt}: {d}"))));
+                    }
+                }
+                Ok(None)
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .collect()
+            .await;
+        let mut out = (0, Vec::new());
+        for f in found {
+            out.0 += 1;
+            if let Some(d) = f? {
+                out.1.push(d);
+            }
+        }
+        Ok::<_, anyhow::Error>(out)
+    }
+    .await;
+    sides.clean_up(ctx).await;
+    result
 }
 
 /// Hybrid mode: native policies for the limits and the static mutations, the webhook (failure
