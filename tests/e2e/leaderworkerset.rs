@@ -18,36 +18,28 @@ pub const LWS_QUEUE: &str = "lws-queue";
 
 /// [`LWS_QUEUE`]'s config: `base` (the built-in queue) with its limits and Kueue hand-off.
 pub fn lws_queue(base: &Value) -> Value {
-    let mut queue = base.clone();
-    queue["kueue"] = json!({"localQueue": "team-a"});
-    queue["limits"] = json!({
-        "enforcement": "deny",
-        "template": "apiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\nspec:\n  replicas: '{{groups}}'\n  leaderWorkerTemplate:\n    size: '{{size}}'\n    leaderTemplate:\n      spec:\n        containers:\n          - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n    workerTemplate:\n      spec:\n        containers:\n          - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n",
-        "variables": {
+    crate::updates::kind_queue(
+        base,
+        "apiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\nspec:\n  replicas: '{{groups}}'\n  leaderWorkerTemplate:\n    size: '{{size}}'\n    leaderTemplate:\n      spec:\n        containers:\n          - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n    workerTemplate:\n      spec:\n        containers:\n          - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n",
+        json!({
             "groups": {"type": "integer", "minimum": 1, "maximum": 4},
             "size": {"type": "integer", "minimum": 1, "maximum": 8},
             "gpus": {"type": "integer", "minimum": 0, "maximum": 4},
-        },
-        "totals": {"nvidia.com/gpu": {"maximum": 8}},
-    });
-    queue
-}
-
-fn labels(queue: &str) -> Value {
-    json!({"wandb.ai/monitor": "true", "launchgate.io/queue": queue})
+        }),
+    )
 }
 
 /// A launch LeaderWorkerSet in `queue` serving a model: `groups` groups of `size` pods (a
 /// leader and `size − 1` workers), each of `gpus` GPUs.
 pub(crate) fn lws(name: &str, queue: &str, groups: i64, size: i64, gpus: i64) -> Value {
     let template = |role: &str| {
-        json!({"metadata": {"labels": labels(queue)},
+        json!({"metadata": {"labels": crate::updates::queue_labels(queue)},
             "spec": {"containers": [{"name": role, "image": "vllm/vllm-openai:v0.8.5",
                 "command": ["sh", "-c", "sleep infinity"],
                 "resources": {"limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus}}}]}})
     };
     json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "labels": labels(queue)},
+        "metadata": {"name": name, "labels": crate::updates::queue_labels(queue)},
         "spec": {
             "replicas": groups,
             "leaderWorkerTemplate": {

@@ -23,23 +23,15 @@ pub const MPI_QUEUE: &str = "mpi-queue";
 
 /// [`MPI_QUEUE`]'s config: `base` (the built-in queue) with its limits and Kueue hand-off.
 pub fn mpi_queue(base: &Value) -> Value {
-    let mut queue = base.clone();
-    queue["kueue"] = json!({"localQueue": "team-a"});
-    queue["limits"] = json!({
-        "enforcement": "deny",
-        "template": "apiVersion: kubeflow.org/v2beta1\nkind: MPIJob\nspec:\n  mpiReplicaSpecs:\n    Launcher:\n      replicas: 1\n      template:\n        spec:\n          containers:\n            - resources: {limits: {nvidia.com/gpu: '{{launcher_gpus}}'}}\n    Worker:\n      replicas: '{{workers}}'\n      template:\n        spec:\n          containers:\n            - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n",
-        "variables": {
+    crate::updates::kind_queue(
+        base,
+        "apiVersion: kubeflow.org/v2beta1\nkind: MPIJob\nspec:\n  mpiReplicaSpecs:\n    Launcher:\n      replicas: 1\n      template:\n        spec:\n          containers:\n            - resources: {limits: {nvidia.com/gpu: '{{launcher_gpus}}'}}\n    Worker:\n      replicas: '{{workers}}'\n      template:\n        spec:\n          containers:\n            - resources: {limits: {nvidia.com/gpu: '{{gpus}}'}}\n",
+        json!({
             "launcher_gpus": {"type": "integer", "minimum": 0, "maximum": 0},
             "workers": {"type": "integer", "minimum": 1, "maximum": 4},
             "gpus": {"type": "integer", "minimum": 0, "maximum": 4},
-        },
-        "totals": {"nvidia.com/gpu": {"maximum": 8}},
-    });
-    queue
-}
-
-fn labels(queue: &str) -> Value {
-    json!({"wandb.ai/monitor": "true", "launchgate.io/queue": queue})
+        }),
+    )
 }
 
 /// A launch MPIJob in `queue` (the upstream `pi` example's shape): a CPU launcher running
@@ -54,16 +46,16 @@ pub(crate) fn mpijob(name: &str, queue: &str, workers: i64, gpus: i64) -> Value 
                "resources": {"limits": limits}})
     };
     json!({"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
-        "metadata": {"name": name, "labels": labels(queue)},
+        "metadata": {"name": name, "labels": crate::updates::queue_labels(queue)},
         "spec": {
             "slotsPerWorker": 1,
             "sshAuthMountPath": "/home/mpiuser/.ssh",
             "runPolicy": {"cleanPodPolicy": "Running"},
             "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "template": {"metadata": {"labels": labels(queue)},
+                "Launcher": {"replicas": 1, "template": {"metadata": {"labels": crate::updates::queue_labels(queue)},
                     "spec": {"containers": [container("mpi-launcher",
                         &["mpirun", "-n", "2", "/home/mpiuser/pi"], 0)]}}},
-                "Worker": {"replicas": workers, "template": {"metadata": {"labels": labels(queue)},
+                "Worker": {"replicas": workers, "template": {"metadata": {"labels": crate::updates::queue_labels(queue)},
                     "spec": {"containers": [container("mpi-worker",
                         &["/usr/sbin/sshd", "-De"], gpus)]}}}}}})
 }

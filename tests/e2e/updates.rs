@@ -43,6 +43,26 @@ pub fn capped_config() -> Result<String> {
     Ok(serde_yaml::to_string(&config)?)
 }
 
+/// A queue of one kind's template for [`capped_config`]: `base` (the built-in queue) denying
+/// what `template` and its `variables` do not allow, at most 8 GPUs in all, handed off to the
+/// Kueue LocalQueue `team-a`.
+pub fn kind_queue(base: &Value, template: &str, variables: Value) -> Value {
+    let mut queue = base.clone();
+    queue["kueue"] = json!({"localQueue": "team-a"});
+    queue["limits"] = json!({
+        "enforcement": "deny",
+        "template": template,
+        "variables": variables,
+        "totals": {"nvidia.com/gpu": {"maximum": 8}},
+    });
+    queue
+}
+
+/// The labels of a launch workload (and its templates) in `queue`.
+pub fn queue_labels(queue: &str) -> Value {
+    json!({"wandb.ai/monitor": "true", "launchgate.io/queue": queue})
+}
+
 /// The exemption of the platform group in the MPIJob queue.
 const MPI_PLATFORM: &str = "mpi-platform";
 
