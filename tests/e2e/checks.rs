@@ -52,6 +52,41 @@ pub fn ensure_stored_launch(stored: &Value, containers: &[&Value], kind: &str) -
     Ok(())
 }
 
+/// Nothing launchgate wrote on `submitted` (created in namespace `ns`, a `what`) was pruned by
+/// the API server: `policy`'s patch writes something, every value it writes is in `stored`, and
+/// `stored` needs no patch again ([`ensure_needs_no_patch`]).
+pub fn ensure_nothing_pruned(
+    policy: &Policy,
+    submitted: &Value,
+    ns: &str,
+    stored: &Value,
+    what: &str,
+) -> Result<()> {
+    let mut sent = submitted.clone();
+    sent["metadata"]["namespace"] = json!(ns);
+    let request = AdmissionRequest::synthetic_create(sent.clone(), None)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("a {what} request"))?;
+    let patch = decide(policy, Endpoint::Mutate, &request, &NoCluster).patch;
+    ensure!(
+        !patch.0.is_empty(),
+        "launchgate wrote nothing on the {what}"
+    );
+    let mut mutated = sent;
+    json_patch::patch(&mut mutated, &patch)?;
+    for op in patch.0.iter() {
+        let path = op.path().to_string();
+        if let Some(want) = mutated.pointer(&path) {
+            ensure!(
+                stored.pointer(&path) == Some(want),
+                "{path}: launchgate wrote {want}, the API server stored {:?}",
+                stored.pointer(&path)
+            );
+        }
+    }
+    ensure_needs_no_patch(policy, stored, &format!("the stored {what}"))
+}
+
 /// `policy` admits the stored object `stored` (`what`) as it is, with nothing to patch again:
 /// nothing launchgate wrote was pruned.
 pub fn ensure_needs_no_patch(policy: &Policy, stored: &Value, what: &str) -> Result<()> {

@@ -2,13 +2,10 @@
 //! upstream LWS CRD. No LWS controller runs here: what is judged is the LeaderWorkerSet itself,
 //! as its user submits it.
 
-use crate::checks::{ensure_needs_no_patch, ensure_stored_launch};
+use crate::checks::{ensure_nothing_pruned, ensure_stored_launch};
 use crate::ctx::Ctx;
 use anyhow::{Context, Result, ensure};
 use launchgate::Policy;
-use launchgate::admission::AdmissionRequest;
-use launchgate::cluster::NoCluster;
-use launchgate::review::{Endpoint, decide};
 use serde_json::{Value, json};
 
 /// A queue whose template is a LeaderWorkerSet: groups of a leader and workers of up to 4
@@ -111,25 +108,6 @@ async fn limited_and_hardened(ctx: &Ctx) -> Result<()> {
     // stored object needs no patch.
     let policy =
         Policy::from_yaml(&crate::updates::capped_config()?).map_err(anyhow::Error::msg)?;
-    let mut sent = submitted.clone();
-    sent["metadata"]["namespace"] = json!(ctx.ns);
-    let request = AdmissionRequest::synthetic_create(sent.clone(), None)
-        .map_err(anyhow::Error::msg)
-        .context("a LeaderWorkerSet request")?;
-    let patch = decide(&policy, Endpoint::Mutate, &request, &NoCluster).patch;
-    ensure!(!patch.0.is_empty(), "launchgate wrote nothing");
-    let mut mutated = sent.clone();
-    json_patch::patch(&mut mutated, &patch)?;
-    for op in patch.0.iter() {
-        let path = op.path().to_string();
-        if let Some(want) = mutated.pointer(&path) {
-            ensure!(
-                stored.pointer(&path) == Some(want),
-                "{path}: launchgate wrote {want}, the API server stored {:?}",
-                stored.pointer(&path)
-            );
-        }
-    }
-    ensure_needs_no_patch(&policy, &stored, "the stored LeaderWorkerSet")?;
+    ensure_nothing_pruned(&policy, &submitted, &ctx.ns, &stored, "LeaderWorkerSet")?;
     Ok(())
 }

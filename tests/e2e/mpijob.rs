@@ -3,14 +3,11 @@
 //! launcher Job and the worker pods an MPIJob's operator would, as the operator's service
 //! account); the real Job controller makes the launcher's pod.
 
-use crate::checks::{ensure_denied, ensure_needs_no_patch, ensure_stored_launch, hardened};
+use crate::checks::{ensure_denied, ensure_nothing_pruned, ensure_stored_launch, hardened};
 use crate::ctx::Ctx;
 use crate::webhook::GUARDRAILS_QUEUE;
 use anyhow::{Context, Result, ensure};
 use launchgate::Policy;
-use launchgate::admission::AdmissionRequest;
-use launchgate::cluster::NoCluster;
-use launchgate::review::{Endpoint, decide};
 use serde_json::{Value, json};
 
 /// The identity the mpi-operator runs as (its standalone install).
@@ -204,25 +201,7 @@ async fn limited_hardened_and_verified(ctx: &Ctx) -> Result<()> {
     // stored object needs no patch.
     let policy =
         Policy::from_yaml(&crate::updates::capped_config()?).map_err(anyhow::Error::msg)?;
-    let mut sent = submitted.clone();
-    sent["metadata"]["namespace"] = json!(ctx.ns);
-    let request = AdmissionRequest::synthetic_create(sent.clone(), None)
-        .map_err(anyhow::Error::msg)
-        .context("an MPIJob request")?;
-    let patch = decide(&policy, Endpoint::Mutate, &request, &NoCluster).patch;
-    let mut mutated = sent.clone();
-    json_patch::patch(&mut mutated, &patch)?;
-    for op in patch.0.iter() {
-        let path = op.path().to_string();
-        if let Some(want) = mutated.pointer(&path) {
-            ensure!(
-                stored.pointer(&path) == Some(want),
-                "{path}: launchgate wrote {want}, the API server stored {:?}",
-                stored.pointer(&path)
-            );
-        }
-    }
-    ensure_needs_no_patch(&policy, &stored, "the stored MPIJob")?;
+    ensure_nothing_pruned(&policy, &submitted, &ctx.ns, &stored, "MPIJob")?;
 
     // (c) The operator's children: judged per pod (8 GPUs in all already admitted), hardened,
     // bound to their role.
