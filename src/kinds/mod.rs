@@ -214,6 +214,9 @@ pub struct Gang {
     pub when: Option<Cond>,
 }
 
+/// The name of the scale subresource (`<resource>/scale`).
+pub const SCALE_SUBRESOURCE: &str = "scale";
+
 /// Where the `autoscaling/v1` Scale a scale subresource request carries holds the count it
 /// asks for; [`Scale::replicas`] says which field of the kind that count writes.
 pub const SCALE_REPLICAS: &str = "/spec/replicas";
@@ -1077,6 +1080,15 @@ impl WorkloadKind {
     pub fn runs_as(self) -> Option<WorkloadKind> {
         self.0.runtime?;
         self.0.makes.iter().find_map(|m| Self::named(m.kind))
+    }
+
+    /// Its scale subresource as admission rules and RBAC name it (`<resource>/scale`), if it
+    /// has one ([`KindSpec::scale`]).
+    pub fn scale_resource(self) -> Option<String> {
+        self.0
+            .scale
+            .as_ref()
+            .map(|_| format!("{}/{SCALE_SUBRESOURCE}", self.0.resource))
     }
 
     /// The kinds whose controller makes objects of this kind.

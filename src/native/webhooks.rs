@@ -95,7 +95,7 @@ pub fn chart_kinds() -> Value {
             "version": version,
             "resource": resource,
             "resources": resources(kind),
-            "scale": kind.spec().scale.as_ref().map(|_| scale_resource(kind)),
+            "scale": kind.scale_resource(),
         })
     });
     Value::Array(kinds.collect())
@@ -106,11 +106,6 @@ pub fn chart_kinds() -> Value {
 /// [`launch_condition`] tests the labels of, so the chart's condition is the server's.
 pub fn chart_label_carriers() -> Value {
     json!({"carriers": select::carriers(select::Root::Object)})
-}
-
-/// A kind's scale subresource, as admission rules name it (`<resource>/scale`).
-fn scale_resource(kind: WorkloadKind) -> String {
-    format!("{}/scale", kind.api_resource().2)
 }
 
 /// Everything about the webhooks the config does not say (what the chart passes).
@@ -253,7 +248,7 @@ fn scale_hook(base: &Value, name: &str, scaled: &[WorkloadKind]) -> Value {
     hook["failurePolicy"] = json!("Ignore");
     hook["rules"] = scaled
         .iter()
-        .map(|&k| admission_rule(k, vec![scale_resource(k)], &["UPDATE"]))
+        .filter_map(|&k| Some(admission_rule(k, vec![k.scale_resource()?], &["UPDATE"])))
         .collect();
     if let Some(h) = hook.as_object_mut() {
         h.remove("matchConditions");

@@ -64,7 +64,9 @@ pub(super) fn scale(
         .resource
         .as_ref()
         .and_then(|r| WorkloadKind::scaled_through(&r.group, &r.resource));
-    let (Some("scale"), Some(kind)) = (request.sub_resource.as_deref(), scaled) else {
+    let (Some(crate::kinds::SCALE_SUBRESOURCE), Some(kind)) =
+        (request.sub_resource.as_deref(), scaled)
+    else {
         return Continue(None);
     };
     let mut summary = ReviewSummary::of(request, None);

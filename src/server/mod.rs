@@ -257,10 +257,7 @@ pub async fn start_with_event_sink(
             let scaled: Vec<_> = WorkloadKind::all()
                 .filter(|k| k.spec().scale.is_some())
                 .collect();
-            let resources: Vec<String> = scaled
-                .iter()
-                .map(|k| format!("{}/scale", k.spec().resource))
-                .collect();
+            let resources: Vec<String> = scaled.iter().filter_map(|k| k.scale_resource()).collect();
             let kinds: Vec<&str> = scaled.iter().map(|k| k.as_str()).collect();
             let kinds = kinds.join(" or ");
             tracing::warn!(
