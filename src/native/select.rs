@@ -980,13 +980,14 @@ mod tests {
         json!({"metadata": {"labels": {"app": image}}, "spec": {"containers": [{"name": "main", "image": image}]}})
     }
 
-    /// Every field a count or condition reads, with where from.
-    fn reads(n: &Num, out: &mut Vec<(From, &'static [&'static str])>) {
+    /// Every field a count or condition reads, with where from, and whether it is an
+    /// int-or-percent field (`Num::Scaled`).
+    fn reads(n: &Num, out: &mut Vec<(From, &'static [&'static str], bool)>) {
         match n {
             Num::Lit(_) => {}
-            Num::Int { from, at, .. } => out.push((*from, at)),
+            Num::Int { from, at, .. } => out.push((*from, at, false)),
             Num::Scaled { from, at, of, .. } => {
-                out.push((*from, at));
+                out.push((*from, at, true));
                 reads(of, out);
             }
             Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Sub(a, b) => {
@@ -1001,32 +1002,11 @@ mod tests {
                 match when {
                     Cond::True { from, at }
                     | Cond::Has { from, at }
-                    | Cond::OneOf { from, at, .. } => out.push((*from, at)),
+                    | Cond::OneOf { from, at, .. } => out.push((*from, at, false)),
                     Cond::KeyIs(_) => {}
                 }
                 reads(then, out);
                 reads(otherwise, out);
-            }
-        }
-    }
-
-    /// The int-or-percent fields a count reads (`Num::Scaled`).
-    fn scaled_reads(n: &Num, out: &mut Vec<(From, &'static [&'static str])>) {
-        match n {
-            Num::Lit(_) | Num::Int { .. } => {}
-            Num::Scaled { from, at, of, .. } => {
-                out.push((*from, at));
-                scaled_reads(of, out);
-            }
-            Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Sub(a, b) => {
-                scaled_reads(a, out);
-                scaled_reads(b, out);
-            }
-            Num::If {
-                then, otherwise, ..
-            } => {
-                scaled_reads(then, out);
-                scaled_reads(otherwise, out);
             }
         }
     }
@@ -1101,23 +1081,15 @@ mod tests {
                     },
                 );
                 let program = parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-                let mut scaled = Vec::new();
-                scaled_reads(n, &mut scaled);
                 let tried: Vec<&[Option<Value>]> = fields
                     .iter()
-                    .map(|f| {
-                        if scaled.contains(f) {
-                            &all[..]
-                        } else {
-                            &candidates[..]
-                        }
-                    })
+                    .map(|&(_, _, scaled)| if scaled { &all[..] } else { &candidates[..] })
                     .collect();
                 let combos: usize = tried.iter().map(|t| t.len()).product();
                 for combo in 0..combos {
                     let (mut object, mut holder) = (json!({}), json!({}));
                     let mut c = combo;
-                    for ((from, at), tried) in fields.iter().zip(&tried) {
+                    for ((from, at, _), tried) in fields.iter().zip(&tried) {
                         let value = &tried[c % tried.len()];
                         c /= tried.len();
                         if let Some(value) = value {
