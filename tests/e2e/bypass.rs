@@ -154,9 +154,11 @@ pub async fn the_documented_bypass_holds_while_launchgate_runs(ctx: &Ctx) -> Res
         created.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
         let kubeconfig = kubeconfig_as(ctx, &user, dir.path())?;
         // Not ready until its slot holds the config: the chart's ClusterRoleBindings may take
-        // a moment, and the server retries every reload interval meanwhile.
+        // a moment, and the server retries every reload interval meanwhile; among the other
+        // tests' creates that takes longer than a start-up wait, so readiness is awaited below
+        // (no webhook is registered before it).
         server = Some(
-            Launchgate::start_with(
+            Launchgate::start_serving(
                 dir.path(),
                 Some(&kubeconfig),
                 "127.0.0.1",
@@ -180,8 +182,8 @@ pub async fn the_documented_bypass_holds_while_launchgate_runs(ctx: &Ctx) -> Res
 
         // In force: the webhooks registered, the native policy held, the Job refused.
         ctx.wait_for(
-            "the webhooks to be registered and the Job refused",
-            Duration::from_secs(120),
+            "the server to be ready, its webhooks registered and the Job refused",
+            Duration::from_secs(180),
             || async {
                 let hooks = webhooks(ctx, "ValidatingWebhookConfiguration", &release).await?;
                 Ok(hooks.is_some_and(|h| !h.is_empty()) && refused(ctx, &tenant.ns).await?)
@@ -307,6 +309,13 @@ pub async fn the_documented_bypass_holds_while_launchgate_runs(ctx: &Ctx) -> Res
         Ok(())
     }
     .await;
+    // The cause with what the server logged (the harness prints the error alone).
+    let result = result.map_err(|e| {
+        anyhow::anyhow!(
+            "{e:#}\nlaunchgate's log ends:\n{}",
+            crate::cluster::tail(&dir.path().join("launchgate.log"), 60)
+        )
+    });
     if let Some(mut server) = server {
         server.stop();
     }
