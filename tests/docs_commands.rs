@@ -169,7 +169,7 @@ const NOT_ON_CI: [(&str, &str); 8] = [
 /// Blocks no test runs yet, by page and first command, with why: each must still be marked
 /// `not run`, and the list only shrinks (an entry that matches no such block fails, so a block
 /// that gets covered leaves it).
-const OWED: [(&str, &str, &str); 11] = [
+const OWED: [(&str, &str, &str); 3] = [
     (
         "docs/local-cluster.md",
         "cargo run --release -- serve --dev-cert-names host.docker.internal,",
@@ -181,56 +181,11 @@ const OWED: [(&str, &str, &str); 11] = [
         "as above",
     ),
     (
-        "docs/manifests.md",
-        "kubectl apply -f manifests/namespace.yaml",
-        PLAIN_MANIFESTS,
-    ),
-    (
-        "docs/manifests.md",
-        "CA_BUNDLE=$(base64 -w0 < certs/ca.crt)",
-        PLAIN_MANIFESTS,
-    ),
-    (
-        "docs/manifests.md",
-        "kubectl apply -f manifests/launchgate.yaml",
-        PLAIN_MANIFESTS,
-    ),
-    (
-        "docs/manifests.md",
-        "kubectl -n launchgate rollout status deployment/launchgate",
-        PLAIN_MANIFESTS,
-    ),
-    (
-        "docs/manifests.md",
-        "launchgate certs --dns launchgate.launchgate.svc --out certs-new/",
-        PLAIN_MANIFESTS,
-    ),
-    (
-        "docs/manifests.md",
-        "kubectl delete validatingwebhookconfiguration launchgate",
-        PLAIN_MANIFESTS,
-    ),
-    (
-        "docs/uninstall.md",
-        "kubectl delete validatingwebhookconfiguration launchgate",
-        PLAIN_MANIFESTS,
-    ),
-    (
-        "docs/chart.md",
-        "helm install launchgate charts/launchgate \\",
-        "cert-manager mode needs cert-manager's CRDs, which the e2e control plane does not have",
-    ),
-    (
         "docs/upgrade.md",
         "helm rollback launchgate <revision> --namespace launchgate",
         "Helm's Python library cannot roll back (it sets no wait strategy)",
     ),
 ];
-
-/// Why the plain manifests' install is owed: its webhooks call a Service, whose pods the e2e
-/// control plane cannot run (it has no nodes), so the API server would reach nothing.
-const PLAIN_MANIFESTS: &str =
-    "the webhooks call a Service whose pods the e2e control plane cannot run (no nodes)";
 
 /// A command without its leading `VAR=value` assignments.
 fn without_assignments(command: &str) -> &str {

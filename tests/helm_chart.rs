@@ -26,7 +26,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
@@ -2640,5 +2640,115 @@ fn the_chart_honours_the_emergency_bypass() {
         of_kind(&quiet, "ClusterRole")
             .iter()
             .all(|r| !r["metadata"]["name"].as_str().unwrap().ends_with("-bypass"))
+    );
+}
+
+/// The chart README's cert-manager install (`charts/launchgate/README.md`, the site's
+/// docs/chart.md): its `helm install` rendered by Helm's library with the block's own release,
+/// namespace and `--set` values — everything `helm install` does short of applying, which needs
+/// cert-manager's CRDs in the cluster (no CI machine has them) — holds what the page says: a
+/// self-signed root Issuer, a 10-year CA Certificate, a CA Issuer and a serving Certificate of
+/// 90 days renewed 30 days before expiry, for the Service's name, into the Secret the pods
+/// mount; no certificate of the chart's own.
+#[test]
+fn the_readme_cert_manager_install_renders_what_the_page_says() {
+    let Some(helm) = helm() else { return };
+    let marker =
+        "covered by helm_chart::the_readme_cert_manager_install_renders_what_the_page_says";
+    let blocks = common::docs::marked_blocks("charts/launchgate/README.md", marker);
+    assert_eq!(blocks.len(), 1, "one block marked for this test");
+    let command = blocks[0].body.join("\n").replace("\\\n", " ");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(
+        &words[..4],
+        ["helm", "install", "launchgate", "charts/launchgate"],
+        "{command}"
+    );
+    let (release, mut namespace, mut values) = (words[2], "default", Vec::new());
+    let mut rest = words[4..].iter();
+    while let Some(word) = rest.next() {
+        match *word {
+            "--namespace" => namespace = rest.next().expect("--namespace's value"),
+            "--create-namespace" => {}
+            "--set" => {
+                let (key, value) = rest
+                    .next()
+                    .and_then(|kv| kv.split_once('='))
+                    .expect("--set K=V");
+                let mut set = Value::String(value.into());
+                for part in key.rsplit('.') {
+                    set = json!({ part: set });
+                }
+                values.push(set.to_string());
+            }
+            other => {
+                panic!("the block's `helm install` has {other:?}, which this test does not read")
+            }
+        }
+    }
+    let mut args = vec!["--namespace", namespace, "--release", release];
+    for set in &values {
+        args.extend(["--set-json", set.as_str()]);
+    }
+    let objs = helm.render(&args);
+    check_all_objects(&objs);
+    let issuers = of_kind(&objs, "Issuer");
+    assert!(
+        issuers.iter().any(|i| i["spec"]["selfSigned"].is_object()),
+        "no self-signed root Issuer: {issuers:?}"
+    );
+    let certificates = of_kind(&objs, "Certificate");
+    let ca = certificates
+        .iter()
+        .find(|c| c["spec"]["isCA"] == json!(true))
+        .expect("a CA Certificate");
+    assert_eq!(ca["spec"]["duration"], "87600h", "10 years");
+    let ca_secret = &ca["spec"]["secretName"];
+    assert!(
+        issuers
+            .iter()
+            .any(|i| i["spec"]["ca"]["secretName"] == *ca_secret),
+        "no CA Issuer of the CA Certificate's Secret {ca_secret}: {issuers:?}"
+    );
+    let serving = certificates
+        .iter()
+        .find(|c| c["spec"]["isCA"] != json!(true))
+        .expect("a serving Certificate");
+    assert_eq!(
+        (
+            &serving["spec"]["duration"],
+            &serving["spec"]["renewBefore"]
+        ),
+        (&json!("2160h"), &json!("720h")),
+        "90 days, renewed 30 days before expiry"
+    );
+    assert!(
+        serving["spec"]["dnsNames"]
+            .as_array()
+            .is_some_and(|names| names.contains(&json!(format!("{release}.{namespace}.svc")))),
+        "the serving Certificate does not name the Service: {serving}"
+    );
+    let secret = serving["spec"]["secretName"].as_str().expect("its Secret");
+    let deployment = of_kind(&objs, "Deployment")[0];
+    assert!(
+        deployment["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|v| v["secret"]["secretName"] == secret),
+        "the pods do not mount {secret}"
+    );
+    assert!(
+        of_kind(&objs, "Secret")
+            .iter()
+            .all(|s| s["metadata"]["name"] != secret),
+        "the chart made {secret} itself"
+    );
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .map(|i| i.starts_with("registry.example.com/launchgate:")),
+        Some(true),
+        "the block's image"
     );
 }

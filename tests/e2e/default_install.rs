@@ -59,6 +59,19 @@ const PLUMBING: [&str; 15] = [
 /// `matchConditions`). The webhooks' namespace selector is the chart's narrowed to `ns`, so
 /// other tests' namespaces never reach this server.
 pub(crate) fn serve_flags(objects: &[Value], ns: &str) -> Result<Vec<String>> {
+    let flags = deployment_flags(objects, ns)?;
+    for needed in ["--cluster-lookups=", "--events=", "--register-webhooks="] {
+        ensure!(
+            flags.iter().any(|f| f.starts_with(needed)),
+            "the rendered Deployment sets no {needed}: {flags:?}"
+        );
+    }
+    Ok(flags)
+}
+
+/// The `serve` flags of the Deployment among `objects` (every `LAUNCHGATE_*` variable with a
+/// value, but the [`PLUMBING`]), the webhooks' namespace selector narrowed to `ns`.
+pub(crate) fn deployment_flags(objects: &[Value], ns: &str) -> Result<Vec<String>> {
     let env = objects
         .iter()
         .find(|o| o["kind"] == "Deployment")
@@ -92,12 +105,6 @@ pub(crate) fn serve_flags(objects: &[Value], ns: &str) -> Result<Vec<String>> {
             "--{}={value}",
             option.to_lowercase().replace('_', "-")
         ));
-    }
-    for needed in ["--cluster-lookups=", "--events=", "--register-webhooks="] {
-        ensure!(
-            flags.iter().any(|f| f.starts_with(needed)),
-            "the rendered Deployment sets no {needed}: {flags:?}"
-        );
     }
     Ok(flags)
 }

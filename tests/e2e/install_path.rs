@@ -74,8 +74,8 @@ const MARKER: &str = "<!-- docs-test: covered by e2e::install_path::the_document
 /// The new image tag the upgrade block's `<version>` stands for.
 const NEW_TAG: &str = "0.1.1";
 
-/// A block of a page marked for this test.
-struct Block {
+/// A block of a page marked for a test.
+pub(crate) struct Block {
     /// The line of its opening fence.
     line: usize,
     /// Its commands: the lines of an `sh` block, the `$ ` lines of a `console` block.
@@ -84,10 +84,10 @@ struct Block {
     output: Option<Vec<String>>,
 }
 
-/// The `sh` and `console` blocks of `page` marked for this test (read as the docs test reads
+/// The `sh` and `console` blocks of `page` marked with `marker` (read as the docs test reads
 /// pages, `common::docs`).
-fn marked_blocks(page: &str) -> Result<Vec<Block>> {
-    let marker = MARKER
+fn marked_blocks(page: &str, marker: &str) -> Result<Vec<Block>> {
+    let marker = marker
         .strip_prefix("<!-- docs-test: ")
         .and_then(|m| m.strip_suffix(" -->"))
         .context("the marker's form")?;
@@ -115,13 +115,13 @@ fn marked_blocks(page: &str) -> Result<Vec<Block>> {
 }
 
 /// What a block printed.
-struct Ran {
-    stdout: String,
-    stderr: String,
+pub(crate) struct Ran {
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Ran {
-    fn all(&self) -> String {
+    pub(crate) fn all(&self) -> String {
         format!("{}{}", self.stdout, self.stderr)
     }
 }
@@ -129,17 +129,26 @@ impl Ran {
 /// The pages' blocks and the shell they run in: a working directory (the repository's
 /// `charts` and `examples` linked in, as a reader's clone has them), `PATH` with `helm` and
 /// `launchgate` first, the substitutions.
-struct Shell {
-    dir: tempfile::TempDir,
+pub(crate) struct Shell {
+    pub(crate) dir: tempfile::TempDir,
     bin: PathBuf,
     kubeconfig: PathBuf,
-    substitutions: Vec<(String, String)>,
+    /// The marker of the blocks the test runs.
+    marker: &'static str,
+    pub(crate) substitutions: Vec<(String, String)>,
+    /// Variables a reader's shell holds from an earlier block.
+    pub(crate) envs: Vec<(String, String)>,
     /// (page, line) of every block run.
     run: BTreeSet<(&'static str, usize)>,
 }
 
 impl Shell {
-    fn new(kubeconfig: &Path, tenant: &str, admin: u16) -> Result<Shell> {
+    pub(crate) fn new(
+        kubeconfig: &Path,
+        marker: &'static str,
+        tenant: &str,
+        admin: u16,
+    ) -> Result<Shell> {
         let dir = tempfile::Builder::new()
             .prefix("launchgate-install-path-")
             .tempdir()?;
@@ -155,11 +164,13 @@ impl Shell {
             dir,
             bin,
             kubeconfig: kubeconfig.to_path_buf(),
+            marker,
             substitutions: vec![
                 ("team-a".into(), tenant.into()),
                 ("localhost:8080".into(), format!("127.0.0.1:{admin}")),
                 ("<version>".into(), NEW_TAG.into()),
             ],
+            envs: Vec::new(),
             run: BTreeSet::new(),
         })
     }
@@ -167,8 +178,8 @@ impl Shell {
     /// The block of `page` marked for this test whose first command starts with `first`, its
     /// commands adapted: lines that need a kubelet or a registry left out, the substitutions
     /// made.
-    fn block(&mut self, page: &'static str, first: &str) -> Result<Block> {
-        let found: Vec<Block> = marked_blocks(page)?
+    pub(crate) fn block(&mut self, page: &'static str, first: &str) -> Result<Block> {
+        let found: Vec<Block> = marked_blocks(page, self.marker)?
             .into_iter()
             .filter(|b| b.commands.first().is_some_and(|l| l.starts_with(first)))
             .collect();
@@ -198,18 +209,18 @@ impl Shell {
     }
 
     /// The adapted script of that block.
-    fn script(&mut self, page: &'static str, first: &str) -> Result<String> {
+    pub(crate) fn script(&mut self, page: &'static str, first: &str) -> Result<String> {
         Ok(self.block(page, first)?.commands.join("\n"))
     }
 
     /// Runs that block with `sh -e`; it must exit `code`, and a `console` block's commands must
     /// print what it shows.
-    fn run(&mut self, page: &'static str, first: &str, code: i32) -> Result<Ran> {
+    pub(crate) fn run(&mut self, page: &'static str, first: &str, code: i32) -> Result<Ran> {
         self.run_with(page, first, code, &self.kubeconfig.clone())
     }
 
     /// [`Shell::run`] with `kubeconfig`.
-    fn run_with(
+    pub(crate) fn run_with(
         &mut self,
         page: &'static str,
         first: &str,
@@ -246,7 +257,7 @@ impl Shell {
 
     /// A kubeconfig of the same API server whose current namespace is `ns` (where a page's
     /// kubectl goes without `-n`).
-    fn kubeconfig_in(&self, ns: &str) -> Result<PathBuf> {
+    pub(crate) fn kubeconfig_in(&self, ns: &str) -> Result<PathBuf> {
         let mut config: Value = serde_yaml::from_str(&std::fs::read_to_string(&self.kubeconfig)?)?;
         for context in config["contexts"]
             .as_array_mut()
@@ -259,11 +270,15 @@ impl Shell {
         Ok(path)
     }
 
-    fn spawn(&self, script: &str) -> Result<std::process::Child> {
+    pub(crate) fn spawn(&self, script: &str) -> Result<std::process::Child> {
         self.spawn_with(script, &self.kubeconfig)
     }
 
-    fn spawn_with(&self, script: &str, kubeconfig: &Path) -> Result<std::process::Child> {
+    pub(crate) fn spawn_with(
+        &self,
+        script: &str,
+        kubeconfig: &Path,
+    ) -> Result<std::process::Child> {
         let path = format!(
             "{}:{}",
             self.bin.display(),
@@ -274,13 +289,30 @@ impl Shell {
             .current_dir(self.dir.path())
             .env("PATH", path)
             .env("KUBECONFIG", kubeconfig)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .context("sh")
     }
 
-    fn file(&self, name: &str) -> Result<String> {
+    /// Fails unless every block of `pages` marked for the test was run.
+    pub(crate) fn ensure_all_run(&self, pages: &[&'static str]) -> Result<()> {
+        let mut marked = BTreeSet::new();
+        for page in pages {
+            for block in marked_blocks(page, self.marker)? {
+                marked.insert((*page, block.line));
+            }
+        }
+        let unrun: Vec<_> = marked.difference(&self.run).collect();
+        ensure!(
+            unrun.is_empty(),
+            "blocks marked for this test that it did not run: {unrun:?}"
+        );
+        Ok(())
+    }
+
+    pub(crate) fn file(&self, name: &str) -> Result<String> {
         std::fs::read_to_string(self.dir.path().join(name)).with_context(|| name.to_string())
     }
 }
@@ -324,9 +356,9 @@ impl Pods {
     }
 }
 
-/// The release's Deployment (as an object with its kind) and its `config.yaml`, as Helm
-/// stored them.
-async fn installed(ctx: &Ctx) -> Result<(Value, String)> {
+/// The release's Deployment (as an object with its kind) and its `config.yaml`, as Helm (or
+/// `kubectl apply`) stored them.
+pub(crate) async fn installed(ctx: &Ctx) -> Result<(Value, String)> {
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), RELEASE);
     let mut deployment = serde_json::to_value(deployments.get(RELEASE).await?)?;
     deployment["kind"] = json!("Deployment");
@@ -604,7 +636,7 @@ pub async fn the_documented_install_path_warns_denies_and_leaves_nothing(ctx: &C
     }
     let tenant_name = format!("team-a-{}", &ctx.ns[ctx.ns.len() - 4..]);
     let admin = crate::cluster::free_port()?;
-    let mut shell = Shell::new(&ctx.env.kubeconfig, &tenant_name, admin)?;
+    let mut shell = Shell::new(&ctx.env.kubeconfig, MARKER, &tenant_name, admin)?;
     let mut pods = Pods {
         server: None,
         admin,
@@ -1032,8 +1064,7 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
     uninstall_and_check(ctx, shell, pods, &tenant, CHART).await?;
 
     // Every block marked for this test was run.
-    let mut marked = BTreeSet::new();
-    for page in [
+    shell.ensure_all_run(&[
         INSTALL,
         UPGRADE,
         UNINSTALL,
@@ -1041,14 +1072,5 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
         README,
         OPERATIONS,
         TROUBLESHOOTING,
-    ] {
-        for block in marked_blocks(page)? {
-            marked.insert((page, block.line));
-        }
-    }
-    let unrun: Vec<_> = marked.difference(&shell.run).collect();
-    if !unrun.is_empty() {
-        bail!("blocks marked for this test that it did not run: {unrun:?}");
-    }
-    Ok(())
+    ])
 }

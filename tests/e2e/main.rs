@@ -30,6 +30,7 @@ mod install_path;
 mod jobset_order;
 mod launch_stack;
 mod leaderworkerset;
+mod manifests;
 mod mpijob;
 mod native;
 mod native_rbac;
@@ -234,6 +235,12 @@ fn tests() -> Vec<E2eTest> {
         // nothing of any release labelled launchgate's: alone.
         e2e!(
             install_path::the_documented_install_path_warns_denies_and_leaves_nothing,
+            unregistered,
+            alone
+        ),
+        // The manifests' release is cluster-wide (`launchgate`), as the pages': alone.
+        e2e!(
+            manifests::the_plain_manifests_install_judges_rotates_and_uninstalls,
             unregistered,
             alone
         ),

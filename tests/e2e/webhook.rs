@@ -69,7 +69,37 @@ impl Launchgate {
         config_text: &str,
         extra_args: &[String],
     ) -> Result<Launchgate> {
-        Self::start_until(dir, kubeconfig, host, config_text, extra_args, "/readyz").await
+        Self::start_until(
+            dir,
+            kubeconfig,
+            host,
+            None,
+            config_text,
+            extra_args,
+            "/readyz",
+        )
+        .await
+    }
+
+    /// [`Launchgate::start_with`] on `port` (one a webhook configuration already names).
+    pub async fn start_on(
+        dir: &Path,
+        kubeconfig: Option<&Path>,
+        host: &str,
+        port: u16,
+        config_text: &str,
+        extra_args: &[String],
+    ) -> Result<Launchgate> {
+        Self::start_until(
+            dir,
+            kubeconfig,
+            host,
+            Some(port),
+            config_text,
+            extra_args,
+            "/readyz",
+        )
+        .await
     }
 
     /// [`Launchgate::start_with`], returning once the server answers `/healthz`, ready or not.
@@ -80,7 +110,16 @@ impl Launchgate {
         config_text: &str,
         extra_args: &[String],
     ) -> Result<Launchgate> {
-        Self::start_until(dir, kubeconfig, host, config_text, extra_args, "/healthz").await
+        Self::start_until(
+            dir,
+            kubeconfig,
+            host,
+            None,
+            config_text,
+            extra_args,
+            "/healthz",
+        )
+        .await
     }
 
     /// `GET path` on the server's HTTPS port: the status and the body.
@@ -99,13 +138,17 @@ impl Launchgate {
         dir: &Path,
         kubeconfig: Option<&Path>,
         host: &str,
+        port: Option<u16>,
         config_text: &str,
         extra_args: &[String],
         until_ok: &str,
     ) -> Result<Launchgate> {
         let config = dir.join("launchgate-config.yaml");
         std::fs::write(&config, config_text)?;
-        let port = free_port()?;
+        let port = match port {
+            Some(port) => port,
+            None => free_port()?,
+        };
         let certs = dir.join("launchgate-certs");
         let mut args: Vec<String> = vec![
             "serve".into(),
