@@ -30,6 +30,7 @@ mod install_path;
 mod jobset_order;
 mod launch_stack;
 mod leaderworkerset;
+mod local_cluster;
 mod manifests;
 mod mpijob;
 mod native;
@@ -241,6 +242,12 @@ fn tests() -> Vec<E2eTest> {
         // The manifests' release is cluster-wide (`launchgate`), as the pages': alone.
         e2e!(
             manifests::the_plain_manifests_install_judges_rotates_and_uninstalls,
+            unregistered,
+            alone
+        ),
+        // The page's webhooks select every namespace: alone.
+        e2e!(
+            local_cluster::the_local_cluster_page_registers_and_judges,
             unregistered,
             alone
         ),

@@ -46,7 +46,7 @@ const RELEASE: &str = "launchgate";
 /// The namespace of `job-demo.yaml`, the page's run.
 const TENANT: &str = "wandb";
 /// The page's server-side dry run.
-const DRY_RUN: &str =
+pub(crate) const DRY_RUN: &str =
     "kubectl apply --dry-run=server -o yaml -f tests/fixtures/manifests/job-demo.yaml";
 
 /// launchgate where the Deployment's pod would run it.
@@ -211,7 +211,7 @@ async fn trusts(ctx: &Ctx, shell: &Shell, cas: &[&str]) -> Result<()> {
 /// The page's dry run, run until it prints `job-demo.yaml` mutated (the mutating webhook fails
 /// open, so a launchgate the API server cannot reach shows as a run left as written); every
 /// try must succeed (the validating webhook fails closed).
-async fn judged(shell: &Shell, what: &str) -> Result<()> {
+pub(crate) async fn judged(shell: &Shell, what: &str) -> Result<()> {
     let until = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let out = shell.spawn(DRY_RUN)?.wait_with_output()?;
