@@ -782,6 +782,15 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
         "the endpoints remedy did not describe the Deployment: {}",
         remedy.all()
     );
+    let remedy = shell.run(TROUBLESHOOTING, "kubectl -n launchgate port-forward", 0)?;
+    ensure!(
+        remedy
+            .stdout
+            .contains("launchgate_admission_duration_seconds_count{")
+            && remedy.stdout.contains("launchgate_memory_queued_requests "),
+        "the deadline remedy did not print the review durations and the memory queue: {}",
+        remedy.all()
+    );
 
     // 5. The Job over the limit: warned, admitted, mutated.
     let created = shell.run(INSTALL, "cat > over-the-limit.yaml", 0)?;
