@@ -32,8 +32,7 @@ const SURGE: Num = Num::Scaled {
 };
 
 /// The most groups at once: `spec.replicas` + `maxSurge`.
-const MOST_GROUPS: Num = Num::Sub(&GROUPS, &NO_SURGE);
-const NO_SURGE: Num = Num::Sub(&Num::Lit(0), &SURGE);
+const MOST_GROUPS: Num = Num::Add(&GROUPS, &SURGE);
 
 /// The pods of a group that run from the worker template: every one but the leader when the
 /// leader has its own template, else all of them.

@@ -333,6 +333,8 @@ pub enum Num {
     Max(&'static Num, &'static Num),
     /// The product of two (saturating).
     Mul(&'static Num, &'static Num),
+    /// The sum of two (saturating): the groups of a set and those a rolling update may add.
+    Add(&'static Num, &'static Num),
     /// The first less the second (saturating): a group's pods less its leader.
     Sub(&'static Num, &'static Num),
     /// `then` when `when` holds, else `otherwise`.
@@ -445,6 +447,9 @@ impl Num {
             Num::Mul(a, b) => a
                 .eval(object, holder, key)
                 .saturating_mul(b.eval(object, holder, key)),
+            Num::Add(a, b) => a
+                .eval(object, holder, key)
+                .saturating_add(b.eval(object, holder, key)),
             Num::Sub(a, b) => a
                 .eval(object, holder, key)
                 .saturating_sub(b.eval(object, holder, key)),
@@ -1315,6 +1320,12 @@ mod tests {
         assert_eq!(ELASTIC.eval(&json!({}), &h, Some("Master")), 1);
         static SIZE: Num = Num::holder(&["size"], 1);
         static FOLLOWERS: Num = Num::Sub(&SIZE, &Num::Lit(1));
+        static WITH_SURGE: Num = Num::Add(&SIZE, &Num::Lit(2));
+        assert_eq!(WITH_SURGE.eval(&json!({}), &json!({"size": 4}), None), 6);
+        assert_eq!(
+            WITH_SURGE.eval(&json!({}), &json!({"size": i64::MAX}), None),
+            i64::MAX
+        );
         assert_eq!(FOLLOWERS.eval(&json!({}), &json!({"size": 4}), None), 3);
         assert_eq!(FOLLOWERS.eval(&json!({}), &json!({}), None), 0);
         assert_eq!(

@@ -115,6 +115,14 @@ pub fn num(n: &Num, scope: Scope) -> String {
                 num(b, scope)
             )
         }
+        Num::Add(a, b) => {
+            let (max, min) = (int(i64::MAX), int(i64::MIN));
+            format!(
+                "[[dyn({}), dyn({})]].map(v, v[1] > 0 ? (v[0] > {max} - v[1] ? {max} : v[0] + v[1]) : (v[0] < {min} - v[1] ? {min} : v[0] + v[1]))[0]",
+                num(a, scope),
+                num(b, scope)
+            )
+        }
         Num::Sub(a, b) => {
             let (max, min) = (int(i64::MAX), int(i64::MIN));
             format!(
@@ -967,13 +975,14 @@ mod tests {
     static LEADERS: Num = Num::object(&["spec", "replicas"], 1);
     static FOLLOWERS: Num = Num::Sub(&GROUP_SIZE, &Num::Lit(1));
     static BELOW: Num = Num::Sub(&LEADERS, &GROUP_SIZE);
+    static ABOVE: Num = Num::Add(&LEADERS, &GROUP_SIZE);
     static TEST_GROUPS: &[Position] = &[Position {
         role: "follower",
         holders: Holders::At(&["spec", "group"]),
         template: &["template"],
         naming: Naming::None,
         replicas: Num::Mul(&LEADERS, &FOLLOWERS),
-        at_most: Num::Sub(&BELOW, &FOLLOWERS),
+        at_most: Num::Max(&Num::Sub(&BELOW, &FOLLOWERS), &ABOVE),
     }];
 
     fn template(image: &str) -> Value {
@@ -990,7 +999,7 @@ mod tests {
                 out.push((*from, at, true));
                 reads(of, out);
             }
-            Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Sub(a, b) => {
+            Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Add(a, b) | Num::Sub(a, b) => {
                 reads(a, out);
                 reads(b, out);
             }

@@ -164,7 +164,7 @@ fn count_field(num: &Num) -> Option<&'static [&'static str]> {
             ..
         } => Some(at),
         Num::Int { .. } | Num::Lit(_) | Num::Scaled { .. } => None,
-        Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Sub(a, b) => {
+        Num::Min(a, b) | Num::Max(a, b) | Num::Mul(a, b) | Num::Add(a, b) | Num::Sub(a, b) => {
             count_field(a).or_else(|| count_field(b))
         }
         Num::If {
@@ -189,7 +189,7 @@ fn raising_fields(
             out.push((*from, at));
             raising_fields(of, object, holder, key, out);
         }
-        Num::Max(a, b) | Num::Mul(a, b) => {
+        Num::Max(a, b) | Num::Mul(a, b) | Num::Add(a, b) => {
             raising_fields(a, object, holder, key, out);
             raising_fields(b, object, holder, key, out);
         }
