@@ -670,7 +670,8 @@ pub async fn the_documented_install_path_warns_denies_and_leaves_nothing(ctx: &C
     for ns in [RELEASE, tenant_name.as_str()] {
         let _ = namespaces.delete(ns, &Default::default()).await;
     }
-    result
+    // Gone before the next test that names the release's namespace runs.
+    result.and(crate::manifests::gone(ctx, &[RELEASE, tenant_name.as_str()]).await)
 }
 
 /// The pages' blocks in the order a reader runs them, each step's effect asserted.

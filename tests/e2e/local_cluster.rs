@@ -131,7 +131,10 @@ pub async fn the_local_cluster_page_registers_and_judges(ctx: &Ctx) -> Result<()
         .envs
         .push(("TMPDIR".into(), scratch.display().to_string()));
     let mut serving = None;
-    let result = steps(ctx, &mut shell, &scratch, port, &mut serving).await;
+    let result = match crate::manifests::gone(ctx, &[TENANT]).await {
+        Ok(()) => steps(ctx, &mut shell, &scratch, port, &mut serving).await,
+        Err(e) => Err(e),
+    };
     let printed = serving.map(Serving::stop).unwrap_or_default();
     if let Ok(child) = shell.spawn(&format!(
         "kubectl delete --ignore-not-found mutatingwebhookconfiguration,validatingwebhookconfiguration {NAME}"
@@ -140,7 +143,9 @@ pub async fn the_local_cluster_page_registers_and_judges(ctx: &Ctx) -> Result<()
     }
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
     let _ = namespaces.delete(TENANT, &Default::default()).await;
-    result.with_context(|| format!("launchgate printed:\n{}", tail(&printed, 40)))
+    result
+        .with_context(|| format!("launchgate printed:\n{}", tail(&printed, 40)))
+        .and(crate::manifests::gone(ctx, &[TENANT]).await)
 }
 
 fn tail(text: &str, n: usize) -> String {

@@ -163,6 +163,25 @@ fn routed(text: &str, port: u16, tenant: &str) -> Result<String> {
     Ok(out.join("---\n"))
 }
 
+/// Waits until none of the namespaces `names` exists: one an earlier test deleted terminates
+/// first (its objects deleted), and a namespace being deleted takes nothing new.
+pub(crate) async fn gone(ctx: &Ctx, names: &[&str]) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    ctx.wait_for(
+        &format!("the namespaces {names:?} to be gone"),
+        Duration::from_secs(180),
+        || async {
+            for name in names {
+                if namespaces.get_opt(name).await?.is_some() {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        },
+    )
+    .await
+}
+
 fn admission_api(ctx: &Ctx, kind: &str) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
@@ -268,7 +287,10 @@ pub async fn the_plain_manifests_install_judges_rotates_and_uninstalls(ctx: &Ctx
     )?;
     std::os::unix::fs::symlink(root.join("tests"), dir.join("tests"))?;
 
-    let result = steps(ctx, &mut shell, &mut pod).await;
+    let result = match gone(ctx, &[RELEASE, TENANT]).await {
+        Ok(()) => steps(ctx, &mut shell, &mut pod).await,
+        Err(e) => Err(e),
+    };
     pod.stop();
     let result = result.map_err(|e| {
         anyhow::anyhow!(
@@ -288,7 +310,8 @@ pub async fn the_plain_manifests_install_judges_rotates_and_uninstalls(ctx: &Ctx
     for ns in [RELEASE, TENANT] {
         let _ = namespaces.delete(ns, &Default::default()).await;
     }
-    result
+    // Gone before the next test that names them runs.
+    result.and(gone(ctx, &[RELEASE, TENANT]).await)
 }
 
 /// The pages' blocks in the order a reader runs them, each step's effect asserted.
