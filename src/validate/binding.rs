@@ -174,7 +174,7 @@ fn count_field(num: &Num) -> Option<&'static [&'static str]> {
 }
 
 /// The fields `num` reads for a holder, conditions decided; a field only under a `Min` can
-/// never raise the count, so it is left out.
+/// never raise the count, so it is left out, and so is an int-or-percent amount.
 fn raising_fields(
     num: &Num,
     object: &Value,
@@ -185,10 +185,9 @@ fn raising_fields(
     match num {
         Num::Lit(_) | Num::Min(..) => {}
         Num::Int { from, at, .. } => out.push((*from, at)),
-        Num::Scaled { from, at, of, .. } => {
-            out.push((*from, at));
-            raising_fields(of, object, holder, key, out);
-        }
+        // An int-or-percent amount (a surge) is relative to a count, never a count of its own,
+        // so no limit on a count is compared with it; the totals count what it adds.
+        Num::Scaled { of, .. } => raising_fields(of, object, holder, key, out),
         Num::Max(a, b) | Num::Mul(a, b) | Num::Add(a, b) => {
             raising_fields(a, object, holder, key, out);
             raising_fields(b, object, holder, key, out);
@@ -1097,5 +1096,35 @@ fields:
                 format!("{list}[groupName=gpu].replicas=-"),
             ]
         );
+    }
+
+    /// A surge (an int-or-percent amount added to a count, as a rolling update's `maxSurge`)
+    /// is no scaling bound of the count: a limit on `spec.replicas` is not compared with
+    /// `"50%"` or with a number of extra groups; the totals count the groups it adds.
+    #[test]
+    fn a_surge_is_no_scaling_bound_of_the_count_it_adds_to() {
+        use crate::kinds::*;
+        static GROUPS: Num = Num::object(&["spec", "replicas"], 1);
+        static SURGE: Num = Num::Scaled {
+            from: From::Object,
+            at: &["spec", "maxSurge"],
+            of: &GROUPS,
+            default: 0,
+        };
+        static MOST: Num = Num::Add(&GROUPS, &SURGE);
+        let position = Position {
+            role: "group",
+            holders: Holders::At(&["spec", "group"]),
+            template: &["template"],
+            naming: Naming::None,
+            replicas: Num::Mul(&GROUPS, &Num::Lit(1)),
+            at_most: Num::Mul(&MOST, &Num::Lit(1)),
+        };
+        for (surge, most) in [(json!("50%"), 3), (json!(3), 5), (json!(null), 2)] {
+            let object = json!({"spec": {"replicas": 2, "maxSurge": surge, "group": {}}});
+            let holder = &object["spec"]["group"];
+            assert_eq!(scaling_bounds(&position, &object, holder, None), vec![]);
+            assert_eq!(position.at_most.eval(&object, holder, None), most);
+        }
     }
 }
