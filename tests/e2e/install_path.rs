@@ -356,6 +356,33 @@ impl Pods {
     }
 }
 
+/// The existing namespace `name` as a tenants' namespace of a page's install: labelled away
+/// from the suite's own launchgate, which is waited for to leave it alone.
+pub(crate) async fn kept_from_the_suite(ctx: &Ctx, name: &str) -> Result<Ctx> {
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    namespaces
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {UNREGISTERED_LABEL: "true"}}})),
+        )
+        .await?;
+    let tenant = Ctx {
+        env: ctx.env.clone(),
+        client: ctx.client.clone(),
+        ns: name.to_string(),
+    };
+    let probe = tenant.launch_pod("probe");
+    tenant
+        .wait_for(
+            "the suite's launchgate to leave the namespace alone",
+            Duration::from_secs(20),
+            || async { Ok(crate::ctx::mutations(&tenant.create(&probe, true).await?).is_none()) },
+        )
+        .await?;
+    Ok(tenant)
+}
+
 /// The release's Deployment (as an object with its kind) and its `config.yaml`, as Helm (or
 /// `kubectl apply`) stored them.
 pub(crate) async fn installed(ctx: &Ctx) -> Result<(Value, String)> {
@@ -688,27 +715,8 @@ async fn path(ctx: &Ctx, shell: &mut Shell, pods: &mut Pods, tenant_name: &str) 
     );
     // The tenants' namespace first, kept from the suite's own launchgate.
     shell.run(INSTALL, "kubectl create namespace", 0)?;
+    let tenant = kept_from_the_suite(ctx, tenant_name).await?;
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    namespaces
-        .patch(
-            tenant_name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"labels": {UNREGISTERED_LABEL: "true"}}})),
-        )
-        .await?;
-    let tenant = Ctx {
-        env: ctx.env.clone(),
-        client: ctx.client.clone(),
-        ns: tenant_name.to_string(),
-    };
-    let probe = tenant.launch_pod("probe");
-    tenant
-        .wait_for(
-            "the suite's launchgate to leave the namespace alone",
-            Duration::from_secs(20),
-            || async { Ok(crate::ctx::mutations(&tenant.create(&probe, true).await?).is_none()) },
-        )
-        .await?;
 
     // 1. The config, checked, in the values file. 3. Installed, warn.
     let checked = shell.run(INSTALL, "sed 's/enforcement: deny", 0)?;

@@ -18,9 +18,8 @@
 //!   launchgate; the page's webhooks select every namespace, so the test runs alone.
 
 use crate::ctx::Ctx;
-use crate::install_path::Shell;
+use crate::install_path::{Shell, kept_from_the_suite};
 use crate::manifests::judged;
-use crate::webhook::UNREGISTERED_LABEL;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, PostParams};
@@ -161,25 +160,11 @@ async fn steps(
     serving: &mut Option<Serving>,
 ) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    let namespace: Namespace = serde_json::from_value(json!({
-        "metadata": {"name": TENANT, "labels": {UNREGISTERED_LABEL: "true"}}
-    }))?;
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": TENANT}}))?;
     namespaces
         .create(&PostParams::default(), &namespace)
         .await?;
-    let tenant = Ctx {
-        env: ctx.env.clone(),
-        client: ctx.client.clone(),
-        ns: TENANT.to_string(),
-    };
-    let probe = tenant.launch_pod("probe");
-    tenant
-        .wait_for(
-            "the suite's launchgate to leave the namespace alone",
-            Duration::from_secs(20),
-            || async { Ok(crate::ctx::mutations(&tenant.create(&probe, true).await?).is_none()) },
-        )
-        .await?;
+    kept_from_the_suite(ctx, TENANT).await?;
 
     // Served in one terminal, registered from another.
     let started = serving.insert(Serving::start(

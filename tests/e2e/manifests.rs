@@ -25,8 +25,8 @@
 
 use crate::ctx::Ctx;
 use crate::default_install::deployment_flags;
-use crate::install_path::{Shell, installed};
-use crate::webhook::{Launchgate, UNREGISTERED_LABEL};
+use crate::install_path::{Shell, installed, kept_from_the_suite};
+use crate::webhook::Launchgate;
 use anyhow::{Context, Result, ensure};
 use base64::Engine;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -318,25 +318,11 @@ pub async fn the_plain_manifests_install_judges_rotates_and_uninstalls(ctx: &Ctx
 async fn steps(ctx: &Ctx, shell: &mut Shell, pod: &mut Pod) -> Result<()> {
     // The tenants' namespace, kept from the suite's own launchgate.
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    let namespace: Namespace = serde_json::from_value(json!({
-        "metadata": {"name": TENANT, "labels": {UNREGISTERED_LABEL: "true"}}
-    }))?;
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": TENANT}}))?;
     namespaces
         .create(&PostParams::default(), &namespace)
         .await?;
-    let tenant = Ctx {
-        env: ctx.env.clone(),
-        client: ctx.client.clone(),
-        ns: TENANT.to_string(),
-    };
-    let probe = tenant.launch_pod("probe");
-    tenant
-        .wait_for(
-            "the suite's launchgate to leave the namespace alone",
-            Duration::from_secs(20),
-            || async { Ok(crate::ctx::mutations(&tenant.create(&probe, true).await?).is_none()) },
-        )
-        .await?;
+    kept_from_the_suite(ctx, TENANT).await?;
 
     // 2. The namespace, the certificates, the Secret.
     shell.run(MANIFESTS, "kubectl apply -f manifests/namespace.yaml", 0)?;
