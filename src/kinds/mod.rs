@@ -315,6 +315,16 @@ pub enum From {
     Object,
 }
 
+impl From {
+    /// What it names: `holder` or `object`.
+    pub fn base<'a>(self, object: &'a Value, holder: &'a Value) -> &'a Value {
+        match self {
+            From::Holder => holder,
+            From::Object => object,
+        }
+    }
+}
+
 /// A count read from the object: the one small language both the Rust walk and the compiled
 /// CEL evaluate, so they count alike.
 #[derive(Debug)]
@@ -435,13 +445,9 @@ impl Num {
     pub fn eval(&self, object: &Value, holder: &Value, key: Option<&str>) -> i64 {
         match self {
             Num::Lit(n) => *n,
-            Num::Int { from, at, default } => {
-                let base = match from {
-                    From::Holder => holder,
-                    From::Object => object,
-                };
-                field(base, at).and_then(Value::as_i64).unwrap_or(*default)
-            }
+            Num::Int { from, at, default } => field(from.base(object, holder), at)
+                .and_then(Value::as_i64)
+                .unwrap_or(*default),
             Num::Min(a, b) => a.eval(object, holder, key).min(b.eval(object, holder, key)),
             Num::Max(a, b) => a.eval(object, holder, key).max(b.eval(object, holder, key)),
             Num::Mul(a, b) => a
@@ -469,18 +475,13 @@ impl Num {
                 at,
                 of,
                 default,
-            } => {
-                let base = match from {
-                    From::Holder => holder,
-                    From::Object => object,
-                };
-                match field(base, at) {
-                    Some(Value::Number(n)) => n.as_i64().unwrap_or(*default),
-                    Some(Value::String(text)) => percent(text)
-                        .map_or(*default, |n| percent_of(n, of.eval(object, holder, key))),
-                    _ => *default,
+            } => match field(from.base(object, holder), at) {
+                Some(Value::Number(n)) => n.as_i64().unwrap_or(*default),
+                Some(Value::String(text)) => {
+                    percent(text).map_or(*default, |n| percent_of(n, of.eval(object, holder, key)))
                 }
-            }
+                _ => *default,
+            },
         }
     }
 }
@@ -488,10 +489,7 @@ impl Num {
 impl Cond {
     /// Whether the condition holds for a holder.
     pub fn holds(&self, object: &Value, holder: &Value, key: Option<&str>) -> bool {
-        let base = |from: &From| match from {
-            From::Holder => holder,
-            From::Object => object,
-        };
+        let base = |from: &From| from.base(object, holder);
         match self {
             Cond::True { from, at } => field(base(from), at).and_then(Value::as_bool) == Some(true),
             Cond::Has { from, at } => field(base(from), at).is_some_and(|v| !v.is_null()),
