@@ -95,7 +95,8 @@ pub fn chart_kinds() -> Value {
             "version": version,
             "resource": resource,
             "resources": resources(kind),
-            "scale": kind.scale_resource(),
+            // The kind's scale subresource (`<resource>/scale`), under that name.
+            (crate::kinds::SCALE_SUBRESOURCE): kind.scale_resource(),
         })
     });
     Value::Array(kinds.collect())
@@ -244,7 +245,7 @@ fn launch_condition(policy: &Policy, settings: &Settings) -> String {
 /// would stop every team's scaling.
 fn scale_hook(base: &Value, name: &str, scaled: &[WorkloadKind]) -> Value {
     let mut hook = base.clone();
-    hook["name"] = json!(split_name(name, "scale"));
+    hook["name"] = json!(split_name(name, crate::kinds::SCALE_SUBRESOURCE));
     hook["failurePolicy"] = json!("Ignore");
     hook["rules"] = scaled
         .iter()

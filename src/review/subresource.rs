@@ -137,7 +137,7 @@ pub(super) fn scale(
     );
     if decision.response.allowed {
         decision.summary.outcome = Outcome::Skipped;
-        decision.summary.skipped = Some("scale");
+        decision.summary.skipped = Some(crate::kinds::SCALE_SUBRESOURCE);
     }
     Break(decision)
 }
