@@ -449,8 +449,12 @@ pub(crate) fn render_table(report: &AuditReport) -> String {
         .entries
         .iter()
         .map(|e| {
+            // Qualified by its group, but a core kind's and the group of what a workload with
+            // no kind of its own is (W&B Launch's default: batch/v1 Job).
             let group = e.api_version.split_once('/').map_or("", |(g, _)| g);
-            let kind = if group.is_empty() || group == "batch" {
+            let kind = if group.is_empty()
+                || group == crate::kinds::WorkloadKind::launch_default().spec().group
+            {
                 e.kind.clone()
             } else {
                 format!("{}.{group}", e.kind)
