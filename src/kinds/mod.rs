@@ -176,7 +176,8 @@ impl KindSpec {
     /// subresource, not watched. A descriptor states its identity (`name`, `group`, `version`,
     /// `kind`, `resource`, `webhook_rule`), its positions, its run (deadline and end, from
     /// [`Run::UNSTATED`]) and its Kueue integration — neither has a default, [`unstated`]
-    /// refuses, when launchgate is compiled, a kind that leaves them out — and takes the rest from here (`..KindSpec::BASE`).
+    /// refuses, when launchgate is compiled, a kind that leaves them out — and takes the rest
+    /// from here (`..KindSpec::BASE`).
     pub const BASE: KindSpec = KindSpec {
         name: "",
         group: "",
