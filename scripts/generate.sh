@@ -2,9 +2,9 @@
 # Regenerates every file derived from the code, in the order they depend on each other: the
 # field tree of the Kubernetes API types (src/validate/api_fields.json); the config schema and
 # the chart's files generated from the kind registry and the server's own lists (`files/kinds.json`,
-# `files/watched.json`, `files/match-labels.json`, `files/native-slot.json`, the `webhook.rules`
-# switches of values.yaml and ci/cert-manager-values.yaml, the chart README's rows listing the
-# kinds); the plain manifests rendered from the chart; the generated reference pages; the rule
+# `files/intermediates.json`, `files/watched.json`, `files/match-labels.json`,
+# `files/native-slot.json`, the `webhook.rules` switches of values.yaml and
+# ci/cert-manager-values.yaml, the chart README's rows listing the kinds); the plain manifests rendered from the chart; the generated reference pages; the rule
 # list of the troubleshooting page; the chart page; and the native policies' report on
 # docs/native-policies.md. The mutation goldens are expectations, not derived files: a
 # deliberate change of a mutation rewrites them with `UPDATE_GOLDEN=1 cargo test --test

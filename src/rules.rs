@@ -278,6 +278,12 @@ rules! {
         "retry in a moment, or change spec.pytorchReplicaSpecs.Worker.replicas on the PyTorchJob",
         Native::WebhookOnly("a Scale carries no labels: its queue is its PyTorchJob's, read from the cluster"),
         OnUpdate::Grown, Denies::Never;
+    /// An intermediate owner (a StatefulSet) carrying a launch kind's mark from someone else.
+    OWNER_INTERMEDIATE = "owner.intermediate", "match.podCreators",
+        "a StatefulSet whose pod template carries a launch kind's mark (leaderworkerset.sigs.k8s.io/name: the pods it makes pass as that LeaderWorkerSet's, judged on the per-pod rules and inheriting its exemption) is created, or its spec changed, by someone other than that kind's controller",
+        "let the LeaderWorkerSet controller make its StatefulSets; a StatefulSet of your own carries no such label",
+        Native::WebhookOnly("the webhook judges the StatefulSets the pods come from; the native policies verify no pod through one, so they judge a LeaderWorkerSet's pods as pods of their own"),
+        OnUpdate::Every, Denies::Never;
     /// A request whose object would need more memory than the server's whole budget.
     SERVER_TOO_DENSE = "server.tooDense", "--memory-budget-mib (the pod's memory limit)",
         "the object's shape alone (tens of thousands of containers) would need more memory to review than the replica's whole budget: denied unreviewed",

@@ -36,6 +36,17 @@ fn chart_kinds_match_the_kind_descriptors() {
     );
 }
 
+/// The chart's list of intermediate owners (its webhook for the StatefulSets a LeaderWorkerSet's
+/// pods come from) is the kind descriptors'; `UPDATE_SCHEMA=1` regenerates it too.
+#[test]
+fn chart_intermediates_match_the_kind_descriptors() {
+    check_chart_file(
+        "files/intermediates.json",
+        &launchgate::native::webhooks::chart_intermediates(),
+        "the kind descriptors",
+    );
+}
+
 /// The chart file `file` (under charts/launchgate/) is `generated`, or is written from it with
 /// `UPDATE_SCHEMA=1`; `what` says what it must agree with.
 fn check_chart_file(file: &str, generated: &Value, what: &str) {

@@ -397,6 +397,12 @@ fn check_hook(h: &Hook, path: &str, service: &str) {
 fn hooks_of(objs: &[Value]) -> (Hook, Hook) {
     let mut m = mutating_hooks(objs);
     let mut v = validating_hooks(objs);
+    // With a kind whose pods come through an intermediate owner covered (a LeaderWorkerSet's
+    // StatefulSets), the intermediate owners have a validating webhook of their own.
+    if let Some(at) = v.iter().position(|h| h.name.contains("-intermediates.")) {
+        let intermediates = v.remove(at);
+        check_intermediate_hook(&intermediates, &v[0]);
+    }
     // With a kind that has a scale subresource covered, its scale has a validating webhook of
     // its own.
     if v.len() == 2 {
@@ -457,6 +463,41 @@ fn check_scale_hook(scale: &Hook, validate: &Hook) {
     assert_eq!(scale.client, validate.client);
     assert_eq!(scale.namespace_selector, validate.namespace_selector);
     assert_eq!(scale.timeout, validate.timeout);
+}
+
+/// The intermediate owners' webhook: CREATE and UPDATE of each intermediate owner of
+/// `files/intermediates.json` (a StatefulSet), sent where the main validating webhook is and
+/// failing as it does when matchConditions select the StatefulSets that carry a launch kind's
+/// mark, open when nothing can select them.
+fn check_intermediate_hook(hook: &Hook, validate: &Hook) {
+    assert_eq!(hook.name, validate.name.replacen('.', "-intermediates.", 1));
+    let file: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::root().join("charts/launchgate/files/intermediates.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let expected: Vec<(String, String, String)> = file
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            gvr(
+                i["group"].as_str().unwrap(),
+                i["version"].as_str().unwrap(),
+                i["resource"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rule_targets(&hook.rules), expected);
+    let failure = if hook.has_match_conditions {
+        validate.failure_policy.as_deref()
+    } else {
+        Some("Ignore")
+    };
+    assert_eq!(hook.failure_policy.as_deref(), failure);
+    assert_eq!(hook.client, validate.client);
+    assert_eq!(hook.namespace_selector, validate.namespace_selector);
+    assert_eq!(hook.timeout, validate.timeout);
 }
 
 fn ca_bundle(h: &Hook) -> String {
@@ -1540,9 +1581,11 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
         [
             ("validate-deny.launchgate.io", "Fail"),
             ("validate-warn.launchgate.io", "Ignore"),
-            ("validate-scale.launchgate.io", "Ignore")
+            ("validate-scale.launchgate.io", "Ignore"),
+            ("validate-intermediates.launchgate.io", "Fail")
         ]
     );
+    let (intermediates, sv) = sv.split_last().unwrap();
     let (scale, sv) = sv.split_last().unwrap();
     for h in sv {
         assert_eq!(comparable(h), comparable(&cv[0]));
@@ -1552,6 +1595,11 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
     assert_eq!(comparable(scale), comparable(&cv[1]));
     assert_eq!(scale["name"], cv[1]["name"]);
     assert_eq!(cv[1]["failurePolicy"], "Ignore");
+    // And the StatefulSets' (a LeaderWorkerSet's pods come from them), with its conditions.
+    assert_eq!(comparable(intermediates), comparable(&cv[2]));
+    assert_eq!(intermediates["name"], cv[2]["name"]);
+    assert_eq!(intermediates["failurePolicy"], cv[2]["failurePolicy"]);
+    assert_eq!(intermediates["matchConditions"], cv[2]["matchConditions"]);
     // Which UPDATEs are sent: one condition, written alike by the chart and the server (the
     // scale webhook takes every scale UPDATE).
     for h in sv.iter().chain(&sm).chain(&cv[..1]).chain(&cm) {
@@ -1577,9 +1625,11 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
     ]);
     let server = server_registered(&objs);
     let v = hooks(&server, "ValidatingWebhookConfiguration");
-    assert_eq!(v.len(), 2);
+    assert_eq!(v.len(), 3);
     assert_eq!(v[1]["name"], "validate-scale.launchgate.io");
+    assert_eq!(v[2]["name"], "validate-intermediates.launchgate.io");
     assert_eq!(v[0]["failurePolicy"], "Ignore");
+    assert_eq!(v[2]["failurePolicy"], "Ignore");
     assert_eq!(v[0]["timeoutSeconds"], 3);
     assert_eq!(
         v[0]["clientConfig"]["service"],

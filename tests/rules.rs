@@ -299,6 +299,20 @@ fn trigger(rule: &str) -> Option<(&'static str, Value)> {
             request["oldObject"] = scale(1);
             ("/validate", r)
         }
+        "owner.intermediate" => {
+            // A tenant's StatefulSet whose pods would pass as a LeaderWorkerSet's.
+            let sts = json!({
+                "apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "forged", "namespace": "ml"},
+                "spec": {"replicas": 8, "template": {
+                    "metadata": {"labels": {"leaderworkerset.sigs.k8s.io/name": "serve"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+            });
+            (
+                "/validate",
+                review(("apps", "v1", "statefulsets"), sts, "ml"),
+            )
+        }
         "server.tooDense" => {
             // Far more containers than the server's small memory budget could ever review.
             let containers: Vec<Value> = (0..20_000)
@@ -452,6 +466,7 @@ fn every_trigger_is_for_a_rule_of_the_table() {
         "pytorch.onUnwirable",
         "exemptions.unearnedMark",
         "scale.unreadableOwner",
+        "owner.intermediate",
         "server.tooDense",
         "server.tooSlow",
     ];

@@ -56,6 +56,7 @@ pub static JOB: KindSpec = KindSpec {
         kind: "Pod",
         mark: &["batch.kubernetes.io/controller-uid", "controller-uid"],
         of: "uid",
+        through: Through::Direct,
     }],
     // kube-controller-manager with --use-service-account-credentials (kubeadm, most
     // distributions), and without it.

@@ -62,6 +62,7 @@ pub static JOBSET: KindSpec = KindSpec {
         kind: "Job",
         mark: &["jobset.sigs.k8s.io/jobset-uid"],
         of: "uid",
+        through: Through::Direct,
     }],
     controller: &["system:serviceaccount:jobset-system:jobset-controller-manager"],
     role_marks: &[RoleMark::Label("jobset.sigs.k8s.io/replicatedjob-name")],

@@ -6,8 +6,10 @@
 //! leader runs from `workerTemplate` without one — and `size − 1` workers from
 //! `workerTemplate`. During a rolling update up to `rolloutStrategy.rollingUpdateConfiguration
 //! .maxSurge` groups run besides them. The controller makes a StatefulSet of the leaders and
-//! one of each group's workers, and the StatefulSet controller makes the pods. Kueue admits it
-//! by its labels, holding its pods by scheduling gates: it has no suspend field.
+//! one of each group's workers, and the StatefulSet controller makes the pods: a pod sent by it
+//! from a StatefulSet labelled with the set's name is the set's, and only the LWS controller
+//! may create or change such a StatefulSet. Kueue admits it by its labels, holding its pods by
+//! scheduling gates: it has no suspend field.
 
 use super::*;
 
@@ -85,6 +87,17 @@ pub static LEADER_WORKER_SET: KindSpec = KindSpec {
         ends: Ends::Never,
         ..Run::UNSTATED
     },
+    // The LWS controller makes a StatefulSet of the leaders and one of each group's workers
+    // (owned by the group's leader pod), the pod templates labelled with the set's name; the
+    // StatefulSet controller makes the pods.
+    makes: &[Makes {
+        kind: "Pod",
+        mark: &["leaderworkerset.sigs.k8s.io/name"],
+        of: "name",
+        through: Through::Owner(&STATEFUL_SET),
+    }],
+    // Its upstream install (`lws-system`).
+    controller: &["system:serviceaccount:lws-system:lws-controller-manager"],
     webhook_rule: "leaderworkerset",
     scale: Some(Scale {
         replicas: &["spec", "replicas"],

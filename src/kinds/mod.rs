@@ -877,9 +877,86 @@ pub struct Makes {
     /// The keys, any of which carries the mark ([`OWN_NAME`] stands for the made object's own
     /// name).
     pub mark: &'static [&'static str],
-    /// The owner reference field the mark equals: `uid` or `name`.
+    /// The owner's field the mark equals: `uid` or `name` (of the owner reference, for a
+    /// [`Through::Direct`] maker).
     pub of: &'static str,
+    /// Whether the kind's controller makes it itself or through an intermediate owner.
+    pub through: Through,
 }
+
+/// How a kind's controller makes something.
+#[derive(Debug, Clone, Copy)]
+pub enum Through {
+    /// It creates the object itself: the object's controller owner reference is the owner, and
+    /// the request comes from the owner kind's controller (`match.podCreators`).
+    Direct,
+    /// It creates an [`Intermediate`] owner carrying the mark in its pod template (a
+    /// LeaderWorkerSet's StatefulSets), and that owner's controller makes the pods from it: a
+    /// pod is the owner kind's when that controller sends it from such an owner with the mark,
+    /// and launchgate lets only the owner kind's controller create or change an intermediate
+    /// that carries the mark.
+    Owner(&'static Intermediate),
+}
+
+/// An owner between a launch kind and its pods that is no launch kind: a built-in workload
+/// whose controller makes pods from its pod template, copying the template's labels and
+/// annotations (the marks) onto each.
+#[derive(Debug)]
+pub struct Intermediate {
+    /// Its `kind`.
+    pub kind: &'static str,
+    /// Its API group.
+    pub group: &'static str,
+    /// Its API version.
+    pub version: &'static str,
+    /// Its resource (plural).
+    pub resource: &'static str,
+    /// Where its pod template is.
+    pub template: &'static [&'static str],
+    /// The identities its controller runs as: kube-controller-manager's, which no tenant can
+    /// take.
+    pub controller: &'static [&'static str],
+}
+
+impl Intermediate {
+    /// Every intermediate owner a registered kind's controller makes pods through, once each.
+    pub fn all() -> impl Iterator<Item = &'static Intermediate> {
+        let mut seen: Vec<&'static Intermediate> = Vec::new();
+        for m in all().flat_map(|k| k.makes) {
+            if let Through::Owner(via) = m.through
+                && !seen.iter().any(|s| std::ptr::eq(*s, via))
+            {
+                seen.push(via);
+            }
+        }
+        seen.into_iter()
+    }
+
+    /// The intermediate owner of API group `group` and kind `kind`, if one is.
+    pub fn of(group: &str, kind: &str) -> Option<&'static Intermediate> {
+        Self::all().find(|i| i.group == group && i.kind == kind)
+    }
+
+    /// Its `apiVersion`.
+    pub fn api_version(&self) -> String {
+        format!("{}/{}", self.group, self.version)
+    }
+}
+
+/// apps/v1 StatefulSet: the StatefulSet controller makes its pods.
+pub static STATEFUL_SET: Intermediate = Intermediate {
+    kind: "StatefulSet",
+    group: "apps",
+    version: "v1",
+    resource: "statefulsets",
+    template: &["spec", "template"],
+    // kube-controller-manager with --use-service-account-credentials (kubeadm, most
+    // distributions), and without it.
+    controller: &[
+        "system:serviceaccount:kube-system:statefulset-controller",
+        "system:kube-controller-manager",
+    ],
+};
 
 /// Stands for the made object's own `metadata.name` in a [`Makes::mark`].
 pub const OWN_NAME: &str = "metadata.name";
@@ -1095,14 +1172,31 @@ impl WorkloadKind {
             .map(|_| format!("{}/{SCALE_SUBRESOURCE}", self.0.resource))
     }
 
-    /// The kinds whose controller makes objects of this kind.
+    /// The kinds whose controller makes objects of this kind itself ([`Through::Direct`]).
     pub fn made_by(self) -> impl Iterator<Item = WorkloadKind> {
-        Self::all().filter(move |owner| owner.0.makes.iter().any(|m| m.kind == self.0.name))
+        Self::all().filter(move |&owner| self.mark_from(owner).is_some())
     }
 
-    /// How `owner`'s controller marks what it makes of this kind.
+    /// How `owner`'s controller marks what it makes of this kind itself.
     pub fn mark_from(self, owner: WorkloadKind) -> Option<&'static Makes> {
-        owner.0.makes.iter().find(|m| m.kind == self.0.name)
+        owner
+            .0
+            .makes
+            .iter()
+            .find(|m| m.kind == self.0.name && matches!(m.through, Through::Direct))
+    }
+
+    /// The kinds whose controller makes objects of this kind through an intermediate owner,
+    /// each with how ([`Through::Owner`]).
+    pub fn made_through(
+        self,
+    ) -> impl Iterator<Item = (WorkloadKind, &'static Makes, &'static Intermediate)> {
+        Self::all().flat_map(move |owner| {
+            owner.0.makes.iter().filter_map(move |m| match m.through {
+                Through::Owner(via) if m.kind == self.0.name => Some((owner, m, via)),
+                _ => None,
+            })
+        })
     }
 }
 

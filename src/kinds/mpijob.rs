@@ -92,11 +92,13 @@ pub static MPIJOB: KindSpec = KindSpec {
             kind: "Pod",
             mark: &["training.kubeflow.org/job-name"],
             of: "name",
+            through: Through::Direct,
         },
         Makes {
             kind: "Job",
             mark: &["app"],
             of: "name",
+            through: Through::Direct,
         },
     ],
     controller: MPI_OPERATOR,

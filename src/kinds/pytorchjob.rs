@@ -59,6 +59,7 @@ pub static PYTORCH_JOB: KindSpec = KindSpec {
         kind: "Pod",
         mark: &["training.kubeflow.org/job-name"],
         of: "name",
+        through: Through::Direct,
     }],
     controller: &["system:serviceaccount:kubeflow:training-operator"],
     role_marks: &[RoleMark::Label("training.kubeflow.org/replica-type")],

@@ -61,6 +61,7 @@ pub static TRAIN_JOB: KindSpec = KindSpec {
         kind: "JobSet",
         mark: &[OWN_NAME],
         of: "name",
+        through: Through::Direct,
     }],
     controller: &["system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"],
     native: Err(

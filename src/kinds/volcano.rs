@@ -51,6 +51,7 @@ pub static VOLCANO_JOB: KindSpec = KindSpec {
         kind: "Pod",
         mark: &["volcano.sh/job-name"],
         of: "name",
+        through: Through::Direct,
     }],
     controller: &["system:serviceaccount:volcano-system:volcano-controllers"],
     kueue: Kueue::No("Kueue does not manage Volcano Jobs (Volcano's scheduler queues them)"),

@@ -17,6 +17,7 @@
 
 use super::select;
 use crate::cel;
+use crate::kinds::{Intermediate, Through};
 use crate::policy::Policy;
 use crate::workload::WorkloadKind;
 use base64::Engine;
@@ -101,6 +102,122 @@ pub fn chart_kinds() -> Value {
     });
     Value::Array(kinds.collect())
 }
+
+/// The intermediate owners as the chart reads them (its `files/intermediates.json`): per
+/// [`Intermediate`], its API group, version and resource, the `webhook.rules` names of the kinds
+/// whose pods come through it (its webhook is rendered when one of them is on), and the CEL
+/// test for "its pod template carries one of their marks" ([`intermediate_condition`]).
+pub fn chart_intermediates() -> Value {
+    Value::Array(
+        Intermediate::all()
+            .map(|via| {
+                json!({
+                    "group": via.group,
+                    "version": via.version,
+                    "resource": via.resource,
+                    "rules": through(via).map(|(k, _)| k.spec().webhook_rule).collect::<Vec<_>>(),
+                    "condition": intermediate_condition(via),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The kinds whose pods come through `via`, each with the keys of its mark.
+fn through(
+    via: &'static Intermediate,
+) -> impl Iterator<Item = (WorkloadKind, &'static [&'static str])> {
+    WorkloadKind::all().flat_map(move |k| {
+        k.spec().makes.iter().filter_map(move |m| match m.through {
+            Through::Owner(v) if std::ptr::eq(v, via) => Some((k, m.mark)),
+            _ => None,
+        })
+    })
+}
+
+/// The CEL test for "the request is for `via` and its pod template carries the mark of a kind
+/// whose pods come through it", the object the intermediate owners' webhook is sent.
+fn intermediate_condition(via: &'static Intermediate) -> String {
+    let marks: Vec<&str> = through(via)
+        .flat_map(|(_, keys)| keys.iter().copied())
+        .collect();
+    let mut path = String::from("object");
+    let mut present = Vec::new();
+    for step in via.template.iter().chain(&["metadata"]) {
+        path = format!("{path}.{step}");
+        present.push(format!("has({path})"));
+    }
+    let carries = |field: &str| {
+        format!(
+            "(has({path}.{field}) && {}.exists(k, k in {path}.{field}))",
+            cel::str_list(&marks)
+        )
+    };
+    format!(
+        "request.kind.group == {} && request.kind.kind == {} && {} && ({} || {})",
+        cel::lit(via.group),
+        cel::lit(via.kind),
+        present.join(" && "),
+        carries("labels"),
+        carries("annotations"),
+    )
+}
+
+/// The validating webhook of the intermediate owners, `validate-intermediates.*`: a CREATE, or
+/// an UPDATE that changes the spec, of an intermediate owner whose pod template carries the
+/// mark of a kind whose pods come through it — of `vias`, the intermediates of the kinds the
+/// rules cover — judged by [`crate::policy::intermediate_guard`]. It fails as `failure` says
+/// (the validating webhook's): a forged owner created during an outage would make pods that
+/// pass as verified ever after. Without `matchConditions` it would be sent every StatefulSet,
+/// so it fails open then.
+fn intermediate_hook(
+    base: &Value,
+    name: &str,
+    vias: &[&'static Intermediate],
+    failure: &str,
+    match_conditions: bool,
+) -> Value {
+    let mut hook = base.clone();
+    hook["name"] = json!(split_name(name, "intermediates"));
+    hook["failurePolicy"] = json!(if match_conditions { failure } else { "Ignore" });
+    hook["rules"] = vias
+        .iter()
+        .map(|via| {
+            json!({
+                "apiGroups": [via.group],
+                "apiVersions": [via.version],
+                "resources": [via.resource],
+                "operations": ["CREATE", "UPDATE"],
+                "scope": "Namespaced",
+            })
+        })
+        .collect();
+    if let Some(h) = hook.as_object_mut() {
+        h.remove("objectSelector");
+        h.remove("matchConditions");
+    }
+    if match_conditions {
+        // One test as it is; several, each parenthesised (as the chart joins them).
+        let carries = match vias {
+            [one] => intermediate_condition(one),
+            _ => vias
+                .iter()
+                .map(|v| format!("({})", intermediate_condition(v)))
+                .collect::<Vec<_>>()
+                .join(" || "),
+        };
+        hook["matchConditions"] = json!([
+            condition("intermediate", &carries),
+            condition("spec-changed", INTERMEDIATE_SPEC_CHANGED),
+        ]);
+    }
+    hook
+}
+
+/// An UPDATE of an intermediate owner that leaves its spec as it was (the garbage collector's,
+/// a label's) is anyone's.
+const INTERMEDIATE_SPEC_CHANGED: &str =
+    "request.operation != 'UPDATE' || !has(oldObject.spec) || object.spec != oldObject.spec";
 
 /// Where the chart's `launch-workload` condition looks for labels (its
 /// `files/label-carriers.json`): the object and every pod template of every kind, the CEL list
@@ -475,6 +592,25 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
             let base = hook(&v.name, "/validate", "Ignore", Vec::new());
             hooks.push(scale_hook(&base, &v.name, &scaled));
         }
+        let vias: Vec<&'static Intermediate> = Intermediate::all()
+            .filter(|&via| {
+                through(via).any(|(k, _)| {
+                    settings.kinds.is_empty()
+                        || settings.kinds.iter().any(|r| r == k.spec().webhook_rule)
+                })
+            })
+            .collect();
+        if !vias.is_empty() {
+            let failure = if v.fail_closed { "Fail" } else { "Ignore" };
+            let base = hook(&v.name, "/validate", failure, Vec::new());
+            hooks.push(intermediate_hook(
+                &base,
+                &v.name,
+                &vias,
+                failure,
+                settings.match_conditions,
+            ));
+        }
         out.push(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
@@ -747,12 +883,68 @@ mod tests {
             .unwrap_or_default()
     }
 
-    /// The webhooks but `pytorchjobs/scale`'s own.
+    /// The webhooks but the scale subresources' and the intermediate owners' own.
     fn hooks(objects: &[Value], kind: &str) -> Vec<Value> {
         all_hooks(objects, kind)
             .into_iter()
-            .filter(|h| !h["name"].as_str().unwrap_or_default().contains("-scale."))
+            .filter(|h| {
+                let name = h["name"].as_str().unwrap_or_default();
+                !name.contains("-scale.") && !name.contains("-intermediates.")
+            })
             .collect()
+    }
+
+    /// The StatefulSets a LeaderWorkerSet's pods come from have a webhook of their own: sent
+    /// only those whose pod template carries the set's name, on CREATE and on an UPDATE of the
+    /// spec, failing as the validating webhook does (open without matchConditions, which would
+    /// send it every StatefulSet); none when the rules leave LeaderWorkerSets out.
+    #[test]
+    fn the_statefulsets_of_a_leaderworkerset_have_a_webhook_of_their_own() {
+        let of = |settings: &Settings| {
+            all_hooks(
+                &configurations(&policy("warn"), settings).unwrap(),
+                "ValidatingWebhookConfiguration",
+            )
+            .into_iter()
+            .filter(|h| h["name"] == "validate-intermediates.launchgate.io")
+            .collect::<Vec<_>>()
+        };
+        let hooks = of(&Settings::default());
+        assert_eq!(hooks.len(), 1);
+        let hook = &hooks[0];
+        assert_eq!(hook["failurePolicy"], "Fail");
+        assert_eq!(
+            hook["rules"],
+            json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["statefulsets"],
+                "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}])
+        );
+        assert_eq!(
+            hook["clientConfig"]["url"],
+            "https://127.0.0.1:8443/validate"
+        );
+        let conditions = hook["matchConditions"].as_array().unwrap();
+        assert_eq!(conditions.len(), 2);
+        let carries = conditions[0]["expression"].as_str().unwrap();
+        assert!(
+            carries.starts_with("request.kind.group == 'apps' && request.kind.kind == 'StatefulSet'")
+                && carries.contains("['leaderworkerset.sigs.k8s.io/name'].exists(k, k in object.spec.template.metadata.labels)"),
+            "{carries}"
+        );
+        assert_eq!(conditions[1]["expression"], INTERMEDIATE_SPEC_CHANGED);
+        let mut open = Settings::default();
+        open.validate.as_mut().unwrap().fail_closed = false;
+        assert_eq!(of(&open)[0]["failurePolicy"], "Ignore");
+        let unconditioned = of(&Settings {
+            match_conditions: false,
+            ..Settings::default()
+        });
+        assert_eq!(unconditioned[0]["failurePolicy"], "Ignore");
+        assert!(unconditioned[0].get("matchConditions").is_none());
+        let without = Settings {
+            kinds: vec!["jobs".into()],
+            ..Settings::default()
+        };
+        assert!(of(&without).is_empty());
     }
 
     #[test]

@@ -174,8 +174,10 @@ impl<'a> Requester<'a> {
 }
 
 /// True when `value` matches one of `patterns` (`*` and `?` are wildcards).
-pub(super) fn any_match(patterns: &[String], value: &str) -> bool {
-    patterns.iter().any(|p| WildMatch::new(p).matches(value))
+pub(super) fn any_match<S: AsRef<str>>(patterns: &[S], value: &str) -> bool {
+    patterns
+        .iter()
+        .any(|p| WildMatch::new(p.as_ref()).matches(value))
 }
 
 /// How one exemption relates to a request.

@@ -11,8 +11,8 @@ mod resolve;
 pub use exemption::{EXEMPTED_BY_ANNOTATION, Exemption, Requester};
 pub(crate) use owner::{OWN_NAME, owner_mark};
 pub use owner::{
-    OwnerClaim, TENANT_HELD_NAMESPACES, TrustedBecause, TrustedCreators, is_workload_updater,
-    owner_claim,
+    OwnerClaim, TENANT_HELD_NAMESPACES, TrustedBecause, TrustedCreators, intermediate_guard,
+    is_workload_updater, owner_claim,
 };
 
 pub use json_schema::{REGENERATE_HINT, chart_values_schema, config_json_schema};

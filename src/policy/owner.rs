@@ -16,6 +16,7 @@
 use super::exemption::{Requester, any_match, user_pattern_covers_everyone};
 use crate::error::ConfigError;
 use crate::json::Pointer as _;
+use crate::kinds::Intermediate;
 use crate::workload::{self, WorkloadKind};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -365,6 +366,125 @@ fn claimed_owner(kind: WorkloadKind, object: &Value) -> Option<(WorkloadKind, &V
         .filter(|(k, _)| kind.made_by().any(|owner| owner == *k))
 }
 
+/// The controller owner reference of `object` (a `kind`), when it names an intermediate owner a
+/// launch kind's controller makes `kind` through ([`Through::Owner`]) and `object` carries that
+/// kind's mark: what the claim is.
+fn claimed_through(kind: WorkloadKind, object: &Value) -> Option<ThroughClaim<'_>> {
+    let owner = controller_reference(object)?;
+    let text = |k: &str| owner.get(k).and_then(Value::as_str).unwrap_or_default();
+    kind.made_through().find_map(|(owner_kind, makes, via)| {
+        if text("apiVersion") != via.api_version() || text("kind") != via.kind {
+            return None;
+        }
+        let (key, value) = carried_mark(object, makes.mark)?;
+        Some(ThroughClaim {
+            owner_kind,
+            via,
+            intermediate: text("name"),
+            key,
+            value,
+        })
+    })
+}
+
+/// The first controller owner reference of `object`.
+fn controller_reference(object: &Value) -> Option<&Value> {
+    object
+        .at("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+}
+
+/// The first of `keys` that `made` (an object, or a pod template) carries as a label or an
+/// annotation with a value, and that value.
+fn carried_mark<'v>(made: &'v Value, keys: &[&'static str]) -> Option<(&'static str, &'v str)> {
+    let made = made.as_object()?;
+    keys.iter().find_map(|&k| {
+        let value = workload::label(made, k).or_else(|| workload::annotation(made, k))?;
+        (!value.is_empty()).then_some((k, value))
+    })
+}
+
+/// A claim through an intermediate owner: a pod from a StatefulSet, carrying a
+/// LeaderWorkerSet's mark.
+struct ThroughClaim<'v> {
+    owner_kind: WorkloadKind,
+    via: &'static Intermediate,
+    /// The intermediate owner's name.
+    intermediate: &'v str,
+    /// The mark carried, and its value (the launch owner's name).
+    key: &'static str,
+    value: &'v str,
+}
+
+impl ThroughClaim<'_> {
+    /// Verified when the intermediate's controller sends it: launchgate lets only the launch
+    /// kind's controller create or change an intermediate that carries the mark
+    /// ([`intermediate_guard`]).
+    fn claim(&self, what: &str, who: &Requester<'_>) -> OwnerClaim {
+        if any_match(self.via.controller, who.username) {
+            return OwnerClaim::Verified(self.owner_kind);
+        }
+        OwnerClaim::Unverified {
+            why: format!(
+                "launchgate: the {what} carries {} = {:?}, the mark of {} {:?}, from {} {:?}, but is sent by {}, not by the {} controller ({}); it is judged on every rule of its queue",
+                self.key,
+                self.value,
+                self.owner_kind.as_str(),
+                self.value,
+                self.via.kind,
+                self.intermediate,
+                who.describe(),
+                self.via.kind,
+                self.via.controller.join(", "),
+            ),
+            standalone: None,
+        }
+    }
+}
+
+/// A request to create or change an intermediate owner (a StatefulSet: `kind` of API group
+/// `group`) whose pod template carries a launch kind's mark: `Some(why)` when `who` is not
+/// that kind's controller (`creators`), for the pods it would make would pass as that kind's.
+/// `old` is the object before an UPDATE: one that leaves its spec as it was (the garbage
+/// collector's, a label's) is anyone's. `None` for everything else.
+pub fn intermediate_guard(
+    group: &str,
+    kind: &str,
+    object: &Value,
+    old: Option<&Value>,
+    who: &Requester<'_>,
+    creators: &BTreeMap<String, Vec<String>>,
+) -> Option<String> {
+    if old.is_some_and(|old| old.get("spec") == object.get("spec")) {
+        return None;
+    }
+    let made = WorkloadKind::all().flat_map(|k| k.made_through());
+    made.filter(|(_, _, via)| via.group == group && via.kind == kind)
+        .find_map(|(owner_kind, makes, via)| {
+            let template = via.template.iter().try_fold(object, |v, k| v.get(k))?;
+            let (key, value) = carried_mark(template, makes.mark)?;
+            let allowed = creators
+                .get(owner_kind.as_str())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if any_match(allowed, who.username) {
+                return None;
+            }
+            Some(format!(
+                "launchgate: the {kind}'s pod template carries {key} = {value:?}, by which its pods pass as {owner} {value:?}'s: only that kind's controller creates or changes such a {kind} (match.podCreators.{owner}: {}), and this request is sent by {}",
+                if allowed.is_empty() {
+                    "none configured".to_string()
+                } else {
+                    allowed.join(", ")
+                },
+                who.describe(),
+                owner = owner_kind.as_str(),
+            ))
+        })
+}
+
 /// Judges the controller owner reference of `object` (a `kind`) for a request from `who`,
 /// with the configured pod creators.
 pub fn owner_claim(
@@ -375,7 +495,8 @@ pub fn owner_claim(
 ) -> OwnerClaim {
     let what = if kind.is_pod() { "pod" } else { kind.as_str() };
     let Some((owner_kind, owner)) = claimed_owner(kind, object) else {
-        return OwnerClaim::None;
+        return claimed_through(kind, object)
+            .map_or(OwnerClaim::None, |through| through.claim(what, who));
     };
     fn text(v: Option<&Value>) -> &str {
         v.and_then(Value::as_str).unwrap_or_default()
@@ -586,6 +707,117 @@ mod tests {
         plain["metadata"]["ownerReferences"][0]["apiVersion"] = json!("apps/v1");
         plain["metadata"]["ownerReferences"][0]["kind"] = json!("ReplicaSet");
         assert_eq!(claim(&plain, "alice"), OwnerClaim::None);
+    }
+
+    const STATEFULSET_CONTROLLER: &str = "system:serviceaccount:kube-system:statefulset-controller";
+    const LWS_CONTROLLER: &str = "system:serviceaccount:lws-system:lws-controller-manager";
+
+    /// A LeaderWorkerSet's pods come from StatefulSets: one the StatefulSet controller sends
+    /// from a StatefulSet, carrying the set's name, is the set's; the same pod from anyone
+    /// else, a pod owned by a set directly (the LWS controller never makes one) or a
+    /// StatefulSet's pod without the mark is not.
+    #[test]
+    fn a_leaderworkerset_pod_is_verified_through_its_statefulset() {
+        let lws = WorkloadKind::named("LeaderWorkerSet").unwrap();
+        let from_sts = pod(
+            "StatefulSet",
+            "apps/v1",
+            json!({"leaderworkerset.sigs.k8s.io/name": "serve"}),
+        );
+        assert_eq!(
+            claim(&from_sts, STATEFULSET_CONTROLLER),
+            OwnerClaim::Verified(lws)
+        );
+        assert_eq!(
+            claim(&from_sts, "system:kube-controller-manager"),
+            OwnerClaim::Verified(lws)
+        );
+        let OwnerClaim::Unverified { why, standalone } = claim(&from_sts, "alice") else {
+            panic!("a tenant's pod is not verified");
+        };
+        assert!(
+            why.contains("leaderworkerset.sigs.k8s.io/name = \"serve\"")
+                && why.contains("StatefulSet \"train\"")
+                && why.contains("alice"),
+            "{why}"
+        );
+        assert_eq!(standalone, None);
+        // Not the LWS controller's way of making pods, or no mark: no claim at all.
+        let direct = pod(
+            "LeaderWorkerSet",
+            "leaderworkerset.x-k8s.io/v1",
+            json!({"leaderworkerset.sigs.k8s.io/name": "train"}),
+        );
+        assert_eq!(claim(&direct, STATEFULSET_CONTROLLER), OwnerClaim::None);
+        let unmarked = pod("StatefulSet", "apps/v1", json!({"app": "db"}));
+        assert_eq!(claim(&unmarked, STATEFULSET_CONTROLLER), OwnerClaim::None);
+        let empty = pod(
+            "StatefulSet",
+            "apps/v1",
+            json!({"leaderworkerset.sigs.k8s.io/name": ""}),
+        );
+        assert_eq!(claim(&empty, STATEFULSET_CONTROLLER), OwnerClaim::None);
+    }
+
+    /// Only the LeaderWorkerSet controller creates a StatefulSet whose pod template carries a
+    /// set's name, or changes its spec; a StatefulSet without the mark, or an update that leaves
+    /// the spec alone (the garbage collector's), is anyone's.
+    #[test]
+    fn only_the_lws_controller_makes_a_statefulset_carrying_its_mark() {
+        let sts = |labels: Value, replicas: i64| {
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "serve"},
+                "spec": {"replicas": replicas, "template": {"metadata": {"labels": labels}}}})
+        };
+        let guard = |object: &Value, old: Option<&Value>, user: &str| {
+            let who = Requester {
+                username: user,
+                groups: &[],
+                namespace: "ns",
+            };
+            intermediate_guard(
+                "apps",
+                "StatefulSet",
+                object,
+                old,
+                &who,
+                &default_pod_creators(),
+            )
+        };
+        let marked = sts(json!({"leaderworkerset.sigs.k8s.io/name": "serve"}), 2);
+        assert_eq!(guard(&marked, None, LWS_CONTROLLER), None);
+        let why = guard(&marked, None, "alice").expect("a tenant's forged StatefulSet");
+        assert!(
+            why.contains("leaderworkerset.sigs.k8s.io/name = \"serve\"")
+                && why.contains("match.podCreators.LeaderWorkerSet: system:serviceaccount:lws-system:lws-controller-manager")
+                && why.contains("alice"),
+            "{why}"
+        );
+        // As an annotation too: the StatefulSet controller copies both onto the pods.
+        let annotated = json!({"spec": {"template": {"metadata": {"annotations":
+            {"leaderworkerset.sigs.k8s.io/name": "serve"}}}}});
+        assert!(guard(&annotated, None, "alice").is_some());
+        // A tenant's own StatefulSet; the mark added by an update; the spec left as it was.
+        let plain = sts(json!({"app": "db"}), 2);
+        assert_eq!(guard(&plain, None, "alice"), None);
+        assert!(guard(&marked, Some(&plain), "alice").is_some());
+        let mut relabelled = marked.clone();
+        relabelled["metadata"]["labels"] = json!({"x": "y"});
+        assert_eq!(guard(&relabelled, Some(&marked), "alice"), None);
+        let scaled = sts(json!({"leaderworkerset.sigs.k8s.io/name": "serve"}), 9);
+        assert!(guard(&scaled, Some(&marked), "alice").is_some());
+        assert_eq!(guard(&scaled, Some(&marked), LWS_CONTROLLER), None);
+        // Another kind of the group, or another group, is not an intermediate owner.
+        let who = Requester {
+            username: "alice",
+            groups: &[],
+            namespace: "ns",
+        };
+        let creators = default_pod_creators();
+        assert_eq!(
+            intermediate_guard("apps", "Deployment", &marked, None, &who, &creators),
+            None
+        );
     }
 
     #[test]

@@ -181,3 +181,80 @@ fn no_controller_identity_is_trusted_where_the_config_puts_tenants() {
         "{judged:?}"
     );
 }
+
+/// A pod of the LeaderWorkerSet `serve`, made by the StatefulSet controller from the set's
+/// StatefulSet `serve-0` (a group's workers), asking for `gpus` GPUs.
+fn lws_pod(gpus: i64) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "serve-0-", "namespace": "research",
+            "labels": {"wandb.ai/monitor": "true", "launchgate.io/queue": "ray",
+                "leaderworkerset.sigs.k8s.io/name": "serve",
+                "leaderworkerset.sigs.k8s.io/group-index": "0"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "name": "serve-0", "uid": "sts-1", "controller": true}]},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.9.0",
+            "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
+}
+
+const STATEFULSET_CONTROLLER: &str = "system:serviceaccount:kube-system:statefulset-controller";
+const LWS_CONTROLLER: &str = "system:serviceaccount:lws-system:lws-controller-manager";
+
+/// A LeaderWorkerSet's pod the StatefulSet controller sends is the set's: judged on the
+/// per-pod rules, given no run-level mutation (no pod deadline: the set runs until it is
+/// deleted); the same pod from anyone else is judged and mutated as a pod of its own.
+#[test]
+fn a_leaderworkerset_pod_from_the_statefulset_controller_is_judged_per_pod() {
+    let p = policy("");
+    let over = ask(&p, lws_pod(5), STATEFULSET_CONTROLLER);
+    assert!(!over.response.allowed);
+    assert_eq!(rules::ids(&over.summary.violations), ["limits.fields"]);
+    assert!(ask(&p, lws_pod(4), STATEFULSET_CONTROLLER).response.allowed);
+
+    // The built-in config, its queue writing a run bound where a workload sets none.
+    let mut config: Value = serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).unwrap();
+    config["queues"]["gpu-queue"]["guardrails"]["costCeiling"]["defaultDeadlineSeconds"] =
+        json!(3600);
+    let built_in = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
+    let mutate = |user: &str| {
+        let mut request = AdmissionRequest::synthetic_create(lws_pod(1), Some("research")).unwrap();
+        request.user_info = Some(json!({"username": user}));
+        let d = decide(&built_in, Endpoint::Mutate, &request, &NoCluster);
+        serde_json::to_string(&d.patch).unwrap()
+    };
+    let verified = mutate(STATEFULSET_CONTROLLER);
+    assert!(!verified.contains("activeDeadlineSeconds"), "{verified}");
+    assert!(verified.contains("securityContext"), "{verified}");
+    let standalone = mutate("alice");
+    assert!(standalone.contains("activeDeadlineSeconds"), "{standalone}");
+}
+
+/// Only the LeaderWorkerSet controller creates a StatefulSet whose pods carry a set's name:
+/// a tenant's is denied at the StatefulSet (rule owner.intermediate), the controller's is
+/// allowed, and the mutating webhook never touches one.
+#[test]
+fn a_statefulset_carrying_a_sets_name_is_the_lws_controllers_alone() {
+    let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "serve-0", "namespace": "research"},
+        "spec": {"replicas": 64, "template": {
+            "metadata": {"labels": {"leaderworkerset.sigs.k8s.io/name": "serve"},
+                "annotations": {"launchgate.io/exempted-by": "wandb-image-builds"}},
+            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.9.0"}]}}}});
+    let p = policy("");
+    let forged = ask(&p, sts.clone(), "alice");
+    assert!(!forged.response.allowed);
+    assert_eq!(
+        rules::ids(&forged.summary.violations),
+        ["owner.intermediate"]
+    );
+    assert!(
+        message(&forged).contains("match.podCreators.LeaderWorkerSet"),
+        "{}",
+        message(&forged)
+    );
+    let made = ask(&p, sts.clone(), LWS_CONTROLLER);
+    assert!(made.response.allowed && made.summary.violations.is_empty());
+    let mut request = AdmissionRequest::synthetic_create(sts, Some("research")).unwrap();
+    request.user_info = Some(json!({"username": "alice"}));
+    let mutated = decide(&p, Endpoint::Mutate, &request, &NoCluster);
+    assert!(mutated.response.allowed && mutated.patch.0.is_empty());
+}

@@ -10,6 +10,7 @@
 //! | stage | module | what it decides |
 //! |---|---|---|
 //! | parse | `request` | a usable AdmissionReview v1 |
+//! | intermediate owners | `intermediate` | a StatefulSet carrying a launch kind's mark: only that kind's controller makes or changes one |
 //! | scale | `subresource` | a Scale of a kind with a scale subresource: judged as the UPDATE of the workload it scales |
 //! | selection | `select` | a launch workload of a known kind, a CREATE or UPDATE, a judged subresource; its queue; who made it (the rules' scope); what the queue admitted before |
 //! | exemptions | `exempt` | the global list, the queue's, and what a verified child inherits: allowed untouched |
@@ -20,6 +21,7 @@
 
 mod answer;
 mod exempt;
+mod intermediate;
 mod mutation;
 mod request;
 mod runtime;
@@ -109,6 +111,7 @@ fn chain(
     cluster: &dyn ClusterView,
     observer: &mut dyn Observer,
 ) -> ControlFlow<Decision, Decision> {
+    intermediate::guard(policy, endpoint, request, object.as_ref())?;
     if let Some(update) = subresource::scale(endpoint, request, object.as_ref(), cluster)? {
         let judged = settled(chain(
             policy,

@@ -343,6 +343,82 @@ launchgate.scaledKinds is not empty.
       {{- end }}
 {{- end }}
 
+{{/* The intermediate owners whose webhook.rules kinds are on (files/intermediates.json, generated
+from the kind descriptors: native::webhooks::chart_intermediates), as a JSON list: per entry its
+API group, version, resource and the CEL test for "its pod template carries the mark of a kind
+whose pods come through it". */}}
+{{- define "launchgate.intermediates" -}}
+{{- $root := . }}
+{{- $out := list }}
+{{- range $i := $root.Files.Get "files/intermediates.json" | fromJsonArray }}
+{{- $on := false }}
+{{- range $rule := $i.rules }}
+{{- if eq (include "launchgate.ruleOn" (list $root $rule)) "true" }}{{ $on = true }}{{ end }}
+{{- end }}
+{{- if $on }}{{ $out = append $out $i }}{{ end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
+The intermediate owners' webhook: a CREATE, or an UPDATE that changes the spec, of a StatefulSet
+whose pod template carries a launch kind's mark (a LeaderWorkerSet's: its pods, made by the
+StatefulSet controller, pass as the set's), which only that kind's controller may send
+(rule owner.intermediate). It fails as the validating webhook does: a forged StatefulSet created
+during an outage would make pods that pass as verified ever after. Without matchConditions it
+would be sent every StatefulSet, so it fails open then. The server registers the same
+(native::webhooks::intermediate_hook). Rendered only when launchgate.intermediates is not empty.
+*/}}
+{{- define "launchgate.intermediateWebhook" -}}
+{{- $conditions := and .Values.webhook.matchConditions.enabled (eq (include "launchgate.matchConditionsSupported" .) "true") }}
+{{- $vias := include "launchgate.intermediates" . | fromJsonArray -}}
+- name: {{ regexReplaceAll "^([^.]+)" .Values.webhook.validate.name "${1}-intermediates" }}
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+  failurePolicy: {{ ternary (ternary "Ignore" .Values.webhook.validate.failurePolicy (eq .Values.policyMode "hybrid")) "Ignore" $conditions }}
+  matchPolicy: {{ .Values.webhook.matchPolicy }}
+  clientConfig:
+    service:
+      name: {{ include "launchgate.fullname" . }}
+      namespace: {{ .Release.Namespace }}
+      path: /validate
+      port: {{ .Values.service.port }}
+    {{- if .caBundle }}
+    caBundle: {{ .caBundle }}
+    {{- end }}
+  rules:
+    {{- range $i := $vias }}
+    - apiGroups: [{{ $i.group | quote }}]
+      apiVersions: [{{ $i.version | quote }}]
+      resources: [{{ $i.resource | quote }}]
+      operations: ["CREATE", "UPDATE"]
+      scope: Namespaced
+    {{- end }}
+  namespaceSelector:
+    {{- with .Values.webhook.namespaceSelector.matchLabels }}
+    matchLabels:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+          {{- toYaml (uniq (append .Values.webhook.excludeNamespaces .Release.Namespace)) | nindent 10 }}
+      {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+  {{- if $conditions }}
+  {{- $tests := list }}
+  {{- range $i := $vias }}{{ $tests = append $tests $i.condition }}{{ end }}
+  matchConditions:
+    - name: intermediate
+      expression: {{ ternary (first $tests) (printf "(%s)" (join ") || (" $tests)) (eq (len $tests) 1) | quote }}
+    - name: spec-changed
+      expression: "request.operation != 'UPDATE' || !has(oldObject.spec) || object.spec != oldObject.spec"
+  {{- end }}
+{{- end }}
+
 {{/*
 The name of a native policy slot's objects (policyMode native/hybrid): <fullname>-q<slot>-<suffix>,
 suffix mutate or limits, as launchgate's native::slot_names names them. Call with
