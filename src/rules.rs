@@ -284,6 +284,12 @@ rules! {
         "let the LeaderWorkerSet controller make its StatefulSets; a StatefulSet of your own carries no such label",
         Native::WebhookOnly("the webhook judges the StatefulSets the pods come from; the native policies verify no pod through one, so they judge a LeaderWorkerSet's pods as pods of their own"),
         OnUpdate::Every, Denies::Never;
+    /// A LaunchQueue whose spec does not hold as a queue.
+    LAUNCHQUEUE_INVALID = "launchQueue.invalid", "LaunchQueue spec (launchgate.io/v1alpha1)",
+        "a LaunchQueue is created or changed with a spec that would not hold as a queue of the config launchgate serves (a wrong type, an unknown key, a limit that cannot be enforced): the message names each key path on the object",
+        "fix the key paths the message names; `launchgate check-config -f <file>` checks a LaunchQueue offline",
+        Native::WebhookOnly("a LaunchQueue is read by the server, which compiles it; it is no workload a policy judges"),
+        OnUpdate::Every, Denies::Never;
     /// A request whose object would need more memory than the server's whole budget.
     SERVER_TOO_DENSE = "server.tooDense", "--memory-budget-mib (the pod's memory limit)",
         "the object's shape alone (tens of thousands of containers) would need more memory to review than the replica's whole budget: denied unreviewed",

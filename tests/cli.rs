@@ -883,3 +883,63 @@ fn compile_native_prints_a_dormant_set_for_an_admin_to_create() {
     let out = launchgate(&["compile-native", "--dormant-slots=2"]);
     assert!(!out.status.success());
 }
+
+/// A LaunchQueue given beside the workloads is a queue of the config, as the server serves it:
+/// the same verdict offline as in the cluster; one that does not hold is named with its key
+/// path, and a LaunchQueue alone is nothing to judge.
+#[test]
+fn validate_reads_launchqueues_beside_the_workloads() {
+    let example = |name: &str| root().join("examples/launchqueues").join(name);
+    let lq = example("lq-small.yaml");
+    let lq = lq.to_str().unwrap();
+    for (job, verdict, code) in [
+        ("job-1gpu.yaml", "ALLOWED Job train-1gpu", 0),
+        ("job-2gpu.yaml", "DENIED Job train-2gpu", 1),
+    ] {
+        let out = launchgate(&["validate", "-f", lq, "-f", example(job).to_str().unwrap()]);
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{stdout}{}",
+            text(&out.stderr)
+        );
+        assert!(stdout.contains(verdict), "{stdout}");
+        if code == 1 {
+            assert!(
+                stdout.contains("queue \"lq-small\"") && stdout.contains("exceeds maximum 1"),
+                "{stdout}"
+            );
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        std::fs::read_to_string(example("lq-small.yaml"))
+            .unwrap()
+            .replace("maximum: 1", "maximum: lots"),
+    )
+    .unwrap();
+    let out = launchgate(&[
+        "validate",
+        "-f",
+        bad.to_str().unwrap(),
+        "-f",
+        example("job-1gpu.yaml").to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("the LaunchQueue does not hold as a queue")
+            && stderr.contains("spec.limits.fields"),
+        "{stderr}"
+    );
+    let out = launchgate(&["validate", "-f", lq]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no workload to judge"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -47,6 +47,57 @@ fn chart_intermediates_match_the_kind_descriptors() {
     );
 }
 
+/// The LaunchQueue CRD, generated from the config's queue types (the schema the config
+/// reference is written from), ships in the chart's `crds/` and in `manifests/`;
+/// `UPDATE_SCHEMA=1` regenerates both.
+#[test]
+fn the_launchqueue_crd_is_the_config_schemas() {
+    let generated = launchgate::policy::launchqueue::crd();
+    let text = format!(
+        "# The LaunchQueue CRD, generated from launchgate's config types: {REGENERATE_HINT}.\n{}",
+        serde_yaml::to_string(&generated).unwrap()
+    );
+    for file in [
+        "charts/launchgate/crds/launchqueues.launchgate.io.yaml",
+        "manifests/launchqueues.launchgate.io.yaml",
+    ] {
+        let path = common::root().join(file);
+        if std::env::var_os("UPDATE_SCHEMA").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &text).unwrap();
+            continue;
+        }
+        let current: Value = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_yaml::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        assert!(
+            current == generated,
+            "{file} is out of date with the config types: {REGENERATE_HINT}"
+        );
+    }
+    // The spec's keys are a queue's keys, as the config reference lists them.
+    let spec = &generated["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"];
+    let config = launchgate::policy::config_json_schema();
+    assert_eq!(
+        spec.as_object().unwrap().keys().collect::<Vec<_>>(),
+        config["definitions"]["QueueConfig"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>()
+    );
+    let reference =
+        std::fs::read_to_string(common::root().join("docs/reference/config.md")).unwrap();
+    for key in spec.as_object().unwrap().keys() {
+        assert!(
+            reference.contains(&format!("`queues.<name>.{key}")),
+            "docs/reference/config.md lacks queues.<name>.{key}"
+        );
+    }
+}
+
 /// The chart file `file` (under charts/launchgate/) is `generated`, or is written from it with
 /// `UPDATE_SCHEMA=1`; `what` says what it must agree with.
 fn check_chart_file(file: &str, generated: &Value, what: &str) {

@@ -313,6 +313,16 @@ fn trigger(rule: &str) -> Option<(&'static str, Value)> {
                 review(("apps", "v1", "statefulsets"), sts, "ml"),
             )
         }
+        "launchQueue.invalid" => {
+            let lq = json!({
+                "apiVersion": "launchgate.io/v1alpha1", "kind": "LaunchQueue",
+                "metadata": {"name": "lq-small"},
+                "spec": {"limits": {"enforcement": "sometimes"}},
+            });
+            let mut r = review(("launchgate.io", "v1alpha1", "launchqueues"), lq, "");
+            r["request"]["namespace"] = Value::Null;
+            ("/validate", r)
+        }
         "server.tooDense" => {
             // Far more containers than the server's small memory budget could ever review.
             let containers: Vec<Value> = (0..20_000)
@@ -467,6 +477,7 @@ fn every_trigger_is_for_a_rule_of_the_table() {
         "exemptions.unearnedMark",
         "scale.unreadableOwner",
         "owner.intermediate",
+        "launchQueue.invalid",
         "server.tooDense",
         "server.tooSlow",
     ];

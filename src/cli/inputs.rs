@@ -166,6 +166,8 @@ pub(crate) fn named_documents(shown: &str, text: &str) -> Result<Vec<(String, In
 pub(crate) struct Inputs {
     pub(crate) workloads: Vec<Input>,
     pub(crate) runtimes: GivenObjects,
+    /// The LaunchQueues given, each with where it came from: queues beside the config's.
+    pub(crate) launch_queues: Vec<(String, Value)>,
 }
 
 impl Inputs {
@@ -183,6 +185,12 @@ impl Inputs {
             bail!("{shown}: no documents");
         }
         for (source, d) in docs {
+            if let InputDocument::Object(object) = &d
+                && crate::policy::launchqueue::is_launch_queue(object)
+            {
+                self.launch_queues.push((source, object.clone()));
+                continue;
+            }
             let Some(d) = take_runtime(d, &mut self.runtimes, namespace)
                 .map_err(|e| anyhow::anyhow!("{source}: invalid runtime: {e}"))?
             else {
@@ -209,9 +217,19 @@ pub(crate) fn load(
         out.add_text(&path.display().to_string(), &text, queue, namespace)?;
     }
     if out.workloads.is_empty() {
+        let given: Vec<String> = out
+            .runtimes
+            .describe()
+            .into_iter()
+            .chain(
+                out.launch_queues
+                    .iter()
+                    .map(|(source, _)| format!("LaunchQueue ({source})")),
+            )
+            .collect();
         bail!(
-            "no workload to judge: the documents given are TrainJob runtimes only ({})",
-            out.runtimes.describe().join(", ")
+            "no workload to judge: the documents given are TrainJob runtimes and LaunchQueues only ({})",
+            given.join(", ")
         );
     }
     Ok(out)

@@ -231,6 +231,28 @@ fn requests(args: &OfflineArgs) -> Result<inputs::Inputs> {
     )
 }
 
+/// The policy of the config file `config` (the embedded default without one) with the
+/// LaunchQueues given among `inputs`, each overriding the config's queue of its name: what the
+/// server serves with those LaunchQueues in the cluster.
+fn policy_with(config: Option<&std::path::Path>, inputs: &inputs::Inputs) -> Result<Policy> {
+    use crate::policy::launchqueue;
+    let policy = load_policy(config)?;
+    if inputs.launch_queues.is_empty() {
+        return Ok(policy);
+    }
+    let mut queues = Vec::new();
+    for (source, object) in &inputs.launch_queues {
+        let queue = launchqueue::parse(object)
+            .and_then(|q| launchqueue::check(&policy.config, &q).map(|()| q))
+            .map_err(|e| {
+                anyhow::anyhow!("{source}: the LaunchQueue does not hold as a queue:\n{e}")
+            })?;
+        queues.push(queue);
+    }
+    Policy::from_config(launchqueue::merged(policy.config.clone(), &queues))
+        .map_err(|e| anyhow::anyhow!("the LaunchQueues given do not hold with the config:\n{e}"))
+}
+
 fn print_values(values: &[Value], format: OutputFormat) -> Result<()> {
     for (i, v) in values.iter().enumerate() {
         match format {
@@ -247,10 +269,10 @@ fn print_values(values: &[Value], format: OutputFormat) -> Result<()> {
 }
 
 fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
-    let policy = load_policy(args.offline.config.as_deref())?;
     let mut denied = false;
     let mut outputs = Vec::new();
     let inputs = requests(&args.offline)?;
+    let policy = policy_with(args.offline.config.as_deref(), &inputs)?;
     for input in &inputs.workloads {
         let req = &input.request;
         let d = decide(&policy, Endpoint::Mutate, req, &inputs.runtimes);
@@ -294,10 +316,10 @@ fn mutate_cmd(args: &MutateArgs) -> Result<ExitCode> {
 }
 
 fn validate_cmd(args: &ValidateArgs) -> Result<ExitCode> {
-    let policy = load_policy(args.offline.config.as_deref())?;
     let mut denied = false;
     let mut verdicts = Vec::new();
     let inputs = requests(&args.offline)?;
+    let policy = policy_with(args.offline.config.as_deref(), &inputs)?;
     for input in &inputs.workloads {
         let req = &input.request;
         let j = crate::judge::judge(&policy, req, &inputs.runtimes);

@@ -214,6 +214,31 @@ fn intermediate_hook(
     hook
 }
 
+/// The validating webhook of the LaunchQueues, `validate-launchqueues.*`: a LaunchQueue
+/// created or changed is refused when its spec would not hold as a queue (its key paths named),
+/// failing open so an outage never blocks the platform team's own recovery (the server then
+/// keeps the last good spec of a LaunchQueue that does not hold). LaunchQueues are
+/// cluster-scoped: no selector applies.
+fn launchqueue_hook(base: &Value, name: &str) -> Value {
+    use crate::policy::launchqueue::{GROUP, PLURAL, VERSION};
+    let mut hook = base.clone();
+    hook["name"] = json!(split_name(name, PLURAL));
+    hook["failurePolicy"] = json!("Ignore");
+    hook["rules"] = json!([{
+        "apiGroups": [GROUP],
+        "apiVersions": [VERSION],
+        "resources": [PLURAL],
+        "operations": ["CREATE", "UPDATE"],
+        "scope": "Cluster",
+    }]);
+    if let Some(h) = hook.as_object_mut() {
+        for key in ["objectSelector", "matchConditions", "namespaceSelector"] {
+            h.remove(key);
+        }
+    }
+    hook
+}
+
 /// An UPDATE of an intermediate owner that leaves its spec as it was (the garbage collector's,
 /// a label's) is anyone's.
 const INTERMEDIATE_SPEC_CHANGED: &str =
@@ -247,6 +272,9 @@ pub struct Settings {
     pub mutate: Option<MutateHook>,
     /// The validating webhooks, when registered.
     pub validate: Option<ValidateHook>,
+    /// The server reads LaunchQueues (`serve --launchqueues`): the validating webhook checks
+    /// one created or changed ([`launchqueue_hook`]).
+    pub launch_queues: bool,
     /// The kinds the rules cover (chart names, [`rule_names`]); empty: all.
     pub kinds: Vec<String>,
     /// Labels marking a launch workload; empty: the config's launch and queue labels.
@@ -300,6 +328,7 @@ impl Default for Settings {
             kinds: Vec::new(),
             launch_labels: Vec::new(),
             match_conditions: true,
+            launch_queues: false,
             extra_conditions: Vec::new(),
         }
     }
@@ -610,6 +639,10 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
                 failure,
                 settings.match_conditions,
             ));
+        }
+        if settings.launch_queues {
+            let base = hook(&v.name, "/validate", "Ignore", Vec::new());
+            hooks.push(launchqueue_hook(&base, &v.name));
         }
         out.push(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",

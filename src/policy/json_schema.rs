@@ -24,7 +24,7 @@ pub fn config_json_schema() -> Value {
 }
 
 /// How to regenerate the chart's schema after changing a config type.
-pub const REGENERATE_HINT: &str = "UPDATE_SCHEMA=1 cargo test --test config_schema regenerates charts/launchgate/values.schema.json, charts/launchgate/files/kinds.json, charts/launchgate/files/intermediates.json, charts/launchgate/files/label-carriers.json and charts/launchgate/files/native-slot.json";
+pub const REGENERATE_HINT: &str = "UPDATE_SCHEMA=1 cargo test --test config_schema regenerates charts/launchgate/values.schema.json, charts/launchgate/files/kinds.json, charts/launchgate/files/intermediates.json, charts/launchgate/files/label-carriers.json, charts/launchgate/files/native-slot.json and the LaunchQueue CRD (charts/launchgate/crds/, manifests/)";
 
 /// The Helm chart's `values.schema.json` with its `config` property replaced by the config's
 /// generated schema and the config's subschemas in the root `definitions` (where the

@@ -5,6 +5,7 @@
 
 pub(crate) mod exemption;
 mod json_schema;
+pub mod launchqueue;
 mod owner;
 mod resolve;
 

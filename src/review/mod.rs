@@ -10,6 +10,7 @@
 //! | stage | module | what it decides |
 //! |---|---|---|
 //! | parse | `request` | a usable AdmissionReview v1 |
+//! | LaunchQueues | `launchqueue` | a queue as a Kubernetes object: refused when its spec would not hold |
 //! | intermediate owners | `intermediate` | a StatefulSet carrying a launch kind's mark: only that kind's controller makes or changes one |
 //! | scale | `subresource` | a Scale of a kind with a scale subresource: judged as the UPDATE of the workload it scales |
 //! | selection | `select` | a launch workload of a known kind, a CREATE or UPDATE, a judged subresource; its queue; who made it (the rules' scope); what the queue admitted before |
@@ -22,6 +23,7 @@
 mod answer;
 mod exempt;
 mod intermediate;
+mod launchqueue;
 mod mutation;
 mod request;
 mod runtime;
@@ -111,6 +113,7 @@ fn chain(
     cluster: &dyn ClusterView,
     observer: &mut dyn Observer,
 ) -> ControlFlow<Decision, Decision> {
+    launchqueue::check(policy, endpoint, request, object.as_ref())?;
     intermediate::guard(policy, endpoint, request, object.as_ref())?;
     if let Some(update) = subresource::scale(endpoint, request, object.as_ref(), cluster)? {
         let judged = settled(chain(

@@ -22,6 +22,7 @@ pub mod bypass;
 pub mod decision;
 mod error;
 pub mod events;
+mod launchqueues;
 pub(crate) mod metrics;
 pub mod native_sync;
 mod options;
@@ -89,6 +90,8 @@ pub(crate) struct AppState {
     /// Set when the server honours the emergency bypass (it registers webhooks or keeps native
     /// policies, and knows its namespace).
     pub(crate) bypass: Option<Arc<bypass::Bypass>>,
+    /// Set when the server serves the cluster's LaunchQueues (`--launchqueues`).
+    pub(crate) launch_queues: Option<Arc<launchqueues::LaunchQueues>>,
 }
 
 impl AppState {
@@ -102,6 +105,8 @@ impl AppState {
             Some("shutting down".into())
         } else if !self.cert_valid.load(Ordering::Acquire) {
             Some("certificate not valid".into())
+        } else if let Some(why) = self.launch_queues.as_ref().and_then(|q| q.not_ready()) {
+            Some(why)
         } else {
             let bypassed = self.bypass.as_ref().is_some_and(|b| b.on().is_some());
             self.native.as_ref().and_then(|n| n.not_ready(bypassed))
@@ -381,7 +386,24 @@ pub async fn start_with_event_sink(
     } else {
         None
     };
+    let launch_queues = if opts.launch_queues {
+        let client = kube::Client::try_default()
+            .await
+            .context("--launchqueues needs a Kubernetes client")?;
+        let text = match &opts.config {
+            Some(path) => std::fs::read(path).unwrap_or_default(),
+            None => crate::policy::DEFAULT_CONFIG_YAML.as_bytes().to_vec(),
+        };
+        let queues = launchqueues::LaunchQueues::new(
+            policy.config.clone(),
+            crate::policy::config_hash(&text),
+        );
+        Some((queues, client))
+    } else {
+        None
+    };
     let state = Arc::new(AppState {
+        launch_queues: launch_queues.as_ref().map(|(q, _)| q.clone()),
         policy: ArcSwap::from_pointee(policy),
         metrics,
         cluster: cluster.unwrap_or_else(|| Arc::new(NoCluster)),
@@ -426,6 +448,21 @@ pub async fn start_with_event_sink(
             state.clone(),
             client,
             opts.reload_interval,
+            shutdown_rx.clone(),
+        );
+    }
+    if let Some((queues, client)) = launch_queues {
+        let pod = own_pod(&opts);
+        let identity = pod
+            .as_ref()
+            .map(|p| p.name.clone())
+            .unwrap_or_else(events::default_instance);
+        launchqueues::spawn(
+            state.clone(),
+            queues,
+            client,
+            pod.map(|p| p.namespace),
+            identity,
             shutdown_rx.clone(),
         );
     }

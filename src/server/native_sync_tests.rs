@@ -141,6 +141,7 @@ fn server(slots: usize, sink: Arc<MemoryEventSink>, serving: Arc<Policy>) -> App
         tracer: None,
         native: Some(native),
         bypass: None,
+        launch_queues: None,
     }
 }
 

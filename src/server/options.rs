@@ -135,6 +135,13 @@ pub struct ServeOptions {
     /// e.g. 0.0.0.0:8080 for the kubelet's probes and Prometheus.
     #[arg(long, env = "LAUNCHGATE_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
+    /// Serve the cluster's LaunchQueues (`launchgate.io/v1alpha1`, cluster-scoped) as queues
+    /// beside the config file's (one overrides the file's queue of its name), kept by a watch
+    /// and enforced within seconds of a change, and write their status (the holder of the
+    /// Lease `launchgate-launchqueues` in `--pod-namespace`); needs get, list, watch on
+    /// launchqueues, patch on launchqueues/status and, in a pod, get, create, update on leases.
+    #[arg(long = "launchqueues", env = "LAUNCHGATE_LAUNCHQUEUES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub launch_queues: bool,
     /// Write a Kubernetes Event (in the object's namespace) for every denied or warned launch
     /// workload; needs `create` on events.events.k8s.io.
     #[arg(long, env = "LAUNCHGATE_EVENTS", default_value_t = false, action = clap::ArgAction::Set)]
@@ -424,6 +431,8 @@ impl RegistrationOptions {
                 .filter(|k| !k.is_empty())
                 .collect(),
             match_conditions: self.webhook_match_conditions,
+            // Whether the server reads LaunchQueues is the server's to say (`webhook_sync`).
+            launch_queues: false,
             extra_conditions: self
                 .webhook_extra_match_conditions
                 .as_ref()

@@ -154,7 +154,15 @@ pub(crate) fn spawn(
                                     tracing::warn!(path = %path.display(), %warning, "config loads, but does not hold as written");
                                 }
                                 let hash = crate::policy::config_hash(&bytes);
-                                if state.native.is_some() {
+                                if let Some(queues) = &state.launch_queues {
+                                    if queues.set_base(&state, policy.config.clone(), hash.clone())
+                                    {
+                                        count(&state.metrics.config_reloads, "success");
+                                        tracing::info!(path = %path.display(), %hash, "reloaded config; serving it with the LaunchQueues");
+                                    } else {
+                                        count(&state.metrics.config_reloads, "failure");
+                                    }
+                                } else if state.native.is_some() {
                                     if accept(&state, Arc::new(policy), hash.clone()) {
                                         count(&state.metrics.config_reloads, "success");
                                         tracing::info!(path = %path.display(), %hash, "reloaded config; serving it once the native admission policies hold it");

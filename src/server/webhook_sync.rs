@@ -190,7 +190,8 @@ pub(crate) fn spawn(
             } else if state.is_ready() {
                 withdrawn = None;
                 let desired = ca.read().and_then(|pem| {
-                    let settings = options.settings(&name, listen, bundle.update(pem));
+                    let mut settings = options.settings(&name, listen, bundle.update(pem));
+                    settings.launch_queues = state.launch_queues.is_some();
                     webhooks::configurations(&state.policy.load(), &settings)
                         .map_err(anyhow::Error::msg)
                 });
