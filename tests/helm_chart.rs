@@ -246,6 +246,13 @@ fn check_all_objects(objs: &[Value]) {
             | ("monitoring.coreos.com/v1", "ServiceMonitor" | "PrometheusRule") => {
                 assert!(o["spec"].is_object(), "{api} {} without spec", kind(o))
             }
+            ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+                assert_eq!(
+                    o,
+                    &launchgate::policy::launchqueue::crd(),
+                    "the chart's crds/ hold the LaunchQueue CRD as generated"
+                )
+            }
             other => panic!("unexpected object {other:?} in the chart"),
         }
         if o["metadata"]["namespace"].is_string() {
@@ -397,6 +404,11 @@ fn check_hook(h: &Hook, path: &str, service: &str) {
 fn hooks_of(objs: &[Value]) -> (Hook, Hook) {
     let mut m = mutating_hooks(objs);
     let mut v = validating_hooks(objs);
+    // With LaunchQueues served, they have a validating webhook of their own.
+    if let Some(at) = v.iter().position(|h| h.name.contains("-launchqueues.")) {
+        let launchqueues = v.remove(at);
+        check_launchqueue_hook(&launchqueues, &v[0]);
+    }
     // With a kind whose pods come through an intermediate owner covered (a LeaderWorkerSet's
     // StatefulSets), the intermediate owners have a validating webhook of their own.
     if let Some(at) = v.iter().position(|h| h.name.contains("-intermediates.")) {
@@ -497,6 +509,21 @@ fn check_intermediate_hook(hook: &Hook, validate: &Hook) {
     assert_eq!(hook.failure_policy.as_deref(), failure);
     assert_eq!(hook.client, validate.client);
     assert_eq!(hook.namespace_selector, validate.namespace_selector);
+    assert_eq!(hook.timeout, validate.timeout);
+}
+
+/// The LaunchQueues' webhook: CREATE and UPDATE of launchqueues (cluster-scoped), sent where
+/// the main validating webhook is, failing open (an outage never blocks the platform team).
+fn check_launchqueue_hook(hook: &Hook, validate: &Hook) {
+    assert_eq!(hook.name, validate.name.replacen('.', "-launchqueues.", 1));
+    assert_eq!(
+        rule_targets(&hook.rules),
+        [gvr("launchgate.io", "v1alpha1", "launchqueues")]
+    );
+    assert_eq!(hook.rules[0].scope.as_deref(), Some("Cluster"));
+    assert_eq!(hook.failure_policy.as_deref(), Some("Ignore"));
+    assert!(!hook.has_match_conditions);
+    assert_eq!(hook.client, validate.client);
     assert_eq!(hook.timeout, validate.timeout);
 }
 
@@ -715,12 +742,50 @@ fn default_render_is_a_safe_webhook() {
             .flatten()
             .any(|p| p.container_port == 8443 && p.name.as_deref() == Some("https"))
     );
-    // RBAC only for what is on: by default Events (create, nothing else), and the read of the
-    // release namespace's emergency bypass annotation (the_chart_honours_the_emergency_bypass).
+    // RBAC only for what is on: by default Events (create, nothing else), the LaunchQueues
+    // (read them, write their status; the status Lease in the release namespace), and the read
+    // of the release namespace's emergency bypass annotation
+    // (the_chart_honours_the_emergency_bypass).
+    let launchqueues: ClusterRole = typed(
+        of_kind(&objs, "ClusterRole")
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == "launchgate-launchqueues")
+            .expect("the LaunchQueues' ClusterRole"),
+    );
+    assert_eq!(
+        granted(&launchqueues.rules.unwrap()),
+        [
+            (
+                "launchgate.io".to_string(),
+                "launchqueues".to_string(),
+                vec!["get".to_string(), "list".into(), "watch".into()]
+            ),
+            (
+                "launchgate.io".to_string(),
+                "launchqueues/status".to_string(),
+                vec!["get".to_string(), "patch".into(), "update".into()]
+            ),
+        ]
+    );
+    let lease: Role = typed(
+        of_kind(&objs, "Role")
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == "launchgate-launchqueues")
+            .expect("the LaunchQueues' Lease Role"),
+    );
+    assert_eq!(
+        granted(&lease.rules.unwrap()),
+        [(
+            "coordination.k8s.io".to_string(),
+            "leases".to_string(),
+            vec!["get".to_string(), "create".into(), "update".into()]
+        )]
+    );
     let roles: Vec<ClusterRole> = of_kind(&objs, "ClusterRole")
         .into_iter()
         .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_null())
         .filter(|o| o["metadata"]["name"] != "launchgate-bypass")
+        .filter(|o| o["metadata"]["name"] != "launchgate-launchqueues")
         .map(typed)
         .collect();
     assert_eq!(roles.len(), 1, "only the Events role");
@@ -731,7 +796,11 @@ fn default_render_is_a_safe_webhook() {
         Some(&["events.k8s.io".to_string()][..])
     );
     assert_eq!(rules[0].verbs, ["create"]);
-    assert!(of_kind(&objs, "Role").is_empty());
+    assert!(
+        of_kind(&objs, "Role")
+            .iter()
+            .all(|o| o["metadata"]["name"] == "launchgate-launchqueues")
+    );
     let env = deployment_env(&d);
     assert!(env.contains(&("LAUNCHGATE_EVENTS".into(), "true".into())));
     assert!(env.contains(&("LAUNCHGATE_ADMIN_LISTEN".into(), "0.0.0.0:8080".into())));
@@ -1456,7 +1525,14 @@ fn server_registered(objs: &[Value]) -> Vec<Value> {
         options: launchgate::server::ServeOptions,
     }
     let d: Deployment = one(objs, "Deployment");
-    let flags = registration_flags(&d);
+    let mut flags = registration_flags(&d);
+    // Whether the server reads LaunchQueues (it registers their webhook then).
+    flags.extend(
+        deployment_env(&d)
+            .into_iter()
+            .filter(|(n, _)| n == "LAUNCHGATE_LAUNCHQUEUES")
+            .map(|(_, v)| format!("--launchqueues={v}")),
+    );
     let opts = <Serve as clap::Parser>::try_parse_from(
         std::iter::once("serve".to_string()).chain(flags.iter().cloned()),
     )
@@ -1465,9 +1541,11 @@ fn server_registered(objs: &[Value]) -> Vec<Value> {
     let cm: ConfigMap = one(objs, "ConfigMap");
     let policy = launchgate::policy::Policy::from_yaml(&cm.data.unwrap()["config.yaml"]).unwrap();
     let name = opts.registration.register_webhooks.clone().expect("a name");
-    let settings = opts
+    let mut settings = opts
         .registration
         .settings(&name, opts.listen, "CA PEM".into());
+    // As the server says it: it reads LaunchQueues.
+    settings.launch_queues = opts.launch_queues;
     launchgate::native::webhooks::configurations(&policy, &settings).unwrap()
 }
 
@@ -1582,9 +1660,14 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
             ("validate-deny.launchgate.io", "Fail"),
             ("validate-warn.launchgate.io", "Ignore"),
             ("validate-scale.launchgate.io", "Ignore"),
-            ("validate-intermediates.launchgate.io", "Fail")
+            ("validate-intermediates.launchgate.io", "Fail"),
+            ("validate-launchqueues.launchgate.io", "Ignore")
         ]
     );
+    let (launchqueues, sv) = sv.split_last().unwrap();
+    // The LaunchQueues' webhook is the chart's too.
+    assert_eq!(comparable(launchqueues), comparable(&cv[3]));
+    assert_eq!(launchqueues["name"], cv[3]["name"]);
     let (intermediates, sv) = sv.split_last().unwrap();
     let (scale, sv) = sv.split_last().unwrap();
     for h in sv {
@@ -1625,9 +1708,10 @@ fn server_registration_is_the_default_and_builds_the_charts_webhooks() {
     ]);
     let server = server_registered(&objs);
     let v = hooks(&server, "ValidatingWebhookConfiguration");
-    assert_eq!(v.len(), 3);
+    assert_eq!(v.len(), 4);
     assert_eq!(v[1]["name"], "validate-scale.launchgate.io");
     assert_eq!(v[2]["name"], "validate-intermediates.launchgate.io");
+    assert_eq!(v[3]["name"], "validate-launchqueues.launchgate.io");
     assert_eq!(v[0]["failurePolicy"], "Ignore");
     assert_eq!(v[2]["failurePolicy"], "Ignore");
     assert_eq!(v[0]["timeoutSeconds"], 3);
@@ -2392,6 +2476,7 @@ fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
     // A Role in each watched namespace, no cluster-wide read.
     let mut role_ns: Vec<String> = of_kind(&objs, "Role")
         .into_iter()
+        .filter(|o| o["metadata"]["name"] != "launchgate-launchqueues")
         .map(|o| {
             let r: Role = typed(o);
             assert_eq!(
@@ -2403,11 +2488,13 @@ fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
         .collect();
     role_ns.sort();
     assert_eq!(role_ns, ["team-a", "wandb"]);
-    assert_eq!(of_kind(&objs, "RoleBinding").len(), 2);
+    // And the LaunchQueues' Lease, in the release namespace.
+    assert_eq!(of_kind(&objs, "RoleBinding").len(), 3);
     assert!(
         of_kind(&objs, "ClusterRole").iter().all(|o| {
             o["metadata"]["annotations"]["helm.sh/hook"].is_string()
                 || o["metadata"]["name"] == "launchgate-webhooks"
+                || o["metadata"]["name"] == "launchgate-launchqueues"
                 || (o["metadata"]["name"] == "launchgate-bypass"
                     && o["rules"]
                         == serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"],
@@ -2423,7 +2510,11 @@ fn owner_watch_is_scoped_to_the_given_namespaces_and_launch_jobs() {
         "--set-json",
         r#"{"clusterLookups":true,"events":{"enabled":false}}"#,
     ]);
-    assert!(of_kind(&objs, "Role").is_empty());
+    assert!(
+        of_kind(&objs, "Role")
+            .iter()
+            .all(|o| o["metadata"]["name"] == "launchgate-launchqueues")
+    );
     let d: Deployment = one(&objs, "Deployment");
     assert!(deployment_env(&d).contains(&("LAUNCHGATE_OWNER_WATCH_NAMESPACES".into(), "".into())));
 }
@@ -2684,8 +2775,12 @@ fn the_chart_honours_the_emergency_bypass() {
             "{values}"
         );
     }
-    // No token, no read: webhook mode, chart registration, no Events, no lookups.
-    let quiet = helm.render_static(&["--set-json", r#"{"events":{"enabled":false}}"#]);
+    // No token, no read: webhook mode, chart registration, no Events, no lookups, no
+    // LaunchQueues.
+    let quiet = helm.render_static(&[
+        "--set-json",
+        r#"{"events":{"enabled":false},"launchQueues":{"enabled":false}}"#,
+    ]);
     assert!(
         of_kind(&quiet, "ClusterRole")
             .iter()

@@ -218,7 +218,7 @@ fn intermediate_hook(
 /// created or changed is refused when its spec would not hold as a queue (its key paths named),
 /// failing open so an outage never blocks the platform team's own recovery (the server then
 /// keeps the last good spec of a LaunchQueue that does not hold). LaunchQueues are
-/// cluster-scoped: no selector applies.
+/// cluster-scoped: the namespace selector, kept as every webhook's, never skips one.
 fn launchqueue_hook(base: &Value, name: &str) -> Value {
     use crate::policy::launchqueue::{GROUP, PLURAL, VERSION};
     let mut hook = base.clone();
@@ -232,7 +232,7 @@ fn launchqueue_hook(base: &Value, name: &str) -> Value {
         "scope": "Cluster",
     }]);
     if let Some(h) = hook.as_object_mut() {
-        for key in ["objectSelector", "matchConditions", "namespaceSelector"] {
+        for key in ["objectSelector", "matchConditions"] {
             h.remove(key);
         }
     }

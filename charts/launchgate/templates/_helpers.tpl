@@ -250,7 +250,7 @@ launchgate then skips the same non-launch objects itself.
 {{/* The API server is needed (service account token, RBAC) for cluster lookups, Events,
 native policies or registering the webhooks. */}}
 {{- define "launchgate.needsApi" -}}
-{{- or .Values.clusterLookups .Values.events.enabled (ne .Values.policyMode "webhook") (eq (include "launchgate.serverRegisters" .) "true") }}
+{{- or .Values.clusterLookups .Values.events.enabled .Values.launchQueues.enabled (ne .Values.policyMode "webhook") (eq (include "launchgate.serverRegisters" .) "true") }}
 {{- end }}
 
 {{/* "true" when the pods register the webhook configurations (webhook.registration: server). */}}
@@ -417,6 +417,49 @@ would be sent every StatefulSet, so it fails open then. The server registers the
     - name: spec-changed
       expression: "request.operation != 'UPDATE' || !has(oldObject.spec) || object.spec != oldObject.spec"
   {{- end }}
+{{- end }}
+
+{{/*
+The LaunchQueues' webhook (launchQueues.enabled): a LaunchQueue created or changed is refused
+when its spec would not hold as a queue (rule launchQueue.invalid), failing open so an outage
+never blocks the platform team's own recovery. LaunchQueues are cluster-scoped: the namespace
+selector never skips one. The server registers the same (native::webhooks::launchqueue_hook).
+*/}}
+{{- define "launchgate.launchQueueWebhook" -}}
+- name: {{ regexReplaceAll "^([^.]+)" .Values.webhook.validate.name "${1}-launchqueues" }}
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+  failurePolicy: Ignore
+  matchPolicy: {{ .Values.webhook.matchPolicy }}
+  clientConfig:
+    service:
+      name: {{ include "launchgate.fullname" . }}
+      namespace: {{ .Release.Namespace }}
+      path: /validate
+      port: {{ .Values.service.port }}
+    {{- if .caBundle }}
+    caBundle: {{ .caBundle }}
+    {{- end }}
+  rules:
+    - apiGroups: ["launchgate.io"]
+      apiVersions: ["v1alpha1"]
+      resources: ["launchqueues"]
+      operations: ["CREATE", "UPDATE"]
+      scope: Cluster
+  namespaceSelector:
+    {{- with .Values.webhook.namespaceSelector.matchLabels }}
+    matchLabels:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+          {{- toYaml (uniq (append .Values.webhook.excludeNamespaces .Release.Namespace)) | nindent 10 }}
+      {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
 {{- end }}
 
 {{/*
