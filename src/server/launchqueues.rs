@@ -7,7 +7,7 @@
 //! name, and a spec that does not hold never replaces the last good one), through the same
 //! path a reloaded config file takes (with native policies, served once they hold it). The
 //! server is not ready until the first list has been read, so no request is judged without
-//! them.
+//! them (without the CRD there are none: the config file's queues are served alone).
 //!
 //! Each LaunchQueue's `status` says what is served of it: `observedGeneration`, the
 //! conditions `Ready` (this generation is enforced), `Enforcing` (the queue is enforced, maybe
@@ -100,6 +100,17 @@ impl LaunchQueues {
             inner.base_hash = hash;
         }
         self.rebuild(state)
+    }
+
+    /// The LaunchQueue resource is not served (no CRD): none exist. True the first time it is
+    /// said, so the caller serves the config without them.
+    fn none_installed(&self) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.listing = None;
+        let changed = !inner.objects.is_empty() || !self.listed.load(Ordering::Acquire);
+        inner.objects.clear();
+        self.listed.store(true, Ordering::Release);
+        changed
     }
 
     /// Applies one watch event.
@@ -359,6 +370,18 @@ async fn follow<S>(
             }
             Some(Ok(event)) => {
                 if queues.apply(event) {
+                    queues.rebuild(&state);
+                }
+            }
+            // The CRD is not installed: no LaunchQueue can exist, so there are none to wait
+            // for (the watch keeps retrying, and picks them up once it is).
+            Some(Err(watcher::Error::InitialListFailed(kube::Error::Api(status))))
+                if status.code == 404 =>
+            {
+                if queues.none_installed() {
+                    tracing::warn!(
+                        "the LaunchQueue CRD is not installed (launchqueues.launchgate.io): serving the config file's queues alone until it is"
+                    );
                     queues.rebuild(&state);
                 }
             }

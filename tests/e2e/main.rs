@@ -29,6 +29,7 @@ mod guardrails;
 mod install_path;
 mod jobset_order;
 mod launch_stack;
+mod launchqueues;
 mod leaderworkerset;
 mod local_cluster;
 mod manifests;
@@ -180,6 +181,7 @@ fn tests() -> Vec<E2eTest> {
         e2e!(mpijob::an_mpijob_is_limited_hardened_and_its_children_verified),
         e2e!(mpijob::a_gang_below_launcher_and_workers_is_denied),
         e2e!(leaderworkerset::a_leaderworkerset_is_limited_by_its_groups_and_stored_hardened),
+        e2e!(launchqueues::a_launchqueue_is_enforced_within_seconds_and_says_so),
         e2e!(guardrails::a_gang_starts_whole_or_is_denied),
         e2e!(guardrails::a_preempted_pod_is_replaced_and_a_failure_still_fails),
         e2e!(guardrails::a_run_ends_when_rank_zero_ends),

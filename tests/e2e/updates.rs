@@ -84,6 +84,16 @@ impl Own {
 
     /// [`Own::start`] serving `config` instead (which has the default queue).
     pub async fn start_serving(ctx: &Ctx, name: &str, config: &str) -> Result<Own> {
+        Self::start_with_args(ctx, name, config, &[]).await
+    }
+
+    /// [`Own::start_serving`] with `serve`'s `extra_args`.
+    pub async fn start_with_args(
+        ctx: &Ctx,
+        name: &str,
+        config: &str,
+        extra_args: &[String],
+    ) -> Result<Own> {
         let tag = format!("{name}-{}", &ctx.ns[ctx.ns.len() - 4..]);
         let ns = crate::native::namespace(ctx, name, &tag).await?;
         let dir = tempfile::tempdir()?;
@@ -92,7 +102,7 @@ impl Own {
             Some(&ctx.env.kubeconfig),
             "127.0.0.1",
             config,
-            &[],
+            extra_args,
         )
         .await?;
         webhook
