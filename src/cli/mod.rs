@@ -90,6 +90,13 @@ pub(crate) enum Command {
     },
     /// Print the built-in example config, a starting point for your own.
     PrintDefaultConfig,
+    /// Print a config file's queues as LaunchQueue manifests (`launchgate.io/v1alpha1`), to move
+    /// them from the file to the cluster (`| kubectl apply -f -`).
+    ExportLaunchqueues {
+        /// The config file (default: the built-in example config); `-` for stdin.
+        #[arg(long, env = "LAUNCHGATE_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Turn a W&B queue (UI config, queue export, Terraform wandb_run_queue) into a launchgate
     /// queue snippet; prints what it will enforce, one line per limit.
     ImportQueue(import_queue::ImportQueueArgs),
@@ -522,6 +529,44 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Validate(args) => validate_cmd(&args),
         Command::Test(args) => test_suite::run(&args),
         Command::Audit(args) => audit::run(&args),
+        Command::ExportLaunchqueues { config } => {
+            let policy = match &config {
+                Some(path) => {
+                    let text = inputs::read_input(path)?;
+                    Policy::from_yaml(&text)
+                        .map_err(|e| anyhow::anyhow!("{}:\n{e}", path.display()))?
+                }
+                None => load_policy(None)?,
+            };
+            // The queues as written: the config's queues before defaults are filled in.
+            let text = match &config {
+                Some(path) => inputs::read_input(path)?,
+                None => DEFAULT_CONFIG_YAML.to_string(),
+            };
+            let written: Value = serde_yaml::from_str(&text)?;
+            let manifests: Vec<Value> = crate::policy::launchqueue::manifests(&policy.config)
+                .into_iter()
+                .map(|mut m| {
+                    let name = m["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    if let Some(spec) = written.pointer(&format!(
+                        "/queues/{}",
+                        name.replace('~', "~0").replace('/', "~1")
+                    )) {
+                        m["spec"] = if spec.is_null() {
+                            json!({})
+                        } else {
+                            spec.clone()
+                        };
+                    }
+                    m
+                })
+                .collect();
+            print_values(&manifests, OutputFormat::Yaml)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::CheckConfig {
             file,
             native_policy_slots,

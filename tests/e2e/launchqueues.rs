@@ -1,6 +1,7 @@
 //! LaunchQueues on the real control plane: the CRD applied from the chart's `crds/`, a
 //! launchgate serving with `--launchqueues`, and a queue created, changed wrongly and deleted
-//! as a platform team would with `kubectl apply` and `kubectl delete`.
+//! as a platform team would with `kubectl apply` and `kubectl delete` (what docs/launchqueues.md
+//! shows: its example LaunchQueue and Jobs are the ones applied here).
 
 use crate::ctx::Ctx;
 use anyhow::{Context, Result, bail, ensure};
@@ -11,6 +12,9 @@ use std::time::{Duration, Instant};
 
 /// The queue the test creates (cluster-scoped: one name for the whole control plane).
 const QUEUE: &str = "lq-small";
+
+/// The LaunchQueue CRD's name.
+const CRD: &str = "launchqueues.launchgate.io";
 
 fn example(name: &str) -> Result<Value> {
     let path = crate::common::root()
@@ -59,7 +63,7 @@ async fn install_crd(ctx: &Ctx) -> Result<()> {
         || {
             let api = api.clone();
             async move {
-                let crd = api.get("launchqueues.launchgate.io").await?;
+                let crd = api.get(CRD).await?;
                 let crd = serde_json::to_value(crd)?;
                 Ok(crd["status"]["conditions"]
                     .as_array()
@@ -111,7 +115,32 @@ pub async fn a_launchqueue_is_enforced_within_seconds_and_says_so(ctx: &Ctx) -> 
     );
     let _ = queues.delete(QUEUE, &DeleteParams::default()).await;
     own.finish(ctx).await;
-    result
+    // The CRD goes too: the install tests install it from the chart as Helm does, owning it.
+    let removed = remove_crd(ctx).await;
+    result.and(removed)
+}
+
+/// Deletes the LaunchQueue CRD and waits until it is gone.
+async fn remove_crd(ctx: &Ctx) -> Result<()> {
+    let api: Api<DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &resource(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+        ),
+    );
+    let _ = api.delete(CRD, &DeleteParams::default()).await;
+    ctx.wait_for(
+        "the LaunchQueue CRD to be gone",
+        Duration::from_secs(60),
+        || {
+            let api = api.clone();
+            async move { Ok(api.get_opt(CRD).await?.is_none()) }
+        },
+    )
+    .await
 }
 
 async fn enforced_and_reported(ctx: &Ctx, ns: &Ctx) -> Result<()> {
