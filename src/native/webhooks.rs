@@ -166,10 +166,11 @@ fn intermediate_condition(via: &'static Intermediate) -> String {
 /// The validating webhook of the intermediate owners, `validate-intermediates.*`: a CREATE, or
 /// an UPDATE that changes the spec, of an intermediate owner whose pod template carries the
 /// mark of a kind whose pods come through it — of `vias`, the intermediates of the kinds the
-/// rules cover — judged by [`crate::policy::intermediate_guard`]. It fails as `failure` says
-/// (the validating webhook's): a forged owner created during an outage would make pods that
-/// pass as verified ever after. Without `matchConditions` it would be sent every StatefulSet,
-/// so it fails open then.
+/// rules cover — judged by [`crate::policy::intermediate_guard`]. It fails as `failure` says:
+/// closed where the validating webhook is and a queue denies, since a forged owner created
+/// during an outage would make pods that pass as verified ever after; open when every queue
+/// only warns. Without `matchConditions` it would be sent every StatefulSet, so it fails open
+/// then.
 fn intermediate_hook(
     base: &Value,
     name: &str,
@@ -630,7 +631,10 @@ pub fn configurations(policy: &Policy, settings: &Settings) -> Result<Vec<Value>
             })
             .collect();
         if !vias.is_empty() {
-            let failure = if v.fail_closed { "Fail" } else { "Ignore" };
+            // Closed as the validating webhook is: where a queue denies (a warn-only rollout
+            // never blocks a run).
+            let closed = v.fail_closed && deny_queue_condition(policy).is_some();
+            let failure = if closed { "Fail" } else { "Ignore" };
             let base = hook(&v.name, "/validate", failure, Vec::new());
             hooks.push(intermediate_hook(
                 &base,
@@ -967,6 +971,22 @@ mod tests {
         let mut open = Settings::default();
         open.validate.as_mut().unwrap().fail_closed = false;
         assert_eq!(of(&open)[0]["failurePolicy"], "Ignore");
+        // Every queue only warns: open, as the validating webhook is.
+        let mut config: Value =
+            serde_yaml::from_str(crate::policy::DEFAULT_CONFIG_YAML).expect("built-in config");
+        config["queues"]["gpu-queue"]["limits"]["enforcement"] = json!("audit");
+        config["queues"]["gpu-queue"]["pytorch"]["onUnwirable"] = json!("warn");
+        config["match"]["exemptions"] = json!([]);
+        let warn_only = Policy::from_yaml(&serde_yaml::to_string(&config).unwrap()).unwrap();
+        let hooks = all_hooks(
+            &configurations(&warn_only, &Settings::default()).unwrap(),
+            "ValidatingWebhookConfiguration",
+        );
+        let intermediates = hooks
+            .iter()
+            .find(|h| h["name"] == "validate-intermediates.launchgate.io")
+            .unwrap();
+        assert_eq!(intermediates["failurePolicy"], "Ignore");
         let unconditioned = of(&Settings {
             match_conditions: false,
             ..Settings::default()

@@ -281,11 +281,13 @@ pub async fn a_first_install_admits_launch_workloads_until_a_replica_registers(
                 let v = configuration(ctx, "ValidatingWebhookConfiguration", &name).await?;
                 Ok(v.is_some_and(|v| {
                     let hooks = v["webhooks"].as_array().cloned().unwrap_or_default();
-                    hooks.len() == 2
+                    hooks.len() == 3
                         && hooks[0]["name"] == "validate-warn.launchgate.io"
                         && hooks[0]["failurePolicy"] == "Ignore"
                         && hooks[1]["name"] == "validate-scale.launchgate.io"
                         && hooks[1]["failurePolicy"] == "Ignore"
+                        && hooks[2]["name"] == "validate-intermediates.launchgate.io"
+                        && hooks[2]["failurePolicy"] == "Ignore"
                 }))
             },
         )
@@ -351,6 +353,7 @@ pub async fn a_stopped_webhook_fails_open_only_for_warn_queues(ctx: &Ctx) -> Res
                             (deny_hook, "Fail"),
                             (warn_hook, "Ignore"),
                             ("validate-scale.launchgate.io", "Ignore"),
+                            ("validate-intermediates.launchgate.io", "Fail"),
                         ]
                 }))
             },
